@@ -1,0 +1,155 @@
+//! Configuration knobs with their defaults. Every rank of a job must use the same values for
+//! `eager_limit`, `eager_credits_per_peer` and `unexpected` (the launcher hands one configuration
+//! to all ranks); the rest may differ per rank.
+
+use crate::Nanos;
+use nicmsg_wire::{FRAME_HEADER_LEN, MSG_HEADER_LEN};
+use thiserror::Error;
+
+/// What the receiver does with a message that arrives before its receive is posted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnexpectedPolicy {
+    /// Keep short messages in per-peer buffers (bounded by credits) and the header of long ones.
+    Buffer,
+    /// EMP's no-buffering mode: discard the frames and tell the sender to retry later; the data
+    /// is recovered by retransmission once the receive is posted.
+    Drop,
+}
+
+/// Most frames a sender may have unacknowledged on one message: 64 collections. Bounds the
+/// sender's per-message timer table and, with [`MAX_ACK_UNIT`], the receiver's frame bitmap.
+pub const MAX_INFLIGHT_COLLECTIONS: usize = 64;
+/// Largest acknowledgement unit; 8 x 64 collections = 512 frames tracked by a receiver.
+pub const MAX_ACK_UNIT: u8 = 8;
+/// Frames a receiver tracks beyond its first missing frame (bitmap size).
+pub const RX_TRACKED_FRAMES: u32 = MAX_INFLIGHT_COLLECTIONS as u32 * MAX_ACK_UNIT as u32;
+/// Messages one sender may have in flight to one receiver (message-id window, a 64-bit bitmap
+/// on each side). More are queued, never dropped.
+pub const MSG_WINDOW: u32 = 64;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Largest frame in bytes, headers included, that the backend carries (1472 = UDP payload of
+    /// an Ethernet frame of MTU 1500).
+    pub mtu: u32,
+    /// Messages up to this many bytes use the eager protocol; longer ones rendezvous.
+    pub eager_limit: u64,
+    /// Unexpected eager messages a receiver buffers per sender (each up to `eager_limit` bytes).
+    /// A sender starts with this many credits and waits when it has none.
+    pub eager_credits_per_peer: u32,
+    /// Frames granted by each CTS (RMPP: at most 16 by default).
+    pub cts_window_frames: u32,
+    /// Frames before the end of a window at which the RSM flag is set (RMPP's Pre-k).
+    pub rsm_pre_frames: u32,
+    /// Frames per acknowledged collection (EMP: 3).
+    pub ack_unit: u8,
+    pub unexpected: UnexpectedPolicy,
+    /// First retransmission timeout before any round trip is measured.
+    pub rto_initial_ns: Nanos,
+    pub rto_min_ns: Nanos,
+    /// Ceiling of the backed-off timeout.
+    pub rto_max_ns: Nanos,
+    /// Retransmissions of one collection (or control frame, or liveness probe) without any
+    /// answer before the peer is declared unreachable.
+    pub max_retries: u32,
+    /// Silence from a peer we wait on before probing it (sender waiting for a receive to be
+    /// posted, receiver waiting for data, posted receive from a specific rank).
+    pub keepalive_ns: Nanos,
+    /// Concurrent send operations (posted, queued or in flight).
+    pub max_sends: usize,
+    /// Concurrent posted receives and probes.
+    pub max_recvs: usize,
+    /// Incoming messages being received, buffered unexpected, or awaiting CLEANUP.
+    pub max_incoming: usize,
+    /// Control frames (ACK, CTS, ...) waiting to be transmitted; beyond it they are dropped and
+    /// counted, which is safe because every control frame is recovered by retransmission.
+    pub max_control_queue: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            mtu: 1472,
+            eager_limit: 8192,
+            eager_credits_per_peer: 8,
+            cts_window_frames: 16,
+            rsm_pre_frames: 4,
+            ack_unit: 3,
+            unexpected: UnexpectedPolicy::Buffer,
+            rto_initial_ns: 1_000_000,
+            rto_min_ns: 200_000,
+            rto_max_ns: 200_000_000,
+            max_retries: 12,
+            keepalive_ns: 200_000_000,
+            max_sends: 256,
+            max_recvs: 256,
+            max_incoming: 256,
+            max_control_queue: 1024,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ConfigError {
+    #[error("mtu {0} leaves no room for data after the {hdr} bytes of headers", hdr = FRAME_HEADER_LEN + MSG_HEADER_LEN)]
+    MtuTooSmall(u32),
+    #[error("ack_unit must be 1..={MAX_ACK_UNIT}, got {0}")]
+    AckUnit(u8),
+    #[error("cts_window_frames must be at least 1, got {0}")]
+    Window(u32),
+    #[error("rsm_pre_frames ({pre}) must be smaller than cts_window_frames ({window})")]
+    RsmPosition { pre: u32, window: u32 },
+    #[error("rto_min_ns <= rto_initial_ns <= rto_max_ns must hold")]
+    Timeouts,
+    #[error("max_retries must be at least 1")]
+    Retries,
+    #[error("{0} must be at least 1")]
+    ZeroLimit(&'static str),
+    #[error("job size must be 1..=65536 and rank below it (rank {rank}, size {size})")]
+    Rank { rank: u32, size: u32 },
+}
+
+/// Largest job: bounds the per-peer table allocated at start-up.
+pub const MAX_RANKS: u32 = 65536;
+
+impl Config {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let min_mtu = (FRAME_HEADER_LEN + MSG_HEADER_LEN + 8) as u32;
+        if self.mtu < min_mtu {
+            return Err(ConfigError::MtuTooSmall(self.mtu));
+        }
+        if self.ack_unit == 0 || self.ack_unit > MAX_ACK_UNIT {
+            return Err(ConfigError::AckUnit(self.ack_unit));
+        }
+        if self.cts_window_frames == 0 {
+            return Err(ConfigError::Window(self.cts_window_frames));
+        }
+        if self.rsm_pre_frames >= self.cts_window_frames {
+            return Err(ConfigError::RsmPosition { pre: self.rsm_pre_frames, window: self.cts_window_frames });
+        }
+        if !(self.rto_min_ns <= self.rto_initial_ns && self.rto_initial_ns <= self.rto_max_ns) || self.rto_min_ns == 0 {
+            return Err(ConfigError::Timeouts);
+        }
+        if self.max_retries == 0 {
+            return Err(ConfigError::Retries);
+        }
+        for (name, value) in [
+            ("max_sends", self.max_sends),
+            ("max_recvs", self.max_recvs),
+            ("max_incoming", self.max_incoming),
+            ("max_control_queue", self.max_control_queue),
+            ("eager_credits_per_peer", self.eager_credits_per_peer as usize),
+            ("keepalive_ns", self.keepalive_ns as usize),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::ZeroLimit(name));
+            }
+        }
+        Ok(())
+    }
+
+    /// Payload bytes of a frame that carries no message header.
+    pub fn frame_payload(&self) -> u32 {
+        self.mtu - FRAME_HEADER_LEN as u32
+    }
+}

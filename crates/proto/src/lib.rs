@@ -1,0 +1,39 @@
+//! # nicmsg protocol core (sans-I/O)
+//!
+//! One [`Endpoint`] is the whole protocol state of one rank: per-peer state, send and receive
+//! operations, incoming messages, matching queues, timers. It performs no I/O, reads no clock and
+//! spawns no thread. A driver (the engine, or the simulator) calls, in a loop:
+//!
+//! 1. host commands: [`Endpoint::post_send`], [`Endpoint::post_recv`], [`Endpoint::post_probe`],
+//!    [`Endpoint::iprobe`], [`Endpoint::cancel`];
+//! 2. [`Endpoint::handle_frame`] for every received datagram, and
+//!    [`Endpoint::handle_timeout`] when the deadline from [`Endpoint::poll_timeout`] passes;
+//! 3. [`Endpoint::poll_transmit`] until it returns `None`, sending each frame;
+//! 4. [`Endpoint::poll_completion`] until it returns `None`, reporting each to the host;
+//! 5. sleep until the next frame or [`Endpoint::poll_timeout`].
+//!
+//! Protocols: eager for short messages (BIP), rendezvous RTS/CTS/RSM/END/MSG-ACK/CLEANUP for
+//! long ones (RMPP), collection acknowledgements with adaptive retransmission (EMP). See
+//! `docs/protocol.md` for the state machines.
+
+mod config;
+mod endpoint;
+mod memory;
+mod stats;
+mod transmit;
+mod types;
+mod usage;
+
+pub use config::{
+    Config, ConfigError, UnexpectedPolicy, MAX_ACK_UNIT, MAX_INFLIGHT_COLLECTIONS, MAX_RANKS,
+    MSG_WINDOW, RX_TRACKED_FRAMES,
+};
+pub use endpoint::{Endpoint, PEER_STATE_BYTES};
+pub use memory::{HostMemory, RegionId, Segment, SgList, MAX_SEGMENTS};
+pub use stats::{DropCounts, DropReason, PeerStats, Stats};
+pub use transmit::Transmit;
+pub use types::{
+    CancelError, Completion, Nanos, OpError, OpId, OpKind, PostError, Rank, Source, Status, Tag,
+    TagMatch,
+};
+pub use usage::{TableUsage, Usage};

@@ -1,0 +1,119 @@
+//! Host memory as the core sees it: registered regions named by id, and buffers described as
+//! lists of segments (EMP's chained descriptors; scatter/gather for non-contiguous data).
+//!
+//! The core never holds a pointer. The driver lends it the memory in each call that reads or
+//! writes message bytes, through [`HostMemory`]; a simulator uses vectors, a runtime its
+//! registered (pinned) regions.
+
+use crate::PostError;
+
+/// Most segments one buffer may have. Sixteen covers strided datatypes of practical use and keeps
+/// a descriptor at a fixed size (EMP chained up to four descriptors; we allow more).
+pub const MAX_SEGMENTS: usize = 16;
+
+/// Name of a registered memory region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct RegionId(pub u32);
+
+/// A byte range of one region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Segment {
+    pub region: RegionId,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// The memory the core may read (sends) or write (receives) in the current call.
+pub trait HostMemory {
+    fn region(&self, id: RegionId) -> Option<&[u8]>;
+    fn region_mut(&mut self, id: RegionId) -> Option<&mut [u8]>;
+}
+
+/// A buffer as an ordered list of at most [`MAX_SEGMENTS`] segments, stored inline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SgList {
+    segments: [Segment; MAX_SEGMENTS],
+    count: u8,
+    total_len: u64,
+}
+
+impl SgList {
+    /// One contiguous range.
+    pub fn contiguous(region: RegionId, offset: u64, len: u64) -> Self {
+        Self::new(&[Segment { region, offset, len }]).expect("one segment always fits")
+    }
+
+    pub fn new(segments: &[Segment]) -> Result<Self, PostError> {
+        if segments.len() > MAX_SEGMENTS {
+            return Err(PostError::TooManySegments { count: segments.len(), limit: MAX_SEGMENTS });
+        }
+        let mut list = Self::default();
+        list.segments[..segments.len()].copy_from_slice(segments);
+        list.count = segments.len() as u8;
+        list.total_len = segments.iter().map(|s| s.len).sum();
+        Ok(list)
+    }
+
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments[..self.count as usize]
+    }
+
+    pub fn total_len(&self) -> u64 {
+        self.total_len
+    }
+
+    /// Checks every segment lies inside its region, so later reads and writes cannot fail.
+    pub fn validate(&self, memory: &impl HostMemory) -> Result<(), PostError> {
+        for (index, segment) in self.segments().iter().enumerate() {
+            let region_len = memory.region(segment.region).map(|r| r.len() as u64);
+            let end = segment.offset.checked_add(segment.len);
+            match (region_len, end) {
+                (Some(region_len), Some(end)) if end <= region_len => {}
+                _ => return Err(PostError::BadSegment { index }),
+            }
+        }
+        Ok(())
+    }
+
+    /// Calls `visit` with each (segment piece) covering message bytes `[offset, offset+len)`.
+    /// The caller guarantees the range lies within `total_len`.
+    pub fn for_each_piece(&self, offset: u64, len: u64, mut visit: impl FnMut(Segment)) {
+        let mut skip = offset;
+        let mut remaining = len;
+        for segment in self.segments() {
+            if remaining == 0 {
+                break;
+            }
+            if skip >= segment.len {
+                skip -= segment.len;
+                continue;
+            }
+            let take = (segment.len - skip).min(remaining);
+            if take > 0 {
+                visit(Segment { region: segment.region, offset: segment.offset + skip, len: take });
+            }
+            remaining -= take;
+            skip = 0;
+        }
+        debug_assert_eq!(remaining, 0, "range beyond the buffer");
+    }
+
+    /// Copies `data` into the buffer at message offset `offset`. Returns false (writing nothing)
+    /// if the range does not fit; segments were validated at post time.
+    pub fn write_at(&self, memory: &mut impl HostMemory, offset: u64, data: &[u8]) -> bool {
+        let Some(end) = offset.checked_add(data.len() as u64) else { return false };
+        if end > self.total_len {
+            return false;
+        }
+        let mut written = 0usize;
+        self.for_each_piece(offset, data.len() as u64, |piece| {
+            let len = piece.len as usize;
+            if let Some(region) = memory.region_mut(piece.region) {
+                let start = piece.offset as usize;
+                region[start..start + len].copy_from_slice(&data[written..written + len]);
+            }
+            written += len;
+        });
+        true
+    }
+}

@@ -1,0 +1,99 @@
+//! Counters. Every dropped frame is counted under the reason it was dropped.
+
+use crate::Rank;
+
+/// Why a received frame was discarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropReason {
+    /// Not a frame: too short, bad version, bad type, lengths disagree, reserved bits set.
+    Malformed,
+    /// Checksum mismatch (corruption on the way).
+    BadChecksum,
+    /// Frame of another job.
+    WrongJob,
+    /// Addressed to another rank, or from a rank outside the job, or from ourselves.
+    WrongRank,
+    /// A second copy of something already received; re-acknowledged, never delivered twice.
+    Duplicate,
+    /// Unexpected data with no posted receive in `drop` mode, or no buffer for it.
+    NoPostedReceive,
+    /// Message id outside the window, or a frame that contradicts the message state.
+    Invalid,
+    /// From a peer already declared unreachable.
+    DeadPeer,
+    /// A reserved frame type this core does not act on (PANIC, admission control).
+    Unsupported,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DropCounts {
+    pub malformed: u64,
+    pub bad_checksum: u64,
+    pub wrong_job: u64,
+    pub wrong_rank: u64,
+    pub duplicate: u64,
+    pub no_posted_receive: u64,
+    pub invalid: u64,
+    pub dead_peer: u64,
+    pub unsupported: u64,
+}
+
+impl DropCounts {
+    pub fn count(&mut self, reason: DropReason) {
+        let counter = match reason {
+            DropReason::Malformed => &mut self.malformed,
+            DropReason::BadChecksum => &mut self.bad_checksum,
+            DropReason::WrongJob => &mut self.wrong_job,
+            DropReason::WrongRank => &mut self.wrong_rank,
+            DropReason::Duplicate => &mut self.duplicate,
+            DropReason::NoPostedReceive => &mut self.no_posted_receive,
+            DropReason::Invalid => &mut self.invalid,
+            DropReason::DeadPeer => &mut self.dead_peer,
+            DropReason::Unsupported => &mut self.unsupported,
+        };
+        *counter += 1;
+    }
+
+    pub fn total(&self) -> u64 {
+        self.malformed
+            + self.bad_checksum
+            + self.wrong_job
+            + self.wrong_rank
+            + self.duplicate
+            + self.no_posted_receive
+            + self.invalid
+            + self.dead_peer
+            + self.unsupported
+    }
+}
+
+/// Counters of one endpoint (also kept per peer where the peer is known).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub frames_sent: u64,
+    pub bytes_sent: u64,
+    pub data_frames_sent: u64,
+    pub frames_retransmitted: u64,
+    pub frames_received: u64,
+    pub bytes_received: u64,
+    pub drops: DropCounts,
+    /// Eager sends that had to wait for credits.
+    pub credit_stalls: u64,
+    /// Control frames not queued because the control queue was full (recovered by retransmit).
+    pub control_overflows: u64,
+    pub messages_sent: u64,
+    pub messages_received: u64,
+    /// Payload bytes written straight into a posted receive buffer.
+    pub bytes_placed: u64,
+    /// Payload bytes copied out of an unexpected-message buffer.
+    pub bytes_copied: u64,
+    pub liveness_probes: u64,
+    pub peers_declared_unreachable: u64,
+}
+
+/// Counters for one peer of an endpoint.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PeerStats {
+    pub rank: Rank,
+    pub stats: Stats,
+}

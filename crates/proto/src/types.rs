@@ -1,0 +1,113 @@
+//! Values exchanged between the host and the protocol core.
+
+use thiserror::Error;
+
+/// Rank of a process in the job: 0..size-1 (BIP's logical node numbers).
+pub type Rank = u32;
+/// Message tag (BIP's receive queue, MPI's tag).
+pub type Tag = u32;
+/// Time in nanoseconds since an arbitrary origin chosen by the driver. The core never reads a
+/// clock: every call that needs the time is handed `now`.
+pub type Nanos = u64;
+
+/// Which sender a receive or probe accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Rank(Rank),
+    Any,
+}
+
+impl Source {
+    pub fn matches(self, rank: Rank) -> bool {
+        match self {
+            Self::Rank(wanted) => wanted == rank,
+            Self::Any => true,
+        }
+    }
+}
+
+/// Which tag a receive or probe accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TagMatch {
+    Tag(Tag),
+    Any,
+}
+
+impl TagMatch {
+    pub fn matches(self, tag: Tag) -> bool {
+        match self {
+            Self::Tag(wanted) => wanted == tag,
+            Self::Any => true,
+        }
+    }
+}
+
+/// What an operation is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    Send,
+    Recv,
+    Probe,
+}
+
+/// Handle of a posted operation. The generation makes a stale handle (of an operation that
+/// completed, whose slot was reused) detectable instead of aliasing a new operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OpId {
+    pub kind: OpKind,
+    pub index: u32,
+    pub generation: u32,
+}
+
+/// What a completed operation reports: for a receive or probe, the matched message; for a send,
+/// its destination, tag and length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status {
+    pub peer: Rank,
+    pub tag: Tag,
+    pub len: u64,
+}
+
+/// An operation has finished, successfully or not. Every posted operation yields exactly one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    pub op: OpId,
+    pub result: Result<Status, OpError>,
+}
+
+/// Why a posted operation finished without success.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum OpError {
+    #[error("message of {message_len} bytes from rank {source_rank} tag {tag} does not fit the {buffer_len}-byte receive buffer; nothing was written")]
+    Truncated { source_rank: Rank, tag: Tag, message_len: u64, buffer_len: u64 },
+    #[error("peer rank {peer} is unreachable: it stopped answering after the retry limit")]
+    PeerUnreachable { peer: Rank },
+    #[error("operation cancelled")]
+    Cancelled,
+}
+
+/// Why a host command was refused. The endpoint is unchanged when one of these is returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum PostError {
+    #[error("rank {rank} is outside the job of {size} ranks")]
+    InvalidRank { rank: Rank, size: u32 },
+    #[error("a rank cannot send to itself through the network core (rank {0})")]
+    SelfSend(Rank),
+    #[error("the {table} table is full ({limit} entries); complete some operations first")]
+    TableFull { table: &'static str, limit: usize },
+    #[error("buffer segment {index} does not lie inside registered memory")]
+    BadSegment { index: usize },
+    #[error("too many buffer segments: {count} (limit {limit})")]
+    TooManySegments { count: usize, limit: usize },
+    #[error("peer rank {peer} is unreachable")]
+    PeerUnreachable { peer: Rank },
+}
+
+/// Why a cancel was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum CancelError {
+    #[error("no such pending operation (already completed, or never posted)")]
+    UnknownOp,
+    #[error("the operation is already in progress on the wire and can no longer be cancelled")]
+    InProgress,
+}

@@ -1,0 +1,121 @@
+//! A whole frame: checked zero-copy view on receive, and emit/seal for building frames.
+//!
+//! The checksum is CRC32C (hardware accelerated by the `crc32c` crate) over every header byte,
+//! with the checksum field taken as zero, followed by every payload byte. Computing it this way
+//! lets a sender build the headers in one buffer and gather the payload straight from user memory.
+
+use crate::header::{field, read_u32, FRAME_HEADER_LEN, MSG_HEADER_LEN};
+use crate::{FrameHeader, MsgHeader, Protocol, WireError, FrameKind};
+
+/// Largest header block on any frame: frame header plus message header.
+pub const MAX_HEADERS_LEN: usize = FRAME_HEADER_LEN + MSG_HEADER_LEN;
+
+/// A received frame whose every field has been checked: the checksum matches, the lengths agree
+/// with the buffer, reserved fields are zero, flags fit the type. Borrows the payload in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame<'a> {
+    pub header: FrameHeader,
+    /// Present exactly on EAGER and RTS frames.
+    pub msg: Option<MsgHeader>,
+    pub payload: &'a [u8],
+}
+
+impl<'a> Frame<'a> {
+    /// Parses and verifies any byte string: returns a frame or an error, never panics and never
+    /// reads out of bounds.
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, WireError> {
+        let Some(frame_header) = bytes.first_chunk::<FRAME_HEADER_LEN>() else {
+            return Err(WireError::Truncated { len: bytes.len(), need: FRAME_HEADER_LEN });
+        };
+        let header = FrameHeader::parse(frame_header)?;
+        let headers_len = header.headers_len();
+        if bytes.len() < headers_len {
+            return Err(WireError::Truncated { len: bytes.len(), need: headers_len });
+        }
+        let payload = &bytes[headers_len..];
+        if payload.len() != header.payload_len as usize {
+            return Err(WireError::LengthMismatch { declared: header.payload_len, actual: payload.len() });
+        }
+        let stored = read_u32(frame_header, field::CRC);
+        let computed = checksum(&bytes[..headers_len], &[payload]);
+        if stored != computed {
+            return Err(WireError::BadChecksum { stored, computed });
+        }
+        let msg = if header.kind.has_msg_header() {
+            let msg_bytes: &[u8; MSG_HEADER_LEN] = bytes[FRAME_HEADER_LEN..headers_len]
+                .try_into()
+                .map_err(|_| WireError::Truncated { len: bytes.len(), need: headers_len })?;
+            let msg = MsgHeader::parse(msg_bytes)?;
+            let expected = match header.kind {
+                FrameKind::Eager => Protocol::Eager,
+                _ => Protocol::Rendezvous,
+            };
+            if msg.protocol != expected {
+                return Err(WireError::ProtocolMismatch);
+            }
+            Some(msg)
+        } else {
+            None
+        };
+        Ok(Self { header, msg, payload })
+    }
+}
+
+/// CRC32C over the header bytes with the checksum field read as zero, then the payload pieces.
+pub fn checksum(headers: &[u8], payload: &[&[u8]]) -> u32 {
+    debug_assert!(headers.len() >= FRAME_HEADER_LEN);
+    let mut crc = crc32c::crc32c(&headers[..field::CRC.start]);
+    crc = crc32c::crc32c_append(crc, &[0u8; 4]);
+    crc = crc32c::crc32c_append(crc, &headers[field::CRC.end..]);
+    for piece in payload {
+        crc = crc32c::crc32c_append(crc, piece);
+    }
+    crc
+}
+
+/// Writes the headers of a frame into `out` and returns their length. The payload is not copied:
+/// the caller sends it from where it lies, then calls [`seal`] with the same pieces.
+pub fn emit_headers(
+    header: &FrameHeader,
+    msg: Option<&MsgHeader>,
+    out: &mut [u8],
+) -> Result<usize, WireError> {
+    let len = header.headers_len();
+    if out.len() < len {
+        return Err(WireError::BufferTooSmall { need: len, have: out.len() });
+    }
+    assert_eq!(msg.is_some(), header.kind.has_msg_header(), "message header iff EAGER or RTS");
+    let (frame_bytes, rest) = out.split_at_mut(FRAME_HEADER_LEN);
+    header.emit(frame_bytes.try_into().expect("split at header length"));
+    if let Some(msg) = msg {
+        msg.emit((&mut rest[..MSG_HEADER_LEN]).try_into().expect("message header length"));
+    }
+    Ok(len)
+}
+
+/// Fills in the checksum of headers already emitted, over those headers and the payload pieces.
+pub fn seal(headers: &mut [u8], payload: &[&[u8]]) {
+    let crc = checksum(headers, payload);
+    headers[field::CRC].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Builds a complete frame into `out` (headers, copied payload, checksum); returns its length.
+/// Convenient for control frames and tests; the data path uses [`emit_headers`] and [`seal`].
+pub fn emit_frame(
+    header: &FrameHeader,
+    msg: Option<&MsgHeader>,
+    payload: &[u8],
+    out: &mut [u8],
+) -> Result<usize, WireError> {
+    let headers_len = header.headers_len();
+    let total = headers_len + payload.len();
+    if out.len() < total {
+        return Err(WireError::BufferTooSmall { need: total, have: out.len() });
+    }
+    debug_assert_eq!(header.payload_len as usize, payload.len());
+    emit_headers(header, msg, out)?;
+    out[headers_len..total].copy_from_slice(payload);
+    let (headers, body) = out[..total].split_at_mut(headers_len);
+    seal(headers, &[body]);
+    Ok(total)
+}

@@ -1,0 +1,195 @@
+//! The frame header (48 bytes, on every frame) and the message header (24 bytes, after the frame
+//! header on EAGER and RTS frames). Little-endian, every field naturally aligned, fixed offsets:
+//! simple to parse in an XDP program and to build in place in front of a payload.
+
+use crate::{FrameKind, Protocol, WireError};
+use core::ops::Range;
+
+/// Wire version carried in the first byte; a frame of any other version is rejected.
+pub const VERSION: u8 = 1;
+/// Size of the frame header in bytes.
+pub const FRAME_HEADER_LEN: usize = 48;
+/// Size of the message header in bytes.
+pub const MSG_HEADER_LEN: usize = 24;
+
+/// Byte ranges of the frame header fields (smoltcp style: one named range per field).
+pub mod field {
+    use core::ops::Range;
+    pub const VERSION: usize = 0;
+    pub const KIND: usize = 1;
+    pub const FLAGS: Range<usize> = 2..4;
+    pub const JOB: Range<usize> = 4..8;
+    pub const SRC: Range<usize> = 8..12;
+    pub const DST: Range<usize> = 12..16;
+    pub const MSG_ID: Range<usize> = 16..20;
+    pub const FRAME_INDEX: Range<usize> = 20..24;
+    pub const OFFSET: Range<usize> = 24..32;
+    pub const PAYLOAD_LEN: Range<usize> = 32..36;
+    pub const AUX: Range<usize> = 36..40;
+    pub const RESERVED: Range<usize> = 40..44;
+    pub const CRC: Range<usize> = 44..48;
+}
+
+/// Byte ranges of the message header fields, relative to its start.
+pub mod msg_field {
+    use core::ops::Range;
+    pub const TOTAL_LEN: Range<usize> = 0..8;
+    pub const TAG: Range<usize> = 8..12;
+    pub const FRAME_PAYLOAD: Range<usize> = 12..16;
+    pub const PROTOCOL: usize = 16;
+    pub const ACK_UNIT: usize = 17;
+    pub const RESERVED: Range<usize> = 18..24;
+}
+
+const _: () = assert!(field::CRC.end == FRAME_HEADER_LEN);
+const _: () = assert!(msg_field::RESERVED.end == MSG_HEADER_LEN);
+
+pub(crate) fn read_u16(bytes: &[u8], range: Range<usize>) -> u16 {
+    u16::from_le_bytes([bytes[range.start], bytes[range.start + 1]])
+}
+
+pub(crate) fn read_u32(bytes: &[u8], range: Range<usize>) -> u32 {
+    let mut word = [0u8; 4];
+    word.copy_from_slice(&bytes[range]);
+    u32::from_le_bytes(word)
+}
+
+pub(crate) fn read_u64(bytes: &[u8], range: Range<usize>) -> u64 {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&bytes[range]);
+    u64::from_le_bytes(word)
+}
+
+/// The meaning of a frame header, independent of its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    pub kind: FrameKind,
+    pub flags: u16,
+    /// Job (session) id: frames of another job are rejected by the receiver.
+    pub job: u32,
+    pub src: u32,
+    pub dst: u32,
+    /// Per sender-receiver pair sequence number of the message this frame belongs to.
+    pub msg_id: u32,
+    /// EAGER/RTS/DATA: index of this frame in its message. ACK: index of the frame that completed
+    /// (or re-acknowledges) a collection. CTS: cumulative number of frames granted.
+    pub frame_index: u32,
+    /// EAGER/RTS/DATA: byte offset of the payload in the message.
+    pub offset: u64,
+    /// Bytes of payload after the headers.
+    pub payload_len: u32,
+    /// DATA with RSM: the grant limit the window was sent under. Receiver-to-sender control
+    /// (ACK, CTS, MSG-ACK, CREDIT): cumulative eager credits returned to the sender.
+    pub aux: u32,
+}
+
+impl FrameHeader {
+    /// Checks the meaning of raw header bytes (not the checksum; see [`crate::Frame`]).
+    pub fn parse(bytes: &[u8; FRAME_HEADER_LEN]) -> Result<Self, WireError> {
+        if bytes[field::VERSION] != VERSION {
+            return Err(WireError::UnsupportedVersion(bytes[field::VERSION]));
+        }
+        let kind = FrameKind::from_u8(bytes[field::KIND])?;
+        let flags = read_u16(bytes, field::FLAGS);
+        if flags & !kind.allowed_flags() != 0 {
+            return Err(WireError::BadFlags { flags });
+        }
+        if read_u32(bytes, field::RESERVED) != 0 {
+            return Err(WireError::ReservedNotZero);
+        }
+        let payload_len = read_u32(bytes, field::PAYLOAD_LEN);
+        if payload_len != 0 && !kind.may_carry_payload() {
+            return Err(WireError::UnexpectedPayload(payload_len));
+        }
+        Ok(Self {
+            kind,
+            flags,
+            job: read_u32(bytes, field::JOB),
+            src: read_u32(bytes, field::SRC),
+            dst: read_u32(bytes, field::DST),
+            msg_id: read_u32(bytes, field::MSG_ID),
+            frame_index: read_u32(bytes, field::FRAME_INDEX),
+            offset: read_u64(bytes, field::OFFSET),
+            payload_len,
+            aux: read_u32(bytes, field::AUX),
+        })
+    }
+
+    /// Writes the header with a zero checksum field; [`crate::seal`] fills the checksum in.
+    pub fn emit(&self, bytes: &mut [u8; FRAME_HEADER_LEN]) {
+        debug_assert_eq!(self.flags & !self.kind.allowed_flags(), 0, "flags for {:?}", self.kind);
+        bytes[field::VERSION] = VERSION;
+        bytes[field::KIND] = self.kind as u8;
+        bytes[field::FLAGS].copy_from_slice(&self.flags.to_le_bytes());
+        bytes[field::JOB].copy_from_slice(&self.job.to_le_bytes());
+        bytes[field::SRC].copy_from_slice(&self.src.to_le_bytes());
+        bytes[field::DST].copy_from_slice(&self.dst.to_le_bytes());
+        bytes[field::MSG_ID].copy_from_slice(&self.msg_id.to_le_bytes());
+        bytes[field::FRAME_INDEX].copy_from_slice(&self.frame_index.to_le_bytes());
+        bytes[field::OFFSET].copy_from_slice(&self.offset.to_le_bytes());
+        bytes[field::PAYLOAD_LEN].copy_from_slice(&self.payload_len.to_le_bytes());
+        bytes[field::AUX].copy_from_slice(&self.aux.to_le_bytes());
+        bytes[field::RESERVED].fill(0);
+        bytes[field::CRC].fill(0);
+    }
+
+    pub fn has_flag(&self, flag: u16) -> bool {
+        self.flags & flag != 0
+    }
+
+    /// Length of all headers on a frame of this kind.
+    pub fn headers_len(&self) -> usize {
+        headers_len(self.kind)
+    }
+}
+
+/// Length of all headers on a frame of `kind`.
+pub fn headers_len(kind: FrameKind) -> usize {
+    if kind.has_msg_header() {
+        FRAME_HEADER_LEN + MSG_HEADER_LEN
+    } else {
+        FRAME_HEADER_LEN
+    }
+}
+
+/// Per-message information on the first frame(s) of a message (EMP figure 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MsgHeader {
+    /// Length of the whole message in bytes.
+    pub total_len: u64,
+    pub tag: u32,
+    /// Payload bytes in every frame after the first (the first carries the message header too,
+    /// and so `frame_payload - MSG_HEADER_LEN` bytes). Chosen by the sender per message.
+    pub frame_payload: u32,
+    pub protocol: Protocol,
+    /// Frames per acknowledged collection for this message.
+    pub ack_unit: u8,
+}
+
+impl MsgHeader {
+    pub fn parse(bytes: &[u8; MSG_HEADER_LEN]) -> Result<Self, WireError> {
+        if bytes[msg_field::RESERVED].iter().any(|&b| b != 0) {
+            return Err(WireError::ReservedNotZero);
+        }
+        let frame_payload = read_u32(bytes, msg_field::FRAME_PAYLOAD);
+        if frame_payload as usize <= MSG_HEADER_LEN || bytes[msg_field::ACK_UNIT] == 0 {
+            return Err(WireError::ZeroFramePayload);
+        }
+        Ok(Self {
+            total_len: read_u64(bytes, msg_field::TOTAL_LEN),
+            tag: read_u32(bytes, msg_field::TAG),
+            frame_payload,
+            protocol: Protocol::from_u8(bytes[msg_field::PROTOCOL])?,
+            ack_unit: bytes[msg_field::ACK_UNIT],
+        })
+    }
+
+    pub fn emit(&self, bytes: &mut [u8; MSG_HEADER_LEN]) {
+        bytes[msg_field::TOTAL_LEN].copy_from_slice(&self.total_len.to_le_bytes());
+        bytes[msg_field::TAG].copy_from_slice(&self.tag.to_le_bytes());
+        bytes[msg_field::FRAME_PAYLOAD].copy_from_slice(&self.frame_payload.to_le_bytes());
+        bytes[msg_field::PROTOCOL] = self.protocol as u8;
+        bytes[msg_field::ACK_UNIT] = self.ack_unit;
+        bytes[msg_field::RESERVED].fill(0);
+    }
+}

@@ -1,0 +1,137 @@
+//! Frame types and header flags.
+//!
+//! The type byte is the second byte of every frame so that a filter (an XDP program, a switch rule)
+//! can classify a frame after reading two bytes.
+
+use crate::WireError;
+
+/// What a frame is. The numeric values are the wire encoding and never change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum FrameKind {
+    /// A whole short message, or one frame of it; carries the message header (BIP short message).
+    Eager = 1,
+    /// Request to send a long message; carries the message header and the first data (RMPP).
+    Rts = 2,
+    /// Clear to send: the receiver's cumulative grant of frames it will accept (RMPP).
+    Cts = 3,
+    /// One frame of a long message, placed at `offset`; may carry the RSM flag (RMPP).
+    Data = 4,
+    /// Acknowledges the collection of frames containing `frame_index` (EMP).
+    Ack = 5,
+    /// The sender has had every data frame acknowledged (RMPP).
+    End = 6,
+    /// The receiver holds the whole message (RMPP's ACK).
+    MsgAck = 7,
+    /// The sender knows the message is delivered; the receiver may free its state (RMPP).
+    Cleanup = 8,
+    /// Returns eager credits (cumulative count in `aux`); with `REQUEST`, asks the peer for one.
+    Credit = 9,
+    /// Reserved for PANIC: a protocol program being loaded onto a remote engine.
+    PdlProgram = 0x40,
+    /// Reserved for PANIC: a message addressed to a running protocol program.
+    PdlMessage = 0x41,
+    /// Reserved for LM admission control: a request to send.
+    AdmitRequest = 0x50,
+    /// Reserved for LM admission control: the grant.
+    AdmitGrant = 0x51,
+}
+
+impl FrameKind {
+    /// Decodes the type byte; unknown values are an error, never a guess.
+    pub fn from_u8(value: u8) -> Result<Self, WireError> {
+        Ok(match value {
+            1 => Self::Eager,
+            2 => Self::Rts,
+            3 => Self::Cts,
+            4 => Self::Data,
+            5 => Self::Ack,
+            6 => Self::End,
+            7 => Self::MsgAck,
+            8 => Self::Cleanup,
+            9 => Self::Credit,
+            0x40 => Self::PdlProgram,
+            0x41 => Self::PdlMessage,
+            0x50 => Self::AdmitRequest,
+            0x51 => Self::AdmitGrant,
+            other => return Err(WireError::UnknownKind(other)),
+        })
+    }
+
+    /// Frames that open a message carry a [`crate::MsgHeader`] right after the frame header.
+    pub fn has_msg_header(self) -> bool {
+        matches!(self, Self::Eager | Self::Rts)
+    }
+
+    /// Frames that may carry message bytes after the headers.
+    pub fn may_carry_payload(self) -> bool {
+        matches!(
+            self,
+            Self::Eager | Self::Rts | Self::Data | Self::PdlProgram | Self::PdlMessage
+        )
+    }
+
+    /// The flags that are meaningful on this kind; any other set bit makes the frame malformed.
+    pub fn allowed_flags(self) -> u16 {
+        let retransmit = Flags::RETRANSMIT;
+        match self {
+            Self::Eager | Self::Rts => retransmit,
+            Self::Data => retransmit | Flags::RSM,
+            Self::Ack => Flags::ACK_ALL | Flags::WAIT,
+            Self::Cts => Flags::FROM_START,
+            Self::MsgAck => Flags::TRUNCATED,
+            Self::End | Self::Cleanup => retransmit,
+            Self::Credit => Flags::REQUEST,
+            Self::PdlProgram | Self::PdlMessage | Self::AdmitRequest | Self::AdmitGrant => 0,
+        }
+    }
+
+    /// Reserved kinds are parsed (so a later engine can route them) but the current protocol
+    /// core does not act on them.
+    pub fn is_reserved(self) -> bool {
+        matches!(
+            self,
+            Self::PdlProgram | Self::PdlMessage | Self::AdmitRequest | Self::AdmitGrant
+        )
+    }
+}
+
+/// Header flag bits. Meanings depend on the frame kind; see [`FrameKind::allowed_flags`].
+pub struct Flags;
+
+impl Flags {
+    /// DATA: the receiver should grant the next window on seeing this frame (RMPP's RSM).
+    pub const RSM: u16 = 1 << 0;
+    /// EAGER, RTS, DATA, END, CLEANUP: this is a retransmission (statistics only).
+    pub const RETRANSMIT: u16 = 1 << 1;
+    /// ACK: the whole message is held by the receiver; every collection is acknowledged.
+    pub const ACK_ALL: u16 = 1 << 2;
+    /// ACK: the receiver is alive but has not accepted the message yet (no posted receive, or
+    /// an earlier message from the same sender is not matched yet); try again later.
+    pub const WAIT: u16 = 1 << 3;
+    /// CTS: the receiver did not keep the data of the RTS; send from frame 0.
+    pub const FROM_START: u16 = 1 << 4;
+    /// MSG-ACK: the matching receive was too short; the receiver consumed the message without
+    /// data, so the sender stops sending.
+    pub const TRUNCATED: u16 = 1 << 5;
+    /// CREDIT: please answer with a CREDIT frame (liveness probe and lost-credit recovery).
+    pub const REQUEST: u16 = 1 << 6;
+}
+
+/// Message protocol recorded in the message header; must agree with the frame kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Protocol {
+    Eager = 0,
+    Rendezvous = 1,
+}
+
+impl Protocol {
+    pub fn from_u8(value: u8) -> Result<Self, WireError> {
+        match value {
+            0 => Ok(Self::Eager),
+            1 => Ok(Self::Rendezvous),
+            other => Err(WireError::UnknownProtocol(other)),
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! # nicmsg wire format
+//!
+//! Every frame starts with a fixed 48-byte [`FrameHeader`] (version and type first); frames that
+//! open a message (EAGER, RTS) carry a 24-byte [`MsgHeader`] after it; the payload follows. A
+//! CRC32C over headers and payload lets a receiver drop corrupt frames. All integers are
+//! little-endian and naturally aligned. The byte layout is documented in `docs/wire-format.md`.
+//!
+//! Receive with [`Frame::parse`] (checked, zero-copy, never panics); send with [`emit_headers`]
+//! then [`seal`] (payload gathered from where it lies) or [`emit_frame`] (one buffer).
+
+mod error;
+mod frame;
+mod header;
+mod kind;
+
+pub use error::WireError;
+pub use frame::{checksum, emit_frame, emit_headers, seal, Frame, MAX_HEADERS_LEN};
+pub use header::{field, headers_len, msg_field, FrameHeader, MsgHeader, FRAME_HEADER_LEN, MSG_HEADER_LEN, VERSION};
+pub use kind::{Flags, FrameKind, Protocol};
