@@ -125,9 +125,14 @@ impl Config {
             return Err(ConfigError::Window(self.cts_window_frames));
         }
         if self.rsm_pre_frames >= self.cts_window_frames {
-            return Err(ConfigError::RsmPosition { pre: self.rsm_pre_frames, window: self.cts_window_frames });
+            return Err(ConfigError::RsmPosition {
+                pre: self.rsm_pre_frames,
+                window: self.cts_window_frames,
+            });
         }
-        if !(self.rto_min_ns <= self.rto_initial_ns && self.rto_initial_ns <= self.rto_max_ns) || self.rto_min_ns == 0 {
+        if !(self.rto_min_ns <= self.rto_initial_ns && self.rto_initial_ns <= self.rto_max_ns)
+            || self.rto_min_ns == 0
+        {
             return Err(ConfigError::Timeouts);
         }
         if self.max_retries == 0 {
@@ -138,7 +143,10 @@ impl Config {
             ("max_recvs", self.max_recvs),
             ("max_incoming", self.max_incoming),
             ("max_control_queue", self.max_control_queue),
-            ("eager_credits_per_peer", self.eager_credits_per_peer as usize),
+            (
+                "eager_credits_per_peer",
+                self.eager_credits_per_peer as usize,
+            ),
             ("keepalive_ns", self.keepalive_ns as usize),
         ] {
             if value == 0 {

@@ -1,45 +1,273 @@
+//! The endpoint: tables, host commands, and the driver-facing poll/handle calls. The protocol
+//! logic lives in `sender.rs`, `receiver.rs`, `matching.rs`, `liveness.rs` and `emit.rs`.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::ops::{Control, Incoming, RecvOp, SendOp};
+use crate::peer::Peer;
+use crate::slab::Slab;
+use crate::usage::TableUsage;
 use crate::*;
 
-/// Bytes of per-peer protocol state (see `docs/protocol.md`).
-pub const PEER_STATE_BYTES: usize = 0;
+/// Bytes of per-peer protocol state: message-id windows both ways, credit counters, the start
+/// queue, the RTT estimator and liveness fields (`docs/protocol.md` lists them).
+pub const PEER_STATE_BYTES: usize = core::mem::size_of::<Peer>();
 
 /// The protocol state machine of one rank. See the crate documentation for the call order.
-pub struct Endpoint {}
+pub struct Endpoint {
+    pub(crate) config: Config,
+    pub(crate) job: u32,
+    pub(crate) rank: Rank,
+    pub(crate) size: u32,
+    pub(crate) peers: Vec<Peer>,
+    pub(crate) peer_stats: Vec<Stats>,
+    pub(crate) stats: Stats,
+    pub(crate) sends: Slab<SendOp>,
+    /// Started sends by (destination, message id).
+    pub(crate) active_sends: HashMap<(Rank, u32), u32>,
+    /// Sends with a frame to transmit, served round-robin one frame at a time.
+    pub(crate) ready: VecDeque<u32>,
+    pub(crate) recvs: Slab<RecvOp>,
+    /// Unmatched receives in the order they were posted.
+    pub(crate) posted: VecDeque<u32>,
+    /// Posted (blocking) probes.
+    pub(crate) probes: VecDeque<u32>,
+    pub(crate) incoming: Slab<Incoming>,
+    pub(crate) incoming_index: HashMap<(Rank, u32), u32>,
+    /// Unexpected messages in matching order.
+    pub(crate) unexpected: VecDeque<u32>,
+    /// Unexpected eager data: `eager_credits_per_peer` buffers of `eager_limit` bytes per peer.
+    pub(crate) eager_pool: Vec<u8>,
+    pub(crate) eager_usage: TableUsage,
+    pub(crate) control: VecDeque<Control>,
+    pub(crate) control_usage: TableUsage,
+    pub(crate) completions: VecDeque<Completion>,
+    pub(crate) completion_usage: TableUsage,
+}
+
+/// Most eager buffers per peer: one bit each in a u64.
+pub(crate) const MAX_EAGER_CREDITS: u32 = 64;
 
 impl Endpoint {
     /// Creates the endpoint of `rank` in a job of `size` ranks; `job` tags every frame so frames
     /// of another job are rejected. All tables are allocated here, none later.
-    pub fn new(config: Config, job: u32, rank: Rank, size: u32) -> Result<Self, ConfigError> { todo!() }
-    pub fn rank(&self) -> Rank { todo!() }
-    pub fn size(&self) -> u32 { todo!() }
-    pub fn config(&self) -> &Config { todo!() }
+    pub fn new(config: Config, job: u32, rank: Rank, size: u32) -> Result<Self, ConfigError> {
+        config.validate()?;
+        if size == 0 || size > MAX_RANKS || rank >= size {
+            return Err(ConfigError::Rank { rank, size });
+        }
+        if config.eager_credits_per_peer > MAX_EAGER_CREDITS {
+            return Err(ConfigError::ZeroLimit("eager_credits_per_peer <= 64"));
+        }
+        let pool_len =
+            size as usize * config.eager_credits_per_peer as usize * config.eager_limit as usize;
+        let completions_limit = config.max_sends + config.max_recvs;
+        Ok(Self {
+            job,
+            rank,
+            size,
+            peers: vec![Peer::new(config.rto_initial_ns); size as usize],
+            peer_stats: vec![Stats::default(); size as usize],
+            stats: Stats::default(),
+            sends: Slab::with_capacity(config.max_sends),
+            active_sends: HashMap::with_capacity(config.max_sends),
+            ready: VecDeque::with_capacity(config.max_sends),
+            recvs: Slab::with_capacity(config.max_recvs),
+            posted: VecDeque::with_capacity(config.max_recvs),
+            probes: VecDeque::with_capacity(config.max_recvs),
+            incoming: Slab::with_capacity(config.max_incoming),
+            incoming_index: HashMap::with_capacity(config.max_incoming),
+            unexpected: VecDeque::with_capacity(config.max_incoming),
+            eager_pool: vec![0; pool_len],
+            eager_usage: TableUsage::new(size as usize * config.eager_credits_per_peer as usize),
+            control: VecDeque::with_capacity(config.max_control_queue),
+            control_usage: TableUsage::new(config.max_control_queue),
+            completions: VecDeque::with_capacity(completions_limit),
+            completion_usage: TableUsage::new(completions_limit),
+            config,
+        })
+    }
+
+    pub fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
 
     /// Posts a send of the bytes described by `data` to `dst` with `tag`. The bytes must stay
     /// unchanged until the completion. Short messages may complete before the receive is posted.
-    pub fn post_send(&mut self, now: Nanos, dst: Rank, tag: Tag, data: SgList, memory: &impl HostMemory) -> Result<OpId, PostError> { todo!() }
+    pub fn post_send(
+        &mut self,
+        now: Nanos,
+        dst: Rank,
+        tag: Tag,
+        data: SgList,
+        memory: &impl HostMemory,
+    ) -> Result<OpId, PostError> {
+        self.check_peer(dst)?;
+        data.validate(memory)?;
+        self.start_send(now, dst, tag, data)
+    }
+
     /// Posts a receive into `buffer`; may match (and complete from) an already-buffered message.
-    pub fn post_recv(&mut self, now: Nanos, source: Source, tag: TagMatch, buffer: SgList, memory: &mut impl HostMemory) -> Result<OpId, PostError> { todo!() }
+    pub fn post_recv(
+        &mut self,
+        now: Nanos,
+        source: Source,
+        tag: TagMatch,
+        buffer: SgList,
+        memory: &mut impl HostMemory,
+    ) -> Result<OpId, PostError> {
+        if let Source::Rank(peer) = source {
+            self.check_rank(peer)?;
+        }
+        buffer.validate(memory)?;
+        self.post_receive(now, source, tag, buffer, memory)
+    }
+
     /// Non-blocking probe: the status of the first matching message available to a receive.
-    pub fn iprobe(&self, source: Source, tag: TagMatch) -> Option<Status> { todo!() }
+    pub fn iprobe(&self, source: Source, tag: TagMatch) -> Option<Status> {
+        self.find_unexpected(source, tag)
+            .map(|index| self.status_of(index))
+    }
+
     /// Blocking probe as an operation: completes when a matching message is available.
-    pub fn post_probe(&mut self, now: Nanos, source: Source, tag: TagMatch) -> Result<OpId, PostError> { todo!() }
-    /// Cancels a pending receive, probe, or send not yet started; its completion reports `Cancelled`.
-    pub fn cancel(&mut self, now: Nanos, op: OpId) -> Result<(), CancelError> { todo!() }
+    pub fn post_probe(
+        &mut self,
+        now: Nanos,
+        source: Source,
+        tag: TagMatch,
+    ) -> Result<OpId, PostError> {
+        if let Source::Rank(peer) = source {
+            self.check_rank(peer)?;
+        }
+        self.post_probe_op(now, source, tag)
+    }
+
+    /// Cancels a pending receive, probe, or send not yet started; its completion reports
+    /// `Cancelled`. An operation already moving bytes cannot be cancelled.
+    pub fn cancel(&mut self, _now: Nanos, op: OpId) -> Result<(), CancelError> {
+        match op.kind {
+            OpKind::Send => self.cancel_send(op),
+            OpKind::Recv | OpKind::Probe => self.cancel_recv(op),
+        }
+    }
 
     /// Feeds one received datagram. Anything malformed is dropped and counted.
-    pub fn handle_frame(&mut self, now: Nanos, bytes: &[u8], memory: &mut impl HostMemory) { todo!() }
-    /// Runs every timer due at `now`.
-    pub fn handle_timeout(&mut self, now: Nanos) { todo!() }
-    /// Next frame to send, if any.
-    pub fn poll_transmit(&mut self, now: Nanos, memory: &impl HostMemory) -> Option<Transmit> { todo!() }
-    /// Next finished operation, if any.
-    pub fn poll_completion(&mut self) -> Option<Completion> { todo!() }
-    /// When `handle_timeout` must next be called, if any timer runs.
-    pub fn poll_timeout(&self) -> Option<Nanos> { todo!() }
+    pub fn handle_frame(&mut self, now: Nanos, bytes: &[u8], memory: &mut impl HostMemory) {
+        self.receive_frame(now, bytes, memory);
+        self.start_queued_sends(now);
+    }
 
-    pub fn stats(&self) -> &Stats { todo!() }
-    pub fn peer_stats(&self, peer: Rank) -> Option<&Stats> { todo!() }
-    pub fn usage(&self) -> Usage { todo!() }
+    /// Runs every timer due at `now`.
+    pub fn handle_timeout(&mut self, now: Nanos) {
+        self.expire_sends(now);
+        self.expire_incoming(now);
+        self.expire_peers(now);
+        self.start_queued_sends(now);
+    }
+
+    /// Next frame to send, if any: control frames first, then data frames round-robin.
+    pub fn poll_transmit(&mut self, now: Nanos, memory: &impl HostMemory) -> Option<Transmit> {
+        if let Some(control) = self.control.pop_front() {
+            self.control_usage.set(self.control.len());
+            return Some(self.emit_control(control));
+        }
+        self.next_data_frame(now, memory)
+    }
+
+    /// Next finished operation, if any.
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        let completion = self.completions.pop_front();
+        self.completion_usage.set(self.completions.len());
+        completion
+    }
+
+    /// When `handle_timeout` must next be called, if any timer runs.
+    pub fn poll_timeout(&self) -> Option<Nanos> {
+        let sends = self.sends.occupied().filter_map(|i| self.send_deadline(i));
+        let incoming = self
+            .incoming
+            .occupied()
+            .filter_map(|i| self.incoming.get(i)?.deadline_ns);
+        let peers = self.peers.iter().filter_map(|p| p.probe_deadline_ns);
+        sends.chain(incoming).chain(peers).min()
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    pub fn peer_stats(&self, peer: Rank) -> Option<&Stats> {
+        self.peer_stats.get(peer as usize)
+    }
+
+    pub fn usage(&self) -> Usage {
+        Usage {
+            sends: self.sends.usage,
+            recvs: self.recvs.usage,
+            incoming: self.incoming.usage,
+            eager_buffers: self.eager_usage,
+            control_queue: self.control_usage,
+            completions: self.completion_usage,
+        }
+    }
+
     /// True when the peer has been declared unreachable.
-    pub fn is_peer_unreachable(&self, peer: Rank) -> bool { todo!() }
+    pub fn is_peer_unreachable(&self, peer: Rank) -> bool {
+        self.peers.get(peer as usize).is_some_and(|p| p.unreachable)
+    }
+
+    // --- shared helpers ---
+
+    pub(crate) fn check_rank(&self, rank: Rank) -> Result<(), PostError> {
+        if rank >= self.size {
+            return Err(PostError::InvalidRank {
+                rank,
+                size: self.size,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_peer(&self, rank: Rank) -> Result<(), PostError> {
+        self.check_rank(rank)?;
+        if rank == self.rank {
+            return Err(PostError::SelfSend(rank));
+        }
+        if self.peers[rank as usize].unreachable {
+            return Err(PostError::PeerUnreachable { peer: rank });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn complete(&mut self, op: OpId, result: Result<Status, OpError>) {
+        debug_assert!(self.completions.len() < self.completion_usage.limit);
+        self.completions.push_back(Completion { op, result });
+        self.completion_usage.set(self.completions.len());
+    }
+
+    /// Queues a control frame; when the queue is full the frame is dropped and counted (every
+    /// control frame is recovered by a retransmission of whatever provoked it).
+    pub(crate) fn queue_control(&mut self, control: Control) {
+        if self.control.len() >= self.config.max_control_queue {
+            self.stats.control_overflows += 1;
+            return;
+        }
+        self.control.push_back(control);
+        self.control_usage.set(self.control.len());
+    }
+
+    pub(crate) fn count_drop(&mut self, peer: Option<Rank>, reason: DropReason) {
+        self.stats.drops.count(reason);
+        if let Some(stats) = peer.and_then(|p| self.peer_stats.get_mut(p as usize)) {
+            stats.drops.count(reason);
+        }
+    }
 }

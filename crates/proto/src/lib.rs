@@ -16,13 +16,25 @@
 //! long ones (RMPP), collection acknowledgements with adaptive retransmission (EMP). See
 //! `docs/protocol.md` for the state machines.
 
+mod collections;
 mod config;
+mod emit;
 mod endpoint;
+mod geometry;
+mod liveness;
+mod matching;
 mod memory;
+mod ops;
+mod peer;
+mod receiver;
+mod rto;
+mod sender;
+mod slab;
 mod stats;
 mod transmit;
 mod types;
 mod usage;
+mod window;
 
 pub use config::{
     Config, ConfigError, UnexpectedPolicy, MAX_ACK_UNIT, MAX_INFLIGHT_COLLECTIONS, MAX_RANKS,

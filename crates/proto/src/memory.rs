@@ -40,12 +40,20 @@ pub struct SgList {
 impl SgList {
     /// One contiguous range.
     pub fn contiguous(region: RegionId, offset: u64, len: u64) -> Self {
-        Self::new(&[Segment { region, offset, len }]).expect("one segment always fits")
+        Self::new(&[Segment {
+            region,
+            offset,
+            len,
+        }])
+        .expect("one segment always fits")
     }
 
     pub fn new(segments: &[Segment]) -> Result<Self, PostError> {
         if segments.len() > MAX_SEGMENTS {
-            return Err(PostError::TooManySegments { count: segments.len(), limit: MAX_SEGMENTS });
+            return Err(PostError::TooManySegments {
+                count: segments.len(),
+                limit: MAX_SEGMENTS,
+            });
         }
         let mut list = Self::default();
         list.segments[..segments.len()].copy_from_slice(segments);
@@ -90,7 +98,11 @@ impl SgList {
             }
             let take = (segment.len - skip).min(remaining);
             if take > 0 {
-                visit(Segment { region: segment.region, offset: segment.offset + skip, len: take });
+                visit(Segment {
+                    region: segment.region,
+                    offset: segment.offset + skip,
+                    len: take,
+                });
             }
             remaining -= take;
             skip = 0;
@@ -101,7 +113,9 @@ impl SgList {
     /// Copies `data` into the buffer at message offset `offset`. Returns false (writing nothing)
     /// if the range does not fit; segments were validated at post time.
     pub fn write_at(&self, memory: &mut impl HostMemory, offset: u64, data: &[u8]) -> bool {
-        let Some(end) = offset.checked_add(data.len() as u64) else { return false };
+        let Some(end) = offset.checked_add(data.len() as u64) else {
+            return false;
+        };
         if end > self.total_len {
             return false;
         }

@@ -79,7 +79,12 @@ pub struct Completion {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum OpError {
     #[error("message of {message_len} bytes from rank {source_rank} tag {tag} does not fit the {buffer_len}-byte receive buffer; nothing was written")]
-    Truncated { source_rank: Rank, tag: Tag, message_len: u64, buffer_len: u64 },
+    Truncated {
+        source_rank: Rank,
+        tag: Tag,
+        message_len: u64,
+        buffer_len: u64,
+    },
     #[error("peer rank {peer} is unreachable: it stopped answering after the retry limit")]
     PeerUnreachable { peer: Rank },
     #[error("operation cancelled")]

@@ -10,7 +10,11 @@ pub struct TableUsage {
 
 impl TableUsage {
     pub(crate) fn new(limit: usize) -> Self {
-        Self { in_use: 0, peak: 0, limit }
+        Self {
+            in_use: 0,
+            peak: 0,
+            limit,
+        }
     }
 
     pub(crate) fn set(&mut self, in_use: usize) {
@@ -36,9 +40,16 @@ pub struct Usage {
 
 impl Usage {
     pub fn within_limits(&self) -> bool {
-        [self.sends, self.recvs, self.incoming, self.eager_buffers, self.control_queue, self.completions]
-            .iter()
-            .all(TableUsage::within_limit)
+        [
+            self.sends,
+            self.recvs,
+            self.incoming,
+            self.eager_buffers,
+            self.control_queue,
+            self.completions,
+        ]
+        .iter()
+        .all(TableUsage::within_limit)
     }
 
     /// True when nothing is held: no operation, no message state, no buffered data, nothing

@@ -1,0 +1,271 @@
+//! Sender-side reliability of one message: frames are acknowledged per collection of `unit`
+//! consecutive frames (EMP). Each fully sent, unacknowledged collection has a retransmission
+//! deadline; at most [`MAX_INFLIGHT_COLLECTIONS`] collections are unacknowledged at a time.
+
+use crate::config::MAX_INFLIGHT_COLLECTIONS;
+use crate::Nanos;
+
+const WINDOW: u32 = MAX_INFLIGHT_COLLECTIONS as u32;
+const _: () = assert!(MAX_INFLIGHT_COLLECTIONS == 64, "bitmaps are u64");
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Timer {
+    /// When the collection's last frame was last sent.
+    sent_at_ns: Nanos,
+    /// Retransmission deadline; `None` until every frame of the collection has been sent.
+    deadline_ns: Option<Nanos>,
+    retries: u32,
+}
+
+/// Result of an acknowledgement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Acked {
+    /// A round-trip sample (Karn: only from collections never retransmitted).
+    pub rtt_ns: Option<Nanos>,
+    pub newly_acked: bool,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Collections {
+    unit: u32,
+    frames: u32,
+    /// Oldest collection not acknowledged.
+    base: u32,
+    /// Bit i: collection base+i acknowledged.
+    acked: u64,
+    /// Bit i: collection base+i must be resent.
+    resend: u64,
+    timers: [Timer; MAX_INFLIGHT_COLLECTIONS],
+}
+
+impl Collections {
+    pub fn new(unit: u8, frames: u32) -> Self {
+        Self {
+            unit: u32::from(unit),
+            frames,
+            base: 0,
+            acked: 0,
+            resend: 0,
+            timers: [Timer::default(); MAX_INFLIGHT_COLLECTIONS],
+        }
+    }
+
+    pub fn unit(&self) -> u32 {
+        self.unit
+    }
+
+    pub fn count(&self) -> u32 {
+        self.frames.div_ceil(self.unit)
+    }
+
+    pub fn of_frame(&self, frame: u32) -> u32 {
+        frame / self.unit
+    }
+
+    /// Frames of collection `c`.
+    pub fn frames_of(&self, c: u32) -> core::ops::Range<u32> {
+        c * self.unit..((c + 1) * self.unit).min(self.frames)
+    }
+
+    pub fn all_acked(&self) -> bool {
+        self.base >= self.count()
+    }
+
+    /// First frame beyond the in-flight window: frames from here wait for acknowledgements.
+    pub fn window_end_frame(&self) -> u32 {
+        (self.base + WINDOW)
+            .saturating_mul(self.unit)
+            .min(self.frames)
+    }
+
+    fn slot(c: u32) -> usize {
+        (c % WINDOW) as usize
+    }
+
+    fn bit(&self, c: u32) -> Option<u64> {
+        let distance = c.checked_sub(self.base)?;
+        (distance < WINDOW).then(|| 1u64 << distance)
+    }
+
+    /// Records that `frame` was sent at `now`; arms the collection's timer when its last frame
+    /// went out.
+    pub fn on_frame_sent(&mut self, frame: u32, now: Nanos, timeout_ns: impl Fn(u32) -> Nanos) {
+        let c = self.of_frame(frame);
+        let Some(bit) = self.bit(c) else { return };
+        if self.acked & bit != 0 || frame + 1 != self.frames_of(c).end {
+            return;
+        }
+        let timer = &mut self.timers[Self::slot(c)];
+        timer.sent_at_ns = now;
+        timer.deadline_ns = Some(now + timeout_ns(timer.retries));
+    }
+
+    pub fn ack(&mut self, c: u32, now: Nanos) -> Acked {
+        let Some(bit) = self.bit(c) else {
+            return Acked {
+                rtt_ns: None,
+                newly_acked: false,
+            };
+        };
+        if self.acked & bit != 0 {
+            return Acked {
+                rtt_ns: None,
+                newly_acked: false,
+            };
+        }
+        let timer = self.timers[Self::slot(c)];
+        let rtt_ns = match timer.deadline_ns {
+            Some(_) if timer.retries == 0 => Some(now.saturating_sub(timer.sent_at_ns)),
+            _ => None,
+        };
+        self.acked |= bit;
+        self.resend &= !bit;
+        self.advance();
+        Acked {
+            rtt_ns,
+            newly_acked: true,
+        }
+    }
+
+    pub fn ack_all(&mut self) {
+        self.base = self.count();
+        self.acked = 0;
+        self.resend = 0;
+    }
+
+    fn advance(&mut self) {
+        while self.acked & 1 != 0 {
+            self.timers[Self::slot(self.base)] = Timer::default();
+            self.acked >>= 1;
+            self.resend >>= 1;
+            self.base += 1;
+        }
+    }
+
+    /// Earliest armed deadline of an unacknowledged collection.
+    pub fn next_deadline(&self) -> Option<Nanos> {
+        self.unacked_armed()
+            .filter_map(|(_, t)| t.deadline_ns)
+            .min()
+    }
+
+    fn unacked_armed(&self) -> impl Iterator<Item = (u32, &Timer)> + '_ {
+        let end = (self.base + WINDOW).min(self.count());
+        (self.base..end)
+            .filter(|&c| self.acked & (1 << (c - self.base)) == 0)
+            .map(|c| (c, &self.timers[Self::slot(c)]))
+            .filter(|(_, t)| t.deadline_ns.is_some())
+    }
+
+    /// Marks every collection whose deadline passed for resending and bumps its retry count.
+    /// Returns the highest retry count reached (the caller compares with `max_retries`).
+    pub fn expire(&mut self, now: Nanos) -> u32 {
+        let mut highest = 0;
+        let end = (self.base + WINDOW).min(self.count());
+        for c in self.base..end {
+            let bit = 1u64 << (c - self.base);
+            let timer = &mut self.timers[Self::slot(c)];
+            if self.acked & bit != 0 || !timer.deadline_ns.is_some_and(|d| d <= now) {
+                continue;
+            }
+            timer.retries += 1;
+            timer.deadline_ns = None;
+            highest = highest.max(timer.retries);
+            self.resend |= bit;
+        }
+        highest
+    }
+
+    /// The peer said "alive, not accepted yet": postpone every armed deadline to `at` without
+    /// counting a retry.
+    pub fn postpone(&mut self, at: Nanos) {
+        let end = (self.base + WINDOW).min(self.count());
+        for c in self.base..end {
+            let timer = &mut self.timers[Self::slot(c)];
+            timer.retries = 0;
+            if let Some(deadline) = timer.deadline_ns.as_mut() {
+                *deadline = (*deadline).max(at);
+            }
+        }
+    }
+
+    /// Oldest collection marked for resending, removing the mark.
+    pub fn take_resend(&mut self) -> Option<u32> {
+        if self.resend == 0 {
+            return None;
+        }
+        let distance = self.resend.trailing_zeros();
+        self.resend &= !(1 << distance);
+        Some(self.base + distance)
+    }
+
+    pub fn has_resend(&self) -> bool {
+        self.resend != 0
+    }
+
+    pub fn retries(&self, c: u32) -> u32 {
+        self.bit(c)
+            .map_or(0, |_| self.timers[Self::slot(c)].retries)
+    }
+}
+
+/// Walks the frames of the collections marked for resending, one frame per call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ResendCursor {
+    /// Next frame to resend and the end of its collection.
+    current: Option<(u32, u32)>,
+}
+
+impl ResendCursor {
+    pub fn busy(&self) -> bool {
+        self.current.is_some()
+    }
+
+    /// Next frame to retransmit; `sent_limit` is the first frame never sent (never resent).
+    pub fn next_frame(&mut self, collections: &mut Collections, sent_limit: u32) -> Option<u32> {
+        loop {
+            if let Some((next, end)) = self.current {
+                if next < end {
+                    self.current = Some((next + 1, end));
+                    return Some(next);
+                }
+                self.current = None;
+            }
+            let c = collections.take_resend()?;
+            let frames = collections.frames_of(c);
+            self.current = Some((frames.start, frames.end.min(sent_limit)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timer_arms_on_last_frame_and_expires() {
+        let mut collections = Collections::new(3, 7);
+        assert_eq!(collections.count(), 3);
+        for frame in 0..7 {
+            collections.on_frame_sent(frame, 100, |_| 50);
+        }
+        assert_eq!(collections.next_deadline(), Some(150));
+        assert!(collections.ack(1, 120).newly_acked);
+        assert_eq!(collections.expire(150), 1);
+        assert_eq!(collections.take_resend(), Some(0));
+        assert_eq!(collections.take_resend(), Some(2));
+        assert_eq!(collections.take_resend(), None);
+        assert!(
+            !collections.ack(0, 200).rtt_ns.is_some(),
+            "Karn: no sample after a retry"
+        );
+        collections.ack(2, 200);
+        assert!(collections.all_acked());
+    }
+
+    #[test]
+    fn window_limits_frames_in_flight() {
+        let collections = Collections::new(2, 1000);
+        assert_eq!(collections.window_end_frame(), 128);
+    }
+}

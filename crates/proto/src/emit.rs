@@ -1,0 +1,185 @@
+//! Building outgoing frames: control frames from the control queue, data frames chosen from the
+//! ready sends (retransmissions first, then repeated RTS/RSM, then new frames).
+
+use crate::ops::{Control, SendOp};
+use crate::*;
+use nicmsg_wire::{emit_headers, seal, Flags, FrameHeader, FrameKind, MsgHeader};
+
+/// Frames of one send emitted before the next ready send gets its turn: keeps one large message
+/// from starving the others while still sending small bursts.
+const FRAMES_PER_TURN: u32 = 4;
+
+impl Endpoint {
+    pub(crate) fn emit_control(&mut self, control: Control) -> Transmit {
+        let peer = &self.peers[control.dst as usize];
+        let aux = match control.kind {
+            FrameKind::Ack | FrameKind::Cts | FrameKind::MsgAck | FrameKind::Credit => {
+                peer.credits_given
+            }
+            _ => 0,
+        };
+        let header = FrameHeader {
+            kind: control.kind,
+            flags: control.flags,
+            job: self.job,
+            src: self.rank,
+            dst: control.dst,
+            msg_id: control.msg_id,
+            frame_index: control.frame_index,
+            offset: 0,
+            payload_len: 0,
+            aux,
+        };
+        let mut transmit = Transmit::new(control.dst);
+        let len = emit_headers(&header, None, transmit.headers_buf()).expect("headers fit");
+        transmit.set_headers_len(len);
+        seal(&mut transmit.headers_buf()[..len], &[]);
+        self.count_sent(control.dst, len, false, false);
+        transmit
+    }
+
+    pub(crate) fn next_data_frame(
+        &mut self,
+        now: Nanos,
+        memory: &impl HostMemory,
+    ) -> Option<Transmit> {
+        while let Some(&index) = self.ready.front() {
+            let Some(op) = self.sends.get_mut(index) else {
+                self.ready.pop_front();
+                continue;
+            };
+            let Some((frame, retransmit)) = choose_frame(op) else {
+                op.in_ready = false;
+                self.ready.pop_front();
+                continue;
+            };
+            let transmit = self.build_data_frame(index, frame, retransmit, memory);
+            self.record_frame_sent(now, index, frame);
+            self.rotate_ready(index);
+            return Some(transmit);
+        }
+        None
+    }
+
+    /// Keeps the send at the head for `FRAMES_PER_TURN` frames, then moves it to the back.
+    fn rotate_ready(&mut self, index: u32) {
+        let op = self.sends.get_mut(index).expect("ready send");
+        op.turn_frames += 1;
+        if !op.has_frame_to_send() {
+            op.in_ready = false;
+            op.turn_frames = 0;
+            self.ready.pop_front();
+        } else if op.turn_frames >= FRAMES_PER_TURN {
+            op.turn_frames = 0;
+            self.ready.pop_front();
+            self.ready.push_back(index);
+        }
+    }
+
+    fn record_frame_sent(&mut self, now: Nanos, index: u32, frame: u32) {
+        let max_ns = self.config.rto_max_ns;
+        let op = self.sends.get_mut(index).expect("ready send");
+        let rto = self.peers[op.dst as usize].rto;
+        op.collections
+            .on_frame_sent(frame, now, |retries| rto.backed_off_ns(retries, max_ns));
+        self.after_frame_sent(now, index);
+    }
+
+    fn build_data_frame(
+        &mut self,
+        index: u32,
+        frame: u32,
+        retransmit: bool,
+        memory: &impl HostMemory,
+    ) -> Transmit {
+        let op = self.sends.get(index).expect("ready send");
+        let kind = op.kind_of(frame);
+        let offset = op.geometry.offset(frame);
+        let len = op.geometry.len(frame);
+        let mut flags = if retransmit { Flags::RETRANSMIT } else { 0 };
+        let mut aux = 0;
+        if kind == FrameKind::Data && op.rsm_frame == Some(frame) {
+            flags |= Flags::RSM;
+            aux = op.rsm_window_end;
+        }
+        let header = FrameHeader {
+            kind,
+            flags,
+            job: self.job,
+            src: self.rank,
+            dst: op.dst,
+            msg_id: op.msg_id,
+            frame_index: frame,
+            offset,
+            payload_len: len as u32,
+            aux,
+        };
+        let msg = kind.has_msg_header().then_some(MsgHeader {
+            total_len: op.geometry.total_len,
+            tag: op.tag,
+            frame_payload: op.geometry.frame_payload,
+            protocol: op.geometry.protocol,
+            ack_unit: op.ack_unit,
+        });
+        let mut transmit = Transmit::new(op.dst);
+        let headers_len =
+            emit_headers(&header, msg.as_ref(), transmit.headers_buf()).expect("headers fit");
+        transmit.set_headers_len(headers_len);
+        op.data
+            .for_each_piece(offset, len, |piece| transmit.push_piece(piece));
+        seal_with_payload(&mut transmit, headers_len, memory);
+        let dst = op.dst;
+        self.count_sent(dst, headers_len + len as usize, true, retransmit);
+        transmit
+    }
+
+    fn count_sent(&mut self, dst: Rank, bytes: usize, data: bool, retransmit: bool) {
+        for stats in [&mut self.stats, &mut self.peer_stats[dst as usize]] {
+            stats.frames_sent += 1;
+            stats.bytes_sent += bytes as u64;
+            stats.data_frames_sent += u64::from(data);
+            stats.frames_retransmitted += u64::from(retransmit);
+        }
+    }
+}
+
+/// Checksums headers and payload pieces in place. Pieces were validated at post time; a region
+/// that disappeared since is checksummed as absent, so the receiver drops the frame.
+fn seal_with_payload(transmit: &mut Transmit, headers_len: usize, memory: &impl HostMemory) {
+    let mut pieces = [Segment::default(); MAX_SEGMENTS];
+    let count = transmit.pieces().len();
+    pieces[..count].copy_from_slice(transmit.pieces());
+    let mut slices: [&[u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
+    for (slot, piece) in slices.iter_mut().zip(pieces.iter()) {
+        let start = piece.offset as usize;
+        *slot = memory
+            .region(piece.region)
+            .and_then(|region| region.get(start..start + piece.len as usize))
+            .unwrap_or(&[]);
+    }
+    seal(&mut transmit.headers_buf()[..headers_len], &slices[..count]);
+}
+
+/// Picks the next frame of a send: a resend of a timed-out collection, then a repeated
+/// RTS/RSM/frame 0, then the next new frame the grant and the collection window allow.
+fn choose_frame(op: &mut SendOp) -> Option<(u32, bool)> {
+    if op.phase != crate::ops::SendPhase::Streaming {
+        return None;
+    }
+    if let Some(frame) = op
+        .resend_cursor
+        .next_frame(&mut op.collections, op.next_new)
+    {
+        return Some((frame, true));
+    }
+    if let Some(frame) = op.extra_frame.take() {
+        return Some((frame, true));
+    }
+    let limit = op.granted.min(op.collections.window_end_frame());
+    if op.next_new < limit {
+        let frame = op.next_new;
+        op.next_new += 1;
+        return Some((frame, false));
+    }
+    None
+}

@@ -1,0 +1,342 @@
+//! MPI matching: posted receives and unexpected messages, both kept in order; messages of one
+//! sender are matched in message-id order (non-overtaking); probe and cancel.
+
+use crate::ops::{Dest, RecvOp, RecvState, RxPhase};
+use crate::*;
+
+impl Endpoint {
+    pub(crate) fn post_receive(
+        &mut self,
+        now: Nanos,
+        source: Source,
+        tag: TagMatch,
+        buffer: SgList,
+        memory: &mut impl HostMemory,
+    ) -> Result<OpId, PostError> {
+        let found = self.find_unexpected(source, tag);
+        if found.is_none() {
+            if let Source::Rank(peer) = source {
+                if self.peers[peer as usize].unreachable {
+                    return Err(PostError::PeerUnreachable { peer });
+                }
+            }
+        }
+        let op = RecvOp {
+            kind: OpKind::Recv,
+            source,
+            tag,
+            buffer,
+            state: RecvState::Posted,
+        };
+        let limit = self.config.max_recvs;
+        let (index, generation) = self.recvs.insert(op).ok_or(PostError::TableFull {
+            table: "receive",
+            limit,
+        })?;
+        let id = OpId {
+            kind: OpKind::Recv,
+            index,
+            generation,
+        };
+        match found {
+            Some(incoming) => {
+                self.unexpected.retain(|&i| i != incoming);
+                self.incoming.get_mut(incoming).expect("live").in_unexpected = false;
+                self.bind(now, index, incoming, memory);
+            }
+            None => {
+                self.posted.push_back(index);
+                if let Source::Rank(peer) = source {
+                    self.add_waiter(peer);
+                }
+            }
+        }
+        Ok(id)
+    }
+
+    pub(crate) fn post_probe_op(
+        &mut self,
+        _now: Nanos,
+        source: Source,
+        tag: TagMatch,
+    ) -> Result<OpId, PostError> {
+        let op = RecvOp {
+            kind: OpKind::Probe,
+            source,
+            tag,
+            buffer: SgList::default(),
+            state: RecvState::Posted,
+        };
+        let limit = self.config.max_recvs;
+        let (index, generation) = self.recvs.insert(op).ok_or(PostError::TableFull {
+            table: "receive",
+            limit,
+        })?;
+        let id = OpId {
+            kind: OpKind::Probe,
+            index,
+            generation,
+        };
+        if let Some(found) = self.find_unexpected(source, tag) {
+            let status = self.status_of(found);
+            self.recvs.remove(index);
+            self.complete(id, Ok(status));
+            return Ok(id);
+        }
+        if let Source::Rank(peer) = source {
+            if self.peers[peer as usize].unreachable {
+                self.recvs.remove(index);
+                return Err(PostError::PeerUnreachable { peer });
+            }
+            self.add_waiter(peer);
+        }
+        self.probes.push_back(index);
+        Ok(id)
+    }
+
+    pub(crate) fn find_unexpected(&self, source: Source, tag: TagMatch) -> Option<u32> {
+        self.unexpected.iter().copied().find(|&i| {
+            let entry = self.incoming.get(i).expect("unexpected entries are live");
+            source.matches(entry.peer) && tag.matches(entry.tag)
+        })
+    }
+
+    pub(crate) fn status_of(&self, incoming: u32) -> Status {
+        let entry = self.incoming.get(incoming).expect("live");
+        Status {
+            peer: entry.peer,
+            tag: entry.tag,
+            len: entry.geometry.total_len,
+        }
+    }
+
+    /// In `drop` mode a message is only taken if it is the next of its sender and a receive
+    /// waits for it.
+    pub(crate) fn can_match_now(&self, peer: Rank, msg_id: u32, tag: Tag) -> bool {
+        self.peers[peer as usize].next_match == msg_id && self.find_posted(peer, tag).is_some()
+    }
+
+    fn find_posted(&self, peer: Rank, tag: Tag) -> Option<usize> {
+        self.posted.iter().position(|&i| {
+            self.recvs
+                .get(i)
+                .expect("posted receives are live")
+                .accepts(peer, tag)
+        })
+    }
+
+    /// Matches the peer's messages whose headers have arrived, in message-id order, against
+    /// posted receives; unmatched ones join the unexpected queue (in `buffer` mode).
+    pub(crate) fn match_in_order(&mut self, now: Nanos, peer: Rank, memory: &mut impl HostMemory) {
+        loop {
+            let next = self.peers[peer as usize].next_match;
+            let Some(&incoming) = self.incoming_index.get(&(peer, next)) else {
+                return;
+            };
+            let tag = self.incoming.get(incoming).expect("live").tag;
+            match self.find_posted(peer, tag) {
+                Some(position) => {
+                    let recv = self.posted.remove(position).expect("position is valid");
+                    if let Source::Rank(p) = self.recvs.get(recv).expect("live").source {
+                        self.remove_waiter(p);
+                    }
+                    self.bind(now, recv, incoming, memory);
+                }
+                None if self.config.unexpected == UnexpectedPolicy::Buffer => {
+                    self.unexpected.push_back(incoming);
+                    self.incoming.get_mut(incoming).expect("live").in_unexpected = true;
+                    self.complete_probes_for(incoming);
+                }
+                None => return,
+            }
+            let state = &mut self.peers[peer as usize];
+            state.next_match = state.next_match.wrapping_add(1);
+        }
+    }
+
+    /// Binds a receive to a matched message: checks the length, directs further data into the
+    /// receive buffer, completes at once what is already complete.
+    pub(crate) fn bind(
+        &mut self,
+        now: Nanos,
+        recv: u32,
+        incoming: u32,
+        memory: &mut impl HostMemory,
+    ) {
+        let buffer_len = self.recvs.get(recv).expect("live").buffer.total_len();
+        let entry = self.incoming.get_mut(incoming).expect("live");
+        entry.matched = true;
+        let (peer, tag, message_len) = (entry.peer, entry.tag, entry.geometry.total_len);
+        if message_len > buffer_len {
+            let error = OpError::Truncated {
+                source_rank: peer,
+                tag,
+                message_len,
+                buffer_len,
+            };
+            self.fail_recv(recv, error);
+            self.truncate_incoming(now, incoming, memory);
+            return;
+        }
+        self.recvs.get_mut(recv).expect("live").state = RecvState::Bound(incoming);
+        let entry = self.incoming.get_mut(incoming).expect("live");
+        entry.recv = Some(recv);
+        if entry.is_eager() {
+            if entry.phase == RxPhase::DataComplete {
+                self.deliver_eager(incoming, memory);
+            } else {
+                if entry.dest == Dest::Nowhere {
+                    entry.dest = Dest::Recv(recv);
+                }
+                self.set_waiter(incoming, true);
+            }
+            return;
+        }
+        entry.dest = Dest::Recv(recv);
+        self.set_waiter(incoming, true);
+        self.grant_first_window(incoming);
+    }
+
+    /// A receive too short for its message: the message is consumed without data.
+    fn truncate_incoming(&mut self, now: Nanos, incoming: u32, memory: &mut impl HostMemory) {
+        let entry = self.incoming.get_mut(incoming).expect("live");
+        entry.truncated = true;
+        if let Dest::Buffer(slot) = entry.dest {
+            entry.dest = Dest::Discard;
+            self.release_eager_buffer(slot);
+        }
+        let entry = self.incoming.get_mut(incoming).expect("live");
+        entry.dest = Dest::Discard;
+        if entry.is_eager() {
+            if entry.phase == RxPhase::DataComplete {
+                self.deliver_eager(incoming, memory);
+            }
+            return;
+        }
+        // Rendezvous: tell the sender at once; its data is never requested.
+        entry.phase = RxPhase::MsgAcked;
+        entry.deadline_ns = Some(now + self.config.keepalive_ns);
+        let (peer, msg_id) = (entry.peer, entry.msg_id);
+        self.peers[peer as usize].recv_window.finish(msg_id);
+        let msg_ack = crate::receiver::control(
+            peer,
+            nicmsg_wire::FrameKind::MsgAck,
+            nicmsg_wire::Flags::TRUNCATED,
+            msg_id,
+            0,
+        );
+        self.queue_control(msg_ack);
+    }
+
+    /// An eager message whose every frame arrived and that is matched: copy it out of its
+    /// buffer if it was unexpected, complete the receive, free it, and return its credit.
+    pub(crate) fn deliver_eager(&mut self, incoming: u32, memory: &mut impl HostMemory) {
+        let entry = self.incoming.get(incoming).expect("live");
+        let (peer, len) = (entry.peer, entry.geometry.total_len as usize);
+        match (entry.dest, entry.recv) {
+            (Dest::Buffer(slot), Some(recv)) => {
+                let buffer = self.recvs.get(recv).expect("bound receive").buffer;
+                buffer.write_at(memory, 0, &self.eager_buffer(slot)[..len]);
+                self.stats.bytes_copied += len as u64;
+                self.peer_stats[peer as usize].bytes_copied += len as u64;
+                self.finish_recv_ok(recv, incoming);
+            }
+            (Dest::Recv(recv), _) => self.finish_recv_ok(recv, incoming),
+            _ => {}
+        }
+        self.free_incoming(incoming);
+        self.return_credit(peer);
+    }
+
+    /// Completes a receive with its message's status.
+    pub(crate) fn finish_recv_ok(&mut self, recv: u32, incoming: u32) {
+        let status = self.status_of(incoming);
+        let entry = self.incoming.get_mut(incoming).expect("live");
+        if let Dest::Buffer(slot) = entry.dest {
+            self.release_eager_buffer(slot);
+        }
+        let entry = self.incoming.get_mut(incoming).expect("live");
+        entry.dest = Dest::Discard;
+        entry.recv = None;
+        self.stats.messages_received += 1;
+        self.peer_stats[status.peer as usize].messages_received += 1;
+        let generation = self.recvs.generation(recv);
+        self.recvs.remove(recv);
+        self.complete(
+            OpId {
+                kind: OpKind::Recv,
+                index: recv,
+                generation,
+            },
+            Ok(status),
+        );
+    }
+
+    pub(crate) fn fail_recv(&mut self, recv: u32, error: OpError) {
+        let generation = self.recvs.generation(recv);
+        let Some(op) = self.recvs.remove(recv) else {
+            return;
+        };
+        self.complete(
+            OpId {
+                kind: op.kind,
+                index: recv,
+                generation,
+            },
+            Err(error),
+        );
+    }
+
+    /// Completes every posted probe that matches a message just queued as unexpected.
+    fn complete_probes_for(&mut self, incoming: u32) {
+        let status = self.status_of(incoming);
+        let mut position = 0;
+        while position < self.probes.len() {
+            let probe = self.probes[position];
+            let op = self.recvs.get(probe).expect("probes are live");
+            if !op.accepts(status.peer, status.tag) {
+                position += 1;
+                continue;
+            }
+            self.probes.remove(position);
+            if let Source::Rank(p) = op.source {
+                self.remove_waiter(p);
+            }
+            let generation = self.recvs.generation(probe);
+            self.recvs.remove(probe);
+            self.complete(
+                OpId {
+                    kind: OpKind::Probe,
+                    index: probe,
+                    generation,
+                },
+                Ok(status),
+            );
+        }
+    }
+
+    pub(crate) fn cancel_recv(&mut self, op: OpId) -> Result<(), CancelError> {
+        let recv = self
+            .recvs
+            .get_checked(op.index, op.generation)
+            .ok_or(CancelError::UnknownOp)?;
+        if recv.kind != op.kind {
+            return Err(CancelError::UnknownOp);
+        }
+        if let RecvState::Bound(_) = recv.state {
+            return Err(CancelError::InProgress);
+        }
+        let source = recv.source;
+        let list = if op.kind == OpKind::Probe {
+            &mut self.probes
+        } else {
+            &mut self.posted
+        };
+        list.retain(|&i| i != op.index);
+        if let Source::Rank(peer) = source {
+            self.remove_waiter(peer);
+        }
+        self.fail_recv(op.index, OpError::Cancelled);
+        Ok(())
+    }
+}

@@ -1,0 +1,239 @@
+//! The entries of the endpoint's tables: send operations, receive/probe operations, incoming
+//! messages, and queued control frames.
+
+use crate::collections::{Collections, ResendCursor};
+use crate::config::RX_TRACKED_FRAMES;
+use crate::geometry::Geometry;
+use crate::memory::SgList;
+use crate::{Nanos, OpKind, Rank, Source, Tag, TagMatch};
+use nicmsg_wire::FrameKind;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SendPhase {
+    /// Waiting in the peer's queue (credits or message-id window).
+    Queued,
+    /// Frames going out; waiting for grants and acknowledgements.
+    Streaming,
+    /// Every frame acknowledged, END sent, waiting for MSG-ACK (rendezvous only).
+    Ending,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct SendOp {
+    pub dst: Rank,
+    pub tag: Tag,
+    pub data: SgList,
+    pub geometry: Geometry,
+    pub frames: u32,
+    pub ack_unit: u8,
+    pub phase: SendPhase,
+    pub msg_id: u32,
+    /// Next send in the peer's start queue.
+    pub next_queued: u32,
+    /// Frames the receiver allows (cumulative); all of them for eager.
+    pub granted: u32,
+    /// Next frame never sent.
+    pub next_new: u32,
+    pub collections: Collections,
+    /// Frame carrying the RSM flag in the current window, and the window end it announces.
+    pub rsm_frame: Option<u32>,
+    pub rsm_window_end: u32,
+    /// One frame to (re)send at once, outside collection order: RTS/RSM repeated to recover a
+    /// lost CTS, or frame 0 after a CTS that asks to start over.
+    pub extra_frame: Option<u32>,
+    /// Deadline of the wait for a CTS, for MSG-ACK, or after a WAIT answer.
+    pub wait_deadline_ns: Option<Nanos>,
+    pub wait_retries: u32,
+    /// Listed in the endpoint's ready queue.
+    pub in_ready: bool,
+    /// Counted in the peer's waiters while queued for credits.
+    pub waiting_for_credit: bool,
+    /// Position inside the collection being retransmitted.
+    pub resend_cursor: ResendCursor,
+    /// Frames sent in the current turn of the ready queue.
+    pub turn_frames: u32,
+}
+
+impl SendOp {
+    pub fn is_eager(&self) -> bool {
+        self.geometry.protocol == nicmsg_wire::Protocol::Eager
+    }
+
+    /// A frame can go out now.
+    pub fn has_frame_to_send(&self) -> bool {
+        self.phase == SendPhase::Streaming
+            && (self.extra_frame.is_some()
+                || self.collections.has_resend()
+                || self.resend_cursor.busy()
+                || self.next_new < self.granted.min(self.collections.window_end_frame()))
+    }
+
+    /// Frame kind of frame `frame` as it goes out now.
+    pub fn kind_of(&self, frame: u32) -> FrameKind {
+        if self.is_eager() {
+            FrameKind::Eager
+        } else if frame == 0 && self.granted <= 1 {
+            FrameKind::Rts
+        } else {
+            FrameKind::Data
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RecvState {
+    /// In the posted queue (or the probe list), not matched.
+    Posted,
+    /// Matched to an incoming message still arriving.
+    Bound(u32),
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct RecvOp {
+    pub kind: OpKind,
+    pub source: Source,
+    pub tag: TagMatch,
+    pub buffer: SgList,
+    pub state: RecvState,
+}
+
+impl RecvOp {
+    pub fn accepts(&self, peer: Rank, tag: Tag) -> bool {
+        self.source.matches(peer) && self.tag.matches(tag)
+    }
+}
+
+/// Where the bytes of an incoming message go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dest {
+    /// Not matched yet and nowhere to keep data (rendezvous header, or `drop` policy).
+    Nowhere,
+    /// An unexpected-message buffer of the eager pool.
+    Buffer(u32),
+    /// Straight into a posted receive (zero copy).
+    Recv(u32),
+    /// Matched by a receive that is too short: bytes are acknowledged and discarded.
+    Discard,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RxPhase {
+    Receiving,
+    /// All bytes present. Eager: waits to be matched (if unexpected). Rendezvous: waits for END.
+    DataComplete,
+    /// MSG-ACK sent, waiting for CLEANUP (rendezvous only).
+    MsgAcked,
+}
+
+const BITMAP_WORDS: usize = (RX_TRACKED_FRAMES / 64) as usize;
+
+#[derive(Debug, Clone)]
+pub(crate) struct Incoming {
+    pub peer: Rank,
+    pub msg_id: u32,
+    pub tag: Tag,
+    pub geometry: Geometry,
+    pub frames: u32,
+    pub ack_unit: u32,
+    /// Every frame below this index has arrived.
+    pub contiguous: u32,
+    /// Bit i: frame `contiguous + i` has arrived.
+    bitmap: [u64; BITMAP_WORDS],
+    pub dest: Dest,
+    /// The receive matched to it, if any.
+    pub recv: Option<u32>,
+    /// Matched by a receive (so in MPI order, the next message of the peer may be matched).
+    pub matched: bool,
+    pub in_unexpected: bool,
+    pub truncated: bool,
+    /// Frames granted to the sender so far (rendezvous).
+    pub granted: u32,
+    /// Frames the receiver would grant if its tracking window allowed.
+    pub grant_target: u32,
+    pub phase: RxPhase,
+    pub deadline_ns: Option<Nanos>,
+    pub retries: u32,
+    /// Counted in the peer's waiters (matched, still receiving).
+    pub waiter: bool,
+}
+
+impl Incoming {
+    pub fn new(peer: Rank, msg_id: u32, tag: Tag, geometry: Geometry, ack_unit: u8) -> Self {
+        Self {
+            peer,
+            msg_id,
+            tag,
+            geometry,
+            frames: geometry.frames() as u32,
+            ack_unit: u32::from(ack_unit),
+            contiguous: 0,
+            bitmap: [0; BITMAP_WORDS],
+            dest: Dest::Nowhere,
+            recv: None,
+            matched: false,
+            in_unexpected: false,
+            truncated: false,
+            granted: 1,
+            grant_target: 1,
+            phase: RxPhase::Receiving,
+            deadline_ns: None,
+            retries: 0,
+            waiter: false,
+        }
+    }
+
+    pub fn has_frame(&self, frame: u32) -> bool {
+        if frame < self.contiguous {
+            return true;
+        }
+        let distance = frame - self.contiguous;
+        distance < RX_TRACKED_FRAMES
+            && self.bitmap[(distance / 64) as usize] & (1 << (distance % 64)) != 0
+    }
+
+    /// True if the frame lies in the tracked range (else the sender broke the grant).
+    pub fn can_track(&self, frame: u32) -> bool {
+        frame < self.contiguous.saturating_add(RX_TRACKED_FRAMES)
+    }
+
+    pub fn mark_frame(&mut self, frame: u32) {
+        let distance = frame - self.contiguous;
+        self.bitmap[(distance / 64) as usize] |= 1 << (distance % 64);
+        while self.bitmap[0] & 1 != 0 {
+            self.shift_bitmap();
+            self.contiguous += 1;
+        }
+    }
+
+    fn shift_bitmap(&mut self) {
+        for word in 0..BITMAP_WORDS {
+            let carry = self.bitmap.get(word + 1).map_or(0, |next| next & 1);
+            self.bitmap[word] = (self.bitmap[word] >> 1) | (carry << 63);
+        }
+    }
+
+    pub fn collection_complete(&self, frame: u32) -> bool {
+        let c = frame / self.ack_unit;
+        let end = ((c + 1) * self.ack_unit).min(self.frames);
+        (c * self.ack_unit..end).all(|f| self.has_frame(f))
+    }
+
+    pub fn all_frames(&self) -> bool {
+        self.contiguous >= self.frames
+    }
+
+    pub fn is_eager(&self) -> bool {
+        self.geometry.protocol == nicmsg_wire::Protocol::Eager
+    }
+}
+
+/// A control frame waiting to be sent. Credits (`aux`) are filled in when it leaves, so the
+/// freshest count goes out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Control {
+    pub dst: Rank,
+    pub kind: FrameKind,
+    pub flags: u16,
+    pub msg_id: u32,
+    pub frame_index: u32,
+}

@@ -1,0 +1,89 @@
+//! Per-peer state: connectionless as in EMP. No handshake creates it; it exists for every rank of
+//! the job from start-up and is a few dozen bytes (see `PEER_STATE_BYTES`).
+
+use crate::rto::RtoEstimator;
+use crate::window::IdWindow;
+use crate::Nanos;
+
+/// Sentinel for "no slot" in intrusive lists.
+pub(crate) const NONE: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Peer {
+    // --- this rank sending to the peer ---
+    /// Next message id to assign.
+    pub send_next: u32,
+    pub send_window: IdWindow,
+    /// Eager messages started towards the peer, ever (wrapping).
+    pub eager_started: u32,
+    /// Credits the peer has returned, ever (wrapping, cumulative so a lost CREDIT is repaired by
+    /// any later frame).
+    pub credits_returned: u32,
+    /// Sends waiting to start, FIFO through `SendOp::next_queued`.
+    pub queue_head: u32,
+    pub queue_tail: u32,
+    // --- this rank receiving from the peer ---
+    pub recv_window: IdWindow,
+    /// Next message id whose header must be matched (MPI non-overtaking order).
+    pub next_match: u32,
+    /// Eager messages from the peer this rank has finished with, ever: the credits returned.
+    pub credits_given: u32,
+    /// Eager buffers in use by the peer's unexpected messages (bit per buffer).
+    pub eager_buffers_used: u64,
+    // --- liveness ---
+    pub rto: RtoEstimator,
+    pub last_heard_ns: Nanos,
+    pub heard_since_probe: bool,
+    pub probe_deadline_ns: Option<Nanos>,
+    pub probe_retries: u32,
+    /// Operations that wait on this peer with no timer of their own: posted receives naming it,
+    /// matched incoming messages still arriving, sends blocked on its credits.
+    pub waiters: u32,
+    pub unreachable: bool,
+}
+
+impl Peer {
+    pub fn new(rto_initial_ns: Nanos) -> Self {
+        Self {
+            send_next: 0,
+            send_window: IdWindow::default(),
+            eager_started: 0,
+            credits_returned: 0,
+            queue_head: NONE,
+            queue_tail: NONE,
+            recv_window: IdWindow::default(),
+            next_match: 0,
+            credits_given: 0,
+            eager_buffers_used: 0,
+            rto: RtoEstimator::new(rto_initial_ns),
+            last_heard_ns: 0,
+            heard_since_probe: false,
+            probe_deadline_ns: None,
+            probe_retries: 0,
+            waiters: 0,
+            unreachable: false,
+        }
+    }
+
+    /// Credits this rank may still spend on eager messages to the peer.
+    pub fn credits_available(&self, credits_per_peer: u32) -> u32 {
+        let outstanding = self.eager_started.wrapping_sub(self.credits_returned);
+        credits_per_peer.saturating_sub(outstanding)
+    }
+
+    /// Takes a cumulative credit count from a frame; older (reordered) counts are ignored.
+    pub fn update_credits(&mut self, returned: u32) -> bool {
+        let advance = returned.wrapping_sub(self.credits_returned);
+        let outstanding = self.eager_started.wrapping_sub(self.credits_returned);
+        if advance == 0 || advance > outstanding {
+            return false;
+        }
+        self.credits_returned = returned;
+        true
+    }
+
+    /// Room for another message id in flight.
+    pub fn window_open(&self) -> bool {
+        self.send_next.wrapping_sub(self.send_window.base) < crate::config::MSG_WINDOW
+    }
+}

@@ -1,0 +1,533 @@
+//! Receiving side: frame validation and dispatch, placement of EAGER/RTS/DATA payload at its
+//! offset, collection ACKs, duplicate detection, CTS grants with RSM pipelining, END/MSG-ACK/
+//! CLEANUP, and eager credits.
+
+use crate::geometry::Geometry;
+use crate::ops::{Control, Dest, Incoming, RxPhase};
+use crate::window::IdPlace;
+use crate::*;
+use nicmsg_wire::{Flags, Frame, FrameHeader, FrameKind, MsgHeader, Protocol, WireError};
+
+impl Endpoint {
+    pub(crate) fn receive_frame(&mut self, now: Nanos, bytes: &[u8], memory: &mut impl HostMemory) {
+        self.stats.frames_received += 1;
+        self.stats.bytes_received += bytes.len() as u64;
+        let frame = match Frame::parse(bytes) {
+            Ok(frame) => frame,
+            Err(WireError::BadChecksum { .. }) => {
+                return self.count_drop(None, DropReason::BadChecksum)
+            }
+            Err(_) => return self.count_drop(None, DropReason::Malformed),
+        };
+        let header = frame.header;
+        if header.job != self.job {
+            return self.count_drop(None, DropReason::WrongJob);
+        }
+        if header.dst != self.rank || header.src >= self.size || header.src == self.rank {
+            return self.count_drop(None, DropReason::WrongRank);
+        }
+        let peer = header.src;
+        let peer_stats = &mut self.peer_stats[peer as usize];
+        peer_stats.frames_received += 1;
+        peer_stats.bytes_received += bytes.len() as u64;
+        if header.kind.is_reserved() {
+            return self.count_drop(Some(peer), DropReason::Unsupported);
+        }
+        if self.peers[peer as usize].unreachable {
+            return self.count_drop(Some(peer), DropReason::DeadPeer);
+        }
+        self.heard_from(now, peer);
+        if matches!(
+            header.kind,
+            FrameKind::Ack | FrameKind::Cts | FrameKind::MsgAck | FrameKind::Credit
+        ) && self.peers[peer as usize].update_credits(header.aux)
+        {
+            self.start_queued_sends(now);
+        }
+        match header.kind {
+            FrameKind::Eager | FrameKind::Rts | FrameKind::Data => {
+                self.on_data_frame(now, &header, frame.msg.as_ref(), frame.payload, memory)
+            }
+            FrameKind::Ack => self.on_ack(now, &header),
+            FrameKind::Cts => self.on_cts(now, &header),
+            FrameKind::MsgAck => self.on_msg_ack(&header),
+            FrameKind::End => self.on_end(now, &header),
+            FrameKind::Cleanup => self.on_cleanup(&header),
+            FrameKind::Credit => {
+                if header.has_flag(Flags::REQUEST) {
+                    self.queue_control(control(peer, FrameKind::Credit, 0, 0, 0));
+                }
+            }
+            _ => self.count_drop(Some(peer), DropReason::Unsupported),
+        }
+    }
+
+    fn on_data_frame(
+        &mut self,
+        now: Nanos,
+        header: &FrameHeader,
+        msg: Option<&MsgHeader>,
+        payload: &[u8],
+        memory: &mut impl HostMemory,
+    ) {
+        let peer = header.src;
+        match self.peers[peer as usize].recv_window.place(header.msg_id) {
+            IdPlace::Finished => return self.reacknowledge_finished(header),
+            IdPlace::Beyond => return self.count_drop(Some(peer), DropReason::Invalid),
+            IdPlace::Open => {}
+        }
+        let index = match self.incoming_index.get(&(peer, header.msg_id)) {
+            Some(&index) => index,
+            None => match msg {
+                Some(msg) => match self.admit_message(now, header, msg, memory) {
+                    Some(index) => index,
+                    None => return,
+                },
+                None => return self.count_drop(Some(peer), DropReason::Invalid),
+            },
+        };
+        self.place_frame(now, index, header, msg, payload, memory);
+    }
+
+    /// A frame of a message this rank already finished: acknowledge everything again so the
+    /// sender stops retransmitting (its earlier ACK was lost), deliver nothing.
+    fn reacknowledge_finished(&mut self, header: &FrameHeader) {
+        self.count_drop(Some(header.src), DropReason::Duplicate);
+        let ack = control(
+            header.src,
+            FrameKind::Ack,
+            Flags::ACK_ALL,
+            header.msg_id,
+            header.frame_index,
+        );
+        self.queue_control(ack);
+    }
+
+    /// First frame of a message not seen before: create its state and match it in MPI order.
+    /// Returns `None` (having answered WAIT) when the message cannot be taken now.
+    fn admit_message(
+        &mut self,
+        now: Nanos,
+        header: &FrameHeader,
+        msg: &MsgHeader,
+        memory: &mut impl HostMemory,
+    ) -> Option<u32> {
+        let peer = header.src;
+        let geometry = Geometry {
+            total_len: msg.total_len,
+            frame_payload: msg.frame_payload,
+            protocol: msg.protocol,
+        };
+        let frames_fit = u32::try_from(geometry.frames()).is_ok();
+        if !frames_fit
+            || msg.ack_unit > MAX_ACK_UNIT
+            || (msg.protocol == Protocol::Eager && msg.total_len > self.config.eager_limit)
+        {
+            self.count_drop(Some(peer), DropReason::Invalid);
+            return None;
+        }
+        let drop_mode = self.config.unexpected == UnexpectedPolicy::Drop;
+        if drop_mode && !self.can_match_now(peer, header.msg_id, msg.tag) {
+            self.answer_wait(header);
+            return None;
+        }
+        let eager_needs_buffer = msg.protocol == Protocol::Eager
+            && !self.can_match_now(peer, header.msg_id, msg.tag)
+            && !self.has_free_eager_buffer(peer);
+        if eager_needs_buffer {
+            self.answer_wait(header);
+            return None;
+        }
+        let entry = Incoming::new(peer, header.msg_id, msg.tag, geometry, msg.ack_unit);
+        let Some((index, _)) = self.incoming.insert(entry) else {
+            self.answer_wait(header);
+            return None;
+        };
+        self.incoming_index.insert((peer, header.msg_id), index);
+        self.match_in_order(now, peer, memory);
+        let entry = self.incoming.get(index).expect("just inserted");
+        if entry.is_eager() && entry.dest == Dest::Nowhere {
+            let assigned = self.assign_eager_buffer(index);
+            debug_assert!(assigned, "checked before admitting");
+        }
+        Some(index)
+    }
+
+    pub(crate) fn answer_wait(&mut self, header: &FrameHeader) {
+        self.count_drop(Some(header.src), DropReason::NoPostedReceive);
+        let wait = control(
+            header.src,
+            FrameKind::Ack,
+            Flags::WAIT,
+            header.msg_id,
+            header.frame_index,
+        );
+        self.queue_control(wait);
+    }
+
+    fn has_free_eager_buffer(&self, peer: Rank) -> bool {
+        (!self.peers[peer as usize].eager_buffers_used).trailing_zeros()
+            < self.config.eager_credits_per_peer
+    }
+
+    /// Takes one of the peer's eager buffers for an unmatched eager message. Credits guarantee
+    /// one is free unless the sender broke the protocol.
+    fn assign_eager_buffer(&mut self, index: u32) -> bool {
+        let peer = self.incoming.get(index).expect("live").peer as usize;
+        let credits = self.config.eager_credits_per_peer;
+        let used = self.peers[peer].eager_buffers_used;
+        let free = (!used).trailing_zeros();
+        if free >= credits {
+            return false;
+        }
+        self.peers[peer].eager_buffers_used |= 1 << free;
+        self.eager_usage.set(self.eager_usage.in_use + 1);
+        self.incoming.get_mut(index).expect("live").dest =
+            Dest::Buffer(peer as u32 * credits + free);
+        true
+    }
+
+    pub(crate) fn release_eager_buffer(&mut self, slot: u32) {
+        let credits = self.config.eager_credits_per_peer;
+        let (peer, bit) = ((slot / credits) as usize, slot % credits);
+        self.peers[peer].eager_buffers_used &= !(1 << bit);
+        self.eager_usage.set(self.eager_usage.in_use - 1);
+    }
+
+    pub(crate) fn eager_buffer(&self, slot: u32) -> &[u8] {
+        let start = slot as usize * self.config.eager_limit as usize;
+        &self.eager_pool[start..start + self.config.eager_limit as usize]
+    }
+
+    fn place_frame(
+        &mut self,
+        now: Nanos,
+        index: u32,
+        header: &FrameHeader,
+        msg: Option<&MsgHeader>,
+        payload: &[u8],
+        memory: &mut impl HostMemory,
+    ) {
+        let peer = header.src;
+        let entry = self.incoming.get(index).expect("live");
+        let consistent = msg.is_none_or(|m| {
+            m.tag == entry.tag
+                && m.total_len == entry.geometry.total_len
+                && m.protocol == entry.geometry.protocol
+        }) && entry.geometry.agrees(
+            header.frame_index,
+            header.offset,
+            payload.len() as u64,
+        ) && (header.kind == FrameKind::Eager) == entry.is_eager();
+        if !consistent || !entry.can_track(header.frame_index) {
+            return self.count_drop(Some(peer), DropReason::Invalid);
+        }
+        let frame = header.frame_index;
+        if entry.has_frame(frame) || entry.phase != RxPhase::Receiving {
+            self.count_drop(Some(peer), DropReason::Duplicate);
+            self.answer_duplicate(index, header);
+            return;
+        }
+        if !self.store_payload(index, header.offset, payload, memory) {
+            // Rendezvous header kept without a receive: the data waits for the CTS.
+            if header.kind == FrameKind::Rts {
+                self.answer_wait(header);
+            }
+            return;
+        }
+        let entry = self.incoming.get_mut(index).expect("live");
+        entry.mark_frame(frame);
+        if entry.collection_complete(frame) {
+            let ack = control(peer, FrameKind::Ack, 0, header.msg_id, frame);
+            self.queue_control(ack);
+        }
+        if header.has_flag(Flags::RSM) {
+            self.on_rsm(index, header.aux);
+        } else {
+            self.extend_grant(index);
+        }
+        if self.incoming.get(index).expect("live").all_frames() {
+            self.on_data_complete(now, index, memory);
+        }
+    }
+
+    /// Writes payload where the message's bytes go. Returns false if the frame was not kept.
+    fn store_payload(
+        &mut self,
+        index: u32,
+        offset: u64,
+        payload: &[u8],
+        memory: &mut impl HostMemory,
+    ) -> bool {
+        let entry = self.incoming.get(index).expect("live");
+        let peer = entry.peer as usize;
+        match entry.dest {
+            Dest::Nowhere => false,
+            Dest::Discard => true,
+            Dest::Recv(recv) => {
+                let buffer = self.recvs.get(recv).expect("bound receive").buffer;
+                buffer.write_at(memory, offset, payload);
+                self.stats.bytes_placed += payload.len() as u64;
+                self.peer_stats[peer].bytes_placed += payload.len() as u64;
+                true
+            }
+            Dest::Buffer(slot) => {
+                let start = slot as usize * self.config.eager_limit as usize + offset as usize;
+                self.eager_pool[start..start + payload.len()].copy_from_slice(payload);
+                true
+            }
+        }
+    }
+
+    /// A repeated frame: re-acknowledge its collection if complete; a repeated RTS or RSM asks
+    /// for the current grant again (its CTS was lost).
+    fn answer_duplicate(&mut self, index: u32, header: &FrameHeader) {
+        let entry = self.incoming.get(index).expect("live");
+        let peer = header.src;
+        if entry.phase == RxPhase::MsgAcked {
+            let flags = if entry.truncated { Flags::TRUNCATED } else { 0 };
+            self.queue_control(control(peer, FrameKind::MsgAck, flags, header.msg_id, 0));
+            return;
+        }
+        if entry.all_frames() {
+            self.queue_control(control(
+                peer,
+                FrameKind::Ack,
+                Flags::ACK_ALL,
+                header.msg_id,
+                header.frame_index,
+            ));
+        } else if entry.collection_complete(header.frame_index) {
+            self.queue_control(control(
+                peer,
+                FrameKind::Ack,
+                0,
+                header.msg_id,
+                header.frame_index,
+            ));
+        }
+        if header.kind == FrameKind::Rts || header.has_flag(Flags::RSM) {
+            if header.has_flag(Flags::RSM) {
+                self.on_rsm(index, header.aux);
+            }
+            self.send_grant(index);
+        }
+    }
+
+    /// RSM seen: grant the window after the one it closes (RMPP), bounded by what the receiver
+    /// can track.
+    fn on_rsm(&mut self, index: u32, window_end: u32) {
+        let window = self.config.cts_window_frames;
+        let entry = self.incoming.get_mut(index).expect("live");
+        let target = window_end.saturating_add(window).min(entry.frames);
+        entry.grant_target = entry.grant_target.max(target);
+        if !self.extend_grant(index) {
+            self.send_grant(index);
+        }
+    }
+
+    /// Raises the grant towards its target as far as tracking allows; sends a CTS if it grew.
+    fn extend_grant(&mut self, index: u32) -> bool {
+        let entry = self.incoming.get_mut(index).expect("live");
+        if !entry.matched || entry.dest == Dest::Discard || entry.is_eager() {
+            return false;
+        }
+        let trackable = entry.contiguous.saturating_add(RX_TRACKED_FRAMES);
+        let grant = entry.grant_target.min(trackable);
+        if grant <= entry.granted {
+            return false;
+        }
+        entry.granted = grant;
+        self.send_grant(index);
+        true
+    }
+
+    /// Sends the current cumulative grant (idempotent: duplicates are harmless).
+    pub(crate) fn send_grant(&mut self, index: u32) {
+        let entry = self.incoming.get(index).expect("live");
+        if entry.is_eager() || entry.phase != RxPhase::Receiving {
+            return;
+        }
+        if !entry.matched {
+            let wait = control(entry.peer, FrameKind::Ack, Flags::WAIT, entry.msg_id, 0);
+            self.queue_control(wait);
+            return;
+        }
+        let flags = if entry.has_frame(0) {
+            0
+        } else {
+            Flags::FROM_START
+        };
+        let cts = control(
+            entry.peer,
+            FrameKind::Cts,
+            flags,
+            entry.msg_id,
+            entry.granted,
+        );
+        self.queue_control(cts);
+    }
+
+    /// Called when a receive is bound to a rendezvous message: grant the first window.
+    pub(crate) fn grant_first_window(&mut self, index: u32) {
+        let window = self.config.cts_window_frames;
+        let entry = self.incoming.get_mut(index).expect("live");
+        let first = u32::from(entry.has_frame(0));
+        entry.grant_target = first
+            .saturating_add(window)
+            .min(entry.frames)
+            .max(entry.granted);
+        entry.granted = 0;
+        if !self.extend_grant(index) {
+            self.send_grant(index);
+        }
+    }
+
+    fn on_data_complete(&mut self, now: Nanos, index: u32, memory: &mut impl HostMemory) {
+        let entry = self.incoming.get_mut(index).expect("live");
+        entry.phase = RxPhase::DataComplete;
+        let (peer, msg_id, eager) = (entry.peer, entry.msg_id, entry.is_eager());
+        self.ack_all(peer, msg_id);
+        self.set_waiter(index, false);
+        // Finished for duplicate detection now; END and CLEANUP find the entry by its index.
+        self.peers[peer as usize].recv_window.finish(msg_id);
+        if eager {
+            let entry = self.incoming.get(index).expect("live");
+            if entry.matched {
+                self.deliver_eager(index, memory);
+            }
+            return;
+        }
+        if let Dest::Recv(recv) = self.incoming.get(index).expect("live").dest {
+            self.finish_recv_ok(recv, index);
+        }
+        let rto = self.config.keepalive_ns;
+        let entry = self.incoming.get_mut(index).expect("live");
+        entry.deadline_ns = Some(now + rto);
+        entry.retries = 0;
+    }
+
+    fn ack_all(&mut self, peer: Rank, msg_id: u32) {
+        self.queue_control(control(peer, FrameKind::Ack, Flags::ACK_ALL, msg_id, 0));
+    }
+
+    /// END: every frame was acknowledged; answer MSG-ACK and wait for CLEANUP.
+    fn on_end(&mut self, now: Nanos, header: &FrameHeader) {
+        let peer = header.src;
+        let msg_ack = control(peer, FrameKind::MsgAck, 0, header.msg_id, 0);
+        let Some(&index) = self.incoming_index.get(&(peer, header.msg_id)) else {
+            if self.peers[peer as usize].recv_window.place(header.msg_id) == IdPlace::Finished {
+                self.queue_control(msg_ack);
+            }
+            return self.count_drop(Some(peer), DropReason::Duplicate);
+        };
+        let keepalive = self.config.keepalive_ns;
+        let entry = self.incoming.get_mut(index).expect("live");
+        if entry.phase == RxPhase::Receiving || entry.is_eager() {
+            return self.count_drop(Some(peer), DropReason::Invalid);
+        }
+        let flags = if entry.truncated { Flags::TRUNCATED } else { 0 };
+        entry.phase = RxPhase::MsgAcked;
+        entry.deadline_ns = Some(now + keepalive);
+        self.queue_control(Control { flags, ..msg_ack });
+    }
+
+    /// CLEANUP: the sender knows the message is delivered; free the receiver's state.
+    fn on_cleanup(&mut self, header: &FrameHeader) {
+        let Some(&index) = self.incoming_index.get(&(header.src, header.msg_id)) else {
+            return self.count_drop(Some(header.src), DropReason::Duplicate);
+        };
+        let entry = self.incoming.get(index).expect("live");
+        if entry.is_eager() || entry.phase == RxPhase::Receiving {
+            return self.count_drop(Some(header.src), DropReason::Invalid);
+        }
+        self.free_incoming(index);
+    }
+
+    /// Rendezvous messages whose CLEANUP is overdue: repeat MSG-ACK a bounded number of times,
+    /// then free the state anyway (the data was delivered; only the sender's bookkeeping is
+    /// unconfirmed).
+    pub(crate) fn expire_incoming(&mut self, now: Nanos) {
+        let due: Vec<u32> = self
+            .incoming
+            .occupied()
+            .filter(|&i| {
+                self.incoming
+                    .get(i)
+                    .and_then(|e| e.deadline_ns)
+                    .is_some_and(|d| d <= now)
+            })
+            .collect();
+        for index in due {
+            let max_retries = self.config.max_retries;
+            let keepalive = self.config.keepalive_ns;
+            let entry = self.incoming.get_mut(index).expect("occupied");
+            entry.retries += 1;
+            let (peer, msg_id, truncated) = (entry.peer, entry.msg_id, entry.truncated);
+            if entry.retries > max_retries {
+                self.free_incoming(index);
+                continue;
+            }
+            entry.deadline_ns = Some(now + keepalive);
+            let flags = if truncated { Flags::TRUNCATED } else { 0 };
+            self.queue_control(control(peer, FrameKind::MsgAck, flags, msg_id, 0));
+        }
+    }
+
+    /// Forgets an incoming message (its buffer too) without completing anything.
+    pub(crate) fn free_incoming(&mut self, index: u32) {
+        self.set_waiter(index, false);
+        let Some(entry) = self.incoming.remove(index) else {
+            return;
+        };
+        self.incoming_index.remove(&(entry.peer, entry.msg_id));
+        if entry.in_unexpected {
+            self.unexpected.retain(|&i| i != index);
+        }
+        if let Dest::Buffer(slot) = entry.dest {
+            self.release_eager_buffer(slot);
+        }
+    }
+
+    /// Returns one eager credit to the peer: the message left its buffer (or never needed one).
+    pub(crate) fn return_credit(&mut self, peer: Rank) {
+        if self.config.unexpected != UnexpectedPolicy::Buffer {
+            return;
+        }
+        let state = &mut self.peers[peer as usize];
+        state.credits_given = state.credits_given.wrapping_add(1);
+        self.queue_control(control(peer, FrameKind::Credit, 0, 0, 0));
+    }
+
+    pub(crate) fn set_waiter(&mut self, index: u32, waiting: bool) {
+        let Some(entry) = self.incoming.get_mut(index) else {
+            return;
+        };
+        if entry.waiter == waiting {
+            return;
+        }
+        entry.waiter = waiting;
+        let peer = entry.peer;
+        if waiting {
+            self.add_waiter(peer);
+        } else {
+            self.remove_waiter(peer);
+        }
+    }
+}
+
+pub(crate) fn control(
+    dst: Rank,
+    kind: FrameKind,
+    flags: u16,
+    msg_id: u32,
+    frame_index: u32,
+) -> Control {
+    Control {
+        dst,
+        kind,
+        flags,
+        msg_id,
+        frame_index,
+    }
+}

@@ -1,0 +1,426 @@
+//! Sending side: starting messages in order, eager (BIP short messages) and rendezvous
+//! (RTS with first data, CTS windows, RSM, END, MSG-ACK, CLEANUP), acknowledgements and
+//! retransmission timers.
+
+use crate::collections::Collections;
+use crate::geometry::Geometry;
+use crate::ops::{Control, SendOp, SendPhase};
+use crate::peer::NONE;
+use crate::*;
+use nicmsg_wire::{Flags, FrameHeader, FrameKind, Protocol};
+
+impl Endpoint {
+    pub(crate) fn start_send(
+        &mut self,
+        now: Nanos,
+        dst: Rank,
+        tag: Tag,
+        data: SgList,
+    ) -> Result<OpId, PostError> {
+        let len = data.total_len();
+        let protocol = if len <= self.config.eager_limit {
+            Protocol::Eager
+        } else {
+            Protocol::Rendezvous
+        };
+        let geometry = Geometry {
+            total_len: len,
+            frame_payload: self.config.frame_payload(),
+            protocol,
+        };
+        let frames = u32::try_from(geometry.frames()).map_err(|_| PostError::TooManySegments {
+            count: usize::MAX,
+            limit: MAX_SEGMENTS,
+        })?;
+        let op = SendOp {
+            dst,
+            tag,
+            data,
+            geometry,
+            frames,
+            ack_unit: self.config.ack_unit,
+            phase: SendPhase::Queued,
+            msg_id: 0,
+            next_queued: NONE,
+            granted: 0,
+            next_new: 0,
+            collections: Collections::new(self.config.ack_unit, frames),
+            rsm_frame: None,
+            rsm_window_end: 0,
+            extra_frame: None,
+            wait_deadline_ns: None,
+            wait_retries: 0,
+            in_ready: false,
+            waiting_for_credit: false,
+            resend_cursor: Default::default(),
+            turn_frames: 0,
+        };
+        let limit = self.config.max_sends;
+        let (index, generation) = self.sends.insert(op).ok_or(PostError::TableFull {
+            table: "send",
+            limit,
+        })?;
+        self.enqueue_for_start(dst, index);
+        self.start_queued_for(now, dst);
+        Ok(OpId {
+            kind: OpKind::Send,
+            index,
+            generation,
+        })
+    }
+
+    fn enqueue_for_start(&mut self, dst: Rank, index: u32) {
+        let peer = &mut self.peers[dst as usize];
+        if peer.queue_tail == NONE {
+            peer.queue_head = index;
+        } else if let Some(tail) = self.sends.get_mut(peer.queue_tail) {
+            tail.next_queued = index;
+        }
+        peer.queue_tail = index;
+    }
+
+    /// Starts queued sends of every peer that can take more (after credits or a window opened).
+    pub(crate) fn start_queued_sends(&mut self, now: Nanos) {
+        for dst in 0..self.size {
+            if self.peers[dst as usize].queue_head != NONE {
+                self.start_queued_for(now, dst);
+            }
+        }
+    }
+
+    /// Starts the sends at the head of `dst`'s queue, in order, while the message-id window and
+    /// (for eager messages) credits allow. A message that cannot start blocks those behind it:
+    /// message ids, and so MPI order, follow posting order.
+    fn start_queued_for(&mut self, _now: Nanos, dst: Rank) {
+        loop {
+            let head = self.peers[dst as usize].queue_head;
+            let Some(op) = self.sends.get(head) else {
+                return;
+            };
+            let eager = op.is_eager();
+            let peer = &self.peers[dst as usize];
+            let needs_credit = eager && self.config.unexpected == UnexpectedPolicy::Buffer;
+            let has_credit = peer.credits_available(self.config.eager_credits_per_peer) > 0;
+            if !peer.window_open() {
+                return;
+            }
+            if needs_credit && !has_credit {
+                self.mark_credit_wait(head, dst);
+                return;
+            }
+            self.clear_credit_wait(head, dst);
+            let peer = &mut self.peers[dst as usize];
+            let msg_id = peer.send_next;
+            peer.send_next = peer.send_next.wrapping_add(1);
+            if needs_credit {
+                peer.eager_started = peer.eager_started.wrapping_add(1);
+            }
+            let op = self.sends.get_mut(head).expect("queue head is a live send");
+            peer.queue_head = op.next_queued;
+            if peer.queue_head == NONE {
+                peer.queue_tail = NONE;
+            }
+            op.next_queued = NONE;
+            op.msg_id = msg_id;
+            op.phase = SendPhase::Streaming;
+            op.granted = if eager { op.frames } else { 1 };
+            self.active_sends.insert((dst, msg_id), head);
+            self.mark_ready(head);
+        }
+    }
+
+    fn mark_credit_wait(&mut self, index: u32, dst: Rank) {
+        let op = self.sends.get_mut(index).expect("live send");
+        if !op.waiting_for_credit {
+            op.waiting_for_credit = true;
+            self.stats.credit_stalls += 1;
+            self.peer_stats[dst as usize].credit_stalls += 1;
+            self.add_waiter(dst);
+        }
+    }
+
+    fn clear_credit_wait(&mut self, index: u32, dst: Rank) {
+        let op = self.sends.get_mut(index).expect("live send");
+        if op.waiting_for_credit {
+            op.waiting_for_credit = false;
+            self.remove_waiter(dst);
+        }
+    }
+
+    pub(crate) fn mark_ready(&mut self, index: u32) {
+        let Some(op) = self.sends.get_mut(index) else {
+            return;
+        };
+        if !op.in_ready && op.has_frame_to_send() {
+            op.in_ready = true;
+            self.ready.push_back(index);
+        }
+    }
+
+    pub(crate) fn cancel_send(&mut self, op: OpId) -> Result<(), CancelError> {
+        let send = self
+            .sends
+            .get_checked(op.index, op.generation)
+            .ok_or(CancelError::UnknownOp)?;
+        if send.phase != SendPhase::Queued {
+            return Err(CancelError::InProgress);
+        }
+        let dst = send.dst;
+        self.unlink_queued(dst, op.index);
+        self.finish_send(op.index, Err(OpError::Cancelled));
+        Ok(())
+    }
+
+    fn unlink_queued(&mut self, dst: Rank, index: u32) {
+        let next = self.sends.get(index).map_or(NONE, |op| op.next_queued);
+        let peer = &mut self.peers[dst as usize];
+        let mut previous = NONE;
+        let mut cursor = peer.queue_head;
+        while cursor != NONE && cursor != index {
+            previous = cursor;
+            cursor = self.sends.get(cursor).map_or(NONE, |op| op.next_queued);
+        }
+        if cursor == NONE {
+            return;
+        }
+        let peer = &mut self.peers[dst as usize];
+        if previous == NONE {
+            peer.queue_head = next;
+        } else if let Some(prev) = self.sends.get_mut(previous) {
+            prev.next_queued = next;
+        }
+        let peer = &mut self.peers[dst as usize];
+        if peer.queue_tail == index {
+            peer.queue_tail = previous;
+        }
+    }
+
+    /// Completes a send and frees everything it held.
+    pub(crate) fn finish_send(&mut self, index: u32, result: Result<(), OpError>) {
+        let generation = self.sends.generation(index);
+        let Some(op) = self.sends.remove(index) else {
+            return;
+        };
+        if op.waiting_for_credit {
+            self.remove_waiter(op.dst);
+        }
+        if op.phase != SendPhase::Queued {
+            self.active_sends.remove(&(op.dst, op.msg_id));
+            self.peers[op.dst as usize].send_window.finish(op.msg_id);
+        }
+        if result.is_ok() {
+            self.stats.messages_sent += 1;
+            self.peer_stats[op.dst as usize].messages_sent += 1;
+        }
+        let status = Status {
+            peer: op.dst,
+            tag: op.tag,
+            len: op.geometry.total_len,
+        };
+        self.complete(
+            OpId {
+                kind: OpKind::Send,
+                index,
+                generation,
+            },
+            result.map(|()| status),
+        );
+    }
+
+    fn active_send(&self, peer: Rank, msg_id: u32) -> Option<u32> {
+        self.active_sends.get(&(peer, msg_id)).copied()
+    }
+
+    /// ACK from the receiver: a collection (or, with ACK_ALL, the whole message) arrived; with
+    /// WAIT, the receiver is alive but has not accepted the message yet.
+    pub(crate) fn on_ack(&mut self, now: Nanos, header: &FrameHeader) {
+        let Some(index) = self.active_send(header.src, header.msg_id) else {
+            self.count_drop(Some(header.src), DropReason::Duplicate);
+            return;
+        };
+        let peer = header.src as usize;
+        let retry_ns = self.config.rto_max_ns;
+        let op = self.sends.get_mut(index).expect("active send");
+        if header.has_flag(Flags::WAIT) {
+            op.collections.postpone(now + retry_ns);
+            if op.wait_deadline_ns.is_some() {
+                op.wait_deadline_ns = Some(now + retry_ns);
+                op.wait_retries = 0;
+            }
+            return;
+        }
+        if header.has_flag(Flags::ACK_ALL) {
+            op.collections.ack_all();
+        } else {
+            let c = op.collections.of_frame(header.frame_index);
+            if header.frame_index >= op.next_new.max(1) && c >= op.collections.count() {
+                self.count_drop(Some(header.src), DropReason::Invalid);
+                return;
+            }
+            let acked = op.collections.ack(c, now);
+            if let Some(rtt_ns) = acked.rtt_ns {
+                let (min_ns, max_ns) = (self.config.rto_min_ns, self.config.rto_max_ns);
+                self.peers[peer].rto.sample(rtt_ns, min_ns, max_ns);
+            }
+        }
+        self.after_ack(now, index);
+    }
+
+    fn after_ack(&mut self, now: Nanos, index: u32) {
+        let op = self.sends.get_mut(index).expect("active send");
+        if !op.collections.all_acked() {
+            self.mark_ready(index);
+            return;
+        }
+        if op.is_eager() {
+            self.finish_send(index, Ok(()));
+            return;
+        }
+        if op.phase == SendPhase::Streaming {
+            op.phase = SendPhase::Ending;
+            op.extra_frame = None;
+            op.wait_retries = 0;
+            let rto = self.peers[op.dst as usize].rto.rto_ns();
+            op.wait_deadline_ns = Some(now + rto);
+            let control = end_frame(op);
+            self.queue_control(control);
+        }
+    }
+
+    /// CTS: the cumulative grant grew (or is repeated); FROM_START asks for frame 0 again.
+    pub(crate) fn on_cts(&mut self, _now: Nanos, header: &FrameHeader) {
+        let Some(index) = self.active_send(header.src, header.msg_id) else {
+            self.count_drop(Some(header.src), DropReason::Duplicate);
+            return;
+        };
+        let pre = self.config.rsm_pre_frames;
+        let op = self.sends.get_mut(index).expect("active send");
+        if op.is_eager() || op.phase != SendPhase::Streaming {
+            return;
+        }
+        if header.has_flag(Flags::FROM_START) && op.granted <= 1 {
+            op.extra_frame = Some(0);
+        }
+        let grant = header.frame_index.min(op.frames);
+        if grant > op.granted {
+            let previous = op.granted;
+            op.granted = grant;
+            op.rsm_window_end = grant;
+            op.rsm_frame = (grant < op.frames).then(|| grant.saturating_sub(1 + pre).max(previous));
+            op.wait_deadline_ns = None;
+            op.wait_retries = 0;
+            if op.extra_frame.is_some_and(|f| f != 0) {
+                op.extra_frame = None;
+            }
+        }
+        self.mark_ready(index);
+    }
+
+    /// MSG-ACK: the receiver holds the message (or consumed it as truncated). Complete, free,
+    /// and tell the receiver with CLEANUP.
+    pub(crate) fn on_msg_ack(&mut self, header: &FrameHeader) {
+        let cleanup = Control {
+            dst: header.src,
+            kind: FrameKind::Cleanup,
+            flags: 0,
+            msg_id: header.msg_id,
+            frame_index: 0,
+        };
+        match self.active_send(header.src, header.msg_id) {
+            Some(index) if !self.sends.get(index).expect("active").is_eager() => {
+                self.queue_control(cleanup);
+                self.finish_send(index, Ok(()));
+            }
+            Some(_) => self.count_drop(Some(header.src), DropReason::Invalid),
+            None => {
+                let window = self.peers[header.src as usize].send_window;
+                if window.place(header.msg_id) == crate::window::IdPlace::Finished {
+                    self.queue_control(cleanup);
+                }
+                self.count_drop(Some(header.src), DropReason::Duplicate);
+            }
+        }
+    }
+
+    pub(crate) fn send_deadline(&self, index: u32) -> Option<Nanos> {
+        let op = self.sends.get(index)?;
+        let collections = op.collections.next_deadline();
+        match (collections, op.wait_deadline_ns) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Retransmits timed-out collections, repeats RTS/RSM/END whose answer is overdue, and
+    /// declares the peer unreachable after `max_retries`.
+    pub(crate) fn expire_sends(&mut self, now: Nanos) {
+        let max_retries = self.config.max_retries;
+        let mut dead = Vec::new();
+        let due: Vec<u32> = self
+            .sends
+            .occupied()
+            .filter(|&i| self.send_deadline(i).is_some_and(|d| d <= now))
+            .collect();
+        for index in due {
+            let op = self.sends.get_mut(index).expect("occupied");
+            let dst = op.dst;
+            let rto = self.peers[dst as usize].rto;
+            let max_ns = self.config.rto_max_ns;
+            let mut retries = op.collections.expire(now);
+            if op.wait_deadline_ns.is_some_and(|d| d <= now) {
+                op.wait_retries += 1;
+                retries = retries.max(op.wait_retries);
+                op.wait_deadline_ns = Some(now + rto.backed_off_ns(op.wait_retries, max_ns));
+                match op.phase {
+                    SendPhase::Ending => {
+                        let control = end_frame(op);
+                        self.queue_control(control);
+                    }
+                    _ => {
+                        self.sends.get_mut(index).expect("occupied").extra_frame =
+                            self.repeat_frame(index)
+                    }
+                }
+            }
+            if retries > max_retries {
+                dead.push(dst);
+            }
+            self.mark_ready(index);
+        }
+        for peer in dead {
+            self.declare_unreachable(peer);
+        }
+    }
+
+    /// The frame to repeat when a CTS is overdue: the RTS before any grant, else the RSM frame
+    /// of the last window (the receiver answers a repeated RSM with its current grant).
+    fn repeat_frame(&self, index: u32) -> Option<u32> {
+        let op = self.sends.get(index)?;
+        if op.granted <= 1 {
+            return Some(0);
+        }
+        op.rsm_frame.or(Some(op.granted - 1))
+    }
+
+    /// Arms the CTS wait once every granted frame is out and more are needed.
+    pub(crate) fn after_frame_sent(&mut self, now: Nanos, index: u32) {
+        let op = self.sends.get_mut(index).expect("live send");
+        let waiting_for_grant =
+            !op.is_eager() && op.next_new >= op.granted && op.granted < op.frames;
+        if waiting_for_grant && op.wait_deadline_ns.is_none() {
+            let rto = self.peers[op.dst as usize].rto;
+            op.wait_deadline_ns =
+                Some(now + rto.backed_off_ns(op.wait_retries, self.config.rto_max_ns));
+        }
+    }
+}
+
+fn end_frame(op: &SendOp) -> Control {
+    Control {
+        dst: op.dst,
+        kind: FrameKind::End,
+        flags: 0,
+        msg_id: op.msg_id,
+        frame_index: op.frames,
+    }
+}

@@ -1,0 +1,123 @@
+//! Two or more endpoints over an in-memory network (quinn's `Pair` idea): virtual time jumps to
+//! the next wake-up; frames may be dropped on purpose by a seeded pattern.
+
+use nicmsg_proto::*;
+use std::collections::VecDeque;
+
+pub struct Memory(pub Vec<Vec<u8>>);
+
+impl HostMemory for Memory {
+    fn region(&self, id: RegionId) -> Option<&[u8]> {
+        self.0.get(id.0 as usize).map(|r| r.as_slice())
+    }
+    fn region_mut(&mut self, id: RegionId) -> Option<&mut [u8]> {
+        self.0.get_mut(id.0 as usize).map(|r| r.as_mut_slice())
+    }
+}
+
+pub struct Net {
+    pub endpoints: Vec<Endpoint>,
+    pub memories: Vec<Memory>,
+    pub completions: Vec<Vec<Completion>>,
+    pub now: Nanos,
+    in_flight: VecDeque<(Nanos, u32, Vec<u8>)>,
+    pub delay_ns: Nanos,
+    rng: u64,
+    pub loss: f64,
+    pub frames: u64,
+}
+
+impl Net {
+    pub fn new(size: u32, config: Config) -> Self {
+        let endpoints = (0..size)
+            .map(|r| Endpoint::new(config.clone(), 7, r, size).unwrap())
+            .collect();
+        Self {
+            endpoints,
+            memories: (0..size).map(|_| Memory(Vec::new())).collect(),
+            completions: vec![Vec::new(); size as usize],
+            now: 0,
+            in_flight: VecDeque::new(),
+            delay_ns: 10_000,
+            rng: 0x9E37_79B9_7F4A_7C15,
+            loss: 0.0,
+            frames: 0,
+        }
+    }
+
+    pub fn seed(&mut self, seed: u64) {
+        self.rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    }
+
+    fn random(&mut self) -> f64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        (self.rng >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    pub fn region(&mut self, rank: u32, bytes: Vec<u8>) -> RegionId {
+        let memory = &mut self.memories[rank as usize];
+        memory.0.push(bytes);
+        RegionId(memory.0.len() as u32 - 1)
+    }
+
+    /// Transmits everything pending, then delivers frames/timeouts until nothing is left or
+    /// `until` passes.
+    pub fn run(&mut self, until: Nanos) {
+        for _ in 0..10_000_000 {
+            self.flush();
+            let next_frame = self.in_flight.front().map(|f| f.0);
+            let next_timer = self.endpoints.iter().filter_map(|e| e.poll_timeout()).min();
+            let next = match (next_frame, next_timer) {
+                (Some(a), Some(b)) => a.min(b),
+                (a, b) => match a.or(b) {
+                    Some(t) => t,
+                    None => return,
+                },
+            };
+            if next > until {
+                self.now = until;
+                return;
+            }
+            self.now = self.now.max(next);
+            if next_frame == Some(next) {
+                let (_, dst, bytes) = self.in_flight.pop_front().unwrap();
+                let (endpoint, memory) = (
+                    &mut self.endpoints[dst as usize],
+                    &mut self.memories[dst as usize],
+                );
+                endpoint.handle_frame(self.now, &bytes, memory);
+            } else {
+                for endpoint in &mut self.endpoints {
+                    if endpoint.poll_timeout().is_some_and(|t| t <= self.now) {
+                        endpoint.handle_timeout(self.now);
+                    }
+                }
+            }
+        }
+        panic!("event limit");
+    }
+
+    fn flush(&mut self) {
+        for rank in 0..self.endpoints.len() {
+            while let Some(transmit) =
+                self.endpoints[rank].poll_transmit(self.now, &self.memories[rank])
+            {
+                let mut bytes = vec![0; transmit.len()];
+                transmit
+                    .gather_into(&self.memories[rank], &mut bytes)
+                    .unwrap();
+                self.frames += 1;
+                if self.random() < self.loss {
+                    continue;
+                }
+                self.in_flight
+                    .push_back((self.now + self.delay_ns, transmit.dst, bytes));
+            }
+            while let Some(completion) = self.endpoints[rank].poll_completion() {
+                self.completions[rank].push(completion);
+            }
+        }
+    }
+}
