@@ -182,3 +182,230 @@ fn lossy_rendezvous_retransmits_and_counts() {
     assert!(stats.frames_retransmitted > 0);
     assert!(stats.data_frames_sent > (1 << 20) / 1424);
 }
+
+fn send(net: &mut Net, from: u32, to: u32, tag: Tag, data: Vec<u8>) -> OpId {
+    let len = data.len() as u64;
+    let region = net.region(from, data);
+    let now = net.now;
+    let (e, m) = (
+        &mut net.endpoints[from as usize],
+        &net.memories[from as usize],
+    );
+    e.post_send(now, to, tag, SgList::contiguous(region, 0, len), m)
+        .unwrap()
+}
+
+fn recv(net: &mut Net, at: u32, source: Source, tag: TagMatch, len: usize) -> (OpId, RegionId) {
+    let region = net.region(at, vec![0; len]);
+    let now = net.now;
+    let (e, m) = (
+        &mut net.endpoints[at as usize],
+        &mut net.memories[at as usize],
+    );
+    (
+        e.post_recv(
+            now,
+            source,
+            tag,
+            SgList::contiguous(region, 0, len as u64),
+            m,
+        )
+        .unwrap(),
+        region,
+    )
+}
+
+fn result(net: &Net, rank: u32, op: OpId) -> Option<Result<Status, OpError>> {
+    net.completions[rank as usize]
+        .iter()
+        .find(|c| c.op == op)
+        .map(|c| c.result)
+}
+
+#[test]
+fn sender_out_of_credits_queues_and_resumes() {
+    let config = Config {
+        eager_credits_per_peer: 2,
+        ..test_config()
+    };
+    let mut net = Net::new(2, config);
+    let sends: Vec<OpId> = (0..6u8)
+        .map(|i| send(&mut net, 0, 1, 1, vec![i; 100]))
+        .collect();
+    net.run(net.now + 100_000_000);
+    assert_eq!(net.endpoints[0].stats().credit_stalls, 1);
+    assert_eq!(
+        sends
+            .iter()
+            .filter(|&&op| result(&net, 0, op).is_some())
+            .count(),
+        2
+    );
+    let recvs: Vec<_> = (0..6)
+        .map(|_| recv(&mut net, 1, Source::Rank(0), TagMatch::Tag(1), 100))
+        .collect();
+    net.run(net.now + 10_000_000_000);
+    for (i, (op, region)) in recvs.iter().enumerate() {
+        assert!(result(&net, 1, *op).unwrap().is_ok());
+        assert_eq!(
+            net.memories[1].0[region.0 as usize],
+            vec![i as u8; 100],
+            "MPI order"
+        );
+    }
+    assert!(sends.iter().all(|&op| result(&net, 0, op)
+        == Some(Ok(Status {
+            peer: 1,
+            tag: 1,
+            len: 100
+        }))));
+    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+}
+
+#[test]
+fn dead_peer_fails_pending_operations_only() {
+    let mut net = Net::new(3, test_config());
+    let (waiting_recv, _) = recv(&mut net, 0, Source::Rank(2), TagMatch::Any, 10);
+    let big_send = send(&mut net, 0, 2, 3, vec![1; 200_000]);
+    net.run(net.now + 1_000);
+    // Rank 2 dies: it is never driven again and its frames vanish.
+    net.endpoints[2] = Endpoint::new(test_config(), 99, 2, 3).unwrap();
+    net.run(net.now + 60_000_000_000);
+    assert_eq!(
+        result(&net, 0, waiting_recv),
+        Some(Err(OpError::PeerUnreachable { peer: 2 }))
+    );
+    assert_eq!(
+        result(&net, 0, big_send),
+        Some(Err(OpError::PeerUnreachable { peer: 2 }))
+    );
+    assert!(net.endpoints[0].is_peer_unreachable(2));
+    // The survivors still talk.
+    let ok_send = send(&mut net, 0, 1, 4, vec![9; 5000]);
+    let (ok_recv, _) = recv(&mut net, 1, Source::Any, TagMatch::Any, 5000);
+    net.run(net.now + 10_000_000_000);
+    assert!(result(&net, 0, ok_send).unwrap().is_ok());
+    assert!(result(&net, 1, ok_recv).unwrap().is_ok());
+    assert!(
+        net.endpoints[0].usage().is_empty(),
+        "{:?}",
+        net.endpoints[0].usage()
+    );
+}
+
+#[test]
+fn probe_and_cancel() {
+    let mut net = Net::new(2, test_config());
+    assert_eq!(net.endpoints[1].iprobe(Source::Any, TagMatch::Any), None);
+    let now = net.now;
+    let probe = net.endpoints[1]
+        .post_probe(now, Source::Rank(0), TagMatch::Tag(8))
+        .unwrap();
+    let (never, _) = recv(&mut net, 1, Source::Rank(0), TagMatch::Tag(1234), 4);
+    send(&mut net, 0, 1, 8, vec![5; 3000]);
+    send(&mut net, 0, 1, 9, vec![6; 30_000]);
+    net.run(net.now + 1_000_000_000);
+    assert_eq!(
+        result(&net, 1, probe),
+        Some(Ok(Status {
+            peer: 0,
+            tag: 8,
+            len: 3000
+        }))
+    );
+    assert_eq!(
+        net.endpoints[1].iprobe(Source::Any, TagMatch::Tag(9)),
+        Some(Status {
+            peer: 0,
+            tag: 9,
+            len: 30_000
+        })
+    );
+    let now = net.now;
+    net.endpoints[1].cancel(now, never).unwrap();
+    assert_eq!(
+        net.endpoints[1].cancel(now, never),
+        Err(CancelError::UnknownOp)
+    );
+    net.run(net.now + 1_000);
+    assert_eq!(result(&net, 1, never), Some(Err(OpError::Cancelled)));
+    let (a, _) = recv(&mut net, 1, Source::Any, TagMatch::Any, 30_000);
+    let (b, _) = recv(&mut net, 1, Source::Any, TagMatch::Any, 30_000);
+    net.run(net.now + 10_000_000_000);
+    assert_eq!(result(&net, 1, a).unwrap().unwrap().tag, 8);
+    assert_eq!(result(&net, 1, b).unwrap().unwrap().tag, 9);
+    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+}
+
+#[test]
+fn hostile_frames_are_dropped_and_counted() {
+    let mut net = Net::new(2, test_config());
+    let mut memory = support::Memory(Vec::new());
+    let endpoint = &mut net.endpoints[1];
+    endpoint.handle_frame(0, &[], &mut memory);
+    endpoint.handle_frame(0, &[1, 2, 3], &mut memory);
+    endpoint.handle_frame(0, &[0xFF; 200], &mut memory);
+    let drops = endpoint.stats().drops;
+    assert_eq!(drops.total(), 3);
+    assert_eq!(drops.malformed, 3);
+}
+
+#[test]
+fn scatter_gather_segments() {
+    let mut net = Net::new(2, test_config());
+    for len in [3000usize, 60_000] {
+        let data = pattern(len, 9);
+        let src = net.region(0, data.clone());
+        let third = len as u64 / 3;
+        let segments = [
+            Segment {
+                region: src,
+                offset: 0,
+                len: third,
+            },
+            Segment {
+                region: src,
+                offset: third,
+                len: len as u64 - third,
+            },
+        ];
+        let now = net.now;
+        let sop = net.endpoints[0]
+            .post_send(now, 1, 2, SgList::new(&segments).unwrap(), &net.memories[0])
+            .unwrap();
+        let dst = net.region(1, vec![0xEE; len + 300]);
+        let pieces = [
+            Segment {
+                region: dst,
+                offset: 0,
+                len: 100,
+            },
+            Segment {
+                region: dst,
+                offset: 200,
+                len: len as u64 - 100,
+            },
+        ];
+        let (e, m) = (&mut net.endpoints[1], &mut net.memories[1]);
+        let rop = e
+            .post_recv(
+                now,
+                Source::Any,
+                TagMatch::Any,
+                SgList::new(&pieces).unwrap(),
+                m,
+            )
+            .unwrap();
+        net.run(net.now + 10_000_000_000);
+        assert!(result(&net, 0, sop).unwrap().is_ok());
+        assert!(result(&net, 1, rop).unwrap().is_ok());
+        let got = &net.memories[1].0[dst.0 as usize];
+        assert_eq!(&got[..100], &data[..100]);
+        assert!(got[100..200].iter().all(|&b| b == 0xEE), "gap untouched");
+        assert_eq!(&got[200..200 + len - 100], &data[100..]);
+        assert!(
+            got[len + 100..].iter().all(|&b| b == 0xEE),
+            "tail untouched"
+        );
+    }
+}
