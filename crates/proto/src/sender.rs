@@ -252,11 +252,12 @@ impl Endpoint {
         if header.has_flag(Flags::ACK_ALL) {
             op.collections.ack_all();
         } else {
-            let c = op.collections.of_frame(header.frame_index);
-            if header.frame_index >= op.next_new.max(1) && c >= op.collections.count() {
+            // Only frames that went out can be acknowledged.
+            if header.frame_index >= op.next_new {
                 self.count_drop(Some(header.src), DropReason::Invalid);
                 return;
             }
+            let c = op.collections.of_frame(header.frame_index);
             let acked = op.collections.ack(c, now);
             if let Some(rtt_ns) = acked.rtt_ns {
                 let (min_ns, max_ns) = (self.config.rto_min_ns, self.config.rto_max_ns);
