@@ -50,10 +50,6 @@ impl Collections {
         }
     }
 
-    pub fn unit(&self) -> u32 {
-        self.unit
-    }
-
     pub fn count(&self) -> u32 {
         self.frames.div_ceil(self.unit)
     }
@@ -165,7 +161,7 @@ impl Collections {
         for c in self.base..end {
             let bit = 1u64 << (c - self.base);
             let timer = &mut self.timers[Self::slot(c)];
-            if self.acked & bit != 0 || !timer.deadline_ns.is_some_and(|d| d <= now) {
+            if self.acked & bit != 0 || timer.deadline_ns.is_none_or(|d| d > now) {
                 continue;
             }
             timer.retries += 1;
@@ -201,11 +197,6 @@ impl Collections {
 
     pub fn has_resend(&self) -> bool {
         self.resend != 0
-    }
-
-    pub fn retries(&self, c: u32) -> u32 {
-        self.bit(c)
-            .map_or(0, |_| self.timers[Self::slot(c)].retries)
     }
 }
 
@@ -256,7 +247,7 @@ mod tests {
         assert_eq!(collections.take_resend(), Some(2));
         assert_eq!(collections.take_resend(), None);
         assert!(
-            !collections.ack(0, 200).rtt_ns.is_some(),
+            collections.ack(0, 200).rtt_ns.is_none(),
             "Karn: no sample after a retry"
         );
         collections.ack(2, 200);

@@ -45,7 +45,7 @@ impl Endpoint {
     pub(crate) fn expire_peers(&mut self, now: Nanos) {
         for peer in 0..self.size {
             let state = &self.peers[peer as usize];
-            if !state.probe_deadline_ns.is_some_and(|d| d <= now) {
+            if state.probe_deadline_ns.is_none_or(|d| d > now) {
                 continue;
             }
             if state.probe_retries >= self.config.max_retries {

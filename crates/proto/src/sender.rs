@@ -81,6 +81,9 @@ impl Endpoint {
 
     /// Starts queued sends of every peer that can take more (after credits or a window opened).
     pub(crate) fn start_queued_sends(&mut self, now: Nanos) {
+        if !self.sends.occupied_any() {
+            return;
+        }
         for dst in 0..self.size {
             if self.peers[dst as usize].queue_head != NONE {
                 self.start_queued_for(now, dst);

@@ -71,8 +71,8 @@ impl<T> Slab<T> {
         self.slots[index as usize].generation
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.usage.in_use
+    pub(crate) fn occupied_any(&self) -> bool {
+        self.usage.in_use > 0
     }
 
     /// Indices of occupied slots, in index order (deterministic).
