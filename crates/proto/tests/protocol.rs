@@ -418,3 +418,45 @@ fn per_peer_state_is_small_and_fixed() {
         "per-peer state grew to {bytes} bytes; update docs/protocol.md"
     );
 }
+
+/// Loses the first `count` frames of `kind`: each lost control frame must be recovered.
+fn lose_first(net: &mut Net, kind: nicmsg_wire::FrameKind, count: u32) {
+    let mut remaining = count;
+    net.filter = Some(Box::new(move |bytes: &[u8]| {
+        let hit = bytes[nicmsg_wire::field::KIND] == kind as u8 && remaining > 0;
+        remaining -= u32::from(hit);
+        hit
+    }));
+}
+
+#[test]
+fn every_lost_control_frame_is_recovered() {
+    use nicmsg_wire::FrameKind::*;
+    for kind in [Eager, Rts, Cts, Data, Ack, End, MsgAck, Cleanup, Credit] {
+        for count in [1, 3] {
+            for (len, recv_first) in [
+                (100usize, false),
+                (5000, true),
+                (200_000, true),
+                (200_000, false),
+            ] {
+                let mut net = Net::new(2, test_config());
+                lose_first(&mut net, kind, count);
+                let (send, recv, bytes) = transfer(&mut net, len, recv_first);
+                assert!(
+                    send.result.is_ok() && recv.result.is_ok(),
+                    "{kind:?} x{count} len {len}"
+                );
+                assert!(bytes == pattern(len, 3), "{kind:?} len {len}");
+                net.run(net.now + 60_000_000_000);
+                for endpoint in &net.endpoints {
+                    assert!(
+                        endpoint.usage().is_empty(),
+                        "{kind:?} x{count} len {len}: {:?}",
+                        endpoint.usage()
+                    );
+                }
+            }
+        }
+    }
+}

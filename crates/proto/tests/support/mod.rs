@@ -25,6 +25,8 @@ pub struct Net {
     rng: u64,
     pub loss: f64,
     pub frames: u64,
+    /// Drops a frame when it returns true (targeted loss of one frame kind).
+    pub filter: Option<Box<dyn FnMut(&[u8]) -> bool>>,
 }
 
 impl Net {
@@ -42,6 +44,7 @@ impl Net {
             rng: 0x9E37_79B9_7F4A_7C15,
             loss: 0.0,
             frames: 0,
+            filter: None,
         }
     }
 
@@ -110,6 +113,9 @@ impl Net {
                     .unwrap();
                 self.frames += 1;
                 if self.random() < self.loss {
+                    continue;
+                }
+                if self.filter.as_mut().is_some_and(|drop| drop(&bytes)) {
                     continue;
                 }
                 self.in_flight
