@@ -21,8 +21,10 @@ pub enum WireError {
     UnexpectedPayload(u32),
     #[error("message header disagrees with the frame type")]
     ProtocolMismatch,
-    #[error("frame payload size must be positive")]
-    ZeroFramePayload,
+    #[error("frame payload size {0} leaves no room after the 24-byte message header")]
+    FramePayloadTooSmall(u32),
+    #[error("acknowledgement unit must be at least one frame")]
+    ZeroAckUnit,
     #[error("checksum mismatch: header says {stored:#010x}, computed {computed:#010x}")]
     BadChecksum { stored: u32, computed: u32 },
     #[error("output buffer of {have} bytes is too small for {need}")]

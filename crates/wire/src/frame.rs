@@ -5,7 +5,7 @@
 //! lets a sender build the headers in one buffer and gather the payload straight from user memory.
 
 use crate::header::{field, read_u32, FRAME_HEADER_LEN, MSG_HEADER_LEN};
-use crate::{FrameHeader, MsgHeader, Protocol, WireError, FrameKind};
+use crate::{FrameHeader, FrameKind, MsgHeader, Protocol, WireError};
 
 /// Largest header block on any frame: frame header plus message header.
 pub const MAX_HEADERS_LEN: usize = FRAME_HEADER_LEN + MSG_HEADER_LEN;
@@ -25,16 +25,25 @@ impl<'a> Frame<'a> {
     /// reads out of bounds.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, WireError> {
         let Some(frame_header) = bytes.first_chunk::<FRAME_HEADER_LEN>() else {
-            return Err(WireError::Truncated { len: bytes.len(), need: FRAME_HEADER_LEN });
+            return Err(WireError::Truncated {
+                len: bytes.len(),
+                need: FRAME_HEADER_LEN,
+            });
         };
         let header = FrameHeader::parse(frame_header)?;
         let headers_len = header.headers_len();
         if bytes.len() < headers_len {
-            return Err(WireError::Truncated { len: bytes.len(), need: headers_len });
+            return Err(WireError::Truncated {
+                len: bytes.len(),
+                need: headers_len,
+            });
         }
         let payload = &bytes[headers_len..];
         if payload.len() != header.payload_len as usize {
-            return Err(WireError::LengthMismatch { declared: header.payload_len, actual: payload.len() });
+            return Err(WireError::LengthMismatch {
+                declared: header.payload_len,
+                actual: payload.len(),
+            });
         }
         let stored = read_u32(frame_header, field::CRC);
         let computed = checksum(&bytes[..headers_len], &[payload]);
@@ -44,20 +53,23 @@ impl<'a> Frame<'a> {
         let msg = if header.kind.has_msg_header() {
             let msg_bytes: &[u8; MSG_HEADER_LEN] = bytes[FRAME_HEADER_LEN..headers_len]
                 .try_into()
-                .map_err(|_| WireError::Truncated { len: bytes.len(), need: headers_len })?;
+                .map_err(|_| WireError::Truncated {
+                    len: bytes.len(),
+                    need: headers_len,
+                })?;
             let msg = MsgHeader::parse(msg_bytes)?;
-            let expected = match header.kind {
-                FrameKind::Eager => Protocol::Eager,
-                _ => Protocol::Rendezvous,
-            };
-            if msg.protocol != expected {
+            if msg.protocol != protocol_of(header.kind) {
                 return Err(WireError::ProtocolMismatch);
             }
             Some(msg)
         } else {
             None
         };
-        Ok(Self { header, msg, payload })
+        Ok(Self {
+            header,
+            msg,
+            payload,
+        })
     }
 }
 
@@ -82,15 +94,47 @@ pub fn emit_headers(
 ) -> Result<usize, WireError> {
     let len = header.headers_len();
     if out.len() < len {
-        return Err(WireError::BufferTooSmall { need: len, have: out.len() });
+        return Err(WireError::BufferTooSmall {
+            need: len,
+            have: out.len(),
+        });
     }
-    assert_eq!(msg.is_some(), header.kind.has_msg_header(), "message header iff EAGER or RTS");
+    header.check()?;
+    check_msg_header(header.kind, msg)?;
     let (frame_bytes, rest) = out.split_at_mut(FRAME_HEADER_LEN);
     header.emit(frame_bytes.try_into().expect("split at header length"));
     if let Some(msg) = msg {
-        msg.emit((&mut rest[..MSG_HEADER_LEN]).try_into().expect("message header length"));
+        msg.emit(
+            (&mut rest[..MSG_HEADER_LEN])
+                .try_into()
+                .expect("message header length"),
+        );
     }
     Ok(len)
+}
+
+/// A message header is present exactly on EAGER and RTS frames, valid, and names the protocol
+/// of its frame kind.
+fn check_msg_header(kind: FrameKind, msg: Option<&MsgHeader>) -> Result<(), WireError> {
+    match msg {
+        None if kind.has_msg_header() => Err(WireError::ProtocolMismatch),
+        Some(_) if !kind.has_msg_header() => Err(WireError::ProtocolMismatch),
+        None => Ok(()),
+        Some(msg) => {
+            msg.check()?;
+            if msg.protocol != protocol_of(kind) {
+                return Err(WireError::ProtocolMismatch);
+            }
+            Ok(())
+        }
+    }
+}
+
+fn protocol_of(kind: FrameKind) -> Protocol {
+    match kind {
+        FrameKind::Eager => Protocol::Eager,
+        _ => Protocol::Rendezvous,
+    }
 }
 
 /// Fills in the checksum of headers already emitted, over those headers and the payload pieces.
@@ -110,9 +154,17 @@ pub fn emit_frame(
     let headers_len = header.headers_len();
     let total = headers_len + payload.len();
     if out.len() < total {
-        return Err(WireError::BufferTooSmall { need: total, have: out.len() });
+        return Err(WireError::BufferTooSmall {
+            need: total,
+            have: out.len(),
+        });
     }
-    debug_assert_eq!(header.payload_len as usize, payload.len());
+    if header.payload_len as usize != payload.len() {
+        return Err(WireError::LengthMismatch {
+            declared: header.payload_len,
+            actual: payload.len(),
+        });
+    }
     emit_headers(header, msg, out)?;
     out[headers_len..total].copy_from_slice(payload);
     let (headers, body) = out[..total].split_at_mut(headers_len);

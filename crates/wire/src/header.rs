@@ -90,34 +90,40 @@ impl FrameHeader {
             return Err(WireError::UnsupportedVersion(bytes[field::VERSION]));
         }
         let kind = FrameKind::from_u8(bytes[field::KIND])?;
-        let flags = read_u16(bytes, field::FLAGS);
-        if flags & !kind.allowed_flags() != 0 {
-            return Err(WireError::BadFlags { flags });
-        }
         if read_u32(bytes, field::RESERVED) != 0 {
             return Err(WireError::ReservedNotZero);
         }
-        let payload_len = read_u32(bytes, field::PAYLOAD_LEN);
-        if payload_len != 0 && !kind.may_carry_payload() {
-            return Err(WireError::UnexpectedPayload(payload_len));
-        }
-        Ok(Self {
+        let header = Self {
             kind,
-            flags,
+            flags: read_u16(bytes, field::FLAGS),
             job: read_u32(bytes, field::JOB),
             src: read_u32(bytes, field::SRC),
             dst: read_u32(bytes, field::DST),
             msg_id: read_u32(bytes, field::MSG_ID),
             frame_index: read_u32(bytes, field::FRAME_INDEX),
             offset: read_u64(bytes, field::OFFSET),
-            payload_len,
+            payload_len: read_u32(bytes, field::PAYLOAD_LEN),
             aux: read_u32(bytes, field::AUX),
-        })
+        };
+        header.check()?;
+        Ok(header)
+    }
+
+    /// The rules a frame header must keep, checked when parsing and when emitting: only the
+    /// flags meaningful on its kind, and no payload on kinds that carry none.
+    pub fn check(&self) -> Result<(), WireError> {
+        if self.flags & !self.kind.allowed_flags() != 0 {
+            return Err(WireError::BadFlags { flags: self.flags });
+        }
+        if self.payload_len != 0 && !self.kind.may_carry_payload() {
+            return Err(WireError::UnexpectedPayload(self.payload_len));
+        }
+        Ok(())
     }
 
     /// Writes the header with a zero checksum field; [`crate::seal`] fills the checksum in.
+    /// Writes exactly what it is given: [`crate::emit_headers`] checks the rules first.
     pub fn emit(&self, bytes: &mut [u8; FRAME_HEADER_LEN]) {
-        debug_assert_eq!(self.flags & !self.kind.allowed_flags(), 0, "flags for {:?}", self.kind);
         bytes[field::VERSION] = VERSION;
         bytes[field::KIND] = self.kind as u8;
         bytes[field::FLAGS].copy_from_slice(&self.flags.to_le_bytes());
@@ -158,8 +164,9 @@ pub struct MsgHeader {
     /// Length of the whole message in bytes.
     pub total_len: u64,
     pub tag: u32,
-    /// Payload bytes in every frame after the first (the first carries the message header too,
-    /// and so `frame_payload - MSG_HEADER_LEN` bytes). Chosen by the sender per message.
+    /// Payload bytes of a frame without message header (DATA). Frames that carry the message
+    /// header (every EAGER frame, and the RTS) carry `frame_payload - MSG_HEADER_LEN` bytes, so
+    /// every frame of a message has the same size on the wire. Chosen by the sender per message.
     pub frame_payload: u32,
     pub protocol: Protocol,
     /// Frames per acknowledged collection for this message.
@@ -171,17 +178,26 @@ impl MsgHeader {
         if bytes[msg_field::RESERVED].iter().any(|&b| b != 0) {
             return Err(WireError::ReservedNotZero);
         }
-        let frame_payload = read_u32(bytes, msg_field::FRAME_PAYLOAD);
-        if frame_payload as usize <= MSG_HEADER_LEN || bytes[msg_field::ACK_UNIT] == 0 {
-            return Err(WireError::ZeroFramePayload);
-        }
-        Ok(Self {
+        let msg = Self {
             total_len: read_u64(bytes, msg_field::TOTAL_LEN),
             tag: read_u32(bytes, msg_field::TAG),
-            frame_payload,
+            frame_payload: read_u32(bytes, msg_field::FRAME_PAYLOAD),
             protocol: Protocol::from_u8(bytes[msg_field::PROTOCOL])?,
             ack_unit: bytes[msg_field::ACK_UNIT],
-        })
+        };
+        msg.check()?;
+        Ok(msg)
+    }
+
+    /// The rules a message header must keep, checked when parsing and when emitting.
+    pub fn check(&self) -> Result<(), WireError> {
+        if self.frame_payload as usize <= MSG_HEADER_LEN {
+            return Err(WireError::FramePayloadTooSmall(self.frame_payload));
+        }
+        if self.ack_unit == 0 {
+            return Err(WireError::ZeroAckUnit);
+        }
+        Ok(())
     }
 
     pub fn emit(&self, bytes: &mut [u8; MSG_HEADER_LEN]) {

@@ -1,0 +1,793 @@
+//! Example-based tests of the wire format: round trips, the exact byte layout, every error path
+//! and single-bit corruption.
+
+mod common;
+
+use common::*;
+use nicmsg_wire::{
+    checksum, emit_frame, emit_headers, field, headers_len, msg_field, seal, Flags, Frame,
+    FrameHeader, FrameKind, MsgHeader, Protocol, WireError, FRAME_HEADER_LEN, MAX_HEADERS_LEN,
+    MSG_HEADER_LEN, VERSION,
+};
+
+// ---------------------------------------------------------------------------------------------
+// Round trips
+
+#[test]
+fn every_kind_round_trips_with_and_without_payload() {
+    for kind in ALL_KINDS {
+        let payloads: &[&[u8]] = if kind.may_carry_payload() {
+            &[&[], PAYLOAD]
+        } else {
+            &[&[]]
+        };
+        for &payload in payloads {
+            let header = header(kind, payload.len());
+            let msg = msg_for(kind);
+            let bytes = build_with(&header, msg.as_ref(), payload);
+            assert_eq!(bytes.len(), headers_len(kind) + payload.len(), "{kind:?}");
+            let frame = Frame::parse(&bytes).unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+            assert_eq!(frame.header, header, "{kind:?}");
+            assert_eq!(frame.msg, msg, "{kind:?}");
+            assert_eq!(frame.payload, payload, "{kind:?}");
+            // The payload is borrowed in place, right after the headers.
+            assert_eq!(frame.payload.as_ptr(), bytes[headers_len(kind)..].as_ptr());
+        }
+    }
+}
+
+#[test]
+fn emit_into_larger_buffer_writes_only_the_frame() {
+    for (kind, bytes) in samples() {
+        let frame = Frame::parse(&bytes).unwrap();
+        let mut out = vec![0xa5u8; bytes.len() + 10];
+        let len = emit_frame(&frame.header, frame.msg.as_ref(), frame.payload, &mut out).unwrap();
+        assert_eq!(len, bytes.len(), "{kind:?}");
+        assert_eq!(&out[..len], &bytes[..], "{kind:?}");
+        assert!(
+            out[len..].iter().all(|&b| b == 0xa5),
+            "{kind:?}: wrote past the frame"
+        );
+    }
+}
+
+#[test]
+fn emit_headers_then_seal_equals_emit_frame() {
+    for (kind, bytes) in samples() {
+        let frame = Frame::parse(&bytes).unwrap();
+        let mut headers = [0xffu8; MAX_HEADERS_LEN];
+        let len = emit_headers(&frame.header, frame.msg.as_ref(), &mut headers).unwrap();
+        assert_eq!(len, headers_len(kind));
+        // Before sealing, the checksum field is zero.
+        assert_eq!(&headers[field::CRC], &[0; 4]);
+        let (first, second) = frame.payload.split_at(frame.payload.len() / 2);
+        seal(&mut headers[..len], &[first, &[], second]);
+        assert_eq!(&headers[..len], &bytes[..len], "{kind:?}");
+    }
+}
+
+#[test]
+fn kind_codes_are_stable() {
+    let codes: Vec<u8> = ALL_KINDS.iter().map(|&k| k as u8).collect();
+    assert_eq!(codes, [1, 2, 3, 4, 5, 6, 7, 8, 9, 0x40, 0x41, 0x50, 0x51]);
+    for kind in ALL_KINDS {
+        assert_eq!(FrameKind::from_u8(kind as u8), Ok(kind));
+    }
+    assert_eq!(Protocol::Eager as u8, 0);
+    assert_eq!(Protocol::Rendezvous as u8, 1);
+    assert_eq!(Protocol::from_u8(0), Ok(Protocol::Eager));
+    assert_eq!(Protocol::from_u8(1), Ok(Protocol::Rendezvous));
+}
+
+#[test]
+fn kind_properties() {
+    use FrameKind::*;
+    for kind in ALL_KINDS {
+        assert_eq!(
+            kind.has_msg_header(),
+            matches!(kind, Eager | Rts),
+            "{kind:?}"
+        );
+        assert_eq!(
+            kind.may_carry_payload(),
+            matches!(kind, Eager | Rts | Data | PdlProgram | PdlMessage),
+            "{kind:?}"
+        );
+        assert_eq!(
+            kind.is_reserved(),
+            matches!(kind, PdlProgram | PdlMessage | AdmitRequest | AdmitGrant),
+            "{kind:?}"
+        );
+        let expected_len = if kind.has_msg_header() { 72 } else { 48 };
+        assert_eq!(headers_len(kind), expected_len, "{kind:?}");
+        assert_eq!(header(kind, 0).headers_len(), expected_len, "{kind:?}");
+    }
+}
+
+#[test]
+fn flag_bits_and_allowed_flags_are_stable() {
+    assert_eq!(
+        [
+            Flags::RSM,
+            Flags::RETRANSMIT,
+            Flags::ACK_ALL,
+            Flags::WAIT,
+            Flags::FROM_START,
+            Flags::TRUNCATED,
+            Flags::REQUEST
+        ],
+        [0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40]
+    );
+    use FrameKind::*;
+    let table: [(FrameKind, u16); 13] = [
+        (Eager, 0x02),
+        (Rts, 0x02),
+        (Cts, 0x10),
+        (Data, 0x03),
+        (Ack, 0x0c),
+        (End, 0x02),
+        (MsgAck, 0x20),
+        (Cleanup, 0x02),
+        (Credit, 0x40),
+        (PdlProgram, 0),
+        (PdlMessage, 0),
+        (AdmitRequest, 0),
+        (AdmitGrant, 0),
+    ];
+    for (kind, allowed) in table {
+        assert_eq!(kind.allowed_flags(), allowed, "{kind:?}");
+    }
+    let h = header(Data, 0);
+    assert!(h.has_flag(Flags::RSM) && h.has_flag(Flags::RETRANSMIT) && !h.has_flag(Flags::WAIT));
+}
+
+#[test]
+fn sizes() {
+    assert_eq!(VERSION, 1);
+    assert_eq!(FRAME_HEADER_LEN, 48);
+    assert_eq!(MSG_HEADER_LEN, 24);
+    assert_eq!(MAX_HEADERS_LEN, 72);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exact layout: any change to these bytes is a wire-format change.
+
+#[test]
+fn frame_header_layout_is_pinned() {
+    // Every multi-byte field holds the byte offsets it occupies, so the little-endian bytes of
+    // the emitted header read 0x04, 0x05, ... 0x27 from offset 4 to offset 39.
+    let header = FrameHeader {
+        kind: FrameKind::Data,
+        flags: Flags::RSM | Flags::RETRANSMIT,
+        job: 0x0706_0504,
+        src: 0x0b0a_0908,
+        dst: 0x0f0e_0d0c,
+        msg_id: 0x1312_1110,
+        frame_index: 0x1716_1514,
+        offset: 0x1f1e_1d1c_1b1a_1918,
+        payload_len: 0x2322_2120,
+        aux: 0x2726_2524,
+    };
+    let mut bytes = [0xeeu8; FRAME_HEADER_LEN];
+    header.emit(&mut bytes);
+    #[rustfmt::skip]
+    let expected: [u8; 48] = [
+        0x01, 0x04, 0x03, 0x00,  // version 1, kind DATA (4), flags RSM|RETRANSMIT (LE)
+        0x04, 0x05, 0x06, 0x07,  // job
+        0x08, 0x09, 0x0a, 0x0b,  // src
+        0x0c, 0x0d, 0x0e, 0x0f,  // dst
+        0x10, 0x11, 0x12, 0x13,  // msg_id
+        0x14, 0x15, 0x16, 0x17,  // frame_index
+        0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f,  // offset
+        0x20, 0x21, 0x22, 0x23,  // payload_len
+        0x24, 0x25, 0x26, 0x27,  // aux
+        0x00, 0x00, 0x00, 0x00,  // reserved
+        0x00, 0x00, 0x00, 0x00,  // checksum (zero until sealed)
+    ];
+    assert_eq!(bytes, expected);
+    // The parser reads the same fields back from those offsets.
+    assert_eq!(FrameHeader::parse(&bytes), Ok(header));
+}
+
+#[test]
+fn field_ranges_are_pinned() {
+    assert_eq!(field::VERSION, 0);
+    assert_eq!(field::KIND, 1);
+    assert_eq!(field::FLAGS, 2..4);
+    assert_eq!(field::JOB, 4..8);
+    assert_eq!(field::SRC, 8..12);
+    assert_eq!(field::DST, 12..16);
+    assert_eq!(field::MSG_ID, 16..20);
+    assert_eq!(field::FRAME_INDEX, 20..24);
+    assert_eq!(field::OFFSET, 24..32);
+    assert_eq!(field::PAYLOAD_LEN, 32..36);
+    assert_eq!(field::AUX, 36..40);
+    assert_eq!(field::RESERVED, 40..44);
+    assert_eq!(field::CRC, 44..48);
+    assert_eq!(msg_field::TOTAL_LEN, 0..8);
+    assert_eq!(msg_field::TAG, 8..12);
+    assert_eq!(msg_field::FRAME_PAYLOAD, 12..16);
+    assert_eq!(msg_field::PROTOCOL, 16);
+    assert_eq!(msg_field::ACK_UNIT, 17);
+    assert_eq!(msg_field::RESERVED, 18..24);
+}
+
+#[test]
+fn msg_header_layout_is_pinned() {
+    let msg = MsgHeader {
+        total_len: 0x0706_0504_0302_0100,
+        tag: 0x0b0a_0908,
+        frame_payload: 0x0f0e_0d0c,
+        protocol: Protocol::Rendezvous,
+        ack_unit: 0x11,
+    };
+    let mut bytes = [0xeeu8; MSG_HEADER_LEN];
+    msg.emit(&mut bytes);
+    #[rustfmt::skip]
+    let expected: [u8; 24] = [
+        0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,  // total_len
+        0x08, 0x09, 0x0a, 0x0b,  // tag
+        0x0c, 0x0d, 0x0e, 0x0f,  // frame_payload
+        0x01,                    // protocol: rendezvous
+        0x11,                    // ack_unit
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // reserved
+    ];
+    assert_eq!(bytes, expected);
+    assert_eq!(MsgHeader::parse(&bytes), Ok(msg));
+}
+
+#[test]
+fn whole_eager_frame_is_pinned() {
+    let header = FrameHeader {
+        kind: FrameKind::Eager,
+        flags: 0,
+        job: 1,
+        src: 2,
+        dst: 3,
+        msg_id: 4,
+        frame_index: 0,
+        offset: 0,
+        payload_len: 3,
+        aux: 0,
+    };
+    let msg = MsgHeader {
+        total_len: 3,
+        tag: 9,
+        frame_payload: 1024,
+        protocol: Protocol::Eager,
+        ack_unit: 1,
+    };
+    let bytes = build_with(&header, Some(&msg), b"abc");
+    #[rustfmt::skip]
+    let expected: [u8; 75] = [
+        // frame header
+        0x01, 0x01, 0x00, 0x00,  // version 1, kind EAGER, no flags
+        0x01, 0x00, 0x00, 0x00,  // job 1
+        0x02, 0x00, 0x00, 0x00,  // src 2
+        0x03, 0x00, 0x00, 0x00,  // dst 3
+        0x04, 0x00, 0x00, 0x00,  // msg_id 4
+        0x00, 0x00, 0x00, 0x00,  // frame_index 0
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // offset 0
+        0x03, 0x00, 0x00, 0x00,  // payload_len 3
+        0x00, 0x00, 0x00, 0x00,  // aux 0
+        0x00, 0x00, 0x00, 0x00,  // reserved
+        0x81, 0xd7, 0xc0, 0x15,  // CRC32C 0x15c0d781, little-endian
+        // message header
+        0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // total_len 3
+        0x09, 0x00, 0x00, 0x00,  // tag 9
+        0x00, 0x04, 0x00, 0x00,  // frame_payload 1024
+        0x00,                    // protocol: eager
+        0x01,                    // ack_unit 1
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // reserved
+        // payload
+        b'a', b'b', b'c',
+    ];
+    assert_eq!(bytes[..], expected[..]);
+}
+
+#[test]
+fn checksum_is_crc32c_over_headers_with_zero_crc_then_payload() {
+    // The standard CRC32C check value pins the polynomial and the conventions.
+    assert_eq!(crc32c_reference(b"123456789"), 0xe306_9283);
+    for (kind, bytes) in samples() {
+        let mut zeroed = bytes.clone();
+        zeroed[field::CRC].fill(0);
+        let expected = crc32c_reference(&zeroed);
+        let stored = u32::from_le_bytes(bytes[field::CRC].try_into().unwrap());
+        assert_eq!(stored, expected, "{kind:?}");
+        let split = headers_len(kind);
+        assert_eq!(
+            checksum(&bytes[..split], &[&bytes[split..]]),
+            expected,
+            "{kind:?}"
+        );
+        // The stored value does not enter the computation.
+        assert_eq!(
+            checksum(&zeroed[..split], &[&zeroed[split..]]),
+            expected,
+            "{kind:?}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Error paths
+
+#[test]
+fn truncated_at_every_length_below_the_headers() {
+    for (kind, bytes) in samples() {
+        let need = headers_len(kind);
+        for len in 0..need {
+            let expected_need = if len < FRAME_HEADER_LEN {
+                FRAME_HEADER_LEN
+            } else {
+                need
+            };
+            assert_eq!(
+                Frame::parse(&bytes[..len]),
+                Err(WireError::Truncated {
+                    len,
+                    need: expected_need
+                }),
+                "{kind:?} cut to {len} bytes"
+            );
+        }
+    }
+}
+
+#[test]
+fn truncated_payload_is_a_length_mismatch() {
+    for (kind, bytes) in samples() {
+        let headers = headers_len(kind);
+        let declared = u32::try_from(bytes.len() - headers).unwrap();
+        for len in headers..bytes.len() {
+            assert_eq!(
+                Frame::parse(&bytes[..len]),
+                Err(WireError::LengthMismatch {
+                    declared,
+                    actual: len - headers
+                }),
+                "{kind:?} cut to {len} bytes"
+            );
+        }
+    }
+}
+
+#[test]
+fn trailing_bytes_are_a_length_mismatch() {
+    for (kind, bytes) in samples() {
+        let headers = headers_len(kind);
+        let declared = u32::try_from(bytes.len() - headers).unwrap();
+        let mut longer = bytes.clone();
+        longer.push(0);
+        reseal(&mut longer);
+        assert_eq!(
+            Frame::parse(&longer),
+            Err(WireError::LengthMismatch {
+                declared,
+                actual: declared as usize + 1
+            }),
+            "{kind:?}"
+        );
+    }
+}
+
+#[test]
+fn declared_payload_length_differs_from_actual() {
+    for kind in ALL_KINDS.into_iter().filter(|k| k.may_carry_payload()) {
+        let mut bytes = build(kind, true);
+        let actual = PAYLOAD.len();
+        for declared in [0, actual as u32 - 1, actual as u32 + 1, u32::MAX] {
+            bytes[field::PAYLOAD_LEN].copy_from_slice(&declared.to_le_bytes());
+            reseal(&mut bytes);
+            assert_eq!(
+                Frame::parse(&bytes),
+                Err(WireError::LengthMismatch { declared, actual }),
+                "{kind:?} declaring {declared}"
+            );
+        }
+    }
+}
+
+#[test]
+fn wrong_version() {
+    for (kind, bytes) in samples() {
+        for version in (0..=u8::MAX).filter(|&v| v != VERSION) {
+            let mut bad = bytes.clone();
+            bad[field::VERSION] = version;
+            reseal(&mut bad);
+            assert_eq!(
+                Frame::parse(&bad),
+                Err(WireError::UnsupportedVersion(version)),
+                "{kind:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn unknown_kind() {
+    let known: Vec<u8> = ALL_KINDS.iter().map(|&k| k as u8).collect();
+    let bytes = build(FrameKind::Cts, false);
+    for code in (0..=u8::MAX).filter(|c| !known.contains(c)) {
+        assert_eq!(FrameKind::from_u8(code), Err(WireError::UnknownKind(code)));
+        let mut bad = bytes.clone();
+        bad[field::KIND] = code;
+        reseal(&mut bad);
+        assert_eq!(
+            Frame::parse(&bad),
+            Err(WireError::UnknownKind(code)),
+            "code {code:#x}"
+        );
+    }
+}
+
+#[test]
+fn flags_not_allowed_for_the_kind() {
+    for (kind, bytes) in samples() {
+        for bit in 0..16 {
+            let flag = 1u16 << bit;
+            let flags = kind.allowed_flags() | flag;
+            let mut frame = bytes.clone();
+            frame[field::FLAGS].copy_from_slice(&flags.to_le_bytes());
+            reseal(&mut frame);
+            let result = Frame::parse(&frame);
+            if kind.allowed_flags() & flag != 0 {
+                assert!(
+                    result.is_ok(),
+                    "{kind:?} with allowed flag {flag:#x}: {result:?}"
+                );
+            } else {
+                assert_eq!(
+                    result,
+                    Err(WireError::BadFlags { flags }),
+                    "{kind:?} flag {flag:#x}"
+                );
+            }
+        }
+        // Every allowed flag may also be absent.
+        let mut no_flags = bytes.clone();
+        no_flags[field::FLAGS].fill(0);
+        reseal(&mut no_flags);
+        assert!(Frame::parse(&no_flags).is_ok(), "{kind:?} without flags");
+    }
+}
+
+#[test]
+fn frame_header_reserved_bytes_must_be_zero() {
+    for (kind, bytes) in samples() {
+        for at in field::RESERVED {
+            for value in [1u8, 0x80, 0xff] {
+                let mut bad = bytes.clone();
+                bad[at] = value;
+                reseal(&mut bad);
+                assert_eq!(
+                    Frame::parse(&bad),
+                    Err(WireError::ReservedNotZero),
+                    "{kind:?} @{at}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn msg_header_reserved_bytes_must_be_zero() {
+    for kind in [FrameKind::Eager, FrameKind::Rts] {
+        for with_payload in [false, true] {
+            let bytes = build(kind, with_payload);
+            for at in msg_field::RESERVED {
+                let mut bad = bytes.clone();
+                bad[FRAME_HEADER_LEN + at] = 1;
+                reseal(&mut bad);
+                assert_eq!(
+                    Frame::parse(&bad),
+                    Err(WireError::ReservedNotZero),
+                    "{kind:?} @{at}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn payload_on_a_kind_that_carries_none() {
+    for kind in ALL_KINDS.into_iter().filter(|k| !k.may_carry_payload()) {
+        for payload_len in [1u32, 100, u32::MAX] {
+            // Declared but absent, and declared and present: the header alone is refused.
+            let mut bytes = build(kind, false);
+            bytes[field::PAYLOAD_LEN].copy_from_slice(&payload_len.to_le_bytes());
+            reseal(&mut bytes);
+            assert_eq!(
+                Frame::parse(&bytes),
+                Err(WireError::UnexpectedPayload(payload_len)),
+                "{kind:?}"
+            );
+            if payload_len == 100 {
+                bytes.extend_from_slice(&[7; 100]);
+                reseal(&mut bytes);
+                assert_eq!(Frame::parse(&bytes), Err(WireError::UnexpectedPayload(100)));
+            }
+        }
+    }
+}
+
+#[test]
+fn msg_header_protocol_must_match_the_kind() {
+    for (kind, wrong) in [
+        (FrameKind::Eager, Protocol::Rendezvous),
+        (FrameKind::Rts, Protocol::Eager),
+    ] {
+        let mut msg = msg_for(kind).unwrap();
+        msg.protocol = wrong;
+        let bytes = build_with(&header(kind, 0), Some(&msg), &[]);
+        assert_eq!(
+            Frame::parse(&bytes),
+            Err(WireError::ProtocolMismatch),
+            "{kind:?}"
+        );
+    }
+}
+
+#[test]
+fn unknown_protocol() {
+    for kind in [FrameKind::Eager, FrameKind::Rts] {
+        let bytes = build(kind, false);
+        for code in 2..=u8::MAX {
+            assert_eq!(
+                Protocol::from_u8(code),
+                Err(WireError::UnknownProtocol(code))
+            );
+            let mut bad = bytes.clone();
+            bad[FRAME_HEADER_LEN + msg_field::PROTOCOL] = code;
+            reseal(&mut bad);
+            assert_eq!(
+                Frame::parse(&bad),
+                Err(WireError::UnknownProtocol(code)),
+                "{kind:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn frame_payload_must_exceed_the_msg_header() {
+    // The first frame of a message carries `frame_payload - MSG_HEADER_LEN` message bytes, so
+    // anything up to MSG_HEADER_LEN is refused.
+    for kind in [FrameKind::Eager, FrameKind::Rts] {
+        for frame_payload in [0u32, 1, MSG_HEADER_LEN as u32 - 1, MSG_HEADER_LEN as u32] {
+            let mut msg = msg_for(kind).unwrap();
+            msg.frame_payload = frame_payload;
+            let bytes = build_with(&header(kind, 0), Some(&msg), &[]);
+            assert_eq!(
+                Frame::parse(&bytes),
+                Err(WireError::FramePayloadTooSmall(frame_payload)),
+                "{frame_payload}"
+            );
+        }
+        for frame_payload in [MSG_HEADER_LEN as u32 + 1, u32::MAX] {
+            let mut msg = msg_for(kind).unwrap();
+            msg.frame_payload = frame_payload;
+            let bytes = build_with(&header(kind, 0), Some(&msg), &[]);
+            assert_eq!(Frame::parse(&bytes).unwrap().msg, Some(msg));
+        }
+    }
+}
+
+#[test]
+fn ack_unit_must_be_positive() {
+    for kind in [FrameKind::Eager, FrameKind::Rts] {
+        let mut msg = msg_for(kind).unwrap();
+        msg.ack_unit = 0;
+        let bytes = build_with(&header(kind, 0), Some(&msg), &[]);
+        assert_eq!(
+            Frame::parse(&bytes),
+            Err(WireError::ZeroAckUnit),
+            "{kind:?}"
+        );
+        msg.ack_unit = 1;
+        let bytes = build_with(&header(kind, 0), Some(&msg), &[]);
+        assert!(Frame::parse(&bytes).is_ok(), "{kind:?}");
+    }
+}
+
+#[test]
+fn bad_checksum() {
+    for (kind, bytes) in samples() {
+        let computed = u32::from_le_bytes(bytes[field::CRC].try_into().unwrap());
+        for stored in [0, computed ^ 1, !computed, computed.rotate_left(8)] {
+            let mut bad = bytes.clone();
+            bad[field::CRC].copy_from_slice(&stored.to_le_bytes());
+            assert_eq!(
+                Frame::parse(&bad),
+                Err(WireError::BadChecksum { stored, computed }),
+                "{kind:?}"
+            );
+        }
+        // A changed field, message header or payload byte is caught by the checksum too.
+        let at = if bytes.len() > FRAME_HEADER_LEN {
+            bytes.len() - 1
+        } else {
+            field::JOB.start
+        };
+        let mut bad = bytes.clone();
+        bad[at] ^= 0x10;
+        assert!(
+            matches!(Frame::parse(&bad), Err(WireError::BadChecksum { stored, .. }) if stored == computed),
+            "{kind:?}"
+        );
+    }
+}
+
+#[test]
+fn emit_into_a_buffer_too_small() {
+    for (kind, bytes) in samples() {
+        let frame = Frame::parse(&bytes).unwrap();
+        let need = bytes.len();
+        for have in 0..need {
+            let mut out = vec![0x5au8; have];
+            assert_eq!(
+                emit_frame(&frame.header, frame.msg.as_ref(), frame.payload, &mut out),
+                Err(WireError::BufferTooSmall { need, have }),
+                "{kind:?}"
+            );
+            assert!(
+                out.iter().all(|&b| b == 0x5a),
+                "{kind:?}: wrote into a too-small buffer"
+            );
+        }
+        let headers = headers_len(kind);
+        for have in 0..headers {
+            let mut out = vec![0x5au8; have];
+            assert_eq!(
+                emit_headers(&frame.header, frame.msg.as_ref(), &mut out),
+                Err(WireError::BufferTooSmall {
+                    need: headers,
+                    have
+                }),
+                "{kind:?}"
+            );
+            assert!(
+                out.iter().all(|&b| b == 0x5a),
+                "{kind:?}: wrote into a too-small buffer"
+            );
+        }
+    }
+}
+
+#[test]
+fn emit_headers_refuses_a_missing_msg_header() {
+    let mut out = [0u8; MAX_HEADERS_LEN];
+    let result = emit_headers(&header(FrameKind::Eager, 0), None, &mut out);
+    assert_eq!(result, Err(WireError::ProtocolMismatch));
+}
+
+#[test]
+fn emit_headers_refuses_a_msg_header_on_other_kinds() {
+    let mut out = [0u8; MAX_HEADERS_LEN];
+    let msg = msg_for(FrameKind::Rts).unwrap();
+    let result = emit_headers(&header(FrameKind::Data, 0), Some(&msg), &mut out);
+    assert_eq!(result, Err(WireError::ProtocolMismatch));
+}
+
+#[test]
+fn error_messages_are_informative() {
+    let cases = [
+        (
+            WireError::Truncated { len: 3, need: 48 },
+            "frame of 3 bytes is shorter than its 48-byte headers",
+        ),
+        (
+            WireError::UnsupportedVersion(7),
+            "unsupported wire version 7 (this build speaks version 1)",
+        ),
+        (WireError::UnknownKind(0xab), "unknown frame type 0xab"),
+        (WireError::UnknownProtocol(9), "unknown message protocol 9"),
+        (
+            WireError::BadFlags { flags: 0x80 },
+            "flags 0x0080 not allowed on this frame type",
+        ),
+        (WireError::ReservedNotZero, "reserved field is not zero"),
+        (
+            WireError::LengthMismatch {
+                declared: 5,
+                actual: 4,
+            },
+            "payload length 5 does not match the 4 bytes present",
+        ),
+        (
+            WireError::UnexpectedPayload(2),
+            "this frame type carries no payload, found 2 bytes",
+        ),
+        (
+            WireError::ProtocolMismatch,
+            "message header disagrees with the frame type",
+        ),
+        (
+            WireError::FramePayloadTooSmall(3),
+            "frame payload size 3 leaves no room after the 24-byte message header",
+        ),
+        (
+            WireError::BadChecksum {
+                stored: 1,
+                computed: 0xdeadbeef,
+            },
+            "checksum mismatch: header says 0x00000001, computed 0xdeadbeef",
+        ),
+        (
+            WireError::BufferTooSmall { need: 72, have: 10 },
+            "output buffer of 10 bytes is too small for 72",
+        ),
+    ];
+    for (error, message) in cases {
+        assert_eq!(error.to_string(), message);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Corruption
+
+#[test]
+fn every_single_bit_flip_is_rejected() {
+    for (kind, bytes) in samples() {
+        for bit in 0..bytes.len() * 8 {
+            let mut bad = bytes.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            let result = Frame::parse(&bad);
+            assert!(
+                result.is_err(),
+                "{kind:?}: flip of bit {bit} accepted: {result:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_single_bit_flip_in_a_full_size_frame_is_rejected() {
+    // A frame the size of a jumbo Ethernet payload: CRC32C still detects every single-bit error.
+    let payload: Vec<u8> = (0..9000u32).map(|i| (i * 31 + 7) as u8).collect();
+    let bytes = build_with(&header(FrameKind::Data, payload.len()), None, &payload);
+    assert!(Frame::parse(&bytes).is_ok());
+    let mut bad = bytes.clone();
+    for bit in 0..bytes.len() * 8 {
+        bad[bit / 8] ^= 1 << (bit % 8);
+        assert!(Frame::parse(&bad).is_err(), "flip of bit {bit} accepted");
+        bad[bit / 8] ^= 1 << (bit % 8);
+    }
+}
+
+#[test]
+fn emit_refuses_what_parse_would_refuse() {
+    let mut out = [0u8; 256];
+    let mut bad_flags = header(FrameKind::Ack, 0);
+    bad_flags.flags = Flags::RSM;
+    assert_eq!(
+        emit_frame(&bad_flags, None, &[], &mut out),
+        Err(WireError::BadFlags { flags: Flags::RSM })
+    );
+    let mut control_with_payload = header(FrameKind::Cts, 0);
+    control_with_payload.payload_len = 4;
+    assert_eq!(
+        emit_frame(&control_with_payload, None, &[1, 2, 3, 4], &mut out),
+        Err(WireError::UnexpectedPayload(4))
+    );
+    let eager = header(FrameKind::Eager, 3);
+    assert_eq!(
+        emit_frame(&eager, None, &[1, 2, 3], &mut out),
+        Err(WireError::ProtocolMismatch)
+    );
+    let mut msg = msg_for(FrameKind::Eager).unwrap();
+    msg.ack_unit = 0;
+    assert_eq!(
+        emit_frame(&eager, Some(&msg), &[1, 2, 3], &mut out),
+        Err(WireError::ZeroAckUnit)
+    );
+    let msg = msg_for(FrameKind::Eager).unwrap();
+    assert_eq!(
+        emit_frame(&eager, Some(&msg), &[1, 2], &mut out),
+        Err(WireError::LengthMismatch {
+            declared: 3,
+            actual: 2
+        })
+    );
+}
