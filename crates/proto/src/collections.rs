@@ -185,6 +185,18 @@ impl Collections {
         }
     }
 
+    /// Marks every sent, unacknowledged collection for resending now, keeping retry counts.
+    pub fn resend_all_sent(&mut self, sent_limit: u32) {
+        let end = (self.base + WINDOW).min(self.count());
+        for c in self.base..end {
+            let bit = 1u64 << (c - self.base);
+            if self.acked & bit == 0 && self.frames_of(c).end <= sent_limit {
+                self.resend |= bit;
+                self.timers[Self::slot(c)].deadline_ns = None;
+            }
+        }
+    }
+
     /// Oldest collection marked for resending, removing the mark.
     pub fn take_resend(&mut self) -> Option<u32> {
         if self.resend == 0 {

@@ -150,7 +150,7 @@ fn seal_with_payload(transmit: &mut Transmit, headers_len: usize, memory: &impl 
     let count = transmit.pieces().len();
     pieces[..count].copy_from_slice(transmit.pieces());
     let mut slices: [&[u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
-    for (slot, piece) in slices.iter_mut().zip(pieces.iter()) {
+    for (slot, piece) in slices.iter_mut().zip(&pieces[..count]) {
         let start = piece.offset as usize;
         *slot = memory
             .region(piece.region)

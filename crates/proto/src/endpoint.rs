@@ -165,11 +165,12 @@ impl Endpoint {
         self.start_queued_sends(now);
     }
 
-    /// Runs every timer due at `now`.
-    pub fn handle_timeout(&mut self, now: Nanos) {
-        self.expire_sends(now);
+    /// Runs every timer due at `now`. Memory is lent because a timeout can declare a peer
+    /// unreachable, which hands its fully received messages to waiting receives.
+    pub fn handle_timeout(&mut self, now: Nanos, memory: &mut impl HostMemory) {
+        self.expire_sends(now, memory);
         self.expire_incoming(now);
-        self.expire_peers(now);
+        self.expire_peers(now, memory);
         self.start_queued_sends(now);
     }
 

@@ -42,14 +42,14 @@ impl Endpoint {
         }
     }
 
-    pub(crate) fn expire_peers(&mut self, now: Nanos) {
+    pub(crate) fn expire_peers(&mut self, now: Nanos, memory: &mut impl HostMemory) {
         for peer in 0..self.size {
             let state = &self.peers[peer as usize];
             if state.probe_deadline_ns.is_none_or(|d| d > now) {
                 continue;
             }
             if state.probe_retries >= self.config.max_retries {
-                self.declare_unreachable(peer);
+                self.declare_unreachable(now, peer, memory);
                 continue;
             }
             let max_ns = self.config.rto_max_ns;
@@ -66,21 +66,58 @@ impl Endpoint {
 
     /// Gives up on `peer`: every pending operation involving it completes with
     /// `PeerUnreachable`; fully received messages from it stay deliverable.
-    pub(crate) fn declare_unreachable(&mut self, peer: Rank) {
+    pub(crate) fn declare_unreachable(
+        &mut self,
+        now: Nanos,
+        peer: Rank,
+        memory: &mut impl HostMemory,
+    ) {
         if self.peers[peer as usize].unreachable {
             return;
         }
         self.peers[peer as usize].unreachable = true;
         self.stats.peers_declared_unreachable += 1;
+        self.peer_stats[peer as usize].peers_declared_unreachable += 1;
         let error = OpError::PeerUnreachable { peer };
         self.fail_sends_to(peer, error);
+        // Incomplete messages go first, so that releasing the complete ones behind a gap
+        // cannot match a receive to a message that will never finish.
         self.fail_incoming_from(peer, error);
+        self.release_held_messages(now, peer, memory);
         self.fail_receives_naming(peer, error);
         let state = &mut self.peers[peer as usize];
         state.probe_deadline_ns = None;
         state.waiters = 0;
         self.control.retain(|c| c.dst != peer);
         self.control_usage.set(self.control.len());
+    }
+
+    /// Complete eager messages of a dead peer that wait behind a message that will now never
+    /// arrive: match them (in id order) as if the gap had closed, so nothing that arrived is lost.
+    fn release_held_messages(&mut self, now: Nanos, peer: Rank, memory: &mut impl HostMemory) {
+        let next = self.peers[peer as usize].next_match;
+        let mut held: Vec<(u32, u32)> = self
+            .incoming
+            .occupied()
+            .filter_map(|i| {
+                let entry = self.incoming.get(i)?;
+                let waiting = entry.peer == peer && !entry.matched && !entry.in_unexpected;
+                let complete = entry.is_eager() && entry.phase == RxPhase::DataComplete;
+                (waiting && complete).then(|| (entry.msg_id.wrapping_sub(next), entry.msg_id))
+            })
+            .collect();
+        held.sort_unstable();
+        for (_, msg_id) in held {
+            let still_waiting = self
+                .incoming_index
+                .get(&(peer, msg_id))
+                .and_then(|&i| self.incoming.get(i))
+                .is_some_and(|e| !e.matched && !e.in_unexpected);
+            if still_waiting {
+                self.peers[peer as usize].next_match = msg_id;
+                self.match_in_order(now, peer, memory);
+            }
+        }
     }
 
     fn fail_sends_to(&mut self, peer: Rank, error: OpError) {

@@ -142,12 +142,11 @@ impl Endpoint {
                     }
                     self.bind(now, recv, incoming, memory);
                 }
-                None if self.config.unexpected == UnexpectedPolicy::Buffer => {
+                None => {
                     self.unexpected.push_back(incoming);
                     self.incoming.get_mut(incoming).expect("live").in_unexpected = true;
                     self.complete_probes_for(incoming);
                 }
-                None => return,
             }
             let state = &mut self.peers[peer as usize];
             state.next_match = state.next_match.wrapping_add(1);
@@ -185,16 +184,34 @@ impl Endpoint {
             if entry.phase == RxPhase::DataComplete {
                 self.deliver_eager(incoming, memory);
             } else {
+                let discarded_data = entry.discarded;
                 if entry.dest == Dest::Nowhere {
                     entry.dest = Dest::Recv(recv);
                 }
                 self.set_waiter(incoming, true);
+                if discarded_data {
+                    self.request_resend(incoming);
+                }
             }
             return;
         }
         entry.dest = Dest::Recv(recv);
         self.set_waiter(incoming, true);
         self.grant_first_window(incoming);
+    }
+
+    /// `drop` mode: the data of this eager message was discarded while no receive waited; now
+    /// that one does, ask the sender to resend at once instead of at its next timeout.
+    fn request_resend(&mut self, incoming: u32) {
+        let entry = self.incoming.get(incoming).expect("live");
+        let cts = crate::receiver::control(
+            entry.peer,
+            nicmsg_wire::FrameKind::Cts,
+            nicmsg_wire::Flags::FROM_START,
+            entry.msg_id,
+            entry.frames,
+        );
+        self.queue_control(cts);
     }
 
     /// A receive too short for its message: the message is consumed without data.

@@ -146,6 +146,8 @@ pub(crate) struct Incoming {
     pub matched: bool,
     pub in_unexpected: bool,
     pub truncated: bool,
+    /// Some frame was discarded for want of a receive (`drop` mode, or a rendezvous RTS).
+    pub discarded: bool,
     /// Frames granted to the sender so far (rendezvous).
     pub granted: u32,
     /// Frames the receiver would grant if its tracking window allowed.
@@ -173,6 +175,7 @@ impl Incoming {
             matched: false,
             in_unexpected: false,
             truncated: false,
+            discarded: false,
             granted: 1,
             grant_target: 1,
             phase: RxPhase::Receiving,

@@ -126,12 +126,12 @@ impl Endpoint {
             self.count_drop(Some(peer), DropReason::Invalid);
             return None;
         }
-        let drop_mode = self.config.unexpected == UnexpectedPolicy::Drop;
-        if drop_mode && !self.can_match_now(peer, header.msg_id, msg.tag) {
-            self.answer_wait(header);
-            return None;
-        }
-        let eager_needs_buffer = msg.protocol == Protocol::Eager
+        // In `buffer` mode an eager message that cannot be matched at once needs one of the
+        // peer's buffers; credits guarantee one unless the sender broke the protocol. In `drop`
+        // mode only its header is kept and its data is discarded.
+        let buffering = self.config.unexpected == UnexpectedPolicy::Buffer;
+        let eager_needs_buffer = buffering
+            && msg.protocol == Protocol::Eager
             && !self.can_match_now(peer, header.msg_id, msg.tag)
             && !self.has_free_eager_buffer(peer);
         if eager_needs_buffer {
@@ -146,7 +146,7 @@ impl Endpoint {
         self.incoming_index.insert((peer, header.msg_id), index);
         self.match_in_order(now, peer, memory);
         let entry = self.incoming.get(index).expect("just inserted");
-        if entry.is_eager() && entry.dest == Dest::Nowhere {
+        if buffering && entry.is_eager() && entry.dest == Dest::Nowhere {
             let assigned = self.assign_eager_buffer(index);
             debug_assert!(assigned, "checked before admitting");
         }
@@ -229,10 +229,9 @@ impl Endpoint {
             return;
         }
         if !self.store_payload(index, header.offset, payload, memory) {
-            // Rendezvous header kept without a receive: the data waits for the CTS.
-            if header.kind == FrameKind::Rts {
-                self.answer_wait(header);
-            }
+            // Header kept, no receive yet: the data is resent once one is posted.
+            self.incoming.get_mut(index).expect("live").discarded = true;
+            self.answer_wait(header);
             return;
         }
         let entry = self.incoming.get_mut(index).expect("live");

@@ -299,7 +299,15 @@ impl Endpoint {
         };
         let pre = self.config.rsm_pre_frames;
         let op = self.sends.get_mut(index).expect("active send");
-        if op.is_eager() || op.phase != SendPhase::Streaming {
+        if op.phase != SendPhase::Streaming {
+            return;
+        }
+        if op.is_eager() {
+            // The receiver discarded our frames (`drop` mode) and now has a receive for them.
+            if header.has_flag(Flags::FROM_START) {
+                op.collections.resend_all_sent(op.next_new);
+                self.mark_ready(index);
+            }
             return;
         }
         if header.has_flag(Flags::FROM_START) && op.granted <= 1 {
@@ -357,7 +365,7 @@ impl Endpoint {
 
     /// Retransmits timed-out collections, repeats RTS/RSM/END whose answer is overdue, and
     /// declares the peer unreachable after `max_retries`.
-    pub(crate) fn expire_sends(&mut self, now: Nanos) {
+    pub(crate) fn expire_sends(&mut self, now: Nanos, memory: &mut impl HostMemory) {
         let max_retries = self.config.max_retries;
         let mut dead = Vec::new();
         let due: Vec<u32> = self
@@ -392,7 +400,7 @@ impl Endpoint {
             self.mark_ready(index);
         }
         for peer in dead {
-            self.declare_unreachable(peer);
+            self.declare_unreachable(now, peer, memory);
         }
     }
 

@@ -92,9 +92,9 @@ impl Net {
                 );
                 endpoint.handle_frame(self.now, &bytes, memory);
             } else {
-                for endpoint in &mut self.endpoints {
+                for (endpoint, memory) in self.endpoints.iter_mut().zip(&mut self.memories) {
                     if endpoint.poll_timeout().is_some_and(|t| t <= self.now) {
-                        endpoint.handle_timeout(self.now);
+                        endpoint.handle_timeout(self.now, memory);
                     }
                 }
             }
