@@ -1,1 +1,277 @@
-fn main() {}
+//! Command line of the simulator: sweeps of many seeds, or the replay of one.
+
+use clap::Parser;
+use nicmsg_proto::UnexpectedPolicy;
+use nicmsg_sim::report::{fmt_ns, render_failure};
+use nicmsg_sim::{
+    run_catching, sweep, Limits, NetConfig, ProtoParams, RunSpec, SweepOptions, SweepPlan,
+    WorkloadKind,
+};
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "nicmsg-sim",
+    about = "Deterministic network simulator for the nicmsg protocol core",
+    long_about = "Runs nicmsg protocol endpoints over a simulated lossy network in virtual time and checks \
+                  delivery, ordering, completion and resource invariants. Every run is a pure function of \
+                  its seed and parameters; each violation is printed with the command that replays it."
+)]
+struct Cli {
+    /// Replay this one seed (with every loss rate and policy given).
+    #[arg(long, conflicts_with = "seeds")]
+    seed: Option<u64>,
+    /// Number of seeds to sweep.
+    #[arg(long, default_value_t = 100)]
+    seeds: u64,
+    /// First seed of the sweep.
+    #[arg(long, default_value_t = 0)]
+    seed_start: u64,
+    /// Workload name, comma-separated names, or `all` (seed s then runs workload s mod count).
+    #[arg(long, default_value = "all")]
+    workload: String,
+    /// Ranks for the workloads that take a rank count (ping-pong, cancel, truncation use 2).
+    #[arg(long)]
+    ranks: Option<u32>,
+    /// Unexpected-message policy of the endpoints: buffer, drop, or both (each seed twice).
+    #[arg(long, default_value = "buffer")]
+    unexpected: String,
+    /// Messages per workload, as a multiple of the default.
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// Frame loss probabilities, comma-separated; each seed runs with each.
+    #[arg(long, value_delimiter = ',', default_value = "0,0.01,0.05")]
+    loss: Vec<f64>,
+    /// Frame duplication probability.
+    #[arg(long, default_value_t = 0.01)]
+    dup: f64,
+    /// Fraction of frames given an extra random delay (reordering).
+    #[arg(long, default_value_t = 0.05)]
+    reorder: f64,
+    /// Largest extra delay of a reordered frame, in ns.
+    #[arg(long, default_value_t = NetConfig::default().reorder_max_ns)]
+    reorder_max_ns: u64,
+    /// Probability that a frame gets 1 to 3 bits flipped.
+    #[arg(long, default_value_t = 0.01)]
+    corrupt: f64,
+    /// Probability that a run gets a random partition (two groups cut apart for a while).
+    #[arg(long, default_value_t = 0.05)]
+    partition: f64,
+    /// Longest random partition, in ns.
+    #[arg(long, default_value_t = NetConfig::default().partition_max_ns)]
+    partition_max_ns: u64,
+    /// One-way delay in ns.
+    #[arg(long, default_value_t = NetConfig::default().delay_ns)]
+    delay_ns: u64,
+    /// Jitter (uniform extra delay) in ns.
+    #[arg(long, default_value_t = NetConfig::default().jitter_ns)]
+    jitter_ns: u64,
+    /// Link bandwidth in bit/s.
+    #[arg(long, default_value_t = NetConfig::default().bandwidth_bps)]
+    bandwidth_bps: u64,
+    /// MTU of the network and of the endpoints (bytes, headers included).
+    #[arg(long, default_value_t = NetConfig::default().mtu)]
+    mtu: u32,
+    #[arg(long, default_value_t = ProtoParams::default().rto_initial_ns)]
+    rto_initial_ns: u64,
+    #[arg(long, default_value_t = ProtoParams::default().rto_min_ns)]
+    rto_min_ns: u64,
+    #[arg(long, default_value_t = ProtoParams::default().rto_max_ns)]
+    rto_max_ns: u64,
+    #[arg(long, default_value_t = ProtoParams::default().keepalive_ns)]
+    keepalive_ns: u64,
+    #[arg(long, default_value_t = ProtoParams::default().max_retries)]
+    max_retries: u32,
+    /// Virtual time after which a run with pending operations is a hang.
+    #[arg(long, default_value_t = Limits::default().max_virtual_ns)]
+    max_virtual_ns: u64,
+    /// Events after which a run with pending operations is a hang.
+    #[arg(long, default_value_t = Limits::default().max_events)]
+    max_events: u64,
+    /// How long endpoints may keep timers armed after the last operation completed, in ns.
+    #[arg(long, default_value_t = Limits::default().quiesce_ns)]
+    quiesce_ns: u64,
+    /// Worker threads (runs are spread over them; each run is single-threaded).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Stop after the first failing run.
+    #[arg(long)]
+    fail_fast: bool,
+    /// Failing runs listed in the summary.
+    #[arg(long, default_value_t = 20)]
+    show: usize,
+    /// Print every event of the run (only with --seed and one loss rate and policy).
+    #[arg(long)]
+    trace: bool,
+    /// Seconds between progress lines on stderr (0: none).
+    #[arg(long, default_value_t = 5.0)]
+    progress: f64,
+    /// List the workloads and exit.
+    #[arg(long)]
+    list: bool,
+}
+
+fn parse_workloads(text: &str) -> Result<Vec<WorkloadKind>, String> {
+    if text == "all" {
+        return Ok(WorkloadKind::ALL.to_vec());
+    }
+    text.split(',')
+        .map(|name| {
+            WorkloadKind::from_name(name.trim()).ok_or_else(|| {
+                let names: Vec<&str> = WorkloadKind::ALL.iter().map(|k| k.name()).collect();
+                format!(
+                    "unknown workload {name:?}; known: {} or all",
+                    names.join(", ")
+                )
+            })
+        })
+        .collect()
+}
+
+fn parse_policies(text: &str) -> Result<Vec<UnexpectedPolicy>, String> {
+    match text {
+        "buffer" => Ok(vec![UnexpectedPolicy::Buffer]),
+        "drop" => Ok(vec![UnexpectedPolicy::Drop]),
+        "both" => Ok(vec![UnexpectedPolicy::Buffer, UnexpectedPolicy::Drop]),
+        other => Err(format!(
+            "--unexpected must be buffer, drop or both, not {other:?}"
+        )),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if cli.list {
+        for kind in WorkloadKind::ALL {
+            println!(
+                "{:<12} {:>2} ranks  {}",
+                kind.name(),
+                kind.default_ranks(),
+                kind.description()
+            );
+        }
+        return ExitCode::SUCCESS;
+    }
+    let (workloads, policies) = match (
+        parse_workloads(&cli.workload),
+        parse_policies(&cli.unexpected),
+    ) {
+        (Ok(w), Ok(p)) => (w, p),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    for &p in cli
+        .loss
+        .iter()
+        .chain([cli.dup, cli.reorder, cli.corrupt, cli.partition].iter())
+    {
+        if !(0.0..=1.0).contains(&p) {
+            eprintln!("error: probabilities must lie in 0..=1, got {p}");
+            return ExitCode::from(2);
+        }
+    }
+    let seeds: Vec<u64> = match cli.seed {
+        Some(seed) => vec![seed],
+        None => (cli.seed_start..cli.seed_start.saturating_add(cli.seeds)).collect(),
+    };
+    let mut template = RunSpec::new(0, workloads[0]);
+    template.ranks = cli.ranks;
+    template.scale = cli.scale;
+    template.net = NetConfig {
+        loss: 0.0,
+        dup: cli.dup,
+        reorder: cli.reorder,
+        reorder_max_ns: cli.reorder_max_ns,
+        corrupt: cli.corrupt,
+        delay_ns: cli.delay_ns,
+        jitter_ns: cli.jitter_ns,
+        bandwidth_bps: cli.bandwidth_bps,
+        mtu: cli.mtu,
+        partition: cli.partition,
+        partition_max_ns: cli.partition_max_ns,
+        partitions: Vec::new(),
+    };
+    template.proto = ProtoParams {
+        rto_initial_ns: cli.rto_initial_ns,
+        rto_min_ns: cli.rto_min_ns,
+        rto_max_ns: cli.rto_max_ns,
+        keepalive_ns: cli.keepalive_ns,
+        max_retries: cli.max_retries,
+    };
+    template.limits = Limits {
+        max_virtual_ns: cli.max_virtual_ns,
+        max_events: cli.max_events,
+        quiesce_ns: cli.quiesce_ns,
+    };
+    let plan = SweepPlan {
+        seeds,
+        workloads,
+        losses: cli.loss.clone(),
+        policies,
+        template,
+    };
+
+    if plan.len() == 1 {
+        // One run: details, and the trace if asked.
+        let mut spec = plan.spec(0);
+        spec.trace = cli.trace;
+        let result = run_catching(&spec);
+        println!(
+            "seed {} workload {} ranks {} loss {} unexpected {:?}: {} messages ({} delivered, {} truncated, {} cancelled, {} failed), {} operations",
+            result.seed,
+            result.workload.name(),
+            result.ranks,
+            result.loss,
+            result.unexpected,
+            result.messages,
+            result.delivered,
+            result.truncated,
+            result.cancelled,
+            result.failed,
+            result.ops
+        );
+        println!(
+            "virtual time {}, {} events, quiesced {}, digest {:016x}",
+            fmt_ns(result.virtual_ns),
+            result.events,
+            result.quiesced,
+            result.digest
+        );
+        println!("stats: {:?}", result.stats);
+        println!("network: {:?}", result.net);
+        println!("peak usage: {:?}", result.peak);
+        if result.violation_count > 0 {
+            print!("{}", render_failure(&result));
+            return ExitCode::FAILURE;
+        }
+        println!("no violations");
+        return ExitCode::SUCCESS;
+    }
+    if cli.trace {
+        eprintln!("error: --trace needs a single run (--seed, one loss rate, one policy)");
+        return ExitCode::from(2);
+    }
+    let jobs = cli.jobs.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let options = SweepOptions {
+        jobs,
+        progress: cli.progress > 0.0,
+        progress_every: Duration::from_secs_f64(cli.progress.max(0.1)),
+        fail_fast: cli.fail_fast,
+        keep_failures: cli.show,
+    };
+    eprintln!("nicmsg-sim: {} runs on {jobs} thread(s)", plan.len());
+    let summary = sweep(&plan, &options);
+    print!("{}", summary.render());
+    if summary.violations > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}

@@ -1,0 +1,655 @@
+//! One run: build the endpoints, the network and the workload from a [`RunSpec`], drive them in
+//! virtual time until everything completed and the endpoints went quiet (or a bound is hit),
+//! then check the end-of-run invariants.
+//!
+//! The loop: virtual time jumps to the earliest of the next queued event (frame arrival,
+//! workload wake-up, death) and the earliest endpoint timer (`poll_timeout`). The endpoint
+//! concerned handles it; then every endpoint touched is serviced: `poll_transmit` until `None`
+//! (frames go to the network), `poll_completion` until `None` (the ledger checks each, the
+//! workload reacts, possibly posting more), and `poll_timeout` is read again.
+
+use crate::content::mix;
+use crate::invariants::Violation;
+use crate::ledger::dead_by;
+use crate::net::{Event, NetConfig, NetStats, Network};
+use crate::report::{add_stats, fmt_ns};
+use crate::rng::{stream, SimRng};
+use crate::trace;
+use crate::workload::{Workload, WorkloadKind, WorkloadParams};
+use crate::world::World;
+use nicmsg_proto::{Config, Endpoint, Nanos, Rank, Stats, UnexpectedPolicy, Usage};
+
+/// Protocol settings for simulation: shorter timers than the defaults so that recovery and
+/// failure detection happen in milliseconds of virtual time. Everything else is the default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProtoParams {
+    pub rto_initial_ns: Nanos,
+    pub rto_min_ns: Nanos,
+    pub rto_max_ns: Nanos,
+    pub keepalive_ns: Nanos,
+    pub max_retries: u32,
+}
+
+impl Default for ProtoParams {
+    fn default() -> Self {
+        Self {
+            rto_initial_ns: 200_000,
+            rto_min_ns: 100_000,
+            rto_max_ns: 20_000_000,
+            keepalive_ns: 50_000_000,
+            max_retries: 16,
+        }
+    }
+}
+
+impl ProtoParams {
+    pub fn config(&self, mtu: u32, unexpected: UnexpectedPolicy) -> Config {
+        Config {
+            mtu,
+            unexpected,
+            rto_initial_ns: self.rto_initial_ns,
+            rto_min_ns: self.rto_min_ns,
+            rto_max_ns: self.rto_max_ns,
+            keepalive_ns: self.keepalive_ns,
+            max_retries: self.max_retries,
+            ..Config::default()
+        }
+    }
+}
+
+/// Bounds that turn a hang into a violation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Virtual time a run may reach while operations are pending.
+    pub max_virtual_ns: Nanos,
+    /// Events (frames, timers, wake-ups) a run may process.
+    pub max_events: u64,
+    /// After the last operation completed, how long endpoints may keep timers running.
+    pub quiesce_ns: Nanos,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_virtual_ns: 60_000_000_000,
+            max_events: 20_000_000,
+            quiesce_ns: 2_000_000_000,
+        }
+    }
+}
+
+/// Everything that determines a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSpec {
+    pub seed: u64,
+    pub workload: WorkloadKind,
+    /// Ranks requested (`None`: the workload's default).
+    pub ranks: Option<u32>,
+    pub unexpected: UnexpectedPolicy,
+    /// Multiplies the number of messages of the workload.
+    pub scale: f64,
+    pub net: NetConfig,
+    pub proto: ProtoParams,
+    pub limits: Limits,
+    /// Print every event (for replays).
+    pub trace: bool,
+}
+
+impl RunSpec {
+    pub fn new(seed: u64, workload: WorkloadKind) -> Self {
+        Self {
+            seed,
+            workload,
+            ranks: None,
+            unexpected: UnexpectedPolicy::Buffer,
+            scale: 1.0,
+            net: NetConfig::default(),
+            proto: ProtoParams::default(),
+            limits: Limits::default(),
+            trace: false,
+        }
+    }
+
+    pub fn replay_command(&self) -> String {
+        crate::report::replay_command(self)
+    }
+}
+
+/// Outcome and counters of one run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunResult {
+    pub seed: u64,
+    pub workload: WorkloadKind,
+    pub loss: f64,
+    pub unexpected: UnexpectedPolicy,
+    pub ranks: u32,
+    pub replay: String,
+    pub violations: Vec<Violation>,
+    pub violation_count: usize,
+    /// Sum of every endpoint's counters.
+    pub stats: Stats,
+    pub net: NetStats,
+    pub ops: u64,
+    pub messages: u64,
+    pub delivered: u64,
+    pub truncated: u64,
+    pub cancelled: u64,
+    pub failed: u64,
+    pub events: u64,
+    pub virtual_ns: Nanos,
+    /// Everything ended: no operation pending, no frame in flight, no timer armed.
+    pub quiesced: bool,
+    /// Highest peak of each table over the endpoints.
+    pub peak: Usage,
+    /// Hash of every event (time, kind, ranks, frame checksum): equal for equal runs.
+    pub digest: u64,
+    /// Endpoint lookups of regions already released (informational; writes are violations).
+    pub released_reads: u64,
+}
+
+impl RunResult {
+    fn empty(spec: &RunSpec, ranks: u32) -> Self {
+        Self {
+            seed: spec.seed,
+            workload: spec.workload,
+            loss: spec.net.loss,
+            unexpected: spec.unexpected,
+            ranks,
+            replay: spec.replay_command(),
+            violations: Vec::new(),
+            violation_count: 0,
+            stats: Stats::default(),
+            net: NetStats::default(),
+            ops: 0,
+            messages: 0,
+            delivered: 0,
+            truncated: 0,
+            cancelled: 0,
+            failed: 0,
+            events: 0,
+            virtual_ns: 0,
+            quiesced: false,
+            peak: Usage::default(),
+            digest: 0,
+            released_reads: 0,
+        }
+    }
+
+    /// A run that could not be carried out (bad configuration, or a panic in the endpoint).
+    pub fn failed(spec: &RunSpec, kind: &'static str, detail: String) -> Self {
+        let mut result = Self::empty(spec, spec.workload.ranks(spec.ranks));
+        result.violations.push(Violation {
+            at: 0,
+            kind,
+            detail,
+        });
+        result.violation_count = 1;
+        result
+    }
+}
+
+struct Sim {
+    world: World,
+    workload: Box<dyn Workload>,
+    timers: Vec<Option<Nanos>>,
+    events: u64,
+    digest: u64,
+}
+
+/// Runs one simulation. Panics inside the endpoint propagate; see [`crate::sweep::run_catching`].
+pub fn run(spec: &RunSpec) -> RunResult {
+    let ranks = spec.workload.ranks(spec.ranks);
+    let config = spec.proto.config(spec.net.mtu, spec.unexpected);
+    if let Err(error) = config.validate() {
+        return RunResult::failed(
+            spec,
+            "config",
+            format!("invalid endpoint configuration: {error}"),
+        );
+    }
+    let job = (mix(spec.seed) as u32) | 1;
+    let mut endpoints = Vec::with_capacity(ranks as usize);
+    for rank in 0..ranks {
+        match Endpoint::new(config.clone(), job, rank, ranks) {
+            Ok(endpoint) => endpoints.push(endpoint),
+            Err(error) => {
+                return RunResult::failed(
+                    spec,
+                    "config",
+                    format!("Endpoint::new({rank}/{ranks}): {error}"),
+                )
+            }
+        }
+    }
+    let net = Network::new(spec.net.clone(), ranks, spec.seed);
+    let mut workload_rng = SimRng::new(spec.seed, stream::WORKLOAD);
+    let params = WorkloadParams {
+        ranks,
+        scale: spec.scale,
+        seed: spec.seed,
+    };
+    let workload = spec.workload.build(&params, &mut workload_rng);
+    let world = World::new(
+        endpoints,
+        net,
+        job,
+        spec.net.mtu,
+        workload_rng,
+        SimRng::new(spec.seed, stream::LAYOUT),
+        spec.trace,
+    );
+    if spec.trace {
+        for p in world.net.partitions() {
+            trace::line(
+                0,
+                format!(
+                    "partition {:?} from {} until {}",
+                    p.pairs,
+                    fmt_ns(p.from),
+                    fmt_ns(p.until)
+                ),
+            );
+        }
+    }
+    let mut sim = Sim {
+        world,
+        workload,
+        timers: vec![None; ranks as usize],
+        events: 0,
+        digest: 0,
+    };
+    sim.workload.start(&mut sim.world);
+    sim.drain_dirty();
+    let quiesced = sim.main_loop(&spec.limits);
+    sim.finish(spec, ranks, quiesced)
+}
+
+impl Sim {
+    fn note(&mut self, values: [u64; 4]) {
+        for v in values {
+            self.digest = mix(self.digest ^ v);
+        }
+    }
+
+    /// Earliest armed timer of a live endpoint (lowest rank on ties).
+    fn next_timer(&self) -> Option<(Nanos, Rank)> {
+        let mut best: Option<(Nanos, Rank)> = None;
+        for (rank, timer) in self.timers.iter().enumerate() {
+            if let Some(t) = *timer {
+                if best.is_none_or_later(t) {
+                    best = Some((t, rank as Rank));
+                }
+            }
+        }
+        best
+    }
+
+    fn app_done(&self) -> bool {
+        self.world.wakes_pending == 0 && self.world.ledger.pending_live(&self.world.deaths) == 0
+    }
+
+    /// Returns whether the run quiesced (nothing pending, in flight, or armed).
+    fn main_loop(&mut self, limits: &Limits) -> bool {
+        let mut quiet_since: Option<Nanos> = None;
+        let mut same_instant = 0u64;
+        loop {
+            let done = self.app_done();
+            if done {
+                quiet_since.get_or_insert(self.world.now);
+            } else {
+                quiet_since = None;
+            }
+            let next_event = self.world.net.peek_time();
+            let next_timer = self.next_timer();
+            let next = match (next_event, next_timer) {
+                (None, None) => {
+                    if !done {
+                        let pending = self.world.ledger.pending_live(&self.world.deaths);
+                        self.world.violation(
+                            "hang",
+                            format!(
+                                "deadlock: {pending} operation(s) pending, {} wake-up(s) due, but no frame in flight and no timer armed",
+                                self.world.wakes_pending
+                            ),
+                        );
+                        return false;
+                    }
+                    return true;
+                }
+                (Some(e), None) => e,
+                (None, Some((t, _))) => t,
+                (Some(e), Some((t, _))) => e.min(t),
+            };
+            if let Some(since) = quiet_since {
+                if next > since.saturating_add(limits.quiesce_ns) {
+                    return false;
+                }
+            }
+            if next > limits.max_virtual_ns {
+                let pending = self.world.ledger.pending_live(&self.world.deaths);
+                self.world.violation(
+                    "hang",
+                    format!(
+                        "virtual time limit {} reached with {pending} operation(s) pending",
+                        fmt_ns(limits.max_virtual_ns)
+                    ),
+                );
+                return false;
+            }
+            self.events += 1;
+            if self.events > limits.max_events {
+                let pending = self.world.ledger.pending_live(&self.world.deaths);
+                self.world.violation(
+                    "hang",
+                    format!(
+                        "event limit {} reached with {pending} operation(s) pending",
+                        limits.max_events
+                    ),
+                );
+                return false;
+            }
+            if next > self.world.now {
+                self.world.now = next;
+                same_instant = 0;
+            } else {
+                same_instant += 1;
+                if same_instant > 2_000_000 {
+                    self.world.violation("livelock", "two million events without virtual time advancing (a timer that is always due?)");
+                    return false;
+                }
+            }
+            let now = self.world.now;
+            match next_timer {
+                Some((t, rank)) if next_event.is_none_or_at_least(t) => {
+                    self.note([now, 1, rank as u64, 0]);
+                    if self.world.trace {
+                        trace::line(now, format!("rank {rank} timeout (due {})", fmt_ns(t)));
+                    }
+                    let world = &mut self.world;
+                    world.endpoints[rank as usize]
+                        .handle_timeout(now, &mut world.arenas[rank as usize]);
+                    self.world.dirty.insert(rank);
+                }
+                _ => {
+                    let (_, event) = self.world.net.pop().expect("an event is due");
+                    self.dispatch(event);
+                }
+            }
+            self.drain_dirty();
+        }
+    }
+
+    fn dispatch(&mut self, event: Event) {
+        let now = self.world.now;
+        match event {
+            Event::Frame(frame) => {
+                let crc = if frame.bytes.len() >= 48 {
+                    u32::from_le_bytes([
+                        frame.bytes[44],
+                        frame.bytes[45],
+                        frame.bytes[46],
+                        frame.bytes[47],
+                    ]) as u64
+                } else {
+                    0
+                };
+                self.note([
+                    now,
+                    2,
+                    (frame.src as u64) << 32 | frame.dst as u64,
+                    crc ^ (frame.bytes.len() as u64) << 32,
+                ]);
+                let dst = frame.dst as usize;
+                if self.world.deaths[dst].is_some() {
+                    self.world.net.stats.dead_drops += 1;
+                    return;
+                }
+                self.world.net.stats.delivered += 1;
+                if frame.corrupted {
+                    self.world.net.stats.corrupted_delivered += 1;
+                }
+                if self.world.trace {
+                    trace::line(
+                        now,
+                        format!(
+                            "{}->{} recv {}{}{}",
+                            frame.src,
+                            frame.dst,
+                            trace::describe_frame(&frame.bytes),
+                            if frame.corrupted { " CORRUPTED" } else { "" },
+                            if frame.duplicate { " (duplicate)" } else { "" }
+                        ),
+                    );
+                }
+                let world = &mut self.world;
+                world.endpoints[dst].handle_frame(now, &frame.bytes, &mut world.arenas[dst]);
+                world.dirty.insert(frame.dst);
+            }
+            Event::Wake { rank, token } => {
+                self.note([now, 3, rank as u64, token]);
+                self.world.wakes_pending -= 1;
+                if self.world.deaths[rank as usize].is_none() {
+                    self.workload.on_wake(&mut self.world, rank, token);
+                }
+            }
+            Event::Death { rank } => {
+                self.note([now, 4, rank as u64, 0]);
+                if self.world.trace {
+                    trace::line(now, format!("rank {rank} DIES"));
+                }
+                self.world.deaths[rank as usize] = Some(now);
+                self.timers[rank as usize] = None;
+            }
+        }
+    }
+
+    fn drain_dirty(&mut self) {
+        while let Some(rank) = self.world.dirty.pop_first() {
+            if self.world.deaths[rank as usize].is_none() {
+                self.service(rank);
+            }
+        }
+    }
+
+    /// Transmits and completions of one endpoint until it has none, then its next timer.
+    fn service(&mut self, rank: Rank) {
+        let r = rank as usize;
+        let mut frames = 0u64;
+        loop {
+            let mut progressed = false;
+            loop {
+                let now = self.world.now;
+                let world = &mut self.world;
+                let Some(transmit) = world.endpoints[r].poll_transmit(now, &world.arenas[r]) else {
+                    break;
+                };
+                progressed = true;
+                frames += 1;
+                world.emit(rank, transmit);
+                if frames > 10_000_000 {
+                    self.world.violation("livelock", format!("rank {rank}: poll_transmit returned ten million frames in one instant; rank stopped"));
+                    self.world.deaths[r] = Some(self.world.now);
+                    return;
+                }
+            }
+            while let Some(completion) = self.world.endpoints[r].poll_completion() {
+                progressed = true;
+                if let Some(op) = self.world.record_completion(rank, completion) {
+                    self.workload
+                        .on_completion(&mut self.world, rank, op, completion.result);
+                }
+                if self.world.deaths[r].is_some() {
+                    return;
+                }
+            }
+            if !progressed {
+                break;
+            }
+        }
+        self.world.dirty.remove(&rank);
+        self.timers[r] = self.world.endpoints[r].poll_timeout();
+    }
+
+    fn finish(mut self, spec: &RunSpec, ranks: u32, quiesced: bool) -> RunResult {
+        self.workload.finish(&mut self.world);
+        let now = self.world.now;
+        let world = &mut self.world;
+        world
+            .ledger
+            .final_checks(&mut world.violations, &world.deaths, now);
+        let all_completed = world.ledger.pending_live(&world.deaths) == 0;
+        let mut stats = Stats::default();
+        let mut peak = Usage::default();
+        let mut bad_reads = 0;
+        for rank in 0..ranks {
+            let r = rank as usize;
+            let endpoint = &world.endpoints[r];
+            add_stats(&mut stats, endpoint.stats());
+            let usage = endpoint.usage();
+            max_peaks(&mut peak, &usage);
+            if !usage.within_limits() {
+                world.violations.push(
+                    now,
+                    "limits",
+                    format!("rank {rank}: a table exceeded its limit: {usage:?}"),
+                );
+            }
+            if world.deaths[r].is_some() {
+                continue;
+            }
+            if all_completed && !usage.is_empty() {
+                world.violations.push(
+                    now,
+                    "leftover-state",
+                    format!(
+                        "rank {rank}: state remains after every operation completed{}: {}",
+                        if quiesced {
+                            " and the run went quiet"
+                        } else {
+                            " (timers still armed after the quiesce bound)"
+                        },
+                        describe_usage(&usage)
+                    ),
+                );
+            }
+            if usage.completions.in_use != 0 {
+                world.violations.push(
+                    now,
+                    "leftover-state",
+                    format!("rank {rank}: completions not taken: {usage:?}"),
+                );
+            }
+            for peer in 0..ranks {
+                if peer != rank
+                    && !dead_by(&world.deaths, peer, now)
+                    && endpoint.is_peer_unreachable(peer)
+                {
+                    world.violations.push(
+                        now,
+                        "false-unreachable",
+                        format!("rank {rank} declared live rank {peer} unreachable"),
+                    );
+                }
+            }
+            let (bad, first) = world.arenas[r].bad_writes();
+            if bad > 0 {
+                world.violations.push(
+                    now,
+                    "memory",
+                    format!("rank {rank}: {bad} write(s) to memory of completed operations (first: region {first:?})"),
+                );
+            }
+            bad_reads += world.arenas[r].bad_reads();
+        }
+        let checksum_drops = stats.drops.bad_checksum + stats.drops.malformed;
+        if checksum_drops != world.net.stats.corrupted_delivered {
+            world.violations.push(
+                now,
+                "corruption",
+                format!(
+                    "{} corrupted frame(s) reached endpoints but {} were dropped as malformed or bad checksum",
+                    world.net.stats.corrupted_delivered, checksum_drops
+                ),
+            );
+        }
+        let mut result = RunResult::empty(spec, ranks);
+        let ledger = &world.ledger;
+        result.ops = ledger.ops.len() as u64;
+        result.messages = ledger.msgs.len() as u64;
+        for msg in &ledger.msgs {
+            match (msg.consumed, ledger.ops[msg.send_op].result) {
+                (Some(c), _) if c.truncated => result.truncated += 1,
+                (Some(_), _) => result.delivered += 1,
+                (None, Some(Err(nicmsg_proto::OpError::Cancelled))) => result.cancelled += 1,
+                (None, _) => result.failed += 1,
+            }
+        }
+        result.violations = world.violations.kept.clone();
+        result.violation_count = world.violations.total;
+        result.stats = stats;
+        result.net = world.net.stats;
+        result.events = self.events;
+        result.virtual_ns = now;
+        result.quiesced = quiesced;
+        result.peak = peak;
+        result.digest = self.digest;
+        result.released_reads = bad_reads;
+        result
+    }
+}
+
+fn max_peaks(acc: &mut Usage, usage: &Usage) {
+    for (a, u) in [
+        (&mut acc.sends, &usage.sends),
+        (&mut acc.recvs, &usage.recvs),
+        (&mut acc.incoming, &usage.incoming),
+        (&mut acc.eager_buffers, &usage.eager_buffers),
+        (&mut acc.control_queue, &usage.control_queue),
+        (&mut acc.completions, &usage.completions),
+    ] {
+        a.peak = a.peak.max(u.peak);
+        a.limit = a.limit.max(u.limit);
+    }
+}
+
+fn describe_usage(usage: &Usage) -> String {
+    let mut parts = Vec::new();
+    for (name, table) in [
+        ("sends", usage.sends),
+        ("recvs", usage.recvs),
+        ("incoming", usage.incoming),
+        ("eager_buffers", usage.eager_buffers),
+        ("control_queue", usage.control_queue),
+    ] {
+        if table.in_use > 0 {
+            parts.push(format!("{name} {}", table.in_use));
+        }
+    }
+    parts.join(", ")
+}
+
+trait OptionTime {
+    fn is_none_or_later(&self, t: Nanos) -> bool;
+}
+
+impl OptionTime for Option<(Nanos, Rank)> {
+    fn is_none_or_later(&self, t: Nanos) -> bool {
+        match self {
+            None => true,
+            Some((best, _)) => t < *best,
+        }
+    }
+}
+
+trait OptionAtLeast {
+    fn is_none_or_at_least(&self, t: Nanos) -> bool;
+}
+
+impl OptionAtLeast for Option<Nanos> {
+    fn is_none_or_at_least(&self, t: Nanos) -> bool {
+        match self {
+            None => true,
+            Some(e) => *e >= t,
+        }
+    }
+}

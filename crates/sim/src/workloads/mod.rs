@@ -1,0 +1,8 @@
+//! One file per workload; see [`crate::workload::WorkloadKind`] for the list.
+
+pub mod alltoall;
+pub mod anysource;
+pub mod cancel;
+pub mod pingpong;
+pub mod probe;
+pub mod streams;

@@ -1,0 +1,345 @@
+//! The simulated world: every rank's endpoint and memory, the network, the ledger, and the host
+//! commands workloads use. Host commands post to the endpoint, record the operation in the
+//! ledger and mark the rank for servicing; the event loop ([`crate::run`]) services it.
+
+use crate::content::Pattern;
+use crate::invariants::Violations;
+use crate::ledger::{dead_by, Ledger, OpRecord, OpRef};
+use crate::memory::{recv_buffer, send_buffer, Arena, Layout};
+use crate::net::{Event, Network};
+use crate::rng::SimRng;
+use crate::trace;
+use nicmsg_proto::{
+    CancelError, Completion, Endpoint, Nanos, PostError, Rank, Source, Status, Tag, TagMatch,
+    Transmit,
+};
+use nicmsg_wire::Frame;
+use std::collections::BTreeSet;
+
+pub struct World {
+    pub now: Nanos,
+    pub size: u32,
+    pub job: u32,
+    pub mtu: u32,
+    pub endpoints: Vec<Endpoint>,
+    pub arenas: Vec<Arena>,
+    pub ledger: Ledger,
+    pub net: Network,
+    pub violations: Violations,
+    /// The workload's random stream (sizes, tags, times).
+    pub rng: SimRng,
+    layout_rng: SimRng,
+    /// When each rank died, once it has.
+    pub deaths: Vec<Option<Nanos>>,
+    pub(crate) dirty: BTreeSet<Rank>,
+    pub(crate) wakes_pending: usize,
+    pub trace: bool,
+}
+
+impl World {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        endpoints: Vec<Endpoint>,
+        net: Network,
+        job: u32,
+        mtu: u32,
+        rng: SimRng,
+        layout_rng: SimRng,
+        trace: bool,
+    ) -> Self {
+        let size = endpoints.len() as u32;
+        Self {
+            now: 0,
+            size,
+            job,
+            mtu,
+            endpoints,
+            arenas: (0..size).map(Arena::new).collect(),
+            ledger: Ledger::new(size),
+            net,
+            violations: Violations::default(),
+            rng,
+            layout_rng,
+            deaths: vec![None; size as usize],
+            dirty: BTreeSet::new(),
+            wakes_pending: 0,
+            trace,
+        }
+    }
+
+    pub fn now(&self) -> Nanos {
+        self.now
+    }
+
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    pub fn is_dead(&self, rank: Rank) -> bool {
+        self.deaths[rank as usize].is_some()
+    }
+
+    pub fn violation(&mut self, kind: &'static str, detail: impl Into<String>) {
+        self.violations.push(self.now, kind, detail);
+    }
+
+    pub fn op(&self, op: OpRef) -> &OpRecord {
+        &self.ledger.ops[op]
+    }
+
+    /// Calls the workload's `on_wake(rank, token)` at virtual time `at` (not before now).
+    pub fn wake_at(&mut self, rank: Rank, at: Nanos, token: u64) {
+        self.wakes_pending += 1;
+        self.net
+            .schedule(at.max(self.now), Event::Wake { rank, token });
+    }
+
+    pub fn wake_after(&mut self, rank: Rank, delay: Nanos, token: u64) {
+        self.wake_at(rank, self.now + delay, token);
+    }
+
+    /// `rank` stops processing forever at `at`.
+    pub fn kill_at(&mut self, rank: Rank, at: Nanos) {
+        self.net.schedule(at.max(self.now), Event::Death { rank });
+    }
+
+    /// A refused post is a violation unless it names a peer that is dead.
+    fn check_refusal(&mut self, rank: Rank, what: &str, error: PostError) {
+        if let PostError::PeerUnreachable { peer } = error {
+            if dead_by(&self.deaths, peer, self.now) {
+                return;
+            }
+        }
+        self.violation(
+            "post-refused",
+            format!("rank {rank}: {what} refused: {error}"),
+        );
+    }
+
+    /// Posts a send of a fresh `len`-byte message; its contents name (rank, dst, seq).
+    pub fn send(
+        &mut self,
+        rank: Rank,
+        dst: Rank,
+        tag: Tag,
+        len: u64,
+        layout: Layout,
+    ) -> Result<OpRef, PostError> {
+        if self.is_dead(rank) {
+            return Err(PostError::PeerUnreachable { peer: rank });
+        }
+        let r = rank as usize;
+        let seq = self.ledger.next_seq(rank, dst);
+        let pattern = Pattern::message(rank, dst, seq);
+        let buffer = send_buffer(
+            &mut self.arenas[r],
+            &mut self.layout_rng,
+            layout,
+            pattern,
+            len,
+        );
+        self.dirty.insert(rank);
+        match self.endpoints[r].post_send(self.now, dst, tag, buffer.sg, &self.arenas[r]) {
+            Ok(id) => {
+                if self.trace {
+                    trace::line(self.now, format!("rank {rank} post_send dst {dst} tag {tag} len {len} seq {seq} -> {id:?}"));
+                }
+                Ok(self
+                    .ledger
+                    .add_send(&mut self.violations, self.now, rank, id, dst, tag, buffer))
+            }
+            Err(error) => {
+                self.arenas[r].release(buffer.region);
+                self.check_refusal(rank, &format!("send to {dst} tag {tag} len {len}"), error);
+                Err(error)
+            }
+        }
+    }
+
+    /// Posts a receive into a fresh `capacity`-byte buffer surrounded by guard bytes.
+    pub fn recv(
+        &mut self,
+        rank: Rank,
+        source: Source,
+        tag: TagMatch,
+        capacity: u64,
+        layout: Layout,
+    ) -> Result<OpRef, PostError> {
+        if self.is_dead(rank) {
+            return Err(PostError::PeerUnreachable { peer: rank });
+        }
+        let r = rank as usize;
+        let buffer = recv_buffer(&mut self.arenas[r], &mut self.layout_rng, layout, capacity);
+        self.dirty.insert(rank);
+        match self.endpoints[r].post_recv(self.now, source, tag, buffer.sg, &mut self.arenas[r]) {
+            Ok(id) => {
+                if self.trace {
+                    trace::line(self.now, format!("rank {rank} post_recv src {source:?} tag {tag:?} capacity {capacity} -> {id:?}"));
+                }
+                Ok(self.ledger.add_recv(
+                    &mut self.violations,
+                    self.now,
+                    rank,
+                    id,
+                    source,
+                    tag,
+                    buffer,
+                ))
+            }
+            Err(error) => {
+                self.arenas[r].release(buffer.region);
+                self.check_refusal(rank, &format!("receive from {source:?} tag {tag:?}"), error);
+                Err(error)
+            }
+        }
+    }
+
+    /// Posts a blocking probe.
+    pub fn probe(&mut self, rank: Rank, source: Source, tag: TagMatch) -> Result<OpRef, PostError> {
+        if self.is_dead(rank) {
+            return Err(PostError::PeerUnreachable { peer: rank });
+        }
+        self.dirty.insert(rank);
+        match self.endpoints[rank as usize].post_probe(self.now, source, tag) {
+            Ok(id) => {
+                if self.trace {
+                    trace::line(
+                        self.now,
+                        format!("rank {rank} post_probe src {source:?} tag {tag:?} -> {id:?}"),
+                    );
+                }
+                Ok(self
+                    .ledger
+                    .add_probe(&mut self.violations, self.now, rank, id, source, tag))
+            }
+            Err(error) => {
+                self.check_refusal(rank, &format!("probe of {source:?} tag {tag:?}"), error);
+                Err(error)
+            }
+        }
+    }
+
+    /// Non-blocking probe; a reported status is checked against the messages outstanding.
+    pub fn iprobe(&mut self, rank: Rank, source: Source, tag: TagMatch) -> Option<Status> {
+        if self.is_dead(rank) {
+            return None;
+        }
+        let found = self.endpoints[rank as usize].iprobe(source, tag);
+        if self.trace {
+            trace::line(
+                self.now,
+                format!("rank {rank} iprobe src {source:?} tag {tag:?} -> {found:?}"),
+            );
+        }
+        if let Some(status) = found {
+            if !source.matches(status.peer) || !tag.matches(status.tag) {
+                self.violation("match", format!("rank {rank}: iprobe({source:?}, {tag:?}) returned {status:?} which it does not match"));
+            } else if let Err(problem) = self.ledger.check_available(self.now, rank, status) {
+                self.violation("probe", format!("rank {rank}: iprobe({source:?}, {tag:?}) returned {status:?} but {problem}"));
+            }
+        }
+        found
+    }
+
+    /// Cancels an operation; the answer is checked against the ledger.
+    pub fn cancel(&mut self, op: OpRef) -> Result<(), CancelError> {
+        let rank = self.ledger.ops[op].rank;
+        if self.is_dead(rank) {
+            return Err(CancelError::UnknownOp);
+        }
+        let id = self.ledger.ops[op].id;
+        let answer = self.endpoints[rank as usize].cancel(self.now, id);
+        if self.trace {
+            trace::line(self.now, format!("rank {rank} cancel {id:?} -> {answer:?}"));
+        }
+        self.ledger
+            .note_cancel(&mut self.violations, self.now, op, answer);
+        self.dirty.insert(rank);
+        answer
+    }
+
+    /// Checks and records one completion taken from `rank`'s endpoint.
+    pub(crate) fn record_completion(
+        &mut self,
+        rank: Rank,
+        completion: Completion,
+    ) -> Option<OpRef> {
+        if self.trace {
+            trace::line(
+                self.now,
+                format!(
+                    "rank {rank} completion {:?} {:?}",
+                    completion.op, completion.result
+                ),
+            );
+        }
+        self.ledger.complete(
+            &mut self.violations,
+            &mut self.arenas[rank as usize],
+            &self.deaths,
+            self.now,
+            rank,
+            completion,
+        )
+    }
+
+    /// Copies a frame out of `rank`'s memory, checks it, and hands it to the network.
+    pub(crate) fn emit(&mut self, rank: Rank, transmit: Transmit) {
+        let len = transmit.len();
+        let mut bytes = vec![0u8; len];
+        if transmit.gather_into(&self.arenas[rank as usize], &mut bytes) != Some(len) {
+            self.violation(
+                "transmit-memory",
+                format!("rank {rank}: frame to {} refers to memory that is not registered (buffer of a completed operation?)", transmit.dst),
+            );
+            return;
+        }
+        let dst = transmit.dst;
+        if dst >= self.size || dst == rank {
+            self.violation(
+                "frame",
+                format!("rank {rank}: frame addressed to rank {dst}"),
+            );
+            return;
+        }
+        if len > self.mtu as usize {
+            self.violation(
+                "mtu",
+                format!(
+                    "rank {rank}: frame of {len} bytes to {dst} exceeds the MTU of {}",
+                    self.mtu
+                ),
+            );
+        }
+        match Frame::parse(&bytes) {
+            Ok(frame) => {
+                let h = frame.header;
+                if h.src != rank || h.dst != dst || h.job != self.job {
+                    self.violation(
+                        "frame",
+                        format!("rank {rank}: frame to {dst} has header src {} dst {} job {} (job is {})", h.src, h.dst, h.job, self.job),
+                    );
+                }
+            }
+            Err(error) => self.violation(
+                "frame",
+                format!("rank {rank}: emitted a frame to {dst} that does not parse: {error}"),
+            ),
+        }
+        let summary = if self.trace {
+            Some(trace::describe_frame(&bytes))
+        } else {
+            None
+        };
+        let fate = self.net.send(self.now, rank, dst, bytes);
+        if let Some(summary) = summary {
+            trace::line(
+                self.now,
+                format!(
+                    "{rank}->{dst} send {summary} {}",
+                    trace::describe_fate(&fate)
+                ),
+            );
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! A sweep over every workload, several loss rates and both unexpected-message policies, with
+//! duplication, reordering, corruption and random partitions: no run may break an invariant.
+//! Sized for well under two minutes on two cores in the test profile.
+
+use nicmsg_proto::UnexpectedPolicy;
+use nicmsg_sim::{sweep, NetConfig, RunSpec, SweepOptions, SweepPlan, WorkloadKind};
+
+fn jobs() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .min(8)
+}
+
+fn faulty_template() -> RunSpec {
+    let mut template = RunSpec::new(0, WorkloadKind::PingPong);
+    template.net = NetConfig {
+        dup: 0.01,
+        reorder: 0.05,
+        corrupt: 0.01,
+        partition: 0.1,
+        ..NetConfig::default()
+    };
+    // Healthy runs end within a few seconds of virtual time even at 20 % loss; anything still
+    // pending at 20 s is a hang.
+    template.limits.max_virtual_ns = 20_000_000_000;
+    template
+}
+
+#[test]
+fn every_workload_under_loss_has_no_violations() {
+    let plan = SweepPlan {
+        // Seed s runs workload s mod 9, so each workload gets 24 seeds x 4 loss rates x 2 policies.
+        seeds: (0..216).collect(),
+        workloads: WorkloadKind::ALL.to_vec(),
+        losses: vec![0.0, 0.02, 0.1, 0.2],
+        policies: vec![UnexpectedPolicy::Buffer, UnexpectedPolicy::Drop],
+        template: faulty_template(),
+    };
+    assert_eq!(plan.len(), 1728);
+    let summary = sweep(
+        &plan,
+        &SweepOptions {
+            jobs: jobs(),
+            keep_failures: 30,
+            ..SweepOptions::default()
+        },
+    );
+    assert_eq!(summary.runs, 1728);
+    for kind in WorkloadKind::ALL {
+        assert!(
+            summary
+                .per_workload
+                .get(&kind)
+                .is_some_and(|w| w.runs >= 192),
+            "{} not covered",
+            kind.name()
+        );
+    }
+    assert!(
+        summary.delivered > 1000,
+        "too few messages delivered:\n{}",
+        summary.render()
+    );
+    assert!(
+        summary.net.corrupted_delivered > 0 && summary.net.lost > 0 && summary.net.duplicated > 0
+    );
+    assert_eq!(
+        summary.violations,
+        0,
+        "invariant violations:\n{}",
+        summary.render()
+    );
+}
+
+#[test]
+fn full_scale_workloads_without_faults_have_no_violations() {
+    // Default message counts (multi-megabyte messages included) on a clean network, and a
+    // larger all-to-all.
+    let mut template = RunSpec::new(0, WorkloadKind::PingPong);
+    template.limits.max_virtual_ns = 20_000_000_000;
+    let plan = SweepPlan {
+        seeds: (100..109).collect(),
+        workloads: WorkloadKind::ALL.to_vec(),
+        losses: vec![0.0],
+        policies: vec![UnexpectedPolicy::Buffer, UnexpectedPolicy::Drop],
+        template,
+    };
+    let summary = sweep(
+        &plan,
+        &SweepOptions {
+            jobs: jobs(),
+            ..SweepOptions::default()
+        },
+    );
+    assert_eq!(
+        summary.violations,
+        0,
+        "invariant violations:\n{}",
+        summary.render()
+    );
+
+    let mut spec = faulty_template();
+    spec.workload = WorkloadKind::AllToAll;
+    spec.ranks = Some(24);
+    spec.net.loss = 0.02;
+    let result = nicmsg_sim::run_catching(&spec);
+    assert_eq!(result.ranks, 24);
+    assert_eq!(
+        result.violation_count,
+        0,
+        "{}",
+        nicmsg_sim::report::render_failure(&result)
+    );
+}
