@@ -21,23 +21,8 @@ impl Endpoint {
                 }
             }
         }
-        let op = RecvOp {
-            kind: OpKind::Recv,
-            source,
-            tag,
-            buffer,
-            state: RecvState::Posted,
-        };
-        let limit = self.config.max_recvs;
-        let (index, generation) = self.recvs.insert(op).ok_or(PostError::TableFull {
-            table: "receive",
-            limit,
-        })?;
-        let id = OpId {
-            kind: OpKind::Recv,
-            index,
-            generation,
-        };
+        let id = self.insert_recv_op(OpKind::Recv, source, tag, buffer)?;
+        let index = id.index;
         match found {
             Some(incoming) => {
                 self.unexpected.retain(|&i| i != incoming);
@@ -60,23 +45,8 @@ impl Endpoint {
         source: Source,
         tag: TagMatch,
     ) -> Result<OpId, PostError> {
-        let op = RecvOp {
-            kind: OpKind::Probe,
-            source,
-            tag,
-            buffer: SgList::default(),
-            state: RecvState::Posted,
-        };
-        let limit = self.config.max_recvs;
-        let (index, generation) = self.recvs.insert(op).ok_or(PostError::TableFull {
-            table: "receive",
-            limit,
-        })?;
-        let id = OpId {
-            kind: OpKind::Probe,
-            index,
-            generation,
-        };
+        let id = self.insert_recv_op(OpKind::Probe, source, tag, SgList::default())?;
+        let index = id.index;
         if let Some(found) = self.find_unexpected(source, tag) {
             let status = self.status_of(found);
             self.recvs.remove(index);
@@ -92,6 +62,33 @@ impl Endpoint {
         }
         self.probes.push_back(index);
         Ok(id)
+    }
+
+    fn insert_recv_op(
+        &mut self,
+        kind: OpKind,
+        source: Source,
+        tag: TagMatch,
+        buffer: SgList,
+    ) -> Result<OpId, PostError> {
+        let op = RecvOp {
+            kind,
+            source,
+            tag,
+            buffer,
+            state: RecvState::Posted,
+        };
+        let limit = self.config.max_recvs;
+        let table_full = PostError::TableFull {
+            table: "receive",
+            limit,
+        };
+        let (index, generation) = self.recvs.insert(op).ok_or(table_full)?;
+        Ok(OpId {
+            kind,
+            index,
+            generation,
+        })
     }
 
     pub(crate) fn find_unexpected(&self, source: Source, tag: TagMatch) -> Option<u32> {
