@@ -15,6 +15,9 @@ impl HostMemory for Memory {
     }
 }
 
+/// Decides to drop a frame (true) by its bytes.
+pub type FrameFilter = Box<dyn FnMut(&[u8]) -> bool>;
+
 pub struct Net {
     pub endpoints: Vec<Endpoint>,
     pub memories: Vec<Memory>,
@@ -26,7 +29,7 @@ pub struct Net {
     pub loss: f64,
     pub frames: u64,
     /// Drops a frame when it returns true (targeted loss of one frame kind).
-    pub filter: Option<Box<dyn FnMut(&[u8]) -> bool>>,
+    pub filter: Option<FrameFilter>,
 }
 
 impl Net {
