@@ -447,17 +447,11 @@ impl Endpoint {
     /// then free the state anyway (the data was delivered; only the sender's bookkeeping is
     /// unconfirmed).
     pub(crate) fn expire_incoming(&mut self, now: Nanos) {
-        let due: Vec<u32> = self
-            .incoming
-            .occupied()
-            .filter(|&i| {
-                self.incoming
-                    .get(i)
-                    .and_then(|e| e.deadline_ns)
-                    .is_some_and(|d| d <= now)
-            })
-            .collect();
-        for index in due {
+        for index in 0..self.incoming.capacity() {
+            let due = self.incoming.get(index).and_then(|e| e.deadline_ns);
+            if !due.is_some_and(|d| d <= now) {
+                continue;
+            }
             let max_retries = self.config.max_retries;
             let keepalive = self.config.keepalive_ns;
             let entry = self.incoming.get_mut(index).expect("occupied");

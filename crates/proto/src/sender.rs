@@ -367,13 +367,11 @@ impl Endpoint {
     /// declares the peer unreachable after `max_retries`.
     pub(crate) fn expire_sends(&mut self, now: Nanos, memory: &mut impl HostMemory) {
         let max_retries = self.config.max_retries;
-        let mut dead = Vec::new();
-        let due: Vec<u32> = self
-            .sends
-            .occupied()
-            .filter(|&i| self.send_deadline(i).is_some_and(|d| d <= now))
-            .collect();
-        for index in due {
+        // Index loop instead of collecting the due entries: the timer path allocates nothing.
+        for index in 0..self.sends.capacity() {
+            if !self.send_deadline(index).is_some_and(|d| d <= now) {
+                continue;
+            }
             let op = self.sends.get_mut(index).expect("occupied");
             let dst = op.dst;
             let rto = self.peers[dst as usize].rto;
@@ -394,13 +392,10 @@ impl Endpoint {
                     }
                 }
             }
-            if retries > max_retries {
-                dead.push(dst);
-            }
             self.mark_ready(index);
-        }
-        for peer in dead {
-            self.declare_unreachable(now, peer, memory);
+            if retries > max_retries {
+                self.declare_unreachable(now, dst, memory);
+            }
         }
     }
 

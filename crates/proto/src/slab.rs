@@ -71,6 +71,10 @@ impl<T> Slab<T> {
         self.slots[index as usize].generation
     }
 
+    pub(crate) fn capacity(&self) -> u32 {
+        self.slots.len() as u32
+    }
+
     pub(crate) fn occupied_any(&self) -> bool {
         self.usage.in_use > 0
     }
