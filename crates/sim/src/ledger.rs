@@ -740,10 +740,22 @@ impl Ledger {
         let mut deferred = std::mem::take(&mut self.deferred);
         deferred.sort_by_key(|d| (d.dst, d.post_index));
         for d in deferred {
+            // Non-overtaking: a receive posted after one that took message `seq` of this stream
+            // takes a later message. An earlier message may legitimately stay unconsumed (its
+            // matched receive failed when the sender died), so skip past it.
+            let pair = self.pair(d.src, d.dst);
+            let floor = self.pair_msgs[pair]
+                .iter()
+                .map(|&m| &self.msgs[m])
+                .filter(|m| m.tag == d.tag)
+                .filter(|m| m.consumed.as_ref().is_some_and(|c| c.post_index < d.post_index))
+                .map(|m| m.seq)
+                .max();
             let open: Vec<MsgRef> = self.open_msgs(d.src, d.dst).collect();
             let found = open.into_iter().find(|&m| {
                 self.msgs[m].tag == d.tag
                     && self.msgs[m].len == d.len
+                    && floor.is_none_or(|f| self.msgs[m].seq > f)
                     && d.candidates.as_ref().is_none_or_contains(m)
             });
             match found {
