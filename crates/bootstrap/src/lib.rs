@@ -1,0 +1,21 @@
+//! # nicmsg bootstrap
+//!
+//! Everything a rank needs before its data plane can start:
+//!
+//! 1. **Who am I?** [`job_from_env`] reads the rank, the job size, a job id, rank 0's bootstrap
+//!    address and the local address to bind from the environment set by `nicmsg run`, Open MPI's
+//!    `mpirun`, PMIx launchers, MPICH/Hydra (PMI) or Slurm's `srun` (see [`job_from_env`] for the
+//!    order). [`job_from_lookup`] does the same from any lookup function (used by tests).
+//! 2. **Where is everybody?** [`exchange`] gives every rank the data addresses of all ranks: rank 0
+//!    runs a tiny TCP service at the bootstrap address, collects one hello per rank and answers
+//!    everyone with the full table. The wire format is documented in the [`exchange`] module.
+//!
+//! The environment contract is described for users in `docs/launcher.md`.
+
+mod env;
+mod error;
+pub mod exchange;
+
+pub use env::{job_from_env, job_from_lookup, JobEnv};
+pub use error::BootstrapError;
+pub use exchange::exchange;

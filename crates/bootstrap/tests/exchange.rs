@@ -1,0 +1,233 @@
+//! Address exchange over loopback, one thread per rank.
+
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nicmsg_bootstrap::{exchange, BootstrapError, JobEnv};
+
+/// A loopback port nobody listens on right now.
+fn free_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+fn env(rank: u32, size: u32, job: u32, bootstrap: SocketAddr) -> JobEnv {
+    JobEnv {
+        rank,
+        size,
+        job,
+        bootstrap: Some(bootstrap),
+        bind_ip: Some("127.0.0.1".parse().unwrap()),
+    }
+}
+
+/// A distinct fake data address per rank.
+fn data_addr(rank: u32) -> SocketAddr {
+    SocketAddr::new("127.0.0.1".parse().unwrap(), 20000 + rank as u16)
+}
+
+#[test]
+fn four_ranks_rank0_last() {
+    let bs = free_port();
+    let size = 4;
+    let mut handles = Vec::new();
+    for rank in 1..size {
+        let e = env(rank, size, 11, bs);
+        handles.push(thread::spawn(move || {
+            exchange(&e, data_addr(rank), Duration::from_secs(10))
+        }));
+    }
+    // Rank 0 comes last: the others must retry until it listens.
+    thread::sleep(Duration::from_millis(300));
+    let e0 = env(0, size, 11, bs);
+    let t0 = exchange(&e0, data_addr(0), Duration::from_secs(10)).unwrap();
+    let expected: Vec<SocketAddr> = (0..size).map(data_addr).collect();
+    assert_eq!(t0, expected);
+    for h in handles {
+        assert_eq!(h.join().unwrap().unwrap(), expected);
+    }
+}
+
+#[test]
+fn real_sockets_and_unspecified_addresses() {
+    // Ranks advertise real UDP sockets bound to 0.0.0.0: rank 0 fills in the IP they came from.
+    let bs = free_port();
+    let size = 3;
+    let handles: Vec<_> = (0..size)
+        .map(|rank| {
+            let e = env(rank, size, 12, bs);
+            thread::spawn(move || {
+                let sock = UdpSocket::bind("0.0.0.0:0").unwrap();
+                let port = sock.local_addr().unwrap().port();
+                let table = exchange(&e, sock.local_addr().unwrap(), Duration::from_secs(10));
+                (port, table)
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let ports: Vec<u16> = results.iter().map(|(p, _)| *p).collect();
+    for (_, table) in results {
+        let table = table.unwrap();
+        assert_eq!(table.iter().map(|a| a.port()).collect::<Vec<_>>(), ports);
+        assert!(table.iter().all(|a| a.ip().is_loopback()), "{table:?}");
+    }
+}
+
+#[test]
+fn size_one_needs_no_network() {
+    let e = JobEnv {
+        rank: 0,
+        size: 1,
+        job: 1,
+        bootstrap: None,
+        bind_ip: None,
+    };
+    let me: SocketAddr = "10.1.2.3:4".parse().unwrap();
+    assert_eq!(exchange(&e, me, Duration::ZERO).unwrap(), vec![me]);
+}
+
+#[test]
+fn missing_bootstrap_is_an_error() {
+    let e = JobEnv {
+        rank: 1,
+        size: 2,
+        job: 1,
+        bootstrap: None,
+        bind_ip: None,
+    };
+    let err = exchange(&e, data_addr(1), Duration::from_secs(1)).unwrap_err();
+    assert!(
+        matches!(err, BootstrapError::NoBootstrap { size: 2 }),
+        "{err}"
+    );
+}
+
+#[test]
+fn wrong_job_is_rejected_on_both_sides() {
+    let bs = free_port();
+    let e1 = env(1, 2, 6, bs);
+    let h = thread::spawn(move || exchange(&e1, data_addr(1), Duration::from_secs(10)));
+    let e0 = env(0, 2, 5, bs);
+    let err0 = exchange(&e0, data_addr(0), Duration::from_secs(10)).unwrap_err();
+    let err1 = h.join().unwrap().unwrap_err();
+    let (s0, s1) = (err0.to_string(), err1.to_string());
+    assert!(matches!(err0, BootstrapError::InvalidPeer(_)), "{s0}");
+    assert!(
+        s0.contains("belongs to job 6, but rank 0 runs job 5"),
+        "{s0}"
+    );
+    assert!(
+        matches!(err1, BootstrapError::Rejected { rank: 1, .. }),
+        "{s1}"
+    );
+    assert!(
+        s1.contains("belongs to job 6, but rank 0 runs job 5"),
+        "{s1}"
+    );
+}
+
+#[test]
+fn wrong_size_and_duplicate_rank_are_rejected() {
+    // Wrong size.
+    let bs = free_port();
+    let e1 = env(1, 3, 7, bs);
+    let h = thread::spawn(move || exchange(&e1, data_addr(1), Duration::from_secs(10)));
+    let err0 = exchange(&env(0, 2, 7, bs), data_addr(0), Duration::from_secs(10)).unwrap_err();
+    let err1 = h.join().unwrap().unwrap_err();
+    assert!(
+        err0.to_string()
+            .contains("thinks the job has 3 ranks, but rank 0 has 2"),
+        "{err0}"
+    );
+    assert!(matches!(err1, BootstrapError::Rejected { .. }), "{err1}");
+
+    // Rank 1 twice: the first waits, the second is refused and rank 0 aborts; both learn why.
+    let bs = free_port();
+    let first = {
+        let e = env(1, 3, 7, bs);
+        thread::spawn(move || exchange(&e, data_addr(1), Duration::from_secs(10)))
+    };
+    thread::sleep(Duration::from_millis(50));
+    let server = {
+        let e = env(0, 3, 7, bs);
+        thread::spawn(move || exchange(&e, data_addr(0), Duration::from_secs(10)))
+    };
+    thread::sleep(Duration::from_millis(200));
+    let second = exchange(&env(1, 3, 7, bs), data_addr(9), Duration::from_secs(10)).unwrap_err();
+    let err0 = server.join().unwrap().unwrap_err();
+    let first = first.join().unwrap().unwrap_err();
+    assert!(
+        err0.to_string().contains("rank 1 connected twice"),
+        "{err0}"
+    );
+    assert!(
+        second.to_string().contains("rank 1 connected twice"),
+        "{second}"
+    );
+    assert!(
+        first.to_string().contains("rank 1 connected twice"),
+        "{first}"
+    );
+}
+
+#[test]
+fn timeout_when_rank0_never_comes() {
+    let bs = free_port();
+    let start = Instant::now();
+    let err = exchange(&env(2, 3, 1, bs), data_addr(2), Duration::from_millis(300)).unwrap_err();
+    let took = start.elapsed();
+    assert!(
+        matches!(err, BootstrapError::ConnectTimeout { rank: 2, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains(&bs.to_string()), "{err}");
+    assert!(took >= Duration::from_millis(300), "{took:?}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+}
+
+#[test]
+fn rank0_times_out_naming_missing_ranks() {
+    let bs = free_port();
+    let e1 = env(1, 4, 3, bs);
+    let h = thread::spawn(move || exchange(&e1, data_addr(1), Duration::from_secs(5)));
+    let start = Instant::now();
+    let err0 = exchange(&env(0, 4, 3, bs), data_addr(0), Duration::from_millis(500)).unwrap_err();
+    assert!(start.elapsed() < Duration::from_secs(4));
+    let s0 = err0.to_string();
+    assert!(
+        s0.contains("waiting for ranks 2, 3 (2 of 4 arrived)"),
+        "{s0}"
+    );
+    // Rank 1 was connected: it hears about it instead of waiting for its own timeout.
+    let err1 = h.join().unwrap().unwrap_err();
+    assert!(
+        err1.to_string().contains("waiting for ranks 2, 3"),
+        "{err1}"
+    );
+}
+
+#[test]
+fn strangers_do_not_break_the_exchange() {
+    use std::io::Write;
+    let bs = free_port();
+    let server = {
+        let e = env(0, 2, 8, bs);
+        thread::spawn(move || exchange(&e, data_addr(0), Duration::from_secs(10)))
+    };
+    // Something that is not nicmsg connects first and says something odd.
+    let mut stranger = loop {
+        match std::net::TcpStream::connect(bs) {
+            Ok(s) => break s,
+            Err(_) => thread::sleep(Duration::from_millis(10)),
+        }
+    };
+    stranger.write_all(b"\0\0\0\x05hello").unwrap();
+    // And one that connects and closes at once.
+    drop(std::net::TcpStream::connect(bs).unwrap());
+    let t1 = exchange(&env(1, 2, 8, bs), data_addr(1), Duration::from_secs(10)).unwrap();
+    assert_eq!(t1, vec![data_addr(0), data_addr(1)]);
+    assert_eq!(server.join().unwrap().unwrap(), t1);
+}

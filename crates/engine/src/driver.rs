@@ -1,0 +1,363 @@
+//! One turn of the offload engine: take host commands from the descriptor table, feed received
+//! frames and timeouts to the protocol core, transmit what it produces, and hand completions
+//! back through the table. Used by the engine thread (`thread` mode) and directly by the host
+//! inside test/wait (`inline` mode).
+
+use crate::registry::{Registry, RegistryMemory};
+use crate::table::{Descriptor, OpCode, ResultCode, Table, ANY, CANCEL_BIT};
+use crate::transport::{Transport, MAX_FRAME_PIECES};
+use nicmsg_proto::{
+    Completion, Endpoint, Nanos, OpError, OpId, OpKind, PostError, Source, Stats, TagMatch,
+    Transmit,
+};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// Host commands taken per turn: bounds the time a burst of posts keeps frames waiting.
+const MAX_COMMANDS_PER_TURN: usize = 64;
+/// Receive batches per turn: bounds the time receiving keeps sends and the table waiting.
+const MAX_RECEIVE_BATCHES_PER_TURN: usize = 4;
+/// Frames handed to the transport in one call (one sendmmsg).
+pub const SEND_BATCH: usize = 64;
+/// Send batches per turn, for the same fairness reason.
+const MAX_SEND_BATCHES_PER_TURN: usize = 8;
+
+/// Engine-side counters beyond the protocol's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    pub turns: u64,
+    pub commands: u64,
+    /// Frames whose source address is not the job member the header names.
+    pub spoofed_frames: u64,
+    /// Frames dropped because their send buffer was unregistered before they left.
+    pub orphan_frames: u64,
+    pub transport_errors: u64,
+}
+
+pub struct Driver<T: Transport> {
+    endpoint: Endpoint,
+    transport: T,
+    table: Arc<Table>,
+    registry: Arc<Registry>,
+    /// Table slot and generation of each proto operation, by kind and index.
+    send_slots: Box<[(u32, u32)]>,
+    recv_slots: Box<[(u32, u32)]>,
+    /// Proto operation of each table slot.
+    slot_ops: Box<[Option<OpId>]>,
+    /// Frames produced but not yet taken by the transport (back-pressure).
+    unsent: VecDeque<Transmit>,
+    stats: EngineStats,
+}
+
+impl<T: Transport> Driver<T> {
+    pub fn new(
+        endpoint: Endpoint,
+        transport: T,
+        table: Arc<Table>,
+        registry: Arc<Registry>,
+    ) -> Self {
+        let config = endpoint.config();
+        Self {
+            send_slots: vec![(u32::MAX, 0); config.max_sends].into_boxed_slice(),
+            recv_slots: vec![(u32::MAX, 0); config.max_recvs].into_boxed_slice(),
+            slot_ops: vec![None; table.len()].into_boxed_slice(),
+            unsent: VecDeque::with_capacity(SEND_BATCH * MAX_SEND_BATCHES_PER_TURN),
+            stats: EngineStats::default(),
+            endpoint,
+            transport,
+            table,
+            registry,
+        }
+    }
+
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    pub fn table(&self) -> &Table {
+        &self.table
+    }
+
+    pub fn transport(&self) -> &T {
+        &self.transport
+    }
+
+    pub fn stats(&self) -> &EngineStats {
+        &self.stats
+    }
+
+    pub fn protocol_stats(&self) -> &Stats {
+        self.endpoint.stats()
+    }
+
+    /// Next protocol deadline.
+    pub fn next_deadline(&self) -> Option<Nanos> {
+        self.endpoint.poll_timeout()
+    }
+
+    /// One bounded turn of work. Returns true if anything happened (the caller keeps spinning).
+    pub fn turn(&mut self, now: Nanos) -> bool {
+        self.stats.turns += 1;
+        let mut busy = self.take_commands(now);
+        busy |= self.receive(now);
+        if self
+            .endpoint
+            .poll_timeout()
+            .is_some_and(|deadline| deadline <= now)
+        {
+            let mut memory = RegistryMemory(&self.registry);
+            self.endpoint.handle_timeout(now, &mut memory);
+            busy = true;
+        }
+        busy |= self.transmit(now);
+        busy |= self.hand_back_completions();
+        busy
+    }
+
+    fn take_commands(&mut self, now: Nanos) -> bool {
+        let mut taken = 0;
+        while taken < MAX_COMMANDS_PER_TURN {
+            let Some(command) = self.table.pop() else {
+                break;
+            };
+            taken += 1;
+            if command & CANCEL_BIT != 0 {
+                self.cancel(now, command & !CANCEL_BIT);
+            } else {
+                self.post(now, command);
+            }
+            // An operation that completed at once freed its protocol index, which the next
+            // post may reuse: hand its completion back before that can happen.
+            self.hand_back_completions();
+        }
+        self.stats.commands += taken as u64;
+        taken > 0
+    }
+
+    fn post(&mut self, now: Nanos, slot: u32) {
+        // SAFETY: the slot came from the ring, so the host flipped it to POSTED: ours now.
+        let descriptor = unsafe { self.table.descriptor(slot) };
+        let source = if descriptor.peer == ANY {
+            Source::Any
+        } else {
+            Source::Rank(descriptor.peer)
+        };
+        let tag = if descriptor.tag == ANY {
+            TagMatch::Any
+        } else {
+            TagMatch::Tag(descriptor.tag)
+        };
+        let mut memory = RegistryMemory(&self.registry);
+        let posted = match descriptor.op {
+            OpCode::Send => self.endpoint.post_send(
+                now,
+                descriptor.peer,
+                descriptor.tag,
+                descriptor.buffer,
+                &memory,
+            ),
+            OpCode::Recv => {
+                self.endpoint
+                    .post_recv(now, source, tag, descriptor.buffer, &mut memory)
+            }
+            OpCode::Probe => self.endpoint.post_probe(now, source, tag),
+            OpCode::IProbe => {
+                let found = self.endpoint.iprobe(source, tag);
+                // SAFETY: the slot is ours (POSTED) until this hands it back.
+                unsafe {
+                    self.table.complete(slot, |d| match found {
+                        Some(status) => fill_status(d, status.peer, status.tag, status.len),
+                        None => d.result = ResultCode::NotFound,
+                    })
+                };
+                return;
+            }
+        };
+        match posted {
+            Ok(op) => {
+                self.slot_ops[slot as usize] = Some(op);
+                let entry = (slot, op.generation);
+                match op.kind {
+                    OpKind::Send => self.send_slots[op.index as usize] = entry,
+                    OpKind::Recv | OpKind::Probe => self.recv_slots[op.index as usize] = entry,
+                }
+            }
+            // SAFETY: as above.
+            Err(error) => unsafe {
+                self.table
+                    .complete(slot, |d| d.result = post_error_code(error))
+            },
+        }
+    }
+
+    fn cancel(&mut self, now: Nanos, slot: u32) {
+        if let Some(op) = self.slot_ops.get(slot as usize).copied().flatten() {
+            // Refused (already moving bytes, or finished): the operation completes normally.
+            let _ = self.endpoint.cancel(now, op);
+        }
+    }
+
+    fn receive(&mut self, now: Nanos) -> bool {
+        let mut any = false;
+        for _ in 0..MAX_RECEIVE_BATCHES_PER_TURN {
+            let endpoint = &mut self.endpoint;
+            let registry = &self.registry;
+            let stats = &mut self.stats;
+            let mut deliver = |source: Option<u32>, bytes: &[u8]| {
+                let claimed = bytes
+                    .get(nicmsg_wire::field::SRC)
+                    .map(|b| u32::from_le_bytes(b.try_into().unwrap()));
+                if source.is_none() || claimed != source {
+                    stats.spoofed_frames += 1;
+                    return;
+                }
+                let mut memory = RegistryMemory(registry);
+                endpoint.handle_frame(now, bytes, &mut memory);
+            };
+            match self.transport.receive(&mut deliver) {
+                Ok(0) => break,
+                Ok(_) => any = true,
+                Err(_) => {
+                    self.stats.transport_errors += 1;
+                    break;
+                }
+            }
+        }
+        any
+    }
+
+    fn transmit(&mut self, now: Nanos) -> bool {
+        let mut any = false;
+        for _ in 0..MAX_SEND_BATCHES_PER_TURN {
+            let memory = RegistryMemory(&self.registry);
+            while self.unsent.len() < SEND_BATCH {
+                match self.endpoint.poll_transmit(now, &memory) {
+                    Some(transmit) => self.unsent.push_back(transmit),
+                    None => break,
+                }
+            }
+            if self.unsent.is_empty() {
+                break;
+            }
+            any = true;
+            let taken = self.send_unsent();
+            if taken == 0 {
+                break;
+            }
+        }
+        any
+    }
+
+    /// Offers the waiting frames to the transport, gathered from registered memory, and
+    /// removes those it took. Returns how many it took.
+    fn send_unsent(&mut self) -> usize {
+        let memory = RegistryMemory(&self.registry);
+        let before = self.unsent.len();
+        self.unsent
+            .retain(|transmit| gather_check(transmit, &memory));
+        self.stats.orphan_frames += (before - self.unsent.len()) as u64;
+        let count = self.unsent.len().min(SEND_BATCH);
+        let mut pieces: [[&[u8]; MAX_FRAME_PIECES]; SEND_BATCH] =
+            [[&[]; MAX_FRAME_PIECES]; SEND_BATCH];
+        let mut frames: [(u32, &[&[u8]]); SEND_BATCH] = [(0, &[]); SEND_BATCH];
+        for ((transmit, slices), frame) in self
+            .unsent
+            .iter()
+            .take(count)
+            .zip(pieces.iter_mut())
+            .zip(frames.iter_mut())
+        {
+            let used = gather(transmit, &memory, slices).expect("checked above");
+            *frame = (transmit.dst, &slices[..used]);
+        }
+        let taken = match self.transport.send(&frames[..count]) {
+            Ok(taken) => taken.min(count),
+            Err(_) => {
+                self.stats.transport_errors += 1;
+                0
+            }
+        };
+        self.unsent.drain(..taken);
+        taken
+    }
+
+    fn hand_back_completions(&mut self) -> bool {
+        let mut any = false;
+        while let Some(completion) = self.endpoint.poll_completion() {
+            any = true;
+            self.complete(completion);
+        }
+        any
+    }
+
+    fn complete(&mut self, completion: Completion) {
+        let op = completion.op;
+        let (slot, generation) = match op.kind {
+            OpKind::Send => self.send_slots[op.index as usize],
+            OpKind::Recv | OpKind::Probe => self.recv_slots[op.index as usize],
+        };
+        assert_eq!(
+            generation, op.generation,
+            "completion of {op:?} maps to a reused slot"
+        );
+        self.slot_ops[slot as usize] = None;
+        // SAFETY: the slot has been ours since it was posted.
+        unsafe {
+            self.table.complete(slot, |d| match completion.result {
+                Ok(status) => fill_status(d, status.peer, status.tag, status.len),
+                Err(OpError::Truncated {
+                    source_rank,
+                    tag,
+                    message_len,
+                    buffer_len,
+                }) => {
+                    fill_status(d, source_rank, tag, message_len);
+                    d.buffer_len = buffer_len;
+                    d.result = ResultCode::Truncated;
+                }
+                Err(OpError::PeerUnreachable { peer }) => {
+                    d.status_peer = peer;
+                    d.result = ResultCode::PeerUnreachable;
+                }
+                Err(OpError::Cancelled) => d.result = ResultCode::Cancelled,
+            })
+        };
+    }
+}
+
+fn fill_status(descriptor: &mut Descriptor, peer: u32, tag: u32, len: u64) {
+    descriptor.result = ResultCode::Success;
+    descriptor.status_peer = peer;
+    descriptor.status_tag = tag;
+    descriptor.status_len = len;
+}
+
+fn post_error_code(error: PostError) -> ResultCode {
+    match error {
+        PostError::InvalidRank { .. } => ResultCode::InvalidRank,
+        PostError::SelfSend(_) => ResultCode::SelfSend,
+        PostError::TableFull { .. } => ResultCode::TableFull,
+        PostError::BadSegment { .. } | PostError::TooManySegments { .. } => ResultCode::BadBuffer,
+        PostError::PeerUnreachable { .. } => ResultCode::PeerUnreachable,
+    }
+}
+
+/// Resolves a frame's pieces to byte slices; `None` if a piece's region is gone.
+fn gather<'a>(
+    transmit: &'a Transmit,
+    memory: &'a RegistryMemory<'_>,
+    out: &mut [&'a [u8]; MAX_FRAME_PIECES],
+) -> Option<usize> {
+    out[0] = transmit.headers();
+    for (index, piece) in transmit.pieces().iter().enumerate() {
+        let region = nicmsg_proto::HostMemory::region(memory, piece.region)?;
+        let start = piece.offset as usize;
+        out[index + 1] = region.get(start..start + piece.len as usize)?;
+    }
+    Some(1 + transmit.pieces().len())
+}
+
+fn gather_check(transmit: &Transmit, memory: &RegistryMemory<'_>) -> bool {
+    let mut scratch = [&[][..]; MAX_FRAME_PIECES];
+    gather(transmit, memory, &mut scratch).is_some()
+}

@@ -1,0 +1,20 @@
+//! # nicmsg offload engine
+//!
+//! The engine is "the NIC": it owns a protocol endpoint and a wire backend, takes operations
+//! from the host's descriptor table, and hands results back through the same table. It runs on
+//! a dedicated thread (`thread` mode: the application only writes descriptors and polls their
+//! state, as in EMP) or inside the application's test/wait calls (`inline` mode).
+
+pub mod driver;
+pub mod poller;
+pub mod registry;
+pub mod runner;
+pub mod table;
+pub mod transport;
+
+pub use driver::{Driver, EngineStats};
+pub use poller::Poller;
+pub use registry::{Registry, RegistryMemory, DEFAULT_REGIONS};
+pub use runner::{IdleConfig, Shared, Snapshot, ThreadEngine};
+pub use table::{Descriptor, OpCode, ResultCode, Table, ANY, DEFAULT_SLOTS};
+pub use transport::Transport;

@@ -1,0 +1,98 @@
+//! Registered memory as the engine sees it: a fixed table of (address, length) ranges that the
+//! host fills in and the engine reads, implementing the protocol core's `HostMemory`.
+//!
+//! Each non-blocking operation registers its own buffer ranges exactly (not page-rounded), so a
+//! receive buffer is the only thing its region covers and the engine's writes can never alias a
+//! range the application still reads (page pinning is a separate concern of the API's
+//! registration cache). The host publishes a slot with a release store of its length after
+//! writing the address; the engine reads it with an acquire load.
+
+use nicmsg_proto::{HostMemory, RegionId};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+
+/// Default number of regions: every segment of every descriptor of a full table (640 x 16 would
+/// be the worst case; real operations use one or two segments).
+pub const DEFAULT_REGIONS: usize = 4096;
+
+struct Region {
+    base: AtomicPtr<u8>,
+    /// 0 while free; a region of 0 bytes is never registered (it needs no memory).
+    len: AtomicUsize,
+}
+
+/// A fixed table of memory ranges shared between the host and the engine.
+pub struct Registry {
+    regions: Box<[Region]>,
+}
+
+// SAFETY: the registry holds addresses, never dereferences them by itself; the contract of
+// `register` makes the host responsible for the memory staying valid while registered.
+unsafe impl Send for Registry {}
+unsafe impl Sync for Registry {}
+
+impl Registry {
+    pub fn new(capacity: usize) -> Self {
+        let regions = (0..capacity)
+            .map(|_| Region {
+                base: AtomicPtr::new(std::ptr::null_mut()),
+                len: AtomicUsize::new(0),
+            })
+            .collect();
+        Self { regions }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.regions.len()
+    }
+
+    /// Publishes `len` bytes at `base` in slot `id`, which the caller (the one host thread that
+    /// owns slot allocation) knows to be free.
+    ///
+    /// # Safety
+    /// Until `unregister(id)`, the memory must stay valid, must not be written by anyone else if
+    /// the engine may write it (a receive), and must not be written at all if the engine reads
+    /// it (a send).
+    pub unsafe fn register(&self, id: RegionId, base: *mut u8, len: usize) {
+        let region = &self.regions[id.0 as usize];
+        debug_assert_eq!(
+            region.len.load(Ordering::Relaxed),
+            0,
+            "slot {} in use",
+            id.0
+        );
+        region.base.store(base, Ordering::Relaxed);
+        region.len.store(len, Ordering::Release);
+    }
+
+    pub fn unregister(&self, id: RegionId) {
+        self.regions[id.0 as usize].len.store(0, Ordering::Release);
+    }
+
+    fn slice(&self, id: RegionId) -> Option<(*mut u8, usize)> {
+        let region = self.regions.get(id.0 as usize)?;
+        let len = region.len.load(Ordering::Acquire);
+        if len == 0 {
+            return None;
+        }
+        Some((region.base.load(Ordering::Relaxed), len))
+    }
+}
+
+/// The engine's view: `HostMemory` over the registry.
+pub struct RegistryMemory<'a>(pub &'a Registry);
+
+impl HostMemory for RegistryMemory<'_> {
+    fn region(&self, id: RegionId) -> Option<&[u8]> {
+        let (base, len) = self.0.slice(id)?;
+        // SAFETY: registered memory is valid for `len` bytes while registered (register's
+        // contract) and the protocol core only reads regions of pending sends.
+        Some(unsafe { std::slice::from_raw_parts(base, len) })
+    }
+
+    fn region_mut(&mut self, id: RegionId) -> Option<&mut [u8]> {
+        let (base, len) = self.0.slice(id)?;
+        // SAFETY: as above; a receive region is lent exclusively to the engine until the
+        // receive completes, and the core only writes regions of pending receives.
+        Some(unsafe { std::slice::from_raw_parts_mut(base, len) })
+    }
+}

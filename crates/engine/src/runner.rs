@@ -1,0 +1,157 @@
+//! Running the engine: on a dedicated thread (`thread` mode) or on the host's thread inside
+//! test/wait (`inline` mode), with the same driver and the same idle strategy: spin for
+//! `spin_ns` after the last work, then sleep in the poller until a datagram, the doorbell, the
+//! next protocol deadline, or `idle_poll_ns` (so descriptors posted without a system call are
+//! still picked up while the engine sleeps).
+
+use crate::driver::Driver;
+use crate::poller::Poller;
+use crate::transport::Transport;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+/// Idle behaviour of the engine and of waiting hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdleConfig {
+    /// Busy-polling time after the last work before sleeping.
+    pub spin_ns: u64,
+    /// Longest sleep of an idle engine: the latency of a descriptor posted while it sleeps.
+    pub idle_poll_ns: u64,
+    /// After shutdown, keep answering the peers until nothing arrived for this long, so the
+    /// last acknowledgements of this rank are not lost with it.
+    pub linger_quiet_ns: u64,
+    /// Upper bound of that lingering.
+    pub linger_max_ns: u64,
+}
+
+impl Default for IdleConfig {
+    fn default() -> Self {
+        Self {
+            spin_ns: 50_000,
+            idle_poll_ns: 200_000,
+            linger_quiet_ns: 50_000_000,
+            linger_max_ns: 2_000_000_000,
+        }
+    }
+}
+
+/// State shared by the host and the engine thread.
+pub struct Shared {
+    pub shutdown: AtomicBool,
+    pub engine_sleeping: AtomicBool,
+    /// Hosts blocked in a futex wait on the table's completion counter.
+    pub hosts_waiting: AtomicU32,
+    pub stats_requested: AtomicBool,
+    pub stats: Mutex<Option<Snapshot>>,
+    poller: Poller,
+}
+
+/// Counters copied out of the engine on request.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Snapshot {
+    pub protocol: nicmsg_proto::Stats,
+    pub engine: crate::driver::EngineStats,
+}
+
+impl Shared {
+    /// Host side, only from a blocking wait: make a sleeping engine look at the table now.
+    pub fn wake_engine(&self) {
+        if self.engine_sleeping.load(Ordering::SeqCst) {
+            self.poller.ring();
+        }
+    }
+}
+
+/// The engine on its own thread.
+pub struct ThreadEngine<T: Transport + 'static> {
+    pub shared: Arc<Shared>,
+    handle: Option<JoinHandle<Driver<T>>>,
+}
+
+impl<T: Transport + 'static> ThreadEngine<T> {
+    pub fn spawn(driver: Driver<T>, idle: IdleConfig) -> std::io::Result<Self> {
+        let shared = Arc::new(Shared {
+            shutdown: AtomicBool::new(false),
+            engine_sleeping: AtomicBool::new(false),
+            hosts_waiting: AtomicU32::new(0),
+            stats_requested: AtomicBool::new(false),
+            stats: Mutex::new(None),
+            poller: Poller::new(driver.transport().readable_fd())?,
+        });
+        let engine_shared = Arc::clone(&shared);
+        let handle = std::thread::Builder::new()
+            .name("nicmsg-engine".into())
+            .spawn(move || run(driver, &engine_shared, idle))?;
+        Ok(Self {
+            shared,
+            handle: Some(handle),
+        })
+    }
+
+    /// Stops the engine after lingering, and returns the driver (for final counters).
+    pub fn stop(&mut self) -> Option<Driver<T>> {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        self.shared.poller.ring();
+        self.handle.take()?.join().ok()
+    }
+}
+
+impl<T: Transport + 'static> Drop for ThreadEngine<T> {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn run<T: Transport>(mut driver: Driver<T>, shared: &Shared, idle: IdleConfig) -> Driver<T> {
+    let start = Instant::now();
+    let mut last_work = 0u64;
+    let mut shutdown_at: Option<u64> = None;
+    loop {
+        let now = start.elapsed().as_nanos() as u64;
+        if driver.turn(now) {
+            last_work = now;
+            wake_hosts(driver.table(), shared);
+            continue;
+        }
+        if shared.stats_requested.swap(false, Ordering::AcqRel) {
+            let snapshot = Snapshot {
+                protocol: *driver.protocol_stats(),
+                engine: *driver.stats(),
+            };
+            *shared.stats.lock().expect("stats lock") = Some(snapshot);
+        }
+        if shared.shutdown.load(Ordering::Acquire) {
+            let since = *shutdown_at.get_or_insert(now);
+            let quiet =
+                now - last_work >= idle.linger_quiet_ns && driver.endpoint().usage().is_empty();
+            if quiet || now - since >= idle.linger_max_ns {
+                return driver;
+            }
+        }
+        if now - last_work < idle.spin_ns {
+            std::hint::spin_loop();
+            continue;
+        }
+        sleep(&driver, shared, idle, now);
+    }
+}
+
+fn sleep<T: Transport>(driver: &Driver<T>, shared: &Shared, idle: IdleConfig, now: u64) {
+    shared.engine_sleeping.store(true, Ordering::SeqCst);
+    // A command pushed just before the flag was set would otherwise wait a whole idle poll.
+    if !driver.table().has_commands() {
+        let until_deadline = driver
+            .next_deadline()
+            .map_or(u64::MAX, |d| d.saturating_sub(now));
+        shared.poller.wait(until_deadline.min(idle.idle_poll_ns));
+    }
+    shared.engine_sleeping.store(false, Ordering::SeqCst);
+}
+
+fn wake_hosts(table: &crate::table::Table, shared: &Shared) {
+    if shared.hosts_waiting.load(Ordering::SeqCst) > 0 {
+        atomic_wait::wake_all(&table.completions);
+    }
+}

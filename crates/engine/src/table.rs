@@ -1,0 +1,208 @@
+//! The host descriptor table (EMP section 3.3): a fixed array of slots in engine memory, each
+//! owned by the host or by the engine, handed over by a state word. The host fills a free slot,
+//! flips it to POSTED and pushes its index on the submission ring; the engine posts it to the
+//! protocol core and, when the operation completes, writes the result and flips the slot to DONE.
+//! The host learns of completion by polling the slot's state: no interrupt, no system call.
+//!
+//! Slot layout (one 64-byte-aligned slot; `docs/engine.md` draws it):
+//! `state: u32` (FREE, POSTED, DONE), then the descriptor: operation, peer, tag, scatter/gather
+//! list of up to 16 (region, offset, length) segments, and the result (status peer, tag, length,
+//! error code) written by the engine.
+
+use nicmsg_proto::SgList;
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+
+/// EMP's descriptor count: enough outstanding operations for typical MPI codes.
+pub const DEFAULT_SLOTS: usize = 640;
+/// Peer or tag value meaning "any" in a descriptor.
+pub const ANY: u32 = u32::MAX;
+
+/// Owner/state of a slot.
+pub mod state {
+    /// Free, owned by the host.
+    pub const FREE: u32 = 0;
+    /// Filled by the host, owned by the engine.
+    pub const POSTED: u32 = 1;
+    /// Completed: result valid, owned by the host again.
+    pub const DONE: u32 = 2;
+}
+
+/// What a descriptor asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(u8)]
+pub enum OpCode {
+    #[default]
+    Send = 1,
+    Recv = 2,
+    /// Blocking probe: completes when a matching message is available.
+    Probe = 3,
+    /// Non-blocking probe: completes at once, with `NotFound` if nothing matches.
+    IProbe = 4,
+}
+
+/// Result codes, shared with the C ABI (`include/nicmsg.h`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(u32)]
+pub enum ResultCode {
+    #[default]
+    Success = 0,
+    Truncated = 1,
+    PeerUnreachable = 2,
+    Cancelled = 3,
+    InvalidRank = 4,
+    TableFull = 5,
+    BadBuffer = 6,
+    NotFound = 7,
+    SelfSend = 8,
+}
+
+/// One operation as the host describes it, and its result as the engine reports it.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C)]
+pub struct Descriptor {
+    pub op: OpCode,
+    pub peer: u32,
+    pub tag: u32,
+    pub buffer: SgList,
+    /// Written by the engine before DONE.
+    pub result: ResultCode,
+    pub status_peer: u32,
+    pub status_tag: u32,
+    pub status_len: u64,
+    /// For truncation: the receive buffer's length.
+    pub buffer_len: u64,
+}
+
+#[repr(C, align(64))]
+struct Slot {
+    state: AtomicU32,
+    descriptor: UnsafeCell<Descriptor>,
+}
+
+/// Command on the submission ring: a slot index, with this bit set for "cancel that slot".
+pub const CANCEL_BIT: u32 = 1 << 31;
+
+/// The table plus the single-producer (host) / single-consumer (engine) submission ring.
+pub struct Table {
+    slots: Box<[Slot]>,
+    ring: Box<[AtomicU32]>,
+    ring_head: AtomicUsize,
+    ring_tail: AtomicUsize,
+    /// Bumped by the engine after every completion: a futex word for blocking waits.
+    pub completions: AtomicU32,
+}
+
+// SAFETY: a slot's descriptor is accessed only by its current owner, as recorded in `state`
+// with release/acquire ordering at every hand-over.
+unsafe impl Sync for Table {}
+unsafe impl Send for Table {}
+
+impl Table {
+    pub fn new(slots: usize) -> Self {
+        let slots: Box<[Slot]> = (0..slots)
+            .map(|_| Slot {
+                state: AtomicU32::new(state::FREE),
+                descriptor: UnsafeCell::new(Descriptor::default()),
+            })
+            .collect();
+        // Each slot has at most one post and one cancel outstanding.
+        let ring = (0..2 * slots.len()).map(|_| AtomicU32::new(0)).collect();
+        Self {
+            slots,
+            ring,
+            ring_head: AtomicUsize::new(0),
+            ring_tail: AtomicUsize::new(0),
+            completions: AtomicU32::new(0),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    pub fn state(&self, slot: u32) -> u32 {
+        self.slots[slot as usize].state.load(Ordering::Acquire)
+    }
+
+    /// Host side: fills a FREE slot and hands it to the engine.
+    ///
+    /// # Safety
+    /// The caller is the single host thread and `slot` is FREE (owned by it).
+    pub unsafe fn post(&self, slot: u32, descriptor: Descriptor) {
+        let entry = &self.slots[slot as usize];
+        debug_assert_eq!(entry.state.load(Ordering::Relaxed), state::FREE);
+        *entry.descriptor.get() = descriptor;
+        entry.state.store(state::POSTED, Ordering::Release);
+        self.push(slot);
+    }
+
+    /// Host side: asks the engine to cancel the operation in `slot` (it may be too late).
+    ///
+    /// # Safety
+    /// The caller is the single host thread.
+    pub unsafe fn request_cancel(&self, slot: u32) {
+        self.push(slot | CANCEL_BIT);
+    }
+
+    /// Host side: reads the result of a DONE slot and frees it.
+    ///
+    /// # Safety
+    /// The caller is the single host thread and `state(slot)` returned DONE.
+    pub unsafe fn take_result(&self, slot: u32) -> Descriptor {
+        let entry = &self.slots[slot as usize];
+        let descriptor = *entry.descriptor.get();
+        entry.state.store(state::FREE, Ordering::Release);
+        descriptor
+    }
+
+    fn push(&self, command: u32) {
+        let tail = self.ring_tail.load(Ordering::Relaxed);
+        let head = self.ring_head.load(Ordering::Acquire);
+        assert!(
+            tail - head < self.ring.len(),
+            "submission ring overflow: more commands than slots allow"
+        );
+        self.ring[tail % self.ring.len()].store(command, Ordering::Relaxed);
+        self.ring_tail.store(tail + 1, Ordering::Release);
+    }
+
+    /// Engine side: true if a command waits.
+    pub fn has_commands(&self) -> bool {
+        self.ring_head.load(Ordering::Relaxed) != self.ring_tail.load(Ordering::Acquire)
+    }
+
+    /// Engine side: next command, if any.
+    pub fn pop(&self) -> Option<u32> {
+        let head = self.ring_head.load(Ordering::Relaxed);
+        if head == self.ring_tail.load(Ordering::Acquire) {
+            return None;
+        }
+        let command = self.ring[head % self.ring.len()].load(Ordering::Relaxed);
+        self.ring_head.store(head + 1, Ordering::Release);
+        Some(command)
+    }
+
+    /// Engine side: the descriptor of a POSTED slot.
+    ///
+    /// # Safety
+    /// The caller is the engine and the slot is POSTED (owned by it).
+    pub unsafe fn descriptor(&self, slot: u32) -> Descriptor {
+        *self.slots[slot as usize].descriptor.get()
+    }
+
+    /// Engine side: writes the result and hands the slot back to the host.
+    ///
+    /// # Safety
+    /// The caller is the engine and the slot is POSTED (owned by it).
+    pub unsafe fn complete(&self, slot: u32, fill: impl FnOnce(&mut Descriptor)) {
+        let entry = &self.slots[slot as usize];
+        fill(&mut *entry.descriptor.get());
+        entry.state.store(state::DONE, Ordering::Release);
+        self.completions.fetch_add(1, Ordering::SeqCst);
+    }
+}

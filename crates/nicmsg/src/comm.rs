@@ -1,0 +1,502 @@
+//! The communicator: one rank's handle on the job. Operations are descriptors in the engine's
+//! table; buffers are registered (and their pages pinned on demand) for the time they are lent.
+
+use crate::backend::UdpBackend;
+use crate::options::{EngineMode, Options};
+use crate::pin::{PinCache, PinStats};
+use crate::request::Request;
+use crate::{Error, Status, MAX_TAG};
+use nicmsg_engine::{
+    Descriptor, Driver, OpCode, Poller, Registry, Snapshot, Table, ThreadEngine, ANY,
+};
+use nicmsg_proto::{Endpoint, RegionId, Segment, SgList, MAX_SEGMENTS};
+use nicmsg_udp::{UdpOptions, UdpTransport};
+use std::cell::{Cell, RefCell};
+use std::marker::PhantomData;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Which sender a receive or probe accepts.
+pub use nicmsg_proto::Source;
+/// Which tag a receive or probe accepts.
+pub use nicmsg_proto::TagMatch;
+
+/// Tags above `MAX_TAG` are the library's own (barrier).
+const BARRIER_TAG: u32 = MAX_TAG + 1;
+
+enum Engine {
+    Inline {
+        driver: Box<Driver<UdpBackend>>,
+        poller: Poller,
+        start: Instant,
+    },
+    Thread(ThreadEngine<UdpBackend>),
+}
+
+/// One rank's communicator. Not shareable between threads (one host thread drives the
+/// descriptor table, as in EMP), but it may be moved to another thread.
+pub struct Comm {
+    rank: u32,
+    size: u32,
+    options: Options,
+    table: Arc<Table>,
+    registry: Arc<Registry>,
+    engine: RefCell<Engine>,
+    free_slots: RefCell<Vec<u32>>,
+    free_regions: RefCell<Vec<u32>>,
+    pins: RefCell<PinCache>,
+    barrier_epoch: Cell<u32>,
+    _single_host_thread: PhantomData<Cell<()>>,
+}
+
+impl Comm {
+    /// Joins the job described by the environment (`nicmsg run`, mpirun, srun, or
+    /// `NICMSG_RANK`/`NICMSG_SIZE`/`NICMSG_BOOTSTRAP`), with options from `NICMSG_*`.
+    pub fn init() -> Result<Self, Error> {
+        Self::init_with(Options::from_env()?)
+    }
+
+    pub fn init_with(options: Options) -> Result<Self, Error> {
+        let job = nicmsg_bootstrap::job_from_env()?;
+        let bind_ip = job.bind_ip.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        let udp_options = UdpOptions {
+            bind: SocketAddr::new(bind_ip, 0),
+            max_frame: options.protocol.mtu as usize,
+            ..UdpOptions::default()
+        };
+        let mut transport = UdpTransport::bind(udp_options)?;
+        let peers =
+            nicmsg_bootstrap::exchange(&job, transport.local_addr(), options.bootstrap_timeout)?;
+        transport.set_peers(&peers);
+        let endpoint = Endpoint::new(options.protocol.clone(), job.job, job.rank, job.size)
+            .map_err(|e| Error::Config(e.to_string()))?;
+        Self::start(options, endpoint, UdpBackend(transport))
+    }
+
+    fn start(options: Options, endpoint: Endpoint, backend: UdpBackend) -> Result<Self, Error> {
+        let (rank, size) = (endpoint.rank(), endpoint.size());
+        let table = Arc::new(Table::new(options.slots));
+        let registry = Arc::new(Registry::new(options.regions));
+        let driver = Driver::new(endpoint, backend, Arc::clone(&table), Arc::clone(&registry));
+        let engine = match options.engine {
+            EngineMode::Inline => {
+                use nicmsg_engine::Transport;
+                let poller = Poller::new(driver.transport().readable_fd())?;
+                Engine::Inline {
+                    driver: Box::new(driver),
+                    poller,
+                    start: Instant::now(),
+                }
+            }
+            EngineMode::Thread => Engine::Thread(ThreadEngine::spawn(driver, options.idle)?),
+        };
+        Ok(Self {
+            rank,
+            size,
+            free_slots: RefCell::new((0..options.slots as u32).rev().collect()),
+            free_regions: RefCell::new((0..options.regions as u32).rev().collect()),
+            pins: RefCell::new(PinCache::new(options.pin_cache_pages)),
+            barrier_epoch: Cell::new(0),
+            table,
+            registry,
+            engine: RefCell::new(engine),
+            options,
+            _single_host_thread: PhantomData,
+        })
+    }
+
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    pub fn engine_mode(&self) -> EngineMode {
+        self.options.engine
+    }
+
+    /// Starts sending `buffer` to `dest` with `tag`. The buffer stays borrowed until the request
+    /// completes.
+    pub fn isend<'a>(
+        &'a self,
+        buffer: &'a [u8],
+        dest: u32,
+        tag: u32,
+    ) -> Result<Request<'a>, Error> {
+        self.isend_vectored(&[buffer], dest, tag)
+    }
+
+    /// Scatter/gather send: the message is the concatenation of `pieces`.
+    pub fn isend_vectored<'a>(
+        &'a self,
+        pieces: &[&'a [u8]],
+        dest: u32,
+        tag: u32,
+    ) -> Result<Request<'a>, Error> {
+        self.check_dest(dest)?;
+        check_tag(tag)?;
+        let ranges: Vec<(*mut u8, usize)> = pieces
+            .iter()
+            .map(|p| (p.as_ptr() as *mut u8, p.len()))
+            .collect();
+        self.post(OpCode::Send, dest, tag, &ranges)
+    }
+
+    /// Starts receiving into `buffer` a message from `source` with `tag` (either may be `Any`).
+    pub fn irecv<'a>(
+        &'a self,
+        buffer: &'a mut [u8],
+        source: Source,
+        tag: TagMatch,
+    ) -> Result<Request<'a>, Error> {
+        self.irecv_vectored(vec![buffer], source, tag)
+    }
+
+    /// Scatter receive: the message fills `pieces` in order.
+    pub fn irecv_vectored<'a>(
+        &'a self,
+        pieces: Vec<&'a mut [u8]>,
+        source: Source,
+        tag: TagMatch,
+    ) -> Result<Request<'a>, Error> {
+        let peer = self.source_word(source)?;
+        let tag = tag_word(tag)?;
+        let ranges: Vec<(*mut u8, usize)> = pieces
+            .into_iter()
+            .map(|p| (p.as_mut_ptr(), p.len()))
+            .collect();
+        self.post(OpCode::Recv, peer, tag, &ranges)
+    }
+
+    /// Blocking send.
+    pub fn send(&self, buffer: &[u8], dest: u32, tag: u32) -> Result<Status, Error> {
+        self.isend(buffer, dest, tag)?.wait()
+    }
+
+    /// Blocking receive.
+    pub fn recv(&self, buffer: &mut [u8], source: Source, tag: TagMatch) -> Result<Status, Error> {
+        self.irecv(buffer, source, tag)?.wait()
+    }
+
+    /// Non-blocking probe: the message a receive with this pattern would get, if one is there.
+    pub fn iprobe(&self, source: Source, tag: TagMatch) -> Result<Option<Status>, Error> {
+        let peer = self.source_word(source)?;
+        let tag = tag_word(tag)?;
+        let request = self.post(OpCode::IProbe, peer, tag, &[])?;
+        match request.wait_descriptor() {
+            (Ok(()), descriptor) if descriptor.result == nicmsg_engine::ResultCode::NotFound => {
+                Ok(None)
+            }
+            (Ok(()), descriptor) => Ok(Some(Status::from(&descriptor))),
+            (Err(error), _) => Err(error),
+        }
+    }
+
+    /// Blocking probe.
+    pub fn probe(&self, source: Source, tag: TagMatch) -> Result<Status, Error> {
+        let peer = self.source_word(source)?;
+        let tag = tag_word(tag)?;
+        self.post(OpCode::Probe, peer, tag, &[])?.wait()
+    }
+
+    /// Blocks until every rank has entered the barrier (dissemination algorithm on reserved
+    /// tags, zero-byte messages).
+    pub fn barrier(&self) -> Result<(), Error> {
+        let epoch = self.barrier_epoch.get();
+        self.barrier_epoch.set(epoch.wrapping_add(1));
+        let mut distance = 1;
+        while distance < self.size {
+            let to = (self.rank + distance) % self.size;
+            let from = (self.rank + self.size - distance) % self.size;
+            let tag = BARRIER_TAG + (epoch % 2);
+            let mut empty = [0u8; 0];
+            let recv = self.post(OpCode::Recv, from, tag, &[(empty.as_mut_ptr(), 0)])?;
+            let send = self.post(OpCode::Send, to, tag, &[(empty.as_mut_ptr(), 0)])?;
+            send.wait()?;
+            recv.wait()?;
+            distance *= 2;
+        }
+        Ok(())
+    }
+
+    /// Waits for all requests; returns each one's result, in order.
+    pub fn waitall<'a>(
+        &self,
+        requests: impl IntoIterator<Item = Request<'a>>,
+    ) -> Vec<Result<Status, Error>> {
+        requests.into_iter().map(Request::wait).collect()
+    }
+
+    /// Waits until one of `requests` completes; removes it and returns its index and result.
+    pub fn waitany(
+        &self,
+        requests: &mut Vec<Request<'_>>,
+    ) -> Option<(usize, Result<Status, Error>)> {
+        if requests.is_empty() {
+            return None;
+        }
+        loop {
+            for index in 0..requests.len() {
+                if let Some(result) = requests[index].test() {
+                    requests.remove(index);
+                    return Some((index, result));
+                }
+            }
+            self.progress_or_pause();
+        }
+    }
+
+    /// Protocol and engine counters (copied from the engine thread on request).
+    pub fn stats(&self) -> Snapshot {
+        match &*self.engine.borrow() {
+            Engine::Inline { driver, .. } => Snapshot {
+                protocol: *driver.protocol_stats(),
+                engine: *driver.stats(),
+            },
+            Engine::Thread(engine) => {
+                let shared = &engine.shared;
+                shared.stats_requested.store(true, Ordering::Release);
+                shared.wake_engine();
+                let deadline = Instant::now() + std::time::Duration::from_secs(1);
+                loop {
+                    if let Some(snapshot) = shared.stats.lock().expect("stats lock").take() {
+                        return snapshot;
+                    }
+                    if Instant::now() > deadline {
+                        return Snapshot::default();
+                    }
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+
+    pub fn pin_stats(&self) -> PinStats {
+        self.pins.borrow().stats
+    }
+
+    // --- internals used by Request ---
+
+    fn check_dest(&self, dest: u32) -> Result<(), Error> {
+        if dest >= self.size {
+            return Err(Error::InvalidRank {
+                rank: dest,
+                size: self.size,
+            });
+        }
+        if dest == self.rank {
+            return Err(Error::SelfSend(dest));
+        }
+        Ok(())
+    }
+
+    fn source_word(&self, source: Source) -> Result<u32, Error> {
+        match source {
+            Source::Any => Ok(ANY),
+            Source::Rank(rank) if rank >= self.size => Err(Error::InvalidRank {
+                rank,
+                size: self.size,
+            }),
+            Source::Rank(rank) => Ok(rank),
+        }
+    }
+
+    /// Registers the ranges, fills a slot and hands it to the engine.
+    fn post(
+        &self,
+        op: OpCode,
+        peer: u32,
+        tag: u32,
+        ranges: &[(*mut u8, usize)],
+    ) -> Result<Request<'_>, Error> {
+        if ranges.len() > MAX_SEGMENTS {
+            return Err(Error::BadBuffer("more than 16 segments"));
+        }
+        let slot = self.free_slots.borrow_mut().pop().ok_or(Error::TableFull {
+            table: "descriptor",
+            limit: self.table.len(),
+        })?;
+        let mut regions = [0u32; MAX_SEGMENTS];
+        let mut segments = [Segment::default(); MAX_SEGMENTS];
+        {
+            let mut free = self.free_regions.borrow_mut();
+            if free.len() < ranges.len() {
+                self.free_slots.borrow_mut().push(slot);
+                return Err(Error::TableFull {
+                    table: "memory region",
+                    limit: self.registry.capacity(),
+                });
+            }
+            let mut pins = self.pins.borrow_mut();
+            for (index, &(base, len)) in ranges.iter().enumerate() {
+                let region = free.pop().expect("checked above");
+                pins.pin(base as usize, len);
+                // SAFETY: the range is a buffer borrowed by the Request for its whole life
+                // (shared for a send, exclusive for a receive); it is unregistered before the
+                // Request releases the borrow.
+                unsafe { self.registry.register(RegionId(region), base, len.max(1)) };
+                regions[index] = region;
+                segments[index] = Segment {
+                    region: RegionId(region),
+                    offset: 0,
+                    len: len as u64,
+                };
+            }
+        }
+        let buffer = SgList::new(&segments[..ranges.len()])
+            .map_err(|_| Error::BadBuffer("more than 16 segments"))?;
+        let descriptor = Descriptor {
+            op,
+            peer,
+            tag,
+            buffer,
+            ..Descriptor::default()
+        };
+        // SAFETY: the slot came from the free list, so the host owns it; one host thread.
+        unsafe { self.table.post(slot, descriptor) };
+        Ok(Request::new(self, slot, regions, ranges.len()))
+    }
+
+    pub(crate) fn is_done(&self, slot: u32) -> bool {
+        self.table.state(slot) == nicmsg_engine::table::state::DONE
+    }
+
+    /// Takes the result of a DONE slot, unregisters its memory, frees the slot.
+    pub(crate) fn take(&self, slot: u32, regions: &[u32]) -> Descriptor {
+        // SAFETY: called only after `is_done(slot)`.
+        let descriptor = unsafe { self.table.take_result(slot) };
+        let mut free = self.free_regions.borrow_mut();
+        for &region in regions {
+            self.registry.unregister(RegionId(region));
+            free.push(region);
+        }
+        self.free_slots.borrow_mut().push(slot);
+        descriptor
+    }
+
+    pub(crate) fn request_cancel(&self, slot: u32) {
+        // SAFETY: one host thread.
+        unsafe { self.table.request_cancel(slot) };
+    }
+
+    pub(crate) fn size_for_errors(&self) -> u32 {
+        self.size
+    }
+
+    /// One step of waiting: progress in inline mode; in thread mode nothing (the engine works).
+    pub(crate) fn progress_once(&self) {
+        if let Engine::Inline { driver, start, .. } = &mut *self.engine.borrow_mut() {
+            driver.turn(start.elapsed().as_nanos() as u64);
+        }
+    }
+
+    /// Waits until `slot` is DONE: spins for `wait_spin_ns`, then blocks (inline: in the
+    /// poller until a datagram or the next deadline; thread: on the completion futex).
+    pub(crate) fn wait_done(&self, slot: u32) {
+        let spin_until =
+            Instant::now() + std::time::Duration::from_nanos(self.options.wait_spin_ns);
+        while !self.is_done(slot) {
+            self.progress_once();
+            if self.is_done(slot) {
+                return;
+            }
+            if Instant::now() < spin_until {
+                std::hint::spin_loop();
+                continue;
+            }
+            self.block_briefly(slot);
+        }
+    }
+
+    fn progress_or_pause(&self) {
+        self.progress_once();
+        std::hint::spin_loop();
+    }
+
+    fn block_briefly(&self, slot: u32) {
+        match &mut *self.engine.borrow_mut() {
+            Engine::Inline {
+                driver,
+                poller,
+                start,
+            } => {
+                let now = start.elapsed().as_nanos() as u64;
+                if driver.turn(now) {
+                    return;
+                }
+                let until = driver
+                    .next_deadline()
+                    .map_or(u64::MAX, |d| d.saturating_sub(now));
+                poller.wait(until.min(self.options.idle.idle_poll_ns));
+            }
+            Engine::Thread(engine) => {
+                let shared = &engine.shared;
+                shared.hosts_waiting.fetch_add(1, Ordering::SeqCst);
+                let seen = self.table.completions.load(Ordering::SeqCst);
+                if !self.is_done(slot) {
+                    shared.wake_engine();
+                    atomic_wait::wait(&self.table.completions, seen);
+                }
+                shared.hosts_waiting.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+impl Drop for Comm {
+    fn drop(&mut self) {
+        let idle = self.options.idle;
+        match self.engine.get_mut() {
+            Engine::Thread(engine) => {
+                engine.stop();
+            }
+            Engine::Inline {
+                driver,
+                poller,
+                start,
+            } => linger_inline(driver, poller, *start, idle),
+        }
+    }
+}
+
+/// Inline mode's equivalent of the engine thread's lingering: keep answering peers briefly so
+/// this rank's last acknowledgements are not lost with it.
+fn linger_inline(
+    driver: &mut Driver<UdpBackend>,
+    poller: &Poller,
+    start: Instant,
+    idle: nicmsg_engine::IdleConfig,
+) {
+    let begin = start.elapsed().as_nanos() as u64;
+    let mut last_work = begin;
+    loop {
+        let now = start.elapsed().as_nanos() as u64;
+        if driver.turn(now) {
+            last_work = now;
+            continue;
+        }
+        let quiet = now - last_work >= idle.linger_quiet_ns && driver.endpoint().usage().is_empty();
+        if quiet || now - begin >= idle.linger_max_ns {
+            return;
+        }
+        poller.wait(idle.idle_poll_ns.max(1_000_000));
+    }
+}
+
+fn check_tag(tag: u32) -> Result<(), Error> {
+    if tag > MAX_TAG {
+        return Err(Error::InvalidTag(tag));
+    }
+    Ok(())
+}
+
+fn tag_word(tag: TagMatch) -> Result<u32, Error> {
+    match tag {
+        TagMatch::Any => Ok(ANY),
+        TagMatch::Tag(tag) => check_tag(tag).map(|()| tag),
+    }
+}

@@ -1,0 +1,88 @@
+//! Every failure of the API as a typed error with a clear message.
+
+use nicmsg_engine::ResultCode;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("message of {message_len} bytes from rank {source_rank} (tag {tag}) does not fit the {buffer_len}-byte receive buffer; nothing was written")]
+    Truncated {
+        source_rank: u32,
+        tag: u32,
+        message_len: u64,
+        buffer_len: u64,
+    },
+    #[error("peer rank {peer} is unreachable: it stopped answering after the retry limit")]
+    PeerUnreachable { peer: u32 },
+    #[error("the operation was cancelled")]
+    Cancelled,
+    #[error("rank {rank} is outside the job of {size} ranks")]
+    InvalidRank { rank: u32, size: u32 },
+    #[error("tag {0} is outside 0..={max} (higher tags are reserved for the library)", max = crate::MAX_TAG)]
+    InvalidTag(u32),
+    #[error(
+        "the {table} table is full ({limit} entries): complete (wait/test) some operations first"
+    )]
+    TableFull { table: &'static str, limit: usize },
+    #[error("sending to oneself (rank {0}) is not supported yet")]
+    SelfSend(u32),
+    #[error("invalid buffer: {0}")]
+    BadBuffer(&'static str),
+    #[error("not initialised: {0}")]
+    NotInitialised(String),
+    #[error("bootstrap failed: {0}")]
+    Bootstrap(#[from] nicmsg_bootstrap::BootstrapError),
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl Error {
+    /// The C ABI's code for this error (`include/nicmsg.h`).
+    pub fn code(&self) -> i32 {
+        match self {
+            Self::Truncated { .. } => 1,
+            Self::PeerUnreachable { .. } => 2,
+            Self::Cancelled => 3,
+            Self::InvalidRank { .. } => 4,
+            Self::TableFull { .. } => 5,
+            Self::BadBuffer(_) => 6,
+            Self::SelfSend(_) => 8,
+            Self::InvalidTag(_) => 9,
+            Self::NotInitialised(_) => 10,
+            Self::Bootstrap(_) => 11,
+            Self::Config(_) => 12,
+            Self::Io(_) => 13,
+        }
+    }
+}
+
+pub(crate) fn from_descriptor(
+    descriptor: &nicmsg_engine::Descriptor,
+    size: u32,
+) -> Result<(), Error> {
+    match descriptor.result {
+        ResultCode::Success | ResultCode::NotFound => Ok(()),
+        ResultCode::Truncated => Err(Error::Truncated {
+            source_rank: descriptor.status_peer,
+            tag: descriptor.status_tag,
+            message_len: descriptor.status_len,
+            buffer_len: descriptor.buffer_len,
+        }),
+        ResultCode::PeerUnreachable => Err(Error::PeerUnreachable {
+            peer: descriptor.status_peer,
+        }),
+        ResultCode::Cancelled => Err(Error::Cancelled),
+        ResultCode::InvalidRank => Err(Error::InvalidRank {
+            rank: descriptor.peer,
+            size,
+        }),
+        ResultCode::TableFull => Err(Error::TableFull {
+            table: "protocol operation",
+            limit: 0,
+        }),
+        ResultCode::BadBuffer => Err(Error::BadBuffer("a segment lies outside registered memory")),
+        ResultCode::SelfSend => Err(Error::SelfSend(descriptor.peer)),
+    }
+}

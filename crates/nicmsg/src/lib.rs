@@ -1,0 +1,55 @@
+//! # nicmsg
+//!
+//! Reliable, zero-copy messaging with MPI-style semantics for commodity Ethernet clusters:
+//! ranks, tags, `isend`/`irecv`/`test`/`wait`, probe, cancel, barrier. All protocol work runs in
+//! an offload engine: a dedicated thread (`NICMSG_ENGINE=thread`, the default) or the
+//! application's own test/wait calls (`inline`).
+//!
+//! ```no_run
+//! use nicmsg::{Comm, Source, TagMatch};
+//! let comm = Comm::init()?;
+//! if comm.rank() == 0 {
+//!     comm.send(b"hello", 1, 7)?;
+//! } else if comm.rank() == 1 {
+//!     let mut buffer = [0u8; 5];
+//!     let status = comm.recv(&mut buffer, Source::Rank(0), TagMatch::Tag(7))?;
+//!     assert_eq!(status.len, 5);
+//! }
+//! # Ok::<(), nicmsg::Error>(())
+//! ```
+
+mod backend;
+mod comm;
+mod error;
+mod options;
+mod pin;
+mod request;
+
+pub use comm::{Comm, Source, TagMatch};
+pub use error::Error;
+pub use nicmsg_engine::Snapshot;
+pub use options::{EngineMode, Options};
+pub use pin::PinStats;
+pub use request::Request;
+
+/// Largest user tag (as MPI's `MPI_TAG_UB`); higher tags are reserved for the library.
+pub const MAX_TAG: u32 = i32::MAX as u32;
+
+/// What a completed operation reports: the peer (source of a receive, destination of a send),
+/// the tag and the message length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status {
+    pub source: u32,
+    pub tag: u32,
+    pub len: u64,
+}
+
+impl From<&nicmsg_engine::Descriptor> for Status {
+    fn from(descriptor: &nicmsg_engine::Descriptor) -> Self {
+        Self {
+            source: descriptor.status_peer,
+            tag: descriptor.status_tag,
+            len: descriptor.status_len,
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Options of a communicator, with defaults and `NICMSG_*` environment overrides.
+
+use crate::Error;
+use nicmsg_engine::IdleConfig;
+use nicmsg_proto::{Config, UnexpectedPolicy};
+
+/// Where protocol work runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineMode {
+    /// Inside the application's test/wait/progress calls.
+    Inline,
+    /// On a dedicated engine thread: messages progress while the application computes.
+    Thread,
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub engine: EngineMode,
+    pub protocol: Config,
+    /// Descriptor table slots (EMP: 640).
+    pub slots: usize,
+    /// Registered memory regions.
+    pub regions: usize,
+    pub idle: IdleConfig,
+    /// Host-side spinning in a wait before blocking.
+    pub wait_spin_ns: u64,
+    /// Pages kept pinned by the registration cache.
+    pub pin_cache_pages: usize,
+    /// How long to wait for the bootstrap exchange.
+    pub bootstrap_timeout: std::time::Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            engine: EngineMode::Thread,
+            protocol: Config::default(),
+            slots: nicmsg_engine::DEFAULT_SLOTS,
+            regions: nicmsg_engine::DEFAULT_REGIONS,
+            idle: IdleConfig::default(),
+            wait_spin_ns: 50_000,
+            pin_cache_pages: 65_536,
+            bootstrap_timeout: std::time::Duration::from_secs(60),
+        }
+    }
+}
+
+impl Options {
+    /// Defaults overridden by the environment: `NICMSG_ENGINE=inline|thread`,
+    /// `NICMSG_MTU` (link MTU; frames are sized to fit a UDP datagram), `NICMSG_EAGER_LIMIT`,
+    /// `NICMSG_UNEXPECTED=buffer|drop`, `NICMSG_SLOTS`, `NICMSG_SPIN_US`, `NICMSG_IDLE_POLL_US`.
+    pub fn from_env() -> Result<Self, Error> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, Error> {
+        let mut options = Self::default();
+        if let Some(mode) = lookup("NICMSG_ENGINE") {
+            options.engine = match mode.as_str() {
+                "inline" => EngineMode::Inline,
+                "thread" => EngineMode::Thread,
+                other => {
+                    return Err(Error::Config(format!(
+                        "NICMSG_ENGINE={other}: expected inline or thread"
+                    )))
+                }
+            };
+        }
+        if let Some(mtu) = number(&lookup, "NICMSG_MTU")? {
+            let datagram = nicmsg_udp::max_datagram_for_mtu(mtu as usize, false);
+            options.protocol.mtu = datagram as u32;
+        }
+        if let Some(limit) = number(&lookup, "NICMSG_EAGER_LIMIT")? {
+            options.protocol.eager_limit = limit;
+        }
+        if let Some(policy) = lookup("NICMSG_UNEXPECTED") {
+            options.protocol.unexpected = match policy.as_str() {
+                "buffer" => UnexpectedPolicy::Buffer,
+                "drop" => UnexpectedPolicy::Drop,
+                other => {
+                    return Err(Error::Config(format!(
+                        "NICMSG_UNEXPECTED={other}: expected buffer or drop"
+                    )))
+                }
+            };
+        }
+        if let Some(slots) = number(&lookup, "NICMSG_SLOTS")? {
+            options.slots = slots as usize;
+        }
+        if let Some(spin) = number(&lookup, "NICMSG_SPIN_US")? {
+            options.idle.spin_ns = spin * 1000;
+            options.wait_spin_ns = spin * 1000;
+        }
+        if let Some(poll) = number(&lookup, "NICMSG_IDLE_POLL_US")? {
+            options.idle.idle_poll_ns = poll.max(1) * 1000;
+        }
+        options
+            .protocol
+            .validate()
+            .map_err(|e| Error::Config(e.to_string()))?;
+        Ok(options)
+    }
+}
+
+fn number(lookup: &impl Fn(&str) -> Option<String>, name: &str) -> Result<Option<u64>, Error> {
+    match lookup(name) {
+        None => Ok(None),
+        Some(text) => text
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| Error::Config(format!("{name}={text}: expected a whole number"))),
+    }
+}

@@ -1,0 +1,91 @@
+//! A non-blocking operation in flight. It borrows its buffer until it completes; dropping an
+//! unfinished request cancels it if it can and waits for it, so the engine never touches memory
+//! the application got back.
+
+use crate::comm::Comm;
+use crate::{error, Error, Status};
+use nicmsg_engine::Descriptor;
+use nicmsg_proto::MAX_SEGMENTS;
+
+pub struct Request<'a> {
+    comm: &'a Comm,
+    slot: u32,
+    regions: [u32; MAX_SEGMENTS],
+    region_count: usize,
+    finished: bool,
+}
+
+impl<'a> Request<'a> {
+    pub(crate) fn new(
+        comm: &'a Comm,
+        slot: u32,
+        regions: [u32; MAX_SEGMENTS],
+        region_count: usize,
+    ) -> Self {
+        Self {
+            comm,
+            slot,
+            regions,
+            region_count,
+            finished: false,
+        }
+    }
+
+    /// The result if the operation has completed (no system call in thread mode).
+    pub fn test(&mut self) -> Option<Result<Status, Error>> {
+        if self.finished {
+            return Some(Err(Error::BadBuffer("request already completed")));
+        }
+        self.comm.progress_once();
+        if !self.comm.is_done(self.slot) {
+            return None;
+        }
+        Some(self.finish())
+    }
+
+    /// Blocks until the operation completes.
+    pub fn wait(mut self) -> Result<Status, Error> {
+        self.comm.wait_done(self.slot);
+        self.finish()
+    }
+
+    /// Asks the engine to cancel the operation; it then completes with `Error::Cancelled`, or
+    /// normally if it was already moving bytes.
+    pub fn cancel(&self) {
+        if !self.finished {
+            self.comm.request_cancel(self.slot);
+        }
+    }
+
+    pub(crate) fn wait_descriptor(mut self) -> (Result<(), Error>, Descriptor) {
+        self.comm.wait_done(self.slot);
+        let descriptor = self.take();
+        (
+            error::from_descriptor(&descriptor, self.comm.size_for_errors()),
+            descriptor,
+        )
+    }
+
+    fn take(&mut self) -> Descriptor {
+        self.finished = true;
+        self.comm
+            .take(self.slot, &self.regions[..self.region_count])
+    }
+
+    fn finish(&mut self) -> Result<Status, Error> {
+        let descriptor = self.take();
+        error::from_descriptor(&descriptor, self.comm.size_for_errors())?;
+        Ok(Status::from(&descriptor))
+    }
+}
+
+impl Drop for Request<'_> {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.comm.request_cancel(self.slot);
+        self.comm.wait_done(self.slot);
+        self.take();
+    }
+}

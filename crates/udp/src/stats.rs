@@ -1,0 +1,73 @@
+//! Counters of one transport. Plain integers: the transport is driven by one thread through
+//! `&mut self`, so no atomics.
+
+/// Datagrams dropped on the send side, by reason. A dropped datagram counts as taken (the caller
+/// does not retry it); the protocol retransmits what it needs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SendErrors {
+    /// `ECONNREFUSED`: an earlier datagram drew an ICMP port unreachable. Unconnected UDP sockets
+    /// see this only when the kernel reports a pending socket error on a later send.
+    pub refused: u64,
+    /// `EMSGSIZE`: larger than the kernel allows on the path (e.g. with path-MTU discovery set to
+    /// "do", or above the protocol maximum).
+    pub msg_size: u64,
+    /// `EHOSTUNREACH`, `ENETUNREACH`, `EHOSTDOWN`, `ENETDOWN`: no route or link.
+    pub unreachable: u64,
+    /// `EACCES`, `EPERM`: refused by a firewall rule or a broadcast address.
+    pub denied: u64,
+    /// Rejected before the kernel: the rank has no address (see `set_peers`).
+    pub unknown_peer: u64,
+    /// Rejected before the kernel: more than [`MAX_PIECES`](crate::MAX_PIECES) pieces.
+    pub too_many_pieces: u64,
+    /// Rejected before the kernel: longer than the transport's `max_frame`.
+    pub oversize: u64,
+    /// Any other per-datagram error (e.g. `EAFNOSUPPORT` for an IPv6 peer on an IPv4 socket).
+    pub other: u64,
+    /// errno of the latest error counted in `other` (0 if none), for diagnostics.
+    pub last_other_errno: i32,
+}
+
+impl SendErrors {
+    /// All datagrams dropped on the send side.
+    pub fn total(&self) -> u64 {
+        self.refused
+            + self.msg_size
+            + self.unreachable
+            + self.denied
+            + self.unknown_peer
+            + self.too_many_pieces
+            + self.oversize
+            + self.other
+    }
+}
+
+/// Counters since the transport was bound.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UdpStats {
+    /// `sendmmsg` calls, failed ones included.
+    pub send_syscalls: u64,
+    /// `recvmmsg` calls, failed and empty ones included.
+    pub recv_syscalls: u64,
+    /// Datagrams the kernel accepted.
+    pub datagrams_sent: u64,
+    /// Bytes of the accepted datagrams (UDP payload).
+    pub bytes_sent: u64,
+    /// Datagrams received whole (truncated ones excluded).
+    pub datagrams_received: u64,
+    /// Bytes of the datagrams received whole.
+    pub bytes_received: u64,
+    /// Datagrams dropped on the send side, by reason.
+    pub send_errors: SendErrors,
+    /// Sends stopped by `EAGAIN` (socket send buffer full); the rest stayed with the caller.
+    pub send_would_block: u64,
+    /// Sends stopped by `ENOBUFS`/`ENOMEM` (device queue or memory); the rest stayed with the
+    /// caller.
+    pub send_no_buffers: u64,
+    /// `recvmmsg` calls that found nothing (`EAGAIN`).
+    pub recv_would_block: u64,
+    /// Errors reported by `recvmmsg` that are not fatal to the socket (a pending ICMP-derived
+    /// error, memory pressure); the call is retried or reported as empty.
+    pub recv_errors: u64,
+    /// Datagrams longer than `max_frame`, cut by the kernel (`MSG_TRUNC`) and discarded.
+    pub truncated: u64,
+}

@@ -1,0 +1,394 @@
+//! Two transports on the loopback interface.
+
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::time::{Duration, Instant};
+
+use nicmsg_udp::{UdpOptions, UdpTransport, MAX_PIECES, MAX_UDP_PAYLOAD_V4};
+
+const DEADLINE: Duration = Duration::from_secs(2);
+
+fn loopback_v4() -> SocketAddr {
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
+}
+
+fn bind(max_frame: usize, send_batch: usize) -> UdpTransport {
+    UdpTransport::bind(UdpOptions {
+        bind: loopback_v4(),
+        max_frame,
+        send_batch,
+        ..UdpOptions::default()
+    })
+    .expect("bind on loopback")
+}
+
+/// Rank 0 and rank 1 on 127.0.0.1, each knowing both addresses.
+fn pair(max_frame: usize, send_batch: usize) -> (UdpTransport, UdpTransport) {
+    let mut a = bind(max_frame, send_batch);
+    let mut b = bind(max_frame, send_batch);
+    let peers = [a.local_addr(), b.local_addr()];
+    a.set_peers(&peers);
+    b.set_peers(&peers);
+    (a, b)
+}
+
+/// Receives until `want` datagrams arrived (or the deadline passed), copying them out.
+fn recv_n(t: &mut UdpTransport, want: usize) -> Vec<(SocketAddr, Vec<u8>)> {
+    let start = Instant::now();
+    let mut out = Vec::new();
+    while out.len() < want && start.elapsed() < DEADLINE {
+        let n = t.recv_batch().expect("recv_batch");
+        for i in 0..n {
+            let (from, bytes) = t.received(i);
+            out.push((from, bytes.to_vec()));
+        }
+        if n == 0 {
+            std::thread::yield_now();
+        }
+    }
+    out
+}
+
+/// Deterministic bytes for frame `seq`.
+fn pattern(seq: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (seq * 31 + i * 7) as u8).collect()
+}
+
+#[test]
+fn batches_of_gathered_datagrams_arrive_concatenated() {
+    let (mut a, mut b) = pair(1472, 64);
+    // Three sendmmsg calls of at most 64, and few enough datagrams (about 1.2 KiB of receive
+    // buffer each) to fit the kernel's default 208 KiB receive buffer, should the 4 MiB request
+    // be capped on a machine where the test is not root.
+    const FRAMES: usize = 130;
+    // Frame `seq`: an 8-byte header holding `seq`, then `seq % 17` payload pieces (0 to 16) of
+    // varied lengths, some empty, cut from one user buffer.
+    let user = pattern(1, 4096);
+    let headers: Vec<[u8; 8]> = (0..FRAMES).map(|s| (s as u64).to_le_bytes()).collect();
+    let mut piece_lists: Vec<Vec<&[u8]>> = Vec::new();
+    for (seq, header) in headers.iter().enumerate() {
+        let mut pieces: Vec<&[u8]> = vec![header];
+        let mut at = seq * 5;
+        for p in 0..seq % MAX_PIECES {
+            let len = (seq + p * 13) % 80;
+            pieces.push(&user[at..at + len]);
+            at += len + 1;
+        }
+        piece_lists.push(pieces);
+    }
+    let frames: Vec<(u32, &[&[u8]])> = piece_lists.iter().map(|p| (1, &p[..])).collect();
+    assert_eq!(a.send_batch(&frames).unwrap(), FRAMES);
+    let stats = a.stats();
+    assert_eq!(stats.datagrams_sent, FRAMES as u64);
+    assert_eq!(stats.send_errors.total(), 0);
+    if stats.send_would_block == 0 {
+        assert_eq!(stats.send_syscalls, FRAMES.div_ceil(64) as u64);
+    }
+
+    let got = recv_n(&mut b, FRAMES);
+    assert_eq!(got.len(), FRAMES);
+    let mut seen = [false; FRAMES];
+    for (from, bytes) in &got {
+        assert_eq!(*from, a.local_addr());
+        assert_eq!(b.peer_of(from), Some(0));
+        let seq = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        assert!(!seen[seq], "duplicate {seq}");
+        seen[seq] = true;
+        assert_eq!(*bytes, piece_lists[seq].concat(), "frame {seq}");
+    }
+    let expected_bytes: usize = piece_lists.iter().map(|p| p.concat().len()).sum();
+    assert_eq!(b.stats().datagrams_received, FRAMES as u64);
+    assert_eq!(b.stats().bytes_received, expected_bytes as u64);
+    assert_eq!(a.stats().bytes_sent, expected_bytes as u64);
+
+    // And back, through the batch builder.
+    let reply = pattern(9, 1000);
+    let mut batch = b.batch();
+    assert!(batch.push(0, &[b"re", &reply[..500], &reply[500..]]));
+    assert!(batch.push(0, &[b"re"]));
+    assert_eq!(batch.send().unwrap(), 2);
+    drop(batch);
+    let got = recv_n(&mut a, 2);
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].1, [&b"re"[..], &reply].concat());
+    assert_eq!(got[1].1, b"re");
+    assert_eq!(a.received_rank(1), Some(1));
+}
+
+#[test]
+fn zero_length_payloads_and_datagrams() {
+    let (mut a, mut b) = pair(1472, 64);
+    let header = [0xABu8; 8];
+    let none: &[u8] = &[];
+    let frames: [(u32, &[&[u8]]); 3] = [(1, &[&header, none]), (1, &[]), (1, &[none, none])];
+    assert_eq!(a.send_batch(&frames).unwrap(), 3);
+    let got = recv_n(&mut b, 3);
+    let mut lens: Vec<usize> = got.iter().map(|(_, bytes)| bytes.len()).collect();
+    lens.sort();
+    assert_eq!(lens, [0, 0, 8]);
+    assert_eq!(b.stats().datagrams_received, 3);
+}
+
+#[test]
+fn max_size_datagrams_on_loopback() {
+    let (mut a, mut b) = pair(MAX_UDP_PAYLOAD_V4, 64);
+    let user = pattern(3, 2 * MAX_UDP_PAYLOAD_V4);
+    let header = [0x5Au8; 51];
+    // Header plus 16 payload pieces of 4091 bytes: 51 + 16 * 4091 = 65507.
+    let piece = (MAX_UDP_PAYLOAD_V4 - header.len()) / 16;
+    assert_eq!(header.len() + 16 * piece, MAX_UDP_PAYLOAD_V4);
+    for round in 0..4 {
+        let base = round * 1000;
+        let mut pieces: Vec<&[u8]> = vec![&header];
+        pieces.extend((0..16).map(|p| &user[base + p * piece..base + (p + 1) * piece]));
+        assert_eq!(pieces.len(), MAX_PIECES);
+        assert_eq!(a.send_batch(&[(1, &pieces)]).unwrap(), 1);
+        let got = recv_n(&mut b, 1);
+        assert_eq!(got.len(), 1, "round {round}");
+        assert_eq!(got[0].1.len(), MAX_UDP_PAYLOAD_V4);
+        assert_eq!(got[0].1, pieces.concat());
+    }
+    // One byte more is refused before the kernel, and the next frame still goes.
+    let big = vec![1u8; MAX_UDP_PAYLOAD_V4 + 1];
+    let frames: [(u32, &[&[u8]]); 2] = [(1, &[&big]), (1, &[&big[..10]])];
+    assert_eq!(a.send_batch(&frames).unwrap(), 2);
+    assert_eq!(a.stats().send_errors.oversize, 1);
+    assert_eq!(a.stats().datagrams_sent, 5);
+    assert_eq!(recv_n(&mut b, 1)[0].1, &big[..10]);
+    assert_eq!(b.stats().truncated, 0);
+}
+
+#[test]
+fn empty_socket_would_block() {
+    let mut t = bind(1472, 64);
+    assert_eq!(t.recv_batch().unwrap(), 0);
+    assert_eq!(t.recv_batch().unwrap(), 0);
+    assert_eq!(t.received_count(), 0);
+    let stats = t.stats();
+    assert_eq!(stats.recv_would_block, 2);
+    assert_eq!(stats.recv_syscalls, 2);
+    assert_eq!(stats.datagrams_received, 0);
+    // Non-blocking: the descriptor has O_NONBLOCK.
+    // SAFETY: fcntl on our own open descriptor.
+    let flags = unsafe { libc::fcntl(t.fd(), libc::F_GETFL) };
+    assert_ne!(flags & libc::O_NONBLOCK, 0);
+}
+
+#[test]
+fn peer_lookup() {
+    let mut t = bind(1472, 64);
+    let v6: SocketAddr = "[fd00::7]:7000".parse().unwrap();
+    let peers: Vec<SocketAddr> = vec![
+        "10.0.0.3:7000".parse().unwrap(),
+        "10.0.0.1:7000".parse().unwrap(),
+        "10.0.0.1:7001".parse().unwrap(),
+        v6,
+        "10.0.0.3:7000".parse().unwrap(), // same address as rank 0: lookups give rank 0
+    ];
+    t.set_peers(&peers);
+    assert_eq!(t.peer_count(), 5);
+    for (rank, addr) in peers.iter().enumerate().take(4) {
+        assert_eq!(t.peer_of(addr), Some(rank as u32));
+    }
+    assert_eq!(t.peer_of(&peers[4]), Some(0));
+    // An IPv4-mapped source (as a dual-stack socket reports it) is the IPv4 peer.
+    assert_eq!(
+        t.peer_of(&"[::ffff:10.0.0.1]:7001".parse().unwrap()),
+        Some(2)
+    );
+    // The flow label does not matter.
+    let labelled = SocketAddr::V6(SocketAddrV6::new("fd00::7".parse().unwrap(), 7000, 5, 0));
+    assert_eq!(t.peer_of(&labelled), Some(3));
+    assert_eq!(t.peer_of(&"10.0.0.2:7000".parse().unwrap()), None);
+    assert_eq!(t.peer_of(&"10.0.0.1:7002".parse().unwrap()), None);
+    t.set_peers(&[]);
+    assert_eq!(t.peer_of(&peers[0]), None);
+}
+
+#[test]
+fn closed_port_does_not_panic_and_is_counted() {
+    let closed = bind(1472, 64).local_addr(); // bound, then closed at once
+    let mut t = bind(1472, 64);
+    t.set_peers(&[closed]);
+    let payload = [1u8; 100];
+    let mut taken = 0;
+    for _ in 0..5 {
+        taken += t
+            .send_batch(&[(0, &[&payload]), (0, &[&payload[..1]])])
+            .unwrap();
+        // Any ICMP port-unreachable report must not break receiving either.
+        assert_eq!(t.recv_batch().unwrap(), 0);
+    }
+    assert_eq!(taken, 10);
+    // Without IP_RECVERR an unconnected socket hears nothing of the ICMP replies, so the kernel
+    // normally takes all ten; a refusal reported on a later send would be counted instead.
+    let stats = t.stats();
+    assert_eq!(stats.datagrams_sent + stats.send_errors.total(), 10);
+}
+
+#[test]
+fn per_datagram_errors_drop_only_that_datagram() {
+    let (mut a, mut b) = pair(1472, 64);
+    // Rank 2 is an IPv6 address, which an IPv4 socket cannot reach: the kernel refuses that
+    // datagram alone (EAFNOSUPPORT). Rank 7 has no address.
+    a.set_peers(&[
+        a.local_addr(),
+        b.local_addr(),
+        "[fd00::1]:9".parse().unwrap(),
+    ]);
+    let p = [5u8; 10];
+    let too_many: Vec<&[u8]> = vec![&p; MAX_PIECES + 1];
+    let frames: [(u32, &[&[u8]]); 6] = [
+        (1, &[&p[..1]]),
+        (2, &[&p]),
+        (1, &[&p[..2]]),
+        (7, &[&p]),
+        (1, &too_many),
+        (1, &[&p[..3]]),
+    ];
+    assert_eq!(a.send_batch(&frames).unwrap(), 6);
+    let errors = &a.stats().send_errors;
+    assert_eq!(errors.other, 1);
+    assert_eq!(errors.last_other_errno, libc::EAFNOSUPPORT);
+    assert_eq!(errors.unknown_peer, 1);
+    assert_eq!(errors.too_many_pieces, 1);
+    assert_eq!(errors.total(), 3);
+    assert_eq!(a.stats().datagrams_sent, 3);
+    let mut lens: Vec<usize> = recv_n(&mut b, 3).iter().map(|(_, d)| d.len()).collect();
+    lens.sort();
+    assert_eq!(lens, [1, 2, 3]);
+}
+
+#[test]
+fn batch_capacity_and_chunking() {
+    let (mut a, mut b) = pair(1472, 4);
+    let p = [9u8; 4];
+    let mut batch = a.batch();
+    assert_eq!(batch.capacity(), 4);
+    for _ in 0..4 {
+        assert!(batch.push(1, &[&p]));
+    }
+    assert!(batch.is_full());
+    assert!(!batch.push(1, &[&p]));
+    assert_eq!(batch.send().unwrap(), 4);
+    assert!(batch.is_empty());
+    // Frames still queued when the batch is dropped are not sent.
+    assert!(batch.push(1, &[&p]));
+    drop(batch);
+    assert_eq!(a.batch().send().unwrap(), 0);
+    assert_eq!(a.stats().datagrams_sent, 4);
+    assert_eq!(a.stats().send_syscalls, 1);
+
+    // Ten frames through a batch of four: three system calls.
+    let pieces: [&[u8]; 1] = [&p];
+    let frames: Vec<(u32, &[&[u8]])> = (0..10).map(|_| (1, &pieces[..])).collect();
+    assert_eq!(a.send_batch(&frames).unwrap(), 10);
+    assert_eq!(a.stats().send_syscalls, 4);
+    assert_eq!(recv_n(&mut b, 14).len(), 14);
+}
+
+#[test]
+fn truncated_datagrams_are_counted_and_skipped() {
+    let mut small = UdpTransport::bind(UdpOptions {
+        bind: loopback_v4(),
+        max_frame: 100,
+        ..UdpOptions::default()
+    })
+    .unwrap();
+    let mut big = bind(1472, 64);
+    big.set_peers(&[small.local_addr()]);
+    let data = [3u8; 200];
+    let frames: [(u32, &[&[u8]]); 3] = [(0, &[&data]), (0, &[&data[..100]]), (0, &[&data])];
+    assert_eq!(big.send_batch(&frames).unwrap(), 3);
+    let got = recv_n(&mut small, 1);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].1.len(), 100);
+    assert_eq!(small.recv_batch().unwrap(), 0);
+    assert_eq!(small.stats().truncated, 2);
+    assert_eq!(small.stats().datagrams_received, 1);
+}
+
+#[test]
+fn options_are_checked() {
+    let bad = |options: UdpOptions| UdpTransport::bind(options).unwrap_err().kind();
+    let base = UdpOptions {
+        bind: loopback_v4(),
+        ..UdpOptions::default()
+    };
+    for options in [
+        UdpOptions {
+            max_frame: 0,
+            ..base.clone()
+        },
+        UdpOptions {
+            max_frame: MAX_UDP_PAYLOAD_V4 + 1,
+            ..base.clone()
+        },
+        UdpOptions {
+            recv_batch: 0,
+            ..base.clone()
+        },
+        UdpOptions {
+            send_batch: nicmsg_udp::MAX_BATCH + 1,
+            ..base.clone()
+        },
+    ] {
+        assert_eq!(bad(options), std::io::ErrorKind::InvalidInput);
+    }
+    let t = UdpTransport::bind(base).unwrap();
+    assert_eq!(t.local_addr().ip(), Ipv4Addr::LOCALHOST);
+    assert_ne!(t.local_addr().port(), 0);
+    let (send, recv) = t.buffer_sizes().unwrap();
+    assert!(send > 0 && recv > 0);
+}
+
+#[test]
+fn ipv6_and_dual_stack() {
+    let any6 = SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 0, 0, 0));
+    let lo6 = SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::LOCALHOST, 0, 0, 0));
+    let bind6 = |bind| {
+        UdpTransport::bind(UdpOptions {
+            bind,
+            ..UdpOptions::default()
+        })
+    };
+    let (Ok(mut dual), Ok(mut v6)) = (bind6(any6), bind6(lo6)) else {
+        eprintln!("no IPv6 on this machine: skipped");
+        return;
+    };
+    let mut v4 = bind(1472, 64);
+    let dual_port = dual.local_addr().port();
+    let dual_v4 = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, dual_port));
+    let dual_v6 = SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::LOCALHOST, dual_port, 0, 0));
+    // Ranks: 0 = the dual-stack socket, 1 = the IPv4 socket, 2 = the IPv6 socket.
+    let peers = [dual_v6, v4.local_addr(), v6.local_addr()];
+    dual.set_peers(&peers);
+    v6.set_peers(&peers);
+    v4.set_peers(&[dual_v4, v4.local_addr()]);
+
+    assert_eq!(v6.send_batch(&[(0, &[b"from v6"])]).unwrap(), 1);
+    assert_eq!(v4.send_batch(&[(0, &[b"from v4"])]).unwrap(), 1);
+    let got = recv_n(&mut dual, 2);
+    assert_eq!(got.len(), 2);
+    for (from, bytes) in &got {
+        match &bytes[..] {
+            b"from v6" => assert_eq!(dual.peer_of(from), Some(2)),
+            b"from v4" => {
+                // Reported as plain IPv4, not as ::ffff:127.0.0.1.
+                assert_eq!(*from, v4.local_addr());
+                assert_eq!(dual.peer_of(from), Some(1));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    // The dual-stack socket reaches the IPv4 peer through a mapped address.
+    assert_eq!(dual.send_batch(&[(1, &[b"to v4"])]).unwrap(), 1);
+    assert_eq!(dual.stats().datagrams_sent, 1);
+    assert_eq!(recv_n(&mut v4, 1)[0].1, b"to v4");
+}
+
+#[test]
+fn transport_is_send_and_pieces_match_the_protocol() {
+    fn assert_send<T: Send>() {}
+    assert_send::<UdpTransport>();
+    assert_eq!(MAX_PIECES, 1 + nicmsg_proto::MAX_SEGMENTS);
+}
