@@ -275,6 +275,11 @@ impl Comm {
         }
     }
 
+    /// Operations posted and not yet completed (and taken).
+    pub fn outstanding(&self) -> usize {
+        self.table.len() - self.free_slots.borrow().len()
+    }
+
     pub fn pin_stats(&self) -> PinStats {
         self.pins.borrow().stats
     }

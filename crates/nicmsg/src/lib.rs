@@ -19,6 +19,7 @@
 //! ```
 
 mod backend;
+pub mod capi;
 mod comm;
 mod error;
 mod options;
