@@ -46,6 +46,9 @@ pub struct Driver<T: Transport> {
     slot_ops: Box<[Option<OpId>]>,
     /// Frames produced but not yet taken by the transport (back-pressure).
     unsent: VecDeque<Transmit>,
+    /// When each table slot was posted, and when the watchdog last reported it.
+    posted_at: Box<[Nanos]>,
+    reported_at: Box<[Nanos]>,
     stats: EngineStats,
 }
 
@@ -61,6 +64,8 @@ impl<T: Transport> Driver<T> {
             send_slots: vec![(u32::MAX, 0); config.max_sends].into_boxed_slice(),
             recv_slots: vec![(u32::MAX, 0); config.max_recvs].into_boxed_slice(),
             slot_ops: vec![None; table.len()].into_boxed_slice(),
+            posted_at: vec![0; table.len()].into_boxed_slice(),
+            reported_at: vec![0; table.len()].into_boxed_slice(),
             unsent: VecDeque::with_capacity(SEND_BATCH * MAX_SEND_BATCHES_PER_TURN),
             stats: EngineStats::default(),
             endpoint,
@@ -176,6 +181,8 @@ impl<T: Transport> Driver<T> {
         match posted {
             Ok(op) => {
                 self.slot_ops[slot as usize] = Some(op);
+                self.posted_at[slot as usize] = now;
+                self.reported_at[slot as usize] = now;
                 let entry = (slot, op.generation);
                 match op.kind {
                     OpKind::Send => self.send_slots[op.index as usize] = entry,
@@ -188,6 +195,33 @@ impl<T: Transport> Driver<T> {
                     .complete(slot, |d| d.result = post_error_code(error))
             },
         }
+    }
+
+    /// Hang diagnosis: a line for every operation pending longer than `threshold_ns` (each
+    /// repeated at most every `threshold_ns`), saying what it waits for.
+    pub fn watchdog(&mut self, now: Nanos, threshold_ns: Nanos) -> Vec<String> {
+        let mut lines = Vec::new();
+        for (slot, op) in self.slot_ops.iter().enumerate() {
+            let Some(op) = op else { continue };
+            let age = now.saturating_sub(self.posted_at[slot]);
+            if age < threshold_ns || now.saturating_sub(self.reported_at[slot]) < threshold_ns {
+                continue;
+            }
+            self.reported_at[slot] = now;
+            let state = self
+                .endpoint
+                .describe(*op)
+                .unwrap_or_else(|| "completing".into());
+            lines.push(format!("pending for {:.1} s: {state}", age as f64 / 1e9));
+        }
+        lines
+    }
+
+    /// Counters of every peer, indexed by rank.
+    pub fn peer_stats(&self) -> Vec<Stats> {
+        (0..self.endpoint.size())
+            .filter_map(|rank| self.endpoint.peer_stats(rank).copied())
+            .collect()
     }
 
     fn cancel(&mut self, now: Nanos, slot: u32) {

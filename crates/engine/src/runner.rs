@@ -24,6 +24,8 @@ pub struct IdleConfig {
     pub linger_quiet_ns: u64,
     /// Upper bound of that lingering.
     pub linger_max_ns: u64,
+    /// Report operations pending longer than this (`NICMSG_WATCHDOG`), if set.
+    pub watchdog_ns: Option<u64>,
 }
 
 impl Default for IdleConfig {
@@ -33,6 +35,7 @@ impl Default for IdleConfig {
             idle_poll_ns: 200_000,
             linger_quiet_ns: 50_000_000,
             linger_max_ns: 2_000_000_000,
+            watchdog_ns: None,
         }
     }
 }
@@ -49,10 +52,22 @@ pub struct Shared {
 }
 
 /// Counters copied out of the engine on request.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     pub protocol: nicmsg_proto::Stats,
     pub engine: crate::driver::EngineStats,
+    /// Per peer, indexed by rank.
+    pub peers: Vec<nicmsg_proto::Stats>,
+}
+
+impl Snapshot {
+    pub fn of<T: Transport>(driver: &Driver<T>) -> Self {
+        Self {
+            protocol: *driver.protocol_stats(),
+            engine: *driver.stats(),
+            peers: driver.peer_stats(),
+        }
+    }
 }
 
 impl Shared {
@@ -108,6 +123,7 @@ fn run<T: Transport>(mut driver: Driver<T>, shared: &Shared, idle: IdleConfig) -
     let start = Instant::now();
     let mut last_work = 0u64;
     let mut shutdown_at: Option<u64> = None;
+    let mut last_watchdog = 0u64;
     loop {
         let now = start.elapsed().as_nanos() as u64;
         if driver.turn(now) {
@@ -116,11 +132,13 @@ fn run<T: Transport>(mut driver: Driver<T>, shared: &Shared, idle: IdleConfig) -
             continue;
         }
         if shared.stats_requested.swap(false, Ordering::AcqRel) {
-            let snapshot = Snapshot {
-                protocol: *driver.protocol_stats(),
-                engine: *driver.stats(),
-            };
-            *shared.stats.lock().expect("stats lock") = Some(snapshot);
+            *shared.stats.lock().expect("stats lock") = Some(Snapshot::of(&driver));
+        }
+        if let Some(threshold) = idle.watchdog_ns {
+            if now - last_watchdog >= WATCHDOG_PERIOD_NS {
+                last_watchdog = now;
+                report_hangs(&mut driver, now, threshold);
+            }
         }
         if shared.shutdown.load(Ordering::Acquire) {
             let since = *shutdown_at.get_or_insert(now);
@@ -148,6 +166,17 @@ fn sleep<T: Transport>(driver: &Driver<T>, shared: &Shared, idle: IdleConfig, no
         shared.poller.wait(until_deadline.min(idle.idle_poll_ns));
     }
     shared.engine_sleeping.store(false, Ordering::SeqCst);
+}
+
+/// How often the watchdog looks at pending operations.
+const WATCHDOG_PERIOD_NS: u64 = 1_000_000_000;
+
+/// Prints the watchdog's findings on stderr (the place a user looks when a job hangs).
+pub fn report_hangs<T: Transport>(driver: &mut Driver<T>, now: u64, threshold_ns: u64) {
+    let rank = driver.endpoint().rank();
+    for line in driver.watchdog(now, threshold_ns) {
+        eprintln!("nicmsg watchdog: rank {rank}: {line}");
+    }
 }
 
 fn wake_hosts(table: &crate::table::Table, shared: &Shared) {

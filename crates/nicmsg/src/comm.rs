@@ -253,10 +253,7 @@ impl Comm {
     /// Protocol and engine counters (copied from the engine thread on request).
     pub fn stats(&self) -> Snapshot {
         match &*self.engine.borrow() {
-            Engine::Inline { driver, .. } => Snapshot {
-                protocol: *driver.protocol_stats(),
-                engine: *driver.stats(),
-            },
+            Engine::Inline { driver, .. } => Snapshot::of(driver),
             Engine::Thread(engine) => {
                 let shared = &engine.shared;
                 shared.stats_requested.store(true, Ordering::Release);
@@ -455,15 +452,19 @@ impl Comm {
 impl Drop for Comm {
     fn drop(&mut self) {
         let idle = self.options.idle;
-        match self.engine.get_mut() {
-            Engine::Thread(engine) => {
-                engine.stop();
-            }
+        let final_stats = match self.engine.get_mut() {
+            Engine::Thread(engine) => engine.stop().map(|driver| Snapshot::of(&driver)),
             Engine::Inline {
                 driver,
                 poller,
                 start,
-            } => linger_inline(driver, poller, *start, idle),
+            } => {
+                linger_inline(driver, poller, *start, idle);
+                Some(Snapshot::of(driver))
+            }
+        };
+        if let (true, Some(snapshot)) = (self.options.print_stats, final_stats) {
+            crate::report::print_stats(self.rank, &snapshot, &self.pins.borrow().stats);
         }
     }
 }

@@ -24,6 +24,7 @@ mod comm;
 mod error;
 mod options;
 mod pin;
+mod report;
 mod request;
 
 pub use comm::{Comm, Source, TagMatch};

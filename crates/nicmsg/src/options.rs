@@ -28,6 +28,8 @@ pub struct Options {
     pub pin_cache_pages: usize,
     /// How long to wait for the bootstrap exchange.
     pub bootstrap_timeout: std::time::Duration,
+    /// Print counters per peer when the communicator ends (`NICMSG_STATS=1`).
+    pub print_stats: bool,
 }
 
 impl Default for Options {
@@ -41,6 +43,7 @@ impl Default for Options {
             wait_spin_ns: 50_000,
             pin_cache_pages: 65_536,
             bootstrap_timeout: std::time::Duration::from_secs(60),
+            print_stats: false,
         }
     }
 }
@@ -48,7 +51,8 @@ impl Default for Options {
 impl Options {
     /// Defaults overridden by the environment: `NICMSG_ENGINE=inline|thread`,
     /// `NICMSG_MTU` (link MTU; frames are sized to fit a UDP datagram), `NICMSG_EAGER_LIMIT`,
-    /// `NICMSG_UNEXPECTED=buffer|drop`, `NICMSG_SLOTS`, `NICMSG_SPIN_US`, `NICMSG_IDLE_POLL_US`.
+    /// `NICMSG_UNEXPECTED=buffer|drop`, `NICMSG_SLOTS`, `NICMSG_SPIN_US`, `NICMSG_IDLE_POLL_US`,
+    /// `NICMSG_STATS=1` (counters at exit), `NICMSG_WATCHDOG=SECONDS` (hang diagnosis).
     pub fn from_env() -> Result<Self, Error> {
         Self::from_lookup(|name| std::env::var(name).ok())
     }
@@ -93,6 +97,22 @@ impl Options {
         }
         if let Some(poll) = number(&lookup, "NICMSG_IDLE_POLL_US")? {
             options.idle.idle_poll_ns = poll.max(1) * 1000;
+        }
+        if let Some(flag) = lookup("NICMSG_STATS") {
+            options.print_stats = !matches!(flag.as_str(), "" | "0" | "false" | "no");
+        }
+        if let Some(text) = lookup("NICMSG_WATCHDOG") {
+            let seconds = text
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|s| *s > 0.0)
+                .ok_or_else(|| {
+                    Error::Config(format!(
+                        "NICMSG_WATCHDOG={text}: expected a positive number of seconds"
+                    ))
+                })?;
+            options.idle.watchdog_ns = Some((seconds * 1e9) as u64);
         }
         options
             .protocol

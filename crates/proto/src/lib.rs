@@ -18,6 +18,7 @@
 
 mod collections;
 mod config;
+mod diagnostics;
 mod emit;
 mod endpoint;
 mod geometry;

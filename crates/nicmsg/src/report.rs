@@ -1,0 +1,72 @@
+//! Counters printed at exit with `NICMSG_STATS=1`: one line per peer, then the totals.
+
+use crate::pin::PinStats;
+use nicmsg_engine::Snapshot;
+use nicmsg_proto::Stats;
+use std::fmt::Write;
+
+pub fn print_stats(rank: u32, snapshot: &Snapshot, pins: &PinStats) {
+    eprint!("{}", render(rank, snapshot, pins));
+}
+
+pub fn render(rank: u32, snapshot: &Snapshot, pins: &PinStats) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "nicmsg stats rank {rank}: {:>6} {:>10} {:>12} {:>10} {:>12} {:>8} {:>9} {:>8} {:>12} {:>12}  drops",
+        "peer", "frames_tx", "bytes_tx", "frames_rx", "bytes_rx", "retrans", "msgs_tx", "msgs_rx", "bytes_placed", "bytes_copied"
+    );
+    for (peer, stats) in snapshot.peers.iter().enumerate() {
+        if stats.frames_sent == 0 && stats.frames_received == 0 {
+            continue;
+        }
+        let _ = writeln!(out, "nicmsg stats rank {rank}: {:>6} {}", peer, row(stats));
+    }
+    let _ = writeln!(
+        out,
+        "nicmsg stats rank {rank}: {:>6} {}",
+        "total",
+        row(&snapshot.protocol)
+    );
+    let engine = &snapshot.engine;
+    let _ = writeln!(
+        out,
+        "nicmsg stats rank {rank}: credit stalls {}, liveness probes {}, peers unreachable {}, engine turns {}, commands {}, spoofed frames {}, transport errors {}, pages pinned {} (mlock calls {}, failures {}, cache hits {})",
+        snapshot.protocol.credit_stalls,
+        snapshot.protocol.liveness_probes,
+        snapshot.protocol.peers_declared_unreachable,
+        engine.turns,
+        engine.commands,
+        engine.spoofed_frames,
+        engine.transport_errors,
+        pins.pinned_pages,
+        pins.mlock_calls,
+        pins.mlock_failures,
+        pins.hits
+    );
+    out
+}
+
+fn row(stats: &Stats) -> String {
+    let d = &stats.drops;
+    format!(
+        "{:>10} {:>12} {:>10} {:>12} {:>8} {:>9} {:>8} {:>12} {:>12}  bad_crc={} wrong_job={} wrong_rank={} malformed={} duplicate={} no_posted_receive={} invalid={} dead_peer={}",
+        stats.frames_sent,
+        stats.bytes_sent,
+        stats.frames_received,
+        stats.bytes_received,
+        stats.frames_retransmitted,
+        stats.messages_sent,
+        stats.messages_received,
+        stats.bytes_placed,
+        stats.bytes_copied,
+        d.bad_checksum,
+        d.wrong_job,
+        d.wrong_rank,
+        d.malformed,
+        d.duplicate,
+        d.no_posted_receive,
+        d.invalid,
+        d.dead_peer
+    )
+}
