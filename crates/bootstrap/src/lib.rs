@@ -6,9 +6,9 @@
 //!    address and the local address to bind from the environment set by `nicmsg run`, Open MPI's
 //!    `mpirun`, PMIx launchers, MPICH/Hydra (PMI) or Slurm's `srun` (see [`job_from_env`] for the
 //!    order). [`job_from_lookup`] does the same from any lookup function (used by tests).
-//! 2. **Where is everybody?** [`exchange`] gives every rank the data addresses of all ranks: rank 0
+//! 2. **Where is everybody?** [`exchange()`] gives every rank the data addresses of all ranks: rank 0
 //!    runs a tiny TCP service at the bootstrap address, collects one hello per rank and answers
-//!    everyone with the full table. The wire format is documented in the [`exchange`] module.
+//!    everyone with the full table. The wire format is documented in the [`mod@exchange`] module.
 //!
 //! The environment contract is described for users in `docs/launcher.md`.
 

@@ -1,0 +1,110 @@
+//! # nicmsg launcher
+//!
+//! The `nicmsg` command, as a library so that tests and other tools can drive it:
+//!
+//! * `nicmsg run -n N [--netns] [--mtu BYTES] [--rate RATE] [--loss PERCENT] [--timeout SECONDS]
+//!   [--engine inline|thread] -- PROGRAM ARGS...` starts a job of `N` ranks ([`run::run`]);
+//! * `nicmsg check`, run as the program of a job, tests bootstrap and connectivity
+//!   ([`check::check`]);
+//! * `nicmsg cleanup` removes namespaces left behind by launchers that were killed.
+//!
+//! The environment given to the ranks, the namespace topology and the cleanup guarantees are
+//! described in `docs/launcher.md`. Linux only.
+
+pub mod check;
+pub mod netns;
+pub mod output;
+pub mod run;
+pub mod signals;
+pub mod units;
+
+use std::ffi::OsString;
+
+use clap::{Parser, Subcommand};
+
+pub use run::{run, LaunchError, Outcome, RankStatus, RunArgs};
+
+/// Command line of `nicmsg`.
+#[derive(Debug, Parser)]
+#[command(name = "nicmsg", version, about = "Launch and check nicmsg jobs")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Start N ranks of PROGRAM on this machine (optionally each in its own network namespace).
+    Run(RunArgs),
+    /// Test the job environment: address exchange, then UDP to every rank (run it under
+    /// `nicmsg run`, mpirun or srun).
+    Check(check::CheckArgs),
+    /// Remove network namespaces left behind by launchers that no longer run (needs root).
+    Cleanup,
+}
+
+/// Runs `nicmsg` with `args` (the first is the program name) and returns its exit status.
+///
+/// For `run`, installs the SIGINT/SIGTERM/SIGHUP handlers of [`signals`] first.
+pub fn main_with_args<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return e.exit_code();
+        }
+    };
+    match cli.command {
+        Cmd::Run(args) => {
+            signals::install();
+            match run::run(&args) {
+                Ok(outcome) => outcome.exit_code(),
+                Err(e) => {
+                    eprintln!("nicmsg run: {e}");
+                    run::EXIT_LAUNCHER_ERROR
+                }
+            }
+        }
+        Cmd::Check(args) => match check::check(&args) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("nicmsg check: {e}");
+                1
+            }
+        },
+        Cmd::Cleanup => cleanup(),
+    }
+}
+
+fn cleanup() -> i32 {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("nicmsg cleanup: needs root (it deletes network namespaces)");
+        return run::EXIT_LAUNCHER_ERROR;
+    }
+    let Some(ip) = netns::find_tool("ip") else {
+        eprintln!("nicmsg cleanup: the `ip` command is not installed (apt-get install iproute2)");
+        return run::EXIT_LAUNCHER_ERROR;
+    };
+    match netns::remove_stale(&ip) {
+        Ok(removed) if removed.is_empty() => {
+            println!("nothing to clean up");
+            0
+        }
+        Ok(removed) => {
+            for ns in removed {
+                println!("removed namespace {ns}");
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("nicmsg cleanup: {e}");
+            1
+        }
+    }
+}
