@@ -1,0 +1,316 @@
+//! Real multi-process jobs: the examples (Rust and C) under the launcher, over loopback and over
+//! network namespaces with 5% real packet loss (nftables), in both engine modes; and a job whose
+//! rank is killed mid-run. Every example checks every byte it receives.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Directory of the binaries cargo built for this test run (examples, the C library).
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>")
+        .to_path_buf()
+}
+
+/// Builds (once per test process) what the jobs run: this package's examples and C library, and
+/// the launcher of the nicmsg-cli package, in the profile of this test run.
+fn build_job_programs() {
+    static BUILD: std::sync::Once = std::sync::Once::new();
+    BUILD.call_once(|| {
+        let mut command = Command::new(env!("CARGO"));
+        command.args([
+            "build",
+            "-q",
+            "-p",
+            "nicmsg",
+            "--lib",
+            "--examples",
+            "-p",
+            "nicmsg-cli",
+            "--bin",
+            "nicmsg",
+        ]);
+        if target_dir().ends_with("release") {
+            command.arg("--release");
+        }
+        let status = command.status().expect("run cargo build");
+        assert!(status.success(), "building the job programs failed");
+    });
+}
+
+fn example(name: &str) -> PathBuf {
+    build_job_programs();
+    let path = target_dir().join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing after the build",
+        path.display()
+    );
+    path
+}
+
+fn launch(args: &[&str], program: &Path, env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(launcher());
+    command.args(args).arg("--").arg(program);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.output().expect("run the launcher")
+}
+
+/// The `nicmsg` launcher, built from the nicmsg-cli package.
+fn launcher() -> PathBuf {
+    build_job_programs();
+    target_dir().join("nicmsg")
+}
+
+fn assert_job_ok(output: &Output, what: &str, expect: &str) {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.contains(expect),
+        "{what} failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+}
+
+fn netns_available() -> Option<&'static str> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc_geteuid() } != 0 {
+        return Some("not root");
+    }
+    for tool in ["ip", "tc", "nft"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .stdout(Stdio::null())
+            .status();
+        if !found.is_ok_and(|s| s.success()) {
+            return Some("ip, tc or nft missing (apt-get install iproute2 nftables)");
+        }
+    }
+    None
+}
+
+extern "C" {
+    #[link_name = "geteuid"]
+    fn libc_geteuid() -> u32;
+}
+
+const EXAMPLES: [(&str, &str); 3] = [
+    ("pingpong", "pingpong: all sizes verified"),
+    ("ring", "ring: 10 laps verified"),
+    ("alltoall", "alltoall: 6 rounds verified"),
+];
+
+#[test]
+fn examples_over_loopback_in_both_engine_modes() {
+    for engine in ["thread", "inline"] {
+        for (name, expect) in EXAMPLES {
+            let output = launch(
+                &["run", "-n", "4", "--timeout", "120", "--engine", engine],
+                &example(name),
+                &[],
+            );
+            assert_job_ok(&output, &format!("{name} ({engine})"), expect);
+        }
+    }
+}
+
+#[test]
+fn examples_over_namespaces_with_five_percent_loss() {
+    if let Some(reason) = netns_available() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    for engine in ["thread", "inline"] {
+        for (name, expect) in EXAMPLES {
+            let args = [
+                "run",
+                "-n",
+                "4",
+                "--netns",
+                "--loss",
+                "5%",
+                "--timeout",
+                "300",
+                "--engine",
+                engine,
+            ];
+            let output = launch(&args, &example(name), &[("NICMSG_STATS", "1")]);
+            assert_job_ok(
+                &output,
+                &format!("{name} ({engine}, netns, 5% loss)"),
+                expect,
+            );
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(
+                stderr.contains("nicmsg stats"),
+                "NICMSG_STATS printed nothing"
+            );
+        }
+    }
+}
+
+/// Builds the C example against the header and the library through the pkg-config file.
+fn c_example() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    build_job_programs();
+    let library_dir = target_dir();
+    assert!(
+        library_dir.join("libnicmsg.so").exists(),
+        "libnicmsg.so not built in {}",
+        library_dir.display()
+    );
+    let binary = library_dir.join("c-ring");
+    let status = Command::new("cc")
+        .arg(root.join("examples/c/ring.c"))
+        .arg(format!("-I{}", root.join("include").display()))
+        .arg(format!("-L{}", library_dir.display()))
+        .arg(format!("-Wl,-rpath,{}", library_dir.display()))
+        .args(["-lnicmsg", "-o"])
+        .arg(&binary)
+        .status()
+        .expect("run cc");
+    assert!(status.success(), "the C example does not compile");
+    binary
+}
+
+#[test]
+fn c_example_over_loopback_and_namespaces() {
+    let binary = c_example();
+    for engine in ["thread", "inline"] {
+        let output = launch(
+            &["run", "-n", "4", "--timeout", "120", "--engine", engine],
+            &binary,
+            &[],
+        );
+        assert_job_ok(
+            &output,
+            &format!("C ring ({engine})"),
+            "c ring: all sizes verified",
+        );
+    }
+    if let Some(reason) = netns_available() {
+        eprintln!("namespace part skipped: {reason}");
+        return;
+    }
+    let output = launch(
+        &[
+            "run",
+            "-n",
+            "4",
+            "--netns",
+            "--loss",
+            "5%",
+            "--timeout",
+            "300",
+        ],
+        &binary,
+        &[],
+    );
+    assert_job_ok(
+        &output,
+        "C ring (netns, 5% loss)",
+        "c ring: all sizes verified",
+    );
+}
+
+/// Starts the ranks directly (the launcher would stop the whole job when one dies), kills rank 1
+/// once it is ready, and checks the others report "peer unreachable" and finish.
+#[test]
+fn killed_rank_gives_peer_unreachable_not_a_hang() {
+    for engine in ["thread", "inline"] {
+        let port = free_port();
+        let ranks: Vec<_> = (0..3)
+            .map(|rank| {
+                Command::new(example("peer_death"))
+                    .env("NICMSG_RANK", rank.to_string())
+                    .env("NICMSG_SIZE", "3")
+                    .env("NICMSG_JOB", "4242")
+                    .env("NICMSG_BOOTSTRAP", format!("127.0.0.1:{port}"))
+                    .env("NICMSG_ENGINE", engine)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("start a rank")
+            })
+            .collect();
+        let mut ranks: Vec<_> = ranks.into_iter().map(Some).collect();
+        let mut victim = ranks[1].take().unwrap();
+        wait_for_line(&mut victim, "rank 1 ready");
+        victim.kill().expect("kill rank 1");
+        victim.wait().ok();
+        let started = Instant::now();
+        for (rank, child) in ranks
+            .into_iter()
+            .enumerate()
+            .filter_map(|(r, c)| c.map(|c| (r, c)))
+        {
+            let output = wait_with_deadline(child, Duration::from_secs(60));
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            assert!(
+                output.status.success(),
+                "rank {rank} ({engine}) failed: {stdout}\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            assert!(
+                stdout.contains("survivors verified"),
+                "rank {rank}: {stdout}"
+            );
+            if rank == 0 {
+                assert!(
+                    stdout.matches("peer unreachable, as expected").count() == 2,
+                    "{stdout}"
+                );
+            }
+        }
+        eprintln!(
+            "{engine}: survivors finished {:.1} s after the kill",
+            started.elapsed().as_secs_f64()
+        );
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_for_line(child: &mut std::process::Child, line: &str) {
+    use std::io::{BufRead, BufReader};
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut reader = BufReader::new(stdout);
+    let mut text = String::new();
+    loop {
+        text.clear();
+        let read = reader.read_line(&mut text).expect("read rank output");
+        assert!(read > 0, "rank exited before printing {line:?}");
+        if text.contains(line) {
+            return;
+        }
+    }
+}
+
+fn wait_with_deadline(mut child: std::process::Child, limit: Duration) -> Output {
+    let deadline = Instant::now() + limit;
+    loop {
+        if child.try_wait().expect("poll a rank").is_some() {
+            return child.wait_with_output().expect("collect a rank's output");
+        }
+        if Instant::now() > deadline {
+            child.kill().ok();
+            let output = child.wait_with_output().expect("collect a rank's output");
+            panic!(
+                "rank hung (killed after {limit:?}): {}",
+                String::from_utf8_lossy(&output.stdout)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
