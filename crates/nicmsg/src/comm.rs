@@ -139,11 +139,8 @@ impl Comm {
     ) -> Result<Request<'a>, Error> {
         self.check_dest(dest)?;
         check_tag(tag)?;
-        let ranges: Vec<(*mut u8, usize)> = pieces
-            .iter()
-            .map(|p| (p.as_ptr() as *mut u8, p.len()))
-            .collect();
-        self.post(OpCode::Send, dest, tag, &ranges)
+        let ranges = ranges(pieces.iter().map(|p| (p.as_ptr() as *mut u8, p.len())))?;
+        self.post(OpCode::Send, dest, tag, ranges.as_slice())
     }
 
     /// Starts receiving into `buffer` a message from `source` with `tag` (either may be `Any`).
@@ -153,23 +150,20 @@ impl Comm {
         source: Source,
         tag: TagMatch,
     ) -> Result<Request<'a>, Error> {
-        self.irecv_vectored(vec![buffer], source, tag)
+        self.irecv_vectored([buffer], source, tag)
     }
 
     /// Scatter receive: the message fills `pieces` in order.
     pub fn irecv_vectored<'a>(
         &'a self,
-        pieces: Vec<&'a mut [u8]>,
+        pieces: impl IntoIterator<Item = &'a mut [u8]>,
         source: Source,
         tag: TagMatch,
     ) -> Result<Request<'a>, Error> {
         let peer = self.source_word(source)?;
         let tag = tag_word(tag)?;
-        let ranges: Vec<(*mut u8, usize)> = pieces
-            .into_iter()
-            .map(|p| (p.as_mut_ptr(), p.len()))
-            .collect();
-        self.post(OpCode::Recv, peer, tag, &ranges)
+        let ranges = ranges(pieces.into_iter().map(|p| (p.as_mut_ptr(), p.len())))?;
+        self.post(OpCode::Recv, peer, tag, ranges.as_slice())
     }
 
     /// Blocking send.
@@ -491,6 +485,33 @@ fn linger_inline(
         }
         poller.wait(idle.idle_poll_ns.max(1_000_000));
     }
+}
+
+/// Buffer pieces as (address, length) on the stack: posting allocates nothing.
+struct Ranges {
+    items: [(*mut u8, usize); MAX_SEGMENTS],
+    count: usize,
+}
+
+impl Ranges {
+    fn as_slice(&self) -> &[(*mut u8, usize)] {
+        &self.items[..self.count]
+    }
+}
+
+fn ranges(pieces: impl Iterator<Item = (*mut u8, usize)>) -> Result<Ranges, Error> {
+    let mut out = Ranges {
+        items: [(std::ptr::null_mut(), 0); MAX_SEGMENTS],
+        count: 0,
+    };
+    for piece in pieces {
+        if out.count == MAX_SEGMENTS {
+            return Err(Error::BadBuffer("more than 16 segments"));
+        }
+        out.items[out.count] = piece;
+        out.count += 1;
+    }
+    Ok(out)
 }
 
 fn check_tag(tag: u32) -> Result<(), Error> {
