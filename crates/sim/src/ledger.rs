@@ -748,7 +748,11 @@ impl Ledger {
                 .iter()
                 .map(|&m| &self.msgs[m])
                 .filter(|m| m.tag == d.tag)
-                .filter(|m| m.consumed.as_ref().is_some_and(|c| c.post_index < d.post_index))
+                .filter(|m| {
+                    m.consumed
+                        .as_ref()
+                        .is_some_and(|c| c.post_index < d.post_index)
+                })
                 .map(|m| m.seq)
                 .max();
             let open: Vec<MsgRef> = self.open_msgs(d.src, d.dst).collect();
