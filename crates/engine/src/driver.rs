@@ -316,10 +316,22 @@ impl<T: Transport> Driver<T> {
     }
 
     fn hand_back_completions(&mut self) -> bool {
+        let unreachable_before = self.endpoint.stats().peers_declared_unreachable;
         let mut any = false;
         while let Some(completion) = self.endpoint.poll_completion() {
             any = true;
             self.complete(completion);
+        }
+        if self.endpoint.stats().peers_declared_unreachable != unreachable_before {
+            let rank = self.endpoint.rank();
+            let dead: Vec<u32> = (0..self.endpoint.size())
+                .filter(|&p| self.endpoint.is_peer_unreachable(p))
+                .collect();
+            tracing::warn!(
+                rank,
+                ?dead,
+                "peer(s) declared unreachable: they stopped answering"
+            );
         }
         any
     }
@@ -350,6 +362,7 @@ impl<T: Transport> Driver<T> {
                     d.result = ResultCode::Truncated;
                 }
                 Err(OpError::PeerUnreachable { peer }) => {
+                    tracing::debug!(peer, ?op, "operation failed: peer unreachable");
                     d.status_peer = peer;
                     d.result = ResultCode::PeerUnreachable;
                 }

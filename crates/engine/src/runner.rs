@@ -175,6 +175,7 @@ const WATCHDOG_PERIOD_NS: u64 = 1_000_000_000;
 pub fn report_hangs<T: Transport>(driver: &mut Driver<T>, now: u64, threshold_ns: u64) {
     let rank = driver.endpoint().rank();
     for line in driver.watchdog(now, threshold_ns) {
+        tracing::warn!(rank, "watchdog: {line}");
         eprintln!("nicmsg watchdog: rank {rank}: {line}");
     }
 }

@@ -59,6 +59,7 @@ impl Comm {
     }
 
     pub fn init_with(options: Options) -> Result<Self, Error> {
+        crate::logging::init();
         let job = nicmsg_bootstrap::job_from_env()?;
         let bind_ip = job.bind_ip.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
         let udp_options = UdpOptions {
@@ -70,6 +71,14 @@ impl Comm {
         let peers =
             nicmsg_bootstrap::exchange(&job, transport.local_addr(), options.bootstrap_timeout)?;
         transport.set_peers(&peers);
+        tracing::info!(
+            rank = job.rank,
+            size = job.size,
+            address = %transport.local_addr(),
+            engine = ?options.engine,
+            frame = options.protocol.mtu,
+            "joined the job"
+        );
         let endpoint = Endpoint::new(options.protocol.clone(), job.job, job.rank, job.size)
             .map_err(|e| Error::Config(e.to_string()))?;
         Self::start(options, endpoint, UdpBackend(transport))

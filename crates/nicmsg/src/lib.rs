@@ -22,6 +22,7 @@ mod backend;
 pub mod capi;
 mod comm;
 mod error;
+mod logging;
 mod options;
 mod pin;
 mod report;
