@@ -13,9 +13,7 @@ impl Endpoint {
     pub(crate) fn emit_control(&mut self, control: Control) -> Transmit {
         let peer = &self.peers[control.dst as usize];
         let aux = match control.kind {
-            FrameKind::Ack | FrameKind::Cts | FrameKind::MsgAck | FrameKind::Credit => {
-                peer.credits_given
-            }
+            kind if crate::endpoint::carries_credits(kind) => peer.credits_given,
             _ => 0,
         };
         let header = FrameHeader {

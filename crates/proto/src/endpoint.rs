@@ -45,6 +45,12 @@ pub struct Endpoint {
     pub(crate) completion_usage: TableUsage,
 }
 
+/// Receiver-to-sender control frames, which carry the cumulative credit count in `aux`.
+pub(crate) fn carries_credits(kind: nicmsg_wire::FrameKind) -> bool {
+    use nicmsg_wire::FrameKind::*;
+    matches!(kind, Ack | Cts | MsgAck | Credit)
+}
+
 /// Most eager buffers per peer: one bit each in a u64.
 pub(crate) const MAX_EAGER_CREDITS: u32 = 64;
 
@@ -178,6 +184,9 @@ impl Endpoint {
     pub fn poll_transmit(&mut self, now: Nanos, memory: &impl HostMemory) -> Option<Transmit> {
         if let Some(control) = self.control.pop_front() {
             self.control_usage.set(self.control.len());
+            if carries_credits(control.kind) {
+                self.peers[control.dst as usize].credit_carriers_queued -= 1;
+            }
             return Some(self.emit_control(control));
         }
         self.next_data_frame(now, memory)
@@ -260,6 +269,9 @@ impl Endpoint {
         if self.control.len() >= self.config.max_control_queue {
             self.stats.control_overflows += 1;
             return;
+        }
+        if carries_credits(control.kind) {
+            self.peers[control.dst as usize].credit_carriers_queued += 1;
         }
         self.control.push_back(control);
         self.control_usage.set(self.control.len());

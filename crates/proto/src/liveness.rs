@@ -89,6 +89,7 @@ impl Endpoint {
         state.probe_deadline_ns = None;
         state.waiters = 0;
         self.control.retain(|c| c.dst != peer);
+        self.peers[peer as usize].credit_carriers_queued = 0;
         self.control_usage.set(self.control.len());
     }
 

@@ -30,6 +30,9 @@ pub(crate) struct Peer {
     pub credits_given: u32,
     /// Eager buffers in use by the peer's unexpected messages (bit per buffer).
     pub eager_buffers_used: u64,
+    /// Queued control frames to the peer that carry the credit count (ACK, CTS, MSG-ACK,
+    /// CREDIT).
+    pub credit_carriers_queued: u32,
     // --- liveness ---
     pub rto: RtoEstimator,
     pub last_heard_ns: Nanos,
@@ -55,6 +58,7 @@ impl Peer {
             next_match: 0,
             credits_given: 0,
             eager_buffers_used: 0,
+            credit_carriers_queued: 0,
             rto: RtoEstimator::new(rto_initial_ns),
             last_heard_ns: 0,
             heard_since_probe: false,

@@ -236,7 +236,8 @@ impl Endpoint {
         }
         let entry = self.incoming.get_mut(index).expect("live");
         entry.mark_frame(frame);
-        if entry.collection_complete(frame) {
+        // The frame that completes the message is answered by the ACK_ALL alone.
+        if entry.collection_complete(frame) && !entry.all_frames() {
             let ack = control(peer, FrameKind::Ack, 0, header.msg_id, frame);
             self.queue_control(ack);
         }
@@ -489,7 +490,11 @@ impl Endpoint {
         }
         let state = &mut self.peers[peer as usize];
         state.credits_given = state.credits_given.wrapping_add(1);
-        self.queue_control(control(peer, FrameKind::Credit, 0, 0, 0));
+        // A control frame to the peer still waiting to leave will carry the new count (credits
+        // are filled in when a frame leaves); only otherwise is a CREDIT frame needed.
+        if state.credit_carriers_queued == 0 {
+            self.queue_control(control(peer, FrameKind::Credit, 0, 0, 0));
+        }
     }
 
     pub(crate) fn set_waiter(&mut self, index: u32, waiting: bool) {
