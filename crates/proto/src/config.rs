@@ -44,6 +44,9 @@ pub struct Config {
     /// Frames per acknowledged collection (EMP: 3).
     pub ack_unit: u8,
     pub unexpected: UnexpectedPolicy,
+    /// Choose each message's frame size from its length (BIP); otherwise every frame is
+    /// `mtu`-sized.
+    pub adaptive_frames: bool,
     /// First retransmission timeout before any round trip is measured.
     pub rto_initial_ns: Nanos,
     pub rto_min_ns: Nanos,
@@ -76,6 +79,7 @@ impl Default for Config {
             rsm_pre_frames: 4,
             ack_unit: 3,
             unexpected: UnexpectedPolicy::Buffer,
+            adaptive_frames: true,
             rto_initial_ns: 1_000_000,
             rto_min_ns: 200_000,
             rto_max_ns: 200_000_000,
@@ -108,6 +112,14 @@ pub enum ConfigError {
     #[error("job size must be 1..=65536 and rank below it (rank {rank}, size {size})")]
     Rank { rank: u32, size: u32 },
 }
+
+/// Frames a long message is cut into at least, when frames are adaptive.
+pub const PIPELINE_FRAMES: u64 = 8;
+/// Smallest adaptive frame payload: below it per-frame costs dominate (measured in
+/// `docs/runtime.md`).
+pub const MIN_PIPELINE_FRAME_PAYLOAD: u32 = 8192;
+/// Adaptive frame payloads are multiples of this, so frames stay word aligned in buffers.
+const FRAME_PAYLOAD_ALIGN: u64 = 64;
 
 /// Largest job: bounds the per-peer table allocated at start-up.
 pub const MAX_RANKS: u32 = 65536;
@@ -156,8 +168,77 @@ impl Config {
         Ok(())
     }
 
-    /// Payload bytes of a frame that carries no message header.
+    /// Payload bytes of a frame that carries no message header, at the largest frame size.
     pub fn frame_payload(&self) -> u32 {
         self.mtu - FRAME_HEADER_LEN as u32
+    }
+
+    /// Frame payload chosen for a message of `len` bytes (BIP's adaptive packet size). A
+    /// message that fits one frame goes in one frame. A longer one is cut into at least
+    /// `PIPELINE_FRAMES` frames, so the receiver copies the first frames while the later ones
+    /// are still on their way, but never into frames below `MIN_PIPELINE_FRAME_PAYLOAD`, where
+    /// the per-frame cost (a system call and a header) outweighs the overlap. With a 1500-byte
+    /// MTU this always gives full frames; it matters for jumbo frames (9000, 65535).
+    pub fn frame_payload_for(&self, len: u64) -> u32 {
+        let largest = self.frame_payload();
+        if !self.adaptive_frames || len <= u64::from(largest) - MSG_HEADER_LEN as u64 {
+            return largest;
+        }
+        let pipelined = len
+            .div_ceil(PIPELINE_FRAMES)
+            .next_multiple_of(FRAME_PAYLOAD_ALIGN);
+        pipelined.clamp(
+            u64::from(MIN_PIPELINE_FRAME_PAYLOAD.min(largest)),
+            u64::from(largest),
+        ) as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adaptive_frames_pipeline_long_messages_only() {
+        let jumbo = Config {
+            mtu: 65507,
+            ..Config::default()
+        };
+        let largest = jumbo.frame_payload();
+        assert_eq!(
+            jumbo.frame_payload_for(100),
+            largest,
+            "one frame stays one frame"
+        );
+        assert_eq!(jumbo.frame_payload_for(40_000), largest);
+        assert_eq!(
+            jumbo.frame_payload_for(70_000),
+            8768,
+            "70000 / 8, rounded up to 64"
+        );
+        let small_config = Config {
+            mtu: 20_000,
+            ..Config::default()
+        };
+        assert_eq!(
+            small_config.frame_payload_for(30_000),
+            MIN_PIPELINE_FRAME_PAYLOAD
+        );
+        let mib = jumbo.frame_payload_for(1 << 20);
+        assert_eq!(
+            mib, largest,
+            "8 frames of 128 KiB would exceed the largest frame"
+        );
+        let quarter = jumbo.frame_payload_for(256 << 10);
+        assert_eq!(quarter, 32 << 10);
+        let standard = Config::default();
+        for len in [0, 1 << 10, 1 << 20, 1 << 30] {
+            assert_eq!(standard.frame_payload_for(len), standard.frame_payload());
+        }
+        let fixed = Config {
+            adaptive_frames: false,
+            ..jumbo
+        };
+        assert_eq!(fixed.frame_payload_for(256 << 10), largest);
     }
 }

@@ -25,7 +25,7 @@ impl Endpoint {
         };
         let geometry = Geometry {
             total_len: len,
-            frame_payload: self.config.frame_payload(),
+            frame_payload: self.config.frame_payload_for(len),
             protocol,
         };
         let frames = u32::try_from(geometry.frames()).map_err(|_| PostError::TooManySegments {
