@@ -5,11 +5,12 @@
 
 use crate::registry::{Registry, RegistryMemory};
 use crate::table::{Descriptor, OpCode, ResultCode, Table, ANY, CANCEL_BIT};
-use crate::transport::{Transport, MAX_FRAME_PIECES};
+use crate::transport::{PlacementTarget, Received, Transport, MAX_FRAME_PIECES, PLACED_HEADER_LEN};
 use nicmsg_proto::{
     Completion, Endpoint, Nanos, OpError, OpId, OpKind, PostError, Source, Stats, TagMatch,
     Transmit,
 };
+use nicmsg_proto::{ExpectedFrame, PlacedOutcome};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -19,6 +20,8 @@ const MAX_COMMANDS_PER_TURN: usize = 64;
 const MAX_RECEIVE_BATCHES_PER_TURN: usize = 4;
 /// Frames handed to the transport in one call (one sendmmsg).
 pub const SEND_BATCH: usize = 64;
+/// Frames predicted per receive batch (the transport's receive batch).
+const PLACEMENT_BATCH: usize = 64;
 /// Send batches per turn, for the same fairness reason.
 const MAX_SEND_BATCHES_PER_TURN: usize = 8;
 
@@ -46,6 +49,10 @@ pub struct Driver<T: Transport> {
     slot_ops: Box<[Option<OpId>]>,
     /// Frames produced but not yet taken by the transport (back-pressure).
     unsent: VecDeque<Transmit>,
+    /// Speculative placement: frames predicted for the next receive batch, and their targets.
+    placement: bool,
+    expected: Box<[ExpectedFrame]>,
+    targets: Box<[PlacementTarget]>,
     /// When each table slot was posted, and when the watchdog last reported it.
     posted_at: Box<[Nanos]>,
     reported_at: Box<[Nanos]>,
@@ -64,6 +71,16 @@ impl<T: Transport> Driver<T> {
             send_slots: vec![(u32::MAX, 0); config.max_sends].into_boxed_slice(),
             recv_slots: vec![(u32::MAX, 0); config.max_recvs].into_boxed_slice(),
             slot_ops: vec![None; table.len()].into_boxed_slice(),
+            placement: true,
+            expected: vec![ExpectedFrame::default(); PLACEMENT_BATCH].into_boxed_slice(),
+            targets: vec![
+                PlacementTarget {
+                    dest: std::ptr::null_mut(),
+                    len: 0
+                };
+                PLACEMENT_BATCH
+            ]
+            .into_boxed_slice(),
             posted_at: vec![0; table.len()].into_boxed_slice(),
             reported_at: vec![0; table.len()].into_boxed_slice(),
             unsent: VecDeque::with_capacity(SEND_BATCH * MAX_SEND_BATCHES_PER_TURN),
@@ -77,6 +94,11 @@ impl<T: Transport> Driver<T> {
 
     pub fn endpoint(&self) -> &Endpoint {
         &self.endpoint
+    }
+
+    /// Turns the speculative header/payload split on or off (`NICMSG_PLACEMENT`).
+    pub fn set_placement(&mut self, enabled: bool) {
+        self.placement = enabled;
     }
 
     pub fn table(&self) -> &Table {
@@ -234,21 +256,47 @@ impl<T: Transport> Driver<T> {
     fn receive(&mut self, now: Nanos) -> bool {
         let mut any = false;
         for _ in 0..MAX_RECEIVE_BATCHES_PER_TURN {
+            let planned = self.plan_placements();
             let endpoint = &mut self.endpoint;
             let registry = &self.registry;
             let stats = &mut self.stats;
-            let mut deliver = |source: Option<u32>, bytes: &[u8]| {
-                let claimed = bytes
+            let expected = &self.expected[..planned];
+            let looks_expected =
+                |slot: usize, head: &[u8], len: usize| looks_like(&expected[slot], head, len);
+            let mut deliver = |source: Option<u32>, received: Received<'_>| -> bool {
+                let bytes_or_head = match received {
+                    Received::Bytes(bytes) => bytes,
+                    Received::Placed { header, .. } => header,
+                };
+                let claimed = bytes_or_head
                     .get(nicmsg_wire::field::SRC)
-                    .map(|b| u32::from_le_bytes(b.try_into().unwrap()));
+                    .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
                 if source.is_none() || claimed != source {
                     stats.spoofed_frames += 1;
-                    return;
+                    return true;
                 }
                 let mut memory = RegistryMemory(registry);
-                endpoint.handle_frame(now, bytes, &mut memory);
+                match received {
+                    Received::Bytes(bytes) => {
+                        endpoint.handle_frame(now, bytes, &mut memory);
+                        true
+                    }
+                    Received::Placed { slot, header, len } => {
+                        endpoint.handle_placed_frame(now, header, len, &expected[slot], &mut memory)
+                            == PlacedOutcome::Taken
+                    }
+                }
             };
-            match self.transport.receive(&mut deliver) {
+            // SAFETY: the targets are parts of registered receive buffers lent to the engine,
+            // for frames not yet received (so nobody reads them), one frame each (disjoint).
+            let received = unsafe {
+                self.transport.receive_placed(
+                    &self.targets[..planned],
+                    &looks_expected,
+                    &mut deliver,
+                )
+            };
+            match received {
                 Ok(0) => break,
                 Ok(_) => any = true,
                 Err(_) => {
@@ -258,6 +306,32 @@ impl<T: Transport> Driver<T> {
             }
         }
         any
+    }
+
+    /// Asks the protocol core which frames come next and resolves where their payload goes.
+    fn plan_placements(&mut self) -> usize {
+        if !self.placement {
+            return 0;
+        }
+        let predicted = self.endpoint.predict_frames(&mut self.expected);
+        let mut planned = 0;
+        for index in 0..predicted {
+            let expected = self.expected[index];
+            let segment = expected.segment;
+            let Some(dest) = self
+                .registry
+                .address(segment.region, segment.offset, segment.len)
+            else {
+                break;
+            };
+            self.expected[planned] = expected;
+            self.targets[planned] = PlacementTarget {
+                dest,
+                len: segment.len as usize,
+            };
+            planned += 1;
+        }
+        planned
     }
 
     fn transmit(&mut self, now: Nanos) -> bool {
@@ -370,6 +444,22 @@ impl<T: Transport> Driver<T> {
             })
         };
     }
+}
+
+/// Cheap check that a placed datagram's header is the guessed frame's (the protocol core
+/// verifies everything, checksum included, before taking it).
+fn looks_like(expected: &ExpectedFrame, head: &[u8], len: usize) -> bool {
+    use nicmsg_wire::field;
+    let word = |range: std::ops::Range<usize>| {
+        head.get(range)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+    };
+    head.len() == PLACED_HEADER_LEN
+        && head[field::KIND] == nicmsg_wire::FrameKind::Data as u8
+        && word(field::MSG_ID) == Some(expected.msg_id)
+        && word(field::FRAME_INDEX) == Some(expected.frame_index)
+        && word(field::SRC) == Some(expected.peer)
+        && len == PLACED_HEADER_LEN + expected.segment.len as usize
 }
 
 fn fill_status(descriptor: &mut Descriptor, peer: u32, tag: u32, len: u64) {

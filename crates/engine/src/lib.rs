@@ -17,4 +17,4 @@ pub use poller::Poller;
 pub use registry::{Registry, RegistryMemory, DEFAULT_REGIONS};
 pub use runner::{IdleConfig, Shared, Snapshot, ThreadEngine};
 pub use table::{Descriptor, OpCode, ResultCode, Table, ANY, DEFAULT_SLOTS};
-pub use transport::Transport;
+pub use transport::{PlacementTarget, Received, Transport, PLACED_HEADER_LEN};

@@ -68,6 +68,13 @@ impl Registry {
         self.regions[id.0 as usize].len.store(0, Ordering::Release);
     }
 
+    /// Address of `len` bytes at `offset` in a registered region, if they lie inside it.
+    pub fn address(&self, id: RegionId, offset: u64, len: u64) -> Option<*mut u8> {
+        let (base, region_len) = self.slice(id)?;
+        let end = offset.checked_add(len)?;
+        (end <= region_len as u64).then(|| base.wrapping_add(offset as usize))
+    }
+
     fn slice(&self, id: RegionId) -> Option<(*mut u8, usize)> {
         let region = self.regions.get(id.0 as usize)?;
         let len = region.len.load(Ordering::Acquire);

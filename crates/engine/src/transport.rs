@@ -6,6 +6,33 @@ use std::os::fd::RawFd;
 /// Most pieces of one outgoing frame: its headers plus one payload piece per buffer segment.
 pub const MAX_FRAME_PIECES: usize = 1 + nicmsg_proto::MAX_SEGMENTS;
 
+/// Where the payload of the datagram expected in one receive slot should go.
+#[derive(Debug, Clone, Copy)]
+pub struct PlacementTarget {
+    pub dest: *mut u8,
+    pub len: usize,
+}
+
+// SAFETY: a target is an address in registered memory handed to whichever thread runs the
+// engine; it is only dereferenced by the kernel inside `receive_placed`, under that call's
+// contract.
+unsafe impl Send for PlacementTarget {}
+
+/// A datagram as offered to the engine.
+#[derive(Debug, Clone, Copy)]
+pub enum Received<'a> {
+    Bytes(&'a [u8]),
+    /// Its payload already lies at the target of plan entry `slot`; `header` is the rest.
+    Placed {
+        slot: usize,
+        header: &'a [u8],
+        len: usize,
+    },
+}
+
+/// Header bytes kept in the transport's buffer for a placed datagram (a DATA frame's header).
+pub const PLACED_HEADER_LEN: usize = nicmsg_wire::FRAME_HEADER_LEN;
+
 pub trait Transport: Send {
     /// Sends `frames` (destination rank, pieces gathered in order into one datagram) without
     /// copying them; returns how many the backend took. Taking fewer is back-pressure: the
@@ -15,6 +42,28 @@ pub trait Transport: Send {
     /// Receives one batch without blocking; calls `deliver(source_rank, bytes)` for each
     /// datagram, with the rank the source address belongs to (`None`: not a member of the job).
     fn receive(&mut self, deliver: &mut dyn FnMut(Option<u32>, &[u8])) -> io::Result<usize>;
+
+    /// Like `receive`, but the payload of the datagram landing in receive slot `i` (for
+    /// `i < plan.len()`) is scattered straight to `plan[i]` (speculative header/payload split).
+    /// Such a datagram is offered as `Received::Placed` when `looks_expected(i, head, len)` says
+    /// its header is the guessed one; if `deliver` then returns false (or the header was not the
+    /// guessed one) the transport puts the datagram back together and offers it as bytes.
+    /// A transport without scatter support may ignore the plan (the default).
+    ///
+    /// # Safety
+    /// Every target must be valid for writes of its length, not overlap another, and not be
+    /// accessed by anyone else during the call (wrong guesses overwrite it).
+    unsafe fn receive_placed(
+        &mut self,
+        plan: &[PlacementTarget],
+        looks_expected: &dyn Fn(usize, &[u8], usize) -> bool,
+        deliver: &mut dyn FnMut(Option<u32>, Received<'_>) -> bool,
+    ) -> io::Result<usize> {
+        let _ = (plan, looks_expected);
+        self.receive(&mut |source, bytes| {
+            deliver(source, Received::Bytes(bytes));
+        })
+    }
 
     /// A descriptor that becomes readable when datagrams arrive (for blocking waits).
     fn readable_fd(&self) -> RawFd;

@@ -1,7 +1,7 @@
 //! The UDP transport as the engine's wire backend.
 
-use nicmsg_engine::Transport;
-use nicmsg_udp::UdpTransport;
+use nicmsg_engine::{PlacementTarget, Received, Transport, PLACED_HEADER_LEN};
+use nicmsg_udp::{Placement, UdpTransport, RECV_BATCH};
 use std::io;
 use std::os::fd::RawFd;
 
@@ -18,6 +18,64 @@ impl Transport for UdpBackend {
             let rank = self.0.received_rank(index);
             let (_, bytes) = self.0.received(index);
             deliver(rank, bytes);
+        }
+        Ok(count)
+    }
+
+    unsafe fn receive_placed(
+        &mut self,
+        plan: &[PlacementTarget],
+        looks_expected: &dyn Fn(usize, &[u8], usize) -> bool,
+        deliver: &mut dyn FnMut(Option<u32>, Received<'_>) -> bool,
+    ) -> io::Result<usize> {
+        let mut placements = [Placement {
+            header_len: PLACED_HEADER_LEN,
+            dest: std::ptr::null_mut(),
+            len: 0,
+        }; RECV_BATCH];
+        let planned = plan.len().min(RECV_BATCH);
+        for (placement, target) in placements.iter_mut().zip(&plan[..planned]) {
+            placement.dest = target.dest;
+            placement.len = target.len;
+        }
+        // SAFETY: forwarded from this function's contract.
+        let count = unsafe { self.0.recv_batch_placed(&placements[..planned]) }?;
+        // First put every wrong guess back together, before any frame is handled: handling a
+        // frame writes its payload to its place, which may be where a wrong guess landed.
+        let mut placed = [false; RECV_BATCH];
+        for (index, placed) in placed.iter_mut().enumerate().take(count) {
+            let Some((_, len)) = self.0.placed(index) else {
+                continue;
+            };
+            let slot = self.0.received_slot(index);
+            if slot < planned && looks_expected(slot, self.0.received_head(index), len) {
+                *placed = true;
+            } else {
+                // SAFETY: the target is still valid (contract).
+                unsafe { self.0.gather_placed(index) };
+            }
+        }
+        for (index, &was_placed) in placed.iter().enumerate().take(count) {
+            let rank = self.0.received_rank(index);
+            if was_placed {
+                let (_, len) = self.0.placed(index).expect("placed datagram");
+                let slot = self.0.received_slot(index);
+                let head = self.0.received_head(index);
+                if deliver(
+                    rank,
+                    Received::Placed {
+                        slot,
+                        header: head,
+                        len,
+                    },
+                ) {
+                    continue;
+                }
+                // SAFETY: as above; refused (not intact): handle it the ordinary way.
+                unsafe { self.0.gather_placed(index) };
+            }
+            let (_, bytes) = self.0.received(index);
+            deliver(rank, Received::Bytes(bytes));
         }
         Ok(count)
     }

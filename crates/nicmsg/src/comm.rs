@@ -88,7 +88,8 @@ impl Comm {
         let (rank, size) = (endpoint.rank(), endpoint.size());
         let table = Arc::new(Table::new(options.slots));
         let registry = Arc::new(Registry::new(options.regions));
-        let driver = Driver::new(endpoint, backend, Arc::clone(&table), Arc::clone(&registry));
+        let mut driver = Driver::new(endpoint, backend, Arc::clone(&table), Arc::clone(&registry));
+        driver.set_placement(options.placement);
         let engine = match options.engine {
             EngineMode::Inline => {
                 use nicmsg_engine::Transport;

@@ -30,6 +30,8 @@ pub struct Options {
     pub bootstrap_timeout: std::time::Duration,
     /// Print counters per peer when the communicator ends (`NICMSG_STATS=1`).
     pub print_stats: bool,
+    /// Speculative header/payload split on receive (`NICMSG_PLACEMENT=0` turns it off).
+    pub placement: bool,
 }
 
 impl Default for Options {
@@ -44,6 +46,7 @@ impl Default for Options {
             pin_cache_pages: 65_536,
             bootstrap_timeout: std::time::Duration::from_secs(60),
             print_stats: false,
+            placement: true,
         }
     }
 }
@@ -52,7 +55,8 @@ impl Options {
     /// Defaults overridden by the environment: `NICMSG_ENGINE=inline|thread`,
     /// `NICMSG_MTU` (link MTU; frames are sized to fit a UDP datagram), `NICMSG_EAGER_LIMIT`,
     /// `NICMSG_UNEXPECTED=buffer|drop`, `NICMSG_SLOTS`, `NICMSG_SPIN_US`, `NICMSG_IDLE_POLL_US`,
-    /// `NICMSG_ADAPTIVE_FRAMES=0` (always full frames), `NICMSG_STATS=1` (counters at exit), `NICMSG_WATCHDOG=SECONDS` (hang diagnosis).
+    /// `NICMSG_ADAPTIVE_FRAMES=0` (always full frames), `NICMSG_PLACEMENT=0` (no speculative
+    /// receive placement), `NICMSG_STATS=1` (counters at exit), `NICMSG_WATCHDOG=SECONDS` (hang diagnosis).
     pub fn from_env() -> Result<Self, Error> {
         Self::from_lookup(|name| std::env::var(name).ok())
     }
@@ -97,6 +101,9 @@ impl Options {
         }
         if let Some(poll) = number(&lookup, "NICMSG_IDLE_POLL_US")? {
             options.idle.idle_poll_ns = poll.max(1) * 1000;
+        }
+        if let Some(flag) = lookup("NICMSG_PLACEMENT") {
+            options.placement = !matches!(flag.as_str(), "0" | "false" | "no");
         }
         if let Some(flag) = lookup("NICMSG_ADAPTIVE_FRAMES") {
             options.protocol.adaptive_frames = !matches!(flag.as_str(), "0" | "false" | "no");

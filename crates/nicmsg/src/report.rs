@@ -1,4 +1,8 @@
 //! Counters printed at exit with `NICMSG_STATS=1`: one line per peer, then the totals.
+//! Received payload bytes are counted by how they reached the receive buffer: `placed_direct`
+//! (the kernel wrote them there: speculative split guessed right), `copied_once` (copied from
+//! the engine's receive buffer to their place), `copied_twice` (unexpected messages: into an
+//! eager buffer first, then into the receive).
 
 use crate::pin::PinStats;
 use nicmsg_engine::Snapshot;
@@ -13,8 +17,8 @@ pub fn render(rank: u32, snapshot: &Snapshot, pins: &PinStats) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "nicmsg stats rank {rank}: {:>6} {:>10} {:>12} {:>10} {:>12} {:>8} {:>9} {:>8} {:>12} {:>12}  drops",
-        "peer", "frames_tx", "bytes_tx", "frames_rx", "bytes_rx", "retrans", "msgs_tx", "msgs_rx", "bytes_placed", "bytes_copied"
+        "nicmsg stats rank {rank}: {:>6} {:>10} {:>12} {:>10} {:>12} {:>8} {:>9} {:>8} {:>13} {:>12} {:>12}  drops",
+        "peer", "frames_tx", "bytes_tx", "frames_rx", "bytes_rx", "retrans", "msgs_tx", "msgs_rx", "placed_direct", "copied_once", "copied_twice"
     );
     for (peer, stats) in snapshot.peers.iter().enumerate() {
         if stats.frames_sent == 0 && stats.frames_received == 0 {
@@ -50,7 +54,7 @@ pub fn render(rank: u32, snapshot: &Snapshot, pins: &PinStats) -> String {
 fn row(stats: &Stats) -> String {
     let d = &stats.drops;
     format!(
-        "{:>10} {:>12} {:>10} {:>12} {:>8} {:>9} {:>8} {:>12} {:>12}  bad_crc={} wrong_job={} wrong_rank={} malformed={} duplicate={} no_posted_receive={} invalid={} dead_peer={}",
+        "{:>10} {:>12} {:>10} {:>12} {:>8} {:>9} {:>8} {:>13} {:>12} {:>12}  bad_crc={} wrong_job={} wrong_rank={} malformed={} duplicate={} no_posted_receive={} invalid={} dead_peer={}",
         stats.frames_sent,
         stats.bytes_sent,
         stats.frames_received,
@@ -58,6 +62,7 @@ fn row(stats: &Stats) -> String {
         stats.frames_retransmitted,
         stats.messages_sent,
         stats.messages_received,
+        stats.bytes_placed_direct,
         stats.bytes_placed,
         stats.bytes_copied,
         d.bad_checksum,

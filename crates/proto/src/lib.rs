@@ -27,6 +27,7 @@ mod matching;
 mod memory;
 mod ops;
 mod peer;
+mod placement;
 mod receiver;
 mod rto;
 mod sender;
@@ -43,6 +44,7 @@ pub use config::{
 };
 pub use endpoint::{Endpoint, PEER_STATE_BYTES};
 pub use memory::{HostMemory, RegionId, Segment, SgList, MAX_SEGMENTS};
+pub use placement::{ExpectedFrame, PlacedOutcome};
 pub use stats::{DropCounts, DropReason, PeerStats, Stats};
 pub use transmit::Transmit;
 pub use types::{

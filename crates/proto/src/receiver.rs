@@ -86,7 +86,7 @@ impl Endpoint {
                 None => return self.count_drop(Some(peer), DropReason::Invalid),
             },
         };
-        self.place_frame(now, index, header, msg, payload, memory);
+        self.place_frame(now, index, header, msg, Payload::Bytes(payload), memory);
     }
 
     /// A frame of a message this rank already finished: acknowledge everything again so the
@@ -199,13 +199,13 @@ impl Endpoint {
         &self.eager_pool[start..start + self.config.eager_limit as usize]
     }
 
-    fn place_frame(
+    pub(crate) fn place_frame(
         &mut self,
         now: Nanos,
         index: u32,
         header: &FrameHeader,
         msg: Option<&MsgHeader>,
-        payload: &[u8],
+        payload: Payload<'_>,
         memory: &mut impl HostMemory,
     ) {
         let peer = header.src;
@@ -256,26 +256,33 @@ impl Endpoint {
         &mut self,
         index: u32,
         offset: u64,
-        payload: &[u8],
+        payload: Payload<'_>,
         memory: &mut impl HostMemory,
     ) -> bool {
         let entry = self.incoming.get(index).expect("live");
         let peer = entry.peer as usize;
-        match entry.dest {
-            Dest::Nowhere => false,
-            Dest::Discard => true,
-            Dest::Recv(recv) => {
+        match (entry.dest, payload) {
+            (Dest::Nowhere, _) => false,
+            (Dest::Discard, _) => true,
+            (Dest::Recv(recv), Payload::Bytes(bytes)) => {
                 let buffer = self.recvs.get(recv).expect("bound receive").buffer;
-                buffer.write_at(memory, offset, payload);
-                self.stats.bytes_placed += payload.len() as u64;
-                self.peer_stats[peer].bytes_placed += payload.len() as u64;
+                buffer.write_at(memory, offset, bytes);
+                self.stats.bytes_placed += bytes.len() as u64;
+                self.peer_stats[peer].bytes_placed += bytes.len() as u64;
                 true
             }
-            Dest::Buffer(slot) => {
+            (Dest::Recv(_), Payload::InPlace { len }) => {
+                self.stats.bytes_placed_direct += len;
+                self.peer_stats[peer].bytes_placed_direct += len;
+                true
+            }
+            (Dest::Buffer(slot), Payload::Bytes(bytes)) => {
                 let start = slot as usize * self.config.eager_limit as usize + offset as usize;
-                self.eager_pool[start..start + payload.len()].copy_from_slice(payload);
+                self.eager_pool[start..start + bytes.len()].copy_from_slice(bytes);
                 true
             }
+            // Placed frames are only predicted for messages going straight to a receive.
+            (Dest::Buffer(_), Payload::InPlace { .. }) => false,
         }
     }
 
@@ -510,6 +517,23 @@ impl Endpoint {
             self.add_waiter(peer);
         } else {
             self.remove_waiter(peer);
+        }
+    }
+}
+
+/// A received frame's payload: bytes to copy, or bytes the transport already put at their final
+/// place (a correctly guessed speculative placement).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Payload<'a> {
+    Bytes(&'a [u8]),
+    InPlace { len: u64 },
+}
+
+impl Payload<'_> {
+    pub(crate) fn len(&self) -> u64 {
+        match self {
+            Self::Bytes(bytes) => bytes.len() as u64,
+            Self::InPlace { len } => *len,
         }
     }
 }

@@ -83,8 +83,12 @@ pub struct Stats {
     pub control_overflows: u64,
     pub messages_sent: u64,
     pub messages_received: u64,
-    /// Payload bytes written straight into a posted receive buffer.
+    /// Payload bytes copied once, from the transport's receive buffer to their final place in a
+    /// posted receive.
     pub bytes_placed: u64,
+    /// Payload bytes the transport put at their final place itself (speculative header/payload
+    /// split guessed right): no copy at all.
+    pub bytes_placed_direct: u64,
     /// Payload bytes copied out of an unexpected-message buffer.
     pub bytes_copied: u64,
     pub liveness_probes: u64,

@@ -460,3 +460,80 @@ fn every_lost_control_frame_is_recovered() {
         }
     }
 }
+
+/// Speculative placement: DATA frames whose payload is put at its predicted place are taken
+/// without a copy; a frame whose payload in place is corrupt is refused (then handled normally).
+#[test]
+fn predicted_frames_are_taken_in_place() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let len = 100_000usize;
+    let mut net = Net::new(2, test_config());
+    let captured: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
+    let sink = Rc::clone(&captured);
+    net.filter = Some(Box::new(move |bytes: &[u8]| {
+        let is_data = bytes[nicmsg_wire::field::KIND] == nicmsg_wire::FrameKind::Data as u8;
+        if is_data {
+            sink.borrow_mut().push(bytes.to_vec());
+        }
+        is_data
+    }));
+    let data = pattern(len, 3);
+    let (recv_op, recv_region) = recv(&mut net, 1, Source::Rank(0), TagMatch::Tag(5), len);
+    let send_op = send(&mut net, 0, 1, 5, data.clone());
+    net.run(net.now + 2_000_000);
+    let frames = std::mem::take(&mut *captured.borrow_mut());
+    assert!(!frames.is_empty(), "the first window went out");
+    let mut expected = [ExpectedFrame::default(); 64];
+    let mut taken = 0;
+    for (n, frame) in frames.iter().enumerate() {
+        let count = net.endpoints[1].predict_frames(&mut expected);
+        let index = u32::from_le_bytes(frame[nicmsg_wire::field::FRAME_INDEX].try_into().unwrap());
+        let guess = expected[..count]
+            .iter()
+            .find(|e| e.frame_index == index)
+            .copied();
+        let Some(guess) = guess else {
+            let (e, m) = (&mut net.endpoints[1], &mut net.memories[1]);
+            e.handle_frame(net.now, frame, m);
+            continue;
+        };
+        let (header, payload) = frame.split_at(ExpectedFrame::HEADER_LEN);
+        let region = &mut net.memories[1].0[guess.segment.region.0 as usize];
+        let start = guess.segment.offset as usize;
+        region[start..start + payload.len()].copy_from_slice(payload);
+        if n == 0 {
+            region[start] ^= 0xFF; // corrupt in place: must be refused
+            let outcome = net.endpoints[1].handle_placed_frame(
+                net.now,
+                header,
+                frame.len(),
+                &guess,
+                &mut net.memories[1],
+            );
+            assert_eq!(outcome, PlacedOutcome::NotPredicted);
+            net.memories[1].0[guess.segment.region.0 as usize][start] ^= 0xFF;
+        }
+        let outcome = net.endpoints[1].handle_placed_frame(
+            net.now,
+            header,
+            frame.len(),
+            &guess,
+            &mut net.memories[1],
+        );
+        assert_eq!(outcome, PlacedOutcome::Taken);
+        taken += 1;
+    }
+    assert!(taken > 0, "some frames were predicted");
+    net.filter = None;
+    net.run(net.now + 60_000_000_000);
+    assert!(result(&net, 0, send_op).unwrap().is_ok());
+    assert_eq!(result(&net, 1, recv_op).unwrap().unwrap().len, len as u64);
+    assert!(
+        net.memories[1].0[recv_region.0 as usize] == data,
+        "bytes differ"
+    );
+    let stats = net.endpoints[1].stats();
+    assert!(stats.bytes_placed_direct > 0, "{stats:?}");
+    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+}

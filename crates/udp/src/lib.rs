@@ -27,7 +27,7 @@ mod transport;
 
 pub use addr::canonical;
 pub use stats::{SendErrors, UdpStats};
-pub use transport::{SendBatch, UdpOptions, UdpTransport};
+pub use transport::{Placement, SendBatch, UdpOptions, UdpTransport};
 
 /// Frames per `sendmmsg` by default. One system call costs about a microsecond; 64 frames make
 /// that a few percent of the per-frame cost, and the scratch (64 `mmsghdr` + 64 × 17 `iovec`,

@@ -125,8 +125,24 @@ impl SendSlots {
 
 /// Preallocated `recvmmsg` arguments and buffers: slot `i` receives into
 /// `buf[i * stride..][..max_frame]`, its source address into `names[i]`.
+/// A receive slot's iovecs: its own buffer alone, or, for a placed receive, the header part of
+/// its buffer, the destination in user memory, and the rest of its buffer for anything longer.
+const IOVECS_PER_SLOT: usize = 3;
+
+/// Where the payload of the datagram that lands in a receive slot should go: the first
+/// `header_len` bytes into the slot's own buffer, the next `len` bytes to `dest`, anything
+/// beyond back into the slot's buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct Placement {
+    pub header_len: usize,
+    pub dest: *mut u8,
+    pub len: usize,
+}
+
 struct RecvSlots {
     msgs: Vec<libc::mmsghdr>,
+    /// Placement of each slot in the last receive, if any.
+    placements: Vec<Option<Placement>>,
     iovecs: Vec<libc::iovec>,
     names: Vec<RawAddr>,
     buf: Vec<u8>,
@@ -146,12 +162,53 @@ unsafe impl Send for RecvSlots {}
 unsafe impl Sync for RecvSlots {}
 
 impl RecvSlots {
+    /// Points every slot's iovecs at its own buffer, or at the split of its placement.
+    fn apply_plan(&mut self, plan: &[Placement], max_frame: usize) {
+        let buf = self.buf.as_mut_ptr();
+        for slot in 0..self.msgs.len() {
+            let base = buf.wrapping_add(slot * self.stride);
+            let iovecs = &mut self.iovecs[slot * IOVECS_PER_SLOT..(slot + 1) * IOVECS_PER_SLOT];
+            let placement = plan
+                .get(slot)
+                .copied()
+                .filter(|p| p.header_len <= max_frame);
+            self.placements[slot] = placement;
+            let count = match placement {
+                None => {
+                    iovecs[0] = libc::iovec {
+                        iov_base: base.cast(),
+                        iov_len: max_frame,
+                    };
+                    1
+                }
+                Some(p) => {
+                    let rest = max_frame - p.header_len;
+                    iovecs[0] = libc::iovec {
+                        iov_base: base.cast(),
+                        iov_len: p.header_len,
+                    };
+                    iovecs[1] = libc::iovec {
+                        iov_base: p.dest.cast(),
+                        iov_len: p.len,
+                    };
+                    iovecs[2] = libc::iovec {
+                        iov_base: base.wrapping_add(p.header_len).cast(),
+                        iov_len: rest,
+                    };
+                    3
+                }
+            };
+            self.msgs[slot].msg_hdr.msg_iovlen = count;
+        }
+    }
+
     fn new(batch: usize, max_frame: usize) -> Self {
         let stride = max_frame.next_multiple_of(RECV_SLOT_ALIGN);
         let mut slots = Self {
             msgs: (0..batch).map(|_| zeroed_mmsghdr()).collect(),
-            iovecs: vec![empty_iovec(); batch],
+            iovecs: vec![empty_iovec(); batch * IOVECS_PER_SLOT],
             names: vec![RawAddr::zeroed(); batch],
+            placements: vec![None; batch],
             buf: vec![0u8; batch * stride],
             stride,
             ready: Vec::with_capacity(batch),
@@ -160,14 +217,15 @@ impl RecvSlots {
         // Pointers are taken once from the heap buffers (`as_mut_ptr` creates no reference, so
         // later shared reads of `buf` leave them valid); the buffers are never resized.
         let buf = slots.buf.as_mut_ptr();
-        for (slot, iov) in slots.iovecs.iter_mut().enumerate() {
+        for slot in 0..batch {
+            let iov = &mut slots.iovecs[slot * IOVECS_PER_SLOT];
             iov.iov_base = buf.wrapping_add(slot * stride).cast();
             iov.iov_len = max_frame;
         }
         let iovecs = slots.iovecs.as_mut_ptr();
         let names = slots.names.as_mut_ptr();
         for (slot, msg) in slots.msgs.iter_mut().enumerate() {
-            msg.msg_hdr.msg_iov = iovecs.wrapping_add(slot);
+            msg.msg_hdr.msg_iov = iovecs.wrapping_add(slot * IOVECS_PER_SLOT);
             msg.msg_hdr.msg_iovlen = 1;
             msg.msg_hdr.msg_name = names.wrapping_add(slot).cast();
             msg.msg_hdr.msg_namelen = RAW_ADDR_LEN;
@@ -350,6 +408,22 @@ impl UdpTransport {
     /// skipped; if a call brings only those, the next is made. Non-fatal errors (a pending
     /// ICMP-derived error, memory pressure) are counted and the call retried.
     pub fn recv_batch(&mut self) -> io::Result<usize> {
+        // SAFETY: an empty plan places nothing outside the transport's own buffers.
+        unsafe { self.recv_batch_placed(&[]) }
+    }
+
+    /// Like `recv_batch`, but the datagram landing in slot `i` (for `i < plan.len()`) has its
+    /// bytes after `plan[i].header_len` scattered straight to `plan[i].dest` (the speculative
+    /// header/payload split: a guessed frame lands at its final place with no copy). Check each
+    /// datagram with `placed(i)`; if it is not the one guessed, `gather_placed(i)` copies its bytes
+    /// back together before `received(i)` may be used.
+    ///
+    /// # Safety
+    /// Every `dest` must be valid for writes of `len` bytes, not overlap another, and not be
+    /// read or written by anyone else during the call. Memory at a wrong guess's destination is
+    /// overwritten with that datagram's bytes.
+    pub unsafe fn recv_batch_placed(&mut self, plan: &[Placement]) -> io::Result<usize> {
+        self.recv.apply_plan(plan, self.max_frame);
         self.recv.ready.clear();
         loop {
             let filled = self.recv_into_slots()?;
@@ -357,7 +431,9 @@ impl UdpTransport {
                 return Ok(0);
             }
             for (slot, msg) in self.recv.msgs[..filled].iter().enumerate() {
-                if msg.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                // A placed slot holds more than `max_frame` bytes: longer datagrams are oversized too.
+                let oversized = msg.msg_len as usize > self.max_frame;
+                if msg.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 || oversized {
                     self.stats.truncated += 1;
                 } else {
                     self.recv.ready.push(slot as u32);
@@ -389,6 +465,64 @@ impl UdpTransport {
     }
 
     /// The rank that sent the `i`-th datagram of the last `recv_batch`, if it is a known peer.
+    /// For the `i`-th datagram: bytes of its payload scattered to its placement's destination,
+    /// and the datagram's whole length, if its slot had a placement (and it was not gathered).
+    pub fn placed(&self, i: usize) -> Option<(usize, usize)> {
+        let slot = self.recv.ready[i] as usize;
+        let placement = self.recv.placements[slot]?;
+        let total = self.recv.msgs[slot].msg_len as usize;
+        Some((
+            total
+                .saturating_sub(placement.header_len)
+                .min(placement.len),
+            total,
+        ))
+    }
+
+    /// The first bytes of the `i`-th datagram, as far as they stayed in the transport's buffer
+    /// (the header part of a placed datagram).
+    pub fn received_head(&self, i: usize) -> &[u8] {
+        let slot = self.recv.ready[i] as usize;
+        let total = self.recv.msgs[slot].msg_len as usize;
+        let kept = match self.recv.placements[slot] {
+            Some(placement) => total.min(placement.header_len),
+            None => total,
+        };
+        let start = slot * self.recv.stride;
+        &self.recv.buf[start..start + kept]
+    }
+
+    /// Puts the `i`-th datagram back together in the transport's buffer (copying its scattered
+    /// part back from the placement's destination), so `received(i)` returns it whole. For a
+    /// guess that proved wrong.
+    ///
+    /// # Safety
+    /// The placement's destination must still be valid for reads.
+    pub unsafe fn gather_placed(&mut self, i: usize) {
+        let slot = self.recv.ready[i] as usize;
+        let Some(placement) = self.recv.placements[slot].take() else {
+            return;
+        };
+        let total = self.recv.msgs[slot].msg_len as usize;
+        let scattered = total
+            .saturating_sub(placement.header_len)
+            .min(placement.len);
+        let rest = total.saturating_sub(placement.header_len + scattered);
+        let start = slot * self.recv.stride + placement.header_len;
+        // The tail went to the slot right after the header part: move it behind the gap first.
+        self.recv
+            .buf
+            .copy_within(start..start + rest, start + scattered);
+        // SAFETY: the caller keeps the destination readable; it does not overlap our buffer.
+        let part = unsafe { std::slice::from_raw_parts(placement.dest, scattered) };
+        self.recv.buf[start..start + scattered].copy_from_slice(part);
+    }
+
+    /// The receive slot (index into the last plan) the `i`-th datagram landed in.
+    pub fn received_slot(&self, i: usize) -> usize {
+        self.recv.ready[i] as usize
+    }
+
     pub fn received_rank(&self, i: usize) -> Option<u32> {
         self.peer_of(&self.received(i).0)
     }

@@ -392,3 +392,65 @@ fn transport_is_send_and_pieces_match_the_protocol() {
     assert_send::<UdpTransport>();
     assert_eq!(MAX_PIECES, 1 + nicmsg_proto::MAX_SEGMENTS);
 }
+
+/// The speculative split: a datagram landing in a slot with a placement has its payload written
+/// straight to the destination; a wrong guess can be put back together.
+#[test]
+fn placed_receive_scatters_and_gathers_back() {
+    use nicmsg_udp::Placement;
+    let mut options = UdpOptions {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        max_frame: 2000,
+        ..UdpOptions::default()
+    };
+    let mut receiver = UdpTransport::bind(options.clone()).unwrap();
+    options.bind = "127.0.0.1:0".parse().unwrap();
+    let mut sender = UdpTransport::bind(options).unwrap();
+    sender.set_peers(&[receiver.local_addr()]);
+    receiver.set_peers(&[sender.local_addr()]);
+    let header = [7u8; 48];
+    let payload: Vec<u8> = (0..1000).map(|i| i as u8).collect();
+    let long: Vec<u8> = (0..1500).map(|i| (i * 3) as u8).collect();
+    let frames: [(u32, &[&[u8]]); 2] = [(0, &[&header, &payload]), (0, &[&header, &long])];
+    assert_eq!(sender.send_batch(&frames).unwrap(), 2);
+    let mut dest_a = vec![0u8; 1000];
+    let mut dest_b = vec![0u8; 1000];
+    let plan = [
+        Placement {
+            header_len: 48,
+            dest: dest_a.as_mut_ptr(),
+            len: 1000,
+        },
+        Placement {
+            header_len: 48,
+            dest: dest_b.as_mut_ptr(),
+            len: 1000,
+        },
+    ];
+    let mut count = 0;
+    for _ in 0..1000 {
+        // SAFETY: both destinations are our own vectors, untouched during the call.
+        count = unsafe { receiver.recv_batch_placed(&plan) }.unwrap();
+        if count > 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(count, 2, "both datagrams in one batch");
+    assert_eq!(receiver.placed(0), Some((1000, 1048)));
+    assert_eq!(receiver.received_head(0), &header[..]);
+    assert_eq!(
+        dest_a, payload,
+        "the guessed payload went straight to its place"
+    );
+    assert_eq!(receiver.placed(1), Some((1000, 1548)));
+    // SAFETY: dest_b is still alive and not borrowed.
+    unsafe { receiver.gather_placed(1) };
+    let (_, whole) = receiver.received(1);
+    assert_eq!(&whole[..48], &header[..]);
+    assert_eq!(
+        &whole[48..],
+        &long[..],
+        "a wrong guess is put back together"
+    );
+}

@@ -1,0 +1,166 @@
+//! Speculative direct placement: the core predicts which frames will arrive next and where their
+//! payload belongs, so a transport can have the kernel scatter a datagram's payload straight to
+//! its final place (header into the engine's buffer, payload into the user's). A frame that
+//! arrives as predicted is then handled without copying it; anything else goes the normal way.
+
+use crate::ops::{Dest, RxPhase};
+use crate::receiver::Payload;
+use crate::*;
+use nicmsg_wire::{checksum, field, FrameHeader, FrameKind, FRAME_HEADER_LEN};
+
+/// A frame expected to arrive, and where its payload belongs in host memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExpectedFrame {
+    pub peer: Rank,
+    pub msg_id: u32,
+    pub frame_index: u32,
+    /// Byte offset of the payload in the message.
+    pub offset: u64,
+    /// Where the payload goes: one piece of the receive buffer.
+    pub segment: Segment,
+}
+
+impl ExpectedFrame {
+    /// Bytes of headers before the payload of such a frame (a DATA frame).
+    pub const HEADER_LEN: usize = FRAME_HEADER_LEN;
+}
+
+/// What became of a frame offered as placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlacedOutcome {
+    /// It was the predicted frame, intact: handled, nothing copied.
+    Taken,
+    /// Not the predicted frame (or not intact): the caller must put it back together and
+    /// hand it to `handle_frame`.
+    NotPredicted,
+}
+
+impl Endpoint {
+    /// Fills `out` with frames likely to arrive next (missing, already granted frames of long
+    /// messages being received straight into a posted buffer), in order; returns how many.
+    pub fn predict_frames(&self, out: &mut [ExpectedFrame]) -> usize {
+        let mut count = 0;
+        for index in 0..self.incoming.capacity() {
+            if count == out.len() {
+                break;
+            }
+            let Some(entry) = self.incoming.get(index) else {
+                continue;
+            };
+            let Dest::Recv(recv) = entry.dest else {
+                continue;
+            };
+            if entry.is_eager() || entry.phase != RxPhase::Receiving {
+                continue;
+            }
+            let Some(buffer) = self.recvs.get(recv).map(|r| r.buffer) else {
+                continue;
+            };
+            // Frame 0 travels as an RTS with a longer header: never predicted.
+            let first = entry.contiguous.max(1);
+            let end = entry.granted.min(entry.frames);
+            for frame in first..end {
+                if count == out.len() {
+                    break;
+                }
+                if entry.has_frame(frame) {
+                    continue;
+                }
+                let offset = entry.geometry.offset(frame);
+                let len = entry.geometry.len(frame);
+                if let Some(segment) = single_piece(&buffer, offset, len) {
+                    out[count] = ExpectedFrame {
+                        peer: entry.peer,
+                        msg_id: entry.msg_id,
+                        frame_index: frame,
+                        offset,
+                        segment,
+                    };
+                    count += 1;
+                }
+            }
+        }
+        count
+    }
+
+    /// Offers a datagram whose first `ExpectedFrame::HEADER_LEN` bytes are `header` and whose
+    /// payload the transport already wrote where `expected` says. Verifies it is exactly that
+    /// frame and intact (checksum over the header and the payload in place) before taking it.
+    pub fn handle_placed_frame(
+        &mut self,
+        now: Nanos,
+        header: &[u8],
+        datagram_len: usize,
+        expected: &ExpectedFrame,
+        memory: &mut impl HostMemory,
+    ) -> PlacedOutcome {
+        let Some(bytes) = header.first_chunk::<FRAME_HEADER_LEN>() else {
+            return PlacedOutcome::NotPredicted;
+        };
+        let Ok(parsed) = FrameHeader::parse(bytes) else {
+            return PlacedOutcome::NotPredicted;
+        };
+        let as_expected = parsed.kind == FrameKind::Data
+            && parsed.job == self.job
+            && parsed.dst == self.rank
+            && parsed.src == expected.peer
+            && parsed.msg_id == expected.msg_id
+            && parsed.frame_index == expected.frame_index
+            && parsed.offset == expected.offset
+            && u64::from(parsed.payload_len) == expected.segment.len
+            && datagram_len == FRAME_HEADER_LEN + parsed.payload_len as usize;
+        if !as_expected || !self.intact_in_place(bytes, expected, memory) {
+            return PlacedOutcome::NotPredicted;
+        }
+        let Some(&index) = self.incoming_index.get(&(parsed.src, parsed.msg_id)) else {
+            return PlacedOutcome::NotPredicted;
+        };
+        self.stats.frames_received += 1;
+        self.stats.bytes_received += datagram_len as u64;
+        let peer_stats = &mut self.peer_stats[parsed.src as usize];
+        peer_stats.frames_received += 1;
+        peer_stats.bytes_received += datagram_len as u64;
+        self.heard_from(now, parsed.src);
+        self.place_frame(
+            now,
+            index,
+            &parsed,
+            None,
+            Payload::InPlace {
+                len: expected.segment.len,
+            },
+            memory,
+        );
+        self.start_queued_sends(now);
+        PlacedOutcome::Taken
+    }
+
+    fn intact_in_place(
+        &self,
+        header: &[u8; FRAME_HEADER_LEN],
+        expected: &ExpectedFrame,
+        memory: &impl HostMemory,
+    ) -> bool {
+        let segment = expected.segment;
+        let start = segment.offset as usize;
+        let Some(payload) = memory
+            .region(segment.region)
+            .and_then(|r| r.get(start..start + segment.len as usize))
+        else {
+            return false;
+        };
+        let stored = u32::from_le_bytes(header[field::CRC].try_into().expect("4 bytes"));
+        checksum(header, &[payload]) == stored
+    }
+}
+
+/// The one segment piece covering `[offset, offset+len)` of a buffer, if it is one piece.
+fn single_piece(buffer: &SgList, offset: u64, len: u64) -> Option<Segment> {
+    let mut found = None;
+    let mut pieces = 0;
+    buffer.for_each_piece(offset, len, |piece| {
+        pieces += 1;
+        found = Some(piece);
+    });
+    (pieces == 1).then_some(found).flatten()
+}
