@@ -181,7 +181,7 @@ impl<T: Transport> Driver<T> {
                 descriptor.peer,
                 descriptor.tag,
                 descriptor.buffer,
-                &memory,
+                &mut memory,
             ),
             OpCode::Recv => {
                 self.endpoint

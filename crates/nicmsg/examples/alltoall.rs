@@ -1,5 +1,6 @@
-//! Every rank sends a distinct message to every other rank at once (non-blocking), receives
-//! with ANY source, and checks every byte and that each peer was heard exactly once per round.
+//! Every rank sends a distinct message to every rank, itself included, at once (non-blocking),
+//! receives with ANY source, and checks every byte and that each rank was heard exactly once
+//! per round.
 //! Run: `nicmsg run -n 4 -- target/release/examples/alltoall`
 
 use nicmsg::{Comm, Source, TagMatch};
@@ -17,7 +18,7 @@ fn main() -> Result<(), nicmsg::Error> {
     let (rank, size) = (comm.rank(), comm.size());
     for round in 0..ROUNDS {
         let len = [0usize, 100, 1500, 9000, 70_000, 1 << 20][round as usize % 6];
-        let peers: Vec<u32> = (0..size).filter(|&p| p != rank).collect();
+        let peers: Vec<u32> = (0..size).collect();
         let outgoing: Vec<Vec<u8>> = peers
             .iter()
             .map(|&p| payload(rank, p, round, len))

@@ -294,9 +294,6 @@ impl Comm {
                 size: self.size,
             });
         }
-        if dest == self.rank {
-            return Err(Error::SelfSend(dest));
-        }
         Ok(())
     }
 

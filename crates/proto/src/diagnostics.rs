@@ -44,6 +44,7 @@ impl Endpoint {
                 "message {}: {} of {} frames sent, {} granted, waiting for acknowledgements",
                 send.msg_id, send.next_new, send.frames, send.granted
             ),
+            SendPhase::Local => "to this rank itself: waiting for a matching receive".to_string(),
             SendPhase::Ending => format!(
                 "message {}: all data acknowledged, END sent, waiting for MSG-ACK",
                 send.msg_id

@@ -23,6 +23,7 @@ mod emit;
 mod endpoint;
 mod geometry;
 mod liveness;
+mod local;
 mod matching;
 mod memory;
 mod ops;

@@ -171,7 +171,21 @@ impl Endpoint {
                 buffer_len,
             };
             self.fail_recv(recv, error);
+            if let Some(send) = self.incoming.get(incoming).expect("live").local_send {
+                self.finish_local(incoming, send);
+                return;
+            }
             self.truncate_incoming(now, incoming, memory);
+            return;
+        }
+        if self
+            .incoming
+            .get(incoming)
+            .expect("live")
+            .local_send
+            .is_some()
+        {
+            self.deliver_local(incoming, recv, memory);
             return;
         }
         self.recvs.get_mut(recv).expect("live").state = RecvState::Bound(incoming);

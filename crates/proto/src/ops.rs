@@ -16,6 +16,8 @@ pub(crate) enum SendPhase {
     Streaming,
     /// Every frame acknowledged, END sent, waiting for MSG-ACK (rendezvous only).
     Ending,
+    /// A message to this rank itself, waiting for a matching receive (no network).
+    Local,
 }
 
 #[derive(Debug, Clone)]
@@ -142,6 +144,8 @@ pub(crate) struct Incoming {
     pub dest: Dest,
     /// The receive matched to it, if any.
     pub recv: Option<u32>,
+    /// A message from this rank to itself: the send holding its bytes.
+    pub local_send: Option<u32>,
     /// Matched by a receive (so in MPI order, the next message of the peer may be matched).
     pub matched: bool,
     pub in_unexpected: bool,
@@ -172,6 +176,7 @@ impl Incoming {
             bitmap: [0; BITMAP_WORDS],
             dest: Dest::Nowhere,
             recv: None,
+            local_send: None,
             matched: false,
             in_unexpected: false,
             truncated: false,

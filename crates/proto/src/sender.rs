@@ -165,6 +165,10 @@ impl Endpoint {
             .sends
             .get_checked(op.index, op.generation)
             .ok_or(CancelError::UnknownOp)?;
+        if send.phase == SendPhase::Local {
+            self.cancel_local(op.index);
+            return Ok(());
+        }
         if send.phase != SendPhase::Queued {
             return Err(CancelError::InProgress);
         }
@@ -207,7 +211,7 @@ impl Endpoint {
         if op.waiting_for_credit {
             self.remove_waiter(op.dst);
         }
-        if op.phase != SendPhase::Queued {
+        if matches!(op.phase, SendPhase::Streaming | SendPhase::Ending) {
             self.active_sends.remove(&(op.dst, op.msg_id));
             self.peers[op.dst as usize].send_window.finish(op.msg_id);
         }

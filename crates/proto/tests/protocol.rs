@@ -47,7 +47,7 @@ fn transfer(net: &mut Net, len: usize, recv_first: bool) -> (Completion, Complet
             1,
             5,
             SgList::contiguous(send_region, 0, len as u64),
-            &net.memories[0],
+            &mut net.memories[0],
         )
         .unwrap();
     net.run(net.now + 1_000_000);
@@ -114,7 +114,7 @@ fn truncation_writes_nothing() {
                 1,
                 9,
                 SgList::contiguous(send_region, 0, len as u64),
-                &net.memories[0],
+                &mut net.memories[0],
             )
             .unwrap();
         net.run(net.now + 10_000_000_000);
@@ -189,7 +189,7 @@ fn send(net: &mut Net, from: u32, to: u32, tag: Tag, data: Vec<u8>) -> OpId {
     let now = net.now;
     let (e, m) = (
         &mut net.endpoints[from as usize],
-        &net.memories[from as usize],
+        &mut net.memories[from as usize],
     );
     e.post_send(now, to, tag, SgList::contiguous(region, 0, len), m)
         .unwrap()
@@ -371,7 +371,13 @@ fn scatter_gather_segments() {
         ];
         let now = net.now;
         let sop = net.endpoints[0]
-            .post_send(now, 1, 2, SgList::new(&segments).unwrap(), &net.memories[0])
+            .post_send(
+                now,
+                1,
+                2,
+                SgList::new(&segments).unwrap(),
+                &mut net.memories[0],
+            )
             .unwrap();
         let dst = net.region(1, vec![0xEE; len + 300]);
         let pieces = [
@@ -536,4 +542,58 @@ fn predicted_frames_are_taken_in_place() {
     let stats = net.endpoints[1].stats();
     assert!(stats.bytes_placed_direct > 0, "{stats:?}");
     assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+}
+
+#[test]
+fn messages_to_self_match_in_order_probe_truncate_and_cancel() {
+    let mut net = Net::new(2, test_config());
+    let first = send(&mut net, 0, 0, 3, pattern(20_000, 1));
+    let second = send(&mut net, 0, 0, 3, pattern(10, 2));
+    assert_eq!(
+        net.endpoints[0].iprobe(Source::Rank(0), TagMatch::Tag(3)),
+        Some(Status {
+            peer: 0,
+            tag: 3,
+            len: 20_000
+        })
+    );
+    let cancelled = send(&mut net, 0, 0, 4, pattern(5, 3));
+    let now = net.now;
+    net.endpoints[0].cancel(now, cancelled).unwrap();
+    let (a, region_a) = recv(&mut net, 0, Source::Any, TagMatch::Tag(3), 20_000);
+    let (b, _) = recv(&mut net, 0, Source::Rank(0), TagMatch::Any, 4);
+    net.run(net.now + 1_000);
+    assert_eq!(
+        result(&net, 0, a),
+        Some(Ok(Status {
+            peer: 0,
+            tag: 3,
+            len: 20_000
+        }))
+    );
+    assert!(
+        net.memories[0].0[region_a.0 as usize] == pattern(20_000, 1),
+        "first message first"
+    );
+    assert!(matches!(
+        result(&net, 0, b),
+        Some(Err(OpError::Truncated {
+            message_len: 10,
+            ..
+        }))
+    ));
+    assert!(result(&net, 0, first).unwrap().is_ok());
+    assert!(result(&net, 0, second).unwrap().is_ok());
+    assert_eq!(result(&net, 0, cancelled), Some(Err(OpError::Cancelled)));
+    // A receive posted first is matched by a later send at once.
+    let (c, region_c) = recv(&mut net, 0, Source::Rank(0), TagMatch::Tag(6), 3000);
+    send(&mut net, 0, 0, 6, pattern(3000, 9));
+    net.run(net.now + 1_000);
+    assert!(result(&net, 0, c).unwrap().is_ok());
+    assert!(net.memories[0].0[region_c.0 as usize] == pattern(3000, 9));
+    assert!(
+        net.endpoints[0].usage().is_empty(),
+        "{:?}",
+        net.endpoints[0].usage()
+    );
 }

@@ -139,7 +139,7 @@ impl World {
             len,
         );
         self.dirty.insert(rank);
-        match self.endpoints[r].post_send(self.now, dst, tag, buffer.sg, &self.arenas[r]) {
+        match self.endpoints[r].post_send(self.now, dst, tag, buffer.sg, &mut self.arenas[r]) {
             Ok(id) => {
                 if self.trace {
                     trace::line(self.now, format!("rank {rank} post_send dst {dst} tag {tag} len {len} seq {seq} -> {id:?}"));

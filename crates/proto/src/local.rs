@@ -1,0 +1,130 @@
+//! Messages a rank sends to itself: no network. The message waits, like an unexpected
+//! rendezvous message (in MPI order with the rank's other messages to itself), until a matching
+//! receive takes it; its bytes are then copied once from the send buffer to the receive buffer
+//! and both operations complete.
+
+use crate::collections::Collections;
+use crate::geometry::Geometry;
+use crate::ops::{Incoming, SendOp, SendPhase};
+use crate::peer::NONE;
+use crate::*;
+use nicmsg_wire::Protocol;
+
+/// Bytes copied per step between two buffers of the same host memory (a stack buffer: no
+/// allocation, and the two regions are never borrowed at once).
+const COPY_CHUNK: usize = 4096;
+
+impl Endpoint {
+    pub(crate) fn start_local_send(
+        &mut self,
+        now: Nanos,
+        tag: Tag,
+        data: SgList,
+        memory: &mut impl HostMemory,
+    ) -> Result<OpId, PostError> {
+        let geometry = Geometry {
+            total_len: data.total_len(),
+            frame_payload: self.config.frame_payload(),
+            protocol: Protocol::Rendezvous,
+        };
+        let rank = self.rank;
+        let op = SendOp {
+            dst: rank,
+            tag,
+            data,
+            geometry,
+            frames: 1,
+            ack_unit: self.config.ack_unit,
+            phase: SendPhase::Local,
+            msg_id: self.peers[rank as usize].send_next,
+            next_queued: NONE,
+            granted: 0,
+            next_new: 0,
+            collections: Collections::new(self.config.ack_unit, 1),
+            rsm_frame: None,
+            rsm_window_end: 0,
+            extra_frame: None,
+            wait_deadline_ns: None,
+            wait_retries: 0,
+            in_ready: false,
+            waiting_for_credit: false,
+            resend_cursor: Default::default(),
+            turn_frames: 0,
+        };
+        let msg_id = op.msg_id;
+        let limit = self.config.max_sends;
+        let (send, generation) = self.sends.insert(op).ok_or(PostError::TableFull {
+            table: "send",
+            limit,
+        })?;
+        let mut entry = Incoming::new(rank, msg_id, tag, geometry, self.config.ack_unit);
+        entry.local_send = Some(send);
+        let Some((incoming, _)) = self.incoming.insert(entry) else {
+            self.sends.remove(send);
+            return Err(PostError::TableFull {
+                table: "incoming",
+                limit: self.config.max_incoming,
+            });
+        };
+        let peer = &mut self.peers[rank as usize];
+        peer.send_next = peer.send_next.wrapping_add(1);
+        self.incoming_index.insert((rank, msg_id), incoming);
+        self.match_in_order(now, rank, memory);
+        Ok(OpId {
+            kind: OpKind::Send,
+            index: send,
+            generation,
+        })
+    }
+
+    /// A receive matched a message to self: copy, complete both, free.
+    pub(crate) fn deliver_local(&mut self, incoming: u32, recv: u32, memory: &mut impl HostMemory) {
+        let entry = self.incoming.get(incoming).expect("live");
+        let send = entry.local_send.expect("a local message");
+        let source = self.sends.get(send).expect("local send").data;
+        let target = self.recvs.get(recv).expect("bound receive").buffer;
+        let len = source.total_len();
+        copy_between(memory, &source, &target, len);
+        self.stats.bytes_copied += len;
+        self.peer_stats[self.rank as usize].bytes_copied += len;
+        self.finish_recv_ok(recv, incoming);
+        self.finish_local(incoming, send);
+    }
+
+    /// The local message was consumed (delivered or truncated): complete its send, free it.
+    pub(crate) fn finish_local(&mut self, incoming: u32, send: u32) {
+        self.free_incoming(incoming);
+        self.finish_send(send, Ok(()));
+    }
+
+    /// Cancels a local send not taken by a receive yet.
+    pub(crate) fn cancel_local(&mut self, send: u32) {
+        let msg_id = self.sends.get(send).expect("live").msg_id;
+        if let Some(&incoming) = self.incoming_index.get(&(self.rank, msg_id)) {
+            self.free_incoming(incoming);
+        }
+        self.finish_send(send, Err(OpError::Cancelled));
+    }
+}
+
+/// Copies `len` bytes from one buffer to another of the same memory, through a stack buffer.
+fn copy_between(memory: &mut impl HostMemory, source: &SgList, target: &SgList, len: u64) {
+    let mut chunk = [0u8; COPY_CHUNK];
+    let mut done = 0u64;
+    while done < len {
+        let step = (len - done).min(COPY_CHUNK as u64) as usize;
+        let mut filled = 0;
+        source.for_each_piece(done, step as u64, |piece| {
+            let n = piece.len as usize;
+            if let Some(bytes) = memory
+                .region(piece.region)
+                .and_then(|r| r.get(piece.offset as usize..piece.offset as usize + n))
+            {
+                chunk[filled..filled + n].copy_from_slice(bytes);
+            }
+            filled += n;
+        });
+        target.write_at(memory, done, &chunk[..step]);
+        done += step as u64;
+    }
+}
