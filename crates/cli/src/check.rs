@@ -111,7 +111,7 @@ fn ping_all(
                 env.rank,
                 missing.join(", ")
             ));
-        } else if last_send.map_or(true, |t| now.duration_since(t) >= RESEND) {
+        } else if last_send.is_none_or(|t| now.duration_since(t) >= RESEND) {
             for (r, addr) in table.iter().enumerate() {
                 if !answered[r] {
                     let _ = sock.send_to(&ping, addr);

@@ -474,7 +474,9 @@ fn post_error_code(error: PostError) -> ResultCode {
         PostError::InvalidRank { .. } => ResultCode::InvalidRank,
         PostError::SelfSend(_) => ResultCode::SelfSend,
         PostError::TableFull { .. } => ResultCode::TableFull,
-        PostError::BadSegment { .. } | PostError::TooManySegments { .. } => ResultCode::BadBuffer,
+        PostError::BadSegment { .. }
+        | PostError::TooManySegments { .. }
+        | PostError::TooLong { .. } => ResultCode::BadBuffer,
         PostError::PeerUnreachable { .. } => ResultCode::PeerUnreachable,
     }
 }

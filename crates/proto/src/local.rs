@@ -3,10 +3,8 @@
 //! receive takes it; its bytes are then copied once from the send buffer to the receive buffer
 //! and both operations complete.
 
-use crate::collections::Collections;
 use crate::geometry::Geometry;
 use crate::ops::{Incoming, SendOp, SendPhase};
-use crate::peer::NONE;
 use crate::*;
 use nicmsg_wire::Protocol;
 
@@ -28,30 +26,10 @@ impl Endpoint {
             protocol: Protocol::Rendezvous,
         };
         let rank = self.rank;
-        let op = SendOp {
-            dst: rank,
-            tag,
-            data,
-            geometry,
-            frames: 1,
-            ack_unit: self.config.ack_unit,
-            phase: SendPhase::Local,
-            msg_id: self.peers[rank as usize].send_next,
-            next_queued: NONE,
-            granted: 0,
-            next_new: 0,
-            collections: Collections::new(self.config.ack_unit, 1),
-            rsm_frame: None,
-            rsm_window_end: 0,
-            extra_frame: None,
-            wait_deadline_ns: None,
-            wait_retries: 0,
-            in_ready: false,
-            waiting_for_credit: false,
-            resend_cursor: Default::default(),
-            turn_frames: 0,
-        };
-        let msg_id = op.msg_id;
+        let msg_id = self.peers[rank as usize].send_next;
+        let ack_unit = self.config.ack_unit;
+        let mut op = SendOp::new(rank, tag, data, geometry, 1, ack_unit, SendPhase::Local);
+        op.msg_id = msg_id;
         let limit = self.config.max_sends;
         let (send, generation) = self.sends.insert(op).ok_or(PostError::TableFull {
             table: "send",

@@ -57,6 +57,40 @@ pub(crate) struct SendOp {
 }
 
 impl SendOp {
+    pub fn new(
+        dst: Rank,
+        tag: Tag,
+        data: SgList,
+        geometry: Geometry,
+        frames: u32,
+        ack_unit: u8,
+        phase: SendPhase,
+    ) -> Self {
+        Self {
+            dst,
+            tag,
+            data,
+            geometry,
+            frames,
+            ack_unit,
+            phase,
+            msg_id: 0,
+            next_queued: crate::peer::NONE,
+            granted: 0,
+            next_new: 0,
+            collections: Collections::new(ack_unit, frames),
+            rsm_frame: None,
+            rsm_window_end: 0,
+            extra_frame: None,
+            wait_deadline_ns: None,
+            wait_retries: 0,
+            in_ready: false,
+            waiting_for_credit: false,
+            resend_cursor: ResendCursor::default(),
+            turn_frames: 0,
+        }
+    }
+
     pub fn is_eager(&self) -> bool {
         self.geometry.protocol == nicmsg_wire::Protocol::Eager
     }

@@ -217,7 +217,7 @@ impl Endpoint {
         }) && entry.geometry.agrees(
             header.frame_index,
             header.offset,
-            payload.len() as u64,
+            payload.len(),
         ) && (header.kind == FrameKind::Eager) == entry.is_eager();
         if !consistent || !entry.can_track(header.frame_index) {
             return self.count_drop(Some(peer), DropReason::Invalid);
@@ -457,7 +457,7 @@ impl Endpoint {
     pub(crate) fn expire_incoming(&mut self, now: Nanos) {
         for index in 0..self.incoming.capacity() {
             let due = self.incoming.get(index).and_then(|e| e.deadline_ns);
-            if !due.is_some_and(|d| d <= now) {
+            if due.is_none_or(|d| d > now) {
                 continue;
             }
             let max_retries = self.config.max_retries;

@@ -2,7 +2,6 @@
 //! (RTS with first data, CTS windows, RSM, END, MSG-ACK, CLEANUP), acknowledgements and
 //! retransmission timers.
 
-use crate::collections::Collections;
 use crate::geometry::Geometry;
 use crate::ops::{Control, SendOp, SendPhase};
 use crate::peer::NONE;
@@ -28,33 +27,17 @@ impl Endpoint {
             frame_payload: self.config.frame_payload_for(len),
             protocol,
         };
-        let frames = u32::try_from(geometry.frames()).map_err(|_| PostError::TooManySegments {
-            count: usize::MAX,
-            limit: MAX_SEGMENTS,
-        })?;
-        let op = SendOp {
+        let frames = u32::try_from(geometry.frames()).map_err(|_| PostError::TooLong { len })?;
+        let ack_unit = self.config.ack_unit;
+        let op = SendOp::new(
             dst,
             tag,
             data,
             geometry,
             frames,
-            ack_unit: self.config.ack_unit,
-            phase: SendPhase::Queued,
-            msg_id: 0,
-            next_queued: NONE,
-            granted: 0,
-            next_new: 0,
-            collections: Collections::new(self.config.ack_unit, frames),
-            rsm_frame: None,
-            rsm_window_end: 0,
-            extra_frame: None,
-            wait_deadline_ns: None,
-            wait_retries: 0,
-            in_ready: false,
-            waiting_for_credit: false,
-            resend_cursor: Default::default(),
-            turn_frames: 0,
-        };
+            ack_unit,
+            SendPhase::Queued,
+        );
         let limit = self.config.max_sends;
         let (index, generation) = self.sends.insert(op).ok_or(PostError::TableFull {
             table: "send",
@@ -373,7 +356,7 @@ impl Endpoint {
         let max_retries = self.config.max_retries;
         // Index loop instead of collecting the due entries: the timer path allocates nothing.
         for index in 0..self.sends.capacity() {
-            if !self.send_deadline(index).is_some_and(|d| d <= now) {
+            if self.send_deadline(index).is_none_or(|d| d > now) {
                 continue;
             }
             let op = self.sends.get_mut(index).expect("occupied");

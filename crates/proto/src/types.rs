@@ -106,6 +106,8 @@ pub enum PostError {
     TooManySegments { count: usize, limit: usize },
     #[error("peer rank {peer} is unreachable")]
     PeerUnreachable { peer: Rank },
+    #[error("message of {len} bytes needs more than 2^32 frames")]
+    TooLong { len: u64 },
 }
 
 /// Why a cancel was refused.
