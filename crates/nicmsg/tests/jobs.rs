@@ -197,8 +197,8 @@ fn c_example_over_loopback_and_namespaces() {
         eprintln!("namespace part skipped: {reason}");
         return;
     }
-    let output = launch(
-        &[
+    for engine in ["thread", "inline"] {
+        let args = [
             "run",
             "-n",
             "4",
@@ -207,15 +207,13 @@ fn c_example_over_loopback_and_namespaces() {
             "5%",
             "--timeout",
             "300",
-        ],
-        &binary,
-        &[],
-    );
-    assert_job_ok(
-        &output,
-        "C ring (netns, 5% loss)",
-        "c ring: all sizes verified",
-    );
+            "--engine",
+            engine,
+        ];
+        let output = launch(&args, &binary, &[]);
+        let what = format!("C ring ({engine}, netns, 5% loss)");
+        assert_job_ok(&output, &what, "c ring: all sizes verified");
+    }
 }
 
 /// Starts the ranks directly (the launcher would stop the whole job when one dies), kills rank 1
