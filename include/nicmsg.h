@@ -30,7 +30,6 @@ enum nicmsg_result {
     NICMSG_ERR_RANK = 4,              /* rank outside the job */
     NICMSG_ERR_TABLE_FULL = 5,        /* too many outstanding operations */
     NICMSG_ERR_BUFFER = 6,
-    NICMSG_ERR_SELF_SEND = 8,         /* reserved (sending to oneself is supported) */
     NICMSG_ERR_TAG = 9,               /* tag above NICMSG_TAG_UB */
     NICMSG_ERR_NOT_INITIALISED = 10,
     NICMSG_ERR_BOOTSTRAP = 11,        /* could not join the job (details on stderr) */

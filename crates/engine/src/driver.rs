@@ -472,7 +472,6 @@ fn fill_status(descriptor: &mut Descriptor, peer: u32, tag: u32, len: u64) {
 fn post_error_code(error: PostError) -> ResultCode {
     match error {
         PostError::InvalidRank { .. } => ResultCode::InvalidRank,
-        PostError::SelfSend(_) => ResultCode::SelfSend,
         PostError::TableFull { .. } => ResultCode::TableFull,
         PostError::BadSegment { .. }
         | PostError::TooManySegments { .. }

@@ -54,7 +54,6 @@ pub enum ResultCode {
     TableFull = 5,
     BadBuffer = 6,
     NotFound = 7,
-    SelfSend = 8,
 }
 
 /// One operation as the host describes it, and its result as the engine reports it.

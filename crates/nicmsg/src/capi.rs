@@ -469,7 +469,6 @@ pub extern "C" fn nicmsg_error_string(code: c_int) -> *const c_char {
         4 => b"invalid rank\0",
         5 => b"table full: complete some operations first\0",
         6 => b"invalid buffer\0",
-        8 => b"sending to oneself is not supported\0",
         9 => b"invalid tag\0",
         10 => b"not initialised\0",
         11 => b"bootstrap failed (see stderr)\0",

@@ -24,8 +24,6 @@ pub enum Error {
         "the {table} table is full ({limit} entries): complete (wait/test) some operations first"
     )]
     TableFull { table: &'static str, limit: usize },
-    #[error("sending to oneself (rank {0}) is not supported yet")]
-    SelfSend(u32),
     #[error("invalid buffer: {0}")]
     BadBuffer(&'static str),
     #[error("not initialised: {0}")]
@@ -48,7 +46,6 @@ impl Error {
             Self::InvalidRank { .. } => 4,
             Self::TableFull { .. } => 5,
             Self::BadBuffer(_) => 6,
-            Self::SelfSend(_) => 8,
             Self::InvalidTag(_) => 9,
             Self::NotInitialised(_) => 10,
             Self::Bootstrap(_) => 11,
@@ -83,6 +80,5 @@ pub(crate) fn from_descriptor(
             limit: 0,
         }),
         ResultCode::BadBuffer => Err(Error::BadBuffer("a segment lies outside registered memory")),
-        ResultCode::SelfSend => Err(Error::SelfSend(descriptor.peer)),
     }
 }

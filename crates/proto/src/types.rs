@@ -96,8 +96,6 @@ pub enum OpError {
 pub enum PostError {
     #[error("rank {rank} is outside the job of {size} ranks")]
     InvalidRank { rank: Rank, size: u32 },
-    #[error("a rank cannot send to itself through the network core (rank {0})")]
-    SelfSend(Rank),
     #[error("the {table} table is full ({limit} entries); complete some operations first")]
     TableFull { table: &'static str, limit: usize },
     #[error("buffer segment {index} does not lie inside registered memory")]
