@@ -243,6 +243,8 @@ impl Comm {
         if requests.is_empty() {
             return None;
         }
+        let spin_until =
+            Instant::now() + std::time::Duration::from_nanos(self.options.wait_spin_ns);
         loop {
             for index in 0..requests.len() {
                 if let Some(result) = requests[index].test() {
@@ -250,7 +252,12 @@ impl Comm {
                     return Some((index, result));
                 }
             }
-            self.progress_or_pause();
+            if Instant::now() < spin_until {
+                std::hint::spin_loop();
+            } else {
+                // Any completion bumps the counter this blocks on, so it wakes for every request.
+                self.block_briefly(requests[0].slot());
+            }
         }
     }
 
@@ -413,11 +420,6 @@ impl Comm {
             }
             self.block_briefly(slot);
         }
-    }
-
-    fn progress_or_pause(&self) {
-        self.progress_once();
-        std::hint::spin_loop();
     }
 
     fn block_briefly(&self, slot: u32) {

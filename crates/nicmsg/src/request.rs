@@ -31,6 +31,10 @@ impl<'a> Request<'a> {
         }
     }
 
+    pub(crate) fn slot(&self) -> u32 {
+        self.slot
+    }
+
     /// The result if the operation has completed (no system call in thread mode).
     pub fn test(&mut self) -> Option<Result<Status, Error>> {
         if self.finished {
