@@ -298,7 +298,12 @@ impl<T: Transport> Driver<T> {
             };
             match received {
                 Ok(0) => break,
-                Ok(_) => any = true,
+                Ok(_) => {
+                    any = true;
+                    // Answer at once (ACKs, CTS): a sender waits for them, and a full turn of
+                    // receive batches would delay them past its retransmission timeout.
+                    self.transmit(now);
+                }
                 Err(_) => {
                     self.stats.transport_errors += 1;
                     break;

@@ -54,7 +54,8 @@ impl Default for Options {
 impl Options {
     /// Defaults overridden by the environment: `NICMSG_ENGINE=inline|thread`,
     /// `NICMSG_MTU` (link MTU; frames are sized to fit a UDP datagram), `NICMSG_EAGER_LIMIT`,
-    /// `NICMSG_UNEXPECTED=buffer|drop`, `NICMSG_SLOTS`, `NICMSG_SPIN_US`, `NICMSG_IDLE_POLL_US`,
+    /// `NICMSG_UNEXPECTED=buffer|drop`, `NICMSG_CTS_WINDOW`, `NICMSG_RSM_PRE`, `NICMSG_ACK_UNIT`,
+    /// `NICMSG_SLOTS`, `NICMSG_SPIN_US`, `NICMSG_IDLE_POLL_US`,
     /// `NICMSG_ADAPTIVE_FRAMES=0` (always full frames), `NICMSG_PLACEMENT=0` (no speculative
     /// receive placement), `NICMSG_STATS=1` (counters at exit), `NICMSG_WATCHDOG=SECONDS` (hang diagnosis).
     pub fn from_env() -> Result<Self, Error> {
@@ -91,6 +92,15 @@ impl Options {
                     )))
                 }
             };
+        }
+        if let Some(window) = number(&lookup, "NICMSG_CTS_WINDOW")? {
+            options.protocol.cts_window_frames = window as u32;
+        }
+        if let Some(pre) = number(&lookup, "NICMSG_RSM_PRE")? {
+            options.protocol.rsm_pre_frames = pre as u32;
+        }
+        if let Some(unit) = number(&lookup, "NICMSG_ACK_UNIT")? {
+            options.protocol.ack_unit = unit.min(255) as u8;
         }
         if let Some(slots) = number(&lookup, "NICMSG_SLOTS")? {
             options.slots = slots as usize;
