@@ -80,7 +80,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
     pub timeout: Option<Duration>,
 
-    /// Engine the ranks should use (passed as NICMSG_ENGINE).
+    /// Engine the ranks should use (passed as NICMSG_ENGINE). Default: the library's (thread),
+    /// or inline when 2 x ranks exceeds the cores of this machine.
     #[arg(long, value_enum)]
     pub engine: Option<Engine>,
 
@@ -191,6 +192,40 @@ pub enum LaunchError {
     },
 }
 
+/// The engine to choose when neither `--engine` nor `NICMSG_ENGINE` says: `thread` gives every
+/// rank two busy threads (application and engine), so when the ranks on this machine would need
+/// more cores than it has, the threads steal each other's time and every message waits for a
+/// context switch (measured: 8-byte ping-pong ~120 us instead of ~12 us on 2 cores). Then the
+/// `inline` engine is picked (silently: the launcher's stderr belongs to the ranks; the choice is
+/// documented in `docs/launcher.md` and each program can ask `Comm::engine_mode`).
+fn oversubscribed_default(ranks: u32) -> Option<Engine> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    default_engine(ranks, cores, std::env::var_os("NICMSG_ENGINE").is_some())
+}
+
+fn default_engine(ranks: u32, cores: usize, chosen_by_environment: bool) -> Option<Engine> {
+    let oversubscribed = 2 * u64::from(ranks) > cores as u64;
+    (oversubscribed && !chosen_by_environment).then_some(Engine::Inline)
+}
+
+#[cfg(test)]
+mod default_engine_tests {
+    use super::*;
+
+    #[test]
+    fn inline_only_when_threads_outnumber_cores_and_nobody_chose() {
+        assert_eq!(default_engine(2, 2, false), Some(Engine::Inline));
+        assert_eq!(default_engine(2, 4, false), None);
+        assert_eq!(default_engine(8, 16, false), None);
+        assert_eq!(default_engine(9, 16, false), Some(Engine::Inline));
+        assert_eq!(
+            default_engine(2, 2, true),
+            None,
+            "NICMSG_ENGINE in the environment wins"
+        );
+    }
+}
+
 /// Runs a job to its end. Prints the launcher's own messages on stderr prefixed with
 /// `nicmsg run: `. Signal handlers for SIGINT/SIGTERM/SIGHUP must have been installed with
 /// [`crate::signals::install`] for Ctrl-C to stop the job cleanly (the `nicmsg` binary does).
@@ -203,6 +238,7 @@ pub fn run(args: &RunArgs) -> Result<Outcome, LaunchError> {
             return Err(LaunchError::NeedsNetns("--loss"));
         }
     }
+    let engine = args.engine.or_else(|| oversubscribed_default(args.ranks));
     let program = args.command[0].clone();
     if resolve_program(Path::new(&program)).is_none() {
         return Err(LaunchError::NotFound(
@@ -277,7 +313,7 @@ pub fn run(args: &RunArgs) -> Result<Outcome, LaunchError> {
             .env("NICMSG_JOB", job.to_string())
             .env("NICMSG_BOOTSTRAP", bootstrap.to_string())
             .env("NICMSG_BIND_IP", bind_ip);
-        if let Some(engine) = args.engine {
+        if let Some(engine) = engine {
             cmd.env("NICMSG_ENGINE", engine.as_env());
         }
         if let Some(mtu) = args.mtu {
