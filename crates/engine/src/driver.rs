@@ -101,6 +101,10 @@ impl<T: Transport> Driver<T> {
         self.placement = enabled;
     }
 
+    pub fn table_arc(&self) -> &Arc<Table> {
+        &self.table
+    }
+
     pub fn table(&self) -> &Table {
         &self.table
     }

@@ -48,6 +48,8 @@ pub struct Shared {
     pub hosts_waiting: AtomicU32,
     pub stats_requested: AtomicBool,
     pub stats: Mutex<Option<Snapshot>>,
+    /// The engine thread died (a bug): waiting hosts must give up instead of hanging.
+    pub engine_failed: AtomicBool,
     poller: Poller,
 }
 
@@ -71,6 +73,10 @@ impl Snapshot {
 }
 
 impl Shared {
+    pub fn failed(&self) -> bool {
+        self.engine_failed.load(Ordering::SeqCst)
+    }
+
     /// Host side, only from a blocking wait: make a sleeping engine look at the table now.
     pub fn wake_engine(&self) {
         if self.engine_sleeping.load(Ordering::SeqCst) {
@@ -82,7 +88,7 @@ impl Shared {
 /// The engine on its own thread.
 pub struct ThreadEngine<T: Transport + 'static> {
     pub shared: Arc<Shared>,
-    handle: Option<JoinHandle<Driver<T>>>,
+    handle: Option<JoinHandle<Option<Driver<T>>>>,
 }
 
 impl<T: Transport + 'static> ThreadEngine<T> {
@@ -93,12 +99,25 @@ impl<T: Transport + 'static> ThreadEngine<T> {
             hosts_waiting: AtomicU32::new(0),
             stats_requested: AtomicBool::new(false),
             stats: Mutex::new(None),
+            engine_failed: AtomicBool::new(false),
             poller: Poller::new(driver.transport().readable_fd())?,
         });
         let engine_shared = Arc::clone(&shared);
+        let table = Arc::clone(driver.table_arc());
         let handle = std::thread::Builder::new()
             .name("nicmsg-engine".into())
-            .spawn(move || run(driver, &engine_shared, idle))?;
+            .spawn(move || {
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    run(driver, &engine_shared, idle)
+                }));
+                ran.map_err(|_| {
+                    // Wake every waiting host so it reports the failure instead of hanging.
+                    engine_shared.engine_failed.store(true, Ordering::SeqCst);
+                    table.completions.fetch_add(1, Ordering::SeqCst);
+                    atomic_wait::wake_all(&table.completions);
+                })
+                .ok()
+            })?;
         Ok(Self {
             shared,
             handle: Some(handle),
@@ -109,7 +128,7 @@ impl<T: Transport + 'static> ThreadEngine<T> {
     pub fn stop(&mut self) -> Option<Driver<T>> {
         self.shared.shutdown.store(true, Ordering::SeqCst);
         self.shared.poller.ring();
-        self.handle.take()?.join().ok()
+        self.handle.take()?.join().ok().flatten()
     }
 }
 

@@ -252,6 +252,9 @@ impl Comm {
                     return Some((index, result));
                 }
             }
+            if let Err(error) = self.check_engine() {
+                return Some((0, Err(error)));
+            }
             if Instant::now() < spin_until {
                 std::hint::spin_loop();
             } else {
@@ -405,20 +408,31 @@ impl Comm {
     }
 
     /// Waits until `slot` is DONE: spins for `wait_spin_ns`, then blocks (inline: in the
-    /// poller until a datagram or the next deadline; thread: on the completion futex).
-    pub(crate) fn wait_done(&self, slot: u32) {
+    /// poller until a datagram or the next deadline; thread: on the completion futex). Fails
+    /// only if the engine thread died.
+    pub(crate) fn wait_done(&self, slot: u32) -> Result<(), Error> {
         let spin_until =
             Instant::now() + std::time::Duration::from_nanos(self.options.wait_spin_ns);
         while !self.is_done(slot) {
+            self.check_engine()?;
             self.progress_once();
             if self.is_done(slot) {
-                return;
+                return Ok(());
             }
             if Instant::now() < spin_until {
                 std::hint::spin_loop();
                 continue;
             }
             self.block_briefly(slot);
+        }
+        Ok(())
+    }
+
+    /// An error if the engine thread is gone (a bug in the engine): nothing will complete.
+    pub(crate) fn check_engine(&self) -> Result<(), Error> {
+        match &*self.engine.borrow() {
+            Engine::Thread(engine) if engine.shared.failed() => Err(Error::EngineFailed),
+            _ => Ok(()),
         }
     }
 
@@ -442,7 +456,7 @@ impl Comm {
                 let shared = &engine.shared;
                 shared.hosts_waiting.fetch_add(1, Ordering::SeqCst);
                 let seen = self.table.completions.load(Ordering::SeqCst);
-                if !self.is_done(slot) {
+                if !self.is_done(slot) && !shared.failed() {
                     shared.wake_engine();
                     atomic_wait::wait(&self.table.completions, seen);
                 }

@@ -34,6 +34,8 @@ pub enum Error {
     Config(String),
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    #[error("the engine thread stopped unexpectedly (a bug in nicmsg: please report it with NICMSG_LOG=debug output); pending operations cannot complete")]
+    EngineFailed,
 }
 
 impl Error {
@@ -51,6 +53,7 @@ impl Error {
             Self::Bootstrap(_) => 11,
             Self::Config(_) => 12,
             Self::Io(_) => 13,
+            Self::EngineFailed => 16,
         }
     }
 }

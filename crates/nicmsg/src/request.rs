@@ -42,6 +42,10 @@ impl<'a> Request<'a> {
         }
         self.comm.progress_once();
         if !self.comm.is_done(self.slot) {
+            if let Err(error) = self.comm.check_engine() {
+                self.abandon();
+                return Some(Err(error));
+            }
             return None;
         }
         Some(self.finish())
@@ -49,7 +53,10 @@ impl<'a> Request<'a> {
 
     /// Blocks until the operation completes.
     pub fn wait(mut self) -> Result<Status, Error> {
-        self.comm.wait_done(self.slot);
+        if let Err(error) = self.comm.wait_done(self.slot) {
+            self.abandon();
+            return Err(error);
+        }
         self.finish()
     }
 
@@ -62,12 +69,21 @@ impl<'a> Request<'a> {
     }
 
     pub(crate) fn wait_descriptor(mut self) -> (Result<(), Error>, Descriptor) {
-        self.comm.wait_done(self.slot);
+        if let Err(error) = self.comm.wait_done(self.slot) {
+            self.abandon();
+            return (Err(error), Descriptor::default());
+        }
         let descriptor = self.take();
         (
             error::from_descriptor(&descriptor, self.comm.size_for_errors()),
             descriptor,
         )
+    }
+
+    /// The engine is gone: the slot and its memory can never be handed back, so they are left
+    /// registered (the communicator is unusable anyway) and the request is marked finished.
+    fn abandon(&mut self) {
+        self.finished = true;
     }
 
     fn take(&mut self) -> Descriptor {
@@ -89,7 +105,8 @@ impl Drop for Request<'_> {
             return;
         }
         self.comm.request_cancel(self.slot);
-        self.comm.wait_done(self.slot);
-        self.take();
+        if self.comm.wait_done(self.slot).is_ok() {
+            self.take();
+        }
     }
 }
