@@ -1,6 +1,7 @@
 //! The endpoint: tables, host commands, and the driver-facing poll/handle calls. The protocol
 //! logic lives in `sender.rs`, `receiver.rs`, `matching.rs`, `liveness.rs` and `emit.rs`.
 
+use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 
 use crate::ops::{Control, Incoming, RecvOp, SendOp};
@@ -43,6 +44,9 @@ pub struct Endpoint {
     pub(crate) control_usage: TableUsage,
     pub(crate) completions: VecDeque<Completion>,
     pub(crate) completion_usage: TableUsage,
+    /// `poll_timeout`'s answer, computed once after each state change: a driver asks for it on
+    /// every turn, and computing it walks the tables.
+    deadline_cache: Cell<Option<Option<Nanos>>>,
 }
 
 /// Receiver-to-sender control frames, which carry the cumulative credit count in `aux`.
@@ -90,6 +94,7 @@ impl Endpoint {
             control_usage: TableUsage::new(config.max_control_queue),
             completions: VecDeque::with_capacity(completions_limit),
             completion_usage: TableUsage::new(completions_limit),
+            deadline_cache: Cell::new(None),
             config,
         })
     }
@@ -117,6 +122,7 @@ impl Endpoint {
         data: SgList,
         memory: &mut impl HostMemory,
     ) -> Result<OpId, PostError> {
+        self.deadline_cache.set(None);
         self.check_peer(dst)?;
         data.validate(memory)?;
         if dst == self.rank {
@@ -134,6 +140,7 @@ impl Endpoint {
         buffer: SgList,
         memory: &mut impl HostMemory,
     ) -> Result<OpId, PostError> {
+        self.deadline_cache.set(None);
         if let Source::Rank(peer) = source {
             self.check_rank(peer)?;
         }
@@ -154,6 +161,7 @@ impl Endpoint {
         source: Source,
         tag: TagMatch,
     ) -> Result<OpId, PostError> {
+        self.deadline_cache.set(None);
         if let Source::Rank(peer) = source {
             self.check_rank(peer)?;
         }
@@ -163,6 +171,7 @@ impl Endpoint {
     /// Cancels a pending receive, probe, or send not yet started; its completion reports
     /// `Cancelled`. An operation already moving bytes cannot be cancelled.
     pub fn cancel(&mut self, _now: Nanos, op: OpId) -> Result<(), CancelError> {
+        self.deadline_cache.set(None);
         match op.kind {
             OpKind::Send => self.cancel_send(op),
             OpKind::Recv | OpKind::Probe => self.cancel_recv(op),
@@ -171,6 +180,7 @@ impl Endpoint {
 
     /// Feeds one received datagram. Anything malformed is dropped and counted.
     pub fn handle_frame(&mut self, now: Nanos, bytes: &[u8], memory: &mut impl HostMemory) {
+        self.deadline_cache.set(None);
         self.receive_frame(now, bytes, memory);
         self.start_queued_sends(now);
     }
@@ -178,6 +188,7 @@ impl Endpoint {
     /// Runs every timer due at `now`. Memory is lent because a timeout can declare a peer
     /// unreachable, which hands its fully received messages to waiting receives.
     pub fn handle_timeout(&mut self, now: Nanos, memory: &mut impl HostMemory) {
+        self.deadline_cache.set(None);
         self.expire_sends(now, memory);
         self.expire_incoming(now);
         self.expire_peers(now, memory);
@@ -186,6 +197,7 @@ impl Endpoint {
 
     /// Next frame to send, if any: control frames first, then data frames round-robin.
     pub fn poll_transmit(&mut self, now: Nanos, memory: &impl HostMemory) -> Option<Transmit> {
+        self.deadline_cache.set(None);
         if let Some(control) = self.control.pop_front() {
             self.control_usage.set(self.control.len());
             if carries_credits(control.kind) {
@@ -205,6 +217,15 @@ impl Endpoint {
 
     /// When `handle_timeout` must next be called, if any timer runs.
     pub fn poll_timeout(&self) -> Option<Nanos> {
+        if let Some(cached) = self.deadline_cache.get() {
+            return cached;
+        }
+        let deadline = self.compute_deadline();
+        self.deadline_cache.set(Some(deadline));
+        deadline
+    }
+
+    fn compute_deadline(&self) -> Option<Nanos> {
         let sends = self.sends.occupied().filter_map(|i| self.send_deadline(i));
         let incoming = self
             .incoming
@@ -256,6 +277,11 @@ impl Endpoint {
             return Err(PostError::PeerUnreachable { peer: rank });
         }
         Ok(())
+    }
+
+    /// Forgets the cached next deadline (state that sets timers changed).
+    pub(crate) fn timers_changed(&self) {
+        self.deadline_cache.set(None);
     }
 
     pub(crate) fn complete(&mut self, op: OpId, result: Result<Status, OpError>) {

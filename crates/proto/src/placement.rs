@@ -94,6 +94,7 @@ impl Endpoint {
         expected: &ExpectedFrame,
         memory: &mut impl HostMemory,
     ) -> PlacedOutcome {
+        self.timers_changed();
         let Some(bytes) = header.first_chunk::<FRAME_HEADER_LEN>() else {
             return PlacedOutcome::NotPredicted;
         };
