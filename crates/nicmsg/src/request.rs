@@ -13,6 +13,9 @@ pub struct Request<'a> {
     regions: [u32; MAX_SEGMENTS],
     region_count: usize,
     finished: bool,
+    /// A cancel was asked for: the submission ring has room for one per slot, so asking again
+    /// must not push another.
+    cancel_requested: std::cell::Cell<bool>,
 }
 
 impl<'a> Request<'a> {
@@ -28,6 +31,7 @@ impl<'a> Request<'a> {
             regions,
             region_count,
             finished: false,
+            cancel_requested: std::cell::Cell::new(false),
         }
     }
 
@@ -63,7 +67,7 @@ impl<'a> Request<'a> {
     /// Asks the engine to cancel the operation; it then completes with `Error::Cancelled`, or
     /// normally if it was already moving bytes.
     pub fn cancel(&self) {
-        if !self.finished {
+        if !self.finished && !self.cancel_requested.replace(true) {
             self.comm.request_cancel(self.slot);
         }
     }
@@ -104,7 +108,7 @@ impl Drop for Request<'_> {
         if self.finished {
             return;
         }
-        self.comm.request_cancel(self.slot);
+        self.cancel();
         if self.comm.wait_done(self.slot).is_ok() {
             self.take();
         }
