@@ -182,7 +182,6 @@ impl Endpoint {
     pub fn handle_frame(&mut self, now: Nanos, bytes: &[u8], memory: &mut impl HostMemory) {
         self.deadline_cache.set(None);
         self.receive_frame(now, bytes, memory);
-        self.start_queued_sends(now);
     }
 
     /// Runs every timer due at `now`. Memory is lent because a timeout can declare a peer
@@ -192,7 +191,6 @@ impl Endpoint {
         self.expire_sends(now, memory);
         self.expire_incoming(now);
         self.expire_peers(now, memory);
-        self.start_queued_sends(now);
     }
 
     /// Next frame to send, if any: control frames first, then data frames round-robin.

@@ -15,7 +15,6 @@ impl Endpoint {
         let keepalive = self.config.keepalive_ns;
         let state = &mut self.peers[peer as usize];
         state.last_heard_ns = now;
-        state.heard_since_probe = true;
         state.probe_retries = 0;
         if state.waiters > 0 {
             state.probe_deadline_ns = Some(now + keepalive);
@@ -55,7 +54,6 @@ impl Endpoint {
             let max_ns = self.config.rto_max_ns;
             let state = &mut self.peers[peer as usize];
             state.probe_retries += 1;
-            state.heard_since_probe = false;
             let wait = state.rto.backed_off_ns(state.probe_retries, max_ns);
             state.probe_deadline_ns = Some(now + wait);
             self.stats.liveness_probes += 1;

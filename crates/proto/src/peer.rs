@@ -36,7 +36,6 @@ pub(crate) struct Peer {
     // --- liveness ---
     pub rto: RtoEstimator,
     pub last_heard_ns: Nanos,
-    pub heard_since_probe: bool,
     pub probe_deadline_ns: Option<Nanos>,
     pub probe_retries: u32,
     /// Operations that wait on this peer with no timer of their own: posted receives naming it,
@@ -61,7 +60,6 @@ impl Peer {
             credit_carriers_queued: 0,
             rto: RtoEstimator::new(rto_initial_ns),
             last_heard_ns: 0,
-            heard_since_probe: false,
             probe_deadline_ns: None,
             probe_retries: 0,
             waiters: 0,

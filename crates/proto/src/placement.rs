@@ -136,7 +136,7 @@ impl Endpoint {
             },
             memory,
         );
-        self.start_queued_sends(now);
+        self.start_queued_for(now, parsed.src);
         PlacedOutcome::Taken
     }
 

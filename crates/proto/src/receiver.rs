@@ -37,12 +37,8 @@ impl Endpoint {
             return self.count_drop(Some(peer), DropReason::DeadPeer);
         }
         self.heard_from(now, peer);
-        if matches!(
-            header.kind,
-            FrameKind::Ack | FrameKind::Cts | FrameKind::MsgAck | FrameKind::Credit
-        ) && self.peers[peer as usize].update_credits(header.aux)
-        {
-            self.start_queued_sends(now);
+        if crate::endpoint::carries_credits(header.kind) {
+            self.peers[peer as usize].update_credits(header.aux);
         }
         match header.kind {
             FrameKind::Eager | FrameKind::Rts | FrameKind::Data => {
@@ -60,6 +56,9 @@ impl Endpoint {
             }
             _ => self.count_drop(Some(peer), DropReason::Unsupported),
         }
+        // Credits and message ids towards a peer are only freed by its own frames, so only its
+        // queue can have become startable.
+        self.start_queued_for(now, peer);
     }
 
     fn on_data_frame(

@@ -62,22 +62,10 @@ impl Endpoint {
         peer.queue_tail = index;
     }
 
-    /// Starts queued sends of every peer that can take more (after credits or a window opened).
-    pub(crate) fn start_queued_sends(&mut self, now: Nanos) {
-        if !self.sends.occupied_any() {
-            return;
-        }
-        for dst in 0..self.size {
-            if self.peers[dst as usize].queue_head != NONE {
-                self.start_queued_for(now, dst);
-            }
-        }
-    }
-
     /// Starts the sends at the head of `dst`'s queue, in order, while the message-id window and
     /// (for eager messages) credits allow. A message that cannot start blocks those behind it:
     /// message ids, and so MPI order, follow posting order.
-    fn start_queued_for(&mut self, _now: Nanos, dst: Rank) {
+    pub(crate) fn start_queued_for(&mut self, _now: Nanos, dst: Rank) {
         loop {
             let head = self.peers[dst as usize].queue_head;
             let Some(op) = self.sends.get(head) else {

@@ -75,10 +75,6 @@ impl<T> Slab<T> {
         self.slots.len() as u32
     }
 
-    pub(crate) fn occupied_any(&self) -> bool {
-        self.usage.in_use > 0
-    }
-
     /// Indices of occupied slots, in index order (deterministic).
     pub(crate) fn occupied(&self) -> impl Iterator<Item = u32> + '_ {
         self.slots
