@@ -32,7 +32,8 @@ pub struct EngineStats {
     pub commands: u64,
     /// Frames whose source address is not the job member the header names.
     pub spoofed_frames: u64,
-    /// Frames dropped because their send buffer was unregistered before they left.
+    /// Frames of completed sends dropped before they left (their buffer went back to the
+    /// application).
     pub orphan_frames: u64,
     pub transport_errors: u64,
 }
@@ -365,14 +366,41 @@ impl<T: Transport> Driver<T> {
         any
     }
 
+    /// Once a send completes its buffer goes back to the application (which may reuse it at
+    /// once): frames of it still waiting to leave (retransmissions) must not be read from it.
+    fn forget_frames_of(&mut self, slot: u32) {
+        // SAFETY: the slot is ours until `complete` hands it back, which happens after this.
+        let buffer = unsafe { self.table.descriptor(slot) }.buffer;
+        let regions = buffer.segments();
+        let before = self.unsent.len();
+        self.unsent.retain(|transmit| {
+            !transmit
+                .pieces()
+                .iter()
+                .any(|piece| regions.iter().any(|s| s.region == piece.region))
+        });
+        self.stats.orphan_frames += (before - self.unsent.len()) as u64;
+    }
+
     /// Offers the waiting frames to the transport, gathered from registered memory, and
     /// removes those it took. Returns how many it took.
     fn send_unsent(&mut self) -> usize {
+        if let Some(taken) = self.try_send_unsent() {
+            return taken;
+        }
+        // A frame whose memory is no longer registered (cannot happen through the API, which
+        // unregisters only completed sends, whose frames `forget_frames_of` dropped): drop it.
         let memory = RegistryMemory(&self.registry);
         let before = self.unsent.len();
         self.unsent
             .retain(|transmit| gather_check(transmit, &memory));
         self.stats.orphan_frames += (before - self.unsent.len()) as u64;
+        self.try_send_unsent().unwrap_or(0)
+    }
+
+    /// One gather pass and one send; `None` if a frame's memory is gone.
+    fn try_send_unsent(&mut self) -> Option<usize> {
+        let memory = RegistryMemory(&self.registry);
         let count = self.unsent.len().min(SEND_BATCH);
         let mut pieces: [[&[u8]; MAX_FRAME_PIECES]; SEND_BATCH] =
             [[&[]; MAX_FRAME_PIECES]; SEND_BATCH];
@@ -384,7 +412,7 @@ impl<T: Transport> Driver<T> {
             .zip(pieces.iter_mut())
             .zip(frames.iter_mut())
         {
-            let used = gather(transmit, &memory, slices).expect("checked above");
+            let used = gather(transmit, &memory, slices)?;
             *frame = (transmit.dst, &slices[..used]);
         }
         let taken = match self.transport.send(&frames[..count]) {
@@ -395,7 +423,7 @@ impl<T: Transport> Driver<T> {
             }
         };
         self.unsent.drain(..taken);
-        taken
+        Some(taken)
     }
 
     fn hand_back_completions(&mut self) -> bool {
@@ -430,6 +458,9 @@ impl<T: Transport> Driver<T> {
             "completion of {op:?} maps to a reused slot"
         );
         self.slot_ops[slot as usize] = None;
+        if op.kind == OpKind::Send {
+            self.forget_frames_of(slot);
+        }
         // SAFETY: the slot has been ours since it was posted.
         unsafe {
             self.table.complete(slot, |d| match completion.result {
