@@ -138,22 +138,26 @@ pub unsafe extern "C" fn nicmsg_finalize(comm: *mut NicmsgComm) -> c_int {
 /// Valid handle and output pointers.
 #[no_mangle]
 pub unsafe extern "C" fn nicmsg_comm_rank(comm: *const NicmsgComm, rank: *mut u32) -> c_int {
-    match (unsafe { comm_ref(comm) }, rank.is_null()) {
-        (Some(c), false) => {
-            unsafe { *rank = c.rank() };
-            NICMSG_SUCCESS
-        }
-        _ => NICMSG_ERR_ARG,
-    }
+    unsafe { write_comm_value(comm, rank, Comm::rank) }
 }
 
 /// # Safety
 /// Valid handle and output pointers.
 #[no_mangle]
 pub unsafe extern "C" fn nicmsg_comm_size(comm: *const NicmsgComm, size: *mut u32) -> c_int {
-    match (unsafe { comm_ref(comm) }, size.is_null()) {
+    unsafe { write_comm_value(comm, size, Comm::size) }
+}
+
+/// # Safety
+/// Valid handle and output pointers.
+unsafe fn write_comm_value(
+    comm: *const NicmsgComm,
+    out: *mut u32,
+    value: fn(&Comm) -> u32,
+) -> c_int {
+    match (unsafe { comm_ref(comm) }, out.is_null()) {
         (Some(c), false) => {
-            unsafe { *size = c.size() };
+            unsafe { *out = value(c) };
             NICMSG_SUCCESS
         }
         _ => NICMSG_ERR_ARG,

@@ -99,6 +99,22 @@ extern "C" {
     fn libc_geteuid() -> u32;
 }
 
+/// Launcher arguments: 4 ranks, one network namespace each, 5% of received packets dropped.
+fn lossy_netns_args(engine: &str) -> [&str; 10] {
+    [
+        "run",
+        "-n",
+        "4",
+        "--netns",
+        "--loss",
+        "5%",
+        "--timeout",
+        "300",
+        "--engine",
+        engine,
+    ]
+}
+
 const EXAMPLES: [(&str, &str); 3] = [
     ("pingpong", "pingpong: all sizes verified"),
     ("ring", "ring: 10 laps verified"),
@@ -127,18 +143,7 @@ fn examples_over_namespaces_with_five_percent_loss() {
     }
     for engine in ["thread", "inline"] {
         for (name, expect) in EXAMPLES {
-            let args = [
-                "run",
-                "-n",
-                "4",
-                "--netns",
-                "--loss",
-                "5%",
-                "--timeout",
-                "300",
-                "--engine",
-                engine,
-            ];
+            let args = lossy_netns_args(engine);
             let output = launch(&args, &example(name), &[("NICMSG_STATS", "1")]);
             assert_job_ok(
                 &output,
@@ -198,18 +203,7 @@ fn c_example_over_loopback_and_namespaces() {
         return;
     }
     for engine in ["thread", "inline"] {
-        let args = [
-            "run",
-            "-n",
-            "4",
-            "--netns",
-            "--loss",
-            "5%",
-            "--timeout",
-            "300",
-            "--engine",
-            engine,
-        ];
+        let args = lossy_netns_args(engine);
         let output = launch(&args, &binary, &[]);
         let what = format!("C ring ({engine}, netns, 5% loss)");
         assert_job_ok(&output, &what, "c ring: all sizes verified");
