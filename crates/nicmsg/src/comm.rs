@@ -396,8 +396,14 @@ impl Comm {
         unsafe { self.table.request_cancel(slot) };
     }
 
-    pub(crate) fn size_for_errors(&self) -> u32 {
-        self.size
+    /// The error, if any, a completed descriptor reports.
+    pub(crate) fn result_of(&self, descriptor: &Descriptor) -> Result<(), Error> {
+        let protocol = &self.options.protocol;
+        let (table, limit) = match descriptor.op {
+            OpCode::Send => ("protocol send", protocol.max_sends),
+            _ => ("protocol receive", protocol.max_recvs),
+        };
+        crate::error::from_descriptor(descriptor, self.size, table, limit)
     }
 
     /// One step of waiting: progress in inline mode; in thread mode nothing (the engine works).

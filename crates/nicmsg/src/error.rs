@@ -61,6 +61,8 @@ impl Error {
 pub(crate) fn from_descriptor(
     descriptor: &nicmsg_engine::Descriptor,
     size: u32,
+    table: &'static str,
+    limit: usize,
 ) -> Result<(), Error> {
     match descriptor.result {
         ResultCode::Success | ResultCode::NotFound => Ok(()),
@@ -78,10 +80,7 @@ pub(crate) fn from_descriptor(
             rank: descriptor.peer,
             size,
         }),
-        ResultCode::TableFull => Err(Error::TableFull {
-            table: "protocol operation",
-            limit: 0,
-        }),
+        ResultCode::TableFull => Err(Error::TableFull { table, limit }),
         ResultCode::BadBuffer => Err(Error::BadBuffer("a segment lies outside registered memory")),
     }
 }

@@ -3,7 +3,7 @@
 //! the application got back.
 
 use crate::comm::Comm;
-use crate::{error, Error, Status};
+use crate::{Error, Status};
 use nicmsg_engine::Descriptor;
 use nicmsg_proto::MAX_SEGMENTS;
 
@@ -78,10 +78,7 @@ impl<'a> Request<'a> {
             return (Err(error), Descriptor::default());
         }
         let descriptor = self.take();
-        (
-            error::from_descriptor(&descriptor, self.comm.size_for_errors()),
-            descriptor,
-        )
+        (self.comm.result_of(&descriptor), descriptor)
     }
 
     /// The engine is gone: the slot and its memory can never be handed back, so they are left
@@ -98,7 +95,7 @@ impl<'a> Request<'a> {
 
     fn finish(&mut self) -> Result<Status, Error> {
         let descriptor = self.take();
-        error::from_descriptor(&descriptor, self.comm.size_for_errors())?;
+        self.comm.result_of(&descriptor)?;
         Ok(Status::from(&descriptor))
     }
 }
