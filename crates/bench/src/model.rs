@@ -1,0 +1,154 @@
+//! The results of a benchmark run, as written to `results.json`.
+//!
+//! Every measured quantity is a time in microseconds summarised by its median, min, max and 99th
+//! percentile over all repetitions ([`Summary`]); rates (MB/s, messages/s) are derived from the
+//! median and stored beside it so that readers of the JSON need not know each pattern's formula.
+
+use serde::{Deserialize, Serialize};
+
+/// One `nicmsg bench` invocation: the machine, the link, and one [`Series`] per pattern and
+/// system.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Report {
+    pub environment: Environment,
+    pub series: Vec<Series>,
+}
+
+/// Where the numbers were measured.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Environment {
+    /// `uname -sr`.
+    pub kernel: String,
+    /// CPU model name from /proc/cpuinfo.
+    pub cpu: String,
+    /// Online cores.
+    pub cores: u32,
+    /// "loopback", or "netns" (two namespaces joined by veth through a bridge).
+    pub link: String,
+    /// Link MTU in bytes (loopback: the MTU nicmsg was told to use).
+    pub mtu: u32,
+    /// Egress rate limit of each link in bit/s (`--link gige`: 1e9), if any.
+    pub rate_bits_per_sec: Option<u64>,
+    /// Random loss per received frame in percent, if any.
+    pub loss_percent: Option<f64>,
+    /// `git describe --always --dirty` of the source tree the binary was built from.
+    pub commit: String,
+    /// Start of the run, seconds since the Unix epoch.
+    pub started_unix: u64,
+    /// The `nicmsg bench` command line.
+    pub command: String,
+    /// `--quick`: fewer repetitions, fewer sizes; numbers only show that everything runs.
+    pub quick: bool,
+}
+
+/// The measurement patterns (`nicmsg bench PATTERN`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pattern {
+    Latency,
+    Bw,
+    Bibw,
+    Msgrate,
+    Overhead,
+    Overlap,
+    Offload,
+}
+
+/// Whether a system could be measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Outcome {
+    /// Measured; the points are in [`Series::points`].
+    Measured,
+    /// An external peer whose program is not installed; `install` says how to get it.
+    NotInstalled { install: String },
+    /// The system does not implement this pattern (e.g. raw UDP has no reliability for `bw`
+    /// under loss); `reason` says why.
+    Unsupported { reason: String },
+    /// It ran and failed; `error` has the cause and the tail of its output.
+    Failed { error: String },
+}
+
+/// One system under one pattern: e.g. nicmsg (inline engine) under `latency`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Series {
+    pub pattern: Pattern,
+    /// Short stable name: `nicmsg-inline`, `nicmsg-thread`, `tcp-blocking`, `tcp-busy`,
+    /// `udp-busy`, `netpipe`, `fi-udp-rxd`, `fi-tcp-rxm`, `ucx-tcp`, or for `offload`
+    /// variants such as `nicmsg-thread-pre5`.
+    pub system: String,
+    /// Human label for legends and tables.
+    pub label: String,
+    /// The exact command(s) that produced the numbers.
+    pub command: String,
+    pub outcome: Outcome,
+    pub points: Vec<Point>,
+}
+
+/// One x value of a series: a message size, or for `overlap` a (size, computation) pair.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Point {
+    /// Message size in bytes.
+    pub size: u64,
+    /// `overlap`: computation per iteration in microseconds (the swept variable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_us: Option<f64>,
+    /// The pattern's main time: `latency`: half the round trip; `bw`/`bibw`/`msgrate`: one
+    /// message's share of a window (window time / messages in it); `overhead`: post-send +
+    /// post-receive + wait per message; `overlap`: one iteration.
+    pub time_us: Summary,
+    /// Bandwidth from the median time, in MB/s (10^6 bytes per second), payload only; for
+    /// `bibw` both directions together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mbytes_per_sec: Option<f64>,
+    /// Messages per second from the median time (`msgrate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub msgs_per_sec: Option<f64>,
+    /// `overhead`: per-call times of post-send, post-receive and wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overhead: Option<Overhead>,
+    /// `overlap`: what the computation got and what the network got.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap: Option<Overlap>,
+    /// Repetitions behind the summary.
+    pub repetitions: u64,
+    /// Every sample in microseconds, in measurement order (may be thinned to at most
+    /// [`MAX_SAMPLES_KEPT`] evenly spaced samples; the summary uses all of them).
+    pub samples_us: Vec<f64>,
+}
+
+/// How many samples per point are written to the JSON (a 4 MiB sweep with 10,000 repetitions
+/// per size would otherwise write megabytes of numbers nobody reads).
+pub const MAX_SAMPLES_KEPT: usize = 10_000;
+
+/// Median, min, max and 99th percentile of a set of samples, in microseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub p99: f64,
+    pub mean: f64,
+}
+
+/// EMP table 2: per-call times in microseconds (medians over batches).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct Overhead {
+    pub post_send_us: Summary,
+    pub post_recv_us: Summary,
+    pub wait_us: Summary,
+}
+
+/// EMP figure 6, RMPP figures 9-11: one amount of computation per iteration.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct Overlap {
+    /// Fraction of the loop's time spent in the computation (0..1): EMP figure 6's x axis.
+    pub cpu_fraction: f64,
+    /// Payload sent plus received per second of loop time, MB/s: EMP figure 6's y axis.
+    pub throughput_mbytes_per_sec: f64,
+    /// Time of the same computation alone divided by its time during communication (0..1):
+    /// RMPP's processor availability.
+    pub availability: f64,
+    /// availability x throughput (RMPP figure 11), MB/s.
+    pub effective_mbytes_per_sec: f64,
+}
