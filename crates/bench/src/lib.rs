@@ -4,5 +4,22 @@
 //! for nicmsg and, in the same run, for the baselines: TCP and raw UDP written here, and
 //! NetPIPE, libfabric and UCX when installed. `nicmsg bench` (crate `nicmsg-cli`) drives this
 //! crate; see `docs/benchmarks.md`.
+//!
+//! * [`model`]: the results, as written to JSON;
+//! * [`patterns`]: the papers' loops, written once against [`messenger::Messenger`];
+//! * [`messenger`]: nicmsg, TCP (blocking, busy-polling) and raw UDP behind that interface;
+//! * [`external`]: NetPIPE, libfabric `fi_pingpong` and `ucx_perftest`, run as installed;
+//! * [`worker`]: what each rank of a benchmark job runs (`nicmsg bench-worker`).
 
+pub mod compute;
+mod error;
+pub mod external;
+pub mod messenger;
 pub mod model;
+pub mod patterns;
+pub mod sizes;
+pub mod stats;
+pub mod system;
+pub mod worker;
+
+pub use error::BenchError;

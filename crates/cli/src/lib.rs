@@ -6,11 +6,13 @@
 //!   [--engine inline|thread] -- PROGRAM ARGS...` starts a job of `N` ranks ([`run::run`]);
 //! * `nicmsg check`, run as the program of a job, tests bootstrap and connectivity
 //!   ([`check::check`]);
+//! * `nicmsg bench [PATTERN...] [--suite papers] ...` runs the benchmarks ([`bench::bench`]);
 //! * `nicmsg cleanup` removes namespaces left behind by launchers that were killed.
 //!
 //! The environment given to the ranks, the namespace topology and the cleanup guarantees are
 //! described in `docs/launcher.md`. Linux only.
 
+pub mod bench;
 pub mod check;
 pub mod netns;
 pub mod output;
@@ -40,6 +42,12 @@ pub enum Cmd {
     /// Test the job environment: address exchange, then UDP to every rank (run it under
     /// `nicmsg run`, mpirun or srun).
     Check(check::CheckArgs),
+    /// Measure nicmsg beside TCP, raw UDP and installed peers (latency, bandwidth, overhead,
+    /// overlap, offload), with a live table, JSON, plots and a report.
+    Bench(bench::BenchArgs),
+    /// One rank of a benchmark job (started by `nicmsg bench`).
+    #[command(hide = true)]
+    BenchWorker(nicmsg_bench::worker::WorkerArgs),
     /// Remove network namespaces left behind by launchers that no longer run (needs root).
     Cleanup,
 }
@@ -52,6 +60,12 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let command_line = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ");
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
@@ -77,6 +91,11 @@ where
                 1
             }
         },
+        Cmd::Bench(args) => {
+            signals::install();
+            bench::bench(&args, command_line)
+        }
+        Cmd::BenchWorker(args) => nicmsg_bench::worker::main(&args),
         Cmd::Cleanup => cleanup(),
     }
 }

@@ -1,0 +1,141 @@
+//! nicmsg through its public API: `isend`/`irecv`/`wait`/`test`.
+
+use nicmsg::{Comm, Request, Source, TagMatch};
+
+use super::{check_slot, Messenger, MAX_WINDOW};
+use crate::BenchError;
+
+/// The tag of every benchmark message (matching is in posting order, as in MPI).
+const TAG: u32 = 1;
+
+/// nicmsg between ranks 0 and 1.
+///
+/// Requests borrow their buffers until they complete. The communicator is leaked and the buffers
+/// are never moved while a request uses them (the send buffer is allocated once at the largest
+/// size; a receive slot only grows while it is idle), so requests can be kept as
+/// `Request<'static>` inside the messenger.
+pub struct NicmsgMessenger {
+    comm: &'static Comm,
+    peer: u32,
+    send_buffer: Vec<u8>,
+    slots: Vec<Vec<u8>>,
+    slot_busy: [bool; MAX_WINDOW],
+    pending: Vec<Request<'static>>,
+}
+
+impl NicmsgMessenger {
+    /// Joins the job (`Comm::init`) and prepares a send buffer of `max_len` bytes.
+    pub fn new(max_len: usize) -> Result<Self, BenchError> {
+        let comm: &'static Comm = Box::leak(Box::new(Comm::init()?));
+        if comm.size() != 2 {
+            return Err(BenchError::Usage(format!(
+                "benchmarks run on 2 ranks, this job has {}",
+                comm.size()
+            )));
+        }
+        Ok(Self {
+            comm,
+            peer: 1 - comm.rank(),
+            send_buffer: vec![0x5a; max_len.max(1)],
+            slots: (0..MAX_WINDOW).map(|_| Vec::new()).collect(),
+            slot_busy: [false; MAX_WINDOW],
+            pending: Vec::with_capacity(2 * MAX_WINDOW),
+        })
+    }
+
+    pub fn rank(&self) -> u32 {
+        self.comm.rank()
+    }
+
+    /// The communicator, for engine mode and counters.
+    pub fn comm(&self) -> &'static Comm {
+        self.comm
+    }
+
+    fn finish_all(&mut self) {
+        self.slot_busy = [false; MAX_WINDOW];
+    }
+}
+
+impl Messenger for NicmsgMessenger {
+    fn post_send(&mut self, len: usize) -> Result<(), BenchError> {
+        if len > self.send_buffer.len() {
+            return Err(BenchError::Usage(format!(
+                "send of {len} bytes above the largest size {}",
+                self.send_buffer.len()
+            )));
+        }
+        // SAFETY: `send_buffer` is never resized or dropped while requests exist (it lives as
+        // long as the messenger, whose drop drops `pending` first, see the field order below).
+        let data: &'static [u8] =
+            unsafe { std::slice::from_raw_parts(self.send_buffer.as_ptr(), len) };
+        self.pending.push(self.comm.isend(data, self.peer, TAG)?);
+        Ok(())
+    }
+
+    fn post_recv(&mut self, slot: usize, len: usize) -> Result<(), BenchError> {
+        check_slot(slot)?;
+        if self.slot_busy[slot] {
+            return Err(BenchError::Usage(format!("receive slot {slot} is in use")));
+        }
+        let buffer = &mut self.slots[slot];
+        if buffer.len() < len {
+            buffer.resize(len, 0);
+        }
+        // SAFETY: the slot is idle, so no request refers to it; it is not resized until
+        // `wait_all`/`test_all` have completed the request made here.
+        let data: &'static mut [u8] =
+            unsafe { std::slice::from_raw_parts_mut(buffer.as_mut_ptr(), len) };
+        self.slot_busy[slot] = true;
+        let request = self
+            .comm
+            .irecv(data, Source::Rank(self.peer), TagMatch::Tag(TAG))?;
+        self.pending.push(request);
+        Ok(())
+    }
+
+    fn wait_all(&mut self) -> Result<(), BenchError> {
+        let mut first_error = None;
+        for request in self.pending.drain(..) {
+            if let Err(error) = request.wait() {
+                first_error.get_or_insert(error);
+            }
+        }
+        self.finish_all();
+        match first_error {
+            Some(error) => Err(error.into()),
+            None => Ok(()),
+        }
+    }
+
+    fn finish(&mut self) -> Result<(), BenchError> {
+        self.wait_all()?;
+        Ok(self.comm.barrier()?)
+    }
+
+    fn test_all(&mut self) -> Result<bool, BenchError> {
+        let mut index = 0;
+        while index < self.pending.len() {
+            match self.pending[index].test() {
+                None => index += 1,
+                Some(result) => {
+                    // A finished request is done with; drop it (order no longer matters).
+                    drop(self.pending.swap_remove(index));
+                    result?;
+                }
+            }
+        }
+        if self.pending.is_empty() {
+            self.finish_all();
+            return Ok(true);
+        }
+        Ok(false)
+    }
+}
+
+impl Drop for NicmsgMessenger {
+    fn drop(&mut self) {
+        // Requests first: dropping one cancels or waits for it while its buffer still exists.
+        self.pending.clear();
+    }
+}

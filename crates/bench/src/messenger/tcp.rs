@@ -1,0 +1,266 @@
+//! TCP sockets written the way a simple message layer would: each message is an 8-byte length
+//! header and the payload, written with one `writev` and read with `readv`, `TCP_NODELAY` on.
+//!
+//! The socket is non-blocking in both variants so that two ranks sending windows at each other
+//! cannot deadlock on full socket buffers (as plain blocking writes can); what differs is what a
+//! wait does when the socket is not ready:
+//! * [`TcpWaiting::Blocking`] sleeps in `poll(2)`, like a blocking socket (the papers' base case);
+//! * [`TcpWaiting::Busy`] retries at once, burning the core like an OS-bypass library.
+//!
+//! Socket buffers are left to the kernel's autotuning, which is what a TCP user gets.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use super::{check_slot, Messenger, MAX_WINDOW, STALL_LIMIT};
+use crate::BenchError;
+
+/// Length of the header in front of every message.
+const HEADER: usize = 8;
+/// How long one `poll(2)` sleeps before the stall check looks at the clock again.
+const POLL_SLICE_MS: i32 = 100;
+
+/// What a wait does when the socket is not ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcpWaiting {
+    Blocking,
+    Busy,
+}
+
+struct Outgoing {
+    len: usize,
+    done: usize,
+}
+
+struct Incoming {
+    slot: usize,
+    len: usize,
+    header: [u8; HEADER],
+    done: usize,
+}
+
+/// One TCP connection between ranks 0 and 1.
+pub struct TcpMessenger {
+    stream: TcpStream,
+    waiting: TcpWaiting,
+    send_buffer: Vec<u8>,
+    slots: Vec<Vec<u8>>,
+    outgoing: VecDeque<Outgoing>,
+    incoming: VecDeque<Incoming>,
+}
+
+impl TcpMessenger {
+    /// Rank 0 listens on `listener`, rank 1 connects to `server` (retrying until the listener
+    /// is there).
+    pub fn connect(
+        rank: u32,
+        listener: Option<TcpListener>,
+        server: SocketAddr,
+        waiting: TcpWaiting,
+        max_len: usize,
+    ) -> Result<Self, BenchError> {
+        let stream = match listener {
+            Some(listener) => listener.accept().map_err(BenchError::io("accepting"))?.0,
+            None => connect_with_retry(server)?,
+        };
+        debug_assert!(rank <= 1);
+        stream
+            .set_nodelay(true)
+            .map_err(BenchError::io("setting TCP_NODELAY"))?;
+        stream
+            .set_nonblocking(true)
+            .map_err(BenchError::io("making the socket non-blocking"))?;
+        Ok(Self {
+            stream,
+            waiting,
+            send_buffer: vec![0x5a; max_len.max(1)],
+            slots: (0..MAX_WINDOW).map(|_| Vec::new()).collect(),
+            outgoing: VecDeque::with_capacity(MAX_WINDOW),
+            incoming: VecDeque::with_capacity(MAX_WINDOW),
+        })
+    }
+
+    /// Moves as many bytes as the socket takes now; `true` if anything moved.
+    fn progress(&mut self) -> Result<bool, BenchError> {
+        let wrote = self.write_some()?;
+        let read = self.read_some()?;
+        Ok(wrote || read)
+    }
+
+    fn write_some(&mut self) -> Result<bool, BenchError> {
+        let mut moved = false;
+        while let Some(head) = self.outgoing.front_mut() {
+            let header = (head.len as u64).to_le_bytes();
+            let total = HEADER + head.len;
+            let slices = remaining_out(&header, &self.send_buffer[..head.len], head.done);
+            match self.stream.write_vectored(&slices) {
+                Ok(0) => return Err(BenchError::PeerClosed),
+                Ok(n) => {
+                    moved = true;
+                    head.done += n;
+                    if head.done == total {
+                        self.outgoing.pop_front();
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(BenchError::io("writing")(e)),
+            }
+        }
+        Ok(moved)
+    }
+
+    fn read_some(&mut self) -> Result<bool, BenchError> {
+        let mut moved = false;
+        while let Some(head) = self.incoming.front_mut() {
+            let total = HEADER + head.len;
+            let payload = &mut self.slots[head.slot][..head.len];
+            let result = if head.done < HEADER {
+                let mut slices = [
+                    IoSliceMut::new(&mut head.header[head.done..]),
+                    IoSliceMut::new(payload),
+                ];
+                self.stream.read_vectored(&mut slices)
+            } else {
+                self.stream.read(&mut payload[head.done - HEADER..])
+            };
+            match result {
+                Ok(0) => return Err(BenchError::PeerClosed),
+                Ok(n) => {
+                    moved = true;
+                    let had_header = head.done >= HEADER;
+                    head.done += n;
+                    if !had_header && head.done >= HEADER {
+                        check_header(head)?;
+                    }
+                    if head.done == total {
+                        self.incoming.pop_front();
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(BenchError::io("reading")(e)),
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Sleeps until the socket can move what is pending (blocking variant only).
+    fn sleep_until_ready(&self) -> Result<(), BenchError> {
+        let mut events = 0;
+        if !self.outgoing.is_empty() {
+            events |= libc::POLLOUT;
+        }
+        if !self.incoming.is_empty() {
+            events |= libc::POLLIN;
+        }
+        let mut pollfd = libc::pollfd {
+            fd: self.stream.as_raw_fd(),
+            events,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the duration of the call.
+        let rc = unsafe { libc::poll(&mut pollfd, 1, POLL_SLICE_MS) };
+        if rc < 0 {
+            let error = io::Error::last_os_error();
+            if error.kind() != io::ErrorKind::Interrupted {
+                return Err(BenchError::io("poll")(error));
+            }
+        }
+        Ok(())
+    }
+
+    fn idle(&self) -> bool {
+        self.outgoing.is_empty() && self.incoming.is_empty()
+    }
+}
+
+impl Messenger for TcpMessenger {
+    fn post_send(&mut self, len: usize) -> Result<(), BenchError> {
+        if len > self.send_buffer.len() {
+            return Err(BenchError::Usage(format!("send of {len} bytes above the largest size")));
+        }
+        self.outgoing.push_back(Outgoing { len, done: 0 });
+        // Like a send call: start writing now.
+        self.write_some()?;
+        Ok(())
+    }
+
+    fn post_recv(&mut self, slot: usize, len: usize) -> Result<(), BenchError> {
+        check_slot(slot)?;
+        if self.incoming.iter().any(|r| r.slot == slot) {
+            return Err(BenchError::Usage(format!("receive slot {slot} is in use")));
+        }
+        if self.slots[slot].len() < len {
+            self.slots[slot].resize(len, 0);
+        }
+        self.incoming.push_back(Incoming {
+            slot,
+            len,
+            header: [0; HEADER],
+            done: 0,
+        });
+        Ok(())
+    }
+
+    fn wait_all(&mut self) -> Result<(), BenchError> {
+        let mut last_progress = Instant::now();
+        while !self.idle() {
+            if self.progress()? {
+                last_progress = Instant::now();
+                continue;
+            }
+            if last_progress.elapsed() > STALL_LIMIT {
+                return Err(BenchError::Stalled(STALL_LIMIT));
+            }
+            match self.waiting {
+                TcpWaiting::Blocking => self.sleep_until_ready()?,
+                TcpWaiting::Busy => std::hint::spin_loop(),
+            }
+        }
+        Ok(())
+    }
+
+    fn test_all(&mut self) -> Result<bool, BenchError> {
+        self.progress()?;
+        Ok(self.idle())
+    }
+}
+
+/// The part of header + payload not yet written.
+fn remaining_out<'a>(
+    header: &'a [u8; HEADER],
+    payload: &'a [u8],
+    done: usize,
+) -> [IoSlice<'a>; 2] {
+    if done < HEADER {
+        [IoSlice::new(&header[done..]), IoSlice::new(payload)]
+    } else {
+        [IoSlice::new(&payload[done - HEADER..]), IoSlice::new(&[])]
+    }
+}
+
+fn check_header(incoming: &Incoming) -> Result<(), BenchError> {
+    let got = u64::from_le_bytes(incoming.header);
+    if got != incoming.len as u64 {
+        return Err(BenchError::OutOfStep {
+            expected: incoming.len as u64,
+            got,
+        });
+    }
+    Ok(())
+}
+
+fn connect_with_retry(server: SocketAddr) -> Result<TcpStream, BenchError> {
+    let deadline = Instant::now() + STALL_LIMIT;
+    loop {
+        match TcpStream::connect(server) {
+            Ok(stream) => return Ok(stream),
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            Err(e) => return Err(BenchError::io("connecting to rank 0")(e)),
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! Raw busy-polling UDP: the practical floor of the kernel path. No reliability, no flow
+//! control, no headers: a message is cut into datagrams of at most one link MTU, sent with one
+//! `send` each and received in order with non-blocking `recv` calls in a spin loop. A lost
+//! datagram ends the run with [`BenchError::Lost`] (which is why this is a floor, not a
+//! messaging layer).
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::UdpSocket;
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use super::{check_slot, Messenger, MAX_WINDOW};
+use crate::BenchError;
+
+/// IPv4 and UDP headers: a datagram of `mtu - 28` bytes fills one frame.
+pub const IP_UDP_HEADERS: usize = 28;
+/// Silence after which a missing datagram is declared lost: far above any gap between the
+/// datagrams of a window on a working link.
+const LOSS_LIMIT: Duration = Duration::from_secs(2);
+/// Socket buffers forced (as root) so that a window of large messages fits in flight.
+const SOCKET_BUFFER: libc::c_int = 32 << 20;
+
+struct Incoming {
+    slot: usize,
+    len: usize,
+    /// Bytes received so far (a zero-length message is one empty datagram).
+    done: usize,
+}
+
+/// One connected UDP socket between ranks 0 and 1.
+pub struct UdpMessenger {
+    socket: UdpSocket,
+    datagram: usize,
+    send_buffer: Vec<u8>,
+    slots: Vec<Vec<u8>>,
+    incoming: VecDeque<Incoming>,
+}
+
+impl UdpMessenger {
+    /// `socket` is bound and connected to the peer; datagrams carry at most `datagram` bytes.
+    pub fn new(socket: UdpSocket, datagram: usize, max_len: usize) -> Result<Self, BenchError> {
+        socket
+            .set_nonblocking(true)
+            .map_err(BenchError::io("making the socket non-blocking"))?;
+        force_buffers(&socket);
+        Ok(Self {
+            socket,
+            datagram: datagram.max(1),
+            send_buffer: vec![0x5a; max_len.max(1)],
+            slots: (0..MAX_WINDOW).map(|_| Vec::new()).collect(),
+            incoming: VecDeque::with_capacity(MAX_WINDOW),
+        })
+    }
+
+    fn send_datagram(&self, bytes: &[u8]) -> Result<(), BenchError> {
+        loop {
+            match self.socket.send(bytes) {
+                Ok(_) => return Ok(()),
+                // Send buffer full: the only back-pressure UDP has.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(BenchError::io("sending a datagram")(e)),
+            }
+        }
+    }
+
+    /// Receives what has arrived for the posted receives; `true` if anything did.
+    fn receive_some(&mut self) -> Result<bool, BenchError> {
+        let mut moved = false;
+        while let Some(head) = self.incoming.front_mut() {
+            let chunk = (head.len - head.done).min(self.datagram);
+            let target = &mut self.slots[head.slot][head.done..head.done + chunk];
+            match self.socket.recv(target) {
+                Ok(n) => {
+                    moved = true;
+                    if n != chunk {
+                        return Err(BenchError::OutOfStep {
+                            expected: chunk as u64,
+                            got: n as u64,
+                        });
+                    }
+                    head.done += n;
+                    if head.done == head.len {
+                        self.incoming.pop_front();
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(BenchError::io("receiving a datagram")(e)),
+            }
+        }
+        Ok(moved)
+    }
+}
+
+impl Messenger for UdpMessenger {
+    fn post_send(&mut self, len: usize) -> Result<(), BenchError> {
+        if len > self.send_buffer.len() {
+            return Err(BenchError::Usage(format!("send of {len} bytes above the largest size")));
+        }
+        if len == 0 {
+            return self.send_datagram(&[]);
+        }
+        for chunk in self.send_buffer[..len].chunks(self.datagram) {
+            self.send_datagram(chunk)?;
+        }
+        Ok(())
+    }
+
+    fn post_recv(&mut self, slot: usize, len: usize) -> Result<(), BenchError> {
+        check_slot(slot)?;
+        if self.incoming.iter().any(|r| r.slot == slot) {
+            return Err(BenchError::Usage(format!("receive slot {slot} is in use")));
+        }
+        if self.slots[slot].len() < len {
+            self.slots[slot].resize(len, 0);
+        }
+        self.incoming.push_back(Incoming {
+            slot,
+            len,
+            done: 0,
+        });
+        Ok(())
+    }
+
+    fn wait_all(&mut self) -> Result<(), BenchError> {
+        let mut last_progress = Instant::now();
+        while !self.incoming.is_empty() {
+            if self.receive_some()? {
+                last_progress = Instant::now();
+            } else if last_progress.elapsed() > LOSS_LIMIT {
+                return Err(BenchError::Lost(LOSS_LIMIT));
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        Ok(())
+    }
+
+    fn test_all(&mut self) -> Result<bool, BenchError> {
+        self.receive_some()?;
+        Ok(self.incoming.is_empty())
+    }
+}
+
+/// Large buffers, forced past the sysctl limits when running as root (best effort otherwise).
+fn force_buffers(socket: &UdpSocket) {
+    for (forced, plain) in [
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+    ] {
+        for option in [forced, plain] {
+            // SAFETY: a valid socket and an int option value of the right size.
+            let rc = unsafe {
+                libc::setsockopt(
+                    socket.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    option,
+                    (&SOCKET_BUFFER as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if rc == 0 {
+                break;
+            }
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! The systems a benchmark can run, by their stable names.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Everything `nicmsg bench` can measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum System {
+    /// nicmsg, with the engine mode given by `NICMSG_ENGINE` in the worker's environment.
+    Nicmsg,
+    /// TCP, sleeping in poll(2) when the socket is not ready.
+    TcpBlocking,
+    /// TCP, spinning on a non-blocking socket.
+    TcpBusy,
+    /// Raw UDP, spinning on a non-blocking socket, no reliability.
+    UdpBusy,
+    /// An installed program from another project, run by [`crate::external`].
+    External(crate::external::ExternalPeer),
+}
+
+impl System {
+    /// The in-project baselines, in the order they are run (before nicmsg, so that nicmsg's
+    /// rows can show ratios at once).
+    pub const IN_PROJECT_BASELINES: [System; 3] =
+        [System::UdpBusy, System::TcpBusy, System::TcpBlocking];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            System::Nicmsg => "nicmsg",
+            System::TcpBlocking => "tcp-blocking",
+            System::TcpBusy => "tcp-busy",
+            System::UdpBusy => "udp-busy",
+            System::External(peer) => peer.system(),
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            System::Nicmsg => "nicmsg",
+            System::TcpBlocking => "TCP (blocking)",
+            System::TcpBusy => "TCP (busy-polling)",
+            System::UdpBusy => "raw UDP (busy-polling, unreliable)",
+            System::External(peer) => peer.label(),
+        }
+    }
+
+    /// Every baseline: in-project first, then the external peers.
+    pub fn all_baselines() -> Vec<System> {
+        let mut all = System::IN_PROJECT_BASELINES.to_vec();
+        all.extend(crate::external::ExternalPeer::all().map(System::External));
+        all
+    }
+}
+
+impl fmt::Display for System {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for System {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        if text == "nicmsg" {
+            return Ok(System::Nicmsg);
+        }
+        System::all_baselines()
+            .into_iter()
+            .find(|system| system.name() == text)
+            .ok_or_else(|| {
+                let names: Vec<&str> = System::all_baselines().iter().map(|s| s.name()).collect();
+                format!("unknown system {text:?}; known: nicmsg, {}", names.join(", "))
+            })
+    }
+}

@@ -1,0 +1,198 @@
+//! Runs one series as a two-rank job under the launcher (`nicmsg run -n 2 [--netns ...] --
+//! nicmsg bench-worker ...`) and follows its progress file while it runs.
+
+use std::ffi::OsString;
+use std::fs;
+use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use nicmsg_bench::model::{Outcome, Point, Series};
+
+use super::args::BenchArgs;
+use super::plan::SeriesPlan;
+use crate::run::{self, RunArgs};
+
+/// How often the progress file is read while the job runs.
+const TAIL_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Runs `plan`; `on_point` sees each point as it is measured. Failures of the job become a
+/// series with [`Outcome::Failed`] (and the points measured before).
+pub fn run_series(
+    plan: &SeriesPlan,
+    args: &BenchArgs,
+    scratch: &Path,
+    on_point: &(dyn Fn(&Point) + Sync),
+) -> Series {
+    let progress = scratch.join(format!("{}-{:?}.progress", plan.name, plan.pattern));
+    let result = scratch.join(format!("{}-{:?}.json", plan.name, plan.pattern));
+    let _ = fs::remove_file(&progress);
+    let _ = fs::remove_file(&result);
+    let run_args = run_args(plan, args, &progress, &result);
+    let command = describe(&run_args);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let outcome = thread::scope(|scope| {
+        let tail = scope.spawn(|| follow(&progress, &stop, on_point));
+        let outcome = run::run(&run_args);
+        stop.store(true, Ordering::Release);
+        let points = tail.join().unwrap_or_default();
+        (outcome, points)
+    });
+    let (launch, points) = outcome;
+    let mut series = read_result(&result).unwrap_or_else(|| Series {
+        pattern: plan.pattern,
+        system: plan.name.clone(),
+        label: plan.label.clone(),
+        command: String::new(),
+        outcome: Outcome::Failed {
+            error: match &launch {
+                Ok(outcome) => format!("the job ended without a result ({outcome:?})"),
+                Err(error) => format!("the job did not start: {error}"),
+            },
+        },
+        points,
+    });
+    if series.command.is_empty() {
+        series.command = command;
+    } else {
+        series.command = format!("{command}\n  which ran: {}", series.command);
+    }
+    series
+}
+
+/// The launcher's arguments for this series.
+fn run_args(plan: &SeriesPlan, args: &BenchArgs, progress: &Path, result: &Path) -> RunArgs {
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("nicmsg"));
+    let sizes: Vec<String> = plan.sizes.iter().map(u64::to_string).collect();
+    let mut command: Vec<OsString> = vec![
+        exe.into(),
+        "bench-worker".into(),
+        "--pattern".into(),
+        pattern_name(plan).into(),
+        "--system".into(),
+        plan.system.name().into(),
+        "--name".into(),
+        plan.name.clone().into(),
+        "--label".into(),
+        plan.label.clone().into(),
+        "--sizes".into(),
+        sizes.join(",").into(),
+        "--mtu".into(),
+        args.mtu().to_string().into(),
+        "--progress".into(),
+        progress.into(),
+        "--result".into(),
+        result.into(),
+    ];
+    if args.quick {
+        command.push("--quick".into());
+    }
+    if let Some(reps) = args.reps {
+        command.push("--reps".into());
+        command.push(reps.to_string().into());
+    }
+    for setting in &plan.env {
+        command.push("--env".into());
+        command.push(setting.into());
+    }
+    RunArgs {
+        ranks: 2,
+        netns: args.netns(),
+        mtu: (args.netns() || args.mtu.is_some()).then(|| args.mtu()),
+        rate: args.link.map(|_| crate::units::Rate {
+            bits_per_sec: 1_000_000_000,
+        }),
+        loss: args.loss,
+        timeout: Some(args.job_timeout()),
+        engine: plan.engine,
+        command,
+    }
+}
+
+fn pattern_name(plan: &SeriesPlan) -> String {
+    serde_json::to_value(plan.pattern)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// The equivalent `nicmsg run` command line, for the record.
+fn describe(run_args: &RunArgs) -> String {
+    let mut words = vec!["nicmsg run -n 2".to_owned()];
+    if run_args.netns {
+        words.push("--netns".to_owned());
+    }
+    if let Some(mtu) = run_args.mtu {
+        words.push(format!("--mtu {mtu}"));
+    }
+    if let Some(rate) = run_args.rate {
+        words.push(format!("--rate {}bit", rate.bits_per_sec));
+    }
+    if let Some(loss) = run_args.loss {
+        words.push(format!("--loss {}%", loss.basis_points as f64 / 100.0));
+    }
+    if let Some(engine) = run_args.engine {
+        words.push(format!("--engine {}", super::plan::engine_name(engine)));
+    }
+    words.push("--".to_owned());
+    words.push("nicmsg".to_owned());
+    words.extend(
+        run_args.command[1..]
+            .iter()
+            .take_while(|w| *w != "--progress")
+            .map(|w| shell_word(&w.to_string_lossy())),
+    );
+    words.join(" ")
+}
+
+fn shell_word(word: &str) -> String {
+    if word.is_empty() || word.contains(|c: char| c.is_whitespace() || "()'\"$;&|".contains(c)) {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    } else {
+        word.to_owned()
+    }
+}
+
+/// Reads new lines of the progress file until `stop`; returns every point seen.
+fn follow(path: &Path, stop: &AtomicBool, on_point: &(dyn Fn(&Point) + Sync)) -> Vec<Point> {
+    let mut points = Vec::new();
+    let mut offset = 0u64;
+    let mut pending = String::new();
+    loop {
+        let stopping = stop.load(Ordering::Acquire);
+        if let Ok(mut file) = fs::File::open(path) {
+            if file.seek(SeekFrom::Start(offset)).is_ok() {
+                let mut reader = BufReader::new(file);
+                let mut line = String::new();
+                while let Ok(n) = reader.read_line(&mut line) {
+                    if n == 0 {
+                        break;
+                    }
+                    offset += n as u64;
+                    pending.push_str(&line);
+                    line.clear();
+                    if pending.ends_with('\n') {
+                        if let Ok(point) = serde_json::from_str::<Point>(pending.trim()) {
+                            on_point(&point);
+                            points.push(point);
+                        }
+                        pending.clear();
+                    }
+                }
+            }
+        }
+        if stopping {
+            return points;
+        }
+        thread::sleep(TAIL_INTERVAL);
+    }
+}
+
+fn read_result(path: &Path) -> Option<Series> {
+    let text = fs::read_to_string(path).ok()?;
+    serde_json::from_str(&text).ok()
+}

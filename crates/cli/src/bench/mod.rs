@@ -1,0 +1,133 @@
+//! `nicmsg bench`: the papers' measurements for nicmsg and its baselines, one system after the
+//! other on the same link, with a live table, `results.json`, plots and (with `--suite papers`)
+//! `bench-report.md`. See `docs/benchmarks.md`.
+
+pub mod args;
+mod environment;
+mod job;
+mod live;
+pub mod plan;
+
+use std::fs;
+use std::path::Path;
+
+use nicmsg_bench::model::{Pattern, Report, Series};
+
+pub use args::BenchArgs;
+use live::Live;
+use plan::{series_for, skipped, SeriesPlan};
+
+/// Runs the benchmarks; returns the exit status (0 unless something could not run at all or a
+/// nicmsg series failed).
+pub fn bench(args: &BenchArgs, command_line: String) -> i32 {
+    if args.loss.is_some() && !args.netns() {
+        eprintln!("nicmsg bench: --loss needs --netns (or --link)");
+        return crate::run::EXIT_LAUNCHER_ERROR;
+    }
+    let plans = match plan_all(args) {
+        Ok(plans) => plans,
+        Err(error) => {
+            eprintln!("nicmsg bench: {error}");
+            return crate::run::EXIT_LAUNCHER_ERROR;
+        }
+    };
+    if let Err(error) = fs::create_dir_all(&args.out) {
+        eprintln!("nicmsg bench: cannot create {}: {error}", args.out.display());
+        return crate::run::EXIT_LAUNCHER_ERROR;
+    }
+    let scratch = args.out.join("work");
+    let _ = fs::create_dir_all(&scratch);
+
+    let mut report = Report {
+        environment: environment(args, command_line),
+        series: Vec::new(),
+    };
+    let live = Live::new(plans.iter().map(|p| planned_points(p, args)).sum());
+    let mut nicmsg_failed = false;
+    let mut current: Option<Pattern> = None;
+    for plan in &plans {
+        if current != Some(plan.pattern) {
+            live.header(plan.pattern);
+            current = Some(plan.pattern);
+        }
+        let series = run_one(plan, args, &scratch, &live);
+        nicmsg_failed |= plan.system == nicmsg_bench::system::System::Nicmsg
+            && !matches!(series.outcome, nicmsg_bench::model::Outcome::Measured);
+        live.finish_series(&series, planned_points(plan, args));
+        report.series.push(series);
+        // Written after every series: an interrupted run keeps what it measured.
+        let _ = write_json(&report, &args.out);
+        if crate::signals::take().is_some() {
+            live.print("interrupted; results so far are in results.json".to_owned());
+            break;
+        }
+    }
+    live.done();
+    let _ = fs::remove_dir_all(&scratch);
+    match finish(&report, args) {
+        Ok(()) => i32::from(nicmsg_failed),
+        Err(error) => {
+            eprintln!("nicmsg bench: {error}");
+            1
+        }
+    }
+}
+
+fn plan_all(args: &BenchArgs) -> Result<Vec<SeriesPlan>, String> {
+    let mut plans = Vec::new();
+    for pattern in args.patterns() {
+        plans.extend(series_for(pattern, args)?);
+    }
+    Ok(plans)
+}
+
+fn planned_points(plan: &SeriesPlan, args: &BenchArgs) -> u64 {
+    let per_size = if plan.pattern == Pattern::Overlap {
+        let plan = if args.quick {
+            nicmsg_bench::patterns::Plan::quick()
+        } else {
+            nicmsg_bench::patterns::Plan::full()
+        };
+        plan.computes_us.len() as u64
+    } else {
+        1
+    };
+    plan.sizes.len() as u64 * per_size
+}
+
+fn run_one(plan: &SeriesPlan, args: &BenchArgs, scratch: &Path, live: &Live) -> Series {
+    if let Some(outcome) = &plan.skip {
+        return skipped(plan, outcome.clone());
+    }
+    live.start(plan.pattern, &plan.name);
+    let on_point = |point: &nicmsg_bench::model::Point| live.point(plan.pattern, &plan.name, point);
+    job::run_series(plan, args, scratch, &on_point)
+}
+
+fn environment(args: &BenchArgs, command_line: String) -> nicmsg_bench::model::Environment {
+    let mut env = environment::probe(command_line);
+    env.link = if args.link.is_some() {
+        "netns, 1 Gbit/s (tc tbf)".to_owned()
+    } else if args.netns() {
+        "netns".to_owned()
+    } else {
+        "loopback".to_owned()
+    };
+    env.mtu = args.mtu();
+    env.rate_bits_per_sec = args.link.map(|_| 1_000_000_000);
+    env.loss_percent = args.loss.map(|l| l.basis_points as f64 / 100.0);
+    env.quick = args.quick;
+    env
+}
+
+fn write_json(report: &Report, out: &Path) -> std::io::Result<()> {
+    let text = serde_json::to_string_pretty(report).expect("the report serialises");
+    fs::write(out.join("results.json"), text)
+}
+
+/// Results, plots and report; prints where they are.
+fn finish(report: &Report, args: &BenchArgs) -> Result<(), String> {
+    write_json(report, &args.out).map_err(|e| format!("writing results.json: {e}"))?;
+    println!("\nresults: {}", args.out.join("results.json").display());
+    Ok(())
+}

@@ -1,0 +1,184 @@
+//! Which series a pattern runs: the baselines first (so nicmsg's rows can show ratios), then
+//! nicmsg in each engine mode; for `offload`, RMPP's steps and the RSM position sweep.
+
+use nicmsg_bench::external::{self, ExternalPeer};
+use nicmsg_bench::model::{Outcome, Pattern, Series};
+use nicmsg_bench::sizes::{default_sweep, MAX_DEFAULT_SIZE, QUICK_SIZES};
+use nicmsg_bench::system::System;
+
+use super::args::BenchArgs;
+use crate::run::Engine;
+
+/// RMPP figure 8's positions of the RSM before the end of a window of cleared frames, plus the
+/// defaults' neighbourhood; the window is RMPP's 16 frames.
+pub const RSM_POSITIONS: [u32; 9] = [0, 1, 2, 4, 5, 8, 11, 14, 15];
+/// RMPP's CTS window: one RSM/CTS pair per 16 data frames.
+pub const RMPP_WINDOW: u32 = 16;
+/// EMP's overhead and overlap message size ("10 kB").
+pub const EMP_MESSAGE: u64 = 10 * 1024;
+
+/// One system's run of one pattern.
+#[derive(Debug, Clone)]
+pub struct SeriesPlan {
+    pub pattern: Pattern,
+    pub system: System,
+    /// Stable name in the JSON (`nicmsg-inline`, `nicmsg-inline-pre5`, `tcp-busy`, ...).
+    pub name: String,
+    pub label: String,
+    pub engine: Option<Engine>,
+    /// nicmsg settings, `NAME=VALUE`.
+    pub env: Vec<String>,
+    pub sizes: Vec<u64>,
+    /// Set when the series cannot run here (not installed, unsupported): recorded as is.
+    pub skip: Option<Outcome>,
+}
+
+/// The series of `pattern`, in running order.
+pub fn series_for(pattern: Pattern, args: &BenchArgs) -> Result<Vec<SeriesPlan>, String> {
+    let sizes = sizes_for(pattern, args);
+    let mut plans = Vec::new();
+    if pattern == Pattern::Offload {
+        return Ok(offload_series(args, &sizes));
+    }
+    for system in baselines(args)? {
+        plans.push(baseline(pattern, system, &sizes));
+    }
+    for &engine in &args.engines {
+        plans.push(nicmsg(pattern, engine, &sizes, Vec::new(), None));
+    }
+    Ok(plans)
+}
+
+/// Default sizes: the full sweep for latency and bandwidth, small messages for msgrate, EMP's
+/// 10 kB for overhead and overlap, rendezvous sizes for offload.
+pub fn sizes_for(pattern: Pattern, args: &BenchArgs) -> Vec<u64> {
+    if let Some(sizes) = &args.sizes {
+        return sizes.clone();
+    }
+    let quick = args.quick;
+    match pattern {
+        Pattern::Latency | Pattern::Bw | Pattern::Bibw if quick => QUICK_SIZES.to_vec(),
+        Pattern::Latency | Pattern::Bw | Pattern::Bibw => default_sweep(MAX_DEFAULT_SIZE),
+        Pattern::Msgrate if quick => vec![8, 1024],
+        Pattern::Msgrate => default_sweep(4096),
+        Pattern::Overhead | Pattern::Overlap => vec![EMP_MESSAGE],
+        Pattern::Offload if quick => vec![64 << 10, 1 << 20],
+        Pattern::Offload => default_sweep(MAX_DEFAULT_SIZE)
+            .into_iter()
+            .filter(|&s| s >= 16 << 10)
+            .collect(),
+    }
+}
+
+/// `--baselines`: all by default; `none`; or a list of names.
+fn baselines(args: &BenchArgs) -> Result<Vec<System>, String> {
+    let Some(names) = &args.baselines else {
+        return Ok(System::all_baselines());
+    };
+    if names.iter().any(|n| n == "all") {
+        return Ok(System::all_baselines());
+    }
+    names
+        .iter()
+        .filter(|n| n.as_str() != "none" && !n.is_empty())
+        .map(|n| match n.parse::<System>()? {
+            System::Nicmsg => Err("nicmsg is always measured; --baselines names the others".into()),
+            system => Ok(system),
+        })
+        .collect()
+}
+
+fn baseline(pattern: Pattern, system: System, sizes: &[u64]) -> SeriesPlan {
+    let skip = match system {
+        System::External(peer) => external_skip(peer, pattern),
+        _ => None,
+    };
+    SeriesPlan {
+        pattern,
+        system,
+        name: system.name().to_owned(),
+        label: system.label().to_owned(),
+        engine: None,
+        env: Vec::new(),
+        sizes: sizes.to_vec(),
+        skip,
+    }
+}
+
+fn external_skip(peer: ExternalPeer, pattern: Pattern) -> Option<Outcome> {
+    if let Err(reason) = external::supports(peer, pattern) {
+        return Some(Outcome::Unsupported { reason });
+    }
+    (!peer.is_installed()).then(|| Outcome::NotInstalled {
+        install: peer.install_hint().to_owned(),
+    })
+}
+
+fn nicmsg(
+    pattern: Pattern,
+    engine: Engine,
+    sizes: &[u64],
+    env: Vec<String>,
+    suffix: Option<String>,
+) -> SeriesPlan {
+    let mode = engine_name(engine);
+    let mut name = format!("nicmsg-{mode}");
+    let mut label = format!("nicmsg ({mode} engine)");
+    if let Some(suffix) = suffix {
+        name = format!("{name}-{suffix}");
+        label = format!("{label}, {suffix}");
+    }
+    SeriesPlan {
+        pattern,
+        system: System::Nicmsg,
+        name,
+        label,
+        engine: Some(engine),
+        env,
+        sizes: sizes.to_vec(),
+        skip: None,
+    }
+}
+
+/// RMPP's steps: protocol on the host's thread (inline) against an offload engine (thread), then
+/// the RSM moved earlier in each 16-frame window (Pre-0 .. Pre-15).
+fn offload_series(args: &BenchArgs, sizes: &[u64]) -> Vec<SeriesPlan> {
+    let mut plans: Vec<SeriesPlan> = [Engine::Inline, Engine::Thread]
+        .into_iter()
+        .map(|engine| nicmsg(Pattern::Offload, engine, sizes, Vec::new(), None))
+        .collect();
+    let positions: &[u32] = if args.quick { &[0, 15] } else { &RSM_POSITIONS };
+    for &pre in positions {
+        let env = vec![
+            format!("NICMSG_CTS_WINDOW={RMPP_WINDOW}"),
+            format!("NICMSG_RSM_PRE={pre}"),
+        ];
+        plans.push(nicmsg(
+            Pattern::Offload,
+            args.offload_engine,
+            sizes,
+            env,
+            Some(format!("pre{pre}")),
+        ));
+    }
+    plans
+}
+
+pub fn engine_name(engine: Engine) -> &'static str {
+    match engine {
+        Engine::Inline => "inline",
+        Engine::Thread => "thread",
+    }
+}
+
+/// A series that did not run, with its reason.
+pub fn skipped(plan: &SeriesPlan, outcome: Outcome) -> Series {
+    Series {
+        pattern: plan.pattern,
+        system: plan.name.clone(),
+        label: plan.label.clone(),
+        command: String::new(),
+        outcome,
+        points: Vec::new(),
+    }
+}
