@@ -347,10 +347,11 @@ impl Endpoint {
             if self.send_deadline(index).is_none_or(|d| d > now) {
                 continue;
             }
-            let op = self.sends.get_mut(index).expect("occupied");
-            let dst = op.dst;
-            let rto = self.peers[dst as usize].rto;
             let max_ns = self.config.rto_max_ns;
+            let dst = self.sends.get(index).expect("occupied").dst;
+            self.peers[dst as usize].rto.on_timeout(now, max_ns);
+            let rto = self.peers[dst as usize].rto;
+            let op = self.sends.get_mut(index).expect("occupied");
             let mut retries = op.collections.expire(now);
             if op.wait_deadline_ns.is_some_and(|d| d <= now) {
                 op.wait_retries += 1;

@@ -10,12 +10,15 @@ const TAG: u32 = 1;
 
 /// nicmsg between ranks 0 and 1.
 ///
-/// Requests borrow their buffers until they complete. The communicator is leaked and the buffers
-/// are never moved while a request uses them (the send buffer is allocated once at the largest
-/// size; a receive slot only grows while it is idle), so requests can be kept as
-/// `Request<'static>` inside the messenger.
+/// Requests borrow the communicator and their buffers until they complete. Neither moves while a
+/// request exists (the communicator is boxed; the send buffer is allocated once at the largest
+/// size; a receive slot only grows while it is idle), and [`Drop`] ends every request before
+/// the communicator and buffers go, so requests can be kept as `Request<'static>` inside the
+/// messenger.
 pub struct NicmsgMessenger {
     comm: &'static Comm,
+    /// Owner of `comm` (dropped last, which also prints `NICMSG_STATS`).
+    _comm_box: Box<Comm>,
     peer: u32,
     send_buffer: Vec<u8>,
     slots: Vec<Vec<u8>>,
@@ -26,7 +29,9 @@ pub struct NicmsgMessenger {
 impl NicmsgMessenger {
     /// Joins the job (`Comm::init`) and prepares a send buffer of `max_len` bytes.
     pub fn new(max_len: usize) -> Result<Self, BenchError> {
-        let comm: &'static Comm = Box::leak(Box::new(Comm::init()?));
+        let comm_box = Box::new(Comm::init()?);
+        // SAFETY: the box's heap address is stable and outlives every use (see the type's doc).
+        let comm: &'static Comm = unsafe { &*(&*comm_box as *const Comm) };
         if comm.size() != 2 {
             return Err(BenchError::Usage(format!(
                 "benchmarks run on 2 ranks, this job has {}",
@@ -35,6 +40,7 @@ impl NicmsgMessenger {
         }
         Ok(Self {
             comm,
+            _comm_box: comm_box,
             peer: 1 - comm.rank(),
             send_buffer: vec![0x5a; max_len.max(1)],
             slots: (0..MAX_WINDOW).map(|_| Vec::new()).collect(),
@@ -48,7 +54,7 @@ impl NicmsgMessenger {
     }
 
     /// The communicator, for engine mode and counters.
-    pub fn comm(&self) -> &'static Comm {
+    pub fn comm(&self) -> &Comm {
         self.comm
     }
 
