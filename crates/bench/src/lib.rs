@@ -6,3 +6,5 @@
 //! crate; see `docs/benchmarks.md`.
 
 pub mod model;
+pub mod targets;
+mod view;
