@@ -6,5 +6,9 @@
 //! crate; see `docs/benchmarks.md`.
 
 pub mod model;
+pub mod plot;
 pub mod targets;
 mod view;
+
+#[cfg(test)]
+mod fixture;
