@@ -33,7 +33,7 @@ use plotters::coord::{CoordTranslate, Shift};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::model::{Environment, Pattern, Point, Report, Series};
+use crate::model::{Pattern, Point, Report, Series};
 use crate::view::{self, format_size, format_value, size_in_words};
 
 /// Why the charts could not be written.
@@ -218,6 +218,32 @@ struct LineChart {
     lines: Vec<Line>,
 }
 
+impl LineChart {
+    /// A chart of `lines` whose axes `x_axis` and `y_axis` fit to all their points.
+    fn fitted(
+        lines: Vec<Line>,
+        (x_desc, y_desc): (&'static str, &'static str),
+        x_axis: fn(&[f64]) -> Axis,
+        y_axis: fn(&[f64]) -> Axis,
+    ) -> Body {
+        let xs: Vec<f64> = lines
+            .iter()
+            .flat_map(|l| l.points.iter().map(|p| p.0))
+            .collect();
+        let ys: Vec<f64> = lines
+            .iter()
+            .flat_map(|l| l.points.iter().map(|p| p.1))
+            .collect();
+        Body::Lines(LineChart {
+            x_desc,
+            y_desc,
+            x: x_axis(&xs),
+            y: y_axis(&ys),
+            lines,
+        })
+    }
+}
+
 /// EMP table 2 as bars: one group per system, one bar per call.
 struct BarChart {
     y_desc: &'static str,
@@ -246,7 +272,7 @@ const WIDTH: u32 = 1000;
 const HEIGHT: u32 = 600;
 
 fn charts(report: &Report) -> Vec<Chart> {
-    let setting = environment_line(&report.environment);
+    let setting = view::environment_line(&report.environment);
     let mut charts = Vec::new();
     for pattern in view::ALL_PATTERNS {
         let bodies = match pattern {
@@ -267,37 +293,7 @@ fn charts(report: &Report) -> Vec<Chart> {
     charts
 }
 
-/// "link netns, MTU 1500 B, limited to 1 Gb/s, 0.5 % loss": what makes two runs comparable.
-fn environment_line(environment: &Environment) -> String {
-    let link = if environment.link.is_empty() {
-        "?"
-    } else {
-        &environment.link
-    };
-    let mut parts = vec![format!("link {link}"), format!("MTU {} B", environment.mtu)];
-    if let Some(rate) = environment.rate_bits_per_sec {
-        parts.push(format!("limited to {}", format_rate(rate)));
-    }
-    if let Some(loss) = environment.loss_percent {
-        parts.push(format!("{loss} % loss"));
-    }
-    if environment.quick {
-        parts.push("--quick (few repetitions)".into());
-    }
-    if !environment.commit.is_empty() {
-        parts.push(format!("commit {}", environment.commit));
-    }
-    parts.join(", ")
-}
-
-fn format_rate(bits_per_sec: u64) -> String {
-    match bits_per_sec {
-        b if b >= 1_000_000_000 && b % 1_000_000_000 == 0 => format!("{} Gb/s", b / 1_000_000_000),
-        b if b >= 1_000_000 && b % 1_000_000 == 0 => format!("{} Mb/s", b / 1_000_000),
-        b => format!("{b} b/s"),
-    }
-}
-
+/// A chart's file stem, title (after the pattern name) and content.
 type Titled = (&'static str, &'static str, Body);
 
 /// Latency, bw, bibw, msgrate and offload: the headline value against message size.
@@ -322,30 +318,14 @@ fn size_chart(report: &Report, pattern: Pattern) -> Option<Titled> {
             "bandwidth (MB/s)",
         ),
     };
-    let xs = coordinates(&lines, |p| p.0);
-    let ys = coordinates(&lines, |p| p.1);
     // Latency spans decades (a few us to milliseconds at 4 MiB): log-log like the papers.
-    let y = if pattern == Pattern::Latency {
-        Axis::log(&ys)
-    } else {
-        Axis::linear(&ys)
+    let y_axis = match pattern {
+        Pattern::Latency => Axis::log,
+        _ => Axis::linear,
     };
-    let x_desc = "message size (bytes)";
-    Some((
-        stem_of(pattern),
-        title,
-        Body::Lines(LineChart {
-            x_desc,
-            y_desc,
-            x: Axis::sizes(&xs),
-            y,
-            lines,
-        }),
-    ))
-}
-
-fn stem_of(pattern: Pattern) -> &'static str {
-    view::pattern_name(pattern)
+    let descs = ("message size (bytes)", y_desc);
+    let chart = LineChart::fitted(lines, descs, Axis::sizes, y_axis);
+    Some((view::pattern_name(pattern), title, chart))
 }
 
 /// One line per series, from the points `xy` maps (points it rejects, or with a non-finite
@@ -371,13 +351,6 @@ fn sorted_points(points: impl Iterator<Item = (f64, f64)>) -> Vec<(f64, f64)> {
     points
 }
 
-fn coordinates(lines: &[Line], pick: impl Fn(&(f64, f64)) -> f64) -> Vec<f64> {
-    lines
-        .iter()
-        .flat_map(|l| l.points.iter().map(&pick))
-        .collect()
-}
-
 /// EMP figure 6 and RMPP figures 10-11, one line per system and message size.
 fn overlap_charts(report: &Report) -> Vec<Titled> {
     let series = view::measured(report, Pattern::Overlap);
@@ -388,63 +361,43 @@ fn overlap_charts(report: &Report) -> Vec<Titled> {
     let effective = overlap_lines(&series, |p, o| {
         Some((p.compute_us?, o.effective_mbytes_per_sec))
     });
-    let compute_desc = "computation per iteration (us)";
-    let mut charts = Vec::new();
-    if !throughput.is_empty() {
-        let (xs, ys) = (
-            coordinates(&throughput, |p| p.0),
-            coordinates(&throughput, |p| p.1),
-        );
-        let chart = LineChart {
-            x_desc: "fraction of the loop spent computing",
-            y_desc: "throughput, sent + received (MB/s)",
-            x: Axis::fraction(&xs),
-            y: Axis::linear(&ys),
-            lines: throughput,
-        };
-        charts.push((
+    let compute = "computation per iteration (us)";
+    let charts = [
+        (
             "overlap-throughput",
             "throughput vs CPU fraction",
-            Body::Lines(chart),
-        ));
-    }
-    if !availability.is_empty() {
-        let (xs, ys) = (
-            coordinates(&availability, |p| p.0),
-            coordinates(&availability, |p| p.1),
-        );
-        let chart = LineChart {
-            x_desc: compute_desc,
-            y_desc: "processor availability",
-            x: Axis::compute(&xs),
-            y: Axis::fraction(&ys),
-            lines: availability,
-        };
-        charts.push((
+            throughput,
+            (
+                "fraction of the loop spent computing",
+                "throughput, sent + received (MB/s)",
+            ),
+            Axis::fraction as fn(&[f64]) -> Axis,
+            Axis::linear as fn(&[f64]) -> Axis,
+        ),
+        (
             "overlap-availability",
             "availability vs computation",
-            Body::Lines(chart),
-        ));
-    }
-    if !effective.is_empty() {
-        let (xs, ys) = (
-            coordinates(&effective, |p| p.0),
-            coordinates(&effective, |p| p.1),
-        );
-        let chart = LineChart {
-            x_desc: compute_desc,
-            y_desc: "availability x throughput (MB/s)",
-            x: Axis::compute(&xs),
-            y: Axis::linear(&ys),
-            lines: effective,
-        };
-        charts.push((
+            availability,
+            (compute, "processor availability"),
+            Axis::compute,
+            Axis::fraction,
+        ),
+        (
             "overlap-effective",
             "effective bandwidth vs computation",
-            Body::Lines(chart),
-        ));
-    }
+            effective,
+            (compute, "availability x throughput (MB/s)"),
+            Axis::compute,
+            Axis::linear,
+        ),
+    ];
     charts
+        .into_iter()
+        .filter(|chart| !chart.2.is_empty())
+        .map(|(stem, title, lines, descs, x_axis, y_axis)| {
+            (stem, title, LineChart::fitted(lines, descs, x_axis, y_axis))
+        })
+        .collect()
 }
 
 /// Lines of overlap points; a series that swept several message sizes gets one line per size,

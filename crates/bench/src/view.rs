@@ -3,7 +3,7 @@
 //! how sizes and values are printed. Kept in one place so that a chart, its table and the
 //! targets never disagree about what "the bandwidth at 1 MiB" means.
 
-use crate::model::{Outcome, Pattern, Point, Report, Series};
+use crate::model::{Environment, Outcome, Pattern, Point, Report, Series};
 
 /// Every pattern, in the order the report presents them (the papers' order: latency first).
 pub(crate) const ALL_PATTERNS: [Pattern; 7] = [
@@ -93,7 +93,8 @@ pub(crate) fn point_at(series: &Series, size: u64) -> Option<&Point> {
     series.points.iter().find(|p| p.size == size)
 }
 
-/// The number a size-swept pattern is judged by, with its unit and which way is better.
+/// The number a size-swept pattern is judged by, with its unit (rates are derived from the
+/// median time, so they are the median rate).
 #[derive(Clone, Copy)]
 pub(crate) struct Headline {
     pub what: &'static str,
@@ -106,22 +107,22 @@ pub(crate) struct Headline {
 pub(crate) fn headline(pattern: Pattern) -> Option<Headline> {
     match pattern {
         Pattern::Latency => Some(Headline {
-            what: "latency (half round trip, median)",
+            what: "half round trip",
             unit: "us",
             value: |p| Some(p.time_us.median),
         }),
         Pattern::Bw | Pattern::Offload => Some(Headline {
-            what: "bandwidth (from the median)",
+            what: "bandwidth",
             unit: "MB/s",
             value: |p| p.mbytes_per_sec,
         }),
         Pattern::Bibw => Some(Headline {
-            what: "bidirectional bandwidth, both directions (from the median)",
+            what: "bandwidth, both directions together",
             unit: "MB/s",
             value: |p| p.mbytes_per_sec,
         }),
         Pattern::Msgrate => Some(Headline {
-            what: "message rate (from the median)",
+            what: "message rate",
             unit: "msgs/s",
             value: |p| p.msgs_per_sec,
         }),
@@ -168,7 +169,9 @@ pub(crate) fn size_in_words(bytes: u64) -> String {
 /// many that a table of microseconds reads like noise.
 pub(crate) fn format_value(value: f64) -> String {
     let magnitude = value.abs();
-    if magnitude >= 100.0 {
+    if value == 0.0 {
+        "0".to_string()
+    } else if magnitude >= 100.0 {
         format!("{value:.0}")
     } else if magnitude >= 10.0 {
         format!("{value:.1}")
@@ -212,6 +215,37 @@ pub(crate) fn median(values: &mut [f64]) -> Option<f64> {
     } else {
         values[mid]
     })
+}
+
+/// "link netns, MTU 1500 B, limited to 1 Gb/s, 0.5 % loss": what makes two runs comparable.
+pub(crate) fn environment_line(environment: &Environment) -> String {
+    let link = if environment.link.is_empty() {
+        "?"
+    } else {
+        &environment.link
+    };
+    let mut parts = vec![format!("link {link}"), format!("MTU {} B", environment.mtu)];
+    if let Some(rate) = environment.rate_bits_per_sec {
+        parts.push(format!("limited to {}", format_rate(rate)));
+    }
+    if let Some(loss) = environment.loss_percent {
+        parts.push(format!("{loss} % loss"));
+    }
+    if environment.quick {
+        parts.push("--quick (few repetitions)".into());
+    }
+    if !environment.commit.is_empty() {
+        parts.push(format!("commit {}", environment.commit));
+    }
+    parts.join(", ")
+}
+
+fn format_rate(bits_per_sec: u64) -> String {
+    match bits_per_sec {
+        b if b >= 1_000_000_000 && b % 1_000_000_000 == 0 => format!("{} Gb/s", b / 1_000_000_000),
+        b if b >= 1_000_000 && b % 1_000_000 == 0 => format!("{} Mb/s", b / 1_000_000),
+        b => format!("{b} b/s"),
+    }
 }
 
 #[cfg(test)]
