@@ -7,6 +7,7 @@
 
 pub mod model;
 pub mod plot;
+pub mod report;
 pub mod targets;
 mod view;
 
