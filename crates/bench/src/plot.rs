@@ -102,25 +102,34 @@ fn register_font() -> Result<(), PlotError> {
 }
 
 fn load_and_register_font() -> Result<(), String> {
-    let from_env = std::env::var_os(FONT_ENV).map(PathBuf::from);
-    let candidates: Vec<PathBuf> = from_env
-        .into_iter()
-        .chain(FONT_PATHS.iter().map(PathBuf::from))
-        .collect();
-    let Some((path, bytes)) = candidates
-        .iter()
-        .find_map(|p| Some((p, std::fs::read(p).ok()?)))
-    else {
-        let tried: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
-        return Err(format!(
-            "no TrueType font to draw chart text (tried {}); install the Debian package \
-             fonts-dejavu-core (apt-get install fonts-dejavu-core) or set {FONT_ENV} to a .ttf file",
-            tried.join(", ")
-        ));
+    let (path, bytes) = match std::env::var_os(FONT_ENV) {
+        // An explicit choice that cannot be read is an error, not a reason to pick another.
+        Some(path) => {
+            let path = PathBuf::from(path);
+            let bytes = std::fs::read(&path)
+                .map_err(|e| format!("{FONT_ENV}={}: cannot read it: {e}", path.display()))?;
+            (path, bytes)
+        }
+        None => find_font(&FONT_PATHS)?,
     };
     let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
     plotters::style::register_font(FONT, FontStyle::Normal, bytes)
         .map_err(|_| format!("{} is not a usable TrueType/OpenType font", path.display()))
+}
+
+/// The first of `candidates` that can be read, or an error that says what to install.
+fn find_font(candidates: &[&str]) -> Result<(PathBuf, Vec<u8>), String> {
+    candidates
+        .iter()
+        .find_map(|p| Some((PathBuf::from(p), std::fs::read(p).ok()?)))
+        .ok_or_else(|| {
+            format!(
+                "no TrueType font to draw chart text (tried {}); install the Debian package \
+                 fonts-dejavu-core (apt-get install fonts-dejavu-core) or set {FONT_ENV} to a \
+                 .ttf file",
+                candidates.join(", ")
+            )
+        })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1046,6 +1055,16 @@ mod tests {
         assert_eq!(format_tick(1_500_000.0), "1.5M");
         assert_eq!(nice_step(0.13), 0.2);
         assert_eq!(nice_step(130.0), 200.0);
+    }
+
+    #[test]
+    fn missing_font_names_the_package_to_install() {
+        let error = find_font(&["/nonexistent/font.ttf"]).unwrap_err();
+        assert!(
+            error.contains("apt-get install fonts-dejavu-core"),
+            "{error}"
+        );
+        assert!(error.contains("/nonexistent/font.ttf"), "{error}");
     }
 
     #[test]
