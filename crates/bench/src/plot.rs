@@ -440,17 +440,16 @@ fn overlap_lines(
 
 /// EMP table 2 as grouped bars; systems without a per-call breakdown are left out.
 fn overhead_chart(report: &Report) -> Option<Titled> {
-    const TEN_KB: u64 = 10 * 1024;
     let mut groups = Vec::new();
     let mut values = Vec::new();
     for s in view::measured(report, Pattern::Overhead) {
-        let Some(point) = view::point_at(s, TEN_KB).or_else(|| s.points.first()) else {
+        let Some(point) = view::overhead_point(s) else {
             continue;
         };
         let Some(o) = point.overhead else { continue };
         // A point at another size than the others' 10 KB says so under its bar.
         let group = match point.size {
-            TEN_KB => s.system.clone(),
+            view::TEN_KB => s.system.clone(),
             size => format!("{} ({})", s.system, format_size(size)),
         };
         groups.push(group);

@@ -234,7 +234,6 @@ fn cell(value: Option<f64>, reference: Option<f64>) -> String {
 
 /// EMP table 2: one row per system at 10 KiB (or the size it measured).
 fn overhead_table(series: &[&Series], reference: Option<&str>) -> Table {
-    const TEN_KB: u64 = 10 * 1024;
     let header = [
         "system",
         "size",
@@ -243,20 +242,15 @@ fn overhead_table(series: &[&Series], reference: Option<&str>) -> Table {
         "wait",
         "total",
     ];
-    let pick = |s: &Series| {
-        view::point_at(s, TEN_KB)
-            .or_else(|| s.points.first())
-            .cloned()
-    };
-    let total = |s: &Series| pick(s).map(|p| overhead_total(&p));
     let base = series
         .iter()
         .find(|s| Some(s.system.as_str()) == reference)
-        .and_then(|s| total(s));
+        .and_then(|s| view::overhead_point(s))
+        .map(view::overhead_total);
     let rows = series
         .iter()
         .filter_map(|s| {
-            let point = pick(s)?;
+            let point = view::overhead_point(s)?;
             let calls = point
                 .overhead
                 .map(|o| [o.post_send_us, o.post_recv_us, o.wait_us]);
@@ -264,7 +258,7 @@ fn overhead_table(series: &[&Series], reference: Option<&str>) -> Table {
             row.extend((0..3).map(|i| cell(calls.map(|c| c[i].median), None)));
             let is_reference = Some(s.system.as_str()) == reference;
             row.push(cell(
-                Some(overhead_total(&point)),
+                Some(view::overhead_total(point)),
                 base.filter(|_| !is_reference),
             ));
             Some(row)
@@ -273,14 +267,6 @@ fn overhead_table(series: &[&Series], reference: Option<&str>) -> Table {
     Table {
         header: header.map(String::from).to_vec(),
         rows,
-    }
-}
-
-/// As in `targets`: the per-call breakdown when present, else the point's main time.
-fn overhead_total(point: &crate::model::Point) -> f64 {
-    match point.overhead {
-        Some(o) => o.post_send_us.median + o.post_recv_us.median + o.wait_us.median,
-        None => point.time_us.median,
     }
 }
 

@@ -12,8 +12,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Environment, Pattern, Point, Report, Series};
-use crate::view::{self, format_value, size_in_words};
+use crate::model::{Environment, Pattern, Report, Series};
+use crate::view::{self, format_value, overhead_point, overhead_total, size_in_words, TEN_KB};
 
 /// Whether a target holds in this run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,8 +65,6 @@ pub struct TargetCheck {
 const LATENCY_SIZE: u64 = 8;
 /// The message size of the bandwidth targets: large enough to be at the asymptote.
 const BANDWIDTH_SIZE: u64 = 1 << 20;
-/// The message size of the overhead and overlap measurements (EMP table 2, RMPP fig. 9-11).
-const TEN_KB: u64 = 10 * 1024;
 /// `--link gige` limits each link to this rate; only then is the absolute bound meaningful.
 const GIGE_BITS_PER_SEC: u64 = 1_000_000_000;
 
@@ -275,20 +273,6 @@ fn gige_check(environment: &Environment, ours: &Lookup) -> TargetCheck {
     }
 }
 
-/// Post-send + post-receive + wait of one message: from the per-call breakdown when present,
-/// else the point's main time, which the runner defines as that sum.
-fn overhead_total(point: &Point) -> f64 {
-    match &point.overhead {
-        Some(o) => o.post_send_us.median + o.post_recv_us.median + o.wait_us.median,
-        None => point.time_us.median,
-    }
-}
-
-/// The overhead point of a series: the 10 KB one, else the first (named in the text).
-fn overhead_point(series: &Series) -> Option<&Point> {
-    view::point_at(series, TEN_KB).or_else(|| series.points.first())
-}
-
 fn overhead_checks(report: &Report) -> Vec<TargetCheck> {
     let wait_name = "wait overhead";
     let wait_goal = "nicmsg wait median <= 3 us per message";
@@ -455,7 +439,7 @@ fn cliff_check(series: &Series, goal: &str) -> TargetCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Outcome, Overhead, Overlap, Summary};
+    use crate::model::{Outcome, Overhead, Overlap, Point, Summary};
 
     fn summary(median: f64) -> Summary {
         Summary {

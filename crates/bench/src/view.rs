@@ -93,6 +93,25 @@ pub(crate) fn point_at(series: &Series, size: u64) -> Option<&Point> {
     series.points.iter().find(|p| p.size == size)
 }
 
+/// The message size of the overhead and overlap measurements (EMP table 2, RMPP figures
+/// 9-11).
+pub(crate) const TEN_KB: u64 = 10 * 1024;
+
+/// The point an overhead series is read at: the 10 KB one, else its first (whose size the
+/// readers then print, so a different size is never passed off as 10 KB).
+pub(crate) fn overhead_point(series: &Series) -> Option<&Point> {
+    point_at(series, TEN_KB).or_else(|| series.points.first())
+}
+
+/// Post-send + post-receive + wait of one message: from the per-call breakdown when present,
+/// else the point's main time, which the runner defines as that sum.
+pub(crate) fn overhead_total(point: &Point) -> f64 {
+    match &point.overhead {
+        Some(o) => o.post_send_us.median + o.post_recv_us.median + o.wait_us.median,
+        None => point.time_us.median,
+    }
+}
+
 /// The number a size-swept pattern is judged by, with its unit (rates are derived from the
 /// median time, so they are the median rate).
 #[derive(Clone, Copy)]
