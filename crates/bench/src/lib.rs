@@ -9,7 +9,8 @@
 //! * [`patterns`]: the papers' loops, written once against [`messenger::Messenger`];
 //! * [`messenger`]: nicmsg, TCP (blocking, busy-polling) and raw UDP behind that interface;
 //! * [`external`]: NetPIPE, libfabric `fi_pingpong` and `ucx_perftest`, run as installed;
-//! * [`worker`]: what each rank of a benchmark job runs (`nicmsg bench-worker`).
+//! * [`worker`]: what each rank of a benchmark job runs (`nicmsg bench-worker`);
+//! * [`plot`], [`report`], [`targets`]: charts, `bench-report.md`, and the targets judged.
 
 pub mod compute;
 mod error;
@@ -17,9 +18,16 @@ pub mod external;
 pub mod messenger;
 pub mod model;
 pub mod patterns;
+pub mod plot;
+pub mod report;
 pub mod sizes;
 pub mod stats;
 pub mod system;
+pub mod targets;
+mod view;
 pub mod worker;
+
+#[cfg(test)]
+mod fixture;
 
 pub use error::BenchError;

@@ -1,0 +1,711 @@
+//! The issue's performance targets, checked against a [`Report`].
+//!
+//! Each target compares nicmsg with a baseline measured in the same run (so that the machine
+//! and the link cancel out) or with an absolute bound. A target whose numbers are missing (the
+//! peer is not installed, the pattern was not run, the size was not swept) is
+//! [`Verdict::NotMeasured`] and says what is missing, never silently met.
+//!
+//! For latency and bandwidth nicmsg is represented by its best engine mode (`nicmsg-inline` or
+//! `nicmsg-thread`, whichever did better at the target's size), and the text names it.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Environment, Pattern, Report, Series};
+use crate::view::{self, format_value, overhead_point, overhead_total, size_in_words, TEN_KB};
+
+/// Whether a target holds in this run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Met,
+    Missed,
+    /// A number the target needs is absent; `TargetCheck::measured` says which and why.
+    NotMeasured,
+}
+
+impl Verdict {
+    fn from_holds(holds: bool) -> Self {
+        if holds {
+            Verdict::Met
+        } else {
+            Verdict::Missed
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Met => "met",
+            Verdict::Missed => "MISSED",
+            Verdict::NotMeasured => "not measured",
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One target: what it asks, what this run measured, and the verdict.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TargetCheck {
+    /// Short stable name, e.g. "8 B latency vs udp-busy".
+    pub name: String,
+    /// The bound, e.g. "<= 1.15 x udp-busy".
+    pub goal: String,
+    /// The numbers behind the verdict, or what is missing.
+    pub measured: String,
+    pub verdict: Verdict,
+}
+
+/// The message size of the latency targets (EMP/RMPP's small-message latency).
+const LATENCY_SIZE: u64 = 8;
+/// The message size of the bandwidth targets: large enough to be at the asymptote.
+const BANDWIDTH_SIZE: u64 = 1 << 20;
+/// `--link gige` limits each link to this rate; only then is the absolute bound meaningful.
+const GIGE_BITS_PER_SEC: u64 = 1_000_000_000;
+
+/// The engine modes whose best result stands for nicmsg in latency and bandwidth targets.
+const NICMSG_MODES: [&str; 2] = ["nicmsg-inline", "nicmsg-thread"];
+
+/// Every target of the issue, in the order the report lists them.
+pub fn evaluate(report: &Report) -> Vec<TargetCheck> {
+    let mut checks = latency_checks(report);
+    checks.extend(bandwidth_checks(report));
+    checks.extend(overhead_checks(report));
+    checks.push(overlap_check(report));
+    checks.extend(cliff_checks(report));
+    checks
+}
+
+/// A number with who measured it, for the `measured` column.
+struct Value {
+    who: String,
+    value: f64,
+    unit: &'static str,
+    /// Context after the number, e.g. the engine mode that was not chosen.
+    note: Option<String>,
+}
+
+impl Value {
+    fn new(who: String, value: f64, unit: &'static str) -> Self {
+        Value {
+            who,
+            value,
+            unit,
+            note: None,
+        }
+    }
+
+    fn describe(&self) -> String {
+        let number = format!("{} {} {}", self.who, format_value(self.value), self.unit);
+        match &self.note {
+            Some(note) => format!("{number} ({note})"),
+            None => number,
+        }
+    }
+}
+
+/// A value, or the reason it is missing.
+type Lookup = Result<Value, String>;
+
+/// `ours / theirs` checked by `holds`; not measured when either side is missing.
+fn ratio_check(
+    name: &str,
+    goal: String,
+    ours: &Lookup,
+    theirs: &Lookup,
+    holds: impl Fn(f64) -> bool,
+) -> TargetCheck {
+    let (verdict, measured) = match (ours, theirs) {
+        (Ok(a), Ok(b)) if b.value > 0.0 => {
+            let ratio = a.value / b.value;
+            let text = format!("{} vs {} = {ratio:.2}x", a.describe(), b.describe());
+            (Verdict::from_holds(holds(ratio)), text)
+        }
+        (Ok(_), Ok(b)) => (Verdict::NotMeasured, format!("{} is zero", b.describe())),
+        _ => {
+            let missing: Vec<&str> = [ours, theirs]
+                .into_iter()
+                .filter_map(|l| l.as_ref().err().map(String::as_str))
+                .collect();
+            (Verdict::NotMeasured, missing.join("; "))
+        }
+    };
+    TargetCheck {
+        name: name.to_string(),
+        goal,
+        measured,
+        verdict,
+    }
+}
+
+fn not_measured(name: &str, goal: &str, why: String) -> TargetCheck {
+    TargetCheck {
+        name: name.to_string(),
+        goal: goal.to_string(),
+        measured: why,
+        verdict: Verdict::NotMeasured,
+    }
+}
+
+/// Why `system` has no usable point of `size` under `pattern`, in words.
+fn absence(report: &Report, pattern: Pattern, system: &str, size: u64) -> String {
+    let pattern_name = view::pattern_name(pattern);
+    match view::find_any(report, pattern, system) {
+        None => format!("{system}: no {pattern_name} series in this run"),
+        Some(s) if !view::has_data(s) => {
+            format!("{system}: {}", view::outcome_summary(&s.outcome))
+        }
+        Some(_) => format!("{system}: no {} {pattern_name} point", size_in_words(size)),
+    }
+}
+
+/// `system`'s headline value (latency, bandwidth, ...) at `size`.
+fn system_value(report: &Report, pattern: Pattern, system: &str, size: u64) -> Lookup {
+    let headline = view::headline(pattern).expect("size-swept pattern");
+    view::find(report, pattern, system)
+        .and_then(|s| view::point_at(s, size))
+        .and_then(|p| (headline.value)(p))
+        .map(|value| Value::new(system.to_string(), value, headline.unit))
+        .ok_or_else(|| absence(report, pattern, system, size))
+}
+
+/// nicmsg's best engine mode at `size`: the lowest value when `lower_is_better`, else the
+/// highest. The other mode's number is named too, so the reader sees the choice.
+fn best_nicmsg(report: &Report, pattern: Pattern, size: u64, lower_is_better: bool) -> Lookup {
+    let mut found: Vec<Value> = NICMSG_MODES
+        .iter()
+        .filter_map(|mode| system_value(report, pattern, mode, size).ok())
+        .collect();
+    found.sort_by(|a, b| a.value.total_cmp(&b.value));
+    if !lower_is_better {
+        found.reverse();
+    }
+    let mut found = found.into_iter();
+    let Some(mut best) = found.next() else {
+        let reasons: Vec<String> = NICMSG_MODES
+            .iter()
+            .map(|mode| absence(report, pattern, mode, size))
+            .collect();
+        return Err(reasons.join("; "));
+    };
+    if let Some(other) = found.next() {
+        best.note = Some(format!("best mode; {}", other.describe()));
+    }
+    Ok(best)
+}
+
+fn latency_checks(report: &Report) -> Vec<TargetCheck> {
+    let ours = best_nicmsg(report, Pattern::Latency, LATENCY_SIZE, true);
+    let name = |peer: &str| format!("{} latency vs {peer}", size_in_words(LATENCY_SIZE));
+    let peer = |system: &str| system_value(report, Pattern::Latency, system, LATENCY_SIZE);
+    vec![
+        ratio_check(
+            &name("udp-busy"),
+            "<= 1.15 x udp-busy".into(),
+            &ours,
+            &peer("udp-busy"),
+            |r| r <= 1.15,
+        ),
+        ratio_check(
+            &name("fi-udp-rxd"),
+            "<= 0.5 x fi-udp-rxd".into(),
+            &ours,
+            &peer("fi-udp-rxd"),
+            |r| r <= 0.5,
+        ),
+        ratio_check(
+            &name("ucx-tcp"),
+            "< ucx-tcp".into(),
+            &ours,
+            &peer("ucx-tcp"),
+            |r| r < 1.0,
+        ),
+    ]
+}
+
+fn bandwidth_checks(report: &Report) -> Vec<TargetCheck> {
+    let ours = best_nicmsg(report, Pattern::Bw, BANDWIDTH_SIZE, false);
+    let name = format!("{} bandwidth vs TCP", size_in_words(BANDWIDTH_SIZE));
+    // Busy-polling TCP is the fair peer of a busy-polling library; blocking TCP stands in
+    // when the busy variant is missing, and the goal says so.
+    let busy = system_value(report, Pattern::Bw, "tcp-busy", BANDWIDTH_SIZE);
+    let (goal, tcp) = match busy {
+        Ok(v) => (">= 0.9 x tcp-busy".to_string(), Ok(v)),
+        Err(why) => (
+            format!(">= 0.9 x tcp-blocking (tcp-busy unavailable: {why})"),
+            system_value(report, Pattern::Bw, "tcp-blocking", BANDWIDTH_SIZE),
+        ),
+    };
+    vec![
+        ratio_check(&name, goal, &ours, &tcp, |r| r >= 0.9),
+        gige_check(&report.environment, &ours),
+    ]
+}
+
+/// The absolute bound applies only on a link limited to 1 Gb/s, where 940 Mb/s is what TCP
+/// reaches after Ethernet and IP framing.
+fn gige_check(environment: &Environment, ours: &Lookup) -> TargetCheck {
+    let name = format!("{} bandwidth on GigE", size_in_words(BANDWIDTH_SIZE));
+    let goal = ">= 940 Mb/s";
+    if environment.rate_bits_per_sec != Some(GIGE_BITS_PER_SEC) {
+        return not_measured(
+            &name,
+            goal,
+            "link not limited to 1 Gb/s (--link gige)".into(),
+        );
+    }
+    match ours {
+        Ok(v) => {
+            let mbits = v.value * 8.0;
+            TargetCheck {
+                name,
+                goal: goal.into(),
+                measured: format!("{} = {mbits:.0} Mb/s", v.describe()),
+                verdict: Verdict::from_holds(mbits >= 940.0),
+            }
+        }
+        Err(why) => not_measured(&name, goal, why.clone()),
+    }
+}
+
+fn overhead_checks(report: &Report) -> Vec<TargetCheck> {
+    let wait_name = "wait overhead";
+    let wait_goal = "nicmsg wait median <= 3 us per message";
+    let total_name = "overhead vs TCP";
+    let total_goal = "post-send + post-recv + wait <= 0.25 x tcp-blocking";
+    // The engine mode with the lower total cost stands for nicmsg in both checks.
+    let best = NICMSG_MODES
+        .iter()
+        .filter_map(|mode| view::find(report, Pattern::Overhead, mode))
+        .filter_map(|s| overhead_point(s).map(|p| (s, p)))
+        .min_by(|a, b| overhead_total(a.1).total_cmp(&overhead_total(b.1)));
+    let Some((series, point)) = best else {
+        let why: Vec<String> = NICMSG_MODES
+            .iter()
+            .map(|mode| absence(report, Pattern::Overhead, mode, TEN_KB))
+            .collect();
+        return vec![
+            not_measured(wait_name, wait_goal, why.join("; ")),
+            not_measured(total_name, total_goal, why.join("; ")),
+        ];
+    };
+    let who = format!("{} at {}", series.system, size_in_words(point.size));
+    let wait = match &point.overhead {
+        Some(o) => TargetCheck {
+            name: wait_name.into(),
+            goal: wait_goal.into(),
+            measured: format!("{who}: wait {} us", format_value(o.wait_us.median)),
+            verdict: Verdict::from_holds(o.wait_us.median <= 3.0),
+        },
+        None => not_measured(
+            wait_name,
+            wait_goal,
+            format!("{who}: no per-call breakdown"),
+        ),
+    };
+    let ours = Ok(Value::new(who, overhead_total(point), "us"));
+    let tcp = view::find(report, Pattern::Overhead, "tcp-blocking")
+        .and_then(|s| overhead_point(s).map(|p| (s, p)))
+        .map(|(s, p)| {
+            let who = format!("{} at {}", s.system, size_in_words(p.size));
+            Value::new(who, overhead_total(p), "us")
+        })
+        .ok_or_else(|| absence(report, Pattern::Overhead, "tcp-blocking", TEN_KB));
+    vec![
+        wait,
+        ratio_check(total_name, total_goal.into(), &ours, &tcp, |r| r <= 0.25),
+    ]
+}
+
+/// RMPP's processor availability with the thread engine, where progress happens beside the
+/// computation. The median over the computation sweep (compute > 0; with no computation there
+/// is nothing to be available for) is judged, so one lucky or unlucky amount does not decide.
+fn overlap_check(report: &Report) -> TargetCheck {
+    let system = "nicmsg-thread";
+    let name = "overlap availability (thread mode)";
+    let goal = format!("median availability >= 0.95 at {}", size_in_words(TEN_KB));
+    let Some(series) = view::find(report, Pattern::Overlap, system) else {
+        return not_measured(
+            name,
+            &goal,
+            absence(report, Pattern::Overlap, system, TEN_KB),
+        );
+    };
+    let swept: Vec<(f64, f64)> = series
+        .points
+        .iter()
+        .filter(|p| p.size == TEN_KB)
+        .filter_map(|p| Some((p.compute_us.filter(|c| *c > 0.0)?, p.overlap?.availability)))
+        .collect();
+    let mut availabilities: Vec<f64> = swept.iter().map(|(_, a)| *a).collect();
+    let Some(median) = view::median(&mut availabilities) else {
+        let why = format!(
+            "{system}: no {} points with compute > 0",
+            size_in_words(TEN_KB)
+        );
+        return not_measured(name, &goal, why);
+    };
+    let computes = swept.iter().map(|(c, _)| *c);
+    let (least, most) = computes.fold((f64::MAX, f64::MIN), |(lo, hi), c| (lo.min(c), hi.max(c)));
+    let measured = format!(
+        "{system}: median {median:.3} over {} compute amounts {}-{} us (min {:.3}, max {:.3})",
+        swept.len(),
+        format_value(least),
+        format_value(most),
+        availabilities[0],
+        availabilities[availabilities.len() - 1],
+    );
+    TargetCheck {
+        name: name.into(),
+        goal,
+        measured,
+        verdict: Verdict::from_holds(median >= 0.95),
+    }
+}
+
+/// The largest relative bandwidth drop between adjacent sizes of a bw series.
+struct Cliff {
+    drop: f64,
+    from: (u64, f64),
+    to: (u64, f64),
+}
+
+fn worst_drop(series: &Series) -> Option<Cliff> {
+    let mut curve: Vec<(u64, f64)> = series
+        .points
+        .iter()
+        .filter_map(|p| Some((p.size, p.mbytes_per_sec?)))
+        .collect();
+    curve.sort_by_key(|(size, _)| *size);
+    curve
+        .windows(2)
+        .filter(|w| w[0].1 > 0.0)
+        .map(|w| Cliff {
+            drop: 1.0 - w[1].1 / w[0].1,
+            from: w[0],
+            to: w[1],
+        })
+        .max_by(|a, b| a.drop.total_cmp(&b.drop))
+}
+
+/// A protocol switch (eager to rendezvous, one frame to several) must not show as a dip in
+/// the bandwidth curve: between adjacent sizes bandwidth never falls by more than 10 %.
+fn cliff_checks(report: &Report) -> Vec<TargetCheck> {
+    let goal = "bandwidth never drops > 10 % between adjacent sizes";
+    let series: Vec<&Series> = view::measured(report, Pattern::Bw)
+        .into_iter()
+        .filter(|s| view::is_nicmsg(&s.system))
+        .collect();
+    if series.is_empty() {
+        return vec![not_measured(
+            "no bandwidth cliff",
+            goal,
+            "no nicmsg bw series measured".into(),
+        )];
+    }
+    series.iter().map(|s| cliff_check(s, goal)).collect()
+}
+
+fn cliff_check(series: &Series, goal: &str) -> TargetCheck {
+    let name = format!("no bandwidth cliff ({})", series.system);
+    let Some(cliff) = worst_drop(series) else {
+        return not_measured(&name, goal, "fewer than two sizes with a bandwidth".into());
+    };
+    let measured = if cliff.drop <= 0.0 {
+        "bandwidth never drops between adjacent sizes".to_string()
+    } else {
+        format!(
+            "worst drop {:.1} % from {} ({} MB/s) to {} ({} MB/s)",
+            cliff.drop * 100.0,
+            size_in_words(cliff.from.0),
+            format_value(cliff.from.1),
+            size_in_words(cliff.to.0),
+            format_value(cliff.to.1),
+        )
+    };
+    TargetCheck {
+        name,
+        goal: goal.into(),
+        measured,
+        verdict: Verdict::from_holds(cliff.drop <= 0.10),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Outcome, Overhead, Overlap, Point, Summary};
+
+    fn summary(median: f64) -> Summary {
+        Summary {
+            median,
+            min: median,
+            max: median,
+            p99: median,
+            mean: median,
+        }
+    }
+
+    fn latency_point(size: u64, us: f64) -> Point {
+        Point {
+            size,
+            time_us: summary(us),
+            repetitions: 1,
+            ..Point::default()
+        }
+    }
+
+    fn bw_point(size: u64, mbytes_per_sec: f64) -> Point {
+        let us = size as f64 / mbytes_per_sec;
+        Point {
+            mbytes_per_sec: Some(mbytes_per_sec),
+            ..latency_point(size, us)
+        }
+    }
+
+    fn overhead_point(send: f64, recv: f64, wait: f64) -> Point {
+        let overhead = Overhead {
+            post_send_us: summary(send),
+            post_recv_us: summary(recv),
+            wait_us: summary(wait),
+        };
+        Point {
+            overhead: Some(overhead),
+            ..latency_point(TEN_KB, send + recv + wait)
+        }
+    }
+
+    fn overlap_point(compute_us: f64, availability: f64) -> Point {
+        let overlap = Overlap {
+            availability,
+            ..Overlap::default()
+        };
+        Point {
+            compute_us: Some(compute_us),
+            overlap: Some(overlap),
+            ..latency_point(TEN_KB, compute_us + 10.0)
+        }
+    }
+
+    fn series(pattern: Pattern, system: &str, points: Vec<Point>) -> Series {
+        Series {
+            pattern,
+            system: system.into(),
+            label: system.into(),
+            command: format!("run {system}"),
+            outcome: Outcome::Measured,
+            points,
+        }
+    }
+
+    fn missing(pattern: Pattern, system: &str, outcome: Outcome) -> Series {
+        Series {
+            outcome,
+            ..series(pattern, system, vec![])
+        }
+    }
+
+    fn latency(system: &str, us: f64) -> Series {
+        series(Pattern::Latency, system, vec![latency_point(8, us)])
+    }
+
+    fn bw(system: &str, curve: &[(u64, f64)]) -> Series {
+        let points = curve.iter().map(|&(size, mb)| bw_point(size, mb)).collect();
+        series(Pattern::Bw, system, points)
+    }
+
+    fn report(series: Vec<Series>) -> Report {
+        Report {
+            series,
+            ..Report::default()
+        }
+    }
+
+    fn check<'a>(checks: &'a [TargetCheck], name: &str) -> &'a TargetCheck {
+        checks
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no check {name:?} in {checks:#?}"))
+    }
+
+    #[test]
+    fn latency_targets_met_with_the_best_mode_named() {
+        let checks = evaluate(&report(vec![
+            latency("nicmsg-inline", 11.0),
+            latency("nicmsg-thread", 10.0),
+            latency("udp-busy", 9.5),
+            latency("fi-udp-rxd", 25.0),
+            latency("ucx-tcp", 12.0),
+        ]));
+        for name in [
+            "8 B latency vs udp-busy",
+            "8 B latency vs fi-udp-rxd",
+            "8 B latency vs ucx-tcp",
+        ] {
+            let c = check(&checks, name);
+            assert_eq!(c.verdict, Verdict::Met, "{c:?}");
+            assert!(
+                c.measured.starts_with("nicmsg-thread 10.0 us (best mode"),
+                "{c:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn latency_target_missed_when_slower_than_the_bound() {
+        let checks = evaluate(&report(vec![
+            latency("nicmsg-inline", 20.0),
+            latency("udp-busy", 10.0),
+        ]));
+        let c = check(&checks, "8 B latency vs udp-busy");
+        assert_eq!(c.verdict, Verdict::Missed);
+        assert!(c.measured.contains("2.00x"), "{c:?}");
+    }
+
+    #[test]
+    fn missing_peer_is_not_measured_with_its_install_hint() {
+        let install = Outcome::NotInstalled {
+            install: "apt-get install libucx-dev".into(),
+        };
+        let checks = evaluate(&report(vec![
+            latency("nicmsg-inline", 10.0),
+            missing(Pattern::Latency, "ucx-tcp", install),
+        ]));
+        let c = check(&checks, "8 B latency vs ucx-tcp");
+        assert_eq!(c.verdict, Verdict::NotMeasured);
+        assert!(c.measured.contains("apt-get install libucx-dev"), "{c:?}");
+        let c = check(&checks, "8 B latency vs fi-udp-rxd");
+        assert_eq!(c.verdict, Verdict::NotMeasured);
+        assert!(c.measured.contains("no latency series"), "{c:?}");
+    }
+
+    #[test]
+    fn bandwidth_falls_back_to_blocking_tcp_and_says_so() {
+        let mut r = report(vec![
+            bw("nicmsg-inline", &[(1 << 20, 950.0)]),
+            bw("tcp-blocking", &[(1 << 20, 1000.0)]),
+        ]);
+        let c = check(&evaluate(&r), "1 MiB bandwidth vs TCP").clone();
+        assert_eq!(c.verdict, Verdict::Met);
+        assert!(c.goal.contains("tcp-blocking"), "{c:?}");
+        assert_eq!(
+            check(&evaluate(&r), "1 MiB bandwidth on GigE").verdict,
+            Verdict::NotMeasured
+        );
+
+        r.environment.rate_bits_per_sec = Some(GIGE_BITS_PER_SEC);
+        r.series[0] = bw("nicmsg-inline", &[(1 << 20, 110.0)]);
+        let c = check(&evaluate(&r), "1 MiB bandwidth on GigE").clone();
+        assert_eq!(c.verdict, Verdict::Missed, "{c:?}");
+        assert!(c.measured.contains("880 Mb/s"), "{c:?}");
+    }
+
+    #[test]
+    fn bandwidth_prefers_busy_tcp() {
+        let checks = evaluate(&report(vec![
+            bw("nicmsg-inline", &[(1 << 20, 850.0)]),
+            bw("tcp-blocking", &[(1 << 20, 900.0)]),
+            bw("tcp-busy", &[(1 << 20, 1000.0)]),
+        ]));
+        let c = check(&checks, "1 MiB bandwidth vs TCP");
+        assert_eq!(c.goal, ">= 0.9 x tcp-busy");
+        assert_eq!(c.verdict, Verdict::Missed);
+    }
+
+    #[test]
+    fn overhead_targets() {
+        let checks = evaluate(&report(vec![
+            series(
+                Pattern::Overhead,
+                "nicmsg-inline",
+                vec![overhead_point(1.0, 1.0, 2.5)],
+            ),
+            series(
+                Pattern::Overhead,
+                "tcp-blocking",
+                vec![overhead_point(10.0, 5.0, 10.0)],
+            ),
+        ]));
+        assert_eq!(check(&checks, "wait overhead").verdict, Verdict::Met);
+        // 4.5 us against 25 us: 0.18x.
+        let c = check(&checks, "overhead vs TCP");
+        assert_eq!(c.verdict, Verdict::Met, "{c:?}");
+
+        let checks = evaluate(&report(vec![series(
+            Pattern::Overhead,
+            "nicmsg-thread",
+            vec![overhead_point(1.0, 1.0, 4.0)],
+        )]));
+        assert_eq!(check(&checks, "wait overhead").verdict, Verdict::Missed);
+        assert_eq!(
+            check(&checks, "overhead vs TCP").verdict,
+            Verdict::NotMeasured
+        );
+    }
+
+    #[test]
+    fn overlap_uses_the_median_over_computations() {
+        let points = vec![
+            overlap_point(0.0, 0.1), // no computation: ignored
+            overlap_point(10.0, 0.90),
+            overlap_point(100.0, 0.96),
+            overlap_point(1000.0, 0.99),
+        ];
+        let r = report(vec![series(Pattern::Overlap, "nicmsg-thread", points)]);
+        let c = check(&evaluate(&r), "overlap availability (thread mode)").clone();
+        assert_eq!(c.verdict, Verdict::Met, "{c:?}");
+        assert!(c.measured.contains("median 0.960 over 3"), "{c:?}");
+
+        let points = vec![overlap_point(10.0, 0.5), overlap_point(100.0, 0.8)];
+        let r = report(vec![series(Pattern::Overlap, "nicmsg-thread", points)]);
+        let c = check(&evaluate(&r), "overlap availability (thread mode)").clone();
+        assert_eq!(c.verdict, Verdict::Missed, "{c:?}");
+    }
+
+    #[test]
+    fn cliff_is_found_and_located() {
+        let checks = evaluate(&report(vec![
+            bw(
+                "nicmsg-inline",
+                &[(1024, 100.0), (4096, 300.0), (2048, 200.0), (8192, 290.0)],
+            ),
+            bw(
+                "nicmsg-thread",
+                &[(1024, 100.0), (2048, 200.0), (4096, 150.0)],
+            ),
+            bw("tcp-busy", &[(1024, 100.0), (2048, 10.0)]),
+        ]));
+        let c = check(&checks, "no bandwidth cliff (nicmsg-inline)");
+        assert_eq!(c.verdict, Verdict::Met, "{c:?}");
+        assert!(c.measured.contains("3.3 % from 4 KiB"), "{c:?}");
+        let c = check(&checks, "no bandwidth cliff (nicmsg-thread)");
+        assert_eq!(c.verdict, Verdict::Missed, "{c:?}");
+        assert!(
+            c.measured
+                .contains("25.0 % from 2 KiB (200 MB/s) to 4 KiB (150 MB/s)"),
+            "{c:?}"
+        );
+        assert!(!checks.iter().any(|c| c.name.contains("tcp-busy")));
+    }
+
+    #[test]
+    fn empty_report_measures_nothing() {
+        let checks = evaluate(&Report::default());
+        assert!(!checks.is_empty());
+        assert!(
+            checks.iter().all(|c| c.verdict == Verdict::NotMeasured),
+            "{checks:#?}"
+        );
+    }
+
+    #[test]
+    fn verdicts_serialize_in_snake_case() {
+        let json = serde_json::to_string(&Verdict::NotMeasured).unwrap();
+        assert_eq!(json, "\"not_measured\"");
+    }
+}
