@@ -222,20 +222,6 @@ pub(crate) fn outcome_summary(outcome: &Outcome) -> String {
     }
 }
 
-/// The median of `values` (mean of the middle two for an even count); `None` when empty.
-pub(crate) fn median(values: &mut [f64]) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    values.sort_by(f64::total_cmp);
-    let mid = values.len() / 2;
-    Some(if values.len() % 2 == 0 {
-        (values[mid - 1] + values[mid]) / 2.0
-    } else {
-        values[mid]
-    })
-}
-
 /// "link netns, MTU 1500 B, limited to 1 Gb/s, 0.5 % loss": what makes two runs comparable.
 pub(crate) fn environment_line(environment: &Environment) -> String {
     let link = if environment.link.is_empty() {
@@ -284,12 +270,5 @@ mod tests {
         assert_eq!(size_in_words(8), "8 B");
         assert_eq!(size_in_words(10240), "10 KiB");
         assert_eq!(size_in_words(1 << 20), "1 MiB");
-    }
-
-    #[test]
-    fn median_of_even_and_odd_counts() {
-        assert_eq!(median(&mut [3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), Some(2.5));
-        assert_eq!(median(&mut []), None);
     }
 }

@@ -125,9 +125,27 @@ fn write_json(report: &Report, out: &Path) -> std::io::Result<()> {
     fs::write(out.join("results.json"), text)
 }
 
-/// Results, plots and report; prints where they are.
+/// Results, plots and report; prints the summary, the targets and where the files are.
 fn finish(report: &Report, args: &BenchArgs) -> Result<(), String> {
+    use nicmsg_bench::{plot, report as markdown, targets};
     write_json(report, &args.out).map_err(|e| format!("writing results.json: {e}"))?;
+    let plots = match plot::write_plots(report, &args.out) {
+        Ok(plots) => plots,
+        // The numbers matter more than the pictures: say why there are none and go on.
+        Err(error) => {
+            eprintln!("nicmsg bench: no plots: {error}");
+            Vec::new()
+        }
+    };
+    let report_file = markdown::write_markdown(report, &plots, &args.out)
+        .map_err(|e| format!("writing {}: {e}", markdown::MARKDOWN_FILE))?;
+    println!("\n{}", markdown::terminal_summary(report));
+    println!("targets:");
+    for check in targets::evaluate(report) {
+        println!("  [{}] {}: {} (goal: {})", check.verdict, check.name, check.measured, check.goal);
+    }
     println!("\nresults: {}", args.out.join("results.json").display());
+    println!("report:  {}", report_file.display());
+    println!("plots:   {} files in {}", plots.len(), args.out.display());
     Ok(())
 }
