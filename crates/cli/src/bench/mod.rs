@@ -127,7 +127,7 @@ fn write_json(report: &Report, out: &Path) -> std::io::Result<()> {
 
 /// Results, plots and report; prints the summary, the targets and where the files are.
 fn finish(report: &Report, args: &BenchArgs) -> Result<(), String> {
-    use nicmsg_bench::{plot, report as markdown, targets};
+    use nicmsg_bench::{plot, report as markdown};
     write_json(report, &args.out).map_err(|e| format!("writing results.json: {e}"))?;
     let plots = match plot::write_plots(report, &args.out) {
         Ok(plots) => plots,
@@ -139,11 +139,8 @@ fn finish(report: &Report, args: &BenchArgs) -> Result<(), String> {
     };
     let report_file = markdown::write_markdown(report, &plots, &args.out)
         .map_err(|e| format!("writing {}: {e}", markdown::MARKDOWN_FILE))?;
+    // The summary ends with the targets (targets::evaluate) judged met, missed or not measured.
     println!("\n{}", markdown::terminal_summary(report));
-    println!("targets:");
-    for check in targets::evaluate(report) {
-        println!("  [{}] {}: {} (goal: {})", check.verdict, check.name, check.measured, check.goal);
-    }
     println!("\nresults: {}", args.out.join("results.json").display());
     println!("report:  {}", report_file.display());
     println!("plots:   {} files in {}", plots.len(), args.out.display());
