@@ -5,4 +5,5 @@
 //! NetPIPE, libfabric and UCX when installed. `nicmsg bench` (crate `nicmsg-cli`) drives this
 //! crate; see `docs/benchmarks.md`.
 
+pub mod external;
 pub mod model;
