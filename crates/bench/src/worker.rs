@@ -21,8 +21,8 @@ use crate::BenchError;
 
 /// How long the ranks wait for each other's addresses.
 const BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(30);
-/// Longest time an external tool may run for one pattern before it is killed.
-const EXTERNAL_TIMEOUT: Duration = Duration::from_secs(600);
+/// Longest time one process of an external tool (one size) may run before it is killed.
+const EXTERNAL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Arguments of `nicmsg bench-worker` (given by `nicmsg bench`, not by people).
 #[derive(Debug, Clone, Args)]
