@@ -195,7 +195,16 @@ impl Endpoint {
 
     /// Next frame to send, if any: control frames first, then data frames round-robin.
     pub fn poll_transmit(&mut self, now: Nanos, memory: &impl HostMemory) -> Option<Transmit> {
-        self.deadline_cache.set(None);
+        let transmit = self.next_transmit(now, memory);
+        // Timers are armed by frames going out; an idle poll (every turn of a spinning engine)
+        // must not throw the cached deadline away.
+        if transmit.is_some() {
+            self.deadline_cache.set(None);
+        }
+        transmit
+    }
+
+    fn next_transmit(&mut self, now: Nanos, memory: &impl HostMemory) -> Option<Transmit> {
         if let Some(control) = self.control.pop_front() {
             self.control_usage.set(self.control.len());
             if carries_credits(control.kind) {
