@@ -20,13 +20,14 @@ use crate::run::{self, RunArgs};
 const TAIL_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Runs `plan`; `on_point` sees each point as it is measured. Failures of the job become a
-/// series with [`Outcome::Failed`] (and the points measured before).
+/// series with [`Outcome::Failed`] (and the points measured before). The flag says whether the
+/// launcher was interrupted (Ctrl-C, SIGTERM): the whole benchmark should stop then.
 pub fn run_series(
     plan: &SeriesPlan,
     args: &BenchArgs,
     scratch: &Path,
     on_point: &(dyn Fn(&Point) + Sync),
-) -> Series {
+) -> (Series, bool) {
     let progress = scratch.join(format!("{}-{:?}.progress", plan.name, plan.pattern));
     let result = scratch.join(format!("{}-{:?}.json", plan.name, plan.pattern));
     let _ = fs::remove_file(&progress);
@@ -43,6 +44,7 @@ pub fn run_series(
         (outcome, points)
     });
     let (launch, points) = outcome;
+    let interrupted = matches!(launch, Ok(run::Outcome::Interrupted(_)));
     let mut series = read_result(&result).unwrap_or_else(|| Series {
         pattern: plan.pattern,
         system: plan.name.clone(),
@@ -61,7 +63,7 @@ pub fn run_series(
     } else {
         series.command = format!("{command}\n  which ran: {}", series.command);
     }
-    series
+    (series, interrupted)
 }
 
 /// The launcher's arguments for this series.

@@ -50,14 +50,14 @@ pub fn bench(args: &BenchArgs, command_line: String) -> i32 {
             live.header(plan.pattern);
             current = Some(plan.pattern);
         }
-        let series = run_one(plan, args, &scratch, &live);
+        let (series, interrupted) = run_one(plan, args, &scratch, &live);
         nicmsg_failed |= plan.system == nicmsg_bench::system::System::Nicmsg
             && !matches!(series.outcome, nicmsg_bench::model::Outcome::Measured);
         live.finish_series(&series, planned_points(plan, args));
         report.series.push(series);
         // Written after every series: an interrupted run keeps what it measured.
         let _ = write_json(&report, &args.out);
-        if crate::signals::take().is_some() {
+        if interrupted || crate::signals::take().is_some() {
             live.print("interrupted; results so far are in results.json".to_owned());
             break;
         }
@@ -95,9 +95,9 @@ fn planned_points(plan: &SeriesPlan, args: &BenchArgs) -> u64 {
     plan.sizes.len() as u64 * per_size
 }
 
-fn run_one(plan: &SeriesPlan, args: &BenchArgs, scratch: &Path, live: &Live) -> Series {
+fn run_one(plan: &SeriesPlan, args: &BenchArgs, scratch: &Path, live: &Live) -> (Series, bool) {
     if let Some(outcome) = &plan.skip {
-        return skipped(plan, outcome.clone());
+        return (skipped(plan, outcome.clone()), false);
     }
     live.start(plan.pattern, &plan.name);
     let on_point = |point: &nicmsg_bench::model::Point| live.point(plan.pattern, &plan.name, point);
