@@ -92,7 +92,10 @@ mod tests {
 
     #[test]
     fn lists_with_units() {
-        assert_eq!(parse_list("8, 1K,64KiB,1M,4MB").unwrap(), vec![8, 1024, 65536, 1 << 20, 4 << 20]);
+        assert_eq!(
+            parse_list("8, 1K,64KiB,1M,4MB").unwrap(),
+            vec![8, 1024, 65536, 1 << 20, 4 << 20]
+        );
         assert_eq!(parse_list("1500,0,1500").unwrap(), vec![0, 1500]);
         assert!(parse_list("").is_err());
         assert!(parse_list("eight").is_err());

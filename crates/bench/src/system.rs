@@ -70,7 +70,10 @@ impl FromStr for System {
             .find(|system| system.name() == text)
             .ok_or_else(|| {
                 let names: Vec<&str> = System::all_baselines().iter().map(|s| s.name()).collect();
-                format!("unknown system {text:?}; known: nicmsg, {}", names.join(", "))
+                format!(
+                    "unknown system {text:?}; known: nicmsg, {}",
+                    names.join(", ")
+                )
             })
     }
 }

@@ -333,7 +333,10 @@ const BUSY_NETWORK: f64 = 0.9;
 fn overlap_check(report: &Report) -> TargetCheck {
     let system = "nicmsg-thread";
     let name = "overlap availability (thread mode)";
-    let goal = format!("availability >= 0.95 at {} (balance point)", size_in_words(TEN_KB));
+    let goal = format!(
+        "availability >= 0.95 at {} (balance point)",
+        size_in_words(TEN_KB)
+    );
     let Some(series) = view::find(report, Pattern::Overlap, system) else {
         return not_measured(
             name,
@@ -348,7 +351,10 @@ fn overlap_check(report: &Report) -> TargetCheck {
         .filter_map(|p| Some((p.compute_us?, p.overlap?)))
         .collect();
     let Some(&(_, idle)) = swept.iter().find(|(c, _)| *c == 0.0) else {
-        let why = format!("{system}: no {} point without computation", size_in_words(TEN_KB));
+        let why = format!(
+            "{system}: no {} point without computation",
+            size_in_words(TEN_KB)
+        );
         return not_measured(name, &goal, why);
     };
     let floor = idle.throughput_mbytes_per_sec * BUSY_NETWORK;
@@ -368,8 +374,17 @@ fn overlap_check(report: &Report) -> TargetCheck {
             ),
             None => format!("{system}: no point with computation"),
         };
-        let verdict = if first.is_some() { Verdict::Missed } else { Verdict::NotMeasured };
-        return TargetCheck { name: name.into(), goal, measured, verdict };
+        let verdict = if first.is_some() {
+            Verdict::Missed
+        } else {
+            Verdict::NotMeasured
+        };
+        return TargetCheck {
+            name: name.into(),
+            goal,
+            measured,
+            verdict,
+        };
     };
     let measured = format!(
         "{system}: availability {:.3} at {} us ({:.1} of {:.1} MB/s)",

@@ -71,7 +71,10 @@ pub fn main(args: &WorkerArgs) -> i32 {
     match run(args) {
         Ok(()) => 0,
         Err(error) => {
-            eprintln!("nicmsg bench-worker ({} {:?}): {error}", args.name, args.pattern);
+            eprintln!(
+                "nicmsg bench-worker ({} {:?}): {error}",
+                args.name, args.pattern
+            );
             1
         }
     }
@@ -107,11 +110,22 @@ fn run(args: &WorkerArgs) -> Result<(), BenchError> {
     for &size in &args.sizes {
         let mut report = |point: Point| {
             if let Some(file) = progress.as_mut() {
-                let _ = writeln!(file, "{}", serde_json::to_string(&point).unwrap_or_default());
+                let _ = writeln!(
+                    file,
+                    "{}",
+                    serde_json::to_string(&point).unwrap_or_default()
+                );
             }
             series.points.push(point);
         };
-        if let Err(error) = patterns::run(args.pattern, &mut *messenger, rank, size, &plan, &mut report) {
+        if let Err(error) = patterns::run(
+            args.pattern,
+            &mut *messenger,
+            rank,
+            size,
+            &plan,
+            &mut report,
+        ) {
             series.outcome = Outcome::Failed {
                 error: format!("at {size} bytes: {error}"),
             };
@@ -171,7 +185,11 @@ fn pin_to_own_core(rank: u32) {
 }
 
 fn plan_for(args: &WorkerArgs) -> Plan {
-    let mut plan = if args.quick { Plan::quick() } else { Plan::full() };
+    let mut plan = if args.quick {
+        Plan::quick()
+    } else {
+        Plan::full()
+    };
     if let Some(reps) = args.reps {
         plan.reps = reps.max(1);
         plan.warmup = plan.warmup.min(reps.max(1));
@@ -200,7 +218,9 @@ fn connect(
                 TcpWaiting::Blocking
             };
             let listener = TcpListener::bind((bind_ip, 0)).map_err(BenchError::io("binding"))?;
-            let addr = listener.local_addr().map_err(BenchError::io("local address"))?;
+            let addr = listener
+                .local_addr()
+                .map_err(BenchError::io("local address"))?;
             let table = exchange(job, addr, BOOTSTRAP_TIMEOUT)?;
             let listener = (rank == 0).then_some(listener);
             let messenger = TcpMessenger::connect(rank, listener, table[0], waiting, max_len)?;
@@ -208,20 +228,29 @@ fn connect(
         }
         System::UdpBusy => {
             let socket = UdpSocket::bind((bind_ip, 0)).map_err(BenchError::io("binding"))?;
-            let addr = socket.local_addr().map_err(BenchError::io("local address"))?;
+            let addr = socket
+                .local_addr()
+                .map_err(BenchError::io("local address"))?;
             let table = exchange(job, addr, BOOTSTRAP_TIMEOUT)?;
             socket
                 .connect(table[1 - rank as usize])
                 .map_err(BenchError::io("connecting"))?;
             let datagram = (args.mtu as usize).saturating_sub(crate::messenger::IP_UDP_HEADERS);
-            (Box::new(UdpMessenger::new(socket, datagram, max_len)?), rank)
+            (
+                Box::new(UdpMessenger::new(socket, datagram, max_len)?),
+                rank,
+            )
         }
         System::External(_) => unreachable!("handled by run_external"),
     })
 }
 
 /// External peers: rank 0 serves, rank 1 runs the client and records the series.
-fn run_external(args: &WorkerArgs, job: &JobEnv, peer: external::ExternalPeer) -> Result<(), BenchError> {
+fn run_external(
+    args: &WorkerArgs,
+    job: &JobEnv,
+    peer: external::ExternalPeer,
+) -> Result<(), BenchError> {
     let bind_ip = job.bind_ip.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
     // Only the IPs matter: the tools pick their own ports.
     let table = exchange(job, SocketAddr::new(bind_ip, 0), BOOTSTRAP_TIMEOUT)?;

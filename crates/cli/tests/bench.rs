@@ -35,8 +35,8 @@ fn bench(args: &[&str], out: &Path) -> Report {
 /// say why not.
 fn check_series(report: &Report) {
     for series in &report.series {
-        let external = ["netpipe", "fi-udp-rxd", "fi-tcp-rxm", "ucx-tcp"]
-            .contains(&series.system.as_str());
+        let external =
+            ["netpipe", "fi-udp-rxd", "fi-tcp-rxm", "ucx-tcp"].contains(&series.system.as_str());
         match &series.outcome {
             Outcome::Measured => assert!(
                 !series.points.is_empty(),
@@ -80,14 +80,23 @@ fn papers_suite_quick_runs_every_pattern_and_writes_every_file() {
     for pattern in &patterns[..6] {
         for system in ["udp-busy", "tcp-busy", "tcp-blocking"] {
             assert!(
-                report.series.iter().any(|s| s.pattern == *pattern && s.system == system),
+                report
+                    .series
+                    .iter()
+                    .any(|s| s.pattern == *pattern && s.system == system),
                 "{system} missing from {pattern:?}"
             );
         }
     }
     assert!(report.environment.quick);
     assert!(!report.environment.kernel.is_empty());
-    for file in ["bench-report.md", "latency.png", "latency.svg", "bw.png", "bw.svg"] {
+    for file in [
+        "bench-report.md",
+        "latency.png",
+        "latency.svg",
+        "bw.png",
+        "bw.svg",
+    ] {
         let path = out.join(file);
         let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         assert!(len > 0, "{} missing or empty", path.display());
@@ -104,7 +113,15 @@ fn latency_over_namespaces_with_in_project_baselines() {
     }
     let out = out_dir("netns");
     let report = bench(
-        &["latency", "--quick", "--netns", "--baselines", "udp-busy,tcp-busy", "--sizes", "8,4K,256K"],
+        &[
+            "latency",
+            "--quick",
+            "--netns",
+            "--baselines",
+            "udp-busy,tcp-busy",
+            "--sizes",
+            "8,4K,256K",
+        ],
         &out,
     );
     check_series(&report);
@@ -116,7 +133,10 @@ fn latency_over_namespaces_with_in_project_baselines() {
         .expect("nicmsg-inline measured");
     let sizes: Vec<u64> = nicmsg.points.iter().map(|p| p.size).collect();
     assert_eq!(sizes, vec![8, 4096, 256 << 10]);
-    assert!(nicmsg.points.iter().all(|p| p.time_us.median > 0.0 && p.repetitions > 0));
+    assert!(nicmsg
+        .points
+        .iter()
+        .all(|p| p.time_us.median > 0.0 && p.repetitions > 0));
     let _ = std::fs::remove_dir_all(&out);
 }
 

@@ -94,6 +94,10 @@ mod tests {
         }
         assert_eq!(rto.rto_ns(), 10_000_000, "capped");
         rto.sample(50_000, 200_000, 10_000_000);
-        assert_eq!(rto.rto_ns(), 200_000, "a valid sample sets it from the estimate again");
+        assert_eq!(
+            rto.rto_ns(),
+            200_000,
+            "a valid sample sets it from the estimate again"
+        );
     }
 }

@@ -181,7 +181,9 @@ impl TcpMessenger {
 impl Messenger for TcpMessenger {
     fn post_send(&mut self, len: usize) -> Result<(), BenchError> {
         if len > self.send_buffer.len() {
-            return Err(BenchError::Usage(format!("send of {len} bytes above the largest size")));
+            return Err(BenchError::Usage(format!(
+                "send of {len} bytes above the largest size"
+            )));
         }
         self.outgoing.push_back(Outgoing { len, done: 0 });
         // Like a send call: start writing now.
@@ -231,11 +233,7 @@ impl Messenger for TcpMessenger {
 }
 
 /// The part of header + payload not yet written.
-fn remaining_out<'a>(
-    header: &'a [u8; HEADER],
-    payload: &'a [u8],
-    done: usize,
-) -> [IoSlice<'a>; 2] {
+fn remaining_out<'a>(header: &'a [u8; HEADER], payload: &'a [u8], done: usize) -> [IoSlice<'a>; 2] {
     if done < HEADER {
         [IoSlice::new(&header[done..]), IoSlice::new(payload)]
     } else {

@@ -97,7 +97,9 @@ impl UdpMessenger {
 impl Messenger for UdpMessenger {
     fn post_send(&mut self, len: usize) -> Result<(), BenchError> {
         if len > self.send_buffer.len() {
-            return Err(BenchError::Usage(format!("send of {len} bytes above the largest size")));
+            return Err(BenchError::Usage(format!(
+                "send of {len} bytes above the largest size"
+            )));
         }
         if len == 0 {
             return self.send_datagram(&[]);
@@ -116,11 +118,7 @@ impl Messenger for UdpMessenger {
         if self.slots[slot].len() < len {
             self.slots[slot].resize(len, 0);
         }
-        self.incoming.push_back(Incoming {
-            slot,
-            len,
-            done: 0,
-        });
+        self.incoming.push_back(Incoming { slot, len, done: 0 });
         Ok(())
     }
 

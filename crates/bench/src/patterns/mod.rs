@@ -45,7 +45,9 @@ impl Plan {
             warmup: 1_000,
             bytes_per_point: 1 << 30,
             min_reps: 200,
-            computes_us: vec![0.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0, 800.0, 1600.0, 3200.0],
+            computes_us: vec![
+                0.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0, 800.0, 1600.0, 3200.0,
+            ],
         }
     }
 
@@ -98,14 +100,22 @@ pub fn run(
         Pattern::Latency => emit(latency::measure(messenger, rank, size, plan, false)?),
         // RMPP measures offloading steps by ping-pong bandwidth: size over half the round trip.
         Pattern::Offload => emit(latency::measure(messenger, rank, size, plan, true)?),
-        Pattern::Bw => emit(stream::one_way(messenger, rank, size, plan, window_for(size))?),
+        Pattern::Bw => emit(stream::one_way(
+            messenger,
+            rank,
+            size,
+            plan,
+            window_for(size),
+        )?),
         Pattern::Msgrate => emit(stream::one_way(messenger, rank, size, plan, MAX_WINDOW)?),
         Pattern::Bibw => emit(stream::both_ways(messenger, rank, size, plan)?),
         Pattern::Overhead => emit(overhead::measure(messenger, rank, size, plan)?),
         Pattern::Overlap => {
             let work = crate::compute::Work::calibrate();
             for &compute in &plan.computes_us {
-                emit(overlap::measure(messenger, rank, size, plan, &work, compute)?);
+                emit(overlap::measure(
+                    messenger, rank, size, plan, &work, compute,
+                )?);
             }
         }
     }

@@ -44,7 +44,8 @@ pub fn measure(
         batch(messenger, len, None)?;
         exchange.push(micros_since(start));
     }
-    let compute = (summarize(&exchange).median * COMPUTE_FACTOR).clamp(COMPUTE_MIN_US, COMPUTE_MAX_US);
+    let compute =
+        (summarize(&exchange).median * COMPUTE_FACTOR).clamp(COMPUTE_MIN_US, COMPUTE_MAX_US);
 
     let mut post_send = Vec::with_capacity(reps as usize * BATCH);
     let mut post_recv = Vec::with_capacity(reps as usize * BATCH);

@@ -32,7 +32,10 @@ pub fn bench(args: &BenchArgs, command_line: String) -> i32 {
         }
     };
     if let Err(error) = fs::create_dir_all(&args.out) {
-        eprintln!("nicmsg bench: cannot create {}: {error}", args.out.display());
+        eprintln!(
+            "nicmsg bench: cannot create {}: {error}",
+            args.out.display()
+        );
         return crate::run::EXIT_LAUNCHER_ERROR;
     }
     let scratch = args.out.join("work");
