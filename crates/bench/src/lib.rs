@@ -12,6 +12,7 @@
 //! * [`worker`]: what each rank of a benchmark job runs (`nicmsg bench-worker`);
 //! * [`plot`], [`report`], [`targets`]: charts, `bench-report.md`, and the targets judged.
 
+pub mod affinity;
 pub mod compute;
 mod error;
 pub mod external;

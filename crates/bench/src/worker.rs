@@ -165,22 +165,14 @@ fn thread_engine() -> bool {
     std::env::var("NICMSG_ENGINE").map_or(true, |mode| mode != "inline")
 }
 
-/// Pins this rank's (single) busy thread to core `rank`, so that the two ranks' spinning
-/// threads never share a core: on a machine with few cores the scheduler otherwise sometimes
-/// stacks them, and each message then waits for a scheduler tick. The external peers are pinned
-/// the same way (see `external`). Not done for nicmsg's thread engine, whose application and
+/// Pins this rank's (single) busy thread to the `rank`-th CPU it may use, so that the two
+/// ranks' spinning threads never share a core (see [`crate::affinity`]); the external peers'
+/// tools are pinned the same way. Not done for nicmsg's thread engine, whose application and
 /// engine threads must be free to spread.
 fn pin_to_own_core(rank: u32) {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if cores < 2 {
-        return;
-    }
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it; the call
-    // reads it for the calling thread only.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(rank as usize % cores, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    let allowed = crate::affinity::allowed_cpus();
+    if allowed.len() >= 2 {
+        crate::affinity::pin_current_thread(allowed[rank as usize % allowed.len()]);
     }
 }
 

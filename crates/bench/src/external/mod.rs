@@ -519,7 +519,7 @@ fn commands(peer: ExternalPeer, program: &str, job: &Job) -> (CommandLine, Comma
 /// alone. Both ranks compute the same pair when started alike, so rank 1 records rank 0's
 /// pinning correctly.
 fn tool_cpus() -> Option<[usize; 2]> {
-    let allowed = process::allowed_cpus();
+    let allowed = crate::affinity::allowed_cpus();
     (allowed.len() >= 2).then(|| [allowed[0], allowed[1]])
 }
 

@@ -132,7 +132,7 @@ pub fn run_bounded(
         // async-signal-safe sched_setaffinity system call on a local set.
         unsafe {
             command.pre_exec(move || {
-                pin_to_cpu(cpu);
+                crate::affinity::pin_current_thread(cpu);
                 Ok(())
             });
         }
@@ -145,33 +145,6 @@ pub fn run_bounded(
     };
     let output = String::from_utf8_lossy(&fs::read(&log_path)?).into_owned();
     Ok(Finished { exit, output })
-}
-
-/// Pins the calling thread (the child between fork and exec) to `cpu`. A failure leaves it
-/// unpinned: a slower measurement beats none.
-fn pin_to_cpu(cpu: usize) {
-    // SAFETY: cpu_set_t is a plain bit set; CPU_SET ignores CPUs beyond its size.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
-}
-
-/// The CPUs this thread may run on (empty if they cannot be read).
-pub fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: sched_getaffinity fills the plain bit set it is given.
-    let set = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return Vec::new();
-        }
-        set
-    };
-    (0..libc::CPU_SETSIZE as usize)
-        // SAFETY: reads a bit of a valid set.
-        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
-        .collect()
 }
 
 /// Waits for `child` for at most `limit`; at the limit kills and reaps it and returns `None`.
@@ -295,7 +268,9 @@ mod tests {
     #[test]
     fn pins_a_child_to_a_cpu() {
         let dir = WorkDir::create("process-test").unwrap();
-        let cpu = *allowed_cpus().last().expect("some CPU is allowed");
+        let cpu = *crate::affinity::allowed_cpus()
+            .last()
+            .expect("some CPU is allowed");
         let cmd = CommandLine::new("grep")
             .on_cpu(Some(cpu))
             .args(["Cpus_allowed_list", "/proc/self/status"]);

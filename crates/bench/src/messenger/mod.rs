@@ -55,12 +55,46 @@ pub trait Messenger {
     }
 }
 
-/// Checks a receive slot number.
-fn check_slot(slot: usize) -> Result<(), BenchError> {
-    if slot >= MAX_WINDOW {
-        return Err(BenchError::Usage(format!(
-            "receive slot {slot} out of range (at most {MAX_WINDOW} in flight)"
-        )));
+/// A messenger's memory: one send buffer of the largest size (every send reads its first `len`
+/// bytes) and one receive buffer per window slot, grown on first use.
+struct Buffers {
+    send: Vec<u8>,
+    slots: Vec<Vec<u8>>,
+}
+
+impl Buffers {
+    fn new(max_len: usize) -> Buffers {
+        Buffers {
+            send: vec![0x5a; max_len.max(1)],
+            slots: (0..MAX_WINDOW).map(|_| Vec::new()).collect(),
+        }
     }
-    Ok(())
+
+    /// The bytes of a `len`-byte send.
+    fn outgoing(&self, len: usize) -> Result<&[u8], BenchError> {
+        self.send.get(..len).ok_or_else(|| {
+            BenchError::Usage(format!(
+                "send of {len} bytes above the largest size {}",
+                self.send.len()
+            ))
+        })
+    }
+
+    /// Receive slot `slot`, at least `len` bytes long; `busy` says whether a posted receive
+    /// still uses it (then it must not move).
+    fn incoming(&mut self, slot: usize, len: usize, busy: bool) -> Result<&mut [u8], BenchError> {
+        if slot >= MAX_WINDOW {
+            return Err(BenchError::Usage(format!(
+                "receive slot {slot} out of range (at most {MAX_WINDOW} in flight)"
+            )));
+        }
+        if busy {
+            return Err(BenchError::Usage(format!("receive slot {slot} is in use")));
+        }
+        let buffer = &mut self.slots[slot];
+        if buffer.len() < len {
+            buffer.resize(len, 0);
+        }
+        Ok(&mut buffer[..len])
+    }
 }

@@ -2,7 +2,7 @@
 
 use nicmsg::{Comm, Request, Source, TagMatch};
 
-use super::{check_slot, Messenger, MAX_WINDOW};
+use super::{Buffers, Messenger, MAX_WINDOW};
 use crate::BenchError;
 
 /// The tag of every benchmark message (matching is in posting order, as in MPI).
@@ -20,8 +20,7 @@ pub struct NicmsgMessenger {
     /// Owner of `comm` (dropped last, which also prints `NICMSG_STATS`).
     _comm_box: Box<Comm>,
     peer: u32,
-    send_buffer: Vec<u8>,
-    slots: Vec<Vec<u8>>,
+    buffers: Buffers,
     slot_busy: [bool; MAX_WINDOW],
     pending: Vec<Request<'static>>,
 }
@@ -42,8 +41,7 @@ impl NicmsgMessenger {
             comm,
             _comm_box: comm_box,
             peer: 1 - comm.rank(),
-            send_buffer: vec![0x5a; max_len.max(1)],
-            slots: (0..MAX_WINDOW).map(|_| Vec::new()).collect(),
+            buffers: Buffers::new(max_len),
             slot_busy: [false; MAX_WINDOW],
             pending: Vec::with_capacity(2 * MAX_WINDOW),
         })
@@ -65,33 +63,22 @@ impl NicmsgMessenger {
 
 impl Messenger for NicmsgMessenger {
     fn post_send(&mut self, len: usize) -> Result<(), BenchError> {
-        if len > self.send_buffer.len() {
-            return Err(BenchError::Usage(format!(
-                "send of {len} bytes above the largest size {}",
-                self.send_buffer.len()
-            )));
-        }
-        // SAFETY: `send_buffer` is never resized or dropped while requests exist (it lives as
-        // long as the messenger, whose drop drops `pending` first, see the field order below).
-        let data: &'static [u8] =
-            unsafe { std::slice::from_raw_parts(self.send_buffer.as_ptr(), len) };
+        let bytes = self.buffers.outgoing(len)?;
+        // SAFETY: the send buffer is never resized or dropped while requests exist (it lives as
+        // long as the messenger, whose drop ends `pending` first).
+        let data: &'static [u8] = unsafe { std::slice::from_raw_parts(bytes.as_ptr(), len) };
         self.pending.push(self.comm.isend(data, self.peer, TAG)?);
         Ok(())
     }
 
     fn post_recv(&mut self, slot: usize, len: usize) -> Result<(), BenchError> {
-        check_slot(slot)?;
-        if self.slot_busy[slot] {
-            return Err(BenchError::Usage(format!("receive slot {slot} is in use")));
-        }
-        let buffer = &mut self.slots[slot];
-        if buffer.len() < len {
-            buffer.resize(len, 0);
-        }
+        let buffer = self
+            .buffers
+            .incoming(slot, len, self.slot_busy.get(slot) == Some(&true))?;
         // SAFETY: the slot is idle, so no request refers to it; it is not resized until
         // `wait_all`/`test_all` have completed the request made here.
         let data: &'static mut [u8] =
-            unsafe { std::slice::from_raw_parts_mut(buffer.as_mut_ptr(), len) };
+            unsafe { std::slice::from_raw_parts_mut(buffer.as_mut_ptr(), buffer.len()) };
         self.slot_busy[slot] = true;
         let request = self
             .comm

@@ -15,7 +15,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use super::{check_slot, Messenger, MAX_WINDOW, STALL_LIMIT};
+use super::{Buffers, Messenger, MAX_WINDOW, STALL_LIMIT};
 use crate::BenchError;
 
 /// Length of the header in front of every message.
@@ -46,8 +46,7 @@ struct Incoming {
 pub struct TcpMessenger {
     stream: TcpStream,
     waiting: TcpWaiting,
-    send_buffer: Vec<u8>,
-    slots: Vec<Vec<u8>>,
+    buffers: Buffers,
     outgoing: VecDeque<Outgoing>,
     incoming: VecDeque<Incoming>,
 }
@@ -76,8 +75,7 @@ impl TcpMessenger {
         Ok(Self {
             stream,
             waiting,
-            send_buffer: vec![0x5a; max_len.max(1)],
-            slots: (0..MAX_WINDOW).map(|_| Vec::new()).collect(),
+            buffers: Buffers::new(max_len),
             outgoing: VecDeque::with_capacity(MAX_WINDOW),
             incoming: VecDeque::with_capacity(MAX_WINDOW),
         })
@@ -95,7 +93,7 @@ impl TcpMessenger {
         while let Some(head) = self.outgoing.front_mut() {
             let header = (head.len as u64).to_le_bytes();
             let total = HEADER + head.len;
-            let slices = remaining_out(&header, &self.send_buffer[..head.len], head.done);
+            let slices = remaining_out(&header, &self.buffers.send[..head.len], head.done);
             match self.stream.write_vectored(&slices) {
                 Ok(0) => return Err(BenchError::PeerClosed),
                 Ok(n) => {
@@ -117,7 +115,7 @@ impl TcpMessenger {
         let mut moved = false;
         while let Some(head) = self.incoming.front_mut() {
             let total = HEADER + head.len;
-            let payload = &mut self.slots[head.slot][..head.len];
+            let payload = &mut self.buffers.slots[head.slot][..head.len];
             let result = if head.done < HEADER {
                 let mut slices = [
                     IoSliceMut::new(&mut head.header[head.done..]),
@@ -180,11 +178,7 @@ impl TcpMessenger {
 
 impl Messenger for TcpMessenger {
     fn post_send(&mut self, len: usize) -> Result<(), BenchError> {
-        if len > self.send_buffer.len() {
-            return Err(BenchError::Usage(format!(
-                "send of {len} bytes above the largest size"
-            )));
-        }
+        self.buffers.outgoing(len)?;
         self.outgoing.push_back(Outgoing { len, done: 0 });
         // Like a send call: start writing now.
         self.write_some()?;
@@ -192,13 +186,8 @@ impl Messenger for TcpMessenger {
     }
 
     fn post_recv(&mut self, slot: usize, len: usize) -> Result<(), BenchError> {
-        check_slot(slot)?;
-        if self.incoming.iter().any(|r| r.slot == slot) {
-            return Err(BenchError::Usage(format!("receive slot {slot} is in use")));
-        }
-        if self.slots[slot].len() < len {
-            self.slots[slot].resize(len, 0);
-        }
+        let busy = self.incoming.iter().any(|r| r.slot == slot);
+        self.buffers.incoming(slot, len, busy)?;
         self.incoming.push_back(Incoming {
             slot,
             len,

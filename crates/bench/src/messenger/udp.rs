@@ -10,7 +10,7 @@ use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use super::{check_slot, Messenger, MAX_WINDOW};
+use super::{Buffers, Messenger, MAX_WINDOW};
 use crate::BenchError;
 
 /// IPv4 and UDP headers: a datagram of `mtu - 28` bytes fills one frame.
@@ -32,8 +32,7 @@ struct Incoming {
 pub struct UdpMessenger {
     socket: UdpSocket,
     datagram: usize,
-    send_buffer: Vec<u8>,
-    slots: Vec<Vec<u8>>,
+    buffers: Buffers,
     incoming: VecDeque<Incoming>,
 }
 
@@ -47,22 +46,9 @@ impl UdpMessenger {
         Ok(Self {
             socket,
             datagram: datagram.max(1),
-            send_buffer: vec![0x5a; max_len.max(1)],
-            slots: (0..MAX_WINDOW).map(|_| Vec::new()).collect(),
+            buffers: Buffers::new(max_len),
             incoming: VecDeque::with_capacity(MAX_WINDOW),
         })
-    }
-
-    fn send_datagram(&self, bytes: &[u8]) -> Result<(), BenchError> {
-        loop {
-            match self.socket.send(bytes) {
-                Ok(_) => return Ok(()),
-                // Send buffer full: the only back-pressure UDP has.
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(BenchError::io("sending a datagram")(e)),
-            }
-        }
     }
 
     /// Receives what has arrived for the posted receives; `true` if anything did.
@@ -70,7 +56,7 @@ impl UdpMessenger {
         let mut moved = false;
         while let Some(head) = self.incoming.front_mut() {
             let chunk = (head.len - head.done).min(self.datagram);
-            let target = &mut self.slots[head.slot][head.done..head.done + chunk];
+            let target = &mut self.buffers.slots[head.slot][head.done..head.done + chunk];
             match self.socket.recv(target) {
                 Ok(n) => {
                     moved = true;
@@ -96,28 +82,19 @@ impl UdpMessenger {
 
 impl Messenger for UdpMessenger {
     fn post_send(&mut self, len: usize) -> Result<(), BenchError> {
-        if len > self.send_buffer.len() {
-            return Err(BenchError::Usage(format!(
-                "send of {len} bytes above the largest size"
-            )));
-        }
+        let bytes = self.buffers.outgoing(len)?;
         if len == 0 {
-            return self.send_datagram(&[]);
+            return send_datagram(&self.socket, &[]);
         }
-        for chunk in self.send_buffer[..len].chunks(self.datagram) {
-            self.send_datagram(chunk)?;
+        for chunk in bytes.chunks(self.datagram) {
+            send_datagram(&self.socket, chunk)?;
         }
         Ok(())
     }
 
     fn post_recv(&mut self, slot: usize, len: usize) -> Result<(), BenchError> {
-        check_slot(slot)?;
-        if self.incoming.iter().any(|r| r.slot == slot) {
-            return Err(BenchError::Usage(format!("receive slot {slot} is in use")));
-        }
-        if self.slots[slot].len() < len {
-            self.slots[slot].resize(len, 0);
-        }
+        let busy = self.incoming.iter().any(|r| r.slot == slot);
+        self.buffers.incoming(slot, len, busy)?;
         self.incoming.push_back(Incoming { slot, len, done: 0 });
         Ok(())
     }
@@ -139,6 +116,19 @@ impl Messenger for UdpMessenger {
     fn test_all(&mut self) -> Result<bool, BenchError> {
         self.receive_some()?;
         Ok(self.incoming.is_empty())
+    }
+}
+
+/// Sends one datagram, spinning while the socket buffer is full (the only back-pressure UDP has).
+fn send_datagram(socket: &UdpSocket, bytes: &[u8]) -> Result<(), BenchError> {
+    loop {
+        match socket.send(bytes) {
+            Ok(_) => return Ok(()),
+            // Send buffer full: the only back-pressure UDP has.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(BenchError::io("sending a datagram")(e)),
+        }
     }
 }
 
