@@ -25,6 +25,15 @@ pub fn default_sweep(max: u64) -> Vec<u64> {
     sizes
 }
 
+/// A sorted list of distinct message sizes (one command-line value: `--sizes 8,1K,1M`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sizes(pub Vec<u64>);
+
+/// [`parse_list`] as a command-line value parser.
+pub fn parse_sizes(text: &str) -> Result<Sizes, String> {
+    parse_list(text).map(Sizes)
+}
+
 /// Parses `8,1K,64KiB,1M,4MiB` (K/M/G are powers of 1024, as in message sizes). Sorted, no
 /// duplicates.
 pub fn parse_list(text: &str) -> Result<Vec<u64>, String> {

@@ -37,8 +37,8 @@ pub struct WorkerArgs {
     #[arg(long)]
     pub label: String,
     /// Comma-separated sizes in bytes.
-    #[arg(long, value_delimiter = ',', value_parser = crate::sizes::parse_size, required = true)]
-    pub sizes: Vec<u64>,
+    #[arg(long, value_parser = crate::sizes::parse_sizes)]
+    pub sizes: crate::sizes::Sizes,
     #[arg(long)]
     pub quick: bool,
     /// Override of the timed repetitions at small sizes.
@@ -104,17 +104,13 @@ fn run(args: &WorkerArgs) -> Result<(), BenchError> {
         pin_to_own_core(job.rank);
     }
     let plan = plan_for(args);
-    let max_len = args.sizes.iter().copied().max().unwrap_or(0) as usize;
+    let max_len = args.sizes.0.iter().copied().max().unwrap_or(0) as usize;
     let (mut messenger, rank) = connect(args, &job, max_len)?;
     let mut progress = open_progress(args, rank)?;
-    for &size in &args.sizes {
+    for &size in &args.sizes.0 {
         let mut report = |point: Point| {
             if let Some(file) = progress.as_mut() {
-                let _ = writeln!(
-                    file,
-                    "{}",
-                    serde_json::to_string(&point).unwrap_or_default()
-                );
+                append_point(file, &point);
             }
             series.points.push(point);
         };
@@ -254,18 +250,23 @@ fn run_external(
         iterations: args.reps,
         timeout: EXTERNAL_TIMEOUT,
     };
-    let series = external::run(peer, args.pattern, &args.sizes, &ctx)
+    let series = external::run(peer, args.pattern, &args.sizes.0, &ctx)
         .map_err(|error| BenchError::Usage(error.to_string()))?;
     if let Some(mut series) = series {
         series.system = args.name.clone();
         if let Some(mut file) = open_progress(args, 0)? {
             for point in &series.points {
-                let _ = writeln!(file, "{}", serde_json::to_string(point).unwrap_or_default());
+                append_point(&mut file, point);
             }
         }
         write_result(args, &series)?;
     }
     Ok(())
+}
+
+/// One point as one JSON line of the progress file (best effort: the result file has them all).
+fn append_point(file: &mut File, point: &Point) {
+    let _ = writeln!(file, "{}", serde_json::to_string(point).unwrap_or_default());
 }
 
 fn open_progress(args: &WorkerArgs, rank: u32) -> Result<Option<File>, BenchError> {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use nicmsg_bench::model::Pattern;
-use nicmsg_bench::sizes::parse_size;
+use nicmsg_bench::sizes::{parse_sizes, Sizes};
 use nicmsg_bench::worker::parse_pattern;
 
 use crate::run::Engine;
@@ -44,8 +44,8 @@ pub struct BenchArgs {
     pub suite: Option<Suite>,
 
     /// Message sizes, e.g. 0,8,1K,64K,1M (default: per pattern, see docs/benchmarks.md).
-    #[arg(long, value_delimiter = ',', value_parser = parse_size, value_name = "LIST")]
-    pub sizes: Option<Vec<u64>>,
+    #[arg(long, value_parser = parse_sizes, value_name = "LIST")]
+    pub sizes: Option<Sizes>,
 
     /// Systems to run beside nicmsg, comma-separated; `all` (default) or `none`.
     #[arg(long, value_delimiter = ',', value_name = "LIST")]

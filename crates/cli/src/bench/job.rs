@@ -3,7 +3,7 @@
 
 use std::ffi::OsString;
 use std::fs;
-use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -159,32 +159,28 @@ fn shell_word(word: &str) -> String {
     }
 }
 
-/// Reads new lines of the progress file until `stop`; returns every point seen.
+/// Reads new lines of the progress file until `stop`; returns every point seen. The file is
+/// opened once (when the worker has created it) and read on from where the last look ended.
 fn follow(path: &Path, stop: &AtomicBool, on_point: &(dyn Fn(&Point) + Sync)) -> Vec<Point> {
     let mut points = Vec::new();
-    let mut offset = 0u64;
-    let mut pending = String::new();
+    let mut reader: Option<BufReader<fs::File>> = None;
+    // A line whose newline has not been written yet stays here until the next look.
+    let mut line = String::new();
     loop {
         let stopping = stop.load(Ordering::Acquire);
-        if let Ok(mut file) = fs::File::open(path) {
-            if file.seek(SeekFrom::Start(offset)).is_ok() {
-                let mut reader = BufReader::new(file);
-                let mut line = String::new();
-                while let Ok(n) = reader.read_line(&mut line) {
-                    if n == 0 {
-                        break;
-                    }
-                    offset += n as u64;
-                    pending.push_str(&line);
-                    line.clear();
-                    if pending.ends_with('\n') {
-                        if let Ok(point) = serde_json::from_str::<Point>(pending.trim()) {
-                            on_point(&point);
-                            points.push(point);
-                        }
-                        pending.clear();
-                    }
+        if reader.is_none() {
+            reader = fs::File::open(path).ok().map(BufReader::new);
+        }
+        if let Some(reader) = reader.as_mut() {
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+                if !line.ends_with('\n') {
+                    break;
                 }
+                if let Ok(point) = serde_json::from_str::<Point>(line.trim()) {
+                    on_point(&point);
+                    points.push(point);
+                }
+                line.clear();
             }
         }
         if stopping {

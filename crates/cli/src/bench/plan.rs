@@ -53,7 +53,7 @@ pub fn series_for(pattern: Pattern, args: &BenchArgs) -> Result<Vec<SeriesPlan>,
 /// 10 kB for overhead and overlap, rendezvous sizes for offload.
 pub fn sizes_for(pattern: Pattern, args: &BenchArgs) -> Vec<u64> {
     if let Some(sizes) = &args.sizes {
-        return sizes.clone();
+        return sizes.0.clone();
     }
     let quick = args.quick;
     match pattern {
