@@ -128,13 +128,6 @@ fn run(args: &WorkerArgs) -> Result<(), BenchError> {
             break;
         }
     }
-    if matches!(series.outcome, Outcome::Measured) {
-        if let Err(error) = messenger.finish() {
-            series.outcome = Outcome::Failed {
-                error: format!("at the end: {error}"),
-            };
-        }
-    }
     if rank == 0 {
         write_result(args, &series)?;
     }

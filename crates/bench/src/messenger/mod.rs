@@ -36,12 +36,6 @@ pub trait Messenger {
     /// forgotten, as after [`Messenger::wait_all`]).
     fn test_all(&mut self) -> Result<bool, BenchError>;
 
-    /// Ends the run in step with the peer, so that neither side leaves while the other still
-    /// needs it (nicmsg: a barrier, as MPI programs end with one in `MPI_Finalize`).
-    fn finish(&mut self) -> Result<(), BenchError> {
-        Ok(())
-    }
-
     /// Blocking send.
     fn send(&mut self, len: usize) -> Result<(), BenchError> {
         self.post_send(len)?;

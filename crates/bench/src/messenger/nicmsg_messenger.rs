@@ -101,11 +101,6 @@ impl Messenger for NicmsgMessenger {
         }
     }
 
-    fn finish(&mut self) -> Result<(), BenchError> {
-        self.wait_all()?;
-        Ok(self.comm.barrier()?)
-    }
-
     fn test_all(&mut self) -> Result<bool, BenchError> {
         let mut index = 0;
         while index < self.pending.len() {
