@@ -42,33 +42,25 @@ impl Transport for UdpBackend {
         let count = unsafe { self.0.recv_batch_placed(&placements[..planned]) }?;
         // First put every wrong guess back together, before any frame is handled: handling a
         // frame writes its payload to its place, which may be where a wrong guess landed.
-        let mut placed = [false; RECV_BATCH];
-        for (index, placed) in placed.iter_mut().enumerate().take(count) {
-            let Some((_, len)) = self.0.placed(index) else {
+        for index in 0..count {
+            let Some((entry, _, len)) = self.0.placed(index) else {
                 continue;
             };
-            let slot = self.0.received_slot(index);
-            if slot < planned && looks_expected(slot, self.0.received_head(index), len) {
-                *placed = true;
-            } else {
+            if !looks_expected(entry, self.0.received_head(index), len) {
                 // SAFETY: the target is still valid (contract).
                 unsafe { self.0.gather_placed(index) };
             }
         }
-        for (index, &was_placed) in placed.iter().enumerate().take(count) {
+        for index in 0..count {
             let rank = self.0.received_rank(index);
-            if was_placed {
-                let (_, len) = self.0.placed(index).expect("placed datagram");
-                let slot = self.0.received_slot(index);
-                let head = self.0.received_head(index);
-                if deliver(
-                    rank,
-                    Received::Placed {
-                        slot,
-                        header: head,
-                        len,
-                    },
-                ) {
+            if let Some((entry, _, len)) = self.0.placed(index) {
+                let header = self.0.received_head(index);
+                let placed = Received::Placed {
+                    slot: entry,
+                    header,
+                    len,
+                };
+                if deliver(rank, placed) {
                     continue;
                 }
                 // SAFETY: as above; refused (not intact): handle it the ordinary way.

@@ -65,6 +65,8 @@ impl Comm {
         let udp_options = UdpOptions {
             bind: SocketAddr::new(bind_ip, 0),
             max_frame: options.protocol.mtu as usize,
+            gso: options.gso,
+            gro: options.gro,
             ..UdpOptions::default()
         };
         let mut transport = UdpTransport::bind(udp_options)?;

@@ -32,6 +32,10 @@ pub struct Options {
     pub print_stats: bool,
     /// Speculative header/payload split on receive (`NICMSG_PLACEMENT=0` turns it off).
     pub placement: bool,
+    /// UDP segmentation offload for runs of frames to one peer (`NICMSG_GSO=0` turns it off).
+    pub gso: bool,
+    /// UDP receive coalescing (`NICMSG_GRO=0` turns it off).
+    pub gro: bool,
 }
 
 impl Default for Options {
@@ -47,6 +51,8 @@ impl Default for Options {
             bootstrap_timeout: std::time::Duration::from_secs(60),
             print_stats: false,
             placement: true,
+            gso: true,
+            gro: true,
         }
     }
 }
@@ -57,7 +63,7 @@ impl Options {
     /// `NICMSG_UNEXPECTED=buffer|drop`, `NICMSG_CTS_WINDOW`, `NICMSG_RSM_PRE`, `NICMSG_ACK_UNIT`,
     /// `NICMSG_SLOTS`, `NICMSG_SPIN_US`, `NICMSG_IDLE_POLL_US`,
     /// `NICMSG_ADAPTIVE_FRAMES=0` (always full frames), `NICMSG_PLACEMENT=0` (no speculative
-    /// receive placement), `NICMSG_STATS=1` (counters at exit), `NICMSG_WATCHDOG=SECONDS` (hang diagnosis).
+    /// receive placement), `NICMSG_GSO=0` (no UDP segmentation offload), `NICMSG_GRO=0` (no receive coalescing), `NICMSG_STATS=1` (counters at exit), `NICMSG_WATCHDOG=SECONDS` (hang diagnosis).
     pub fn from_env() -> Result<Self, Error> {
         Self::from_lookup(|name| std::env::var(name).ok())
     }
@@ -114,6 +120,12 @@ impl Options {
         }
         if let Some(flag) = lookup("NICMSG_PLACEMENT") {
             options.placement = !matches!(flag.as_str(), "0" | "false" | "no");
+        }
+        if let Some(flag) = lookup("NICMSG_GSO") {
+            options.gso = !matches!(flag.as_str(), "0" | "false" | "no");
+        }
+        if let Some(flag) = lookup("NICMSG_GRO") {
+            options.gro = !matches!(flag.as_str(), "0" | "false" | "no");
         }
         if let Some(flag) = lookup("NICMSG_ADAPTIVE_FRAMES") {
             options.protocol.adaptive_frames = !matches!(flag.as_str(), "0" | "false" | "no");

@@ -6,9 +6,14 @@
 //!   user memory) into preallocated `mmsghdr`/`iovec` arrays and hands them to the kernel with
 //!   as few `sendmmsg` calls as possible. The batch borrows the transport mutably and the bytes
 //!   for its whole life, so the borrow checker guarantees the memory the iovecs point at outlives
-//!   the system call. [`UdpTransport::send_batch`] does the same for a slice of frames.
+//!   the system call. [`UdpTransport::send_batch`] does the same for a slice of frames. Runs of
+//!   equal-length frames to one peer go out as one GSO datagram (`UDP_SEGMENT`), which the
+//!   kernel cuts into the same datagrams after a single trip down the stack.
 //! - **Receive**: [`UdpTransport::recv_batch`] makes one `recvmmsg` into preallocated slots of
-//!   `max_frame` bytes; [`UdpTransport::received`] reads them back.
+//!   `max_frame` bytes; [`UdpTransport::received`] reads them back. With `UDP_GRO` a slot takes
+//!   a whole coalesced run (64 KiB) and is split back into its frames, each read as a datagram
+//!   of its own; a receive plan chains the frames it expects through one slot, so their payload
+//!   still lands straight in user memory.
 //! - **Fast path**: no allocation, no lock, no blocking. All buffers are allocated by
 //!   [`UdpTransport::bind`]. The file descriptor is exposed for `epoll`/`poll`.
 //! - **Errors**: `EAGAIN`/`ENOBUFS` stop a send and leave the rest to the caller; per-datagram
@@ -22,12 +27,14 @@
 //! behaviour); size `max_frame` to the MTU to avoid that.
 
 mod addr;
+mod recv;
 mod stats;
 mod transport;
 
 pub use addr::canonical;
+pub use recv::Placement;
 pub use stats::{SendErrors, UdpStats};
-pub use transport::{Placement, SendBatch, UdpOptions, UdpTransport};
+pub use transport::{SendBatch, UdpOptions, UdpTransport};
 
 /// Frames per `sendmmsg` by default. One system call costs about a microsecond; 64 frames make
 /// that a few percent of the per-frame cost, and the scratch (64 `mmsghdr` + 64 × 17 `iovec`,

@@ -48,12 +48,19 @@ pub struct UdpStats {
     pub send_syscalls: u64,
     /// `recvmmsg` calls, failed and empty ones included.
     pub recv_syscalls: u64,
-    /// Datagrams the kernel accepted.
+    /// Datagrams the kernel accepted (each segment of a GSO datagram counts as one).
     pub datagrams_sent: u64,
+    /// GSO datagrams the kernel accepted (runs of frames sent with one `UDP_SEGMENT` message).
+    pub gso_datagrams: u64,
+    /// GSO sends the kernel refused (`EIO`/`EINVAL`), after which GSO is off for the socket.
+    pub gso_refused: u64,
     /// Bytes of the accepted datagrams (UDP payload).
     pub bytes_sent: u64,
-    /// Datagrams received whole (truncated ones excluded).
+    /// Datagrams received whole (truncated ones excluded); each frame of a coalesced (GRO)
+    /// datagram counts as one.
     pub datagrams_received: u64,
+    /// Coalesced datagrams received (`UDP_GRO`), each split into the frames it carried.
+    pub gro_datagrams: u64,
     /// Bytes of the datagrams received whole.
     pub bytes_received: u64,
     /// Datagrams dropped on the send side, by reason.

@@ -9,15 +9,12 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr;
 
 use crate::addr::{canonical, RawAddr, RAW_ADDR_LEN};
+use crate::recv::{empty_iovec, zeroed_mmsghdr, Placement, RecvSlots, UDP_GRO};
 use crate::stats::{SendErrors, UdpStats};
 use crate::{
     DEFAULT_MAX_FRAME, DEFAULT_SOCKET_BUFFER_BYTES, MAX_BATCH, MAX_PIECES, MAX_UDP_PAYLOAD_V4,
     MAX_UDP_PAYLOAD_V6, RECV_BATCH, SEND_BATCH,
 };
-
-/// Receive slots start on cache-line boundaries, so a frame's header and payload copies out of
-/// a slot are aligned.
-const RECV_SLOT_ALIGN: usize = 64;
 
 /// Non-fatal errors one `recv_batch` call absorbs before reporting the error. A pending socket
 /// error is cleared by the call that returns it, so a second one in a row is already unusual;
@@ -42,6 +39,16 @@ pub struct UdpOptions {
     /// `SO_*BUFFORCE` when the process may (root or `CAP_NET_ADMIN`), so `net.core.*mem_max`
     /// does not cap it; otherwise with the plain options, which the kernel caps silently.
     pub socket_buffer_bytes: usize,
+    /// Send runs of equal-length frames to one peer as one UDP GSO datagram (`UDP_SEGMENT`):
+    /// the kernel cuts it into the same datagrams on the wire, for one trip down the stack
+    /// instead of one per frame. Turned off for good by the first GSO send the kernel refuses
+    /// (no checksum offload on the route, or frames larger than the path MTU); the frames are
+    /// then sent one datagram each.
+    pub gso: bool,
+    /// Receive runs of frames the kernel kept together (a peer's GSO datagram) as one
+    /// datagram (`UDP_GRO`), split into its frames here: one trip up the stack instead of one
+    /// per frame. Receive slots then take 64 KiB each instead of `max_frame`.
+    pub gro: bool,
 }
 
 impl Default for UdpOptions {
@@ -52,6 +59,8 @@ impl Default for UdpOptions {
             recv_batch: RECV_BATCH,
             send_batch: SEND_BATCH,
             socket_buffer_bytes: DEFAULT_SOCKET_BUFFER_BYTES,
+            gso: true,
+            gro: true,
         }
     }
 }
@@ -94,17 +103,44 @@ enum Reject {
     Oversize,
 }
 
-/// Preallocated `sendmmsg` arguments: one `mmsghdr` and [`MAX_PIECES`] iovecs per slot.
-struct SendSlots {
-    msgs: Vec<libc::mmsghdr>,
-    iovecs: Vec<libc::iovec>,
-    /// Per queued slot: `Some` if the frame is dropped instead of sent.
-    rejected: Vec<Option<Reject>>,
-    /// Slots filled by the current [`SendBatch`].
-    queued: usize,
+/// One frame queued in a [`SendBatch`].
+#[derive(Clone, Copy)]
+struct QueuedFrame {
+    /// `Some` if the frame is dropped instead of sent.
+    rejected: Option<Reject>,
+    rank: u32,
+    /// Its iovecs: `SendSlots::iovecs[first_iovec..][..iovecs]`.
+    first_iovec: usize,
+    iovecs: usize,
+    len: usize,
 }
 
-// SAFETY: the raw pointers in `msgs` and `iovecs` are scratch. They are written by
+/// `cmsghdr` + one `u16` (the GSO segment size), padded as `CMSG_SPACE` pads it, aligned as a
+/// `cmsghdr` must be.
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+struct GsoControl([u8; 32]);
+
+/// Preallocated `sendmmsg` arguments. The frames' iovecs are contiguous and in order, so a run
+/// of frames sent as one GSO datagram is one range of iovecs: a wire message is built over
+/// them with no copy.
+struct SendSlots {
+    frames: Vec<QueuedFrame>,
+    iovecs: Vec<libc::iovec>,
+    /// Iovecs taken by the frames queued so far.
+    iovecs_used: usize,
+    /// The `sendmmsg` vector: one entry per datagram (GSO or plain) of the current call.
+    wire: Vec<libc::mmsghdr>,
+    wire_control: Vec<GsoControl>,
+    /// Frames carried by each entry of `wire`.
+    wire_frames: Vec<usize>,
+    /// Frames queued by the current [`SendBatch`].
+    queued: usize,
+    /// GSO still allowed (see [`UdpOptions::gso`]).
+    gso: bool,
+}
+
+// SAFETY: the raw pointers in `wire` and `iovecs` are scratch. They are written by
 // `SendBatch::push` and `send_queued` while the batch mutably borrows the transport and
 // immutably borrows the bytes, read only by the kernel within that borrow, and never
 // dereferenced by Rust code. Moving or sharing the arrays across threads is therefore harmless.
@@ -113,126 +149,65 @@ unsafe impl Send for SendSlots {}
 unsafe impl Sync for SendSlots {}
 
 impl SendSlots {
-    fn new(batch: usize) -> Self {
+    fn new(batch: usize, gso: bool) -> Self {
         Self {
-            msgs: (0..batch).map(|_| zeroed_mmsghdr()).collect(),
+            frames: vec![
+                QueuedFrame {
+                    rejected: None,
+                    rank: 0,
+                    first_iovec: 0,
+                    iovecs: 0,
+                    len: 0,
+                };
+                batch
+            ],
             iovecs: vec![empty_iovec(); batch * MAX_PIECES],
-            rejected: vec![None; batch],
+            iovecs_used: 0,
+            wire: (0..batch).map(|_| zeroed_mmsghdr()).collect(),
+            wire_control: vec![GsoControl([0; 32]); batch],
+            wire_frames: vec![0; batch],
             queued: 0,
-        }
-    }
-}
-
-/// Preallocated `recvmmsg` arguments and buffers: slot `i` receives into
-/// `buf[i * stride..][..max_frame]`, its source address into `names[i]`.
-/// A receive slot's iovecs: its own buffer alone, or, for a placed receive, the header part of
-/// its buffer, the destination in user memory, and the rest of its buffer for anything longer.
-const IOVECS_PER_SLOT: usize = 3;
-
-/// Where the payload of the datagram that lands in a receive slot should go: the first
-/// `header_len` bytes into the slot's own buffer, the next `len` bytes to `dest`, anything
-/// beyond back into the slot's buffer.
-#[derive(Debug, Clone, Copy)]
-pub struct Placement {
-    pub header_len: usize,
-    pub dest: *mut u8,
-    pub len: usize,
-}
-
-struct RecvSlots {
-    msgs: Vec<libc::mmsghdr>,
-    /// Placement of each slot in the last receive, if any.
-    placements: Vec<Option<Placement>>,
-    iovecs: Vec<libc::iovec>,
-    names: Vec<RawAddr>,
-    buf: Vec<u8>,
-    stride: usize,
-    /// Slots of the last `recv_batch` holding whole datagrams, in arrival order.
-    ready: Vec<u32>,
-    /// Slots the kernel wrote in the last `recvmmsg`; their value-result fields are reset
-    /// before the next one.
-    dirty: usize,
-}
-
-// SAFETY: `msgs` points into `iovecs`, `names` and `buf`, heap storage owned by the same struct
-// that never grows or moves; the pointers are used only by the kernel inside `recvmmsg` while
-// the transport is mutably borrowed. Rust code reads the buffers only through `&self`.
-unsafe impl Send for RecvSlots {}
-// SAFETY: as above; `&RecvSlots` only allows reading the buffers.
-unsafe impl Sync for RecvSlots {}
-
-impl RecvSlots {
-    /// Points every slot's iovecs at its own buffer, or at the split of its placement.
-    fn apply_plan(&mut self, plan: &[Placement], max_frame: usize) {
-        let buf = self.buf.as_mut_ptr();
-        for slot in 0..self.msgs.len() {
-            let base = buf.wrapping_add(slot * self.stride);
-            let iovecs = &mut self.iovecs[slot * IOVECS_PER_SLOT..(slot + 1) * IOVECS_PER_SLOT];
-            let placement = plan
-                .get(slot)
-                .copied()
-                .filter(|p| p.header_len <= max_frame);
-            self.placements[slot] = placement;
-            let count = match placement {
-                None => {
-                    iovecs[0] = libc::iovec {
-                        iov_base: base.cast(),
-                        iov_len: max_frame,
-                    };
-                    1
-                }
-                Some(p) => {
-                    let rest = max_frame - p.header_len;
-                    iovecs[0] = libc::iovec {
-                        iov_base: base.cast(),
-                        iov_len: p.header_len,
-                    };
-                    iovecs[1] = libc::iovec {
-                        iov_base: p.dest.cast(),
-                        iov_len: p.len,
-                    };
-                    iovecs[2] = libc::iovec {
-                        iov_base: base.wrapping_add(p.header_len).cast(),
-                        iov_len: rest,
-                    };
-                    3
-                }
-            };
-            self.msgs[slot].msg_hdr.msg_iovlen = count;
+            gso,
         }
     }
 
-    fn new(batch: usize, max_frame: usize) -> Self {
-        let stride = max_frame.next_multiple_of(RECV_SLOT_ALIGN);
-        let mut slots = Self {
-            msgs: (0..batch).map(|_| zeroed_mmsghdr()).collect(),
-            iovecs: vec![empty_iovec(); batch * IOVECS_PER_SLOT],
-            names: vec![RawAddr::zeroed(); batch],
-            placements: vec![None; batch],
-            buf: vec![0u8; batch * stride],
-            stride,
-            ready: Vec::with_capacity(batch),
-            dirty: 0,
-        };
-        // Pointers are taken once from the heap buffers (`as_mut_ptr` creates no reference, so
-        // later shared reads of `buf` leave them valid); the buffers are never resized.
-        let buf = slots.buf.as_mut_ptr();
-        for slot in 0..batch {
-            let iov = &mut slots.iovecs[slot * IOVECS_PER_SLOT];
-            iov.iov_base = buf.wrapping_add(slot * stride).cast();
-            iov.iov_len = max_frame;
+    /// How many frames from `start` (none rejected, all before `end`) go out as one datagram:
+    /// a run to one peer whose frames all have the first one's length, but for a shorter last
+    /// one, within the kernel's GSO limits. 1 when GSO is off.
+    fn gso_run(&self, start: usize, end: usize, max_datagram: usize) -> usize {
+        let first = self.frames[start];
+        if !self.gso {
+            return 1;
         }
-        let iovecs = slots.iovecs.as_mut_ptr();
-        let names = slots.names.as_mut_ptr();
-        for (slot, msg) in slots.msgs.iter_mut().enumerate() {
-            msg.msg_hdr.msg_iov = iovecs.wrapping_add(slot * IOVECS_PER_SLOT);
-            msg.msg_hdr.msg_iovlen = 1;
-            msg.msg_hdr.msg_name = names.wrapping_add(slot).cast();
-            msg.msg_hdr.msg_namelen = RAW_ADDR_LEN;
+        let (mut count, mut bytes, mut iovecs) = (1, first.len, first.iovecs);
+        for frame in &self.frames[start + 1..end] {
+            // A zero-length datagram is no segment: it goes alone.
+            let fits = frame.rank == first.rank
+                && frame.len > 0
+                && frame.len <= first.len
+                && count < MAX_GSO_SEGMENTS
+                && bytes + frame.len <= max_datagram
+                && iovecs + frame.iovecs <= MAX_IOVECS_PER_DATAGRAM;
+            if !fits {
+                break;
+            }
+            count += 1;
+            bytes += frame.len;
+            iovecs += frame.iovecs;
+            if frame.len < first.len {
+                break;
+            }
         }
-        slots
+        count
     }
 }
+
+/// Most segments in one GSO datagram (`UDP_MAX_SEGMENTS` of the kernel, 64 before Linux 6.9).
+const MAX_GSO_SEGMENTS: usize = 64;
+/// Most iovecs in one message (`UIO_MAXIOV`).
+const MAX_IOVECS_PER_DATAGRAM: usize = 1024;
+/// `UDP_SEGMENT` (linux/udp.h), the socket option and control message type of UDP GSO.
+const UDP_SEGMENT: libc::c_int = 103;
 
 /// A non-blocking UDP socket with batched, zero-copy sends and batched receives.
 ///
@@ -258,8 +233,9 @@ impl fmt::Debug for UdpTransport {
             .field("local", &self.local)
             .field("max_frame", &self.max_frame)
             .field("peers", &self.peers.len())
-            .field("send_batch", &self.send.msgs.len())
-            .field("recv_batch", &self.recv.msgs.len())
+            .field("send_batch", &self.send.frames.len())
+            .field("gso", &self.send.gso)
+            .field("recv_batch", &self.recv.len())
             .field("stats", &self.stats)
             .finish()
     }
@@ -297,6 +273,8 @@ impl UdpTransport {
             return Err(io::Error::last_os_error());
         }
         let local = sock_name(fd)?;
+        // Without kernel support (before Linux 5.0) frames simply arrive one datagram each.
+        let gro = options.gro && set_int_option(fd, libc::SOL_UDP, UDP_GRO, 1).is_ok();
         Ok(Self {
             socket,
             local,
@@ -304,8 +282,8 @@ impl UdpTransport {
             max_frame: options.max_frame,
             peers: Vec::new(),
             by_addr: Vec::new(),
-            send: SendSlots::new(options.send_batch),
-            recv: RecvSlots::new(options.recv_batch, options.max_frame),
+            send: SendSlots::new(options.send_batch, options.gso),
+            recv: RecvSlots::new(options.recv_batch, options.max_frame, gro),
             stats: UdpStats::default(),
         })
     }
@@ -372,6 +350,7 @@ impl UdpTransport {
     /// Starts a batch of frames to send. See [`SendBatch`].
     pub fn batch<'a>(&mut self) -> SendBatch<'_, 'a> {
         self.send.queued = 0;
+        self.send.iovecs_used = 0;
         SendBatch {
             transport: self,
             _bytes: PhantomData,
@@ -423,26 +402,20 @@ impl UdpTransport {
     /// read or written by anyone else during the call. Memory at a wrong guess's destination is
     /// overwritten with that datagram's bytes.
     pub unsafe fn recv_batch_placed(&mut self, plan: &[Placement]) -> io::Result<usize> {
-        self.recv.apply_plan(plan, self.max_frame);
-        self.recv.ready.clear();
+        self.recv.apply_plan(plan);
         loop {
+            self.recv.reset();
             let filled = self.recv_into_slots()?;
             if filled == 0 {
                 return Ok(0);
             }
-            for (slot, msg) in self.recv.msgs[..filled].iter().enumerate() {
-                // A placed slot holds more than `max_frame` bytes: longer datagrams are oversized too.
-                let oversized = msg.msg_len as usize > self.max_frame;
-                if msg.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 || oversized {
-                    self.stats.truncated += 1;
-                } else {
-                    self.recv.ready.push(slot as u32);
-                    self.stats.datagrams_received += 1;
-                    self.stats.bytes_received += u64::from(msg.msg_len);
-                }
-            }
-            if !self.recv.ready.is_empty() {
-                return Ok(self.recv.ready.len());
+            let (frames, bytes, truncated, coalesced) = self.recv.split(filled);
+            self.stats.truncated += truncated as u64;
+            self.stats.datagrams_received += frames as u64;
+            self.stats.bytes_received += bytes as u64;
+            self.stats.gro_datagrams += coalesced as u64;
+            if frames > 0 {
+                return Ok(frames);
             }
         }
     }
@@ -454,77 +427,47 @@ impl UdpTransport {
 
     /// The `i`-th datagram of the last [`recv_batch`](Self::recv_batch): its source address (in
     /// [`canonical`] form) and its bytes. Panics if `i` is not below the count it returned.
+    /// The frames of a datagram the kernel coalesced (GRO) count as datagrams of their own.
     pub fn received(&self, i: usize) -> (SocketAddr, &[u8]) {
-        let slot = self.recv.ready[i] as usize;
-        let msg = &self.recv.msgs[slot];
-        let addr = self.recv.names[slot]
-            .socket_addr(msg.msg_hdr.msg_namelen)
+        let (name, len) = self.recv.name(self.recv.ready[i].slot);
+        let addr = name
+            .socket_addr(len)
             .unwrap_or(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)));
-        let start = slot * self.recv.stride;
-        (addr, &self.recv.buf[start..start + msg.msg_len as usize])
+        (addr, self.recv.bytes(i))
     }
 
-    /// The rank that sent the `i`-th datagram of the last `recv_batch`, if it is a known peer.
-    /// For the `i`-th datagram: bytes of its payload scattered to its placement's destination,
-    /// and the datagram's whole length, if its slot had a placement (and it was not gathered).
-    pub fn placed(&self, i: usize) -> Option<(usize, usize)> {
-        let slot = self.recv.ready[i] as usize;
-        let placement = self.recv.placements[slot]?;
-        let total = self.recv.msgs[slot].msg_len as usize;
-        Some((
-            total
-                .saturating_sub(placement.header_len)
-                .min(placement.len),
-            total,
-        ))
+    /// For the `i`-th datagram, if it exactly filled a plan entry (its length is the entry's
+    /// header and payload length) and was not gathered: the plan index, the payload bytes at the
+    /// entry's destination, and the datagram's length. Datagrams that did not fit their guess
+    /// were put back together already.
+    pub fn placed(&self, i: usize) -> Option<(usize, usize, usize)> {
+        self.recv.placed(i)
     }
 
     /// The first bytes of the `i`-th datagram, as far as they stayed in the transport's buffer
     /// (the header part of a placed datagram).
     pub fn received_head(&self, i: usize) -> &[u8] {
-        let slot = self.recv.ready[i] as usize;
-        let total = self.recv.msgs[slot].msg_len as usize;
-        let kept = match self.recv.placements[slot] {
-            Some(placement) => total.min(placement.header_len),
-            None => total,
-        };
-        let start = slot * self.recv.stride;
-        &self.recv.buf[start..start + kept]
+        self.recv.head(i)
     }
 
     /// Puts the `i`-th datagram back together in the transport's buffer (copying its scattered
     /// part back from the placement's destination), so `received(i)` returns it whole. For a
-    /// guess that proved wrong.
+    /// guess whose header proved wrong.
     ///
     /// # Safety
     /// The placement's destination must still be valid for reads.
     pub unsafe fn gather_placed(&mut self, i: usize) {
-        let slot = self.recv.ready[i] as usize;
-        let Some(placement) = self.recv.placements[slot].take() else {
-            return;
-        };
-        let total = self.recv.msgs[slot].msg_len as usize;
-        let scattered = total
-            .saturating_sub(placement.header_len)
-            .min(placement.len);
-        let rest = total.saturating_sub(placement.header_len + scattered);
-        let start = slot * self.recv.stride + placement.header_len;
-        // The tail went to the slot right after the header part: move it behind the gap first.
-        self.recv
-            .buf
-            .copy_within(start..start + rest, start + scattered);
-        // SAFETY: the caller keeps the destination readable; it does not overlap our buffer.
-        let part = unsafe { std::slice::from_raw_parts(placement.dest, scattered) };
-        self.recv.buf[start..start + scattered].copy_from_slice(part);
+        self.recv.gather_frame(i);
     }
 
-    /// The receive slot (index into the last plan) the `i`-th datagram landed in.
-    pub fn received_slot(&self, i: usize) -> usize {
-        self.recv.ready[i] as usize
-    }
-
+    /// The rank that sent the `i`-th datagram of the last `recv_batch`, if it is a known peer.
     pub fn received_rank(&self, i: usize) -> Option<u32> {
         self.peer_of(&self.received(i).0)
+    }
+
+    /// Whether received datagrams may be coalesced runs (`UDP_GRO` is on).
+    pub fn gro(&self) -> bool {
+        self.recv.gro()
     }
 
     /// Counters since `bind`.
@@ -535,30 +478,23 @@ impl UdpTransport {
     /// The receive path: one `recvmmsg` into the slots. Returns how many slots the kernel
     /// filled, 0 when the socket is empty.
     fn recv_into_slots(&mut self) -> io::Result<usize> {
-        let slots = &mut self.recv;
-        for msg in &mut slots.msgs[..slots.dirty] {
-            msg.msg_hdr.msg_namelen = RAW_ADDR_LEN;
-            msg.msg_hdr.msg_flags = 0;
-            msg.msg_len = 0;
-        }
-        slots.dirty = 0;
         let mut errors = 0;
         loop {
             self.stats.recv_syscalls += 1;
-            // SAFETY: every `mmsghdr` points at its own iovec, name and buffer slot of
-            // `max_frame` bytes (set up in `RecvSlots::new`), all owned by `slots` and not
-            // otherwise borrowed during the call.
+            let msgs = self.recv.msgs_mut();
+            // SAFETY: every `mmsghdr` points at its own iovecs, name, control buffer and buffer
+            // slot (set up by `RecvSlots`), all owned by the slots and not otherwise borrowed
+            // during the call, or at plan destinations the caller lent for this call.
             let rc = unsafe {
                 libc::recvmmsg(
                     self.socket.as_raw_fd(),
-                    slots.msgs.as_mut_ptr(),
-                    slots.msgs.len() as _,
+                    msgs.as_mut_ptr(),
+                    msgs.len() as _,
                     libc::MSG_DONTWAIT as _,
                     ptr::null_mut(),
                 )
             };
             if rc >= 0 {
-                slots.dirty = rc as usize;
                 return Ok(rc as usize);
             }
             let err = io::Error::last_os_error();
@@ -580,16 +516,12 @@ impl UdpTransport {
         }
     }
 
-    /// Hands the first `queued` send slots to the kernel. See [`SendBatch::send`].
+    /// Hands the first `queued` frames to the kernel, runs of them as GSO datagrams. See
+    /// [`SendBatch::send`].
     fn send_queued(&mut self, queued: usize) -> io::Result<usize> {
-        let iovecs = self.send.iovecs.as_mut_ptr();
-        for (slot, msg) in self.send.msgs[..queued].iter_mut().enumerate() {
-            msg.msg_hdr.msg_iov = iovecs.wrapping_add(slot * MAX_PIECES);
-            msg.msg_len = 0;
-        }
         let mut at = 0;
         while at < queued {
-            if let Some(reason) = self.send.rejected[at] {
+            if let Some(reason) = self.send.frames[at].rejected {
                 let errors = &mut self.stats.send_errors;
                 match reason {
                     Reject::UnknownPeer => errors.unknown_peer += 1,
@@ -599,30 +531,26 @@ impl UdpTransport {
                 at += 1;
                 continue;
             }
-            let end = self.send.rejected[at..queued]
+            let end = self.send.frames[at..queued]
                 .iter()
-                .position(Option::is_some)
+                .position(|frame| frame.rejected.is_some())
                 .map_or(queued, |n| at + n);
+            let datagrams = self.build_wire(at, end);
             self.stats.send_syscalls += 1;
-            // SAFETY: slots `at..end` were filled by `SendBatch::push` in this batch: names point
-            // into `self.peers`, iovecs into `self.send.iovecs`, and those into bytes the batch
-            // borrows; none is moved or mutated during the call, and the kernel only reads them
-            // (writing `msg_len` back into the slots).
+            // SAFETY: `wire[..datagrams]` was just built over frames `at..end` pushed in this
+            // batch: names point into `self.peers`, iovecs into `self.send.iovecs` and those into
+            // bytes the batch borrows, controls into `self.send.wire_control`; none is moved or
+            // mutated during the call, and the kernel only reads them (writing `msg_len` back).
             let rc = unsafe {
                 libc::sendmmsg(
                     self.socket.as_raw_fd(),
-                    self.send.msgs.as_mut_ptr().add(at),
-                    (end - at) as _,
+                    self.send.wire.as_mut_ptr(),
+                    datagrams as _,
                     libc::MSG_DONTWAIT as _,
                 )
             };
             if rc > 0 {
-                let sent = rc as usize;
-                for msg in &self.send.msgs[at..at + sent] {
-                    self.stats.bytes_sent += u64::from(msg.msg_len);
-                }
-                self.stats.datagrams_sent += sent as u64;
-                at += sent;
+                at += self.count_sent(rc as usize);
                 continue;
             }
             if rc == 0 {
@@ -631,6 +559,7 @@ impl UdpTransport {
                 return Ok(at);
             }
             let err = io::Error::last_os_error();
+            let first_run = self.send.wire_frames[0];
             match err.raw_os_error().unwrap_or(0) {
                 libc::EINTR => {}
                 libc::EAGAIN => {
@@ -642,15 +571,101 @@ impl UdpTransport {
                     return Ok(at);
                 }
                 libc::EBADF | libc::ENOTSOCK | libc::EFAULT => return Err(err),
+                libc::EIO | libc::EINVAL if first_run > 1 => {
+                    // The route cannot segment (no checksum offload) or a frame exceeds the
+                    // path MTU: send these and all later frames one datagram each.
+                    self.send.gso = false;
+                    self.stats.gso_refused += 1;
+                }
                 errno => {
                     // `sendmmsg` fails as a whole only when its first datagram fails: drop that
-                    // one and go on with the rest.
-                    count_send_error(&mut self.stats.send_errors, errno);
-                    at += 1;
+                    // one (every frame of it) and go on with the rest.
+                    for _ in 0..first_run {
+                        count_send_error(&mut self.stats.send_errors, errno);
+                    }
+                    at += first_run;
                 }
             }
         }
         Ok(queued)
+    }
+
+    /// Fills the `sendmmsg` vector with datagrams over frames `start..end` (none rejected): one
+    /// per GSO run. Returns how many entries it filled.
+    fn build_wire(&mut self, start: usize, end: usize) -> usize {
+        let max_datagram = if self.ipv6 {
+            MAX_UDP_PAYLOAD_V6
+        } else {
+            MAX_UDP_PAYLOAD_V4
+        };
+        let send = &mut self.send;
+        let iovecs = send.iovecs.as_mut_ptr();
+        let (mut at, mut count) = (start, 0);
+        while at < end && count < send.wire.len() {
+            let run = send.gso_run(at, end, max_datagram);
+            let first = send.frames[at];
+            let run_iovecs: usize = send.frames[at..at + run].iter().map(|f| f.iovecs).sum();
+            let peer = &self.peers[first.rank as usize];
+            let msg = &mut send.wire[count];
+            msg.msg_len = 0;
+            let hdr = &mut msg.msg_hdr;
+            hdr.msg_name = ptr::from_ref(&peer.raw).cast_mut().cast();
+            hdr.msg_namelen = peer.len;
+            hdr.msg_iov = iovecs.wrapping_add(first.first_iovec);
+            hdr.msg_iovlen = run_iovecs as _;
+            if run > 1 {
+                set_gso_control(hdr, &mut send.wire_control[count], first.len as u16);
+            } else {
+                hdr.msg_control = ptr::null_mut();
+                hdr.msg_controllen = 0;
+            }
+            send.wire_frames[count] = run;
+            count += 1;
+            at += run;
+        }
+        count
+    }
+
+    /// Counts the first `datagrams` entries of the last `sendmmsg`, which the kernel took.
+    /// Returns how many frames they carried.
+    fn count_sent(&mut self, datagrams: usize) -> usize {
+        let mut frames = 0;
+        for (msg, &run) in self.send.wire[..datagrams]
+            .iter()
+            .zip(&self.send.wire_frames)
+        {
+            self.stats.bytes_sent += u64::from(msg.msg_len);
+            frames += run;
+            if run > 1 {
+                self.stats.gso_datagrams += 1;
+            }
+        }
+        self.stats.datagrams_sent += frames as u64;
+        frames
+    }
+}
+
+/// Points `hdr` at `control`, filled with a `UDP_SEGMENT` message: the kernel cuts the
+/// datagram into segments of `segment` bytes (the last may be shorter).
+fn set_gso_control(hdr: &mut libc::msghdr, control: &mut GsoControl, segment: u16) {
+    // SAFETY: CMSG_SPACE/CMSG_LEN are arithmetic.
+    let (space, len) = unsafe {
+        (
+            libc::CMSG_SPACE(mem::size_of::<u16>() as u32) as usize,
+            libc::CMSG_LEN(mem::size_of::<u16>() as u32) as usize,
+        )
+    };
+    debug_assert!(space <= mem::size_of::<GsoControl>());
+    hdr.msg_control = control.0.as_mut_ptr().cast();
+    hdr.msg_controllen = space as _;
+    // SAFETY: `msg_control` points at `space` writable, suitably aligned bytes, so the first
+    // header is inside them and its data has room for the `u16`.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(hdr);
+        (*cmsg).cmsg_level = libc::SOL_UDP;
+        (*cmsg).cmsg_type = UDP_SEGMENT;
+        (*cmsg).cmsg_len = len as _;
+        ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), segment);
     }
 }
 
@@ -714,27 +729,29 @@ impl<'a> SendBatch<'_, 'a> {
         let transport = &mut *self.transport;
         let send = &mut transport.send;
         let slot = send.queued;
-        if slot == send.msgs.len() {
+        if slot == send.frames.len() {
             return false;
         }
-        send.rejected[slot] = match transport.peers.get(rank as usize) {
+        let len = pieces.iter().map(|p| p.len()).sum::<usize>();
+        let rejected = match transport.peers.get(rank as usize) {
             None => Some(Reject::UnknownPeer),
             Some(_) if pieces.len() > MAX_PIECES => Some(Reject::TooManyPieces),
-            Some(_) if pieces.iter().map(|p| p.len()).sum::<usize>() > transport.max_frame => {
-                Some(Reject::Oversize)
-            }
-            Some(peer) => {
-                let iovecs = &mut send.iovecs[slot * MAX_PIECES..][..pieces.len()];
-                for (iov, piece) in iovecs.iter_mut().zip(pieces) {
-                    iov.iov_base = piece.as_ptr().cast_mut().cast();
-                    iov.iov_len = piece.len();
-                }
-                let hdr = &mut send.msgs[slot].msg_hdr;
-                hdr.msg_name = ptr::from_ref(&peer.raw).cast_mut().cast();
-                hdr.msg_namelen = peer.len;
-                hdr.msg_iovlen = pieces.len() as _;
-                None
-            }
+            Some(_) if len > transport.max_frame => Some(Reject::Oversize),
+            Some(_) => None,
+        };
+        let first_iovec = send.iovecs_used;
+        let iovecs = if rejected.is_none() { pieces.len() } else { 0 };
+        for (iov, piece) in send.iovecs[first_iovec..][..iovecs].iter_mut().zip(pieces) {
+            iov.iov_base = piece.as_ptr().cast_mut().cast();
+            iov.iov_len = piece.len();
+        }
+        send.iovecs_used += iovecs;
+        send.frames[slot] = QueuedFrame {
+            rejected,
+            rank,
+            first_iovec,
+            iovecs,
+            len,
         };
         send.queued += 1;
         true
@@ -751,7 +768,7 @@ impl<'a> SendBatch<'_, 'a> {
 
     /// Frames one batch holds (`send_batch` of the options).
     pub fn capacity(&self) -> usize {
-        self.transport.send.msgs.len()
+        self.transport.send.frames.len()
     }
 
     pub fn is_full(&self) -> bool {
@@ -766,7 +783,9 @@ impl<'a> SendBatch<'_, 'a> {
     /// socket itself is unusable (`EBADF`, `EFAULT`), in which case the count is lost.
     pub fn send(&mut self) -> io::Result<usize> {
         let queued = mem::take(&mut self.transport.send.queued);
-        self.transport.send_queued(queued)
+        let result = self.transport.send_queued(queued);
+        self.transport.send.iovecs_used = 0;
+        result
     }
 }
 
@@ -774,19 +793,7 @@ impl Drop for SendBatch<'_, '_> {
     fn drop(&mut self) {
         // The slots point at bytes whose borrow ends here.
         self.transport.send.queued = 0;
-    }
-}
-
-fn zeroed_mmsghdr() -> libc::mmsghdr {
-    // SAFETY: `mmsghdr` is a C struct of integers and raw pointers; all-zero (null pointers,
-    // zero lengths) is valid.
-    unsafe { mem::zeroed() }
-}
-
-fn empty_iovec() -> libc::iovec {
-    libc::iovec {
-        iov_base: ptr::null_mut(),
-        iov_len: 0,
+        self.transport.send.iovecs_used = 0;
     }
 }
 

@@ -1,0 +1,367 @@
+//! Receive slots: preallocated `recvmmsg` arguments and buffers, the speculative placement of
+//! guessed frames straight into user memory, and the split of GRO datagrams into the frames
+//! they carry.
+//!
+//! Every slot mirrors the datagram it receives: byte `p` of the datagram lands at `p` in the
+//! slot's buffer, except the payload parts of planned frames, which land at their destination
+//! while the buffer keeps a hole of the same size for them. So putting a wrong guess back
+//! together is one copy from the destination into its hole, and the frames of a GRO datagram are
+//! plain offsets into the buffer.
+
+use std::mem;
+use std::ptr;
+
+use crate::addr::{RawAddr, RAW_ADDR_LEN};
+
+/// Receive slots start on cache-line boundaries, so a frame's header and payload copies out of
+/// a slot are aligned.
+const RECV_SLOT_ALIGN: usize = 64;
+
+/// Bytes a slot receives with GRO on: a coalesced datagram is at most one IP packet's worth
+/// (64 KiB less the headers).
+pub(crate) const GRO_SLOT_BYTES: usize = 65536;
+
+/// `UDP_GRO` (linux/udp.h): the socket option, and the control message giving the segment size
+/// of a coalesced datagram.
+pub(crate) const UDP_GRO: libc::c_int = 104;
+
+/// Where the payload of a frame expected in a receive should go: the frame's first `header_len`
+/// bytes stay in the transport's buffer, the next `len` bytes go to `dest`.
+#[derive(Debug, Clone, Copy)]
+pub struct Placement {
+    pub header_len: usize,
+    pub dest: *mut u8,
+    pub len: usize,
+}
+
+/// A plan entry as laid out in a slot.
+#[derive(Clone, Copy)]
+struct PlacedEntry {
+    /// Index in the plan.
+    plan_index: usize,
+    slot: usize,
+    /// Where the frame starts in the slot's datagram.
+    offset: usize,
+    placement: Placement,
+    /// Its bytes were copied back into the slot's buffer.
+    gathered: bool,
+}
+
+impl PlacedEntry {
+    fn end(&self) -> usize {
+        self.offset + self.placement.header_len + self.placement.len
+    }
+}
+
+/// One frame of the last receive: a whole datagram, or one segment of a GRO datagram.
+#[derive(Clone, Copy)]
+pub(crate) struct Datagram {
+    pub slot: usize,
+    pub offset: usize,
+    pub len: usize,
+    /// Index in `RecvSlots::entries` of the plan entry it exactly fills, if any.
+    entry: Option<usize>,
+}
+
+/// `cmsghdr` + one `int` (the GRO segment size), padded as `CMSG_SPACE` pads it, aligned as a
+/// `cmsghdr` must be.
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+struct GroControl([u8; 32]);
+
+pub(crate) struct RecvSlots {
+    msgs: Vec<libc::mmsghdr>,
+    iovecs: Vec<libc::iovec>,
+    names: Vec<RawAddr>,
+    controls: Vec<GroControl>,
+    buf: Vec<u8>,
+    stride: usize,
+    /// Bytes one slot receives: `max_frame`, or [`GRO_SLOT_BYTES`] with GRO.
+    capacity: usize,
+    /// Longest frame accepted; longer ones (or longer segments of a GRO datagram) are counted
+    /// as truncated and skipped, as they would be without GRO.
+    max_frame: usize,
+    gro: bool,
+    /// Plan entries of the last receive, by slot and offset.
+    entries: Vec<PlacedEntry>,
+    /// Frames of the last receive, in arrival order.
+    pub ready: Vec<Datagram>,
+    /// Slots the kernel wrote in the last `recvmmsg`; their value-result fields are reset
+    /// before the next one.
+    dirty: usize,
+}
+
+// SAFETY: `msgs` points into `iovecs`, `names`, `controls` and `buf`, heap storage owned by the
+// same struct that never grows or moves, and into plan destinations only during a receive; the
+// pointers are used only by the kernel inside `recvmmsg` while the transport is mutably
+// borrowed. Rust code reads the buffers only through `&self`.
+unsafe impl Send for RecvSlots {}
+// SAFETY: as above; `&RecvSlots` only allows reading the buffers.
+unsafe impl Sync for RecvSlots {}
+
+impl RecvSlots {
+    pub fn new(batch: usize, max_frame: usize, gro: bool) -> Self {
+        let capacity = if gro {
+            GRO_SLOT_BYTES.max(max_frame)
+        } else {
+            max_frame
+        };
+        let stride = capacity.next_multiple_of(RECV_SLOT_ALIGN);
+        // A slot holds at most `batch` plan entries (two iovecs each) and its tail; the others
+        // keep one iovec each. See `apply_plan`.
+        let iovecs = 2 * batch + 1 + batch;
+        let mut slots = Self {
+            msgs: (0..batch).map(|_| zeroed_mmsghdr()).collect(),
+            iovecs: vec![empty_iovec(); iovecs],
+            names: vec![RawAddr::zeroed(); batch],
+            controls: vec![GroControl([0; 32]); batch],
+            buf: vec![0u8; batch * stride],
+            stride,
+            capacity,
+            max_frame,
+            gro,
+            entries: Vec::with_capacity(batch),
+            ready: Vec::with_capacity(batch),
+            dirty: 0,
+        };
+        let names = slots.names.as_mut_ptr();
+        for (slot, msg) in slots.msgs.iter_mut().enumerate() {
+            msg.msg_hdr.msg_name = names.wrapping_add(slot).cast();
+            msg.msg_hdr.msg_namelen = RAW_ADDR_LEN;
+        }
+        slots.apply_plan(&[]);
+        // Every slot needs its control buffer before the first receive.
+        slots.dirty = batch;
+        slots.reset();
+        slots
+    }
+
+    pub fn len(&self) -> usize {
+        self.msgs.len()
+    }
+
+    pub fn gro(&self) -> bool {
+        self.gro
+    }
+
+    /// Lays the plan out over the slots: entry `i` in slot `i` without GRO; with GRO all
+    /// entries chained in slot 0, as consecutive frames of one coalesced datagram. Entries that
+    /// do not fit are left out (those frames are received the ordinary way).
+    pub fn apply_plan(&mut self, plan: &[Placement]) {
+        self.entries.clear();
+        let buf = self.buf.as_mut_ptr();
+        let mut cursor = 0;
+        for slot in 0..self.msgs.len() {
+            let candidates = match (self.gro, slot) {
+                (true, 0) => 0..plan.len().min(self.msgs.len()),
+                (true, _) => 0..0,
+                (false, _) => slot.min(plan.len())..(slot + 1).min(plan.len()),
+            };
+            let base = buf.wrapping_add(slot * self.stride);
+            let first = cursor;
+            let mut offset = 0;
+            for plan_index in candidates {
+                let placement = plan[plan_index];
+                if offset + placement.header_len + placement.len > self.capacity {
+                    break;
+                }
+                self.iovecs[cursor] = iovec(base.wrapping_add(offset), placement.header_len);
+                self.iovecs[cursor + 1] = iovec(placement.dest, placement.len);
+                cursor += 2;
+                self.entries.push(PlacedEntry {
+                    plan_index,
+                    slot,
+                    offset,
+                    placement,
+                    gathered: false,
+                });
+                offset += placement.header_len + placement.len;
+            }
+            if offset < self.capacity || cursor == first {
+                self.iovecs[cursor] = iovec(base.wrapping_add(offset), self.capacity - offset);
+                cursor += 1;
+            }
+            let hdr = &mut self.msgs[slot].msg_hdr;
+            hdr.msg_iov = self.iovecs.as_mut_ptr().wrapping_add(first);
+            hdr.msg_iovlen = (cursor - first) as _;
+        }
+    }
+
+    /// Readies the slots for the next `recvmmsg`: the kernel wrote back into the value-result
+    /// fields of the slots it filled last time.
+    pub fn reset(&mut self) {
+        let controls = self.controls.as_mut_ptr();
+        for (slot, msg) in self.msgs[..self.dirty].iter_mut().enumerate() {
+            msg.msg_hdr.msg_namelen = RAW_ADDR_LEN;
+            msg.msg_hdr.msg_flags = 0;
+            msg.msg_len = 0;
+            if self.gro {
+                msg.msg_hdr.msg_control = controls.wrapping_add(slot).cast();
+                msg.msg_hdr.msg_controllen = mem::size_of::<GroControl>() as _;
+            }
+        }
+        self.dirty = 0;
+        self.ready.clear();
+    }
+
+    pub fn msgs_mut(&mut self) -> &mut [libc::mmsghdr] {
+        &mut self.msgs
+    }
+
+    /// Splits the `filled` slots of the last `recvmmsg` into frames. Returns
+    /// `(frames, bytes, truncated datagrams, GRO datagrams)`.
+    pub fn split(&mut self, filled: usize) -> (usize, usize, usize, usize) {
+        self.dirty = filled;
+        let (mut frames, mut bytes, mut truncated, mut coalesced) = (0, 0, 0, 0);
+        for slot in 0..filled {
+            let msg = &self.msgs[slot];
+            let total = msg.msg_len as usize;
+            if msg.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 || total > self.capacity {
+                truncated += 1;
+                continue;
+            }
+            let segment = self.segment_size(slot).filter(|&s| s < total);
+            coalesced += usize::from(segment.is_some());
+            let segment = segment.unwrap_or(total.max(1));
+            let mut offset = 0;
+            loop {
+                let len = segment.min(total - offset);
+                if len > self.max_frame {
+                    truncated += 1;
+                } else {
+                    self.push_frame(slot, offset, len, total);
+                    frames += 1;
+                    bytes += len;
+                }
+                offset += len;
+                if offset >= total {
+                    break;
+                }
+            }
+        }
+        (frames, bytes, truncated, coalesced)
+    }
+
+    /// The GRO segment size of the datagram in `slot`, if the kernel coalesced it.
+    fn segment_size(&self, slot: usize) -> Option<usize> {
+        if !self.gro {
+            return None;
+        }
+        let hdr = &self.msgs[slot].msg_hdr;
+        // SAFETY: `msg_control` points at this slot's control buffer, of which the kernel wrote
+        // `msg_controllen` bytes of well-formed control messages.
+        unsafe {
+            let mut cmsg = libc::CMSG_FIRSTHDR(hdr);
+            while !cmsg.is_null() {
+                if (*cmsg).cmsg_level == libc::SOL_UDP && (*cmsg).cmsg_type == UDP_GRO {
+                    let size = ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
+                    return usize::try_from(size).ok().filter(|&s| s > 0);
+                }
+                cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
+            }
+        }
+        None
+    }
+
+    /// Records one frame; a frame that does not exactly fill a plan entry has the entries it
+    /// overlaps put back together first, so its bytes read whole from the buffer.
+    fn push_frame(&mut self, slot: usize, offset: usize, len: usize, total: usize) {
+        let end = offset + len;
+        let mut exact = None;
+        for index in 0..self.entries.len() {
+            let entry = self.entries[index];
+            if entry.slot != slot || entry.end() <= offset || entry.offset >= end {
+                continue;
+            }
+            if entry.offset == offset && entry.end() == end {
+                exact = Some(index);
+            } else {
+                self.gather(index, total);
+            }
+        }
+        self.ready.push(Datagram {
+            slot,
+            offset,
+            len,
+            entry: exact,
+        });
+    }
+
+    /// Copies the payload part of entry `index` back into its hole in the slot's buffer.
+    fn gather(&mut self, index: usize, total: usize) {
+        let entry = &mut self.entries[index];
+        if entry.gathered {
+            return;
+        }
+        entry.gathered = true;
+        let hole = entry.offset + entry.placement.header_len;
+        let scattered = total.saturating_sub(hole).min(entry.placement.len);
+        let start = entry.slot * self.stride + hole;
+        // SAFETY: the destination stays valid for reads during the receive that filled it
+        // (contract of `recv_batch_placed` / `gather_placed`) and does not overlap our buffer.
+        let part = unsafe { std::slice::from_raw_parts(entry.placement.dest, scattered) };
+        self.buf[start..start + scattered].copy_from_slice(part);
+    }
+
+    fn slot_total(&self, slot: usize) -> usize {
+        self.msgs[slot].msg_len as usize
+    }
+
+    /// Bytes of frame `i` as they lie in the buffer (whole unless it is placed).
+    pub fn bytes(&self, i: usize) -> &[u8] {
+        let frame = self.ready[i];
+        let start = frame.slot * self.stride + frame.offset;
+        &self.buf[start..start + frame.len]
+    }
+
+    /// The header part of frame `i` if placed, else all of it.
+    pub fn head(&self, i: usize) -> &[u8] {
+        let frame = self.ready[i];
+        let kept = match self.placed_entry(i) {
+            Some(entry) => entry.placement.header_len.min(frame.len),
+            None => frame.len,
+        };
+        &self.bytes(i)[..kept]
+    }
+
+    fn placed_entry(&self, i: usize) -> Option<&PlacedEntry> {
+        let index = self.ready[i].entry?;
+        let entry = &self.entries[index];
+        (!entry.gathered).then_some(entry)
+    }
+
+    /// For a placed frame: its plan index, payload bytes at the destination, and its length.
+    pub fn placed(&self, i: usize) -> Option<(usize, usize, usize)> {
+        let entry = self.placed_entry(i)?;
+        Some((entry.plan_index, entry.placement.len, self.ready[i].len))
+    }
+
+    /// Puts a placed frame back together in the buffer.
+    pub fn gather_frame(&mut self, i: usize) {
+        let frame = self.ready[i];
+        if let Some(index) = frame.entry {
+            self.gather(index, self.slot_total(frame.slot));
+        }
+    }
+
+    pub fn name(&self, slot: usize) -> (&RawAddr, libc::socklen_t) {
+        (&self.names[slot], self.msgs[slot].msg_hdr.msg_namelen)
+    }
+}
+
+fn iovec(base: *mut u8, len: usize) -> libc::iovec {
+    libc::iovec {
+        iov_base: base.cast(),
+        iov_len: len,
+    }
+}
+
+pub(crate) fn zeroed_mmsghdr() -> libc::mmsghdr {
+    // SAFETY: `mmsghdr` is a C struct of integers and raw pointers; all-zero (null pointers,
+    // zero lengths) is valid.
+    unsafe { mem::zeroed() }
+}
+
+pub(crate) fn empty_iovec() -> libc::iovec {
+    iovec(ptr::null_mut(), 0)
+}
