@@ -456,3 +456,57 @@ fn placed_receive_scatters_and_gathers_back() {
         "a wrong guess is put back together"
     );
 }
+
+/// A run of equal frames crosses the kernel as one GSO datagram, arrives as one GRO datagram,
+/// and is read back as its frames; a plan chaining them puts every payload straight in place,
+/// and a chain that guessed a length wrong is put back together from that frame on.
+#[test]
+fn gso_run_arrives_as_frames_placed_through_one_chain() {
+    use nicmsg_udp::Placement;
+    let (mut sender, mut receiver) = pair(1472, 64);
+    let header = [9u8; 24];
+    let payload: Vec<u8> = (0..5000).map(|i| (i * 7) as u8).collect();
+    for guess_len in [1000, 900] {
+        let pieces: Vec<[&[u8]; 2]> = payload
+            .chunks(1000)
+            .map(|chunk| [&header[..], chunk])
+            .collect();
+        let frames: Vec<(u32, &[&[u8]])> = pieces.iter().map(|p| (1, &p[..])).collect();
+        assert_eq!(sender.send_batch(&frames).unwrap(), 5);
+        assert_eq!(sender.stats().send_syscalls, sender.stats().gso_datagrams);
+        let mut dest = vec![0u8; 5000];
+        let plan: Vec<Placement> = (0..5)
+            .map(|i| Placement {
+                header_len: 24,
+                dest: dest[i * 1000..].as_mut_ptr(),
+                len: if i == 2 { guess_len } else { 1000 },
+            })
+            .collect();
+        let mut count = 0;
+        for _ in 0..1000 {
+            // SAFETY: the destinations are disjoint parts of our own vector, untouched meanwhile.
+            count = unsafe { receiver.recv_batch_placed(&plan) }.unwrap();
+            if count > 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(count, 5, "the run is read back as its five frames");
+        for i in 0..5 {
+            let (_, whole_or_head) = receiver.received(i);
+            if guess_len == 1000 || i < 2 {
+                assert_eq!(receiver.placed(i), Some((i, 1000, 1024)));
+                assert_eq!(receiver.received_head(i), &header[..]);
+                assert_eq!(&dest[i * 1000..][..1000], &payload[i * 1000..][..1000]);
+            } else {
+                assert_eq!(receiver.placed(i), None, "frame {i} lies past the wrong guess");
+                assert_eq!(whole_or_head.len(), 1024);
+                assert_eq!(&whole_or_head[24..], &payload[i * 1000..][..1000]);
+            }
+        }
+    }
+    if receiver.gro() {
+        assert_eq!(receiver.stats().gro_datagrams, 2);
+    }
+    assert_eq!(receiver.stats().datagrams_received, 10);
+}
