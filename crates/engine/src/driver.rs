@@ -22,6 +22,9 @@ const MAX_RECEIVE_BATCHES_PER_TURN: usize = 4;
 pub const SEND_BATCH: usize = 64;
 /// Frames predicted per receive batch (the transport's receive batch).
 const PLACEMENT_BATCH: usize = 64;
+/// Frames of the common small send (a reply and its acknowledgement): below this the send
+/// scratch is sized for it rather than for a full batch.
+const SMALL_SEND_BATCH: usize = 4;
 /// Send batches per turn, for the same fairness reason.
 const MAX_SEND_BATCHES_PER_TURN: usize = 8;
 
@@ -400,11 +403,20 @@ impl<T: Transport> Driver<T> {
 
     /// One gather pass and one send; `None` if a frame's memory is gone.
     fn try_send_unsent(&mut self) -> Option<usize> {
+        if self.unsent.len() <= SMALL_SEND_BATCH {
+            self.try_send_up_to::<SMALL_SEND_BATCH>()
+        } else {
+            self.try_send_up_to::<SEND_BATCH>()
+        }
+    }
+
+    /// `try_send_unsent` with room for `N` frames: the scratch of slices is filled before use,
+    /// which costs as much as the frames it could hold.
+    fn try_send_up_to<const N: usize>(&mut self) -> Option<usize> {
         let memory = RegistryMemory(&self.registry);
-        let count = self.unsent.len().min(SEND_BATCH);
-        let mut pieces: [[&[u8]; MAX_FRAME_PIECES]; SEND_BATCH] =
-            [[&[]; MAX_FRAME_PIECES]; SEND_BATCH];
-        let mut frames: [(u32, &[&[u8]]); SEND_BATCH] = [(0, &[]); SEND_BATCH];
+        let count = self.unsent.len().min(N);
+        let mut pieces: [[&[u8]; MAX_FRAME_PIECES]; N] = [[&[]; MAX_FRAME_PIECES]; N];
+        let mut frames: [(u32, &[&[u8]]); N] = [(0, &[]); N];
         for ((transmit, slices), frame) in self
             .unsent
             .iter()

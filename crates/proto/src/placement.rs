@@ -44,7 +44,7 @@ impl Endpoint {
             return 0;
         }
         let mut count = 0;
-        for index in 0..self.incoming.capacity() {
+        for index in self.incoming.occupied() {
             if count == out.len() {
                 break;
             }

@@ -75,12 +75,16 @@ impl<T> Slab<T> {
         self.slots.len() as u32
     }
 
-    /// Indices of occupied slots, in index order (deterministic).
+    /// Indices of occupied slots, in index order (deterministic). Stops at the last occupied
+    /// one: the free stack keeps live entries at low indices, so walking a mostly idle table
+    /// (every turn of a spinning engine asks for the next deadline) touches a few slots, not
+    /// all of them.
     pub(crate) fn occupied(&self) -> impl Iterator<Item = u32> + '_ {
         self.slots
             .iter()
             .enumerate()
             .filter(|(_, slot)| slot.value.is_some())
             .map(|(index, _)| index as u32)
+            .take(self.usage.in_use)
     }
 }

@@ -84,6 +84,8 @@ pub(crate) struct RecvSlots {
     gro: bool,
     /// Plan entries of the last receive, by slot and offset.
     entries: Vec<PlacedEntry>,
+    /// Slots `0..planned_slots` point into the plan's iovecs instead of their home one.
+    planned_slots: usize,
     /// Frames of the last receive, in arrival order.
     pub ready: Vec<Datagram>,
     /// Slots the kernel wrote in the last `recvmmsg`; their value-result fields are reset
@@ -107,9 +109,9 @@ impl RecvSlots {
             max_frame
         };
         let stride = capacity.next_multiple_of(RECV_SLOT_ALIGN);
-        // A slot holds at most `batch` plan entries (two iovecs each) and its tail; the others
-        // keep one iovec each. See `apply_plan`.
-        let iovecs = 2 * batch + 1 + batch;
+        // Each slot's home iovec (its whole buffer), then the plan's: at most `batch` entries of
+        // two iovecs, and a tail per planned slot. See `apply_plan`.
+        let iovecs = batch + 3 * batch;
         let mut slots = Self {
             msgs: (0..batch).map(|_| zeroed_mmsghdr()).collect(),
             iovecs: vec![empty_iovec(); iovecs],
@@ -121,15 +123,20 @@ impl RecvSlots {
             max_frame,
             gro,
             entries: Vec::with_capacity(batch),
+            planned_slots: 0,
             ready: Vec::with_capacity(batch),
             dirty: 0,
         };
         let names = slots.names.as_mut_ptr();
+        let buf = slots.buf.as_mut_ptr();
+        let iovecs = slots.iovecs.as_mut_ptr();
         for (slot, msg) in slots.msgs.iter_mut().enumerate() {
+            slots.iovecs[slot] = iovec(buf.wrapping_add(slot * stride), capacity);
+            msg.msg_hdr.msg_iov = iovecs.wrapping_add(slot);
+            msg.msg_hdr.msg_iovlen = 1;
             msg.msg_hdr.msg_name = names.wrapping_add(slot).cast();
             msg.msg_hdr.msg_namelen = RAW_ADDR_LEN;
         }
-        slots.apply_plan(&[]);
         // Every slot needs its control buffer before the first receive.
         slots.dirty = batch;
         slots.reset();
@@ -146,19 +153,32 @@ impl RecvSlots {
 
     /// Lays the plan out over the slots: entry `i` in slot `i` without GRO; with GRO all
     /// entries chained in slot 0, as consecutive frames of one coalesced datagram. Entries that
-    /// do not fit are left out (those frames are received the ordinary way).
+    /// do not fit are left out (those frames are received the ordinary way). Slots without an
+    /// entry keep their home iovec; only the slots the last plan changed are reset, so an empty
+    /// plan (every turn of an idle engine) costs nothing.
     pub fn apply_plan(&mut self, plan: &[Placement]) {
+        for slot in 0..self.planned_slots {
+            let hdr = &mut self.msgs[slot].msg_hdr;
+            hdr.msg_iov = self.iovecs.as_mut_ptr().wrapping_add(slot);
+            hdr.msg_iovlen = 1;
+        }
+        self.planned_slots = 0;
         self.entries.clear();
+        let slots = if self.gro {
+            1
+        } else {
+            plan.len().min(self.msgs.len())
+        };
         let buf = self.buf.as_mut_ptr();
-        let mut cursor = 0;
-        for slot in 0..self.msgs.len() {
-            let candidates = match (self.gro, slot) {
-                (true, 0) => 0..plan.len().min(self.msgs.len()),
-                (true, _) => 0..0,
-                (false, _) => slot.min(plan.len())..(slot + 1).min(plan.len()),
+        let mut cursor = self.msgs.len();
+        for slot in 0..slots.min(plan.len()) {
+            let candidates = if self.gro {
+                0..plan.len().min(self.msgs.len())
+            } else {
+                slot..slot + 1
             };
             let base = buf.wrapping_add(slot * self.stride);
-            let first = cursor;
+            let (first, entries_before) = (cursor, self.entries.len());
             let mut offset = 0;
             for plan_index in candidates {
                 let placement = plan[plan_index];
@@ -177,13 +197,17 @@ impl RecvSlots {
                 });
                 offset += placement.header_len + placement.len;
             }
-            if offset < self.capacity || cursor == first {
+            if self.entries.len() == entries_before {
+                continue;
+            }
+            if offset < self.capacity {
                 self.iovecs[cursor] = iovec(base.wrapping_add(offset), self.capacity - offset);
                 cursor += 1;
             }
             let hdr = &mut self.msgs[slot].msg_hdr;
             hdr.msg_iov = self.iovecs.as_mut_ptr().wrapping_add(first);
             hdr.msg_iovlen = (cursor - first) as _;
+            self.planned_slots = slot + 1;
         }
     }
 

@@ -499,7 +499,11 @@ fn gso_run_arrives_as_frames_placed_through_one_chain() {
                 assert_eq!(receiver.received_head(i), &header[..]);
                 assert_eq!(&dest[i * 1000..][..1000], &payload[i * 1000..][..1000]);
             } else {
-                assert_eq!(receiver.placed(i), None, "frame {i} lies past the wrong guess");
+                assert_eq!(
+                    receiver.placed(i),
+                    None,
+                    "frame {i} lies past the wrong guess"
+                );
                 assert_eq!(whole_or_head.len(), 1024);
                 assert_eq!(&whole_or_head[24..], &payload[i * 1000..][..1000]);
             }
