@@ -54,6 +54,37 @@ pub enum Pattern {
     Offload,
 }
 
+impl Pattern {
+    /// Every pattern, in the order of the papers' sections (the report's order: latency first).
+    pub const ALL: [Pattern; 7] = [
+        Pattern::Latency,
+        Pattern::Bw,
+        Pattern::Bibw,
+        Pattern::Msgrate,
+        Pattern::Overhead,
+        Pattern::Overlap,
+        Pattern::Offload,
+    ];
+
+    /// The name used on the command line, in `results.json` and for file names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pattern::Latency => "latency",
+            Pattern::Bw => "bw",
+            Pattern::Bibw => "bibw",
+            Pattern::Msgrate => "msgrate",
+            Pattern::Overhead => "overhead",
+            Pattern::Overlap => "overlap",
+            Pattern::Offload => "offload",
+        }
+    }
+
+    /// The pattern called `name`.
+    pub fn from_name(name: &str) -> Option<Pattern> {
+        Pattern::ALL.into_iter().find(|p| p.name() == name)
+    }
+}
+
 /// Whether a system could be measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
@@ -151,4 +182,22 @@ pub struct Overlap {
     pub availability: f64,
     /// availability x throughput (RMPP figure 11), MB/s.
     pub effective_mbytes_per_sec: f64,
+}
+
+#[cfg(test)]
+mod pattern_names {
+    use super::Pattern;
+
+    /// The command line, file names and `results.json` must agree on every pattern's name.
+    #[test]
+    fn names_round_trip_and_match_the_json() {
+        for pattern in Pattern::ALL {
+            assert_eq!(Pattern::from_name(pattern.name()), Some(pattern));
+            assert_eq!(
+                serde_json::to_value(pattern).unwrap(),
+                serde_json::Value::String(pattern.name().into())
+            );
+        }
+        assert_eq!(Pattern::from_name("pingpong"), None);
+    }
 }

@@ -283,14 +283,14 @@ const HEIGHT: u32 = 600;
 fn charts(report: &Report) -> Vec<Chart> {
     let setting = view::environment_line(&report.environment);
     let mut charts = Vec::new();
-    for pattern in view::ALL_PATTERNS {
+    for pattern in Pattern::ALL {
         let bodies = match pattern {
             Pattern::Overhead => overhead_chart(report).into_iter().collect(),
             Pattern::Overlap => overlap_charts(report),
             _ => size_chart(report, pattern).into_iter().collect(),
         };
         for (stem, title, body) in bodies {
-            let title = format!("{}: {title}", view::pattern_name(pattern));
+            let title = format!("{}: {title}", pattern.name());
             charts.push(Chart {
                 stem,
                 title,
@@ -334,7 +334,7 @@ fn size_chart(report: &Report, pattern: Pattern) -> Option<Titled> {
     };
     let descs = ("message size (bytes)", y_desc);
     let chart = LineChart::fitted(lines, descs, Axis::sizes, y_axis);
-    Some((view::pattern_name(pattern), title, chart))
+    Some((pattern.name(), title, chart))
 }
 
 /// One line per series, from the points `xy` maps (points it rejects, or with a non-finite

@@ -33,7 +33,7 @@ pub fn render_markdown(report: &Report, plots: &[PathBuf], dir: &Path) -> String
     environment_section(&mut out, &report.environment);
     targets_section(&mut out, &targets::evaluate(report));
     let mut embedded = Vec::new();
-    for pattern in view::ALL_PATTERNS {
+    for pattern in Pattern::ALL {
         if report.series.iter().any(|s| s.pattern == pattern) {
             embedded.extend(pattern_section(&mut out, report, pattern, plots, dir));
         }
@@ -50,10 +50,10 @@ pub fn terminal_summary(report: &Report) -> String {
         "nicmsg bench: {}\n",
         view::environment_line(&report.environment)
     );
-    for pattern in view::ALL_PATTERNS {
+    for pattern in Pattern::ALL {
         let series = view::measured(report, pattern);
         if let Some((caption, table)) = pattern_table(&series, pattern) {
-            let _ = write!(out, "\n{}: {caption}\n", view::pattern_name(pattern));
+            let _ = write!(out, "\n{}: {caption}\n", pattern.name());
             let chunks: Vec<String> = table
                 .column_chunks(TERMINAL_COLUMNS)
                 .iter()
@@ -65,7 +65,7 @@ pub fn terminal_summary(report: &Report) -> String {
             let _ = writeln!(
                 out,
                 "{}: {} {}",
-                view::pattern_name(pattern),
+                pattern.name(),
                 s.system,
                 view::outcome_summary(&s.outcome)
             );
@@ -356,7 +356,7 @@ fn pattern_section<'a>(
     plots: &'a [PathBuf],
     dir: &Path,
 ) -> Vec<&'a PathBuf> {
-    let name = view::pattern_name(pattern);
+    let name = pattern.name();
     let _ = writeln!(out, "## {name}\n");
     let mine: Vec<&PathBuf> = plots
         .iter()
@@ -379,9 +379,9 @@ fn pattern_section<'a>(
 fn plot_pattern(plot: &Path) -> Option<&str> {
     let stem = plot.file_stem()?.to_str()?;
     let pattern = stem.split('-').next()?;
-    view::ALL_PATTERNS
+    Pattern::ALL
         .iter()
-        .map(|p| view::pattern_name(*p))
+        .map(|p| p.name())
         .find(|name| *name == pattern)
 }
 

@@ -154,7 +154,7 @@ fn not_measured(name: &str, goal: &str, why: String) -> TargetCheck {
 
 /// Why `system` has no usable point of `size` under `pattern`, in words.
 fn absence(report: &Report, pattern: Pattern, system: &str, size: u64) -> String {
-    let pattern_name = view::pattern_name(pattern);
+    let pattern_name = pattern.name();
     match view::find_any(report, pattern, system) {
         None => format!("{system}: no {pattern_name} series in this run"),
         Some(s) if !view::has_data(s) => {

@@ -5,30 +5,6 @@
 
 use crate::model::{Environment, Outcome, Pattern, Point, Report, Series};
 
-/// Every pattern, in the order the report presents them (the papers' order: latency first).
-pub(crate) const ALL_PATTERNS: [Pattern; 7] = [
-    Pattern::Latency,
-    Pattern::Bw,
-    Pattern::Bibw,
-    Pattern::Msgrate,
-    Pattern::Overhead,
-    Pattern::Overlap,
-    Pattern::Offload,
-];
-
-/// The name used on the command line, in `results.json` and for file names.
-pub(crate) fn pattern_name(pattern: Pattern) -> &'static str {
-    match pattern {
-        Pattern::Latency => "latency",
-        Pattern::Bw => "bw",
-        Pattern::Bibw => "bibw",
-        Pattern::Msgrate => "msgrate",
-        Pattern::Overhead => "overhead",
-        Pattern::Overlap => "overlap",
-        Pattern::Offload => "offload",
-    }
-}
-
 /// A series has something to show only when it was measured and produced points; the others
 /// are listed with their reason instead.
 pub(crate) fn has_data(series: &Series) -> bool {

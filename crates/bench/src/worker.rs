@@ -62,8 +62,7 @@ pub struct WorkerArgs {
 
 /// Parses a pattern name (`latency`, `bw`, ...).
 pub fn parse_pattern(text: &str) -> Result<Pattern, String> {
-    serde_json::from_value(serde_json::Value::String(text.to_owned()))
-        .map_err(|_| format!("unknown pattern {text:?}"))
+    Pattern::from_name(text).ok_or_else(|| format!("unknown pattern {text:?}"))
 }
 
 /// Runs the worker; the exit status is 0 when this rank did its part.

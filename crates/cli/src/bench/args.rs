@@ -96,7 +96,7 @@ impl BenchArgs {
     /// The patterns to run, in the papers' order.
     pub fn patterns(&self) -> Vec<Pattern> {
         if self.suite == Some(Suite::Papers) || self.patterns.is_empty() && self.suite.is_some() {
-            return ALL_PATTERNS.to_vec();
+            return Pattern::ALL.to_vec();
         }
         if self.patterns.is_empty() {
             return vec![Pattern::Latency, Pattern::Bw];
@@ -124,14 +124,3 @@ impl BenchArgs {
         })
     }
 }
-
-/// Every pattern, in the order of the papers' sections.
-pub const ALL_PATTERNS: [Pattern; 7] = [
-    Pattern::Latency,
-    Pattern::Bw,
-    Pattern::Bibw,
-    Pattern::Msgrate,
-    Pattern::Overhead,
-    Pattern::Overlap,
-    Pattern::Offload,
-];

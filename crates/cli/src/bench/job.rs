@@ -74,7 +74,7 @@ fn run_args(plan: &SeriesPlan, args: &BenchArgs, progress: &Path, result: &Path)
         exe.into(),
         "bench-worker".into(),
         "--pattern".into(),
-        pattern_name(plan).into(),
+        plan.pattern.name().into(),
         "--system".into(),
         plan.system.name().into(),
         "--name".into(),
@@ -113,13 +113,6 @@ fn run_args(plan: &SeriesPlan, args: &BenchArgs, progress: &Path, result: &Path)
         engine: plan.engine,
         command,
     }
-}
-
-fn pattern_name(plan: &SeriesPlan) -> String {
-    serde_json::to_value(plan.pattern)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
 }
 
 /// The equivalent `nicmsg run` command line, for the record.
