@@ -12,6 +12,7 @@ use std::mem;
 use std::ptr;
 
 use crate::addr::{RawAddr, RAW_ADDR_LEN};
+use crate::offload::{gro_segment_size, receive_control_into, ControlBuffer};
 
 /// Receive slots start on cache-line boundaries, so a frame's header and payload copies out of
 /// a slot are aligned.
@@ -20,10 +21,6 @@ const RECV_SLOT_ALIGN: usize = 64;
 /// Bytes a slot receives with GRO on: a coalesced datagram is at most one IP packet's worth
 /// (64 KiB less the headers).
 pub(crate) const GRO_SLOT_BYTES: usize = 65536;
-
-/// `UDP_GRO` (linux/udp.h): the socket option, and the control message giving the segment size
-/// of a coalesced datagram.
-pub(crate) const UDP_GRO: libc::c_int = 104;
 
 /// Where the payload of a frame expected in a receive should go: the frame's first `header_len`
 /// bytes stay in the transport's buffer, the next `len` bytes go to `dest`.
@@ -63,17 +60,11 @@ pub(crate) struct Datagram {
     entry: Option<usize>,
 }
 
-/// `cmsghdr` + one `int` (the GRO segment size), padded as `CMSG_SPACE` pads it, aligned as a
-/// `cmsghdr` must be.
-#[derive(Clone, Copy)]
-#[repr(C, align(8))]
-struct GroControl([u8; 32]);
-
 pub(crate) struct RecvSlots {
     msgs: Vec<libc::mmsghdr>,
     iovecs: Vec<libc::iovec>,
     names: Vec<RawAddr>,
-    controls: Vec<GroControl>,
+    controls: Vec<ControlBuffer>,
     buf: Vec<u8>,
     stride: usize,
     /// Bytes one slot receives: `max_frame`, or [`GRO_SLOT_BYTES`] with GRO.
@@ -116,7 +107,7 @@ impl RecvSlots {
             msgs: (0..batch).map(|_| zeroed_mmsghdr()).collect(),
             iovecs: vec![empty_iovec(); iovecs],
             names: vec![RawAddr::zeroed(); batch],
-            controls: vec![GroControl([0; 32]); batch],
+            controls: vec![ControlBuffer::EMPTY; batch],
             buf: vec![0u8; batch * stride],
             stride,
             capacity,
@@ -214,14 +205,12 @@ impl RecvSlots {
     /// Readies the slots for the next `recvmmsg`: the kernel wrote back into the value-result
     /// fields of the slots it filled last time.
     pub fn reset(&mut self) {
-        let controls = self.controls.as_mut_ptr();
-        for (slot, msg) in self.msgs[..self.dirty].iter_mut().enumerate() {
+        for (msg, control) in self.msgs[..self.dirty].iter_mut().zip(&mut self.controls) {
             msg.msg_hdr.msg_namelen = RAW_ADDR_LEN;
             msg.msg_hdr.msg_flags = 0;
             msg.msg_len = 0;
             if self.gro {
-                msg.msg_hdr.msg_control = controls.wrapping_add(slot).cast();
-                msg.msg_hdr.msg_controllen = mem::size_of::<GroControl>() as _;
+                receive_control_into(&mut msg.msg_hdr, control);
             }
         }
         self.dirty = 0;
@@ -268,23 +257,11 @@ impl RecvSlots {
 
     /// The GRO segment size of the datagram in `slot`, if the kernel coalesced it.
     fn segment_size(&self, slot: usize) -> Option<usize> {
-        if !self.gro {
-            return None;
-        }
-        let hdr = &self.msgs[slot].msg_hdr;
-        // SAFETY: `msg_control` points at this slot's control buffer, of which the kernel wrote
-        // `msg_controllen` bytes of well-formed control messages.
-        unsafe {
-            let mut cmsg = libc::CMSG_FIRSTHDR(hdr);
-            while !cmsg.is_null() {
-                if (*cmsg).cmsg_level == libc::SOL_UDP && (*cmsg).cmsg_type == UDP_GRO {
-                    let size = ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
-                    return usize::try_from(size).ok().filter(|&s| s > 0);
-                }
-                cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
-            }
-        }
-        None
+        // SAFETY: with GRO on, `reset` pointed the slot at its control buffer before the
+        // receive that filled it.
+        self.gro
+            .then(|| unsafe { gro_segment_size(&self.msgs[slot].msg_hdr) })
+            .flatten()
     }
 
     /// Records one frame; a frame that does not exactly fill a plan entry has the entries it
@@ -292,10 +269,15 @@ impl RecvSlots {
     fn push_frame(&mut self, slot: usize, offset: usize, len: usize, total: usize) {
         let end = offset + len;
         let mut exact = None;
-        for index in 0..self.entries.len() {
+        // Entries are laid out in slot and offset order: start at the first one of this slot
+        // that ends after the frame starts, stop at the first that starts after it ends.
+        let first = self
+            .entries
+            .partition_point(|e| (e.slot, e.end()) <= (slot, offset));
+        for index in first..self.entries.len() {
             let entry = self.entries[index];
-            if entry.slot != slot || entry.end() <= offset || entry.offset >= end {
-                continue;
+            if entry.slot != slot || entry.offset >= end {
+                break;
             }
             if entry.offset == offset && entry.end() == end {
                 exact = Some(index);

@@ -9,7 +9,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr;
 
 use crate::addr::{canonical, RawAddr, RAW_ADDR_LEN};
-use crate::recv::{empty_iovec, zeroed_mmsghdr, Placement, RecvSlots, UDP_GRO};
+use crate::offload::{set_segment_size, ControlBuffer, UDP_GRO};
+use crate::recv::{empty_iovec, zeroed_mmsghdr, Placement, RecvSlots};
 use crate::stats::{SendErrors, UdpStats};
 use crate::{
     DEFAULT_MAX_FRAME, DEFAULT_SOCKET_BUFFER_BYTES, MAX_BATCH, MAX_PIECES, MAX_UDP_PAYLOAD_V4,
@@ -115,12 +116,6 @@ struct QueuedFrame {
     len: usize,
 }
 
-/// `cmsghdr` + one `u16` (the GSO segment size), padded as `CMSG_SPACE` pads it, aligned as a
-/// `cmsghdr` must be.
-#[derive(Clone, Copy)]
-#[repr(C, align(8))]
-struct GsoControl([u8; 32]);
-
 /// Preallocated `sendmmsg` arguments. The frames' iovecs are contiguous and in order, so a run
 /// of frames sent as one GSO datagram is one range of iovecs: a wire message is built over
 /// them with no copy.
@@ -131,7 +126,7 @@ struct SendSlots {
     iovecs_used: usize,
     /// The `sendmmsg` vector: one entry per datagram (GSO or plain) of the current call.
     wire: Vec<libc::mmsghdr>,
-    wire_control: Vec<GsoControl>,
+    wire_control: Vec<ControlBuffer>,
     /// Frames carried by each entry of `wire`.
     wire_frames: Vec<usize>,
     /// Frames queued by the current [`SendBatch`].
@@ -164,7 +159,7 @@ impl SendSlots {
             iovecs: vec![empty_iovec(); batch * MAX_PIECES],
             iovecs_used: 0,
             wire: (0..batch).map(|_| zeroed_mmsghdr()).collect(),
-            wire_control: vec![GsoControl([0; 32]); batch],
+            wire_control: vec![ControlBuffer::EMPTY; batch],
             wire_frames: vec![0; batch],
             queued: 0,
             gso,
@@ -173,13 +168,14 @@ impl SendSlots {
 
     /// How many frames from `start` (none rejected, all before `end`) go out as one datagram:
     /// a run to one peer whose frames all have the first one's length, but for a shorter last
-    /// one, within the kernel's GSO limits. 1 when GSO is off.
-    fn gso_run(&self, start: usize, end: usize, max_datagram: usize) -> usize {
+    /// one, within the kernel's GSO limits; 1 when GSO is off. Returns the frames and the
+    /// iovecs they take.
+    fn gso_run(&self, start: usize, end: usize, max_datagram: usize) -> (usize, usize) {
         let first = self.frames[start];
-        if !self.gso {
-            return 1;
-        }
         let (mut count, mut bytes, mut iovecs) = (1, first.len, first.iovecs);
+        if !self.gso {
+            return (count, iovecs);
+        }
         for frame in &self.frames[start + 1..end] {
             // A zero-length datagram is no segment: it goes alone.
             let fits = frame.rank == first.rank
@@ -198,7 +194,7 @@ impl SendSlots {
                 break;
             }
         }
-        count
+        (count, iovecs)
     }
 }
 
@@ -206,8 +202,6 @@ impl SendSlots {
 const MAX_GSO_SEGMENTS: usize = 64;
 /// Most iovecs in one message (`UIO_MAXIOV`).
 const MAX_IOVECS_PER_DATAGRAM: usize = 1024;
-/// `UDP_SEGMENT` (linux/udp.h), the socket option and control message type of UDP GSO.
-const UDP_SEGMENT: libc::c_int = 103;
 
 /// A non-blocking UDP socket with batched, zero-copy sends and batched receives.
 ///
@@ -602,9 +596,8 @@ impl UdpTransport {
         let iovecs = send.iovecs.as_mut_ptr();
         let (mut at, mut count) = (start, 0);
         while at < end && count < send.wire.len() {
-            let run = send.gso_run(at, end, max_datagram);
+            let (run, run_iovecs) = send.gso_run(at, end, max_datagram);
             let first = send.frames[at];
-            let run_iovecs: usize = send.frames[at..at + run].iter().map(|f| f.iovecs).sum();
             let peer = &self.peers[first.rank as usize];
             let msg = &mut send.wire[count];
             msg.msg_len = 0;
@@ -614,7 +607,7 @@ impl UdpTransport {
             hdr.msg_iov = iovecs.wrapping_add(first.first_iovec);
             hdr.msg_iovlen = run_iovecs as _;
             if run > 1 {
-                set_gso_control(hdr, &mut send.wire_control[count], first.len as u16);
+                set_segment_size(hdr, &mut send.wire_control[count], first.len as u16);
             } else {
                 hdr.msg_control = ptr::null_mut();
                 hdr.msg_controllen = 0;
@@ -642,30 +635,6 @@ impl UdpTransport {
         }
         self.stats.datagrams_sent += frames as u64;
         frames
-    }
-}
-
-/// Points `hdr` at `control`, filled with a `UDP_SEGMENT` message: the kernel cuts the
-/// datagram into segments of `segment` bytes (the last may be shorter).
-fn set_gso_control(hdr: &mut libc::msghdr, control: &mut GsoControl, segment: u16) {
-    // SAFETY: CMSG_SPACE/CMSG_LEN are arithmetic.
-    let (space, len) = unsafe {
-        (
-            libc::CMSG_SPACE(mem::size_of::<u16>() as u32) as usize,
-            libc::CMSG_LEN(mem::size_of::<u16>() as u32) as usize,
-        )
-    };
-    debug_assert!(space <= mem::size_of::<GsoControl>());
-    hdr.msg_control = control.0.as_mut_ptr().cast();
-    hdr.msg_controllen = space as _;
-    // SAFETY: `msg_control` points at `space` writable, suitably aligned bytes, so the first
-    // header is inside them and its data has room for the `u16`.
-    unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(hdr);
-        (*cmsg).cmsg_level = libc::SOL_UDP;
-        (*cmsg).cmsg_type = UDP_SEGMENT;
-        (*cmsg).cmsg_len = len as _;
-        ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), segment);
     }
 }
 
