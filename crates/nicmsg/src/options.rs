@@ -63,7 +63,9 @@ impl Options {
     /// `NICMSG_UNEXPECTED=buffer|drop`, `NICMSG_CTS_WINDOW`, `NICMSG_RSM_PRE`, `NICMSG_ACK_UNIT`,
     /// `NICMSG_SLOTS`, `NICMSG_SPIN_US`, `NICMSG_IDLE_POLL_US`,
     /// `NICMSG_ADAPTIVE_FRAMES=0` (always full frames), `NICMSG_PLACEMENT=0` (no speculative
-    /// receive placement), `NICMSG_GSO=0` (no UDP segmentation offload), `NICMSG_GRO=0` (no receive coalescing), `NICMSG_STATS=1` (counters at exit), `NICMSG_WATCHDOG=SECONDS` (hang diagnosis).
+    /// receive placement), `NICMSG_GSO=0` (no UDP segmentation offload), `NICMSG_GRO=0` (no
+    /// receive coalescing), `NICMSG_STATS=1` (counters at exit), `NICMSG_WATCHDOG=SECONDS`
+    /// (hang diagnosis). Switches are off for an empty value, `0`, `false` or `no`.
     pub fn from_env() -> Result<Self, Error> {
         Self::from_lookup(|name| std::env::var(name).ok())
     }
@@ -118,20 +120,20 @@ impl Options {
         if let Some(poll) = number(&lookup, "NICMSG_IDLE_POLL_US")? {
             options.idle.idle_poll_ns = poll.max(1) * 1000;
         }
-        if let Some(flag) = lookup("NICMSG_PLACEMENT") {
-            options.placement = !matches!(flag.as_str(), "0" | "false" | "no");
+        if let Some(on) = switch(&lookup, "NICMSG_PLACEMENT") {
+            options.placement = on;
         }
-        if let Some(flag) = lookup("NICMSG_GSO") {
-            options.gso = !matches!(flag.as_str(), "0" | "false" | "no");
+        if let Some(on) = switch(&lookup, "NICMSG_GSO") {
+            options.gso = on;
         }
-        if let Some(flag) = lookup("NICMSG_GRO") {
-            options.gro = !matches!(flag.as_str(), "0" | "false" | "no");
+        if let Some(on) = switch(&lookup, "NICMSG_GRO") {
+            options.gro = on;
         }
-        if let Some(flag) = lookup("NICMSG_ADAPTIVE_FRAMES") {
-            options.protocol.adaptive_frames = !matches!(flag.as_str(), "0" | "false" | "no");
+        if let Some(on) = switch(&lookup, "NICMSG_ADAPTIVE_FRAMES") {
+            options.protocol.adaptive_frames = on;
         }
-        if let Some(flag) = lookup("NICMSG_STATS") {
-            options.print_stats = !matches!(flag.as_str(), "" | "0" | "false" | "no");
+        if let Some(on) = switch(&lookup, "NICMSG_STATS") {
+            options.print_stats = on;
         }
         if let Some(text) = lookup("NICMSG_WATCHDOG") {
             let seconds = text
@@ -152,6 +154,11 @@ impl Options {
             .map_err(|e| Error::Config(e.to_string()))?;
         Ok(options)
     }
+}
+
+/// An on/off variable: empty, `0`, `false` or `no` is off, anything else on.
+fn switch(lookup: &impl Fn(&str) -> Option<String>, name: &str) -> Option<bool> {
+    lookup(name).map(|value| !matches!(value.trim(), "" | "0" | "false" | "no"))
 }
 
 fn number(lookup: &impl Fn(&str) -> Option<String>, name: &str) -> Result<Option<u64>, Error> {
