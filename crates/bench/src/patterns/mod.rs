@@ -74,6 +74,28 @@ impl Plan {
         let scale = self.reps_for(bytes_per_rep) as f64 / self.reps.max(1) as f64;
         ((self.warmup as f64 * scale).ceil() as u64).min(self.warmup)
     }
+
+    /// Runs `repetition` for the warm-up, then for the timed repetitions of a point moving
+    /// `bytes_per_rep` bytes each; returns the timed ones' durations in microseconds divided by
+    /// `per_sample` (2 for half a round trip, the window for a time per message).
+    pub fn time_repetitions(
+        &self,
+        bytes_per_rep: u64,
+        per_sample: f64,
+        mut repetition: impl FnMut() -> Result<(), BenchError>,
+    ) -> Result<Vec<f64>, BenchError> {
+        let warmup = self.warmup_for(bytes_per_rep);
+        let reps = self.reps_for(bytes_per_rep);
+        let mut samples = Vec::with_capacity(reps as usize);
+        for rep in 0..warmup + reps {
+            let start = Instant::now();
+            repetition()?;
+            if rep >= warmup {
+                samples.push(micros_since(start) / per_sample);
+            }
+        }
+        Ok(samples)
+    }
 }
 
 /// Messages per window of `bw` and `bibw` for `size`-byte messages.

@@ -1,9 +1,7 @@
 //! `bw` and `msgrate`: a window of one-way messages closed by a return acknowledgement (EMP);
 //! `bibw`: windows in both directions at once.
 
-use std::time::Instant;
-
-use super::{micros_since, point, window_for, Plan};
+use super::{point, window_for, Plan};
 use crate::messenger::Messenger;
 use crate::model::Point;
 use crate::stats::mbytes_per_sec;
@@ -19,29 +17,21 @@ pub fn one_way(
     window: usize,
 ) -> Result<Option<Point>, BenchError> {
     let len = size as usize;
-    let bytes_per_rep = size * window as u64;
-    let warmup = plan.warmup_for(bytes_per_rep);
-    let reps = plan.reps_for(bytes_per_rep);
-    let mut samples = Vec::with_capacity(reps as usize);
-    for rep in 0..warmup + reps {
-        let start = Instant::now();
+    let samples = plan.time_repetitions(size * window as u64, window as f64, || {
         if rank == 0 {
             for _ in 0..window {
                 messenger.post_send(len)?;
             }
             messenger.wait_all()?;
-            messenger.recv(0)?;
+            messenger.recv(0)
         } else {
             for slot in 0..window {
                 messenger.post_recv(slot, len)?;
             }
             messenger.wait_all()?;
-            messenger.send(0)?;
+            messenger.send(0)
         }
-        if rep >= warmup {
-            samples.push(micros_since(start) / window as f64);
-        }
-    }
+    })?;
     Ok((rank == 0).then(|| with_rates(point(size, &samples), size, 1.0)))
 }
 
@@ -54,23 +44,15 @@ pub fn both_ways(
 ) -> Result<Option<Point>, BenchError> {
     let len = size as usize;
     let window = window_for(size);
-    let bytes_per_rep = 2 * size * window as u64;
-    let warmup = plan.warmup_for(bytes_per_rep);
-    let reps = plan.reps_for(bytes_per_rep);
-    let mut samples = Vec::with_capacity(reps as usize);
-    for rep in 0..warmup + reps {
-        let start = Instant::now();
+    let samples = plan.time_repetitions(2 * size * window as u64, window as f64, || {
         for slot in 0..window {
             messenger.post_recv(slot, len)?;
         }
         for _ in 0..window {
             messenger.post_send(len)?;
         }
-        messenger.wait_all()?;
-        if rep >= warmup {
-            samples.push(micros_since(start) / window as f64);
-        }
-    }
+        messenger.wait_all()
+    })?;
     Ok((rank == 0).then(|| with_rates(point(size, &samples), size, 2.0)))
 }
 
