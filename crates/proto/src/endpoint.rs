@@ -122,7 +122,7 @@ impl Endpoint {
         data: SgList,
         memory: &mut impl HostMemory,
     ) -> Result<OpId, PostError> {
-        self.deadline_cache.set(None);
+        self.timers_changed();
         self.check_peer(dst)?;
         data.validate(memory)?;
         if dst == self.rank {
@@ -140,7 +140,7 @@ impl Endpoint {
         buffer: SgList,
         memory: &mut impl HostMemory,
     ) -> Result<OpId, PostError> {
-        self.deadline_cache.set(None);
+        self.timers_changed();
         if let Source::Rank(peer) = source {
             self.check_rank(peer)?;
         }
@@ -161,7 +161,7 @@ impl Endpoint {
         source: Source,
         tag: TagMatch,
     ) -> Result<OpId, PostError> {
-        self.deadline_cache.set(None);
+        self.timers_changed();
         if let Source::Rank(peer) = source {
             self.check_rank(peer)?;
         }
@@ -171,7 +171,7 @@ impl Endpoint {
     /// Cancels a pending receive, probe, or send not yet started; its completion reports
     /// `Cancelled`. An operation already moving bytes cannot be cancelled.
     pub fn cancel(&mut self, _now: Nanos, op: OpId) -> Result<(), CancelError> {
-        self.deadline_cache.set(None);
+        self.timers_changed();
         match op.kind {
             OpKind::Send => self.cancel_send(op),
             OpKind::Recv | OpKind::Probe => self.cancel_recv(op),
@@ -180,14 +180,14 @@ impl Endpoint {
 
     /// Feeds one received datagram. Anything malformed is dropped and counted.
     pub fn handle_frame(&mut self, now: Nanos, bytes: &[u8], memory: &mut impl HostMemory) {
-        self.deadline_cache.set(None);
+        self.timers_changed();
         self.receive_frame(now, bytes, memory);
     }
 
     /// Runs every timer due at `now`. Memory is lent because a timeout can declare a peer
     /// unreachable, which hands its fully received messages to waiting receives.
     pub fn handle_timeout(&mut self, now: Nanos, memory: &mut impl HostMemory) {
-        self.deadline_cache.set(None);
+        self.timers_changed();
         self.expire_sends(now, memory);
         self.expire_incoming(now);
         self.expire_peers(now, memory);
@@ -199,7 +199,7 @@ impl Endpoint {
         // Timers are armed by frames going out; an idle poll (every turn of a spinning engine)
         // must not throw the cached deadline away.
         if transmit.is_some() {
-            self.deadline_cache.set(None);
+            self.timers_changed();
         }
         transmit
     }

@@ -981,6 +981,16 @@ mod tests {
             (id, buffer)
         }
 
+        /// Completes a send made by `send(5, 100)` Ok.
+        fn send_done(&mut self, send: OpId, now: Nanos) {
+            let status = Status {
+                peer: 1,
+                tag: 5,
+                len: 100,
+            };
+            self.complete(0, send, Ok(status), now);
+        }
+
         /// Writes message `seq` into the receive buffer and completes the receive Ok.
         fn deliver(&mut self, recv: (OpId, Buffer), seq: u64, tag: Tag, len: u64, now: Nanos) {
             let mut bytes = vec![0u8; len as usize];
@@ -1027,26 +1037,8 @@ mod tests {
         let r1 = b.recv(5, 200);
         b.deliver(r1, 1, 5, 100, 10); // completions may come out of matching order
         b.deliver(r0, 0, 5, 100, 11);
-        b.complete(
-            0,
-            s0,
-            Ok(Status {
-                peer: 1,
-                tag: 5,
-                len: 100,
-            }),
-            12,
-        );
-        b.complete(
-            0,
-            s1,
-            Ok(Status {
-                peer: 1,
-                tag: 5,
-                len: 100,
-            }),
-            12,
-        );
+        b.send_done(s0, 12);
+        b.send_done(s1, 12);
         assert_eq!(b.kinds(), Vec::<&str>::new());
     }
 
@@ -1071,26 +1063,8 @@ mod tests {
         let r1 = b.recv(5, 100);
         b.deliver(r0, 0, 5, 100, 10);
         b.deliver(r1, 0, 5, 100, 11);
-        b.complete(
-            0,
-            s0,
-            Ok(Status {
-                peer: 1,
-                tag: 5,
-                len: 100,
-            }),
-            12,
-        );
-        b.complete(
-            0,
-            s1,
-            Ok(Status {
-                peer: 1,
-                tag: 5,
-                len: 100,
-            }),
-            12,
-        );
+        b.send_done(s0, 12);
+        b.send_done(s1, 12);
         let kinds = b.kinds();
         assert!(kinds.contains(&"delivery"), "{kinds:?}");
         assert!(kinds.contains(&"lost-message"), "{kinds:?}");
