@@ -51,6 +51,14 @@ fn nicmsg(args: &[&str]) -> Finished {
     f
 }
 
+/// `nicmsg run OPTIONS -- sh -c SCRIPT`; `options` are separated by spaces.
+fn run_sh(options: &str, script: &str) -> Finished {
+    let mut args = vec!["run"];
+    args.extend(options.split_whitespace());
+    args.extend(["--", "sh", "-c", script]);
+    nicmsg(&args)
+}
+
 fn sorted_lines(s: &str) -> Vec<&str> {
     let mut v: Vec<&str> = s.lines().collect();
     v.sort();
@@ -120,17 +128,10 @@ fn namespaces_of(pid: u32) -> Vec<String> {
 
 #[test]
 fn every_line_is_prefixed_with_its_rank() {
-    let f = nicmsg(&[
-        "run",
-        "-n",
-        "3",
-        "--timeout",
-        "20",
-        "--",
-        "sh",
-        "-c",
+    let f = run_sh(
+        "-n 3 --timeout 20",
         "echo hello $NICMSG_RANK of $NICMSG_SIZE",
-    ]);
+    );
     assert_eq!(f.code, 0);
     assert_eq!(
         sorted_lines(&f.stdout),
@@ -145,15 +146,10 @@ fn every_line_is_prefixed_with_its_rank() {
 
 #[test]
 fn stdout_and_stderr_stay_apart_and_partial_lines_are_flushed() {
-    let f = nicmsg(&[
-        "run",
-        "-n",
-        "2",
-        "--",
-        "sh",
-        "-c",
+    let f = run_sh(
+        "-n 2",
         "echo out $NICMSG_RANK; echo err $NICMSG_RANK >&2; printf 'tail %s' $NICMSG_RANK",
-    ]);
+    );
     assert_eq!(f.code, 0);
     assert_eq!(
         sorted_lines(&f.stdout),
@@ -172,19 +168,10 @@ fn stdout_and_stderr_stay_apart_and_partial_lines_are_flushed() {
 
 #[test]
 fn the_environment_contract() {
-    let f = nicmsg(&[
-        "run",
-        "-n",
-        "2",
-        "--engine",
-        "thread",
-        "--mtu",
-        "9000",
-        "--",
-        "sh",
-        "-c",
+    let f = run_sh(
+        "-n 2 --engine thread --mtu 9000",
         "echo $NICMSG_JOB $NICMSG_BOOTSTRAP $NICMSG_BIND_IP $NICMSG_ENGINE $NICMSG_MTU",
-    ]);
+    );
     assert_eq!(f.code, 0);
     let lines = sorted_lines(&f.stdout);
     assert_eq!(lines.len(), 2);
@@ -202,21 +189,13 @@ fn the_environment_contract() {
     assert_eq!(&fields[0][2..], ["127.0.0.1", "thread", "9000"]);
 
     // A fresh job id per run.
-    let g = nicmsg(&["run", "-n", "1", "--", "sh", "-c", "echo $NICMSG_JOB"]);
+    let g = run_sh("-n 1", "echo $NICMSG_JOB");
     assert_ne!(g.stdout.split_whitespace().nth(2), Some(fields[0][0]));
 }
 
 #[test]
 fn a_failing_rank_stops_the_job() {
-    let f = nicmsg(&[
-        "run",
-        "-n",
-        "3",
-        "--",
-        "sh",
-        "-c",
-        "if [ $NICMSG_RANK = 1 ]; then exit 3; fi; sleep 30",
-    ]);
+    let f = run_sh("-n 3", "if [ $NICMSG_RANK = 1 ]; then exit 3; fi; sleep 30");
     assert_eq!(f.code, 3);
     assert!(
         f.stderr
@@ -229,15 +208,10 @@ fn a_failing_rank_stops_the_job() {
 
 #[test]
 fn a_killed_rank_is_reported_with_its_signal() {
-    let f = nicmsg(&[
-        "run",
-        "-n",
-        "2",
-        "--",
-        "sh",
-        "-c",
+    let f = run_sh(
+        "-n 2",
         "if [ $NICMSG_RANK = 0 ]; then kill -9 $$; fi; sleep 30",
-    ]);
+    );
     assert_eq!(f.code, 128 + 9);
     assert!(
         f.stderr
@@ -258,7 +232,7 @@ fn a_rank_ignoring_sigterm_is_killed_after_the_grace_period() {
          trap '' TERM; touch '{m}'; while :; do sleep 0.1; done",
         m = marker.display()
     );
-    let f = nicmsg(&["run", "-n", "2", "--", "sh", "-c", &script]);
+    let f = run_sh("-n 2", &script);
     let _ = std::fs::remove_file(&marker);
     assert_eq!(f.code, 1);
     assert!(
@@ -411,22 +385,12 @@ fn netns_gives_each_rank_its_namespace_address_and_mtu() {
     if !netns_available("netns_gives_each_rank_its_namespace_address_and_mtu") {
         return;
     }
-    let f = nicmsg(&[
-        "run",
-        "-n",
-        "2",
-        "--netns",
-        "--mtu",
-        "9000",
-        "--timeout",
-        "25",
-        "--",
-        "sh",
-        "-c",
+    let f = run_sh(
+        "-n 2 --netns --mtu 9000 --timeout 25",
         "echo ns $(ip netns identify); echo mtu $(cat /sys/class/net/eth0/mtu); \
          echo addr $(ip -o -4 addr show dev eth0 | awk '{print $4}'); \
          echo env $NICMSG_BIND_IP $NICMSG_BOOTSTRAP $NICMSG_MTU",
-    ]);
+    );
     assert_eq!(f.code, 0);
     let pid = f.pid;
     let third = pid % 250;
@@ -483,16 +447,10 @@ fn netns_are_removed_after_a_failed_run() {
     if !netns_available("netns_are_removed_after_a_failed_run") {
         return;
     }
-    let f = nicmsg(&[
-        "run",
-        "-n",
-        "2",
-        "--netns",
-        "--",
-        "sh",
-        "-c",
+    let f = run_sh(
+        "-n 2 --netns",
         "if [ $NICMSG_RANK = 1 ]; then exit 3; fi; sleep 30",
-    ]);
+    );
     assert_eq!(f.code, 3);
     assert!(
         f.stderr.contains("rank 1 exited with status 3"),
