@@ -197,11 +197,18 @@ pub fn send_buffer(
         pattern.fill_into(msg_offset, &mut bytes[range]);
         msg_offset += seg_len;
     }
+    store(arena, bytes, region_number, &placed)
+}
+
+/// Stores `bytes` as region `region_number` of `arena` (the next one) and describes the
+/// buffer placed in it.
+fn store(arena: &mut Arena, bytes: Vec<u8>, region_number: u32, placed: &[(u64, u64)]) -> Buffer {
+    let region_len = bytes.len() as u64;
     let region = arena.alloc(bytes);
     debug_assert_eq!(region.0, region_number);
     Buffer {
         region,
-        sg: sg_list(region, &placed),
+        sg: sg_list(region, placed),
         region_len,
     }
 }
@@ -213,13 +220,7 @@ pub fn recv_buffer(arena: &mut Arena, rng: &mut SimRng, layout: Layout, capacity
     let region_number = arena.regions.len() as u32;
     let mut bytes = vec![0u8; region_len as usize];
     Pattern::fill(arena.rank(), region_number).fill_into(0, &mut bytes);
-    let region = arena.alloc(bytes);
-    debug_assert_eq!(region.0, region_number);
-    Buffer {
-        region,
-        sg: sg_list(region, &placed),
-        region_len,
-    }
+    store(arena, bytes, region_number, &placed)
 }
 
 /// What a receive buffer must hold after its operation completed.
