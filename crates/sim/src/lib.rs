@@ -32,6 +32,6 @@ pub mod world;
 pub use invariants::Violation;
 pub use net::{NetConfig, NetStats, Partition};
 pub use report::Summary;
-pub use run::{run, Limits, ProtoParams, RunResult, RunSpec};
+pub use run::{run, Limits, MessageCounts, ProtoParams, RunResult, RunSpec};
 pub use sweep::{run_catching, sweep, SweepOptions, SweepPlan};
 pub use workload::WorkloadKind;

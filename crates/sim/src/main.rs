@@ -226,12 +226,12 @@ fn main() -> ExitCode {
             result.ranks,
             result.loss,
             result.unexpected,
-            result.messages,
-            result.delivered,
-            result.truncated,
-            result.cancelled,
-            result.failed,
-            result.ops
+            result.messages.sent,
+            result.messages.delivered,
+            result.messages.truncated,
+            result.messages.cancelled,
+            result.messages.failed,
+            result.messages.ops
         );
         println!(
             "virtual time {}, {} events, quiesced {}, digest {:016x}",

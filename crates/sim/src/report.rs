@@ -1,7 +1,7 @@
 //! Summaries of many runs, replay commands, and number formatting.
 
 use crate::net::NetStats;
-use crate::run::{Limits, ProtoParams, RunResult, RunSpec};
+use crate::run::{Limits, MessageCounts, ProtoParams, RunResult, RunSpec};
 use crate::workload::WorkloadKind;
 use nicmsg_proto::{Nanos, Stats, UnexpectedPolicy, Usage};
 use std::collections::BTreeMap;
@@ -158,12 +158,7 @@ pub struct Summary {
     pub classes: BTreeMap<String, (u64, Vec<FailedRun>)>,
     /// Failing runs listed in the report (at most this many, at most 3 per class).
     pub keep_failures: usize,
-    pub ops: u64,
-    pub messages: u64,
-    pub delivered: u64,
-    pub truncated: u64,
-    pub cancelled: u64,
-    pub failed: u64,
+    pub messages: MessageCounts,
     pub stats: Stats,
     pub net: NetStats,
     pub events: u64,
@@ -206,12 +201,7 @@ impl Summary {
             runs.sort_by_key(|f| f.index);
             runs.truncate(3);
         }
-        self.ops += result.ops;
-        self.messages += result.messages;
-        self.delivered += result.delivered;
-        self.truncated += result.truncated;
-        self.cancelled += result.cancelled;
-        self.failed += result.failed;
+        self.messages.add(&result.messages);
         add_stats(&mut self.stats, &result.stats);
         self.net.add(&result.net);
         self.events += result.events;
@@ -237,7 +227,7 @@ impl Summary {
         if result.violation_count > 0 {
             w.violating_runs += 1;
         }
-        w.delivered += result.delivered + result.truncated;
+        w.delivered += result.messages.delivered + result.messages.truncated;
         w.frames_sent += result.stats.frames_sent;
         w.retransmitted += result.stats.frames_retransmitted;
         w.virtual_ns += result.virtual_ns as u128;
@@ -280,11 +270,12 @@ impl Summary {
             );
         }
         let s = &self.stats;
-        let consumed = self.delivered + self.truncated;
+        let m = &self.messages;
+        let consumed = m.delivered + m.truncated;
         let _ = writeln!(
             out,
             "messages: {} sent, {} delivered, {} truncated, {} cancelled, {} not delivered (peer died); {} operations",
-            self.messages, self.delivered, self.truncated, self.cancelled, self.failed, self.ops
+            m.sent, m.delivered, m.truncated, m.cancelled, m.failed, m.ops
         );
         let _ = writeln!(
             out,

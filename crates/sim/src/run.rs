@@ -115,6 +115,30 @@ impl RunSpec {
     }
 }
 
+/// What became of the messages of one run or of many (each message counted once), and how
+/// many operations were posted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MessageCounts {
+    pub ops: u64,
+    pub sent: u64,
+    pub delivered: u64,
+    pub truncated: u64,
+    pub cancelled: u64,
+    /// Not delivered because a peer died.
+    pub failed: u64,
+}
+
+impl MessageCounts {
+    pub fn add(&mut self, other: &MessageCounts) {
+        self.ops += other.ops;
+        self.sent += other.sent;
+        self.delivered += other.delivered;
+        self.truncated += other.truncated;
+        self.cancelled += other.cancelled;
+        self.failed += other.failed;
+    }
+}
+
 /// Outcome and counters of one run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunResult {
@@ -129,12 +153,7 @@ pub struct RunResult {
     /// Sum of every endpoint's counters.
     pub stats: Stats,
     pub net: NetStats,
-    pub ops: u64,
-    pub messages: u64,
-    pub delivered: u64,
-    pub truncated: u64,
-    pub cancelled: u64,
-    pub failed: u64,
+    pub messages: MessageCounts,
     pub events: u64,
     pub virtual_ns: Nanos,
     /// Everything ended: no operation pending, no frame in flight, no timer armed.
@@ -160,12 +179,7 @@ impl RunResult {
             violation_count: 0,
             stats: Stats::default(),
             net: NetStats::default(),
-            ops: 0,
-            messages: 0,
-            delivered: 0,
-            truncated: 0,
-            cancelled: 0,
-            failed: 0,
+            messages: MessageCounts::default(),
             events: 0,
             virtual_ns: 0,
             quiesced: false,
@@ -574,14 +588,15 @@ impl Sim {
         }
         let mut result = RunResult::empty(spec, ranks);
         let ledger = &world.ledger;
-        result.ops = ledger.ops.len() as u64;
-        result.messages = ledger.msgs.len() as u64;
+        let counts = &mut result.messages;
+        counts.ops = ledger.ops.len() as u64;
+        counts.sent = ledger.msgs.len() as u64;
         for msg in &ledger.msgs {
             match (msg.consumed, ledger.ops[msg.send_op].result) {
-                (Some(c), _) if c.truncated => result.truncated += 1,
-                (Some(_), _) => result.delivered += 1,
-                (None, Some(Err(nicmsg_proto::OpError::Cancelled))) => result.cancelled += 1,
-                (None, _) => result.failed += 1,
+                (Some(c), _) if c.truncated => counts.truncated += 1,
+                (Some(_), _) => counts.delivered += 1,
+                (None, Some(Err(nicmsg_proto::OpError::Cancelled))) => counts.cancelled += 1,
+                (None, _) => counts.failed += 1,
             }
         }
         result.violations = world.violations.kept.clone();

@@ -176,7 +176,7 @@ pub fn sweep(plan: &SweepPlan, options: &SweepOptions) -> Summary {
                 let eta = (total as u64 - summary.runs) as f64 / rate.max(1e-9);
                 eprintln!(
                     "[{elapsed:>7.1}s] {}/{} runs, {} violating, {} messages, {rate:.1} runs/s, about {eta:.0}s left",
-                    summary.runs, total, summary.violating_runs, summary.delivered
+                    summary.runs, total, summary.violating_runs, summary.messages.delivered
                 );
             }
         }

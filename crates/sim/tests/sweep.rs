@@ -58,7 +58,7 @@ fn every_workload_under_loss_has_no_violations() {
         );
     }
     assert!(
-        summary.delivered > 1000,
+        summary.messages.delivered > 1000,
         "too few messages delivered:\n{}",
         summary.render()
     );
