@@ -64,6 +64,11 @@ pub struct Config {
     pub max_recvs: usize,
     /// Incoming messages being received, buffered unexpected, or awaiting CLEANUP.
     pub max_incoming: usize,
+    /// How long the acknowledgement of a whole eager message (and the credit it returns) may
+    /// wait for an EAGER frame to the same peer to carry it (piggybacked ACK): a reply that
+    /// follows within this time costs the request no acknowledgement datagram. 0 acknowledges
+    /// at once. Must stay well below `rto_min_ns`, or the sender would retransmit meanwhile.
+    pub ack_delay_ns: Nanos,
     /// Control frames (ACK, CTS, ...) waiting to be transmitted; beyond it they are dropped and
     /// counted, which is safe because every control frame is recovered by retransmission.
     pub max_control_queue: usize,
@@ -92,6 +97,9 @@ impl Default for Config {
             max_sends: 256,
             max_recvs: 256,
             max_incoming: 256,
+            // A ping-pong reply comes within a few microseconds; a tenth of `rto_min_ns` keeps
+            // the sender's timer far away even when the acknowledgement is not piggybacked.
+            ack_delay_ns: 20_000,
             max_control_queue: 1024,
         }
     }
@@ -109,6 +117,8 @@ pub enum ConfigError {
     RsmPosition { pre: u32, window: u32 },
     #[error("rto_min_ns <= rto_initial_ns <= rto_max_ns must hold")]
     Timeouts,
+    #[error("ack_delay_ns ({delay}) must be below half of rto_min_ns ({rto_min})")]
+    AckDelay { delay: u64, rto_min: u64 },
     #[error("max_retries must be at least 1")]
     Retries,
     #[error("{0} must be at least 1")]
@@ -150,6 +160,12 @@ impl Config {
             || self.rto_min_ns == 0
         {
             return Err(ConfigError::Timeouts);
+        }
+        if self.ack_delay_ns >= self.rto_min_ns / 2 {
+            return Err(ConfigError::AckDelay {
+                delay: self.ack_delay_ns,
+                rto_min: self.rto_min_ns,
+            });
         }
         if self.max_retries == 0 {
             return Err(ConfigError::Retries);

@@ -12,9 +12,11 @@ const FRAMES_PER_TURN: u32 = 4;
 impl Endpoint {
     pub(crate) fn emit_control(&mut self, control: Control) -> Transmit {
         let peer = &self.peers[control.dst as usize];
-        let aux = match control.kind {
-            kind if crate::endpoint::carries_credits(kind) => peer.credits_given,
-            _ => 0,
+        let carries_credits = crate::endpoint::carries_credits(control.kind);
+        let aux = if carries_credits {
+            peer.credits_given
+        } else {
+            0
         };
         let header = FrameHeader {
             kind: control.kind,
@@ -27,7 +29,11 @@ impl Endpoint {
             offset: 0,
             payload_len: 0,
             aux,
+            acked_id: 0,
         };
+        if carries_credits {
+            self.credits_carried(control.dst);
+        }
         let mut transmit = Transmit::new(control.dst);
         let len = emit_headers(&header, None, transmit.headers_buf()).expect("headers fit");
         transmit.set_headers_len(len);
@@ -100,7 +106,7 @@ impl Endpoint {
             flags |= Flags::RSM;
             aux = op.rsm_window_end;
         }
-        let header = FrameHeader {
+        let mut header = FrameHeader {
             kind,
             flags,
             job: self.job,
@@ -111,6 +117,7 @@ impl Endpoint {
             offset,
             payload_len: len as u32,
             aux,
+            acked_id: 0,
         };
         let msg = kind.has_msg_header().then_some(MsgHeader {
             total_len: op.geometry.total_len,
@@ -119,15 +126,17 @@ impl Endpoint {
             protocol: op.geometry.protocol,
             ack_unit: op.ack_unit,
         });
-        let mut transmit = Transmit::new(op.dst);
+        let data = op.data;
+        if kind == FrameKind::Eager {
+            self.piggyback_on(&mut header);
+        }
+        let mut transmit = Transmit::new(header.dst);
         let headers_len =
             emit_headers(&header, msg.as_ref(), transmit.headers_buf()).expect("headers fit");
         transmit.set_headers_len(headers_len);
-        op.data
-            .for_each_piece(offset, len, |piece| transmit.push_piece(piece));
+        data.for_each_piece(offset, len, |piece| transmit.push_piece(piece));
         seal_with_payload(&mut transmit, headers_len, memory);
-        let dst = op.dst;
-        self.count_sent(dst, headers_len + len as usize, true, retransmit);
+        self.count_sent(header.dst, headers_len + len as usize, true, retransmit);
         transmit
     }
 

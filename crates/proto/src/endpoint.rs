@@ -191,6 +191,7 @@ impl Endpoint {
         self.expire_sends(now, memory);
         self.expire_incoming(now);
         self.expire_peers(now, memory);
+        self.expire_owed(now);
     }
 
     /// Next frame to send, if any: control frames first, then data frames round-robin.
@@ -239,7 +240,8 @@ impl Endpoint {
             .occupied()
             .filter_map(|i| self.incoming.get(i)?.deadline_ns);
         let peers = self.peers.iter().filter_map(|p| p.probe_deadline_ns);
-        sends.chain(incoming).chain(peers).min()
+        let owed = self.owed_deadline();
+        sends.chain(incoming).chain(peers).chain(owed).min()
     }
 
     pub fn stats(&self) -> &Stats {

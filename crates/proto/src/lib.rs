@@ -28,6 +28,7 @@ mod matching;
 mod memory;
 mod ops;
 mod peer;
+mod piggyback;
 mod placement;
 mod receiver;
 mod rto;

@@ -193,7 +193,7 @@ impl Endpoint {
         entry.recv = Some(recv);
         if entry.is_eager() {
             if entry.phase == RxPhase::DataComplete {
-                self.deliver_eager(incoming, memory);
+                self.deliver_eager(now, incoming, memory);
             } else {
                 let discarded_data = entry.discarded;
                 if entry.dest == Dest::Nowhere {
@@ -237,7 +237,7 @@ impl Endpoint {
         entry.dest = Dest::Discard;
         if entry.is_eager() {
             if entry.phase == RxPhase::DataComplete {
-                self.deliver_eager(incoming, memory);
+                self.deliver_eager(now, incoming, memory);
             }
             return;
         }
@@ -258,7 +258,12 @@ impl Endpoint {
 
     /// An eager message whose every frame arrived and that is matched: copy it out of its
     /// buffer if it was unexpected, complete the receive, free it, and return its credit.
-    pub(crate) fn deliver_eager(&mut self, incoming: u32, memory: &mut impl HostMemory) {
+    pub(crate) fn deliver_eager(
+        &mut self,
+        now: Nanos,
+        incoming: u32,
+        memory: &mut impl HostMemory,
+    ) {
         let entry = self.incoming.get(incoming).expect("live");
         let (peer, len) = (entry.peer, entry.geometry.total_len as usize);
         match (entry.dest, entry.recv) {
@@ -273,7 +278,7 @@ impl Endpoint {
             _ => {}
         }
         self.free_incoming(incoming);
-        self.return_credit(peer);
+        self.return_credit(now, peer);
     }
 
     /// Completes a receive with its message's status.

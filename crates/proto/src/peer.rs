@@ -33,6 +33,13 @@ pub(crate) struct Peer {
     /// Queued control frames to the peer that carry the credit count (ACK, CTS, MSG-ACK,
     /// CREDIT).
     pub credit_carriers_queued: u32,
+    /// A whole eager message from the peer whose ACK_ALL has not left yet: it waits up to
+    /// `ack_delay_ns` for an EAGER frame to the peer to carry it (`piggyback.rs`).
+    pub ack_owed: Option<u32>,
+    /// Credits returned to the peer that no frame has carried yet.
+    pub credit_owed: bool,
+    /// When the owed acknowledgement or credit goes out on its own.
+    pub owed_deadline_ns: Option<Nanos>,
     // --- liveness ---
     pub rto: RtoEstimator,
     pub last_heard_ns: Nanos,
@@ -58,6 +65,9 @@ impl Peer {
             credits_given: 0,
             eager_buffers_used: 0,
             credit_carriers_queued: 0,
+            ack_owed: None,
+            credit_owed: false,
+            owed_deadline_ns: None,
             rto: RtoEstimator::new(rto_initial_ns),
             last_heard_ns: 0,
             probe_deadline_ns: None,

@@ -40,6 +40,9 @@ impl Endpoint {
         if crate::endpoint::carries_credits(header.kind) {
             self.peers[peer as usize].update_credits(header.aux);
         }
+        if header.kind == FrameKind::Eager {
+            self.take_piggyback(now, &header);
+        }
         match header.kind {
             FrameKind::Eager | FrameKind::Rts | FrameKind::Data => {
                 self.on_data_frame(now, &header, frame.msg.as_ref(), frame.payload, memory)
@@ -393,14 +396,18 @@ impl Endpoint {
         let entry = self.incoming.get_mut(index).expect("live");
         entry.phase = RxPhase::DataComplete;
         let (peer, msg_id, eager) = (entry.peer, entry.msg_id, entry.is_eager());
-        self.ack_all(peer, msg_id);
+        if eager {
+            self.owe_ack_all(now, peer, msg_id);
+        } else {
+            self.queue_control(control(peer, FrameKind::Ack, Flags::ACK_ALL, msg_id, 0));
+        }
         self.set_waiter(index, false);
         // Finished for duplicate detection now; END and CLEANUP find the entry by its index.
         self.peers[peer as usize].recv_window.finish(msg_id);
         if eager {
             let entry = self.incoming.get(index).expect("live");
             if entry.matched {
-                self.deliver_eager(index, memory);
+                self.deliver_eager(now, index, memory);
             }
             return;
         }
@@ -411,10 +418,6 @@ impl Endpoint {
         let entry = self.incoming.get_mut(index).expect("live");
         entry.deadline_ns = Some(now + rto);
         entry.retries = 0;
-    }
-
-    fn ack_all(&mut self, peer: Rank, msg_id: u32) {
-        self.queue_control(control(peer, FrameKind::Ack, Flags::ACK_ALL, msg_id, 0));
     }
 
     /// END: every frame was acknowledged; answer MSG-ACK and wait for CLEANUP.
@@ -490,17 +493,15 @@ impl Endpoint {
     }
 
     /// Returns one eager credit to the peer: the message left its buffer (or never needed one).
-    pub(crate) fn return_credit(&mut self, peer: Rank) {
+    pub(crate) fn return_credit(&mut self, now: Nanos, peer: Rank) {
         if self.config.unexpected != UnexpectedPolicy::Buffer {
             return;
         }
         let state = &mut self.peers[peer as usize];
         state.credits_given = state.credits_given.wrapping_add(1);
-        // A control frame to the peer still waiting to leave will carry the new count (credits
-        // are filled in when a frame leaves); only otherwise is a CREDIT frame needed.
-        if state.credit_carriers_queued == 0 {
-            self.queue_control(control(peer, FrameKind::Credit, 0, 0, 0));
-        }
+        // Credits are filled in when a frame leaves: a frame to the peer still waiting to leave
+        // carries the new count; only otherwise is a CREDIT frame needed (see `piggyback.rs`).
+        self.owe_credit(now, peer);
     }
 
     pub(crate) fn set_waiter(&mut self, index: u32, waiting: bool) {

@@ -205,7 +205,7 @@ impl Endpoint {
         );
     }
 
-    fn active_send(&self, peer: Rank, msg_id: u32) -> Option<u32> {
+    pub(crate) fn active_send(&self, peer: Rank, msg_id: u32) -> Option<u32> {
         self.active_sends.get(&(peer, msg_id)).copied()
     }
 
@@ -245,7 +245,7 @@ impl Endpoint {
         self.after_ack(now, index);
     }
 
-    fn after_ack(&mut self, now: Nanos, index: u32) {
+    pub(crate) fn after_ack(&mut self, now: Nanos, index: u32) {
         let op = self.sends.get_mut(index).expect("active send");
         if !op.collections.all_acked() {
             self.mark_ready(index);

@@ -93,6 +93,9 @@ pub struct Stats {
     pub bytes_copied: u64,
     pub liveness_probes: u64,
     pub peers_declared_unreachable: u64,
+    /// Acknowledgements of whole eager messages carried by an EAGER frame instead of a
+    /// datagram of their own.
+    pub acks_piggybacked: u64,
 }
 
 /// Counters for one peer of an endpoint.

@@ -53,6 +53,7 @@ pub fn add_stats(acc: &mut Stats, other: &Stats) {
     acc.bytes_copied += other.bytes_copied;
     acc.liveness_probes += other.liveness_probes;
     acc.peers_declared_unreachable += other.peers_declared_unreachable;
+    acc.acks_piggybacked += other.acks_piggybacked;
 }
 
 /// The command line that replays exactly this run.
@@ -321,11 +322,12 @@ impl Summary {
         );
         let _ = writeln!(
             out,
-            "endpoints: {} credit stalls, {} control overflows, {} liveness probes, {} peers declared unreachable, {} bytes placed, {} bytes copied, {} lookups of released memory",
+            "endpoints: {} credit stalls, {} control overflows, {} liveness probes, {} peers declared unreachable, {} acknowledgements piggybacked, {} bytes placed, {} bytes copied, {} lookups of released memory",
             s.credit_stalls,
             s.control_overflows,
             s.liveness_probes,
             s.peers_declared_unreachable,
+            s.acks_piggybacked,
             s.bytes_placed,
             s.bytes_copied,
             self.released_reads

@@ -52,6 +52,8 @@ impl ProtoParams {
             rto_max_ns: self.rto_max_ns,
             keepalive_ns: self.keepalive_ns,
             max_retries: self.max_retries,
+            // The acknowledgement delay must stay well below the shortest timeout.
+            ack_delay_ns: Config::default().ack_delay_ns.min(self.rto_min_ns / 4),
             ..Config::default()
         }
     }

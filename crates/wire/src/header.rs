@@ -26,7 +26,8 @@ pub mod field {
     pub const OFFSET: Range<usize> = 24..32;
     pub const PAYLOAD_LEN: Range<usize> = 32..36;
     pub const AUX: Range<usize> = 36..40;
-    pub const RESERVED: Range<usize> = 40..44;
+    /// EAGER with the ACKED flag: the acknowledged message id; zero on every other frame.
+    pub const ACKED_ID: Range<usize> = 40..44;
     pub const CRC: Range<usize> = 44..48;
 }
 
@@ -79,8 +80,13 @@ pub struct FrameHeader {
     /// Bytes of payload after the headers.
     pub payload_len: u32,
     /// DATA with RSM: the grant limit the window was sent under. Receiver-to-sender control
-    /// (ACK, CTS, MSG-ACK, CREDIT): cumulative eager credits returned to the sender.
+    /// (ACK, CTS, MSG-ACK, CREDIT) and EAGER with CREDITS: cumulative eager credits returned to
+    /// the frame's receiver.
     pub aux: u32,
+    /// EAGER with ACKED: id of a message from the frame's receiver to its sender that the sender
+    /// holds whole (a piggybacked ACK with ACK_ALL). Zero on every other frame (the bytes are
+    /// reserved there and rejected if not zero).
+    pub acked_id: u32,
 }
 
 impl FrameHeader {
@@ -90,9 +96,6 @@ impl FrameHeader {
             return Err(WireError::UnsupportedVersion(bytes[field::VERSION]));
         }
         let kind = FrameKind::from_u8(bytes[field::KIND])?;
-        if read_u32(bytes, field::RESERVED) != 0 {
-            return Err(WireError::ReservedNotZero);
-        }
         let header = Self {
             kind,
             flags: read_u16(bytes, field::FLAGS),
@@ -104,16 +107,21 @@ impl FrameHeader {
             offset: read_u64(bytes, field::OFFSET),
             payload_len: read_u32(bytes, field::PAYLOAD_LEN),
             aux: read_u32(bytes, field::AUX),
+            acked_id: read_u32(bytes, field::ACKED_ID),
         };
         header.check()?;
         Ok(header)
     }
 
     /// The rules a frame header must keep, checked when parsing and when emitting: only the
-    /// flags meaningful on its kind, and no payload on kinds that carry none.
+    /// flags meaningful on its kind, no payload on kinds that carry none, and the reserved word
+    /// zero unless it holds a piggybacked acknowledgement.
     pub fn check(&self) -> Result<(), WireError> {
         if self.flags & !self.kind.allowed_flags() != 0 {
             return Err(WireError::BadFlags { flags: self.flags });
+        }
+        if self.acked_id != 0 && !self.has_flag(crate::Flags::ACKED) {
+            return Err(WireError::ReservedNotZero);
         }
         if self.payload_len != 0 && !self.kind.may_carry_payload() {
             return Err(WireError::UnexpectedPayload(self.payload_len));
@@ -135,7 +143,7 @@ impl FrameHeader {
         bytes[field::OFFSET].copy_from_slice(&self.offset.to_le_bytes());
         bytes[field::PAYLOAD_LEN].copy_from_slice(&self.payload_len.to_le_bytes());
         bytes[field::AUX].copy_from_slice(&self.aux.to_le_bytes());
-        bytes[field::RESERVED].fill(0);
+        bytes[field::ACKED_ID].copy_from_slice(&self.acked_id.to_le_bytes());
         bytes[field::CRC].fill(0);
     }
 

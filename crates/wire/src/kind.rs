@@ -75,7 +75,8 @@ impl FrameKind {
     pub fn allowed_flags(self) -> u16 {
         let retransmit = Flags::RETRANSMIT;
         match self {
-            Self::Eager | Self::Rts => retransmit,
+            Self::Eager => retransmit | Flags::ACKED | Flags::CREDITS,
+            Self::Rts => retransmit,
             Self::Data => retransmit | Flags::RSM,
             Self::Ack => Flags::ACK_ALL | Flags::WAIT,
             Self::Cts => Flags::FROM_START,
@@ -116,6 +117,13 @@ impl Flags {
     pub const TRUNCATED: u16 = 1 << 5;
     /// CREDIT: please answer with a CREDIT frame (liveness probe and lost-credit recovery).
     pub const REQUEST: u16 = 1 << 6;
+    /// EAGER: the frame also acknowledges, whole, the message `acked_id` that its receiver sent
+    /// to its sender (a piggybacked ACK with ACK_ALL: a reply carries the acknowledgement of the
+    /// request, so the request costs no acknowledgement datagram of its own).
+    pub const ACKED: u16 = 1 << 7;
+    /// EAGER: `aux` carries the cumulative eager credits returned to the frame's receiver, as on
+    /// receiver-to-sender control frames (credits ride on replies too).
+    pub const CREDITS: u16 = 1 << 8;
 }
 
 /// Message protocol recorded in the message header; must agree with the frame kind.

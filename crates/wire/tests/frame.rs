@@ -114,13 +114,15 @@ fn flag_bits_and_allowed_flags_are_stable() {
             Flags::WAIT,
             Flags::FROM_START,
             Flags::TRUNCATED,
-            Flags::REQUEST
+            Flags::REQUEST,
+            Flags::ACKED,
+            Flags::CREDITS
         ],
-        [0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40]
+        [0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80, 0x100]
     );
     use FrameKind::*;
     let table: [(FrameKind, u16); 13] = [
-        (Eager, 0x02),
+        (Eager, 0x182),
         (Rts, 0x02),
         (Cts, 0x10),
         (Data, 0x03),
@@ -167,6 +169,7 @@ fn frame_header_layout_is_pinned() {
         offset: 0x1f1e_1d1c_1b1a_1918,
         payload_len: 0x2322_2120,
         aux: 0x2726_2524,
+        acked_id: 0,
     };
     let mut bytes = [0xeeu8; FRAME_HEADER_LEN];
     header.emit(&mut bytes);
@@ -181,7 +184,7 @@ fn frame_header_layout_is_pinned() {
         0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f,  // offset
         0x20, 0x21, 0x22, 0x23,  // payload_len
         0x24, 0x25, 0x26, 0x27,  // aux
-        0x00, 0x00, 0x00, 0x00,  // reserved
+        0x00, 0x00, 0x00, 0x00,  // acked_id (reserved: zero without ACKED)
         0x00, 0x00, 0x00, 0x00,  // checksum (zero until sealed)
     ];
     assert_eq!(bytes, expected);
@@ -202,7 +205,7 @@ fn field_ranges_are_pinned() {
     assert_eq!(field::OFFSET, 24..32);
     assert_eq!(field::PAYLOAD_LEN, 32..36);
     assert_eq!(field::AUX, 36..40);
-    assert_eq!(field::RESERVED, 40..44);
+    assert_eq!(field::ACKED_ID, 40..44);
     assert_eq!(field::CRC, 44..48);
     assert_eq!(msg_field::TOTAL_LEN, 0..8);
     assert_eq!(msg_field::TAG, 8..12);
@@ -249,6 +252,7 @@ fn whole_eager_frame_is_pinned() {
         offset: 0,
         payload_len: 3,
         aux: 0,
+        acked_id: 0,
     };
     let msg = MsgHeader {
         total_len: 3,
@@ -270,7 +274,7 @@ fn whole_eager_frame_is_pinned() {
         0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // offset 0
         0x03, 0x00, 0x00, 0x00,  // payload_len 3
         0x00, 0x00, 0x00, 0x00,  // aux 0
-        0x00, 0x00, 0x00, 0x00,  // reserved
+        0x00, 0x00, 0x00, 0x00,  // acked_id (zero: no ACKED flag)
         0x81, 0xd7, 0xc0, 0x15,  // CRC32C 0x15c0d781, little-endian
         // message header
         0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // total_len 3
@@ -445,9 +449,10 @@ fn flags_not_allowed_for_the_kind() {
                 );
             }
         }
-        // Every allowed flag may also be absent.
+        // Every allowed flag may also be absent (without ACKED, the acked id with it).
         let mut no_flags = bytes.clone();
         no_flags[field::FLAGS].fill(0);
+        no_flags[field::ACKED_ID].fill(0);
         reseal(&mut no_flags);
         assert!(Frame::parse(&no_flags).is_ok(), "{kind:?} without flags");
     }
@@ -455,8 +460,12 @@ fn flags_not_allowed_for_the_kind() {
 
 #[test]
 fn frame_header_reserved_bytes_must_be_zero() {
-    for (kind, bytes) in samples() {
-        for at in field::RESERVED {
+    for (kind, mut bytes) in samples() {
+        // Without ACKED the acked-id word is reserved on every kind.
+        let flags = u16::from_le_bytes([bytes[2], bytes[3]]) & !Flags::ACKED;
+        bytes[field::FLAGS].copy_from_slice(&flags.to_le_bytes());
+        bytes[field::ACKED_ID].fill(0);
+        for at in field::ACKED_ID {
             for value in [1u8, 0x80, 0xff] {
                 let mut bad = bytes.clone();
                 bad[at] = value;

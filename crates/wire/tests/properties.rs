@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use nicmsg_wire::{
-    emit_frame, emit_headers, headers_len, seal, Frame, FrameHeader, FrameKind, MsgHeader,
+    emit_frame, emit_headers, headers_len, seal, Flags, Frame, FrameHeader, FrameKind, MsgHeader,
     WireError, FRAME_HEADER_LEN, MAX_HEADERS_LEN, MSG_HEADER_LEN,
 };
 use proptest::prelude::*;
@@ -73,6 +73,11 @@ fn arb_frame() -> impl Strategy<Value = ValidFrame> {
                             offset,
                             payload_len: payload.len() as u32,
                             aux,
+                            acked_id: if flags & kind.allowed_flags() & Flags::ACKED != 0 {
+                                msg_id.rotate_left(7)
+                            } else {
+                                0
+                            },
                         },
                         msg,
                         payload,

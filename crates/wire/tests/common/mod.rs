@@ -2,7 +2,9 @@
 
 #![allow(dead_code)]
 
-use nicmsg_wire::{checksum, field, FrameHeader, FrameKind, MsgHeader, Protocol, FRAME_HEADER_LEN};
+use nicmsg_wire::{
+    checksum, field, Flags, FrameHeader, FrameKind, MsgHeader, Protocol, FRAME_HEADER_LEN,
+};
 
 /// Every frame kind, in wire order.
 pub const ALL_KINDS: [FrameKind; 13] = [
@@ -42,6 +44,11 @@ pub fn header(kind: FrameKind, payload_len: usize) -> FrameHeader {
         offset: 0x0000_0001_0000_0400,
         payload_len: u32::try_from(payload_len).unwrap(),
         aux: 0xdead_beef,
+        acked_id: if kind.allowed_flags() & Flags::ACKED != 0 {
+            0x0bad_cafe
+        } else {
+            0
+        },
     }
 }
 

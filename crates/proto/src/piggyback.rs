@@ -1,0 +1,135 @@
+//! Piggybacked acknowledgements: the ACK_ALL of a whole eager message, and the credit it
+//! returns, wait up to `ack_delay_ns` for an EAGER frame to the same peer and ride on it (flags
+//! ACKED and CREDITS). A request answered by a reply then costs no acknowledgement datagram:
+//! on the critical path of a ping-pong each hop is one frame, as with raw UDP.
+//!
+//! At most one ACK_ALL per peer waits: a second whole message sends both at once (as TCP
+//! acknowledges every second segment), so a stream of messages is acknowledged as promptly as
+//! before and only the last of a burst waits, at most `ack_delay_ns`. A lost carrier is
+//! repaired as a lost ACK is: the sender retransmits and the duplicate is acknowledged again.
+
+use crate::receiver::control;
+use crate::*;
+use nicmsg_wire::{Flags, FrameHeader, FrameKind};
+
+impl Endpoint {
+    /// The eager message `msg_id` from `peer` is held whole: acknowledge it, now or with the
+    /// next EAGER frame to `peer`.
+    pub(crate) fn owe_ack_all(&mut self, now: Nanos, peer: Rank, msg_id: u32) {
+        if self.config.ack_delay_ns == 0 {
+            return self.queue_ack_all(peer, msg_id);
+        }
+        let state = &mut self.peers[peer as usize];
+        if let Some(earlier) = state.ack_owed.take() {
+            self.queue_ack_all(peer, earlier);
+            self.queue_ack_all(peer, msg_id);
+            self.settle_owed(peer);
+            return;
+        }
+        state.ack_owed = Some(msg_id);
+        self.arm_owed(now, peer);
+    }
+
+    /// A credit was returned to `peer` (its `credits_given` grew): make sure a frame carries it.
+    pub(crate) fn owe_credit(&mut self, now: Nanos, peer: Rank) {
+        let state = &self.peers[peer as usize];
+        // A queued credit carrier or a waiting ACK_ALL reads the count when it leaves.
+        if state.credit_carriers_queued > 0 || state.ack_owed.is_some() {
+            return;
+        }
+        if self.config.ack_delay_ns == 0 {
+            return self.queue_control(control(peer, FrameKind::Credit, 0, 0, 0));
+        }
+        self.peers[peer as usize].credit_owed = true;
+        self.arm_owed(now, peer);
+    }
+
+    fn arm_owed(&mut self, now: Nanos, peer: Rank) {
+        let delay = self.config.ack_delay_ns;
+        let state = &mut self.peers[peer as usize];
+        if state.owed_deadline_ns.is_none() {
+            state.owed_deadline_ns = Some(now + delay);
+        }
+    }
+
+    fn settle_owed(&mut self, peer: Rank) {
+        let state = &mut self.peers[peer as usize];
+        if state.ack_owed.is_none() && !state.credit_owed {
+            state.owed_deadline_ns = None;
+        }
+    }
+
+    fn queue_ack_all(&mut self, peer: Rank, msg_id: u32) {
+        self.queue_control(control(peer, FrameKind::Ack, Flags::ACK_ALL, msg_id, 0));
+    }
+
+    /// An EAGER frame to `header.dst` is being built: let it carry what is owed to the peer.
+    /// Every EAGER frame carries the credit count (it costs nothing); a waiting ACK_ALL rides
+    /// on the first one.
+    pub(crate) fn piggyback_on(&mut self, header: &mut FrameHeader) {
+        let peer = header.dst;
+        let state = &mut self.peers[peer as usize];
+        header.flags |= Flags::CREDITS;
+        header.aux = state.credits_given;
+        state.credit_owed = false;
+        if let Some(msg_id) = state.ack_owed.take() {
+            header.flags |= Flags::ACKED;
+            header.acked_id = msg_id;
+            self.stats.acks_piggybacked += 1;
+            self.peer_stats[peer as usize].acks_piggybacked += 1;
+        }
+        self.settle_owed(peer);
+    }
+
+    /// A control frame that carries the credit count left for `peer`.
+    pub(crate) fn credits_carried(&mut self, peer: Rank) {
+        self.peers[peer as usize].credit_owed = false;
+        self.settle_owed(peer);
+    }
+
+    /// Sends on their own the acknowledgements and credits whose wait is over.
+    pub(crate) fn expire_owed(&mut self, now: Nanos) {
+        for peer in 0..self.size {
+            let state = &mut self.peers[peer as usize];
+            if state.owed_deadline_ns.is_none_or(|d| d > now) {
+                continue;
+            }
+            state.owed_deadline_ns = None;
+            let (ack, credit) = (state.ack_owed.take(), std::mem::take(&mut state.credit_owed));
+            if state.unreachable {
+                continue;
+            }
+            match ack {
+                Some(msg_id) => self.queue_ack_all(peer, msg_id),
+                None if credit => self.queue_control(control(peer, FrameKind::Credit, 0, 0, 0)),
+                None => {}
+            }
+        }
+    }
+
+    /// Earliest deadline of a waiting acknowledgement or credit.
+    pub(crate) fn owed_deadline(&self) -> Option<Nanos> {
+        self.peers.iter().filter_map(|p| p.owed_deadline_ns).min()
+    }
+
+    /// Receiving an EAGER frame: take the credits and the acknowledgement it carries. A
+    /// piggybacked ACK names a whole eager message; anything else it could name is ignored.
+    pub(crate) fn take_piggyback(&mut self, now: Nanos, header: &FrameHeader) {
+        let peer = header.src;
+        if header.has_flag(Flags::CREDITS) {
+            self.peers[peer as usize].update_credits(header.aux);
+        }
+        if !header.has_flag(Flags::ACKED) {
+            return;
+        }
+        let Some(index) = self.active_send(peer, header.acked_id) else {
+            return;
+        };
+        let op = self.sends.get_mut(index).expect("active send");
+        if !op.is_eager() {
+            return self.count_drop(Some(peer), DropReason::Invalid);
+        }
+        op.collections.ack_all();
+        self.after_ack(now, index);
+    }
+}
