@@ -539,6 +539,11 @@ fn gather<'a>(
     out: &mut [&'a [u8]; MAX_FRAME_PIECES],
 ) -> Option<usize> {
     out[0] = transmit.headers();
+    let inline = transmit.inline_payload();
+    if !inline.is_empty() {
+        out[1] = inline;
+        return Some(2);
+    }
     for (index, piece) in transmit.pieces().iter().enumerate() {
         let region = nicmsg_proto::HostMemory::region(memory, piece.region)?;
         let start = piece.offset as usize;

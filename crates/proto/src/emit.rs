@@ -127,6 +127,7 @@ impl Endpoint {
             ack_unit: op.ack_unit,
         });
         let data = op.data;
+        let copy = op.copy;
         if kind == FrameKind::Eager {
             self.piggyback_on(&mut header);
         }
@@ -134,8 +135,16 @@ impl Endpoint {
         let headers_len =
             emit_headers(&header, msg.as_ref(), transmit.headers_buf()).expect("headers fit");
         transmit.set_headers_len(headers_len);
-        data.for_each_piece(offset, len, |piece| transmit.push_piece(piece));
-        seal_with_payload(&mut transmit, headers_len, memory);
+        match &copy {
+            Some(copy) => {
+                seal(&mut transmit.headers_buf()[..headers_len], &[copy.as_slice()]);
+                transmit.set_inline(copy.as_slice());
+            }
+            None => {
+                data.for_each_piece(offset, len, |piece| transmit.push_piece(piece));
+                seal_with_payload(&mut transmit, headers_len, memory);
+            }
+        }
         self.count_sent(header.dst, headers_len + len as usize, true, retransmit);
         transmit
     }

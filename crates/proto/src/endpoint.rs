@@ -47,6 +47,8 @@ pub struct Endpoint {
     /// `poll_timeout`'s answer, computed once after each state change: a driver asks for it on
     /// every turn, and computing it walks the tables.
     deadline_cache: Cell<Option<Option<Nanos>>>,
+    /// Sends completed when they started (short copied messages) and not yet acknowledged.
+    pub(crate) sends_completed_early: usize,
 }
 
 /// Receiver-to-sender control frames, which carry the cumulative credit count in `aux`.
@@ -95,6 +97,7 @@ impl Endpoint {
             completions: VecDeque::with_capacity(completions_limit),
             completion_usage: TableUsage::new(completions_limit),
             deadline_cache: Cell::new(None),
+            sends_completed_early: 0,
             config,
         })
     }
@@ -128,7 +131,7 @@ impl Endpoint {
         if dst == self.rank {
             return self.start_local_send(now, tag, data, memory);
         }
-        self.start_send(now, dst, tag, data)
+        self.start_send(now, dst, tag, data, memory)
     }
 
     /// Posts a receive into `buffer`; may match (and complete from) an already-buffered message.

@@ -48,7 +48,7 @@ pub use endpoint::{Endpoint, PEER_STATE_BYTES};
 pub use memory::{HostMemory, RegionId, Segment, SgList, MAX_SEGMENTS};
 pub use placement::{ExpectedFrame, PlacedOutcome};
 pub use stats::{DropCounts, DropReason, PeerStats, Stats};
-pub use transmit::Transmit;
+pub use transmit::{Transmit, INLINE_PAYLOAD_MAX};
 pub use types::{
     CancelError, Completion, Nanos, OpError, OpId, OpKind, PostError, Rank, Source, Status, Tag,
     TagMatch,

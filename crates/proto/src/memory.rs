@@ -110,6 +110,29 @@ impl SgList {
         debug_assert_eq!(remaining, 0, "range beyond the buffer");
     }
 
+    /// Copies the whole buffer into `out`, which must be exactly `total_len` bytes long.
+    /// Returns false (leaving `out` partly written) if a region is gone.
+    pub fn read_into(&self, memory: &impl HostMemory, out: &mut [u8]) -> bool {
+        if out.len() as u64 != self.total_len {
+            return false;
+        }
+        let mut read = 0usize;
+        let mut complete = true;
+        self.for_each_piece(0, self.total_len, |piece| {
+            let len = piece.len as usize;
+            let start = piece.offset as usize;
+            match memory
+                .region(piece.region)
+                .and_then(|r| r.get(start..start + len))
+            {
+                Some(bytes) => out[read..read + len].copy_from_slice(bytes),
+                None => complete = false,
+            }
+            read += len;
+        });
+        complete
+    }
+
     /// Copies `data` into the buffer at message offset `offset`. Returns false (writing nothing)
     /// if the range does not fit; segments were validated at post time.
     pub fn write_at(&self, memory: &mut impl HostMemory, offset: u64, data: &[u8]) -> bool {

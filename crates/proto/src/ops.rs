@@ -4,7 +4,8 @@
 use crate::collections::{Collections, ResendCursor};
 use crate::config::RX_TRACKED_FRAMES;
 use crate::geometry::Geometry;
-use crate::memory::SgList;
+use crate::memory::{HostMemory, SgList};
+use crate::transmit::INLINE_PAYLOAD_MAX;
 use crate::{Nanos, OpKind, Rank, Source, Tag, TagMatch};
 use nicmsg_wire::FrameKind;
 
@@ -54,6 +55,38 @@ pub(crate) struct SendOp {
     pub resend_cursor: ResendCursor,
     /// Frames sent in the current turn of the ready queue.
     pub turn_frames: u32,
+    /// A short message's bytes, copied when it was posted (BIP's bounce buffer): its frames
+    /// carry them from here, so the send can complete as soon as it starts.
+    pub copy: Option<ShortCopy>,
+    /// The send reported success when it started; its later end completes nothing.
+    pub completed_early: bool,
+}
+
+/// The bytes of a short message, held by the core.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ShortCopy {
+    bytes: [u8; INLINE_PAYLOAD_MAX],
+    len: u16,
+}
+
+impl ShortCopy {
+    /// Copies `data` out of host memory; `None` if it is longer than a frame carries inline or
+    /// its memory cannot be read.
+    pub fn take(data: &SgList, memory: &impl HostMemory) -> Option<Self> {
+        let len = usize::try_from(data.total_len()).ok()?;
+        if len > INLINE_PAYLOAD_MAX {
+            return None;
+        }
+        let mut bytes = [0; INLINE_PAYLOAD_MAX];
+        data.read_into(memory, &mut bytes[..len]).then_some(Self {
+            bytes,
+            len: len as u16,
+        })
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
 }
 
 impl SendOp {
@@ -88,6 +121,8 @@ impl SendOp {
             waiting_for_credit: false,
             resend_cursor: ResendCursor::default(),
             turn_frames: 0,
+            copy: None,
+            completed_early: false,
         }
     }
 

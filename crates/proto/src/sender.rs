@@ -3,7 +3,7 @@
 //! retransmission timers.
 
 use crate::geometry::Geometry;
-use crate::ops::{Control, SendOp, SendPhase};
+use crate::ops::{Control, SendOp, SendPhase, ShortCopy};
 use crate::peer::NONE;
 use crate::*;
 use nicmsg_wire::{Flags, FrameHeader, FrameKind, Protocol};
@@ -15,6 +15,7 @@ impl Endpoint {
         dst: Rank,
         tag: Tag,
         data: SgList,
+        memory: &impl HostMemory,
     ) -> Result<OpId, PostError> {
         let len = data.total_len();
         let protocol = if len <= self.config.eager_limit {
@@ -29,7 +30,7 @@ impl Endpoint {
         };
         let frames = u32::try_from(geometry.frames()).map_err(|_| PostError::TooLong { len })?;
         let ack_unit = self.config.ack_unit;
-        let op = SendOp::new(
+        let mut op = SendOp::new(
             dst,
             tag,
             data,
@@ -38,6 +39,9 @@ impl Endpoint {
             ack_unit,
             SendPhase::Queued,
         );
+        if protocol == Protocol::Eager && frames == 1 {
+            op.copy = ShortCopy::take(&data, memory);
+        }
         let limit = self.config.max_sends;
         let (index, generation) = self.sends.insert(op).ok_or(PostError::TableFull {
             table: "send",
@@ -100,6 +104,7 @@ impl Endpoint {
             op.granted = if eager { op.frames } else { 1 };
             self.active_sends.insert((dst, msg_id), head);
             self.mark_ready(head);
+            self.complete_early_if_copied(head);
         }
     }
 
@@ -136,6 +141,16 @@ impl Endpoint {
             .sends
             .get_checked(op.index, op.generation)
             .ok_or(CancelError::UnknownOp)?;
+        if send.completed_early {
+            // Its success is reported (or about to be, if still queued): too late to cancel, and
+            // once the host has taken the completion the handle is stale.
+            let queued = self.completions.iter().any(|c| c.op == op);
+            return Err(if queued {
+                CancelError::InProgress
+            } else {
+                CancelError::UnknownOp
+            });
+        }
         if send.phase == SendPhase::Local {
             self.cancel_local(op.index);
             return Ok(());
@@ -190,19 +205,48 @@ impl Endpoint {
             self.stats.messages_sent += 1;
             self.peer_stats[op.dst as usize].messages_sent += 1;
         }
-        let status = Status {
-            peer: op.dst,
-            tag: op.tag,
-            len: op.geometry.total_len,
+        if op.completed_early {
+            self.sends_completed_early -= 1;
+            if result.is_err() {
+                // Reported sent, but the peer died (or never acknowledged) first.
+                self.stats.early_sends_unconfirmed += 1;
+                self.peer_stats[op.dst as usize].early_sends_unconfirmed += 1;
+            }
+            return;
+        }
+        self.complete_send(index, generation, send_status(&op), result);
+    }
+
+    fn complete_send(
+        &mut self,
+        index: u32,
+        generation: u32,
+        status: Status,
+        result: Result<(), OpError>,
+    ) {
+        let id = OpId {
+            kind: OpKind::Send,
+            index,
+            generation,
         };
-        self.complete(
-            OpId {
-                kind: OpKind::Send,
-                index,
-                generation,
-            },
-            result.map(|()| status),
-        );
+        self.complete(id, result.map(|()| status));
+    }
+
+    /// A short send that has started (message id, credit) completes now: its bytes are the
+    /// core's copy, so the host's buffer is free, as with BIP's short messages and MPI's eager
+    /// sends. Bounded so that sends the host no longer sees fill at most half the send table.
+    fn complete_early_if_copied(&mut self, index: u32) {
+        let op = self.sends.get(index).expect("started send");
+        if op.copy.is_none() || self.sends_completed_early >= self.config.max_sends / 2 {
+            return;
+        }
+        let status = send_status(op);
+        let generation = self.sends.generation(index);
+        self.complete_send(index, generation, status, Ok(()));
+        self.sends.get_mut(index).expect("started send").completed_early = true;
+        self.sends_completed_early += 1;
+        self.stats.sends_completed_early += 1;
+        self.peer_stats[status.peer as usize].sends_completed_early += 1;
     }
 
     pub(crate) fn active_send(&self, peer: Rank, msg_id: u32) -> Option<u32> {
@@ -405,5 +449,14 @@ fn end_frame(op: &SendOp) -> Control {
         flags: 0,
         msg_id: op.msg_id,
         frame_index: op.frames,
+    }
+}
+
+/// What a send's completion reports.
+fn send_status(op: &SendOp) -> Status {
+    Status {
+        peer: op.dst,
+        tag: op.tag,
+        len: op.geometry.total_len,
     }
 }

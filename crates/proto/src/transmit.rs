@@ -1,18 +1,39 @@
-//! A frame ready to leave: headers built by the core, payload still in host memory.
+//! A frame ready to leave: headers built by the core, payload still in host memory, or, for a
+//! short message the core copied when it was posted, inside the frame itself.
 
 use crate::memory::{HostMemory, Segment, MAX_SEGMENTS};
 use crate::Rank;
 use nicmsg_wire::MAX_HEADERS_LEN;
 
-/// One frame to send to `dst`: the header bytes followed by the payload pieces, in order. A
-/// driver hands the header and the pieces to the kernel as one iovec list (no staging copy).
+/// Payload bytes a frame carries inside the `Transmit` itself: as many as its list of pieces
+/// takes, so carrying them makes no frame bigger.
+pub const INLINE_PAYLOAD_MAX: usize = 256;
+const _: () = assert!(INLINE_PAYLOAD_MAX <= MAX_SEGMENTS * core::mem::size_of::<Segment>());
+
+/// Where a frame's payload is.
+#[derive(Debug, Clone)]
+enum Body {
+    /// Pieces of host memory, gathered by the driver.
+    Pieces {
+        list: [Segment; MAX_SEGMENTS],
+        count: u8,
+    },
+    /// Bytes the core holds (a short send copied at post time).
+    Inline {
+        bytes: [u8; INLINE_PAYLOAD_MAX],
+        len: u16,
+    },
+}
+
+/// One frame to send to `dst`: the header bytes followed by the payload, in order. A driver
+/// hands the header, the inline payload and the pieces to the kernel as one iovec list (no
+/// staging copy).
 #[derive(Debug, Clone)]
 pub struct Transmit {
     pub dst: Rank,
     headers: [u8; MAX_HEADERS_LEN],
     headers_len: u8,
-    pieces: [Segment; MAX_SEGMENTS],
-    piece_count: u8,
+    body: Body,
 }
 
 impl Transmit {
@@ -21,8 +42,10 @@ impl Transmit {
             dst,
             headers: [0; MAX_HEADERS_LEN],
             headers_len: 0,
-            pieces: [Segment::default(); MAX_SEGMENTS],
-            piece_count: 0,
+            body: Body::Pieces {
+                list: [Segment::default(); MAX_SEGMENTS],
+                count: 0,
+            },
         }
     }
 
@@ -35,8 +58,23 @@ impl Transmit {
     }
 
     pub(crate) fn push_piece(&mut self, piece: Segment) {
-        self.pieces[self.piece_count as usize] = piece;
-        self.piece_count += 1;
+        match &mut self.body {
+            Body::Pieces { list, count } => {
+                list[*count as usize] = piece;
+                *count += 1;
+            }
+            Body::Inline { .. } => unreachable!("a frame's payload is pieces or inline, not both"),
+        }
+    }
+
+    /// Carries `payload` (at most [`INLINE_PAYLOAD_MAX`] bytes) inside the frame.
+    pub(crate) fn set_inline(&mut self, payload: &[u8]) {
+        let mut bytes = [0; INLINE_PAYLOAD_MAX];
+        bytes[..payload.len()].copy_from_slice(payload);
+        self.body = Body::Inline {
+            bytes,
+            len: payload.len() as u16,
+        };
     }
 
     /// The frame and message headers, checksum included.
@@ -44,14 +82,28 @@ impl Transmit {
         &self.headers[..self.headers_len as usize]
     }
 
+    /// Payload carried inside the frame (empty unless the core copied a short message); it
+    /// follows the headers, and a frame has either inline payload or pieces.
+    pub fn inline_payload(&self) -> &[u8] {
+        match &self.body {
+            Body::Inline { bytes, len } => &bytes[..*len as usize],
+            Body::Pieces { .. } => &[],
+        }
+    }
+
     /// Payload pieces, in order, in host memory.
     pub fn pieces(&self) -> &[Segment] {
-        &self.pieces[..self.piece_count as usize]
+        match &self.body {
+            Body::Pieces { list, count } => &list[..*count as usize],
+            Body::Inline { .. } => &[],
+        }
     }
 
     /// Length of the whole frame in bytes.
     pub fn len(&self) -> usize {
-        self.headers_len as usize + self.pieces().iter().map(|p| p.len as usize).sum::<usize>()
+        self.headers_len as usize
+            + self.inline_payload().len()
+            + self.pieces().iter().map(|p| p.len as usize).sum::<usize>()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -65,9 +117,11 @@ impl Transmit {
         if out.len() < total {
             return None;
         }
-        let headers = self.headers();
-        out[..headers.len()].copy_from_slice(headers);
-        let mut at = headers.len();
+        let mut at = 0;
+        for bytes in [self.headers(), self.inline_payload()] {
+            out[at..at + bytes.len()].copy_from_slice(bytes);
+            at += bytes.len();
+        }
         for piece in self.pieces() {
             let region = memory.region(piece.region)?;
             let start = piece.offset as usize;
