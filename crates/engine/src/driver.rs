@@ -134,6 +134,9 @@ impl<T: Transport> Driver<T> {
     pub fn turn(&mut self, now: Nanos) -> bool {
         self.stats.turns += 1;
         let mut busy = self.take_commands(now);
+        // New sends leave before the receive poll: a reply posted by the host is on the
+        // critical path of its peer, a receive poll that finds nothing is not.
+        busy |= self.transmit(now);
         busy |= self.receive(now);
         if self
             .endpoint
@@ -311,6 +314,11 @@ impl<T: Transport> Driver<T> {
                     // Answer at once (ACKs, CTS): a sender waits for them, and a full turn of
                     // receive batches would delay them past its retransmission timeout.
                     self.transmit(now);
+                    // A finished operation goes to the host before the next poll: the host's
+                    // answer to it (a reply) is what the peer waits for.
+                    if self.hand_back_completions() {
+                        break;
+                    }
                 }
                 Err(_) => {
                     self.stats.transport_errors += 1;

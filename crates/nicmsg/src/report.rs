@@ -35,10 +35,13 @@ pub fn render(rank: u32, snapshot: &Snapshot, pins: &PinStats) -> String {
     let engine = &snapshot.engine;
     let _ = writeln!(
         out,
-        "nicmsg stats rank {rank}: credit stalls {}, liveness probes {}, peers unreachable {}, engine turns {}, commands {}, spoofed frames {}, transport errors {}, pages pinned {} (mlock calls {}, failures {}, cache hits {})",
+        "nicmsg stats rank {rank}: credit stalls {}, liveness probes {}, peers unreachable {}, acks piggybacked {}, sends completed early {} (unconfirmed {}), engine turns {}, commands {}, spoofed frames {}, transport errors {}, pages pinned {} (mlock calls {}, failures {}, cache hits {})",
         snapshot.protocol.credit_stalls,
         snapshot.protocol.liveness_probes,
         snapshot.protocol.peers_declared_unreachable,
+        snapshot.protocol.acks_piggybacked,
+        snapshot.protocol.sends_completed_early,
+        snapshot.protocol.early_sends_unconfirmed,
         engine.turns,
         engine.commands,
         engine.spoofed_frames,

@@ -137,7 +137,10 @@ impl Endpoint {
         transmit.set_headers_len(headers_len);
         match &copy {
             Some(copy) => {
-                seal(&mut transmit.headers_buf()[..headers_len], &[copy.as_slice()]);
+                seal(
+                    &mut transmit.headers_buf()[..headers_len],
+                    &[copy.as_slice()],
+                );
                 transmit.set_inline(copy.as_slice());
             }
             None => {

@@ -95,7 +95,10 @@ impl Endpoint {
                 continue;
             }
             state.owed_deadline_ns = None;
-            let (ack, credit) = (state.ack_owed.take(), std::mem::take(&mut state.credit_owed));
+            let (ack, credit) = (
+                state.ack_owed.take(),
+                std::mem::take(&mut state.credit_owed),
+            );
             if state.unreachable {
                 continue;
             }

@@ -243,7 +243,10 @@ impl Endpoint {
         let status = send_status(op);
         let generation = self.sends.generation(index);
         self.complete_send(index, generation, status, Ok(()));
-        self.sends.get_mut(index).expect("started send").completed_early = true;
+        self.sends
+            .get_mut(index)
+            .expect("started send")
+            .completed_early = true;
         self.sends_completed_early += 1;
         self.stats.sends_completed_early += 1;
         self.peer_stats[status.peer as usize].sends_completed_early += 1;
