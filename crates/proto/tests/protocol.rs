@@ -597,3 +597,54 @@ fn messages_to_self_match_in_order_probe_truncate_and_cancel() {
         net.endpoints[0].usage()
     );
 }
+
+/// A request answered within `ack_delay_ns` costs no acknowledgement datagram: the reply carries
+/// it (ACKED), and the short request completed at once from the core's copy, so the sender may
+/// reuse its buffer immediately without changing what is delivered.
+#[test]
+fn reply_carries_the_acknowledgement_and_short_sends_complete_at_once() {
+    let mut net = Net::new(2, test_config());
+    let request = pattern(8, 1);
+    let request_region = net.region(0, request.clone());
+    let reply_region = net.region(1, pattern(8, 2));
+    let inbox = [net.region(0, vec![0; 8]), net.region(1, vec![0; 8])];
+    for rank in [0, 1] {
+        let (e, m) = (&mut net.endpoints[rank], &mut net.memories[rank]);
+        let buffer = SgList::contiguous(inbox[rank], 0, 8);
+        e.post_recv(0, Source::Any, TagMatch::Any, buffer, m)
+            .unwrap();
+    }
+    let send = SgList::contiguous(request_region, 0, 8);
+    let request_op = net.endpoints[0]
+        .post_send(0, 1, 1, send, &mut net.memories[0])
+        .unwrap();
+    let done = net.endpoints[0]
+        .poll_completion()
+        .expect("completed at once");
+    assert_eq!((done.op, done.result.map(|s| s.len)), (request_op, Ok(8)));
+    // The host owns its buffer again: overwriting it must not change the message.
+    net.memories[0].0[request_region.0 as usize].fill(0xEE);
+    // The request arrives after one link delay; reply well within the acknowledgement delay.
+    net.run(net.delay_ns + 1_000);
+    let reply = SgList::contiguous(reply_region, 0, 8);
+    net.endpoints[1]
+        .post_send(net.now, 0, 2, reply, &mut net.memories[1])
+        .unwrap();
+    net.run(net.now + 1_000_000_000);
+    assert_eq!(net.memories[1].0[inbox[1].0 as usize], request);
+    assert_eq!(net.memories[0].0[inbox[0].0 as usize], pattern(8, 2));
+    let (requester, replier) = (net.endpoints[0].stats(), net.endpoints[1].stats());
+    assert_eq!(replier.acks_piggybacked, 1);
+    assert_eq!(
+        replier.frames_sent, 1,
+        "the reply alone, acknowledging the request"
+    );
+    assert_eq!(
+        requester.frames_sent, 2,
+        "the request, then the reply's acknowledgement after the delay"
+    );
+    assert_eq!(requester.sends_completed_early, 1);
+    for endpoint in &net.endpoints {
+        assert!(endpoint.usage().is_empty(), "{:?}", endpoint.usage());
+    }
+}
