@@ -457,7 +457,7 @@ impl Endpoint {
     /// then free the state anyway (the data was delivered; only the sender's bookkeeping is
     /// unconfirmed).
     pub(crate) fn expire_incoming(&mut self, now: Nanos) {
-        for index in 0..self.incoming.capacity() {
+        for index in 0..self.incoming.scan_end() {
             let due = self.incoming.get(index).and_then(|e| e.deadline_ns);
             if due.is_none_or(|d| d > now) {
                 continue;

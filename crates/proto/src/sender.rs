@@ -390,7 +390,7 @@ impl Endpoint {
     pub(crate) fn expire_sends(&mut self, now: Nanos, memory: &mut impl HostMemory) {
         let max_retries = self.config.max_retries;
         // Index loop instead of collecting the due entries: the timer path allocates nothing.
-        for index in 0..self.sends.capacity() {
+        for index in 0..self.sends.scan_end() {
             if self.send_deadline(index).is_none_or(|d| d > now) {
                 continue;
             }

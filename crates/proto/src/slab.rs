@@ -71,8 +71,10 @@ impl<T> Slab<T> {
         self.slots[index as usize].generation
     }
 
-    pub(crate) fn capacity(&self) -> u32 {
-        self.slots.len() as u32
+    /// One past the highest occupied index: index loops over the table stop there (the free
+    /// stack keeps live entries at low indices, so this is small when few are live).
+    pub(crate) fn scan_end(&self) -> u32 {
+        self.occupied().last().map_or(0, |index| index + 1)
     }
 
     /// Indices of occupied slots, in index order (deterministic). Stops at the last occupied
