@@ -58,7 +58,7 @@ impl Endpoint {
                 continue;
             };
             let transmit = self.build_data_frame(index, frame, retransmit, memory);
-            self.record_frame_sent(now, index, frame);
+            self.record_frame_sent(now, index, frame, transmit.len());
             self.rotate_ready(index);
             return Some(transmit);
         }
@@ -80,13 +80,18 @@ impl Endpoint {
         }
     }
 
-    fn record_frame_sent(&mut self, now: Nanos, index: u32, frame: u32) {
+    /// Arms the frame's timers from its estimated departure, not from `now`: a frame queued
+    /// behind others leaves later (`drain.rs`).
+    fn record_frame_sent(&mut self, now: Nanos, index: u32, frame: u32, bytes: usize) {
         let max_ns = self.config.rto_max_ns;
+        let dst = self.sends.get(index).expect("ready send").dst;
+        let departure = self.departure(now, dst, bytes);
+        let rto = self.peers[dst as usize].rto;
         let op = self.sends.get_mut(index).expect("ready send");
-        let rto = self.peers[op.dst as usize].rto;
-        op.collections
-            .on_frame_sent(frame, now, |retries| rto.backed_off_ns(retries, max_ns));
-        self.after_frame_sent(now, index);
+        op.collections.on_frame_sent(frame, departure, |retries| {
+            rto.backed_off_ns(retries, max_ns)
+        });
+        self.after_frame_sent(departure, index);
     }
 
     fn build_data_frame(

@@ -19,6 +19,7 @@
 mod collections;
 mod config;
 mod diagnostics;
+mod drain;
 mod emit;
 mod endpoint;
 mod geometry;

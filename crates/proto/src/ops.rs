@@ -139,6 +139,17 @@ impl SendOp {
                 || self.next_new < self.granted.min(self.collections.window_end_frame()))
     }
 
+    /// Bytes on the wire of collection `c`'s frames (headers included).
+    pub fn collection_bytes(&self, c: u32) -> u64 {
+        self.collections
+            .frames_of(c)
+            .map(|frame| {
+                let headers = nicmsg_wire::headers_len(self.kind_of(frame)) as u64;
+                self.geometry.len(frame) + headers
+            })
+            .sum()
+    }
+
     /// Frame kind of frame `frame` as it goes out now.
     pub fn kind_of(&self, frame: u32) -> FrameKind {
         if self.is_eager() {

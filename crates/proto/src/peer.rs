@@ -1,6 +1,7 @@
 //! Per-peer state: connectionless as in EMP. No handshake creates it; it exists for every rank of
 //! the job from start-up and is a few dozen bytes (see `PEER_STATE_BYTES`).
 
+use crate::drain::Drain;
 use crate::rto::RtoEstimator;
 use crate::window::IdWindow;
 use crate::Nanos;
@@ -42,6 +43,8 @@ pub(crate) struct Peer {
     pub owed_deadline_ns: Option<Nanos>,
     // --- liveness ---
     pub rto: RtoEstimator,
+    /// When frames handed to the kernel for this peer are expected to leave (`drain.rs`).
+    pub drain: Drain,
     pub last_heard_ns: Nanos,
     pub probe_deadline_ns: Option<Nanos>,
     pub probe_retries: u32,
@@ -69,6 +72,7 @@ impl Peer {
             credit_owed: false,
             owed_deadline_ns: None,
             rto: RtoEstimator::new(rto_initial_ns),
+            drain: Drain::default(),
             last_heard_ns: 0,
             probe_deadline_ns: None,
             probe_retries: 0,

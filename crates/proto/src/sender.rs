@@ -284,6 +284,10 @@ impl Endpoint {
             }
             let c = op.collections.of_frame(header.frame_index);
             let acked = op.collections.ack(c, now);
+            if acked.newly_acked {
+                let bytes = op.collection_bytes(c);
+                self.peers[peer].drain.acknowledged(now, bytes);
+            }
             if let Some(rtt_ns) = acked.rtt_ns {
                 let (min_ns, max_ns) = (self.config.rto_min_ns, self.config.rto_max_ns);
                 self.peers[peer].rto.sample(rtt_ns, min_ns, max_ns);
