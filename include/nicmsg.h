@@ -56,6 +56,8 @@ int nicmsg_finalize(nicmsg_comm *comm);
 int nicmsg_comm_rank(const nicmsg_comm *comm, uint32_t *rank);
 int nicmsg_comm_size(const nicmsg_comm *comm, uint32_t *size);
 
+/* A send of at most 256 bytes completes once the engine has copied it and started it (MPI's
+ * eager send), before the peer acknowledges it; a longer one when the peer holds it all. */
 int nicmsg_isend(nicmsg_comm *comm, const void *buf, size_t len, uint32_t dest, uint32_t tag,
                  nicmsg_request **request);
 int nicmsg_irecv(nicmsg_comm *comm, void *buf, size_t len, uint32_t source, uint32_t tag,

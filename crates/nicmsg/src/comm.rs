@@ -132,7 +132,11 @@ impl Comm {
     }
 
     /// Starts sending `buffer` to `dest` with `tag`. The buffer stays borrowed until the request
-    /// completes.
+    /// completes. A short message (one frame, up to 256 bytes) is copied by the engine and its
+    /// request completes as soon as it starts, before the peer acknowledges it (MPI's eager
+    /// send); should the peer then be declared unreachable before acknowledging, the loss is
+    /// counted in `NICMSG_STATS` as an unconfirmed early send. Longer sends complete when the
+    /// peer holds the whole message.
     pub fn isend<'a>(
         &'a self,
         buffer: &'a [u8],
