@@ -2,7 +2,9 @@
 //! logic lives in `sender.rs`, `receiver.rs`, `matching.rs`, `liveness.rs` and `emit.rs`.
 
 use std::cell::Cell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
 
 use crate::ops::{Control, Incoming, RecvOp, SendOp};
 use crate::peer::Peer;
@@ -24,8 +26,10 @@ pub struct Endpoint {
     pub(crate) peer_stats: Vec<Stats>,
     pub(crate) stats: Stats,
     pub(crate) sends: Slab<SendOp>,
-    /// Started sends by (destination, message id).
-    pub(crate) active_sends: HashMap<(Rank, u32), u32>,
+    /// Started sends by (destination, message id). Fx hashing: a lookup on every frame costs a
+    /// few instructions instead of SipHash's ~100; the maps never hold more entries than their
+    /// table, so even keys chosen to collide cost a bounded probe.
+    pub(crate) active_sends: FxHashMap<(Rank, u32), u32>,
     /// Sends with a frame to transmit, served round-robin one frame at a time.
     pub(crate) ready: VecDeque<u32>,
     pub(crate) recvs: Slab<RecvOp>,
@@ -34,7 +38,7 @@ pub struct Endpoint {
     /// Posted (blocking) probes.
     pub(crate) probes: VecDeque<u32>,
     pub(crate) incoming: Slab<Incoming>,
-    pub(crate) incoming_index: HashMap<(Rank, u32), u32>,
+    pub(crate) incoming_index: FxHashMap<(Rank, u32), u32>,
     /// Unexpected messages in matching order.
     pub(crate) unexpected: VecDeque<u32>,
     /// Unexpected eager data: `eager_credits_per_peer` buffers of `eager_limit` bytes per peer.
@@ -82,13 +86,16 @@ impl Endpoint {
             peer_stats: vec![Stats::default(); size as usize],
             stats: Stats::default(),
             sends: Slab::with_capacity(config.max_sends),
-            active_sends: HashMap::with_capacity(config.max_sends),
+            active_sends: FxHashMap::with_capacity_and_hasher(config.max_sends, Default::default()),
             ready: VecDeque::with_capacity(config.max_sends),
             recvs: Slab::with_capacity(config.max_recvs),
             posted: VecDeque::with_capacity(config.max_recvs),
             probes: VecDeque::with_capacity(config.max_recvs),
             incoming: Slab::with_capacity(config.max_incoming),
-            incoming_index: HashMap::with_capacity(config.max_incoming),
+            incoming_index: FxHashMap::with_capacity_and_hasher(
+                config.max_incoming,
+                Default::default(),
+            ),
             unexpected: VecDeque::with_capacity(config.max_incoming),
             eager_pool: vec![0; pool_len],
             eager_usage: TableUsage::new(size as usize * config.eager_credits_per_peer as usize),
