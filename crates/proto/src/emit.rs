@@ -144,18 +144,10 @@ impl Endpoint {
             emit_headers(&header, msg.as_ref(), transmit.headers_buf()).expect("headers fit");
         transmit.set_headers_len(headers_len);
         match &copy {
-            Some(copy) => {
-                seal(
-                    &mut transmit.headers_buf()[..headers_len],
-                    &[copy.as_slice()],
-                );
-                transmit.set_inline(copy.as_slice());
-            }
-            None => {
-                data.for_each_piece(offset, len, |piece| transmit.push_piece(piece));
-                seal_with_payload(&mut transmit, headers_len, memory);
-            }
+            Some(copy) => transmit.set_inline(copy.as_slice()),
+            None => data.for_each_piece(offset, len, |piece| transmit.push_piece(piece)),
         }
+        transmit.seal(memory);
         self.count_sent(header.dst, headers_len + len as usize, true, retransmit);
         transmit
     }
@@ -168,23 +160,6 @@ impl Endpoint {
             stats.frames_retransmitted += u64::from(retransmit);
         }
     }
-}
-
-/// Checksums headers and payload pieces in place. Pieces were validated at post time; a region
-/// that disappeared since is checksummed as absent, so the receiver drops the frame.
-fn seal_with_payload(transmit: &mut Transmit, headers_len: usize, memory: &impl HostMemory) {
-    let mut pieces = [Segment::default(); MAX_SEGMENTS];
-    let count = transmit.pieces().len();
-    pieces[..count].copy_from_slice(transmit.pieces());
-    let mut slices: [&[u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
-    for (slot, piece) in slices.iter_mut().zip(&pieces[..count]) {
-        let start = piece.offset as usize;
-        *slot = memory
-            .region(piece.region)
-            .and_then(|region| region.get(start..start + piece.len as usize))
-            .unwrap_or(&[]);
-    }
-    seal(&mut transmit.headers_buf()[..headers_len], &slices[..count]);
 }
 
 /// Picks the next frame of a send: a resend of a timed-out collection, then a repeated

@@ -3,7 +3,7 @@
 
 use crate::memory::{HostMemory, Segment, MAX_SEGMENTS};
 use crate::Rank;
-use nicmsg_wire::MAX_HEADERS_LEN;
+use nicmsg_wire::{seal, MAX_HEADERS_LEN};
 
 /// Payload bytes a frame carries inside the `Transmit` itself: as many as its list of pieces
 /// takes, so carrying them makes no frame bigger.
@@ -75,6 +75,27 @@ impl Transmit {
             bytes,
             len: payload.len() as u16,
         };
+    }
+
+    /// Fills in the checksum over the headers and the payload, inline or in host memory. Pieces
+    /// were validated at post time; a region that disappeared since is checksummed as absent,
+    /// so the receiver drops the frame.
+    pub(crate) fn seal(&mut self, memory: &impl HostMemory) {
+        let headers = &mut self.headers[..self.headers_len as usize];
+        match &self.body {
+            Body::Inline { bytes, len } => seal(headers, &[&bytes[..*len as usize]]),
+            Body::Pieces { list, count } => {
+                let mut slices: [&[u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
+                for (slot, piece) in slices.iter_mut().zip(&list[..*count as usize]) {
+                    let start = piece.offset as usize;
+                    *slot = memory
+                        .region(piece.region)
+                        .and_then(|region| region.get(start..start + piece.len as usize))
+                        .unwrap_or(&[]);
+                }
+                seal(headers, &slices[..*count as usize]);
+            }
+        }
     }
 
     /// The frame and message headers, checksum included.
