@@ -62,8 +62,8 @@ impl Drain {
         self.mark_acked = self.acked;
     }
 
-    /// The estimated link rate in bytes per second, if one was learned (diagnostics, tests).
-    #[allow(dead_code)]
+    /// The estimated link rate in bytes per second, if one was learned.
+    #[cfg(test)]
     pub fn bytes_per_sec(&self) -> Option<u64> {
         (self.ns_per_kib > 0).then(|| 1024 * 1_000_000_000 / self.ns_per_kib)
     }

@@ -249,9 +249,12 @@ impl Endpoint {
             .incoming
             .occupied()
             .filter_map(|i| self.incoming.get(i)?.deadline_ns);
-        let peers = self.peers.iter().filter_map(|p| p.probe_deadline_ns);
-        let owed = self.owed_deadline();
-        sends.chain(incoming).chain(peers).chain(owed).min()
+        let peers = self
+            .peers
+            .iter()
+            .flat_map(|p| [p.probe_deadline_ns, p.owed_deadline_ns])
+            .flatten();
+        sends.chain(incoming).chain(peers).min()
     }
 
     pub fn stats(&self) -> &Stats {

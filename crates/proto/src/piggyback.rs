@@ -1,7 +1,8 @@
 //! Piggybacked acknowledgements: the ACK_ALL of a whole eager message, and the credit it
 //! returns, wait up to `ack_delay_ns` for an EAGER frame to the same peer and ride on it (flags
-//! ACKED and CREDITS). A request answered by a reply then costs no acknowledgement datagram:
-//! on the critical path of a ping-pong each hop is one frame, as with raw UDP.
+//! ACKED and CREDITS; `receiver.rs` reads them). A request answered by a reply then costs no
+//! acknowledgement datagram: on the critical path of a ping-pong each hop is one frame, as with
+//! raw UDP.
 //!
 //! At most one ACK_ALL per peer waits: a second whole message sends both at once (as TCP
 //! acknowledges every second segment), so a stream of messages is acknowledged as promptly as
@@ -110,21 +111,10 @@ impl Endpoint {
         }
     }
 
-    /// Earliest deadline of a waiting acknowledgement or credit.
-    pub(crate) fn owed_deadline(&self) -> Option<Nanos> {
-        self.peers.iter().filter_map(|p| p.owed_deadline_ns).min()
-    }
-
-    /// Receiving an EAGER frame: take the credits and the acknowledgement it carries. A
-    /// piggybacked ACK names a whole eager message; anything else it could name is ignored.
-    pub(crate) fn take_piggyback(&mut self, now: Nanos, header: &FrameHeader) {
+    /// An EAGER frame with ACKED: the whole eager message it names is acknowledged. A message
+    /// already finished is ignored (the frame itself is fine); a rendezvous one is invalid.
+    pub(crate) fn take_piggybacked_ack(&mut self, now: Nanos, header: &FrameHeader) {
         let peer = header.src;
-        if header.has_flag(Flags::CREDITS) {
-            self.peers[peer as usize].update_credits(header.aux);
-        }
-        if !header.has_flag(Flags::ACKED) {
-            return;
-        }
         let Some(index) = self.active_send(peer, header.acked_id) else {
             return;
         };

@@ -37,11 +37,13 @@ impl Endpoint {
             return self.count_drop(Some(peer), DropReason::DeadPeer);
         }
         self.heard_from(now, peer);
-        if crate::endpoint::carries_credits(header.kind) {
+        // Receiver-to-sender control frames carry the credit count, and so does an EAGER frame
+        // with CREDITS (the only kind the flag is allowed on).
+        if crate::endpoint::carries_credits(header.kind) || header.has_flag(Flags::CREDITS) {
             self.peers[peer as usize].update_credits(header.aux);
         }
-        if header.kind == FrameKind::Eager {
-            self.take_piggyback(now, &header);
+        if header.has_flag(Flags::ACKED) {
+            self.take_piggybacked_ack(now, &header);
         }
         match header.kind {
             FrameKind::Eager | FrameKind::Rts | FrameKind::Data => {
