@@ -383,12 +383,21 @@ impl Endpoint {
     pub(crate) fn grant_first_window(&mut self, index: u32) {
         let window = self.config.cts_window_frames;
         let entry = self.incoming.get_mut(index).expect("live");
-        let first = u32::from(entry.has_frame(0));
+        // An RTS neither kept nor discarded is the one being admitted: it is placed right
+        // after matching, and `place_frame` then sends this grant. Granting now would ask for
+        // the RTS again (FROM_START) although its data is about to be kept: one needless
+        // frame and a repeated first window for every rendezvous message that finds its
+        // receive posted.
+        let rts_arriving = !entry.has_frame(0) && !entry.discarded;
+        let first = u32::from(entry.has_frame(0) || rts_arriving);
         entry.grant_target = first
             .saturating_add(window)
             .min(entry.frames)
             .max(entry.granted);
         entry.granted = 0;
+        if rts_arriving {
+            return;
+        }
         if !self.extend_grant(index) {
             self.send_grant(index);
         }

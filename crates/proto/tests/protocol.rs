@@ -81,6 +81,12 @@ fn eager_and_rendezvous_without_loss() {
                 "len {len}"
             );
             assert!(bytes == pattern(len, 3), "bytes differ for len {len}");
+            if recv_first {
+                // Nothing is lost, and an RTS that finds its receive keeps its data: no frame
+                // goes twice (a needless FROM_START once resent every RTS).
+                let sent_twice = net.endpoints[0].stats().frames_retransmitted;
+                assert_eq!(sent_twice, 0, "len {len}: frames retransmitted");
+            }
             for endpoint in &net.endpoints {
                 assert!(
                     endpoint.usage().is_empty(),
