@@ -6,7 +6,7 @@ use crate::geometry::Geometry;
 use crate::ops::{Control, SendOp, SendPhase, ShortCopy};
 use crate::peer::NONE;
 use crate::*;
-use nicmsg_wire::{Flags, FrameHeader, FrameKind, Protocol};
+use nicmsg_wire::{Flags, FrameHeader, FrameKind, Protocol, FRAME_HEADER_LEN};
 
 impl Endpoint {
     pub(crate) fn start_send(
@@ -25,7 +25,7 @@ impl Endpoint {
         };
         let geometry = Geometry {
             total_len: len,
-            frame_payload: self.config.frame_payload_for(len),
+            frame_payload: self.config.frame_payload_for(len, protocol),
             protocol,
         };
         let frames = u32::try_from(geometry.frames()).map_err(|_| PostError::TooLong { len })?;
@@ -310,9 +310,13 @@ impl Endpoint {
             op.phase = SendPhase::Ending;
             op.extra_frame = None;
             op.wait_retries = 0;
-            let rto = self.peers[op.dst as usize].rto.rto_ns();
-            op.wait_deadline_ns = Some(now + rto);
             let control = end_frame(op);
+            // The END leaves behind every data frame still queued towards the peer (the other
+            // messages of a stream): its answer is due a round trip after that, not after now.
+            let departs = self.departure(now, control.dst, FRAME_HEADER_LEN);
+            let rto = self.peers[control.dst as usize].rto.rto_ns();
+            let op = self.sends.get_mut(index).expect("active send");
+            op.wait_deadline_ns = Some(departs + rto);
             self.queue_control(control);
         }
     }
@@ -442,9 +446,11 @@ impl Endpoint {
         let waiting_for_grant =
             !op.is_eager() && op.next_new >= op.granted && op.granted < op.frames;
         if waiting_for_grant && op.wait_deadline_ns.is_none() {
-            let rto = self.peers[op.dst as usize].rto;
+            // The grant answers the frame just sent, which leaves behind everything queued.
+            let peer = &self.peers[op.dst as usize];
+            let departs = peer.drain.queued_until(now);
             op.wait_deadline_ns =
-                Some(now + rto.backed_off_ns(op.wait_retries, self.config.rto_max_ns));
+                Some(departs + peer.rto.backed_off_ns(op.wait_retries, self.config.rto_max_ns));
         }
     }
 }
