@@ -3,7 +3,7 @@
 //! to all ranks); the rest may differ per rank.
 
 use crate::Nanos;
-use nicmsg_wire::{FRAME_HEADER_LEN, MSG_HEADER_LEN};
+use nicmsg_wire::{Protocol, FRAME_HEADER_LEN, MSG_HEADER_LEN};
 use thiserror::Error;
 
 /// What the receiver does with a message that arrives before its receive is posted.
@@ -132,6 +132,10 @@ pub const PIPELINE_FRAMES: u64 = 8;
 /// Smallest adaptive frame payload: below it per-frame costs dominate (measured in
 /// `docs/runtime.md`).
 pub const MIN_PIPELINE_FRAME_PAYLOAD: u32 = 8192;
+/// Frames an eager message may take beyond the fewest so that they all have one size (8 KiB at
+/// MTU 1500: eight frames of 1 KiB instead of six uneven ones). Each extra frame costs the
+/// receiver a header's work, but a message whose frames are uneven ends a GSO run.
+const MAX_EXTRA_FRAMES_FOR_EVEN_SPLIT: u64 = 2;
 /// Adaptive frame payloads are multiples of this, so frames stay word aligned in buffers.
 const FRAME_PAYLOAD_ALIGN: u64 = 64;
 
@@ -193,13 +197,23 @@ impl Config {
         self.mtu - FRAME_HEADER_LEN as u32
     }
 
-    /// Frame payload chosen for a message of `len` bytes (BIP's adaptive packet size). A
-    /// message that fits one frame goes in one frame. A longer one is cut into at least
+    /// Frame payload chosen for a message of `len` bytes sent with `protocol` (BIP's adaptive
+    /// packet size): the pipelined size of [`Self::pipelined_frame_payload`], then, for an
+    /// eager message of several frames, the same number of frames made as equal as possible.
+    pub fn frame_payload_for(&self, len: u64, protocol: Protocol) -> u32 {
+        let payload = self.pipelined_frame_payload(len);
+        match protocol {
+            Protocol::Eager => even_eager_frame_payload(len, payload),
+            Protocol::Rendezvous => payload,
+        }
+    }
+
+    /// A message that fits one frame goes in one frame. A longer one is cut into at least
     /// `PIPELINE_FRAMES` frames, so the receiver copies the first frames while the later ones
     /// are still on their way, but never into frames below `MIN_PIPELINE_FRAME_PAYLOAD`, where
     /// the per-frame cost (a system call and a header) outweighs the overlap. With a 1500-byte
     /// MTU this always gives full frames; it matters for jumbo frames (9000, 65535).
-    pub fn frame_payload_for(&self, len: u64) -> u32 {
+    fn pipelined_frame_payload(&self, len: u64) -> u32 {
         let largest = self.frame_payload();
         if !self.adaptive_frames || len <= u64::from(largest) - MSG_HEADER_LEN as u64 {
             return largest;
@@ -214,9 +228,28 @@ impl Config {
     }
 }
 
+/// The frame payload that cuts an eager message of `len` bytes into as many frames as `payload`
+/// would, but of equal size where `len` divides evenly (a 1472-byte message at MTU 1500: two
+/// frames of 736 bytes instead of 1424 + 48). Every frame of a stream of such messages then has
+/// one length, so the transport sends the whole stream as one GSO datagram instead of one per
+/// message: with full frames the short last frame ended each run, and a message of two frames
+/// cost nearly twice one of one frame (`nicmsg bench bw`, 1400 B -> 1472 B: -27 %).
+fn even_eager_frame_payload(len: u64, payload: u32) -> u32 {
+    let header = MSG_HEADER_LEN as u64;
+    let fewest = len.div_ceil(u64::from(payload) - header);
+    if fewest <= 1 {
+        return payload;
+    }
+    let frames = (fewest..=fewest + MAX_EXTRA_FRAMES_FOR_EVEN_SPLIT)
+        .find(|frames| len % frames == 0)
+        .unwrap_or(fewest);
+    (len.div_ceil(frames) + header) as u32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::geometry::Geometry;
 
     #[test]
     fn adaptive_frames_pipeline_long_messages_only() {
@@ -226,13 +259,13 @@ mod tests {
         };
         let largest = jumbo.frame_payload();
         assert_eq!(
-            jumbo.frame_payload_for(100),
+            jumbo.frame_payload_for(100, Protocol::Rendezvous),
             largest,
             "one frame stays one frame"
         );
-        assert_eq!(jumbo.frame_payload_for(40_000), largest);
+        assert_eq!(jumbo.frame_payload_for(40_000, Protocol::Rendezvous), largest);
         assert_eq!(
-            jumbo.frame_payload_for(70_000),
+            jumbo.frame_payload_for(70_000, Protocol::Rendezvous),
             8768,
             "70000 / 8, rounded up to 64"
         );
@@ -241,24 +274,68 @@ mod tests {
             ..Config::default()
         };
         assert_eq!(
-            small_config.frame_payload_for(30_000),
+            small_config.frame_payload_for(30_000, Protocol::Rendezvous),
             MIN_PIPELINE_FRAME_PAYLOAD
         );
-        let mib = jumbo.frame_payload_for(1 << 20);
+        let mib = jumbo.frame_payload_for(1 << 20, Protocol::Rendezvous);
         assert_eq!(
             mib, largest,
             "8 frames of 128 KiB would exceed the largest frame"
         );
-        let quarter = jumbo.frame_payload_for(256 << 10);
+        let quarter = jumbo.frame_payload_for(256 << 10, Protocol::Rendezvous);
         assert_eq!(quarter, 32 << 10);
         let standard = Config::default();
         for len in [0, 1 << 10, 1 << 20, 1 << 30] {
-            assert_eq!(standard.frame_payload_for(len), standard.frame_payload());
+            assert_eq!(standard.frame_payload_for(len, Protocol::Rendezvous), standard.frame_payload());
         }
         let fixed = Config {
             adaptive_frames: false,
             ..jumbo
         };
-        assert_eq!(fixed.frame_payload_for(256 << 10), largest);
+        assert_eq!(fixed.frame_payload_for(256 << 10, Protocol::Rendezvous), largest);
+    }
+
+    #[test]
+    fn eager_messages_of_several_frames_get_frames_of_one_size() {
+        let standard = Config::default();
+        let full = standard.frame_payload();
+        let header = MSG_HEADER_LEN as u32;
+        let one_frame = u64::from(full - header);
+        assert_eq!(standard.frame_payload_for(one_frame, Protocol::Eager), full);
+        assert_eq!(standard.frame_payload_for(8, Protocol::Eager), full);
+        assert_eq!(
+            standard.frame_payload_for(1472, Protocol::Eager),
+            736 + header,
+            "two frames of 736 bytes, not a full one and a short one"
+        );
+        assert_eq!(
+            standard.frame_payload_for(4200, Protocol::Eager),
+            1400 + header
+        );
+        assert_eq!(
+            standard.frame_payload_for(8192, Protocol::Eager),
+            1024 + header,
+            "eight frames of 1 KiB rather than six uneven ones"
+        );
+        for len in (one_frame + 1)..=standard.eager_limit {
+            let even = Geometry {
+                total_len: len,
+                frame_payload: standard.frame_payload_for(len, Protocol::Eager),
+                protocol: Protocol::Eager,
+            };
+            let full_frames = Geometry {
+                frame_payload: full,
+                ..even
+            };
+            let (frames, fewest) = (even.frames(), full_frames.frames());
+            assert!(
+                (fewest..=fewest + MAX_EXTRA_FRAMES_FOR_EVEN_SPLIT).contains(&frames),
+                "{len} bytes: {frames} frames, {fewest} at least"
+            );
+            let last = frames as u32 - 1;
+            let all_equal = even.len(0) == even.len(last);
+            assert!(all_equal || frames == fewest, "{len} bytes: extra frames only to even out");
+            assert!(even.len(0) - even.len(last) < frames, "{len} bytes");
+        }
     }
 }
