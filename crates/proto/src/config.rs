@@ -199,9 +199,13 @@ impl Config {
 
     /// Frame payload chosen for a message of `len` bytes sent with `protocol` (BIP's adaptive
     /// packet size): the pipelined size of [`Self::pipelined_frame_payload`], then, for an
-    /// eager message of several frames, the same number of frames made as equal as possible.
+    /// eager message of several frames, frames made equal (see [`even_eager_frame_payload`]).
+    /// Without `adaptive_frames` every frame is full-sized.
     pub fn frame_payload_for(&self, len: u64, protocol: Protocol) -> u32 {
         let payload = self.pipelined_frame_payload(len);
+        if !self.adaptive_frames {
+            return payload;
+        }
         match protocol {
             Protocol::Eager => even_eager_frame_payload(len, payload),
             Protocol::Rendezvous => payload,
@@ -263,7 +267,10 @@ mod tests {
             largest,
             "one frame stays one frame"
         );
-        assert_eq!(jumbo.frame_payload_for(40_000, Protocol::Rendezvous), largest);
+        assert_eq!(
+            jumbo.frame_payload_for(40_000, Protocol::Rendezvous),
+            largest
+        );
         assert_eq!(
             jumbo.frame_payload_for(70_000, Protocol::Rendezvous),
             8768,
@@ -286,13 +293,19 @@ mod tests {
         assert_eq!(quarter, 32 << 10);
         let standard = Config::default();
         for len in [0, 1 << 10, 1 << 20, 1 << 30] {
-            assert_eq!(standard.frame_payload_for(len, Protocol::Rendezvous), standard.frame_payload());
+            assert_eq!(
+                standard.frame_payload_for(len, Protocol::Rendezvous),
+                standard.frame_payload()
+            );
         }
         let fixed = Config {
             adaptive_frames: false,
             ..jumbo
         };
-        assert_eq!(fixed.frame_payload_for(256 << 10, Protocol::Rendezvous), largest);
+        assert_eq!(
+            fixed.frame_payload_for(256 << 10, Protocol::Rendezvous),
+            largest
+        );
     }
 
     #[test]
@@ -334,7 +347,10 @@ mod tests {
             );
             let last = frames as u32 - 1;
             let all_equal = even.len(0) == even.len(last);
-            assert!(all_equal || frames == fewest, "{len} bytes: extra frames only to even out");
+            assert!(
+                all_equal || frames == fewest,
+                "{len} bytes: extra frames only to even out"
+            );
             assert!(even.len(0) - even.len(last) < frames, "{len} bytes");
         }
     }
