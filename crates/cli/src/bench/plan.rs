@@ -51,7 +51,14 @@ pub fn series_for(pattern: Pattern, args: &BenchArgs) -> Result<Vec<SeriesPlan>,
 
 /// Default sizes: the full sweep for latency and bandwidth, small messages for msgrate, EMP's
 /// 10 kB for overhead and overlap, rendezvous sizes for offload.
+/// `--sizes` replaces them, but in a suite overhead and overlap keep EMP's 10 kB: the suite's
+/// sweep sizes are for the size-sweeping patterns, and the papers' overhead and overlap figures
+/// (and the targets judged on them) are at 10 kB only.
 pub fn sizes_for(pattern: Pattern, args: &BenchArgs) -> Vec<u64> {
+    let emp_only = matches!(pattern, Pattern::Overhead | Pattern::Overlap);
+    if emp_only && args.suite.is_some() {
+        return vec![EMP_MESSAGE];
+    }
     if let Some(sizes) = &args.sizes {
         return sizes.0.clone();
     }
@@ -180,5 +187,32 @@ pub fn skipped(plan: &SeriesPlan, outcome: Outcome) -> Series {
         command: String::new(),
         outcome,
         points: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Command {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
+    fn args(line: &[&str]) -> BenchArgs {
+        let words = std::iter::once("bench").chain(line.iter().copied());
+        Command::try_parse_from(words).expect("valid").args
+    }
+
+    #[test]
+    fn a_suite_keeps_emps_10_kb_for_overhead_and_overlap() {
+        let suite = args(&["--suite", "papers", "--sizes", "8,1K"]);
+        assert_eq!(sizes_for(Pattern::Latency, &suite), vec![8, 1024]);
+        assert_eq!(sizes_for(Pattern::Overhead, &suite), vec![EMP_MESSAGE]);
+        assert_eq!(sizes_for(Pattern::Overlap, &suite), vec![EMP_MESSAGE]);
+        let alone = args(&["overhead", "--sizes", "8,1K"]);
+        assert_eq!(sizes_for(Pattern::Overhead, &alone), vec![8, 1024]);
     }
 }
