@@ -245,7 +245,7 @@ fn even_eager_frame_payload(len: u64, payload: u32) -> u32 {
         return payload;
     }
     let frames = (fewest..=fewest + MAX_EXTRA_FRAMES_FOR_EVEN_SPLIT)
-        .find(|frames| len % frames == 0)
+        .find(|&frames| len.is_multiple_of(frames))
         .unwrap_or(fewest);
     (len.div_ceil(frames) + header) as u32
 }

@@ -449,8 +449,12 @@ impl Endpoint {
             // The grant answers the frame just sent, which leaves behind everything queued.
             let peer = &self.peers[op.dst as usize];
             let departs = peer.drain.queued_until(now);
-            op.wait_deadline_ns =
-                Some(departs + peer.rto.backed_off_ns(op.wait_retries, self.config.rto_max_ns));
+            op.wait_deadline_ns = Some(
+                departs
+                    + peer
+                        .rto
+                        .backed_off_ns(op.wait_retries, self.config.rto_max_ns),
+            );
         }
     }
 }
