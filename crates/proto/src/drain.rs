@@ -42,11 +42,6 @@ impl Drain {
         self.free_at_ns
     }
 
-    /// When the frames handed over until `now` are expected to have left.
-    pub fn queued_until(&self, now: Nanos) -> Nanos {
-        self.free_at_ns.max(now)
-    }
-
     /// `bytes` of data frames were acknowledged at `now` (first acknowledgements only).
     pub fn acknowledged(&mut self, now: Nanos, bytes: u64) {
         self.acked = self.acked.wrapping_add(bytes);

@@ -440,21 +440,16 @@ impl Endpoint {
         op.rsm_frame.or(Some(op.granted - 1))
     }
 
-    /// Arms the CTS wait once every granted frame is out and more are needed.
+    /// Arms the CTS wait once every granted frame is out and more are needed. `now` is the
+    /// frame's estimated departure (`record_frame_sent`), so frames queued before it count.
     pub(crate) fn after_frame_sent(&mut self, now: Nanos, index: u32) {
         let op = self.sends.get_mut(index).expect("live send");
         let waiting_for_grant =
             !op.is_eager() && op.next_new >= op.granted && op.granted < op.frames;
         if waiting_for_grant && op.wait_deadline_ns.is_none() {
-            // The grant answers the frame just sent, which leaves behind everything queued.
-            let peer = &self.peers[op.dst as usize];
-            let departs = peer.drain.queued_until(now);
-            op.wait_deadline_ns = Some(
-                departs
-                    + peer
-                        .rto
-                        .backed_off_ns(op.wait_retries, self.config.rto_max_ns),
-            );
+            let rto = self.peers[op.dst as usize].rto;
+            op.wait_deadline_ns =
+                Some(now + rto.backed_off_ns(op.wait_retries, self.config.rto_max_ns));
         }
     }
 }
