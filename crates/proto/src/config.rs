@@ -2,6 +2,7 @@
 //! `eager_limit`, `eager_credits_per_peer` and `unexpected` (the launcher hands one configuration
 //! to all ranks); the rest may differ per rank.
 
+use crate::geometry::Geometry;
 use crate::Nanos;
 use nicmsg_wire::{Protocol, FRAME_HEADER_LEN, MSG_HEADER_LEN};
 use thiserror::Error;
@@ -202,10 +203,10 @@ impl Config {
     /// eager message of several frames, frames made equal (see [`even_eager_frame_payload`]).
     /// Without `adaptive_frames` every frame is full-sized.
     pub fn frame_payload_for(&self, len: u64, protocol: Protocol) -> u32 {
-        let payload = self.pipelined_frame_payload(len);
         if !self.adaptive_frames {
-            return payload;
+            return self.frame_payload();
         }
+        let payload = self.pipelined_frame_payload(len);
         match protocol {
             Protocol::Eager => even_eager_frame_payload(len, payload),
             Protocol::Rendezvous => payload,
@@ -219,7 +220,7 @@ impl Config {
     /// MTU this always gives full frames; it matters for jumbo frames (9000, 65535).
     fn pipelined_frame_payload(&self, len: u64) -> u32 {
         let largest = self.frame_payload();
-        if !self.adaptive_frames || len <= u64::from(largest) - MSG_HEADER_LEN as u64 {
+        if len <= u64::from(largest) - MSG_HEADER_LEN as u64 {
             return largest;
         }
         let pipelined = len
@@ -239,21 +240,24 @@ impl Config {
 /// message: with full frames the short last frame ended each run, and a message of two frames
 /// cost nearly twice one of one frame (`nicmsg bench bw`, 1400 B -> 1472 B: -27 %).
 fn even_eager_frame_payload(len: u64, payload: u32) -> u32 {
-    let header = MSG_HEADER_LEN as u64;
-    let fewest = len.div_ceil(u64::from(payload) - header);
+    let fewest = Geometry {
+        total_len: len,
+        frame_payload: payload,
+        protocol: Protocol::Eager,
+    }
+    .frames();
     if fewest <= 1 {
         return payload;
     }
     let frames = (fewest..=fewest + MAX_EXTRA_FRAMES_FOR_EVEN_SPLIT)
         .find(|&frames| len.is_multiple_of(frames))
         .unwrap_or(fewest);
-    (len.div_ceil(frames) + header) as u32
+    (len.div_ceil(frames) + MSG_HEADER_LEN as u64) as u32
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::geometry::Geometry;
 
     #[test]
     fn adaptive_frames_pipeline_long_messages_only() {

@@ -51,6 +51,7 @@ pub fn series_for(pattern: Pattern, args: &BenchArgs) -> Result<Vec<SeriesPlan>,
 
 /// Default sizes: the full sweep for latency and bandwidth, small messages for msgrate, EMP's
 /// 10 kB for overhead and overlap, rendezvous sizes for offload.
+///
 /// `--sizes` replaces them, but in a suite overhead and overlap keep EMP's 10 kB: the suite's
 /// sweep sizes are for the size-sweeping patterns, and the papers' overhead and overlap figures
 /// (and the targets judged on them) are at 10 kB only.
