@@ -69,10 +69,31 @@ impl Drain {
     }
 }
 
+/// When a frame handed over now is expected to leave, and how much later it may leave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Departure {
+    /// Estimated departure: the start of a round-trip sample.
+    pub at: Nanos,
+    /// Allowance for the estimate being early: a quarter of the queueing delay (a token
+    /// bucket's bursts make the learned rate optimistic).
+    pub slack: Nanos,
+}
+
+impl Departure {
+    /// Where a timeout waiting for the frame's answer starts.
+    pub fn timer_start(&self) -> Nanos {
+        self.at + self.slack
+    }
+}
+
 impl crate::Endpoint {
-    /// Estimated departure of a data frame of `bytes` to `dst` handed over at `now`.
-    pub(crate) fn departure(&mut self, now: Nanos, dst: Rank, bytes: usize) -> Nanos {
-        self.peers[dst as usize].drain.depart(now, bytes)
+    /// Estimated departure of a frame of `bytes` to `dst` handed over at `now`.
+    pub(crate) fn departure(&mut self, now: Nanos, dst: Rank, bytes: usize) -> Departure {
+        let at = self.peers[dst as usize].drain.depart(now, bytes);
+        Departure {
+            at,
+            slack: (at - now) / 4,
+        }
     }
 }
 

@@ -86,15 +86,13 @@ impl Endpoint {
         let max_ns = self.config.rto_max_ns;
         let dst = self.sends.get(index).expect("ready send").dst;
         let departure = self.departure(now, dst, bytes);
-        // The departure is an estimate: allow a quarter of the queueing delay on top of the
-        // timeout for it being early (a token bucket's burst makes the learned rate optimistic).
-        let slack = (departure - now) / 4;
         let rto = self.peers[dst as usize].rto;
         let op = self.sends.get_mut(index).expect("ready send");
-        op.collections.on_frame_sent(frame, departure, |retries| {
-            rto.backed_off_ns(retries, max_ns) + slack
-        });
-        self.after_frame_sent(departure, index);
+        op.collections
+            .on_frame_sent(frame, departure.at, |retries| {
+                rto.backed_off_ns(retries, max_ns) + departure.slack
+            });
+        self.after_frame_sent(departure.timer_start(), index);
     }
 
     fn build_data_frame(

@@ -313,10 +313,10 @@ impl Endpoint {
             let control = end_frame(op);
             // The END leaves behind every data frame still queued towards the peer (the other
             // messages of a stream): its answer is due a round trip after that, not after now.
-            let departs = self.departure(now, control.dst, FRAME_HEADER_LEN);
+            let departure = self.departure(now, control.dst, FRAME_HEADER_LEN);
             let rto = self.peers[control.dst as usize].rto.rto_ns();
             let op = self.sends.get_mut(index).expect("active send");
-            op.wait_deadline_ns = Some(departs + rto);
+            op.wait_deadline_ns = Some(departure.timer_start() + rto);
             self.queue_control(control);
         }
     }
@@ -440,8 +440,8 @@ impl Endpoint {
         op.rsm_frame.or(Some(op.granted - 1))
     }
 
-    /// Arms the CTS wait once every granted frame is out and more are needed. `now` is the
-    /// frame's estimated departure (`record_frame_sent`), so frames queued before it count.
+    /// Arms the CTS wait once every granted frame is out and more are needed. `now` is where
+    /// the frame's timers start (`Departure::timer_start`), so frames queued before it count.
     pub(crate) fn after_frame_sent(&mut self, now: Nanos, index: u32) {
         let op = self.sends.get_mut(index).expect("live send");
         let waiting_for_grant =
