@@ -18,7 +18,11 @@
 //! the IP the rank's bootstrap connection came from (for rank 0 itself: the bootstrap IP), so
 //! every table entry is reachable.
 //!
-//! ## Wire format (version 1)
+//! Each entry may carry the rank's link-layer (Ethernet) address beside its data address: a
+//! rank that frames its own datagrams (the AF_XDP transport) needs its peers' hardware
+//! addresses, which no neighbour table holds before the ranks have talked.
+//!
+//! ## Wire format (version 2)
 //!
 //! Every message is a frame: a big-endian `u32` body length (at most 16 MiB) followed by the body.
 //! Integers in the body are big-endian.
@@ -28,8 +32,11 @@
 //! HELLO   (kind 1, rank -> rank 0): job u32 | size u32 | rank u32 | addr
 //! TABLE   (kind 2, rank 0 -> rank): job u32 | size u32 | size x addr      (index = rank)
 //! ERROR   (kind 3, rank 0 -> rank): UTF-8 reason, the rest of the body
-//! addr    = family u8 = 4 | IPv4 (4 bytes) | port u16
+//! addr    = data | link
+//! data    = family u8 = 4 | IPv4 (4 bytes) | port u16
 //!         | family u8 = 6 | IPv6 (16 bytes) | port u16 | scope id u32
+//! link    = length u8 = 0                          (none)
+//!         | length u8 = 6 | Ethernet address (6 bytes)
 //! ```
 
 use std::io::{self, Read, Write};
@@ -45,7 +52,7 @@ use crate::{BootstrapError, JobEnv};
 /// The four bytes every body starts with.
 pub const MAGIC: [u8; 4] = *b"NMBX";
 /// Protocol version; a rank 0 of another version refuses the hello.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Largest body accepted (a table of about 880 000 IPv4 ranks).
 pub const MAX_BODY: usize = 16 << 20;
 
@@ -56,16 +63,43 @@ const KIND_ERROR: u8 = 3;
 /// Longest time rank 0 waits for the hello of one accepted connection.
 const HELLO_READ_LIMIT: Duration = Duration::from_secs(10);
 
+/// Where a rank can be reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankAddress {
+    /// The address its datagrams come from and go to.
+    pub data: SocketAddr,
+    /// The Ethernet address of the interface holding `data`, for ranks that frame their own
+    /// datagrams; `None` when the rank does not say.
+    pub link: Option<[u8; 6]>,
+}
+
+impl RankAddress {
+    pub fn new(data: SocketAddr) -> Self {
+        Self { data, link: None }
+    }
+}
+
 /// Exchanges data addresses with every rank of the job; returns the table (index = rank).
-///
-/// `my_addr` is this rank's data address as peers should use it. Rank 0 serves at
-/// `env.bootstrap`, the others connect to it; both give up after `timeout`. With `env.size == 1`
-/// this returns `[my_addr]` without touching the network.
+/// Like [`exchange_addresses`] for ranks with no link-layer address to give.
 pub fn exchange(
     env: &JobEnv,
     my_addr: SocketAddr,
     timeout: Duration,
 ) -> Result<Vec<SocketAddr>, BootstrapError> {
+    let table = exchange_addresses(env, RankAddress::new(my_addr), timeout)?;
+    Ok(table.into_iter().map(|a| a.data).collect())
+}
+
+/// Exchanges addresses with every rank of the job; returns the table (index = rank).
+///
+/// `my_addr` is this rank's address as peers should use it. Rank 0 serves at
+/// `env.bootstrap`, the others connect to it; both give up after `timeout`. With `env.size == 1`
+/// this returns `[my_addr]` without touching the network.
+pub fn exchange_addresses(
+    env: &JobEnv,
+    my_addr: RankAddress,
+    timeout: Duration,
+) -> Result<Vec<RankAddress>, BootstrapError> {
     if env.rank >= env.size {
         return Err(BootstrapError::InvalidJob {
             rank: env.rank,
@@ -92,10 +126,10 @@ pub fn exchange(
 fn serve(
     env: &JobEnv,
     bootstrap: SocketAddr,
-    my_addr: SocketAddr,
+    my_addr: RankAddress,
     timeout: Duration,
     deadline: Instant,
-) -> Result<Vec<SocketAddr>, BootstrapError> {
+) -> Result<Vec<RankAddress>, BootstrapError> {
     let listener = bind(bootstrap)?;
     listener
         .set_nonblocking(true)
@@ -106,7 +140,7 @@ fn serve(
         })?;
 
     let size = env.size as usize;
-    let mut table: Vec<Option<SocketAddr>> = vec![None; size];
+    let mut table: Vec<Option<RankAddress>> = vec![None; size];
     table[0] = Some(fill_unspecified(my_addr, bootstrap.ip()));
     let mut arrived = 1usize;
     let mut conns: Vec<(SocketAddr, TcpStream)> = Vec::with_capacity(size - 1);
@@ -195,7 +229,7 @@ fn serve(
         }
     }
 
-    let table: Vec<SocketAddr> = table.into_iter().map(|a| a.expect("all arrived")).collect();
+    let table: Vec<RankAddress> = table.into_iter().map(|a| a.expect("all arrived")).collect();
     let body = table_body(env, &table);
     let mut first_error = None;
     for (peer, stream) in &mut conns {
@@ -236,7 +270,7 @@ fn bind(addr: SocketAddr) -> Result<TcpListener, BootstrapError> {
 enum Hello {
     Accept {
         rank: u32,
-        addr: SocketAddr,
+        addr: RankAddress,
     },
     /// Not a nicmsg bootstrap hello at all: tell the sender, keep waiting for our ranks.
     Foreign(String),
@@ -244,7 +278,12 @@ enum Hello {
     Fatal(String),
 }
 
-fn check_hello(env: &JobEnv, body: &[u8], table: &[Option<SocketAddr>], peer: SocketAddr) -> Hello {
+fn check_hello(
+    env: &JobEnv,
+    body: &[u8],
+    table: &[Option<RankAddress>],
+    peer: SocketAddr,
+) -> Hello {
     let mut r = Reader::new(body);
     if r.bytes(4) != Some(&MAGIC[..]) {
         return Hello::Foreign(format!(
@@ -297,7 +336,8 @@ fn check_hello(env: &JobEnv, body: &[u8], table: &[Option<SocketAddr>], peer: So
     }
     if let Some(first) = table[rank as usize] {
         return Hello::Fatal(format!(
-            "rank {rank} connected twice (data addresses {first} and {addr}, the second from {peer})"
+            "rank {rank} connected twice (data addresses {} and {}, the second from {peer})",
+            first.data, addr.data
         ));
     }
     Hello::Accept {
@@ -316,9 +356,12 @@ fn abort(conns: &mut Vec<(SocketAddr, TcpStream)>, reason: &str) {
     conns.clear();
 }
 
-fn fill_unspecified(addr: SocketAddr, ip: IpAddr) -> SocketAddr {
-    if addr.ip().is_unspecified() && !ip.is_unspecified() {
-        SocketAddr::new(ip, addr.port())
+fn fill_unspecified(addr: RankAddress, ip: IpAddr) -> RankAddress {
+    if addr.data.ip().is_unspecified() && !ip.is_unspecified() {
+        RankAddress {
+            data: SocketAddr::new(ip, addr.data.port()),
+            ..addr
+        }
     } else {
         addr
     }
@@ -344,10 +387,10 @@ fn abbreviate(items: &[String]) -> String {
 fn join(
     env: &JobEnv,
     bootstrap: SocketAddr,
-    my_addr: SocketAddr,
+    my_addr: RankAddress,
     timeout: Duration,
     deadline: Instant,
-) -> Result<Vec<SocketAddr>, BootstrapError> {
+) -> Result<Vec<RankAddress>, BootstrapError> {
     let mut backoff = Duration::from_millis(10);
     let mut stream = loop {
         let remaining = deadline.saturating_duration_since(Instant::now());
@@ -425,7 +468,7 @@ fn parse_reply(
     env: &JobEnv,
     bootstrap: SocketAddr,
     body: &[u8],
-) -> Result<Vec<SocketAddr>, BootstrapError> {
+) -> Result<Vec<RankAddress>, BootstrapError> {
     let protocol = |reason: String| BootstrapError::Protocol {
         peer: bootstrap,
         reason,
@@ -485,7 +528,7 @@ fn header(kind: u8) -> Vec<u8> {
     b
 }
 
-fn hello_body(env: &JobEnv, addr: SocketAddr) -> Vec<u8> {
+fn hello_body(env: &JobEnv, addr: RankAddress) -> Vec<u8> {
     let mut b = header(KIND_HELLO);
     b.extend_from_slice(&env.job.to_be_bytes());
     b.extend_from_slice(&env.size.to_be_bytes());
@@ -494,7 +537,7 @@ fn hello_body(env: &JobEnv, addr: SocketAddr) -> Vec<u8> {
     b
 }
 
-fn table_body(env: &JobEnv, table: &[SocketAddr]) -> Vec<u8> {
+fn table_body(env: &JobEnv, table: &[RankAddress]) -> Vec<u8> {
     let mut b = header(KIND_TABLE);
     b.extend_from_slice(&env.job.to_be_bytes());
     b.extend_from_slice(&env.size.to_be_bytes());
@@ -510,8 +553,8 @@ fn error_body(reason: &str) -> Vec<u8> {
     b
 }
 
-fn put_addr(b: &mut Vec<u8>, addr: SocketAddr) {
-    match addr {
+fn put_addr(b: &mut Vec<u8>, addr: RankAddress) {
+    match addr.data {
         SocketAddr::V4(a) => {
             b.push(4);
             b.extend_from_slice(&a.ip().octets());
@@ -523,6 +566,13 @@ fn put_addr(b: &mut Vec<u8>, addr: SocketAddr) {
             b.extend_from_slice(&a.port().to_be_bytes());
             b.extend_from_slice(&a.scope_id().to_be_bytes());
         }
+    }
+    match addr.link {
+        Some(mac) => {
+            b.push(6);
+            b.extend_from_slice(&mac);
+        }
+        None => b.push(0),
     }
 }
 
@@ -577,7 +627,16 @@ impl<'a> Reader<'a> {
     fn u32(&mut self) -> Option<u32> {
         self.array().map(u32::from_be_bytes)
     }
-    fn addr(&mut self) -> Option<SocketAddr> {
+    fn addr(&mut self) -> Option<RankAddress> {
+        let data = self.data_addr()?;
+        let link = match self.u8()? {
+            0 => None,
+            6 => Some(self.array::<6>()?),
+            _ => return None,
+        };
+        Some(RankAddress { data, link })
+    }
+    fn data_addr(&mut self) -> Option<SocketAddr> {
         match self.u8()? {
             4 => {
                 let ip = Ipv4Addr::from(self.array::<4>()?);
@@ -614,47 +673,51 @@ mod tests {
         }
     }
 
+    fn plain(text: &str) -> RankAddress {
+        RankAddress::new(text.parse().unwrap())
+    }
+
     #[test]
     fn addresses_round_trip() {
-        let addrs: Vec<SocketAddr> = vec![
-            "10.213.3.1:9000".parse().unwrap(),
-            "[fe80::1%7]:65535".parse().unwrap(),
-            "[::1]:1".parse().unwrap(),
+        let addrs: Vec<RankAddress> = vec![
+            plain("10.213.3.1:9000"),
+            RankAddress {
+                link: Some([0x02, 0x42, 0xac, 0x11, 0x00, 0xff]),
+                ..plain("10.213.3.2:9001")
+            },
+            plain("[fe80::1%7]:65535"),
+            plain("[::1]:1"),
         ];
-        let body = table_body(&env(0, 3), &addrs);
+        let body = table_body(&env(0, 4), &addrs);
         let bs: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        assert_eq!(parse_reply(&env(1, 3), bs, &body).unwrap(), addrs);
+        assert_eq!(parse_reply(&env(1, 4), bs, &body).unwrap(), addrs);
     }
 
     #[test]
     fn hello_is_checked() {
         let peer: SocketAddr = "127.0.0.9:4444".parse().unwrap();
-        let table = vec![Some("127.0.0.1:1".parse().unwrap()), None, None];
-        let ok = hello_body(&env(2, 3), "0.0.0.0:7000".parse().unwrap());
+        let table = vec![Some(plain("127.0.0.1:1")), None, None];
+        let ok = hello_body(&env(2, 3), plain("0.0.0.0:7000"));
         match check_hello(&env(0, 3), &ok, &table, peer) {
             Hello::Accept { rank, addr } => {
                 assert_eq!(rank, 2);
-                assert_eq!(
-                    addr,
-                    "127.0.0.9:7000".parse().unwrap(),
-                    "unspecified IP filled"
-                );
+                assert_eq!(addr, plain("127.0.0.9:7000"), "unspecified IP filled");
             }
             _ => panic!("good hello refused"),
         }
         let mut other_job = env(2, 3);
         other_job.job = 6;
-        let bad = hello_body(&other_job, "127.0.0.1:7000".parse().unwrap());
+        let bad = hello_body(&other_job, plain("127.0.0.1:7000"));
         assert!(
             matches!(check_hello(&env(0, 3), &bad, &table, peer), Hello::Fatal(r) if r.contains("job 6"))
         );
-        let bad = hello_body(&env(2, 4), "127.0.0.1:7000".parse().unwrap());
+        let bad = hello_body(&env(2, 4), plain("127.0.0.1:7000"));
         assert!(
             matches!(check_hello(&env(0, 3), &bad, &table, peer), Hello::Fatal(r) if r.contains("4 ranks"))
         );
         let mut out_of_range = env(2, 3);
         out_of_range.rank = 3;
-        let bad = hello_body(&out_of_range, "127.0.0.1:7000".parse().unwrap());
+        let bad = hello_body(&out_of_range, plain("127.0.0.1:7000"));
         assert!(
             matches!(check_hello(&env(0, 3), &bad, &table, peer), Hello::Fatal(r) if r.contains("out of range"))
         );

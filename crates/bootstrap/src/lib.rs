@@ -8,7 +8,9 @@
 //!    order). [`job_from_lookup`] does the same from any lookup function (used by tests).
 //! 2. **Where is everybody?** [`exchange()`] gives every rank the data addresses of all ranks: rank 0
 //!    runs a tiny TCP service at the bootstrap address, collects one hello per rank and answers
-//!    everyone with the full table. The wire format is documented in the [`mod@exchange`] module.
+//!    everyone with the full table. [`exchange_addresses`] also carries each rank's Ethernet
+//!    address, for transports that frame their own datagrams. The wire format is documented in
+//!    the [`mod@exchange`] module.
 //!
 //! The environment contract is described for users in `docs/launcher.md`.
 
@@ -18,4 +20,4 @@ pub mod exchange;
 
 pub use env::{job_from_env, job_from_lookup, JobEnv};
 pub use error::BootstrapError;
-pub use exchange::exchange;
+pub use exchange::{exchange, exchange_addresses, RankAddress};
