@@ -1,0 +1,311 @@
+//! The XDP program that steers the job's frames to the AF_XDP socket, written as eBPF
+//! instructions. Built here rather than compiled from C so that the library needs no clang, no
+//! ELF loader and no object file: the kernel's verifier checks it and its JIT compiles it.
+//!
+//! What it does, for every frame arriving on the interface:
+//!
+//! ```text
+//! Ethernet II, IPv4 without options, not a fragment, UDP,
+//! destination address and port are this rank's        -> redirect to the socket of the
+//!                                                          frame's receive queue, or pass
+//!                                                          when that queue has none
+//! anything else (ARP, the bootstrap's TCP, other ports) -> pass to the kernel
+//! ```
+
+use std::net::Ipv4Addr;
+
+/// One eBPF instruction, as the kernel reads it (`struct bpf_insn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+pub struct Insn {
+    code: u8,
+    /// Destination register in the low nibble, source register in the high one.
+    regs: u8,
+    off: i16,
+    imm: i32,
+}
+
+// Instruction classes and fields (linux/bpf_common.h, linux/bpf.h).
+const CLASS_LD: u8 = 0x00;
+const CLASS_LDX: u8 = 0x01;
+const CLASS_JMP: u8 = 0x05;
+const CLASS_JMP32: u8 = 0x06;
+const CLASS_ALU64: u8 = 0x07;
+const SIZE_W: u8 = 0x00;
+const SIZE_H: u8 = 0x08;
+const SIZE_B: u8 = 0x10;
+const SIZE_DW: u8 = 0x18;
+const MODE_IMM: u8 = 0x00;
+const MODE_MEM: u8 = 0x60;
+const SOURCE_IMM: u8 = 0x00;
+const SOURCE_REG: u8 = 0x08;
+const OP_ADD: u8 = 0x00;
+const OP_AND: u8 = 0x50;
+const OP_MOV: u8 = 0xb0;
+const JUMP_GT: u8 = 0x20;
+const JUMP_NE: u8 = 0x50;
+const JUMP_CALL: u8 = 0x80;
+const JUMP_EXIT: u8 = 0x90;
+/// `src_reg` of a 64-bit immediate load whose value is a map's file descriptor.
+const PSEUDO_MAP_FD: u8 = 1;
+
+/// Helper `bpf_redirect_map(map, key, flags)`; the low bits of `flags` are the action taken when
+/// the key has no entry.
+const HELPER_REDIRECT_MAP: i32 = 51;
+/// `XDP_PASS`: hand the frame to the kernel's stack.
+pub const XDP_PASS: i32 = 2;
+
+/// Registers.
+#[derive(Debug, Clone, Copy)]
+#[repr(u8)]
+enum Reg {
+    R0 = 0,
+    R1,
+    R2,
+    R3,
+    R4,
+    R5,
+    R6 = 6,
+}
+
+impl Insn {
+    fn new(code: u8, dst: Reg, src: Reg, off: i16, imm: i32) -> Self {
+        Self {
+            code,
+            regs: (src as u8) << 4 | dst as u8,
+            off,
+            imm,
+        }
+    }
+
+    /// `dst = *(size *)(src + off)`.
+    fn load(size: u8, dst: Reg, src: Reg, off: i16) -> Self {
+        Self::new(CLASS_LDX | MODE_MEM | size, dst, src, off, 0)
+    }
+
+    fn mov_reg(dst: Reg, src: Reg) -> Self {
+        Self::new(CLASS_ALU64 | OP_MOV | SOURCE_REG, dst, src, 0, 0)
+    }
+
+    fn mov_imm(dst: Reg, imm: i32) -> Self {
+        Self::new(CLASS_ALU64 | OP_MOV | SOURCE_IMM, dst, Reg::R0, 0, imm)
+    }
+
+    fn add_imm(dst: Reg, imm: i32) -> Self {
+        Self::new(CLASS_ALU64 | OP_ADD | SOURCE_IMM, dst, Reg::R0, 0, imm)
+    }
+
+    fn and_imm(dst: Reg, imm: i32) -> Self {
+        Self::new(CLASS_ALU64 | OP_AND | SOURCE_IMM, dst, Reg::R0, 0, imm)
+    }
+
+    /// `if dst > src (unsigned, 64 bits) skip off instructions`.
+    fn jump_gt_reg(dst: Reg, src: Reg, off: i16) -> Self {
+        Self::new(CLASS_JMP | JUMP_GT | SOURCE_REG, dst, src, off, 0)
+    }
+
+    /// `if (u32)dst != imm skip off instructions`: a 32-bit compare, so an address or port
+    /// whose top bit is set is not sign-extended into a mismatch.
+    fn jump_ne32_imm(dst: Reg, imm: u32, off: i16) -> Self {
+        Self::new(
+            CLASS_JMP32 | JUMP_NE | SOURCE_IMM,
+            dst,
+            Reg::R0,
+            off,
+            imm as i32,
+        )
+    }
+
+    fn call(helper: i32) -> Self {
+        Self::new(CLASS_JMP | JUMP_CALL, Reg::R0, Reg::R0, 0, helper)
+    }
+
+    fn exit() -> Self {
+        Self::new(CLASS_JMP | JUMP_EXIT, Reg::R0, Reg::R0, 0, 0)
+    }
+
+    /// `dst = map` (a 64-bit immediate load: two instruction slots).
+    fn load_map_fd(dst: Reg, map_fd: i32) -> [Self; 2] {
+        let mut first = Self::new(CLASS_LD | MODE_IMM | SIZE_DW, dst, Reg::R0, 0, map_fd);
+        first.regs |= PSEUDO_MAP_FD << 4;
+        [first, Self::new(0, Reg::R0, Reg::R0, 0, 0)]
+    }
+}
+
+// Offsets in the frame: Ethernet II (14 bytes), IPv4 without options (20), UDP (8).
+const ETHER_TYPE: i16 = 12;
+const IP_VERSION_IHL: i16 = 14;
+const IP_FRAGMENT: i16 = 20;
+const IP_PROTOCOL: i16 = 23;
+const IP_DESTINATION: i16 = 30;
+const UDP_DESTINATION_PORT: i16 = 36;
+/// Bytes the program reads: up to the end of the UDP header.
+const HEADERS_LEN: i32 = 42;
+
+// `struct xdp_md` fields.
+const MD_DATA: i16 = 0;
+const MD_DATA_END: i16 = 4;
+const MD_RX_QUEUE_INDEX: i16 = 16;
+
+/// A 16-bit field in network order as a little-endian load of it reads.
+fn be16_as_loaded(value: u16) -> u32 {
+    u32::from(u16::from_le_bytes(value.to_be_bytes()))
+}
+
+/// The steering program for frames to `ip:port`, redirecting through the `XSKMAP` `map_fd`.
+pub fn redirect_program(map_fd: i32, ip: Ipv4Addr, port: u16) -> Vec<Insn> {
+    use Reg::*;
+    const ETHER_TYPE_IPV4: u16 = 0x0800;
+    const IPV4_NO_OPTIONS: u32 = 0x45;
+    /// More-fragments flag and fragment offset: a fragment's bytes after the IP header are not a
+    /// UDP header (or not ours alone).
+    const FRAGMENT_BITS: u16 = 0x3fff;
+    const PROTOCOL_UDP: u32 = 17;
+
+    // Each check jumps to `pass` at the end; `to_pass(at)` is the offset from instruction `at`.
+    let mut program: Vec<Insn> = Vec::with_capacity(32);
+    let checks: Vec<Insn> = vec![
+        Insn::mov_reg(R6, R1),
+        Insn::load(SIZE_W, R2, R6, MD_DATA),
+        Insn::load(SIZE_W, R3, R6, MD_DATA_END),
+        Insn::mov_reg(R4, R2),
+        Insn::add_imm(R4, HEADERS_LEN),
+        Insn::jump_gt_reg(R4, R3, 0),
+        Insn::load(SIZE_H, R5, R2, ETHER_TYPE),
+        Insn::jump_ne32_imm(R5, be16_as_loaded(ETHER_TYPE_IPV4), 0),
+        Insn::load(SIZE_B, R5, R2, IP_VERSION_IHL),
+        Insn::jump_ne32_imm(R5, IPV4_NO_OPTIONS, 0),
+        Insn::load(SIZE_H, R5, R2, IP_FRAGMENT),
+        Insn::and_imm(R5, be16_as_loaded(FRAGMENT_BITS) as i32),
+        Insn::jump_ne32_imm(R5, 0, 0),
+        Insn::load(SIZE_B, R5, R2, IP_PROTOCOL),
+        Insn::jump_ne32_imm(R5, PROTOCOL_UDP, 0),
+        Insn::load(SIZE_W, R5, R2, IP_DESTINATION),
+        Insn::jump_ne32_imm(R5, u32::from_le_bytes(ip.octets()), 0),
+        Insn::load(SIZE_H, R5, R2, UDP_DESTINATION_PORT),
+        Insn::jump_ne32_imm(R5, be16_as_loaded(port), 0),
+    ];
+    program.extend_from_slice(&checks);
+    program.extend_from_slice(&Insn::load_map_fd(R1, map_fd));
+    program.push(Insn::load(SIZE_W, R2, R6, MD_RX_QUEUE_INDEX));
+    program.push(Insn::mov_imm(R3, XDP_PASS));
+    program.push(Insn::call(HELPER_REDIRECT_MAP));
+    program.push(Insn::exit());
+    let pass = program.len();
+    program.push(Insn::mov_imm(R0, XDP_PASS));
+    program.push(Insn::exit());
+    for (at, insn) in program.iter_mut().enumerate().take(checks.len()) {
+        if is_conditional_jump(insn.code) {
+            insn.off = (pass - at - 1) as i16;
+        }
+    }
+    program
+}
+
+fn is_conditional_jump(code: u8) -> bool {
+    let class = code & 0x07;
+    let op = code & 0xf0;
+    (class == CLASS_JMP || class == CLASS_JMP32) && op != JUMP_CALL && op != JUMP_EXIT && op != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(insn: Insn) -> [u8; 8] {
+        let mut out = [0; 8];
+        out[0] = insn.code;
+        out[1] = insn.regs;
+        out[2..4].copy_from_slice(&insn.off.to_le_bytes());
+        out[4..8].copy_from_slice(&insn.imm.to_le_bytes());
+        out
+    }
+
+    #[test]
+    fn encodings_match_the_kernels() {
+        // Byte strings as llvm-objdump prints them for the same instructions.
+        assert_eq!(
+            bytes(Insn::mov_reg(Reg::R6, Reg::R1)),
+            [0xbf, 0x16, 0, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(
+            bytes(Insn::load(SIZE_W, Reg::R2, Reg::R6, 4)),
+            [0x61, 0x62, 4, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(
+            bytes(Insn::load(SIZE_H, Reg::R5, Reg::R2, 12)),
+            [0x69, 0x25, 12, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(
+            bytes(Insn::load(SIZE_B, Reg::R5, Reg::R2, 23)),
+            [0x71, 0x25, 23, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(
+            bytes(Insn::add_imm(Reg::R4, 42)),
+            [0x07, 0x04, 0, 0, 42, 0, 0, 0]
+        );
+        assert_eq!(
+            bytes(Insn::jump_gt_reg(Reg::R4, Reg::R3, 5)),
+            [0x2d, 0x34, 5, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(
+            bytes(Insn::jump_ne32_imm(Reg::R5, 17, 3)),
+            [0x56, 0x05, 3, 0, 17, 0, 0, 0]
+        );
+        assert_eq!(
+            bytes(Insn::mov_imm(Reg::R0, 2)),
+            [0xb7, 0x00, 0, 0, 2, 0, 0, 0]
+        );
+        assert_eq!(bytes(Insn::call(51)), [0x85, 0x00, 0, 0, 51, 0, 0, 0]);
+        assert_eq!(bytes(Insn::exit()), [0x95, 0, 0, 0, 0, 0, 0, 0]);
+        let [first, second] = Insn::load_map_fd(Reg::R1, 7);
+        assert_eq!(bytes(first), [0x18, 0x11, 0, 0, 7, 0, 0, 0]);
+        assert_eq!(bytes(second), [0; 8]);
+    }
+
+    #[test]
+    fn every_check_jumps_to_pass() {
+        let program = redirect_program(3, Ipv4Addr::new(10, 213, 7, 200), 40000);
+        let pass = program.len() - 2;
+        assert_eq!(program[pass], Insn::mov_imm(Reg::R0, XDP_PASS));
+        let jumps: Vec<usize> = (0..program.len())
+            .filter(|&at| is_conditional_jump(program[at].code))
+            .collect();
+        assert_eq!(
+            jumps.len(),
+            7,
+            "bounds, ethertype, ihl, fragment, protocol, address, port"
+        );
+        for at in jumps {
+            assert_eq!(at + 1 + program[at].off as usize, pass, "jump at {at}");
+        }
+    }
+
+    #[test]
+    fn constants_are_read_as_the_frame_holds_them() {
+        let program = redirect_program(3, Ipv4Addr::new(10, 213, 7, 200), 0x1234);
+        let imm_of = |off: i16| {
+            let at = program
+                .iter()
+                .position(|i| {
+                    let loads_a_field = [SIZE_H, SIZE_W].map(|size| CLASS_LDX | MODE_MEM | size);
+                    loads_a_field.contains(&i.code) && i.off == off
+                })
+                .expect("load");
+            program[at + 1].imm as u32
+        };
+        // A frame holds 08 00 for IPv4, 12 34 for port 0x1234, 0a d5 07 c8 for the address.
+        assert_eq!(
+            imm_of(ETHER_TYPE),
+            u32::from(u16::from_le_bytes([0x08, 0x00]))
+        );
+        assert_eq!(
+            imm_of(UDP_DESTINATION_PORT),
+            u32::from(u16::from_le_bytes([0x12, 0x34]))
+        );
+        assert_eq!(
+            imm_of(IP_DESTINATION),
+            u32::from_le_bytes([10, 213, 7, 200])
+        );
+    }
+}

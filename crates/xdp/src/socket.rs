@@ -1,0 +1,356 @@
+//! An AF_XDP socket in copy mode with its own UMEM: the memory area frames are received into and
+//! sent from, cut into fixed chunks, and the four rings that pass chunks between us and the
+//! kernel. Half of the chunks circulate between the fill and rx rings (receiving), the other
+//! half between a free list, the tx ring and the completion ring (sending).
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr::{self, NonNull};
+
+use crate::ring::Ring;
+
+/// Bytes per chunk: one page, the size copy mode and every driver accept.
+pub const CHUNK_BYTES: usize = 4096;
+/// Headroom the kernel leaves before a received frame in its chunk (`XDP_PACKET_HEADROOM`).
+const KERNEL_HEADROOM: usize = 256;
+/// Largest frame (Ethernet header included) a chunk holds after the kernel's headroom.
+pub const MAX_FRAME_BYTES: usize = CHUNK_BYTES - KERNEL_HEADROOM;
+/// Chunks for receiving and entries of the fill and rx rings (16 MiB): a rank that does not
+/// poll for a while (an inline engine while the application computes) keeps a 256-frame window
+/// from each of 16 senders before the kernel must drop, about what a UDP socket's 4 MiB buffer
+/// holds (the protocol recovers from drops, at the price of a timeout).
+pub const RX_CHUNKS: u32 = 4096;
+/// Chunks for sending and entries of the tx and completion rings: a full send batch of every
+/// turn (8 x 64 frames) twice over.
+pub const TX_CHUNKS: u32 = 1024;
+
+/// `struct xdp_desc`: a frame in the UMEM.
+pub type Desc = libc::xdp_desc;
+
+/// The UMEM: an anonymous, page-aligned mapping registered with the socket.
+struct Umem {
+    area: NonNull<u8>,
+    len: usize,
+}
+
+impl Umem {
+    fn map(len: usize) -> io::Result<Self> {
+        // SAFETY: a fresh private anonymous mapping; unmapped in drop.
+        let area = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
+            )
+        };
+        if area == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self {
+            area: NonNull::new(area.cast()).expect("mmap returned a mapping"),
+            len,
+        })
+    }
+}
+
+impl Drop for Umem {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`; the socket that used it is closed first (field
+        // order in `XskSocket`).
+        unsafe { libc::munmap(self.area.as_ptr().cast(), self.len) };
+    }
+}
+
+/// A bound AF_XDP socket on one receive queue of one interface.
+pub struct XskSocket {
+    // Field order is drop order: rings, then the socket, then the memory it used.
+    fill: Ring<u64>,
+    rx: Ring<Desc>,
+    tx: Ring<Desc>,
+    completion: Ring<u64>,
+    fd: OwnedFd,
+    umem: Umem,
+    /// Send chunks not in the tx or completion ring.
+    free_tx: Vec<u64>,
+}
+
+// SAFETY: every raw pointer is into mappings the socket owns; one thread drives it at a time.
+unsafe impl Send for XskSocket {}
+
+impl XskSocket {
+    /// Opens a socket in copy mode on `queue` of interface `ifindex`, with its UMEM and rings,
+    /// and gives the kernel every receive chunk.
+    pub fn open(ifindex: u32, queue: u32) -> io::Result<Self> {
+        // SAFETY: plain system call; the descriptor is owned right after.
+        let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let chunks = (RX_CHUNKS + TX_CHUNKS) as usize;
+        let umem = Umem::map(chunks * CHUNK_BYTES)?;
+        let registration = libc::xdp_umem_reg {
+            addr: umem.area.as_ptr() as u64,
+            len: umem.len as u64,
+            chunk_size: CHUNK_BYTES as u32,
+            headroom: 0,
+            flags: 0,
+            tx_metadata_len: 0,
+        };
+        set_option(raw, libc::XDP_UMEM_REG, &registration)?;
+        set_option(raw, libc::XDP_UMEM_FILL_RING, &RX_CHUNKS)?;
+        set_option(raw, libc::XDP_UMEM_COMPLETION_RING, &TX_CHUNKS)?;
+        set_option(raw, libc::XDP_RX_RING, &RX_CHUNKS)?;
+        set_option(raw, libc::XDP_TX_RING, &TX_CHUNKS)?;
+        let offsets = mmap_offsets(raw)?;
+        let fill = Ring::map(
+            raw,
+            libc::XDP_UMEM_PGOFF_FILL_RING,
+            RX_CHUNKS,
+            &offsets.fr,
+            true,
+        )?;
+        let completion = Ring::map(
+            raw,
+            libc::XDP_UMEM_PGOFF_COMPLETION_RING,
+            TX_CHUNKS,
+            &offsets.cr,
+            false,
+        )?;
+        let rx = Ring::map(
+            raw,
+            libc::XDP_PGOFF_RX_RING as u64,
+            RX_CHUNKS,
+            &offsets.rx,
+            false,
+        )?;
+        let tx = Ring::map(
+            raw,
+            libc::XDP_PGOFF_TX_RING as u64,
+            TX_CHUNKS,
+            &offsets.tx,
+            true,
+        )?;
+        let mut socket = Self {
+            fill,
+            rx,
+            tx,
+            completion,
+            fd,
+            umem,
+            free_tx: (RX_CHUNKS..RX_CHUNKS + TX_CHUNKS)
+                .rev()
+                .map(|chunk| u64::from(chunk) * CHUNK_BYTES as u64)
+                .collect(),
+        };
+        for chunk in 0..RX_CHUNKS {
+            socket.fill.push(u64::from(chunk) * CHUNK_BYTES as u64);
+        }
+        socket.fill.publish();
+        socket.bind(ifindex, queue)?;
+        Ok(socket)
+    }
+
+    fn bind(&self, ifindex: u32, queue: u32) -> io::Result<()> {
+        let address = libc::sockaddr_xdp {
+            sxdp_family: libc::AF_XDP as u16,
+            sxdp_flags: libc::XDP_COPY | libc::XDP_USE_NEED_WAKEUP,
+            sxdp_ifindex: ifindex,
+            sxdp_queue_id: queue,
+            sxdp_shared_umem_fd: 0,
+        };
+        // SAFETY: a valid `sockaddr_xdp` of the size passed.
+        let rc = unsafe {
+            libc::bind(
+                self.fd.as_raw_fd(),
+                ptr::from_ref(&address).cast(),
+                std::mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// The bytes of a frame described by `desc`.
+    fn frame(&self, desc: &Desc) -> &[u8] {
+        let start = desc.addr as usize;
+        let len = desc.len as usize;
+        assert!(start + len <= self.umem.len, "descriptor outside the UMEM");
+        // SAFETY: inside the UMEM (checked); the chunk is ours until given back to the kernel.
+        unsafe { std::slice::from_raw_parts(self.umem.area.as_ptr().add(start), len) }
+    }
+
+    /// Calls `deliver` with up to `limit` received frames, then gives their chunks back to the
+    /// kernel. Returns how many there were.
+    pub fn receive(&mut self, limit: u32, mut deliver: impl FnMut(&[u8])) -> u32 {
+        let count = self.rx.ready(limit);
+        if count == 0 {
+            return 0;
+        }
+        for i in 0..count {
+            let desc = self.rx.peek(i);
+            deliver(self.frame(&desc));
+        }
+        // The fill ring has room for every receive chunk, so this never waits.
+        let room = self.fill.free(count);
+        debug_assert_eq!(room, count);
+        for i in 0..count {
+            let chunk = self.rx.peek(i).addr & !(CHUNK_BYTES as u64 - 1);
+            self.fill.push(chunk);
+        }
+        self.rx.release(count);
+        self.fill.publish();
+        count
+    }
+
+    /// True if frames wait in the rx ring.
+    pub fn has_received(&mut self) -> bool {
+        self.rx.ready(1) > 0
+    }
+
+    /// A free send chunk to write a frame of up to [`MAX_FRAME_BYTES`] into, or `None` while
+    /// every chunk is in flight. Finished sends are reclaimed first.
+    pub fn tx_chunk(&mut self) -> Option<(u64, &mut [u8])> {
+        if self.free_tx.is_empty() {
+            self.reclaim_sent();
+        }
+        let chunk = self.free_tx.pop()?;
+        // SAFETY: a send chunk inside the UMEM, in none of the rings: ours alone.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(self.umem.area.as_ptr().add(chunk as usize), CHUNK_BYTES)
+        };
+        Some((chunk, bytes))
+    }
+
+    /// Gives an unused chunk from [`tx_chunk`](Self::tx_chunk) back.
+    pub fn return_chunk(&mut self, chunk: u64) {
+        self.free_tx.push(chunk);
+    }
+
+    /// Queues the frame written in `chunk` (`len` bytes) for sending. Always has room: there are
+    /// no more send chunks than tx entries.
+    pub fn queue_send(&mut self, chunk: u64, len: usize) {
+        let room = self.tx.free(1);
+        debug_assert_eq!(room, 1);
+        self.tx.push(Desc {
+            addr: chunk,
+            len: len as u32,
+            options: 0,
+        });
+    }
+
+    /// Publishes the queued frames and wakes the kernel to send them. In copy mode the kernel
+    /// sends a bounded batch per wake-up, so this repeats while it makes progress. Returns
+    /// `Err` only for a socket that cannot send at all.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.tx.publish();
+        // Copy mode sends at most 32 frames per call: enough calls for a full ring, and a bound
+        // on a kernel that keeps answering EAGAIN.
+        const MAX_WAKEUPS: u32 = TX_CHUNKS / 16;
+        for _ in 0..MAX_WAKEUPS {
+            if self.tx.in_flight() == 0 {
+                break;
+            }
+            if !self.tx.needs_wakeup() {
+                break;
+            }
+            // SAFETY: a zero-length send on our socket: the wake-up call of AF_XDP.
+            let rc = unsafe {
+                libc::sendto(
+                    self.fd.as_raw_fd(),
+                    ptr::null(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    ptr::null(),
+                    0,
+                )
+            };
+            if rc < 0 {
+                let error = io::Error::last_os_error();
+                match error.raw_os_error() {
+                    // Busy or out of buffers: the frames stay queued for the next flush.
+                    Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::EINTR) => break,
+                    _ => return Err(error),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves chunks the kernel has finished sending back to the free list.
+    pub fn reclaim_sent(&mut self) {
+        let done = self.completion.ready(TX_CHUNKS);
+        for i in 0..done {
+            self.free_tx.push(self.completion.peek(i));
+        }
+        self.completion.release(done);
+    }
+
+    /// The kernel's counters for this socket (drops for a full rx ring, invalid descriptors).
+    pub fn statistics(&self) -> io::Result<libc::xdp_statistics> {
+        // SAFETY: a plain C struct, valid when zeroed.
+        let mut stats: libc::xdp_statistics = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::xdp_statistics>() as libc::socklen_t;
+        // SAFETY: the buffer is `len` bytes.
+        let rc = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_XDP,
+                libc::XDP_STATISTICS,
+                ptr::from_mut(&mut stats).cast(),
+                &mut len,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(stats)
+    }
+}
+
+fn set_option<T>(fd: RawFd, name: libc::c_int, value: &T) -> io::Result<()> {
+    // SAFETY: `value` is a plain C value of the size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_XDP,
+            name,
+            ptr::from_ref(value).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn mmap_offsets(fd: RawFd) -> io::Result<libc::xdp_mmap_offsets> {
+    // SAFETY: a plain C struct, valid when zeroed.
+    let mut offsets: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
+    // SAFETY: the buffer is `len` bytes.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_XDP,
+            libc::XDP_MMAP_OFFSETS,
+            ptr::from_mut(&mut offsets).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(offsets)
+}
