@@ -4,11 +4,20 @@
 //!   namespace nicmsg-<pid>-br          namespace nicmsg-<pid>-<r>
 //!   +--------------------------+       +----------------------------------+
 //!   | bridge nmb<pid>          |       | eth0  10.213.<pid % 250>.<r+1>/24 |
-//!   |   port v<r>  <-----------+ veth -+->    mtu, tbf (--rate),        |
-//!   |   ...                    |       |      nft input drop (--loss)     |
-//!   +--------------------------+       | lo    127.0.0.1                  |
-//!                                      +----------------------------------+
+//!   |   nft forward drop       |       |       mtu, tbf (--rate)          |
+//!   |     (--loss)             |       |                                  |
+//!   |   port v<r>  <-----------+ veth -+->                                |
+//!   |     tbf (--rate)         |       | lo    127.0.0.1                  |
+//!   |   ...                    |       |                                  |
+//!   +--------------------------+       +----------------------------------+
 //! ```
+//!
+//! Loss and the rate limit act where every frame passes whatever sent it: a rank using AF_XDP
+//! takes frames from the wire before its own namespace's netfilter hooks and sends them past
+//! its own qdisc, so those would miss its traffic. The bridge forwards every frame between two
+//! ranks once, and each port's egress carries everything bound for its rank (a switch port). The
+//! rank's own egress is limited too, so that a kernel sender is held back at its own queue as
+//! on a real link, rather than only losing frames at the bridge.
 //!
 //! Nothing is created in the namespace the launcher runs in (the host's), so a job can neither
 //! disturb the host's networking nor collide with another job: two jobs may even use the same
@@ -253,53 +262,60 @@ impl Topology {
                 None,
             )?;
             if let Some(rate) = opts.rate {
-                let tc = self.tools.tc.clone().expect("found when --rate is given");
-                let rate_arg = format!("{}bit", rate.bits_per_sec);
-                let burst = tbf_burst(rate, opts.mtu).to_string();
-                let latency = format!("{TBF_LATENCY_MS}ms");
-                run(
-                    &ip,
-                    [
-                        OsStr::new("netns"),
-                        OsStr::new("exec"),
-                        OsStr::new(&ns),
-                        tc.as_os_str(),
-                        OsStr::new("qdisc"),
-                        OsStr::new("replace"),
-                        OsStr::new("dev"),
-                        OsStr::new(RANK_IFACE),
-                        OsStr::new("root"),
-                        OsStr::new("tbf"),
-                        OsStr::new("rate"),
-                        OsStr::new(&rate_arg),
-                        OsStr::new("burst"),
-                        OsStr::new(&burst),
-                        OsStr::new("latency"),
-                        OsStr::new(&latency),
-                    ],
-                    None,
-                )?;
+                self.limit_rate(&ns, RANK_IFACE, rate, opts.mtu)?;
+                self.limit_rate(&br_ns, &port, rate, opts.mtu)?;
             }
-            if let Some(loss) = opts.loss.filter(|l| l.basis_points > 0) {
-                let nft = self.tools.nft.clone().expect("found when --loss is given");
-                run(
-                    &ip,
-                    [
-                        OsStr::new("netns"),
-                        OsStr::new("exec"),
-                        OsStr::new(&ns),
-                        nft.as_os_str(),
-                        OsStr::new("-f"),
-                        OsStr::new("-"),
-                    ],
-                    Some(&loss_ruleset(loss)),
-                )?;
-            }
+        }
+        if let Some(loss) = opts.loss.filter(|l| l.basis_points > 0) {
+            let nft = self.tools.nft.clone().expect("found when --loss is given");
+            run(
+                &ip,
+                [
+                    OsStr::new("netns"),
+                    OsStr::new("exec"),
+                    OsStr::new(&br_ns),
+                    nft.as_os_str(),
+                    OsStr::new("-f"),
+                    OsStr::new("-"),
+                ],
+                Some(&loss_ruleset(loss)),
+            )?;
         }
         // The bridge takes the smallest MTU of its ports; set it explicitly all the same.
         run(
             &ip,
             ["-n", &br_ns, "link", "set", &bridge, "mtu", &mtu, "up"],
+            None,
+        )?;
+        Ok(())
+    }
+
+    /// A tbf of `rate` on the egress of `device` in namespace `ns`.
+    fn limit_rate(&self, ns: &str, device: &str, rate: Rate, mtu: u32) -> Result<(), NetnsError> {
+        let tc = self.tools.tc.clone().expect("found when --rate is given");
+        let rate_arg = format!("{}bit", rate.bits_per_sec);
+        let burst = tbf_burst(rate, mtu).to_string();
+        let latency = format!("{TBF_LATENCY_MS}ms");
+        run(
+            &self.tools.ip,
+            [
+                OsStr::new("netns"),
+                OsStr::new("exec"),
+                OsStr::new(ns),
+                tc.as_os_str(),
+                OsStr::new("qdisc"),
+                OsStr::new("replace"),
+                OsStr::new("dev"),
+                OsStr::new(device),
+                OsStr::new("root"),
+                OsStr::new("tbf"),
+                OsStr::new("rate"),
+                OsStr::new(&rate_arg),
+                OsStr::new("burst"),
+                OsStr::new(&burst),
+                OsStr::new("latency"),
+                OsStr::new(&latency),
+            ],
             None,
         )?;
         Ok(())
@@ -331,11 +347,14 @@ pub fn tbf_burst(rate: Rate, mtu: u32) -> u64 {
     (rate.bytes_per_sec() / 250).max(2 * (u64::from(mtu) + 64))
 }
 
-/// The nftables ruleset that drops `loss` of the frames each rank receives on its link.
+/// The nftables ruleset, loaded in the bridge's namespace, that drops `loss` of the IPv4
+/// frames between ranks: each crosses the bridge once, so each rank loses that share of what it
+/// receives. ARP is spared, as on a link that loses data frames at random rather than
+/// addresses.
 pub fn loss_ruleset(loss: Loss) -> String {
     format!(
-        "table inet nicmsg {{\n  chain input {{\n    type filter hook input priority 0; policy \
-         accept;\n    iifname \"{RANK_IFACE}\" numgen random mod 10000 < {} drop\n  }}\n}}\n",
+        "table bridge nicmsg {{\n  chain forward {{\n    type filter hook forward priority 0; \
+         policy accept;\n    ether type ip numgen random mod 10000 < {} drop\n  }}\n}}\n",
         loss.basis_points
     )
 }
@@ -513,8 +532,9 @@ mod tests {
     #[test]
     fn ruleset() {
         let rules = loss_ruleset(Loss { basis_points: 500 });
-        assert!(rules.contains("iifname \"eth0\" numgen random mod 10000 < 500 drop"));
-        assert!(rules.contains("hook input"));
+        assert!(rules.contains("ether type ip numgen random mod 10000 < 500 drop"));
+        assert!(rules.contains("table bridge"));
+        assert!(rules.contains("hook forward"));
     }
 
     #[test]

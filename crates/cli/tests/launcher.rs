@@ -541,7 +541,9 @@ fn netns_rate_and_loss_are_applied() {
         "--",
         "sh",
         "-c",
-        "tc qdisc show dev eth0; nft list ruleset | grep numgen; exec \"$0\" check",
+        // The rank's parent is the launcher: its pid names the bridge's namespace.
+        "tc qdisc show dev eth0; ip netns exec nicmsg-$PPID-br nft list ruleset | grep numgen; \
+         ip netns exec nicmsg-$PPID-br tc qdisc show | sed 's/^/bridge: /'; exec \"$0\" check",
         NICMSG,
     ]);
     assert_eq!(f.code, 0);
@@ -555,8 +557,16 @@ fn netns_rate_and_loss_are_applied() {
         );
         assert!(
             f.stdout.lines().any(|l| l.starts_with(&p)
-                && l.contains("iifname \"eth0\" numgen random mod 10000 < 500 drop")),
-            "no loss rule for rank {rank}"
+                && l.contains("ether type ip numgen random mod 10000 < 500 drop")),
+            "no loss rule on the bridge"
+        );
+        let port = format!("dev v{rank} ");
+        assert!(
+            f.stdout.lines().any(|l| l.contains("bridge: ")
+                && l.contains(&port)
+                && l.contains("tbf")
+                && l.contains("rate 100Mbit")),
+            "no tbf on the bridge port towards rank {rank}"
         );
         assert!(f.stdout.contains(&format!(
             "{p}rank {rank}: reached all 1 other ranks over UDP"
