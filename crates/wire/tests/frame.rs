@@ -800,3 +800,30 @@ fn emit_refuses_what_parse_would_refuse() {
         })
     );
 }
+
+#[test]
+fn checksum_is_crc32c_of_the_frame_with_its_checksum_field_zeroed() {
+    // Small frames take the CPU's CRC32C instruction, large ones the crate: both must give the
+    // CRC32C of the whole frame, however the payload is cut into pieces.
+    let headers: Vec<u8> = (0..72u8).map(|b| b.wrapping_mul(37)).collect();
+    for len in [0usize, 1, 7, 8, 9, 63, 255, 256, 439, 440, 441, 1000, 1472] {
+        let payload: Vec<u8> = (0..len).map(|i| (i * 131 + 7) as u8).collect();
+        let mut whole = headers.clone();
+        whole[field::CRC].fill(0);
+        whole.extend_from_slice(&payload);
+        let expected = crc32c::crc32c(&whole);
+        for cut in [0, len / 3, len / 2, len] {
+            let (a, b) = payload.split_at(cut);
+            assert_eq!(
+                checksum(&headers, &[a, b]),
+                expected,
+                "len {len}, cut at {cut}"
+            );
+        }
+        assert_eq!(
+            checksum(&headers, &[&payload]),
+            expected,
+            "len {len}, one piece"
+        );
+    }
+}
