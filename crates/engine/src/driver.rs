@@ -3,6 +3,7 @@
 //! back through the table. Used by the engine thread (`thread` mode) and directly by the host
 //! inside test/wait (`inline` mode).
 
+use crate::outbox::Outbox;
 use crate::registry::{Registry, RegistryMemory};
 use crate::table::{Descriptor, OpCode, ResultCode, Table, ANY, CANCEL_BIT};
 use crate::transport::{PlacementTarget, Received, Transport, MAX_FRAME_PIECES, PLACED_HEADER_LEN};
@@ -11,7 +12,6 @@ use nicmsg_proto::{
     Transmit,
 };
 use nicmsg_proto::{ExpectedFrame, PlacedOutcome};
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// Host commands taken per turn: bounds the time a burst of posts keeps frames waiting.
@@ -52,7 +52,7 @@ pub struct Driver<T: Transport> {
     /// Proto operation of each table slot.
     slot_ops: Box<[Option<OpId>]>,
     /// Frames produced but not yet taken by the transport (back-pressure).
-    unsent: VecDeque<Transmit>,
+    unsent: Outbox,
     /// Speculative placement: frames predicted for the next receive batch, and their targets.
     placement: bool,
     expected: Box<[ExpectedFrame]>,
@@ -61,6 +61,8 @@ pub struct Driver<T: Transport> {
     posted_at: Box<[Nanos]>,
     reported_at: Box<[Nanos]>,
     stats: EngineStats,
+    /// Peers declared unreachable as last reported in the log.
+    unreachable_reported: u64,
 }
 
 impl<T: Transport> Driver<T> {
@@ -87,8 +89,9 @@ impl<T: Transport> Driver<T> {
             .into_boxed_slice(),
             posted_at: vec![0; table.len()].into_boxed_slice(),
             reported_at: vec![0; table.len()].into_boxed_slice(),
-            unsent: VecDeque::with_capacity(SEND_BATCH * MAX_SEND_BATCHES_PER_TURN),
+            unsent: Outbox::with_capacity(SEND_BATCH * MAX_SEND_BATCHES_PER_TURN),
             stats: EngineStats::default(),
+            unreachable_reported: 0,
             endpoint,
             transport,
             table,
@@ -145,6 +148,7 @@ impl<T: Transport> Driver<T> {
         {
             let mut memory = RegistryMemory(&self.registry);
             self.endpoint.handle_timeout(now, &mut memory);
+            self.report_unreachable_peers();
             busy = true;
         }
         busy |= self.transmit(now);
@@ -191,12 +195,12 @@ impl<T: Transport> Driver<T> {
                 now,
                 descriptor.peer,
                 descriptor.tag,
-                descriptor.buffer,
+                &descriptor.buffer,
                 &mut memory,
             ),
             OpCode::Recv => {
                 self.endpoint
-                    .post_recv(now, source, tag, descriptor.buffer, &mut memory)
+                    .post_recv(now, source, tag, &descriptor.buffer, &mut memory)
             }
             OpCode::Probe => self.endpoint.post_probe(now, source, tag),
             OpCode::IProbe => {
@@ -359,10 +363,13 @@ impl<T: Transport> Driver<T> {
         let mut any = false;
         for _ in 0..MAX_SEND_BATCHES_PER_TURN {
             let memory = RegistryMemory(&self.registry);
-            while self.unsent.len() < SEND_BATCH {
-                match self.endpoint.poll_transmit(now, &memory) {
-                    Some(transmit) => self.unsent.push_back(transmit),
-                    None => break,
+            let endpoint = &mut self.endpoint;
+            while self.unsent.len() < SEND_BATCH && endpoint.has_transmit() {
+                let built = self
+                    .unsent
+                    .push_with(|transmit| endpoint.poll_transmit_into(now, &memory, transmit));
+                if !built {
+                    break;
                 }
             }
             if self.unsent.is_empty() {
@@ -380,17 +387,18 @@ impl<T: Transport> Driver<T> {
     /// Once a send completes its buffer goes back to the application (which may reuse it at
     /// once): frames of it still waiting to leave (retransmissions) must not be read from it.
     fn forget_frames_of(&mut self, slot: u32) {
+        if self.unsent.is_empty() {
+            return;
+        }
         // SAFETY: the slot is ours until `complete` hands it back, which happens after this.
-        let buffer = unsafe { self.table.descriptor(slot) }.buffer;
-        let regions = buffer.segments();
-        let before = self.unsent.len();
-        self.unsent.retain(|transmit| {
+        let regions = unsafe { self.table.descriptor(slot) }.buffer.segments();
+        let dropped = self.unsent.retain(|transmit| {
             !transmit
                 .pieces()
                 .iter()
                 .any(|piece| regions.iter().any(|s| s.region == piece.region))
         });
-        self.stats.orphan_frames += (before - self.unsent.len()) as u64;
+        self.stats.orphan_frames += dropped as u64;
     }
 
     /// Offers the waiting frames to the transport, gathered from registered memory, and
@@ -402,16 +410,18 @@ impl<T: Transport> Driver<T> {
         // A frame whose memory is no longer registered (cannot happen through the API, which
         // unregisters only completed sends, whose frames `forget_frames_of` dropped): drop it.
         let memory = RegistryMemory(&self.registry);
-        let before = self.unsent.len();
-        self.unsent
+        let dropped = self
+            .unsent
             .retain(|transmit| gather_check(transmit, &memory));
-        self.stats.orphan_frames += (before - self.unsent.len()) as u64;
+        self.stats.orphan_frames += dropped as u64;
         self.try_send_unsent().unwrap_or(0)
     }
 
     /// One gather pass and one send; `None` if a frame's memory is gone.
     fn try_send_unsent(&mut self) -> Option<usize> {
-        if self.unsent.len() <= SMALL_SEND_BATCH {
+        if self.unsent.len() == 1 {
+            self.try_send_up_to::<1>()
+        } else if self.unsent.len() <= SMALL_SEND_BATCH {
             self.try_send_up_to::<SMALL_SEND_BATCH>()
         } else {
             self.try_send_up_to::<SEND_BATCH>()
@@ -442,29 +452,36 @@ impl<T: Transport> Driver<T> {
                 0
             }
         };
-        self.unsent.drain(..taken);
+        self.unsent.drop_front(taken);
         Some(taken)
     }
 
     fn hand_back_completions(&mut self) -> bool {
-        let unreachable_before = self.endpoint.stats().peers_declared_unreachable;
-        let mut any = false;
+        if !self.endpoint.has_completions() {
+            return false;
+        }
         while let Some(completion) = self.endpoint.poll_completion() {
-            any = true;
             self.complete(completion);
         }
-        if self.endpoint.stats().peers_declared_unreachable != unreachable_before {
-            let rank = self.endpoint.rank();
-            let dead: Vec<u32> = (0..self.endpoint.size())
-                .filter(|&p| self.endpoint.is_peer_unreachable(p))
-                .collect();
-            tracing::warn!(
-                rank,
-                ?dead,
-                "peer(s) declared unreachable: they stopped answering"
-            );
+        true
+    }
+
+    /// Says so once when timers have declared peers unreachable since the last report.
+    fn report_unreachable_peers(&mut self) {
+        let declared = self.endpoint.stats().peers_declared_unreachable;
+        if declared == self.unreachable_reported {
+            return;
         }
-        any
+        self.unreachable_reported = declared;
+        let rank = self.endpoint.rank();
+        let dead: Vec<u32> = (0..self.endpoint.size())
+            .filter(|&p| self.endpoint.is_peer_unreachable(p))
+            .collect();
+        tracing::warn!(
+            rank,
+            ?dead,
+            "peer(s) declared unreachable: they stopped answering"
+        );
     }
 
     fn complete(&mut self, completion: Completion) {

@@ -10,7 +10,6 @@ use crate::transport::Transport;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
 
 /// Idle behaviour of the engine and of waiting hosts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +59,8 @@ pub struct Snapshot {
     pub engine: crate::driver::EngineStats,
     /// Per peer, indexed by rank.
     pub peers: Vec<nicmsg_proto::Stats>,
+    /// The transport's own line (`Transport::summary`).
+    pub transport: String,
 }
 
 impl Snapshot {
@@ -68,6 +69,7 @@ impl Snapshot {
             protocol: *driver.protocol_stats(),
             engine: *driver.stats(),
             peers: driver.peer_stats(),
+            transport: driver.transport().summary(),
         }
     }
 }
@@ -139,12 +141,12 @@ impl<T: Transport + 'static> Drop for ThreadEngine<T> {
 }
 
 fn run<T: Transport>(mut driver: Driver<T>, shared: &Shared, idle: IdleConfig) -> Driver<T> {
-    let start = Instant::now();
+    let clock = crate::EngineClock::start();
     let mut last_work = 0u64;
     let mut shutdown_at: Option<u64> = None;
     let mut last_watchdog = 0u64;
     loop {
-        let now = start.elapsed().as_nanos() as u64;
+        let now = clock.now();
         if driver.turn(now) {
             last_work = now;
             wake_hosts(driver.table(), shared);

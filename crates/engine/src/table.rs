@@ -73,6 +73,20 @@ pub struct Descriptor {
     pub buffer_len: u64,
 }
 
+/// What the host reads back from a completed slot: the result and what describes it, without
+/// the scatter/gather list (copying the whole descriptor back cost a 450-byte copy per
+/// operation).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Outcome {
+    pub op: OpCode,
+    pub peer: u32,
+    pub result: ResultCode,
+    pub status_peer: u32,
+    pub status_tag: u32,
+    pub status_len: u64,
+    pub buffer_len: u64,
+}
+
 #[repr(C, align(64))]
 struct Slot {
     state: AtomicU32,
@@ -133,9 +147,20 @@ impl Table {
     /// # Safety
     /// The caller is the single host thread and `slot` is FREE (owned by it).
     pub unsafe fn post(&self, slot: u32, descriptor: Descriptor) {
+        // SAFETY: forwarded.
+        unsafe { self.post_with(slot, |d| *d = descriptor) }
+    }
+
+    /// Host side: fills a FREE slot in place (the descriptor is not built elsewhere and copied
+    /// in) and hands it to the engine. Every field the engine reads must be written by `fill`.
+    ///
+    /// # Safety
+    /// The caller is the single host thread and `slot` is FREE (owned by it).
+    pub unsafe fn post_with(&self, slot: u32, fill: impl FnOnce(&mut Descriptor)) {
         let entry = &self.slots[slot as usize];
         debug_assert_eq!(entry.state.load(Ordering::Relaxed), state::FREE);
-        *entry.descriptor.get() = descriptor;
+        // SAFETY: FREE slots are the host's alone.
+        fill(unsafe { &mut *entry.descriptor.get() });
         entry.state.store(state::POSTED, Ordering::Release);
         self.push(slot);
     }
@@ -152,11 +177,21 @@ impl Table {
     ///
     /// # Safety
     /// The caller is the single host thread and `state(slot)` returned DONE.
-    pub unsafe fn take_result(&self, slot: u32) -> Descriptor {
+    pub unsafe fn take_result(&self, slot: u32) -> Outcome {
         let entry = &self.slots[slot as usize];
-        let descriptor = *entry.descriptor.get();
+        // SAFETY: DONE slots are the host's again (acquire in `state`).
+        let d = unsafe { &*entry.descriptor.get() };
+        let outcome = Outcome {
+            op: d.op,
+            peer: d.peer,
+            result: d.result,
+            status_peer: d.status_peer,
+            status_tag: d.status_tag,
+            status_len: d.status_len,
+            buffer_len: d.buffer_len,
+        };
         entry.state.store(state::FREE, Ordering::Release);
-        descriptor
+        outcome
     }
 
     fn push(&self, command: u32) {
@@ -190,8 +225,10 @@ impl Table {
     ///
     /// # Safety
     /// The caller is the engine and the slot is POSTED (owned by it).
-    pub unsafe fn descriptor(&self, slot: u32) -> Descriptor {
-        *self.slots[slot as usize].descriptor.get()
+    pub unsafe fn descriptor(&self, slot: u32) -> &Descriptor {
+        // SAFETY: POSTED slots are the engine's alone; the host writes it again only after the
+        // engine flips it to DONE, which the engine does after its last read.
+        unsafe { &*self.slots[slot as usize].descriptor.get() }
     }
 
     /// Engine side: writes the result and hands the slot back to the host.

@@ -70,4 +70,9 @@ pub trait Transport: Send {
 
     /// Largest frame the backend carries.
     fn max_frame(&self) -> usize;
+
+    /// One line on which path frames take and the backend's own counters, for `NICMSG_STATS`.
+    fn summary(&self) -> String {
+        String::new()
+    }
 }

@@ -1,25 +1,40 @@
-//! The UDP transport as the engine's wire backend.
+//! The engine's wire backend: the UDP transport, or the AF_XDP transport where the rank's
+//! address is on an Ethernet interface the library may attach its program to.
 
 use nicmsg_engine::{PlacementTarget, Received, Transport, PLACED_HEADER_LEN};
 use nicmsg_udp::{Placement, UdpTransport, RECV_BATCH};
+use nicmsg_xdp::XdpTransport;
 use std::io;
 use std::os::fd::RawFd;
 
-pub struct UdpBackend(pub UdpTransport);
+pub enum Backend {
+    Udp(Box<UdpTransport>),
+    Xdp(Box<XdpTransport>),
+}
 
-impl Transport for UdpBackend {
+impl Backend {
+    /// Which transport carries the frames, for logs and counters.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Backend::Udp(_) => "udp",
+            Backend::Xdp(_) => "xdp",
+        }
+    }
+}
+
+impl Transport for Backend {
     fn send(&mut self, frames: &[(u32, &[&[u8]])]) -> io::Result<usize> {
-        self.0.send_batch(frames)
+        match self {
+            Backend::Udp(udp) => udp.send_batch(frames),
+            Backend::Xdp(xdp) => xdp.send(frames),
+        }
     }
 
     fn receive(&mut self, deliver: &mut dyn FnMut(Option<u32>, &[u8])) -> io::Result<usize> {
-        let count = self.0.recv_batch()?;
-        for index in 0..count {
-            let rank = self.0.received_rank(index);
-            let (_, bytes) = self.0.received(index);
-            deliver(rank, bytes);
+        match self {
+            Backend::Udp(udp) => receive_udp(udp, deliver),
+            Backend::Xdp(xdp) => xdp.receive(deliver),
         }
-        Ok(count)
     }
 
     unsafe fn receive_placed(
@@ -28,55 +43,122 @@ impl Transport for UdpBackend {
         looks_expected: &dyn Fn(usize, &[u8], usize) -> bool,
         deliver: &mut dyn FnMut(Option<u32>, Received<'_>) -> bool,
     ) -> io::Result<usize> {
-        let mut placements = [Placement {
-            header_len: PLACED_HEADER_LEN,
-            dest: std::ptr::null_mut(),
-            len: 0,
-        }; RECV_BATCH];
-        let planned = plan.len().min(RECV_BATCH);
-        for (placement, target) in placements.iter_mut().zip(&plan[..planned]) {
-            placement.dest = target.dest;
-            placement.len = target.len;
+        match self {
+            // SAFETY: forwarded from this function's contract.
+            Backend::Udp(udp) => unsafe { receive_placed_udp(udp, plan, looks_expected, deliver) },
+            // Frames land in the socket's own memory: nothing to place ahead of time.
+            Backend::Xdp(xdp) => xdp.receive(&mut |source, bytes| {
+                deliver(source, Received::Bytes(bytes));
+            }),
         }
-        // SAFETY: forwarded from this function's contract.
-        let count = unsafe { self.0.recv_batch_placed(&placements[..planned]) }?;
-        // First put every wrong guess back together, before any frame is handled: handling a
-        // frame writes its payload to its place, which may be where a wrong guess landed.
-        for index in 0..count {
-            let Some((entry, _, len)) = self.0.placed(index) else {
-                continue;
-            };
-            if !looks_expected(entry, self.0.received_head(index), len) {
-                // SAFETY: the target is still valid (contract).
-                unsafe { self.0.gather_placed(index) };
-            }
-        }
-        for index in 0..count {
-            let rank = self.0.received_rank(index);
-            if let Some((entry, _, len)) = self.0.placed(index) {
-                let header = self.0.received_head(index);
-                let placed = Received::Placed {
-                    slot: entry,
-                    header,
-                    len,
-                };
-                if deliver(rank, placed) {
-                    continue;
-                }
-                // SAFETY: as above; refused (not intact): handle it the ordinary way.
-                unsafe { self.0.gather_placed(index) };
-            }
-            let (_, bytes) = self.0.received(index);
-            deliver(rank, Received::Bytes(bytes));
-        }
-        Ok(count)
     }
 
     fn readable_fd(&self) -> RawFd {
-        self.0.fd()
+        match self {
+            Backend::Udp(udp) => udp.fd(),
+            Backend::Xdp(xdp) => xdp.fd(),
+        }
     }
 
     fn max_frame(&self) -> usize {
-        self.0.max_frame()
+        match self {
+            Backend::Udp(udp) => udp.max_frame(),
+            Backend::Xdp(xdp) => xdp.max_frame(),
+        }
     }
+
+    fn summary(&self) -> String {
+        match self {
+            Backend::Udp(udp) => {
+                let s = udp.stats();
+                format!(
+                    "transport udp: datagrams sent {}, received {}, receive calls {}",
+                    s.datagrams_sent, s.datagrams_received, s.recv_syscalls
+                )
+            }
+            Backend::Xdp(xdp) => {
+                let s = xdp.stats();
+                let kernel = xdp.socket_statistics().ok();
+                format!(
+                    "transport xdp on {}: frames sent {} (through the kernel {}), received {} \
+                     (through the kernel {}), malformed {}, oversize {}, transmit ring full {}, \
+                     receive ring drops {}",
+                    xdp.interface().name,
+                    s.frames_sent,
+                    s.frames_sent_by_kernel,
+                    s.frames_received,
+                    s.frames_received_by_kernel,
+                    s.malformed,
+                    s.oversize,
+                    s.ring_full,
+                    kernel.map_or(0, |k| k.rx_dropped + k.rx_ring_full)
+                )
+            }
+        }
+    }
+}
+
+fn receive_udp(
+    udp: &mut UdpTransport,
+    deliver: &mut dyn FnMut(Option<u32>, &[u8]),
+) -> io::Result<usize> {
+    let count = udp.recv_batch()?;
+    for index in 0..count {
+        let rank = udp.received_rank(index);
+        let (_, bytes) = udp.received(index);
+        deliver(rank, bytes);
+    }
+    Ok(count)
+}
+
+/// # Safety
+/// As [`Transport::receive_placed`].
+unsafe fn receive_placed_udp(
+    udp: &mut UdpTransport,
+    plan: &[PlacementTarget],
+    looks_expected: &dyn Fn(usize, &[u8], usize) -> bool,
+    deliver: &mut dyn FnMut(Option<u32>, Received<'_>) -> bool,
+) -> io::Result<usize> {
+    let mut placements = [Placement {
+        header_len: PLACED_HEADER_LEN,
+        dest: std::ptr::null_mut(),
+        len: 0,
+    }; RECV_BATCH];
+    let planned = plan.len().min(RECV_BATCH);
+    for (placement, target) in placements.iter_mut().zip(&plan[..planned]) {
+        placement.dest = target.dest;
+        placement.len = target.len;
+    }
+    // SAFETY: forwarded from this function's contract.
+    let count = unsafe { udp.recv_batch_placed(&placements[..planned]) }?;
+    // First put every wrong guess back together, before any frame is handled: handling a
+    // frame writes its payload to its place, which may be where a wrong guess landed.
+    for index in 0..count {
+        let Some((entry, _, len)) = udp.placed(index) else {
+            continue;
+        };
+        if !looks_expected(entry, udp.received_head(index), len) {
+            // SAFETY: the target is still valid (contract).
+            unsafe { udp.gather_placed(index) };
+        }
+    }
+    for index in 0..count {
+        let rank = udp.received_rank(index);
+        if let Some((entry, _, len)) = udp.placed(index) {
+            let header = udp.received_head(index);
+            let placed = Received::Placed {
+                slot: entry,
+                header,
+                len,
+            };
+            if deliver(rank, placed) {
+                continue;
+            }
+            // SAFETY: as above; refused (not intact): handle it the ordinary way.
+            unsafe { udp.gather_placed(index) };
+        }
+        let (_, bytes) = udp.received(index);
+        deliver(rank, Received::Bytes(bytes));
+    }
+    Ok(count)
 }

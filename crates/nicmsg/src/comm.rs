@@ -1,16 +1,18 @@
 //! The communicator: one rank's handle on the job. Operations are descriptors in the engine's
 //! table; buffers are registered (and their pages pinned on demand) for the time they are lent.
 
-use crate::backend::UdpBackend;
-use crate::options::{EngineMode, Options};
+use crate::backend::Backend;
+use crate::options::{EngineMode, Options, TransportChoice};
 use crate::pin::{PinCache, PinStats};
 use crate::request::Request;
 use crate::{Error, Status, MAX_TAG};
+use nicmsg_bootstrap::RankAddress;
 use nicmsg_engine::{
-    Descriptor, Driver, OpCode, Poller, Registry, Snapshot, Table, ThreadEngine, ANY,
+    Driver, EngineClock, OpCode, Outcome, Poller, Registry, Snapshot, Table, ThreadEngine, ANY,
 };
-use nicmsg_proto::{Endpoint, RegionId, Segment, SgList, MAX_SEGMENTS};
+use nicmsg_proto::{Endpoint, RegionId, Segment, MAX_SEGMENTS};
 use nicmsg_udp::{UdpOptions, UdpTransport};
+use nicmsg_xdp::XdpTransport;
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -28,11 +30,11 @@ const BARRIER_TAG: u32 = MAX_TAG + 1;
 
 enum Engine {
     Inline {
-        driver: Box<Driver<UdpBackend>>,
+        driver: Box<Driver<Backend>>,
         poller: Poller,
-        start: Instant,
+        clock: EngineClock,
     },
-    Thread(ThreadEngine<UdpBackend>),
+    Thread(ThreadEngine<Backend>),
 }
 
 /// One rank's communicator. Not shareable between threads (one host thread drives the
@@ -48,6 +50,7 @@ pub struct Comm {
     free_regions: RefCell<Vec<u32>>,
     pins: RefCell<PinCache>,
     barrier_epoch: Cell<u32>,
+    transport_name: &'static str,
     _single_host_thread: PhantomData<Cell<()>>,
 }
 
@@ -69,29 +72,44 @@ impl Comm {
             gro: options.gro,
             ..UdpOptions::default()
         };
-        let mut transport = UdpTransport::bind(udp_options)?;
-        let peers =
-            nicmsg_bootstrap::exchange(&job, transport.local_addr(), options.bootstrap_timeout)?;
-        transport.set_peers(&peers);
+        let udp = UdpTransport::bind(udp_options)?;
+        let backend = open_backend(udp, options.transport)?;
+        let me = match &backend {
+            // Peers that frame their own datagrams can reach this rank directly too.
+            Backend::Udp(udp) => RankAddress {
+                data: udp.local_addr(),
+                link: ethernet_address_of(udp.local_addr()),
+            },
+            Backend::Xdp(xdp) => RankAddress {
+                data: xdp.local_addr(),
+                link: Some(xdp.link_address()),
+            },
+        };
+        let peers = nicmsg_bootstrap::exchange_addresses(&job, me, options.bootstrap_timeout)?;
+        let backend = connect_backend(backend, &peers, job.rank, options.transport)?;
         tracing::info!(
             rank = job.rank,
             size = job.size,
-            address = %transport.local_addr(),
+            address = %me.data,
+            transport = backend.name(),
             engine = ?options.engine,
             frame = options.protocol.mtu,
             "joined the job"
         );
         let endpoint = Endpoint::new(options.protocol.clone(), job.job, job.rank, job.size)
             .map_err(|e| Error::Config(e.to_string()))?;
-        Self::start(options, endpoint, UdpBackend(transport))
+        Self::start(options, endpoint, backend)
     }
 
-    fn start(options: Options, endpoint: Endpoint, backend: UdpBackend) -> Result<Self, Error> {
+    fn start(options: Options, endpoint: Endpoint, backend: Backend) -> Result<Self, Error> {
         let (rank, size) = (endpoint.rank(), endpoint.size());
+        let transport_name = backend.name();
         let table = Arc::new(Table::new(options.slots));
         let registry = Arc::new(Registry::new(options.regions));
+        // AF_XDP frames land in the socket's own memory, so there is nothing to place ahead.
+        let placement = options.placement && matches!(backend, Backend::Udp(_));
         let mut driver = Driver::new(endpoint, backend, Arc::clone(&table), Arc::clone(&registry));
-        driver.set_placement(options.placement);
+        driver.set_placement(placement);
         let engine = match options.engine {
             EngineMode::Inline => {
                 use nicmsg_engine::Transport;
@@ -99,7 +117,7 @@ impl Comm {
                 Engine::Inline {
                     driver: Box::new(driver),
                     poller,
-                    start: Instant::now(),
+                    clock: EngineClock::start(),
                 }
             }
             EngineMode::Thread => Engine::Thread(ThreadEngine::spawn(driver, options.idle)?),
@@ -114,6 +132,7 @@ impl Comm {
             table,
             registry,
             engine: RefCell::new(engine),
+            transport_name,
             options,
             _single_host_thread: PhantomData,
         })
@@ -129,6 +148,11 @@ impl Comm {
 
     pub fn engine_mode(&self) -> EngineMode {
         self.options.engine
+    }
+
+    /// The transport frames take: `"udp"` or `"xdp"`.
+    pub fn transport(&self) -> &'static str {
+        self.transport_name
     }
 
     /// Starts sending `buffer` to `dest` with `tag`. The buffer stays borrowed until the request
@@ -197,7 +221,7 @@ impl Comm {
         let peer = self.source_word(source)?;
         let tag = tag_word(tag)?;
         let request = self.post(OpCode::IProbe, peer, tag, &[])?;
-        match request.wait_descriptor() {
+        match request.wait_outcome() {
             (Ok(()), descriptor) if descriptor.result == nicmsg_engine::ResultCode::NotFound => {
                 Ok(None)
             }
@@ -340,7 +364,6 @@ impl Comm {
             limit: self.table.len(),
         })?;
         let mut regions = [0u32; MAX_SEGMENTS];
-        let mut segments = [Segment::default(); MAX_SEGMENTS];
         {
             let mut free = self.free_regions.borrow_mut();
             if free.len() < ranges.len() {
@@ -359,24 +382,27 @@ impl Comm {
                 // Request releases the borrow.
                 unsafe { self.registry.register(RegionId(region), base, len.max(1)) };
                 regions[index] = region;
-                segments[index] = Segment {
+            }
+        }
+        let fill = |d: &mut nicmsg_engine::Descriptor| {
+            d.op = op;
+            d.peer = peer;
+            d.tag = tag;
+            d.result = nicmsg_engine::ResultCode::Success;
+            d.buffer.clear();
+            for (&region, &(_, len)) in regions.iter().zip(ranges) {
+                let segment = Segment {
                     region: RegionId(region),
                     offset: 0,
                     len: len as u64,
                 };
+                d.buffer
+                    .push(segment)
+                    .expect("at most MAX_SEGMENTS, checked above");
             }
-        }
-        let buffer = SgList::new(&segments[..ranges.len()])
-            .map_err(|_| Error::BadBuffer("more than 16 segments"))?;
-        let descriptor = Descriptor {
-            op,
-            peer,
-            tag,
-            buffer,
-            ..Descriptor::default()
         };
         // SAFETY: the slot came from the free list, so the host owns it; one host thread.
-        unsafe { self.table.post(slot, descriptor) };
+        unsafe { self.table.post_with(slot, fill) };
         Ok(Request::new(self, slot, regions, ranges.len()))
     }
 
@@ -385,7 +411,7 @@ impl Comm {
     }
 
     /// Takes the result of a DONE slot, unregisters its memory, frees the slot.
-    pub(crate) fn take(&self, slot: u32, regions: &[u32]) -> Descriptor {
+    pub(crate) fn take(&self, slot: u32, regions: &[u32]) -> Outcome {
         // SAFETY: called only after `is_done(slot)`.
         let descriptor = unsafe { self.table.take_result(slot) };
         let mut free = self.free_regions.borrow_mut();
@@ -403,35 +429,44 @@ impl Comm {
     }
 
     /// The error, if any, a completed descriptor reports.
-    pub(crate) fn result_of(&self, descriptor: &Descriptor) -> Result<(), Error> {
+    pub(crate) fn result_of(&self, descriptor: &Outcome) -> Result<(), Error> {
         let protocol = &self.options.protocol;
         let (table, limit) = match descriptor.op {
             OpCode::Send => ("protocol send", protocol.max_sends),
             _ => ("protocol receive", protocol.max_recvs),
         };
-        crate::error::from_descriptor(descriptor, self.size, table, limit)
+        crate::error::from_outcome(descriptor, self.size, table, limit)
     }
 
     /// One step of waiting: progress in inline mode; in thread mode nothing (the engine works).
     pub(crate) fn progress_once(&self) {
-        if let Engine::Inline { driver, start, .. } = &mut *self.engine.borrow_mut() {
-            driver.turn(start.elapsed().as_nanos() as u64);
+        self.progress_at(nicmsg_engine::clock::monotonic_ns());
+    }
+
+    /// `progress_once` with the monotonic clock already read (a clock read is a good part of
+    /// an idle turn's cost).
+    fn progress_at(&self, monotonic_ns: u64) {
+        if let Engine::Inline { driver, clock, .. } = &mut *self.engine.borrow_mut() {
+            driver.turn(clock.since_start(monotonic_ns));
         }
     }
 
     /// Waits until `slot` is DONE: spins for `wait_spin_ns`, then blocks (inline: in the
     /// poller until a datagram or the next deadline; thread: on the completion futex). Fails
-    /// only if the engine thread died.
+    /// only if the engine thread died. One clock read per round of spinning.
     pub(crate) fn wait_done(&self, slot: u32) -> Result<(), Error> {
-        let spin_until =
-            Instant::now() + std::time::Duration::from_nanos(self.options.wait_spin_ns);
+        if self.is_done(slot) {
+            return Ok(());
+        }
+        let spin_until = nicmsg_engine::clock::monotonic_ns() + self.options.wait_spin_ns;
         while !self.is_done(slot) {
             self.check_engine()?;
-            self.progress_once();
+            let now = nicmsg_engine::clock::monotonic_ns();
+            self.progress_at(now);
             if self.is_done(slot) {
                 return Ok(());
             }
-            if Instant::now() < spin_until {
+            if now < spin_until {
                 std::hint::spin_loop();
                 continue;
             }
@@ -453,9 +488,9 @@ impl Comm {
             Engine::Inline {
                 driver,
                 poller,
-                start,
+                clock,
             } => {
-                let now = start.elapsed().as_nanos() as u64;
+                let now = clock.now();
                 if driver.turn(now) {
                     return;
                 }
@@ -486,9 +521,9 @@ impl Drop for Comm {
             Engine::Inline {
                 driver,
                 poller,
-                start,
+                clock,
             } => {
-                linger_inline(driver, poller, *start, idle);
+                linger_inline(driver, poller, *clock, idle);
                 Some(Snapshot::of(driver))
             }
         };
@@ -501,15 +536,15 @@ impl Drop for Comm {
 /// Inline mode's equivalent of the engine thread's lingering: keep answering peers briefly so
 /// this rank's last acknowledgements are not lost with it.
 fn linger_inline(
-    driver: &mut Driver<UdpBackend>,
+    driver: &mut Driver<Backend>,
     poller: &Poller,
-    start: Instant,
+    clock: EngineClock,
     idle: nicmsg_engine::IdleConfig,
 ) {
-    let begin = start.elapsed().as_nanos() as u64;
+    let begin = clock.now();
     let mut last_work = begin;
     loop {
-        let now = start.elapsed().as_nanos() as u64;
+        let now = clock.now();
         if driver.turn(now) {
             last_work = now;
             continue;
@@ -519,6 +554,74 @@ fn linger_inline(
             return;
         }
         poller.wait(idle.idle_poll_ns.max(1_000_000));
+    }
+}
+
+/// The transport to start with: AF_XDP when asked for or, by default, when it can attach to the
+/// interface that holds the rank's address; UDP otherwise.
+fn open_backend(udp: UdpTransport, choice: TransportChoice) -> Result<Backend, Error> {
+    if choice == TransportChoice::Udp {
+        return Ok(Backend::Udp(Box::new(udp)));
+    }
+    match XdpTransport::open(udp) {
+        Ok(xdp) => Ok(Backend::Xdp(Box::new(xdp))),
+        Err(refused) if choice == TransportChoice::Auto => {
+            tracing::debug!(reason = %refused.reason, "AF_XDP not used: UDP carries the frames");
+            Ok(Backend::Udp(Box::new(refused.udp)))
+        }
+        Err(refused) => Err(Error::Config(format!(
+            "NICMSG_TRANSPORT=xdp, but the AF_XDP transport cannot open: {}",
+            refused.reason
+        ))),
+    }
+}
+
+/// The Ethernet address of the interface holding `addr`, if it is one.
+fn ethernet_address_of(addr: SocketAddr) -> Option<[u8; 6]> {
+    let IpAddr::V4(ip) = addr.ip() else {
+        return None;
+    };
+    nicmsg_xdp::Interface::with_address(ip)
+        .ok()
+        .flatten()
+        .map(|interface| interface.mac)
+}
+
+/// Gives the backend the job's addresses. A rank that shares its IP address with another rank
+/// exchanges frames with it through the kernel's loopback, which the AF_XDP ring never sees: such
+/// a rank leaves AF_XDP for UDP (by default; asked for explicitly, it is an error). Peers that
+/// already learned its Ethernet address still reach it: the frames are the same UDP datagrams.
+fn connect_backend(
+    backend: Backend,
+    peers: &[RankAddress],
+    rank: u32,
+    choice: TransportChoice,
+) -> Result<Backend, Error> {
+    let data: Vec<SocketAddr> = peers.iter().map(|p| p.data).collect();
+    match backend {
+        Backend::Udp(mut udp) => {
+            udp.set_peers(&data);
+            Ok(Backend::Udp(udp))
+        }
+        Backend::Xdp(mut xdp) => {
+            let table: Vec<(SocketAddr, Option<[u8; 6]>)> =
+                peers.iter().map(|p| (p.data, p.link)).collect();
+            xdp.set_peers(&table);
+            if !xdp.shares_address_with_a_peer(rank) {
+                return Ok(Backend::Xdp(xdp));
+            }
+            if choice == TransportChoice::Xdp {
+                return Err(Error::Config(
+                    "NICMSG_TRANSPORT=xdp, but another rank of the job has this rank's IP \
+                     address: their frames go through the kernel's loopback, not the interface"
+                        .into(),
+                ));
+            }
+            tracing::debug!("AF_XDP dropped: another rank shares this rank's address");
+            let mut udp = xdp.into_udp();
+            udp.set_peers(&data);
+            Ok(Backend::Udp(Box::new(udp)))
+        }
     }
 }
 

@@ -58,8 +58,8 @@ impl Error {
     }
 }
 
-pub(crate) fn from_descriptor(
-    descriptor: &nicmsg_engine::Descriptor,
+pub(crate) fn from_outcome(
+    descriptor: &nicmsg_engine::Outcome,
     size: u32,
     table: &'static str,
     limit: usize,

@@ -31,7 +31,7 @@ mod request;
 pub use comm::{Comm, Source, TagMatch};
 pub use error::Error;
 pub use nicmsg_engine::Snapshot;
-pub use options::{EngineMode, Options};
+pub use options::{EngineMode, Options, TransportChoice};
 pub use pin::PinStats;
 pub use request::Request;
 
@@ -47,8 +47,8 @@ pub struct Status {
     pub len: u64,
 }
 
-impl From<&nicmsg_engine::Descriptor> for Status {
-    fn from(descriptor: &nicmsg_engine::Descriptor) -> Self {
+impl From<&nicmsg_engine::Outcome> for Status {
+    fn from(descriptor: &nicmsg_engine::Outcome) -> Self {
         Self {
             source: descriptor.status_peer,
             tag: descriptor.status_tag,

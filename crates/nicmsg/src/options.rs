@@ -4,6 +4,18 @@ use crate::Error;
 use nicmsg_engine::IdleConfig;
 use nicmsg_proto::{Config, UnexpectedPolicy};
 
+/// Which transport carries the frames (`NICMSG_TRANSPORT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportChoice {
+    /// AF_XDP where the rank's address is on an Ethernet interface the library may attach its
+    /// program to (root, one rank per address), UDP otherwise.
+    Auto,
+    /// The kernel's UDP sockets.
+    Udp,
+    /// AF_XDP, or fail to start.
+    Xdp,
+}
+
 /// Where protocol work runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EngineMode {
@@ -16,6 +28,7 @@ pub enum EngineMode {
 #[derive(Debug, Clone)]
 pub struct Options {
     pub engine: EngineMode,
+    pub transport: TransportChoice,
     pub protocol: Config,
     /// Descriptor table slots (EMP: 640).
     pub slots: usize,
@@ -42,6 +55,7 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             engine: EngineMode::Thread,
+            transport: TransportChoice::Auto,
             protocol: Config::default(),
             slots: nicmsg_engine::DEFAULT_SLOTS,
             regions: nicmsg_engine::DEFAULT_REGIONS,
@@ -59,6 +73,7 @@ impl Default for Options {
 
 impl Options {
     /// Defaults overridden by the environment: `NICMSG_ENGINE=inline|thread`,
+    /// `NICMSG_TRANSPORT=auto|udp|xdp`,
     /// `NICMSG_MTU` (link MTU; frames are sized to fit a UDP datagram), `NICMSG_EAGER_LIMIT`,
     /// `NICMSG_UNEXPECTED=buffer|drop`, `NICMSG_CTS_WINDOW`, `NICMSG_RSM_PRE`, `NICMSG_ACK_UNIT`,
     /// `NICMSG_SLOTS`, `NICMSG_SPIN_US`, `NICMSG_IDLE_POLL_US`,
@@ -79,6 +94,18 @@ impl Options {
                 other => {
                     return Err(Error::Config(format!(
                         "NICMSG_ENGINE={other}: expected inline or thread"
+                    )))
+                }
+            };
+        }
+        if let Some(choice) = lookup("NICMSG_TRANSPORT") {
+            options.transport = match choice.as_str() {
+                "auto" => TransportChoice::Auto,
+                "udp" => TransportChoice::Udp,
+                "xdp" => TransportChoice::Xdp,
+                other => {
+                    return Err(Error::Config(format!(
+                        "NICMSG_TRANSPORT={other}: expected auto, udp or xdp"
                     )))
                 }
             };

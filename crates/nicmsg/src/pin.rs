@@ -5,7 +5,8 @@
 //! and the operation proceeds unpinned: the UDP backend does not need pinned pages, only the
 //! DMA backends to come do.
 
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PinStats {
@@ -19,8 +20,10 @@ pub struct PinStats {
 pub struct PinCache {
     page: usize,
     capacity: usize,
-    /// Page address -> last use.
-    pages: HashMap<usize, u64>,
+    /// Page address -> last use. Fx hashing: a page address is looked up on every post, and
+    /// SipHash costs about a hundred instructions a lookup (the keys are the process's own
+    /// addresses, not input an attacker chooses).
+    pages: FxHashMap<usize, u64>,
     order: VecDeque<(usize, u64)>,
     clock: u64,
     pub stats: PinStats,
@@ -33,7 +36,7 @@ impl PinCache {
         Self {
             page,
             capacity,
-            pages: HashMap::new(),
+            pages: FxHashMap::default(),
             order: VecDeque::new(),
             clock: 0,
             stats: PinStats::default(),

@@ -35,11 +35,12 @@ pub fn render(rank: u32, snapshot: &Snapshot, pins: &PinStats) -> String {
     let engine = &snapshot.engine;
     let _ = writeln!(
         out,
-        "nicmsg stats rank {rank}: credit stalls {}, liveness probes {}, peers unreachable {}, acks piggybacked {}, sends completed early {} (unconfirmed {}), engine turns {}, commands {}, spoofed frames {}, transport errors {}, pages pinned {} (mlock calls {}, failures {}, cache hits {})",
+        "nicmsg stats rank {rank}: credit stalls {}, liveness probes {}, peers unreachable {}, acks piggybacked {}, express deliveries {}, sends completed early {} (unconfirmed {}), engine turns {}, commands {}, spoofed frames {}, transport errors {}, pages pinned {} (mlock calls {}, failures {}, cache hits {})",
         snapshot.protocol.credit_stalls,
         snapshot.protocol.liveness_probes,
         snapshot.protocol.peers_declared_unreachable,
         snapshot.protocol.acks_piggybacked,
+        snapshot.protocol.messages_express,
         snapshot.protocol.sends_completed_early,
         snapshot.protocol.early_sends_unconfirmed,
         engine.turns,
@@ -51,6 +52,9 @@ pub fn render(rank: u32, snapshot: &Snapshot, pins: &PinStats) -> String {
         pins.mlock_failures,
         pins.hits
     );
+    if !snapshot.transport.is_empty() {
+        let _ = writeln!(out, "nicmsg stats rank {rank}: {}", snapshot.transport);
+    }
     out
 }
 

@@ -4,7 +4,7 @@
 
 use crate::comm::Comm;
 use crate::{Error, Status};
-use nicmsg_engine::Descriptor;
+use nicmsg_engine::Outcome;
 use nicmsg_proto::MAX_SEGMENTS;
 
 pub struct Request<'a> {
@@ -72,10 +72,10 @@ impl<'a> Request<'a> {
         }
     }
 
-    pub(crate) fn wait_descriptor(mut self) -> (Result<(), Error>, Descriptor) {
+    pub(crate) fn wait_outcome(mut self) -> (Result<(), Error>, Outcome) {
         if let Err(error) = self.comm.wait_done(self.slot) {
             self.abandon();
-            return (Err(error), Descriptor::default());
+            return (Err(error), Outcome::default());
         }
         let descriptor = self.take();
         (self.comm.result_of(&descriptor), descriptor)
@@ -87,7 +87,7 @@ impl<'a> Request<'a> {
         self.finished = true;
     }
 
-    fn take(&mut self) -> Descriptor {
+    fn take(&mut self) -> Outcome {
         self.finished = true;
         self.comm
             .take(self.slot, &self.regions[..self.region_count])

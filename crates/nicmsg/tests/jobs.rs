@@ -1,6 +1,7 @@
-//! Real multi-process jobs: the examples (Rust and C) under the launcher, over loopback and over
-//! network namespaces with 5% real packet loss (nftables), in both engine modes; and a job whose
-//! rank is killed mid-run. Every example checks every byte it receives.
+//! Real multi-process jobs: the examples (Rust and C) under the launcher, over loopback (UDP)
+//! and over network namespaces (AF_XDP) with 5% real packet loss (nftables), in both engine
+//! modes; ranks on AF_XDP and on UDP in one job; and a job whose rank is killed mid-run. Every
+//! example checks every byte it receives.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -155,8 +156,49 @@ fn examples_over_namespaces_with_five_percent_loss() {
                 stderr.contains("nicmsg stats"),
                 "NICMSG_STATS printed nothing"
             );
+            // Each rank has an interface of its own: the default transport is AF_XDP there.
+            assert_eq!(
+                stderr.matches("transport xdp on eth0").count(),
+                4,
+                "{name} ({engine}): not every rank used AF_XDP:\n{stderr}"
+            );
         }
     }
+}
+
+#[test]
+fn ranks_on_af_xdp_and_on_udp_share_a_job() {
+    if let Some(reason) = netns_available() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    // Ranks 2 and 3 use the kernel's UDP sockets; 0 and 1 AF_XDP. The frames on the wire are
+    // the same datagrams, so every pair talks, through 5% loss.
+    let mut args: Vec<&str> = lossy_netns_args("inline").to_vec();
+    args.extend(["--", "sh", "-c"]);
+    args.push(
+        "if [ \"$NICMSG_RANK\" -ge 2 ]; then export NICMSG_TRANSPORT=udp; \
+         else export NICMSG_TRANSPORT=xdp; fi; exec \"$0\"",
+    );
+    let program = example("alltoall");
+    let output = Command::new(launcher())
+        .args(&args)
+        .arg(&program)
+        .env("NICMSG_STATS", "1")
+        .output()
+        .expect("run the launcher");
+    assert_job_ok(
+        &output,
+        "alltoall (xdp and udp)",
+        "alltoall: 6 rounds verified",
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        stderr.matches("transport xdp on eth0").count(),
+        2,
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches("transport udp").count(), 2, "{stderr}");
 }
 
 /// Builds the C example against the header and the library through the pkg-config file.

@@ -1,6 +1,10 @@
 //! Sender-side reliability of one message: frames are acknowledged per collection of `unit`
 //! consecutive frames (EMP). Each fully sent, unacknowledged collection has a retransmission
 //! deadline; at most [`MAX_INFLIGHT_COLLECTIONS`] collections are unacknowledged at a time.
+//!
+//! The deadlines live in [`CollectionTimers`], kept by the endpoint beside its send table rather
+//! than inside each send: they are 1.5 KB, which every post would otherwise build and move, while
+//! a short message uses one of them.
 
 use crate::config::MAX_INFLIGHT_COLLECTIONS;
 use crate::Nanos;
@@ -9,7 +13,7 @@ const WINDOW: u32 = MAX_INFLIGHT_COLLECTIONS as u32;
 const _: () = assert!(MAX_INFLIGHT_COLLECTIONS == 64, "bitmaps are u64");
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Timer {
+pub(crate) struct Timer {
     /// When the collection's last frame was last sent.
     sent_at_ns: Nanos,
     /// Retransmission deadline; `None` until every frame of the collection has been sent.
@@ -25,6 +29,26 @@ pub(crate) struct Acked {
     pub newly_acked: bool,
 }
 
+/// The retransmission timers of one send's collections in flight, by collection modulo the
+/// window.
+#[derive(Debug, Clone)]
+pub(crate) struct CollectionTimers([Timer; MAX_INFLIGHT_COLLECTIONS]);
+
+impl Default for CollectionTimers {
+    fn default() -> Self {
+        Self([Timer::default(); MAX_INFLIGHT_COLLECTIONS])
+    }
+}
+
+impl CollectionTimers {
+    /// Clears the timers a new send of `collections` collections starts with (the others are
+    /// cleared as its window advances onto them).
+    pub fn reset(&mut self, collections: &Collections) {
+        let first_window = collections.count().min(WINDOW) as usize;
+        self.0[..first_window].fill(Timer::default());
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Collections {
     unit: u32,
@@ -35,7 +59,6 @@ pub(crate) struct Collections {
     acked: u64,
     /// Bit i: collection base+i must be resent.
     resend: u64,
-    timers: [Timer; MAX_INFLIGHT_COLLECTIONS],
 }
 
 impl Collections {
@@ -46,7 +69,6 @@ impl Collections {
             base: 0,
             acked: 0,
             resend: 0,
-            timers: [Timer::default(); MAX_INFLIGHT_COLLECTIONS],
         }
     }
 
@@ -85,18 +107,24 @@ impl Collections {
 
     /// Records that `frame` was sent at `now`; arms the collection's timer when its last frame
     /// went out.
-    pub fn on_frame_sent(&mut self, frame: u32, now: Nanos, timeout_ns: impl Fn(u32) -> Nanos) {
+    pub fn on_frame_sent(
+        &mut self,
+        timers: &mut CollectionTimers,
+        frame: u32,
+        now: Nanos,
+        timeout_ns: impl Fn(u32) -> Nanos,
+    ) {
         let c = self.of_frame(frame);
         let Some(bit) = self.bit(c) else { return };
         if self.acked & bit != 0 || frame + 1 != self.frames_of(c).end {
             return;
         }
-        let timer = &mut self.timers[Self::slot(c)];
+        let timer = &mut timers.0[Self::slot(c)];
         timer.sent_at_ns = now;
         timer.deadline_ns = Some(now + timeout_ns(timer.retries));
     }
 
-    pub fn ack(&mut self, c: u32, now: Nanos) -> Acked {
+    pub fn ack(&mut self, timers: &mut CollectionTimers, c: u32, now: Nanos) -> Acked {
         let Some(bit) = self.bit(c) else {
             return Acked {
                 rtt_ns: None,
@@ -109,14 +137,14 @@ impl Collections {
                 newly_acked: false,
             };
         }
-        let timer = self.timers[Self::slot(c)];
+        let timer = timers.0[Self::slot(c)];
         let rtt_ns = match timer.deadline_ns {
             Some(_) if timer.retries == 0 => Some(now.saturating_sub(timer.sent_at_ns)),
             _ => None,
         };
         self.acked |= bit;
         self.resend &= !bit;
-        self.advance();
+        self.advance(timers);
         Acked {
             rtt_ns,
             newly_acked: true,
@@ -129,9 +157,9 @@ impl Collections {
         self.resend = 0;
     }
 
-    fn advance(&mut self) {
+    fn advance(&mut self, timers: &mut CollectionTimers) {
         while self.acked & 1 != 0 {
-            self.timers[Self::slot(self.base)] = Timer::default();
+            timers.0[Self::slot(self.base)] = Timer::default();
             self.acked >>= 1;
             self.resend >>= 1;
             self.base += 1;
@@ -139,28 +167,31 @@ impl Collections {
     }
 
     /// Earliest armed deadline of an unacknowledged collection.
-    pub fn next_deadline(&self) -> Option<Nanos> {
-        self.unacked_armed()
+    pub fn next_deadline(&self, timers: &CollectionTimers) -> Option<Nanos> {
+        self.unacked_armed(timers)
             .filter_map(|(_, t)| t.deadline_ns)
             .min()
     }
 
-    fn unacked_armed(&self) -> impl Iterator<Item = (u32, &Timer)> + '_ {
+    fn unacked_armed<'a>(
+        &'a self,
+        timers: &'a CollectionTimers,
+    ) -> impl Iterator<Item = (u32, &'a Timer)> + 'a {
         let end = (self.base + WINDOW).min(self.count());
         (self.base..end)
             .filter(|&c| self.acked & (1 << (c - self.base)) == 0)
-            .map(|c| (c, &self.timers[Self::slot(c)]))
+            .map(|c| (c, &timers.0[Self::slot(c)]))
             .filter(|(_, t)| t.deadline_ns.is_some())
     }
 
     /// Marks every collection whose deadline passed for resending and bumps its retry count.
     /// Returns the highest retry count reached (the caller compares with `max_retries`).
-    pub fn expire(&mut self, now: Nanos) -> u32 {
+    pub fn expire(&mut self, timers: &mut CollectionTimers, now: Nanos) -> u32 {
         let mut highest = 0;
         let end = (self.base + WINDOW).min(self.count());
         for c in self.base..end {
             let bit = 1u64 << (c - self.base);
-            let timer = &mut self.timers[Self::slot(c)];
+            let timer = &mut timers.0[Self::slot(c)];
             if self.acked & bit != 0 || timer.deadline_ns.is_none_or(|d| d > now) {
                 continue;
             }
@@ -174,10 +205,10 @@ impl Collections {
 
     /// The peer said "alive, not accepted yet": postpone every armed deadline to `at` without
     /// counting a retry.
-    pub fn postpone(&mut self, at: Nanos) {
+    pub fn postpone(&mut self, timers: &mut CollectionTimers, at: Nanos) {
         let end = (self.base + WINDOW).min(self.count());
         for c in self.base..end {
-            let timer = &mut self.timers[Self::slot(c)];
+            let timer = &mut timers.0[Self::slot(c)];
             timer.retries = 0;
             if let Some(deadline) = timer.deadline_ns.as_mut() {
                 *deadline = (*deadline).max(at);
@@ -186,13 +217,13 @@ impl Collections {
     }
 
     /// Marks every sent, unacknowledged collection for resending now, keeping retry counts.
-    pub fn resend_all_sent(&mut self, sent_limit: u32) {
+    pub fn resend_all_sent(&mut self, timers: &mut CollectionTimers, sent_limit: u32) {
         let end = (self.base + WINDOW).min(self.count());
         for c in self.base..end {
             let bit = 1u64 << (c - self.base);
             if self.acked & bit == 0 && self.frames_of(c).end <= sent_limit {
                 self.resend |= bit;
-                self.timers[Self::slot(c)].deadline_ns = None;
+                timers.0[Self::slot(c)].deadline_ns = None;
             }
         }
     }
@@ -248,21 +279,23 @@ mod tests {
     #[test]
     fn timer_arms_on_last_frame_and_expires() {
         let mut collections = Collections::new(3, 7);
+        let mut timers = CollectionTimers::default();
+        timers.reset(&collections);
         assert_eq!(collections.count(), 3);
         for frame in 0..7 {
-            collections.on_frame_sent(frame, 100, |_| 50);
+            collections.on_frame_sent(&mut timers, frame, 100, |_| 50);
         }
-        assert_eq!(collections.next_deadline(), Some(150));
-        assert!(collections.ack(1, 120).newly_acked);
-        assert_eq!(collections.expire(150), 1);
+        assert_eq!(collections.next_deadline(&timers), Some(150));
+        assert!(collections.ack(&mut timers, 1, 120).newly_acked);
+        assert_eq!(collections.expire(&mut timers, 150), 1);
         assert_eq!(collections.take_resend(), Some(0));
         assert_eq!(collections.take_resend(), Some(2));
         assert_eq!(collections.take_resend(), None);
         assert!(
-            collections.ack(0, 200).rtt_ns.is_none(),
+            collections.ack(&mut timers, 0, 200).rtt_ns.is_none(),
             "Karn: no sample after a retry"
         );
-        collections.ack(2, 200);
+        collections.ack(&mut timers, 2, 200);
         assert!(collections.all_acked());
     }
 

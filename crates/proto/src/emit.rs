@@ -10,7 +10,7 @@ use nicmsg_wire::{emit_headers, seal, Flags, FrameHeader, FrameKind, MsgHeader};
 const FRAMES_PER_TURN: u32 = 4;
 
 impl Endpoint {
-    pub(crate) fn emit_control(&mut self, control: Control) -> Transmit {
+    pub(crate) fn emit_control(&mut self, control: Control, transmit: &mut Transmit) {
         let peer = &self.peers[control.dst as usize];
         let carries_credits = crate::endpoint::carries_credits(control.kind);
         let aux = if carries_credits {
@@ -34,19 +34,20 @@ impl Endpoint {
         if carries_credits {
             self.credits_carried(control.dst);
         }
-        let mut transmit = Transmit::new(control.dst);
+        transmit.reset(control.dst);
         let len = emit_headers(&header, None, transmit.headers_buf()).expect("headers fit");
         transmit.set_headers_len(len);
         seal(&mut transmit.headers_buf()[..len], &[]);
         self.count_sent(control.dst, len, false, false);
-        transmit
     }
 
+    /// Builds the next data frame into `transmit`; false if no send has one to go.
     pub(crate) fn next_data_frame(
         &mut self,
         now: Nanos,
         memory: &impl HostMemory,
-    ) -> Option<Transmit> {
+        transmit: &mut Transmit,
+    ) -> bool {
         while let Some(&index) = self.ready.front() {
             let Some(op) = self.sends.get_mut(index) else {
                 self.ready.pop_front();
@@ -57,12 +58,12 @@ impl Endpoint {
                 self.ready.pop_front();
                 continue;
             };
-            let transmit = self.build_data_frame(index, frame, retransmit, memory);
+            self.build_data_frame(index, frame, retransmit, memory, transmit);
             self.record_frame_sent(now, index, frame, transmit.len());
             self.rotate_ready(index);
-            return Some(transmit);
+            return true;
         }
-        None
+        false
     }
 
     /// Keeps the send at the head for `FRAMES_PER_TURN` frames, then moves it to the back.
@@ -88,10 +89,12 @@ impl Endpoint {
         let departure = self.departure(now, dst, bytes);
         let rto = self.peers[dst as usize].rto;
         let op = self.sends.get_mut(index).expect("ready send");
-        op.collections
-            .on_frame_sent(frame, departure.at, |retries| {
-                rto.backed_off_ns(retries, max_ns) + departure.slack
-            });
+        op.collections.on_frame_sent(
+            &mut self.send_timers[index as usize],
+            frame,
+            departure.at,
+            |retries| rto.backed_off_ns(retries, max_ns) + departure.slack,
+        );
         self.after_frame_sent(departure.timer_start(), index);
     }
 
@@ -101,7 +104,8 @@ impl Endpoint {
         frame: u32,
         retransmit: bool,
         memory: &impl HostMemory,
-    ) -> Transmit {
+        transmit: &mut Transmit,
+    ) {
         let op = self.sends.get(index).expect("ready send");
         let kind = op.kind_of(frame);
         let offset = op.geometry.offset(frame);
@@ -132,22 +136,24 @@ impl Endpoint {
             protocol: op.geometry.protocol,
             ack_unit: op.ack_unit,
         });
-        let data = op.data;
-        let copy = op.copy;
         if kind == FrameKind::Eager {
             self.piggyback_on(&mut header);
         }
-        let mut transmit = Transmit::new(header.dst);
+        transmit.reset(header.dst);
         let headers_len =
             emit_headers(&header, msg.as_ref(), transmit.headers_buf()).expect("headers fit");
         transmit.set_headers_len(headers_len);
-        match &copy {
-            Some(copy) => transmit.set_inline(copy.as_slice()),
-            None => data.for_each_piece(offset, len, |piece| transmit.push_piece(piece)),
+        let op = self.sends.get(index).expect("ready send");
+        match op.copy {
+            Some(copied) => {
+                transmit.set_inline(&self.send_copies[index as usize][..usize::from(copied)])
+            }
+            None => op
+                .data
+                .for_each_piece(offset, len, |piece| transmit.push_piece(piece)),
         }
         transmit.seal(memory);
         self.count_sent(header.dst, headers_len + len as usize, true, retransmit);
-        transmit
     }
 
     fn count_sent(&mut self, dst: Rank, bytes: usize, data: bool, retransmit: bool) {

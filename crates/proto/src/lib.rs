@@ -22,6 +22,7 @@ mod diagnostics;
 mod drain;
 mod emit;
 mod endpoint;
+mod express;
 mod geometry;
 mod liveness;
 mod local;

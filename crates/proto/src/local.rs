@@ -17,7 +17,7 @@ impl Endpoint {
         &mut self,
         now: Nanos,
         tag: Tag,
-        data: SgList,
+        data: &SgList,
         memory: &mut impl HostMemory,
     ) -> Result<OpId, PostError> {
         let geometry = Geometry {
@@ -37,6 +37,8 @@ impl Endpoint {
         })?;
         let mut entry = Incoming::new(rank, msg_id, tag, geometry, self.config.ack_unit);
         entry.local_send = Some(send);
+        let op = self.sends.get(send).expect("just inserted");
+        self.send_timers[send as usize].reset(&op.collections);
         let Some((incoming, _)) = self.incoming.insert(entry) else {
             self.sends.remove(send);
             return Err(PostError::TableFull {

@@ -10,7 +10,7 @@ impl Endpoint {
         now: Nanos,
         source: Source,
         tag: TagMatch,
-        buffer: SgList,
+        buffer: &SgList,
         memory: &mut impl HostMemory,
     ) -> Result<OpId, PostError> {
         let found = self.find_unexpected(source, tag);
@@ -45,7 +45,7 @@ impl Endpoint {
         source: Source,
         tag: TagMatch,
     ) -> Result<OpId, PostError> {
-        let id = self.insert_recv_op(OpKind::Probe, source, tag, SgList::default())?;
+        let id = self.insert_recv_op(OpKind::Probe, source, tag, &SgList::default())?;
         let index = id.index;
         if let Some(found) = self.find_unexpected(source, tag) {
             let status = self.status_of(found);
@@ -69,13 +69,13 @@ impl Endpoint {
         kind: OpKind,
         source: Source,
         tag: TagMatch,
-        buffer: SgList,
+        buffer: &SgList,
     ) -> Result<OpId, PostError> {
-        let op = RecvOp {
+        let make = || RecvOp {
             kind,
             source,
             tag,
-            buffer,
+            buffer: *buffer,
             state: RecvState::Posted,
         };
         let limit = self.config.max_recvs;
@@ -83,7 +83,7 @@ impl Endpoint {
             table: "receive",
             limit,
         };
-        let (index, generation) = self.recvs.insert(op).ok_or(table_full)?;
+        let (index, generation) = self.recvs.insert_with(make).ok_or(table_full)?;
         Ok(OpId {
             kind,
             index,
@@ -113,7 +113,7 @@ impl Endpoint {
         self.peers[peer as usize].next_match == msg_id && self.find_posted(peer, tag).is_some()
     }
 
-    fn find_posted(&self, peer: Rank, tag: Tag) -> Option<usize> {
+    pub(crate) fn find_posted(&self, peer: Rank, tag: Tag) -> Option<usize> {
         self.posted.iter().position(|&i| {
             self.recvs
                 .get(i)
@@ -268,7 +268,7 @@ impl Endpoint {
         let (peer, len) = (entry.peer, entry.geometry.total_len as usize);
         match (entry.dest, entry.recv) {
             (Dest::Buffer(slot), Some(recv)) => {
-                let buffer = self.recvs.get(recv).expect("bound receive").buffer;
+                let buffer = &self.recvs.get(recv).expect("bound receive").buffer;
                 buffer.write_at(memory, 0, &self.eager_buffer(slot)[..len]);
                 self.stats.bytes_copied += len as u64;
                 self.peer_stats[peer as usize].bytes_copied += len as u64;

@@ -62,6 +62,29 @@ impl SgList {
         Ok(list)
     }
 
+    /// Makes this an empty list, to be filled with [`push`](Self::push) in place (a list is
+    /// 400 bytes: building one elsewhere and copying it costs more than filling it where it
+    /// lives).
+    pub fn clear(&mut self) {
+        self.count = 0;
+        self.total_len = 0;
+    }
+
+    /// Appends a segment; fails when the list already has [`MAX_SEGMENTS`].
+    pub fn push(&mut self, segment: Segment) -> Result<(), PostError> {
+        let at = usize::from(self.count);
+        if at == MAX_SEGMENTS {
+            return Err(PostError::TooManySegments {
+                count: at + 1,
+                limit: MAX_SEGMENTS,
+            });
+        }
+        self.segments[at] = segment;
+        self.count += 1;
+        self.total_len += segment.len;
+        Ok(())
+    }
+
     pub fn segments(&self) -> &[Segment] {
         &self.segments[..self.count as usize]
     }

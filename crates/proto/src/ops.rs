@@ -55,45 +55,37 @@ pub(crate) struct SendOp {
     pub resend_cursor: ResendCursor,
     /// Frames sent in the current turn of the ready queue.
     pub turn_frames: u32,
-    /// A short message's bytes, copied when it was posted (BIP's bounce buffer): its frames
-    /// carry them from here, so the send can complete as soon as it starts.
-    pub copy: Option<ShortCopy>,
+    /// A short message's bytes were copied when it was posted (BIP's bounce buffer), into the
+    /// endpoint's copy of this send (`Endpoint::send_copies`): its frames carry them from
+    /// there, so the send can complete as soon as it starts. The copy's length.
+    pub copy: Option<u16>,
     /// The send reported success when it started; its later end completes nothing.
     pub completed_early: bool,
 }
 
-/// The bytes of a short message, held by the core.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ShortCopy {
-    bytes: [u8; INLINE_PAYLOAD_MAX],
-    len: u16,
-}
+/// Where the core keeps a short message's bytes.
+pub(crate) type ShortCopy = [u8; INLINE_PAYLOAD_MAX];
 
-impl ShortCopy {
-    /// Copies `data` out of host memory; `None` if it is longer than a frame carries inline or
-    /// its memory cannot be read.
-    pub fn take(data: &SgList, memory: &impl HostMemory) -> Option<Self> {
-        let len = usize::try_from(data.total_len()).ok()?;
-        if len > INLINE_PAYLOAD_MAX {
-            return None;
-        }
-        let mut bytes = [0; INLINE_PAYLOAD_MAX];
-        data.read_into(memory, &mut bytes[..len]).then_some(Self {
-            bytes,
-            len: len as u16,
-        })
+/// Copies `data` out of host memory into `copy`; its length, or `None` if it is longer than a
+/// frame carries inline or its memory cannot be read.
+pub(crate) fn copy_short(
+    data: &SgList,
+    memory: &impl HostMemory,
+    copy: &mut ShortCopy,
+) -> Option<u16> {
+    let len = usize::try_from(data.total_len()).ok()?;
+    if len > INLINE_PAYLOAD_MAX {
+        return None;
     }
-
-    pub fn as_slice(&self) -> &[u8] {
-        &self.bytes[..self.len as usize]
-    }
+    data.read_into(memory, &mut copy[..len])
+        .then_some(len as u16)
 }
 
 impl SendOp {
     pub fn new(
         dst: Rank,
         tag: Tag,
-        data: SgList,
+        data: &SgList,
         geometry: Geometry,
         frames: u32,
         ack_unit: u8,
@@ -102,7 +94,7 @@ impl SendOp {
         Self {
             dst,
             tag,
-            data,
+            data: *data,
             geometry,
             frames,
             ack_unit,

@@ -80,6 +80,9 @@ impl Endpoint {
             IdPlace::Beyond => return self.count_drop(Some(peer), DropReason::Invalid),
             IdPlace::Open => {}
         }
+        if self.deliver_express(now, header, msg, payload, memory) {
+            return;
+        }
         let index = match self.incoming_index.get(&(peer, header.msg_id)) {
             Some(&index) => index,
             None => match msg {
@@ -269,7 +272,7 @@ impl Endpoint {
             (Dest::Nowhere, _) => false,
             (Dest::Discard, _) => true,
             (Dest::Recv(recv), Payload::Bytes(bytes)) => {
-                let buffer = self.recvs.get(recv).expect("bound receive").buffer;
+                let buffer = &self.recvs.get(recv).expect("bound receive").buffer;
                 buffer.write_at(memory, offset, bytes);
                 self.stats.bytes_placed += bytes.len() as u64;
                 self.peer_stats[peer].bytes_placed += bytes.len() as u64;

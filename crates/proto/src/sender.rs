@@ -3,7 +3,7 @@
 //! retransmission timers.
 
 use crate::geometry::Geometry;
-use crate::ops::{Control, SendOp, SendPhase, ShortCopy};
+use crate::ops::{copy_short, Control, SendOp, SendPhase};
 use crate::peer::NONE;
 use crate::*;
 use nicmsg_wire::{Flags, FrameHeader, FrameKind, Protocol, FRAME_HEADER_LEN};
@@ -14,7 +14,7 @@ impl Endpoint {
         now: Nanos,
         dst: Rank,
         tag: Tag,
-        data: SgList,
+        data: &SgList,
         memory: &impl HostMemory,
     ) -> Result<OpId, PostError> {
         let len = data.total_len();
@@ -30,23 +30,27 @@ impl Endpoint {
         };
         let frames = u32::try_from(geometry.frames()).map_err(|_| PostError::TooLong { len })?;
         let ack_unit = self.config.ack_unit;
-        let mut op = SendOp::new(
-            dst,
-            tag,
-            data,
-            geometry,
-            frames,
-            ack_unit,
-            SendPhase::Queued,
-        );
-        if protocol == Protocol::Eager && frames == 1 {
-            op.copy = ShortCopy::take(&data, memory);
-        }
         let limit = self.config.max_sends;
-        let (index, generation) = self.sends.insert(op).ok_or(PostError::TableFull {
+        let make = || {
+            SendOp::new(
+                dst,
+                tag,
+                data,
+                geometry,
+                frames,
+                ack_unit,
+                SendPhase::Queued,
+            )
+        };
+        let (index, generation) = self.sends.insert_with(make).ok_or(PostError::TableFull {
             table: "send",
             limit,
         })?;
+        let op = self.sends.get_mut(index).expect("just inserted");
+        self.send_timers[index as usize].reset(&op.collections);
+        if protocol == Protocol::Eager && frames == 1 {
+            op.copy = copy_short(&op.data, memory, &mut self.send_copies[index as usize]);
+        }
         self.enqueue_for_start(dst, index);
         self.start_queued_for(now, dst);
         Ok(OpId {
@@ -266,8 +270,9 @@ impl Endpoint {
         let peer = header.src as usize;
         let retry_ns = self.config.rto_max_ns;
         let op = self.sends.get_mut(index).expect("active send");
+        let timers = &mut self.send_timers[index as usize];
         if header.has_flag(Flags::WAIT) {
-            op.collections.postpone(now + retry_ns);
+            op.collections.postpone(timers, now + retry_ns);
             if op.wait_deadline_ns.is_some() {
                 op.wait_deadline_ns = Some(now + retry_ns);
                 op.wait_retries = 0;
@@ -283,7 +288,7 @@ impl Endpoint {
                 return;
             }
             let c = op.collections.of_frame(header.frame_index);
-            let acked = op.collections.ack(c, now);
+            let acked = op.collections.ack(timers, c, now);
             if acked.newly_acked {
                 let bytes = op.collection_bytes(c);
                 self.peers[peer].drain.acknowledged(now, bytes);
@@ -335,7 +340,8 @@ impl Endpoint {
         if op.is_eager() {
             // The receiver discarded our frames (`drop` mode) and now has a receive for them.
             if header.has_flag(Flags::FROM_START) {
-                op.collections.resend_all_sent(op.next_new);
+                op.collections
+                    .resend_all_sent(&mut self.send_timers[index as usize], op.next_new);
                 self.mark_ready(index);
             }
             return;
@@ -386,7 +392,9 @@ impl Endpoint {
 
     pub(crate) fn send_deadline(&self, index: u32) -> Option<Nanos> {
         let op = self.sends.get(index)?;
-        let collections = op.collections.next_deadline();
+        let collections = op
+            .collections
+            .next_deadline(&self.send_timers[index as usize]);
         match (collections, op.wait_deadline_ns) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -407,7 +415,9 @@ impl Endpoint {
             self.peers[dst as usize].rto.on_timeout(now, max_ns);
             let rto = self.peers[dst as usize].rto;
             let op = self.sends.get_mut(index).expect("occupied");
-            let mut retries = op.collections.expire(now);
+            let mut retries = op
+                .collections
+                .expire(&mut self.send_timers[index as usize], now);
             if op.wait_deadline_ns.is_some_and(|d| d <= now) {
                 op.wait_retries += 1;
                 retries = retries.max(op.wait_retries);

@@ -41,6 +41,18 @@ impl<T> Slab<T> {
         Some((index, slot.generation))
     }
 
+    /// `insert` of the value `make` builds, built where it is stored when the compiler can
+    /// (the large entries are not built on the stack and copied in).
+    #[inline(always)]
+    pub(crate) fn insert_with(&mut self, make: impl FnOnce() -> T) -> Option<(u32, u32)> {
+        let index = self.free.pop()?;
+        let slot = &mut self.slots[index as usize];
+        debug_assert!(slot.value.is_none());
+        slot.value = Some(make());
+        self.usage.set(self.usage.in_use + 1);
+        Some((index, slot.generation))
+    }
+
     pub(crate) fn remove(&mut self, index: u32) -> Option<T> {
         let slot = self.slots.get_mut(index as usize)?;
         let value = slot.value.take()?;

@@ -96,6 +96,8 @@ pub struct Stats {
     /// Acknowledgements of whole eager messages carried by an EAGER frame instead of a
     /// datagram of their own.
     pub acks_piggybacked: u64,
+    /// Whole eager messages delivered by the express path (`express.rs`).
+    pub messages_express: u64,
     /// Short sends completed when they started, from the core's copy of their bytes.
     pub sends_completed_early: u64,
     /// Of those, sends whose delivery was never confirmed (the peer was declared unreachable

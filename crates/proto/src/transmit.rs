@@ -10,43 +10,51 @@ use nicmsg_wire::{seal, MAX_HEADERS_LEN};
 pub const INLINE_PAYLOAD_MAX: usize = 256;
 const _: () = assert!(INLINE_PAYLOAD_MAX <= MAX_SEGMENTS * core::mem::size_of::<Segment>());
 
-/// Where a frame's payload is.
-#[derive(Debug, Clone)]
-enum Body {
-    /// Pieces of host memory, gathered by the driver.
-    Pieces {
-        list: [Segment; MAX_SEGMENTS],
-        count: u8,
-    },
-    /// Bytes the core holds (a short send copied at post time).
-    Inline {
-        bytes: [u8; INLINE_PAYLOAD_MAX],
-        len: u16,
-    },
-}
-
 /// One frame to send to `dst`: the header bytes followed by the payload, in order. A driver
 /// hands the header, the inline payload and the pieces to the kernel as one iovec list (no
 /// staging copy).
+///
+/// The payload is pieces of host memory, gathered by the driver, or bytes the core holds (a
+/// short send copied at post time), never both. A driver keeps its frames in place and has the
+/// core build each into one ([`Endpoint::poll_transmit_into`](crate::Endpoint::poll_transmit_into)):
+/// building touches only the bytes a frame uses, while moving a 700-byte value costs a copy of all
+/// of it.
 #[derive(Debug, Clone)]
 pub struct Transmit {
     pub dst: Rank,
     headers: [u8; MAX_HEADERS_LEN],
     headers_len: u8,
-    body: Body,
+    pieces: [Segment; MAX_SEGMENTS],
+    piece_count: u8,
+    inline: [u8; INLINE_PAYLOAD_MAX],
+    inline_len: u16,
+}
+
+impl Default for Transmit {
+    fn default() -> Self {
+        Self::new(0)
+    }
 }
 
 impl Transmit {
-    pub(crate) fn new(dst: Rank) -> Self {
+    pub fn new(dst: Rank) -> Self {
         Self {
             dst,
             headers: [0; MAX_HEADERS_LEN],
             headers_len: 0,
-            body: Body::Pieces {
-                list: [Segment::default(); MAX_SEGMENTS],
-                count: 0,
-            },
+            pieces: [Segment::default(); MAX_SEGMENTS],
+            piece_count: 0,
+            inline: [0; INLINE_PAYLOAD_MAX],
+            inline_len: 0,
         }
+    }
+
+    /// Makes this an empty frame to `dst`, to be built in place.
+    pub(crate) fn reset(&mut self, dst: Rank) {
+        self.dst = dst;
+        self.headers_len = 0;
+        self.piece_count = 0;
+        self.inline_len = 0;
     }
 
     pub(crate) fn headers_buf(&mut self) -> &mut [u8; MAX_HEADERS_LEN] {
@@ -58,23 +66,22 @@ impl Transmit {
     }
 
     pub(crate) fn push_piece(&mut self, piece: Segment) {
-        match &mut self.body {
-            Body::Pieces { list, count } => {
-                list[*count as usize] = piece;
-                *count += 1;
-            }
-            Body::Inline { .. } => unreachable!("a frame's payload is pieces or inline, not both"),
-        }
+        debug_assert_eq!(
+            self.inline_len, 0,
+            "a frame's payload is pieces or inline, not both"
+        );
+        self.pieces[usize::from(self.piece_count)] = piece;
+        self.piece_count += 1;
     }
 
     /// Carries `payload` (at most [`INLINE_PAYLOAD_MAX`] bytes) inside the frame.
     pub(crate) fn set_inline(&mut self, payload: &[u8]) {
-        let mut bytes = [0; INLINE_PAYLOAD_MAX];
-        bytes[..payload.len()].copy_from_slice(payload);
-        self.body = Body::Inline {
-            bytes,
-            len: payload.len() as u16,
-        };
+        debug_assert_eq!(
+            self.piece_count, 0,
+            "a frame's payload is pieces or inline, not both"
+        );
+        self.inline[..payload.len()].copy_from_slice(payload);
+        self.inline_len = payload.len() as u16;
     }
 
     /// Fills in the checksum over the headers and the payload, inline or in host memory. Pieces
@@ -82,20 +89,20 @@ impl Transmit {
     /// so the receiver drops the frame.
     pub(crate) fn seal(&mut self, memory: &impl HostMemory) {
         let headers = &mut self.headers[..self.headers_len as usize];
-        match &self.body {
-            Body::Inline { bytes, len } => seal(headers, &[&bytes[..*len as usize]]),
-            Body::Pieces { list, count } => {
-                let mut slices: [&[u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
-                for (slot, piece) in slices.iter_mut().zip(&list[..*count as usize]) {
-                    let start = piece.offset as usize;
-                    *slot = memory
-                        .region(piece.region)
-                        .and_then(|region| region.get(start..start + piece.len as usize))
-                        .unwrap_or(&[]);
-                }
-                seal(headers, &slices[..*count as usize]);
-            }
+        if self.inline_len > 0 || self.piece_count == 0 {
+            seal(headers, &[&self.inline[..usize::from(self.inline_len)]]);
+            return;
         }
+        let count = usize::from(self.piece_count);
+        let mut slices: [&[u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
+        for (slot, piece) in slices.iter_mut().zip(&self.pieces[..count]) {
+            let start = piece.offset as usize;
+            *slot = memory
+                .region(piece.region)
+                .and_then(|region| region.get(start..start + piece.len as usize))
+                .unwrap_or(&[]);
+        }
+        seal(headers, &slices[..count]);
     }
 
     /// The frame and message headers, checksum included.
@@ -106,18 +113,12 @@ impl Transmit {
     /// Payload carried inside the frame (empty unless the core copied a short message); it
     /// follows the headers, and a frame has either inline payload or pieces.
     pub fn inline_payload(&self) -> &[u8] {
-        match &self.body {
-            Body::Inline { bytes, len } => &bytes[..*len as usize],
-            Body::Pieces { .. } => &[],
-        }
+        &self.inline[..usize::from(self.inline_len)]
     }
 
     /// Payload pieces, in order, in host memory.
     pub fn pieces(&self) -> &[Segment] {
-        match &self.body {
-            Body::Pieces { list, count } => &list[..*count as usize],
-            Body::Inline { .. } => &[],
-        }
+        &self.pieces[..usize::from(self.piece_count)]
     }
 
     /// Length of the whole frame in bytes.

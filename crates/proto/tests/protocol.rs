@@ -31,7 +31,7 @@ fn transfer(net: &mut Net, len: usize, recv_first: bool) -> (Completion, Complet
             net.now,
             Source::Rank(0),
             TagMatch::Tag(5),
-            SgList::contiguous(recv_region, 0, len as u64),
+            &SgList::contiguous(recv_region, 0, len as u64),
             m,
         )
         .unwrap()
@@ -46,7 +46,7 @@ fn transfer(net: &mut Net, len: usize, recv_first: bool) -> (Completion, Complet
             net.now,
             1,
             5,
-            SgList::contiguous(send_region, 0, len as u64),
+            &SgList::contiguous(send_region, 0, len as u64),
             &mut net.memories[0],
         )
         .unwrap();
@@ -110,7 +110,7 @@ fn truncation_writes_nothing() {
                 0,
                 Source::Any,
                 TagMatch::Any,
-                SgList::contiguous(recv_region, 0, len as u64 / 2),
+                &SgList::contiguous(recv_region, 0, len as u64 / 2),
                 m,
             )
             .unwrap();
@@ -119,7 +119,7 @@ fn truncation_writes_nothing() {
                 0,
                 1,
                 9,
-                SgList::contiguous(send_region, 0, len as u64),
+                &SgList::contiguous(send_region, 0, len as u64),
                 &mut net.memories[0],
             )
             .unwrap();
@@ -197,7 +197,7 @@ fn send(net: &mut Net, from: u32, to: u32, tag: Tag, data: Vec<u8>) -> OpId {
         &mut net.endpoints[from as usize],
         &mut net.memories[from as usize],
     );
-    e.post_send(now, to, tag, SgList::contiguous(region, 0, len), m)
+    e.post_send(now, to, tag, &SgList::contiguous(region, 0, len), m)
         .unwrap()
 }
 
@@ -213,7 +213,7 @@ fn recv(net: &mut Net, at: u32, source: Source, tag: TagMatch, len: usize) -> (O
             now,
             source,
             tag,
-            SgList::contiguous(region, 0, len as u64),
+            &SgList::contiguous(region, 0, len as u64),
             m,
         )
         .unwrap(),
@@ -381,7 +381,7 @@ fn scatter_gather_segments() {
                 now,
                 1,
                 2,
-                SgList::new(&segments).unwrap(),
+                &SgList::new(&segments).unwrap(),
                 &mut net.memories[0],
             )
             .unwrap();
@@ -404,7 +404,7 @@ fn scatter_gather_segments() {
                 now,
                 Source::Any,
                 TagMatch::Any,
-                SgList::new(&pieces).unwrap(),
+                &SgList::new(&pieces).unwrap(),
                 m,
             )
             .unwrap();
@@ -617,12 +617,12 @@ fn reply_carries_the_acknowledgement_and_short_sends_complete_at_once() {
     for rank in [0, 1] {
         let (e, m) = (&mut net.endpoints[rank], &mut net.memories[rank]);
         let buffer = SgList::contiguous(inbox[rank], 0, 8);
-        e.post_recv(0, Source::Any, TagMatch::Any, buffer, m)
+        e.post_recv(0, Source::Any, TagMatch::Any, &buffer, m)
             .unwrap();
     }
     let send = SgList::contiguous(request_region, 0, 8);
     let request_op = net.endpoints[0]
-        .post_send(0, 1, 1, send, &mut net.memories[0])
+        .post_send(0, 1, 1, &send, &mut net.memories[0])
         .unwrap();
     let done = net.endpoints[0]
         .poll_completion()
@@ -634,7 +634,7 @@ fn reply_carries_the_acknowledgement_and_short_sends_complete_at_once() {
     net.run(net.delay_ns + 1_000);
     let reply = SgList::contiguous(reply_region, 0, 8);
     net.endpoints[1]
-        .post_send(net.now, 0, 2, reply, &mut net.memories[1])
+        .post_send(net.now, 0, 2, &reply, &mut net.memories[1])
         .unwrap();
     net.run(net.now + 1_000_000_000);
     assert_eq!(net.memories[1].0[inbox[1].0 as usize], request);

@@ -54,6 +54,7 @@ pub fn add_stats(acc: &mut Stats, other: &Stats) {
     acc.liveness_probes += other.liveness_probes;
     acc.peers_declared_unreachable += other.peers_declared_unreachable;
     acc.acks_piggybacked += other.acks_piggybacked;
+    acc.messages_express += other.messages_express;
     acc.sends_completed_early += other.sends_completed_early;
     acc.early_sends_unconfirmed += other.early_sends_unconfirmed;
 }
@@ -324,12 +325,13 @@ impl Summary {
         );
         let _ = writeln!(
             out,
-            "endpoints: {} credit stalls, {} control overflows, {} liveness probes, {} peers declared unreachable, {} acknowledgements piggybacked, {} sends completed early ({} unconfirmed), {} bytes placed, {} bytes copied, {} lookups of released memory",
+            "endpoints: {} credit stalls, {} control overflows, {} liveness probes, {} peers declared unreachable, {} acknowledgements piggybacked, {} messages delivered by the express path, {} sends completed early ({} unconfirmed), {} bytes placed, {} bytes copied, {} lookups of released memory",
             s.credit_stalls,
             s.control_overflows,
             s.liveness_probes,
             s.peers_declared_unreachable,
             s.acks_piggybacked,
+            s.messages_express,
             s.sends_completed_early,
             s.early_sends_unconfirmed,
             s.bytes_placed,

@@ -139,7 +139,7 @@ impl World {
             len,
         );
         self.dirty.insert(rank);
-        match self.endpoints[r].post_send(self.now, dst, tag, buffer.sg, &mut self.arenas[r]) {
+        match self.endpoints[r].post_send(self.now, dst, tag, &buffer.sg, &mut self.arenas[r]) {
             Ok(id) => {
                 if self.trace {
                     trace::line(self.now, format!("rank {rank} post_send dst {dst} tag {tag} len {len} seq {seq} -> {id:?}"));
@@ -171,7 +171,7 @@ impl World {
         let r = rank as usize;
         let buffer = recv_buffer(&mut self.arenas[r], &mut self.layout_rng, layout, capacity);
         self.dirty.insert(rank);
-        match self.endpoints[r].post_recv(self.now, source, tag, buffer.sg, &mut self.arenas[r]) {
+        match self.endpoints[r].post_recv(self.now, source, tag, &buffer.sg, &mut self.arenas[r]) {
             Ok(id) => {
                 if self.trace {
                     trace::line(self.now, format!("rank {rank} post_recv src {source:?} tag {tag:?} capacity {capacity} -> {id:?}"));

@@ -1,0 +1,106 @@
+//! The express path of an eager message that arrives whole in one frame, in order, for a
+//! receive already posted: the common case of request/reply traffic, where latency is measured.
+//! The general path builds an incoming entry, indexes it, matches it, places its frame, and
+//! tears it all down again within the same call; this one goes straight from the frame to the
+//! receive's completion, with exactly the same outcome (same completion, acknowledgement owed,
+//! credit returned, duplicate window, liveness bookkeeping), so anything that is not this case
+//! takes the general path unchanged.
+
+use crate::geometry::Geometry;
+use crate::*;
+use nicmsg_wire::{FrameHeader, FrameKind, MsgHeader, Protocol};
+
+impl Endpoint {
+    /// Delivers the frame if it is a whole eager message the next receive in MPI order takes
+    /// without truncation; returns false (having changed nothing) otherwise.
+    pub(crate) fn deliver_express(
+        &mut self,
+        now: Nanos,
+        header: &FrameHeader,
+        msg: Option<&MsgHeader>,
+        payload: &[u8],
+        memory: &mut impl HostMemory,
+    ) -> bool {
+        let Some(msg) = msg else { return false };
+        let peer = header.src;
+        if !self.is_whole_eager_message(header, msg, payload.len())
+            || self.peers[peer as usize].next_match != header.msg_id
+            || self.incoming_index.contains_key(&(peer, header.msg_id))
+            // A message already waiting behind this one is matched by the general path, in
+            // the order that path completes them.
+            || self
+                .incoming_index
+                .contains_key(&(peer, header.msg_id.wrapping_add(1)))
+        {
+            return false;
+        }
+        let Some(position) = self.find_posted(peer, msg.tag) else {
+            return false;
+        };
+        let recv = self.posted[position];
+        let buffer = &self
+            .recvs
+            .get(recv)
+            .expect("posted receives are live")
+            .buffer;
+        if buffer.total_len() < msg.total_len {
+            return false;
+        }
+        buffer.write_at(memory, 0, payload);
+        self.posted.remove(position);
+        self.finish_express(now, header, msg, recv);
+        true
+    }
+
+    /// The general path's checks of a first frame (`admit_message`, `place_frame`), for a
+    /// message of exactly one frame.
+    fn is_whole_eager_message(&self, header: &FrameHeader, msg: &MsgHeader, len: usize) -> bool {
+        let geometry = Geometry {
+            total_len: msg.total_len,
+            frame_payload: msg.frame_payload,
+            protocol: msg.protocol,
+        };
+        header.kind == FrameKind::Eager
+            && msg.protocol == Protocol::Eager
+            && msg.total_len <= self.config.eager_limit
+            && msg.ack_unit <= MAX_ACK_UNIT
+            && geometry.frames() == 1
+            && geometry.agrees(header.frame_index, header.offset, len as u64)
+    }
+
+    /// What matching, placing and delivering the message would have left behind.
+    fn finish_express(&mut self, now: Nanos, header: &FrameHeader, msg: &MsgHeader, recv: u32) {
+        let peer = header.src;
+        let len = msg.total_len;
+        let source = self.recvs.get(recv).expect("live").source;
+        // A receive from a named rank counted as a waiter on it until matched; the message's
+        // own waiter count rises and falls again within the general path.
+        if let Source::Rank(p) = source {
+            self.remove_waiter(p);
+        }
+        let state = &mut self.peers[peer as usize];
+        state.next_match = state.next_match.wrapping_add(1);
+        self.stats.bytes_placed += len;
+        self.peer_stats[peer as usize].bytes_placed += len;
+        self.owe_ack_all(now, peer, header.msg_id);
+        self.peers[peer as usize].recv_window.finish(header.msg_id);
+        self.stats.messages_received += 1;
+        self.peer_stats[peer as usize].messages_received += 1;
+        self.stats.messages_express += 1;
+        self.peer_stats[peer as usize].messages_express += 1;
+        let generation = self.recvs.generation(recv);
+        self.recvs.remove(recv);
+        let status = Status {
+            peer,
+            tag: msg.tag,
+            len,
+        };
+        let id = OpId {
+            kind: OpKind::Recv,
+            index: recv,
+            generation,
+        };
+        self.complete(id, Ok(status));
+        self.return_credit(now, peer);
+    }
+}
