@@ -1,5 +1,5 @@
 //! Blocking until a datagram arrives, the host rings the doorbell, or a timeout passes: epoll over
-//! the transport's descriptor and an eventfd. Only used when idle; the busy path never enters it.
+//! the transport's descriptors and an eventfd. Only used when idle; the busy path never enters it.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -10,7 +10,8 @@ pub struct Poller {
 }
 
 impl Poller {
-    pub fn new(transport_fd: RawFd) -> io::Result<Self> {
+    /// A poller that wakes when any of `transport_fds` is readable (or the doorbell rings).
+    pub fn new(transport_fds: &[RawFd]) -> io::Result<Self> {
         // SAFETY: plain syscalls; every returned descriptor is checked and owned by `Self`.
         unsafe {
             let epoll = check(libc::epoll_create1(libc::EPOLL_CLOEXEC))?;
@@ -22,7 +23,9 @@ impl Poller {
                 }
             };
             let poller = Self { epoll, doorbell };
-            poller.add(transport_fd)?;
+            for &fd in transport_fds {
+                poller.add(fd)?;
+            }
             poller.add(doorbell)?;
             Ok(poller)
         }
@@ -40,11 +43,11 @@ impl Poller {
 
     /// Sleeps until readable, rung, or `timeout_ns` passes. Clears the doorbell.
     pub fn wait(&self, timeout_ns: u64) {
-        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 2];
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 4];
         // Round up: epoll counts milliseconds, and waking early only costs another turn.
         let timeout_ms = timeout_ns.div_ceil(1_000_000).min(i32::MAX as u64) as i32;
         // SAFETY: `events` outlives the call; the count matches its length.
-        unsafe { libc::epoll_wait(self.epoll, events.as_mut_ptr(), 2, timeout_ms) };
+        unsafe { libc::epoll_wait(self.epoll, events.as_mut_ptr(), 4, timeout_ms) };
         let mut count = 0u64;
         // SAFETY: reading 8 bytes into a u64 from our non-blocking eventfd.
         unsafe { libc::read(self.doorbell, (&mut count as *mut u64).cast(), 8) };

@@ -102,7 +102,7 @@ impl<T: Transport + 'static> ThreadEngine<T> {
             stats_requested: AtomicBool::new(false),
             stats: Mutex::new(None),
             engine_failed: AtomicBool::new(false),
-            poller: Poller::new(driver.transport().readable_fd())?,
+            poller: Poller::new(&driver.transport().readable_fds())?,
         });
         let engine_shared = Arc::clone(&shared);
         let table = Arc::clone(driver.table_arc());

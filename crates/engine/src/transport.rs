@@ -65,8 +65,9 @@ pub trait Transport: Send {
         })
     }
 
-    /// A descriptor that becomes readable when datagrams arrive (for blocking waits).
-    fn readable_fd(&self) -> RawFd;
+    /// Descriptors of which one becomes readable when datagrams arrive (for blocking waits):
+    /// one per path frames may come in by.
+    fn readable_fds(&self) -> Vec<RawFd>;
 
     /// Largest frame the backend carries.
     fn max_frame(&self) -> usize;

@@ -46,17 +46,31 @@ impl Transport for Backend {
         match self {
             // SAFETY: forwarded from this function's contract.
             Backend::Udp(udp) => unsafe { receive_placed_udp(udp, plan, looks_expected, deliver) },
-            // Frames land in the socket's own memory: nothing to place ahead of time.
-            Backend::Xdp(xdp) => xdp.receive(&mut |source, bytes| {
-                deliver(source, Received::Bytes(bytes));
-            }),
+            Backend::Xdp(xdp) => {
+                // The kernel's socket first, with the plan: the plan's targets are for frames
+                // not received yet, which a frame from the ring, placed by copying, could
+                // otherwise be.
+                let mut count = 0;
+                if xdp.kernel_due() {
+                    // SAFETY: forwarded from this function's contract.
+                    count = unsafe {
+                        receive_placed_udp(xdp.kernel_socket(), plan, looks_expected, deliver)
+                    }?;
+                    xdp.kernel_read(count);
+                }
+                // Frames from the ring land in the socket's own memory: nothing to place.
+                let from_ring = xdp.receive_ring(&mut |source, bytes| {
+                    deliver(source, Received::Bytes(bytes));
+                })?;
+                Ok(count + from_ring)
+            }
         }
     }
 
-    fn readable_fd(&self) -> RawFd {
+    fn readable_fds(&self) -> Vec<RawFd> {
         match self {
-            Backend::Udp(udp) => udp.fd(),
-            Backend::Xdp(xdp) => xdp.fd(),
+            Backend::Udp(udp) => vec![udp.fd()],
+            Backend::Xdp(xdp) => xdp.fds().to_vec(),
         }
     }
 
@@ -80,14 +94,17 @@ impl Transport for Backend {
                 let s = xdp.stats();
                 let kernel = xdp.socket_statistics().ok();
                 format!(
-                    "transport xdp on {}: frames sent {} (through the kernel {}), received {} \
-                     (through the kernel {}), malformed {}, oversize {}, transmit ring full {}, \
-                     receive ring drops {}",
+                    "transport xdp on {}: frames sent through the ring {}, through the kernel {}; \
+                     received through the ring {}, through the kernel {} (passed there {}, \
+                     lost there {}), \
+                     malformed {}, oversize {}, transmit ring full {}, receive ring drops {}",
                     xdp.interface().name,
                     s.frames_sent,
                     s.frames_sent_by_kernel,
                     s.frames_received,
                     s.frames_received_by_kernel,
+                    xdp.passed_to_kernel(),
+                    s.frames_lost_in_kernel,
                     s.malformed,
                     s.oversize,
                     s.ring_full,

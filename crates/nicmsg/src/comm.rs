@@ -106,14 +106,13 @@ impl Comm {
         let transport_name = backend.name();
         let table = Arc::new(Table::new(options.slots));
         let registry = Arc::new(Registry::new(options.regions));
-        // AF_XDP frames land in the socket's own memory, so there is nothing to place ahead.
-        let placement = options.placement && matches!(backend, Backend::Udp(_));
+        let placement = options.placement;
         let mut driver = Driver::new(endpoint, backend, Arc::clone(&table), Arc::clone(&registry));
         driver.set_placement(placement);
         let engine = match options.engine {
             EngineMode::Inline => {
                 use nicmsg_engine::Transport;
-                let poller = Poller::new(driver.transport().readable_fd())?;
+                let poller = Poller::new(&driver.transport().readable_fds())?;
                 Engine::Inline {
                     driver: Box::new(driver),
                     poller,

@@ -5,8 +5,8 @@
 //! instead (busy-polling `recv`), for comparison on the same link.
 
 use nicmsg_xdp::{
-    parse, redirect_program, AttachMode, HeaderTemplate, Interface, Program, SocketMap, Station,
-    XskSocket, HEADERS_LEN,
+    parse, redirect_program, AttachMode, Counter, HeaderTemplate, Interface, Program, SocketMap,
+    Station, Steering, XskSocket, HEADERS_LEN,
 };
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Instant;
@@ -26,13 +26,39 @@ fn main() -> std::io::Result<()> {
     if args.get(8).is_some_and(|a| a == "udp") {
         return udp_pingpong(local, port, peer_ip, ping, round_trips, size);
     }
+    if args.get(8).is_some_and(|a| a == "udp-pass") {
+        let interface = Interface::with_address(local)?.expect("an Ethernet interface has it");
+        let map = SocketMap::create(1)?;
+        let passed = Counter::create()?;
+        let steering = Steering {
+            ip: local,
+            port,
+            sockets_map_fd: map.fd(),
+            ring_max_udp_len: 0,
+            passed_counter_fd: passed.fd(),
+        };
+        let program = Program::load(&redirect_program(&steering), "nicmsg_steer")?;
+        let _link = program.attach(interface.index, AttachMode::Native)?;
+        udp_pingpong(local, port, peer_ip, ping, round_trips, size)?;
+        eprintln!("passed {}", passed.read());
+        return Ok(());
+    }
     let interface = Interface::with_address(local)?.expect("an Ethernet interface has it");
     // Keep the port ours in the kernel too.
     let _udp = std::net::UdpSocket::bind(SocketAddrV4::new(local, port))?;
     let map = SocketMap::create(1)?;
     let mut socket = XskSocket::open(interface.index, 0)?;
     map.insert(0, socket.fd())?;
-    let program = Program::load(&redirect_program(map.fd(), local, port), "nicmsg_steer")?;
+    let passed = Counter::create()?;
+    let steering = Steering {
+        ip: local,
+        port,
+        sockets_map_fd: map.fd(),
+        // Every frame to the ring: this measures the ring alone.
+        ring_max_udp_len: u16::MAX,
+        passed_counter_fd: passed.fd(),
+    };
+    let program = Program::load(&redirect_program(&steering), "nicmsg_steer")?;
     let _link = program.attach(interface.index, AttachMode::Native)?;
     let me = Station {
         mac: interface.mac,

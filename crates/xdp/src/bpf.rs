@@ -13,7 +13,10 @@ const BPF_MAP_CREATE: libc::c_int = 0;
 const BPF_MAP_UPDATE_ELEM: libc::c_int = 2;
 const BPF_PROG_LOAD: libc::c_int = 5;
 const BPF_LINK_CREATE: libc::c_int = 28;
+const BPF_MAP_TYPE_ARRAY: u32 = 2;
 const BPF_MAP_TYPE_XSKMAP: u32 = 17;
+/// An array map user space may map into its memory.
+const BPF_F_MMAPABLE: u32 = 1 << 10;
 const BPF_PROG_TYPE_XDP: u32 = 6;
 const BPF_XDP: u32 = 37;
 /// Verifier log of a refused program: enough for the whole log of a program this size.
@@ -161,6 +164,73 @@ impl SocketMap {
     }
 }
 
+/// A 64-bit counter the program increments and user space reads from mapped memory, with no
+/// system call: an mmapable array map of one `u64`.
+#[derive(Debug)]
+pub struct Counter {
+    fd: OwnedFd,
+    value: std::ptr::NonNull<u64>,
+    map_len: usize,
+}
+
+// SAFETY: the mapping is process-wide and only read, atomically.
+unsafe impl Send for Counter {}
+
+impl Counter {
+    pub fn create() -> io::Result<Self> {
+        let mut attr = MapCreateAttr {
+            map_type: BPF_MAP_TYPE_ARRAY,
+            key_size: 4,
+            value_size: 8,
+            max_entries: 1,
+            map_flags: BPF_F_MMAPABLE,
+            map_name: name16("nicmsg_passed"),
+            ..MapCreateAttr::default()
+        };
+        let fd = owned(bpf(BPF_MAP_CREATE, &mut attr)?);
+        // SAFETY: sysconf has no preconditions.
+        let map_len = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        // SAFETY: a shared read-only mapping of the map's value area (one page).
+        let mapped = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if mapped == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self {
+            fd,
+            value: std::ptr::NonNull::new(mapped.cast()).expect("mmap returned a mapping"),
+            map_len,
+        })
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// The current count.
+    pub fn read(&self) -> u64 {
+        // SAFETY: the first value of the mapped array, 8-byte aligned (page start); the program
+        // changes it only with atomic adds.
+        unsafe { &*self.value.as_ptr().cast::<std::sync::atomic::AtomicU64>() }
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+impl Drop for Counter {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `create`.
+        unsafe { libc::munmap(self.value.as_ptr().cast(), self.map_len) };
+    }
+}
+
 /// A loaded XDP program.
 #[derive(Debug)]
 pub struct Program {
@@ -171,6 +241,9 @@ impl Program {
     /// Loads `insns` as an XDP program. A refusal carries the verifier's explanation.
     pub fn load(insns: &[Insn], name: &str) -> io::Result<Self> {
         let license = c"Dual MIT/GPL";
+        // The program reads only the first 42 bytes of a frame: it may see frames of several
+        // buffers (a GSO datagram in generic mode), which the kernel then need not linearise.
+        const BPF_F_XDP_HAS_FRAGS: u32 = 1 << 5;
         let mut log = vec![0u8; VERIFIER_LOG_BYTES];
         let mut attr = ProgLoadAttr {
             prog_type: BPF_PROG_TYPE_XDP,
@@ -181,6 +254,7 @@ impl Program {
             log_size: log.len() as u32,
             log_buf: log.as_mut_ptr() as u64,
             prog_name: name16(name),
+            prog_flags: BPF_F_XDP_HAS_FRAGS,
             expected_attach_type: BPF_XDP,
             ..ProgLoadAttr::default()
         };

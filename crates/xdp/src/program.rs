@@ -6,9 +6,13 @@
 //!
 //! ```text
 //! Ethernet II, IPv4 without options, not a fragment, UDP,
-//! destination address and port are this rank's        -> redirect to the socket of the
-//!                                                          frame's receive queue, or pass
-//!                                                          when that queue has none
+//! destination address and port are this rank's, and
+//!   at most `ring_max_udp_len` UDP bytes             -> redirect to the socket of the frame's
+//!                                                        receive queue, or pass when that
+//!                                                        queue has none
+//!   longer                                            -> count it, pass it to the kernel (its
+//!                                                        GRO merges a stream's frames for the
+//!                                                        UDP socket)
 //! anything else (ARP, the bootstrap's TCP, other ports) -> pass to the kernel
 //! ```
 
@@ -28,6 +32,8 @@ pub struct Insn {
 // Instruction classes and fields (linux/bpf_common.h, linux/bpf.h).
 const CLASS_LD: u8 = 0x00;
 const CLASS_LDX: u8 = 0x01;
+const CLASS_STX: u8 = 0x03;
+const CLASS_ALU: u8 = 0x04;
 const CLASS_JMP: u8 = 0x05;
 const CLASS_JMP32: u8 = 0x06;
 const CLASS_ALU64: u8 = 0x07;
@@ -37,17 +43,25 @@ const SIZE_B: u8 = 0x10;
 const SIZE_DW: u8 = 0x18;
 const MODE_IMM: u8 = 0x00;
 const MODE_MEM: u8 = 0x60;
+const MODE_ATOMIC: u8 = 0xc0;
 const SOURCE_IMM: u8 = 0x00;
 const SOURCE_REG: u8 = 0x08;
 const OP_ADD: u8 = 0x00;
 const OP_AND: u8 = 0x50;
 const OP_MOV: u8 = 0xb0;
+const OP_END: u8 = 0xd0;
+/// With `OP_END`: convert to big endian (from the little-endian host: a byte swap).
+const END_TO_BE: u8 = 0x08;
+/// Atomic operation in the immediate of an atomic store: add.
+const ATOMIC_ADD: i32 = 0x00;
 const JUMP_GT: u8 = 0x20;
 const JUMP_NE: u8 = 0x50;
 const JUMP_CALL: u8 = 0x80;
 const JUMP_EXIT: u8 = 0x90;
 /// `src_reg` of a 64-bit immediate load whose value is a map's file descriptor.
 const PSEUDO_MAP_FD: u8 = 1;
+/// `src_reg` of a 64-bit immediate load whose value is the address of a map's value.
+const PSEUDO_MAP_VALUE: u8 = 2;
 
 /// Helper `bpf_redirect_map(map, key, flags)`; the low bits of `flags` are the action taken when
 /// the key has no entry.
@@ -104,6 +118,21 @@ impl Insn {
         Self::new(CLASS_JMP | JUMP_GT | SOURCE_REG, dst, src, off, 0)
     }
 
+    /// `if dst > imm (unsigned, 64 bits) skip off instructions`.
+    fn jump_gt_imm(dst: Reg, imm: i32, off: i16) -> Self {
+        Self::new(CLASS_JMP | JUMP_GT | SOURCE_IMM, dst, Reg::R0, off, imm)
+    }
+
+    /// `dst = be16(dst)`: a 16-bit field loaded from the frame, in host order.
+    fn be16(dst: Reg) -> Self {
+        Self::new(CLASS_ALU | OP_END | END_TO_BE, dst, Reg::R0, 0, 16)
+    }
+
+    /// `lock *(u64 *)(dst + off) += src`.
+    fn atomic_add64(dst: Reg, src: Reg, off: i16) -> Self {
+        Self::new(CLASS_STX | MODE_ATOMIC | SIZE_DW, dst, src, off, ATOMIC_ADD)
+    }
+
     /// `if (u32)dst != imm skip off instructions`: a 32-bit compare, so an address or port
     /// whose top bit is set is not sign-extended into a mismatch.
     fn jump_ne32_imm(dst: Reg, imm: u32, off: i16) -> Self {
@@ -130,6 +159,13 @@ impl Insn {
         first.regs |= PSEUDO_MAP_FD << 4;
         [first, Self::new(0, Reg::R0, Reg::R0, 0, 0)]
     }
+
+    /// `dst = &value[0] of map` (an array map's first value; two instruction slots).
+    fn load_map_value(dst: Reg, map_fd: i32) -> [Self; 2] {
+        let mut first = Self::new(CLASS_LD | MODE_IMM | SIZE_DW, dst, Reg::R0, 0, map_fd);
+        first.regs |= PSEUDO_MAP_VALUE << 4;
+        [first, Self::new(0, Reg::R0, Reg::R0, 0, 0)]
+    }
 }
 
 // Offsets in the frame: Ethernet II (14 bytes), IPv4 without options (20), UDP (8).
@@ -139,6 +175,7 @@ const IP_FRAGMENT: i16 = 20;
 const IP_PROTOCOL: i16 = 23;
 const IP_DESTINATION: i16 = 30;
 const UDP_DESTINATION_PORT: i16 = 36;
+const UDP_LENGTH: i16 = 38;
 /// Bytes the program reads: up to the end of the UDP header.
 const HEADERS_LEN: i32 = 42;
 
@@ -152,9 +189,34 @@ fn be16_as_loaded(value: u16) -> u32 {
     u32::from(u16::from_le_bytes(value.to_be_bytes()))
 }
 
-/// The steering program for frames to `ip:port`, redirecting through the `XSKMAP` `map_fd`.
-pub fn redirect_program(map_fd: i32, ip: Ipv4Addr, port: u16) -> Vec<Insn> {
+/// What the steering program is built from.
+#[derive(Debug, Clone, Copy)]
+pub struct Steering {
+    /// The rank's address and port: frames to them are its own.
+    pub ip: Ipv4Addr,
+    pub port: u16,
+    /// The `XSKMAP` of sockets by receive queue.
+    pub sockets_map_fd: i32,
+    /// Frames of at most this many UDP bytes (header included) go to the socket's ring.
+    pub ring_max_udp_len: u16,
+    /// An array map whose first value (a `u64`) counts the frames of the rank passed to the
+    /// kernel instead.
+    pub passed_counter_fd: i32,
+}
+
+/// Where a conditional jump of the program goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    /// Count the frame, then pass it.
+    Kernel,
+    /// Pass it (not ours).
+    Pass,
+}
+
+/// The steering program (see the module documentation).
+pub fn redirect_program(steering: &Steering) -> Vec<Insn> {
     use Reg::*;
+    use Target::*;
     const ETHER_TYPE_IPV4: u16 = 0x0800;
     const IPV4_NO_OPTIONS: u32 = 0x45;
     /// More-fragments flag and fragment offset: a fragment's bytes after the IP header are not a
@@ -162,55 +224,91 @@ pub fn redirect_program(map_fd: i32, ip: Ipv4Addr, port: u16) -> Vec<Insn> {
     const FRAGMENT_BITS: u16 = 0x3fff;
     const PROTOCOL_UDP: u32 = 17;
 
-    // Each check jumps to `pass` at the end; `to_pass(at)` is the offset from instruction `at`.
-    let mut program: Vec<Insn> = Vec::with_capacity(32);
-    let checks: Vec<Insn> = vec![
-        Insn::mov_reg(R6, R1),
-        Insn::load(SIZE_W, R2, R6, MD_DATA),
-        Insn::load(SIZE_W, R3, R6, MD_DATA_END),
-        Insn::mov_reg(R4, R2),
-        Insn::add_imm(R4, HEADERS_LEN),
-        Insn::jump_gt_reg(R4, R3, 0),
-        Insn::load(SIZE_H, R5, R2, ETHER_TYPE),
-        Insn::jump_ne32_imm(R5, be16_as_loaded(ETHER_TYPE_IPV4), 0),
-        Insn::load(SIZE_B, R5, R2, IP_VERSION_IHL),
-        Insn::jump_ne32_imm(R5, IPV4_NO_OPTIONS, 0),
-        Insn::load(SIZE_H, R5, R2, IP_FRAGMENT),
-        Insn::and_imm(R5, be16_as_loaded(FRAGMENT_BITS) as i32),
-        Insn::jump_ne32_imm(R5, 0, 0),
-        Insn::load(SIZE_B, R5, R2, IP_PROTOCOL),
-        Insn::jump_ne32_imm(R5, PROTOCOL_UDP, 0),
-        Insn::load(SIZE_W, R5, R2, IP_DESTINATION),
-        Insn::jump_ne32_imm(R5, u32::from_le_bytes(ip.octets()), 0),
-        Insn::load(SIZE_H, R5, R2, UDP_DESTINATION_PORT),
-        Insn::jump_ne32_imm(R5, be16_as_loaded(port), 0),
-    ];
-    program.extend_from_slice(&checks);
-    program.extend_from_slice(&Insn::load_map_fd(R1, map_fd));
-    program.push(Insn::load(SIZE_W, R2, R6, MD_RX_QUEUE_INDEX));
-    program.push(Insn::mov_imm(R3, XDP_PASS));
-    program.push(Insn::call(HELPER_REDIRECT_MAP));
-    program.push(Insn::exit());
-    let pass = program.len();
-    program.push(Insn::mov_imm(R0, XDP_PASS));
-    program.push(Insn::exit());
-    for (at, insn) in program.iter_mut().enumerate().take(checks.len()) {
-        if is_conditional_jump(insn.code) {
-            insn.off = (pass - at - 1) as i16;
-        }
+    // Instructions with the target of their jump, if they have one; offsets are filled in once
+    // the layout is known.
+    let mut layout: Vec<(Insn, Option<Target>)> = Vec::with_capacity(40);
+    let mut emit = |insn: Insn, target: Option<Target>| layout.push((insn, target));
+    emit(Insn::mov_reg(R6, R1), None);
+    emit(Insn::load(SIZE_W, R2, R6, MD_DATA), None);
+    emit(Insn::load(SIZE_W, R3, R6, MD_DATA_END), None);
+    emit(Insn::mov_reg(R4, R2), None);
+    emit(Insn::add_imm(R4, HEADERS_LEN), None);
+    emit(Insn::jump_gt_reg(R4, R3, 0), Some(Pass));
+    let field_is = |offset: i16, size: u8, value: u32| {
+        [
+            (Insn::load(size, R5, R2, offset), None),
+            (Insn::jump_ne32_imm(R5, value, 0), Some(Pass)),
+        ]
+    };
+    for (insn, target) in field_is(ETHER_TYPE, SIZE_H, be16_as_loaded(ETHER_TYPE_IPV4))
+        .into_iter()
+        .chain(field_is(IP_VERSION_IHL, SIZE_B, IPV4_NO_OPTIONS))
+    {
+        emit(insn, target);
     }
-    program
-}
-
-fn is_conditional_jump(code: u8) -> bool {
-    let class = code & 0x07;
-    let op = code & 0xf0;
-    (class == CLASS_JMP || class == CLASS_JMP32) && op != JUMP_CALL && op != JUMP_EXIT && op != 0
+    emit(Insn::load(SIZE_H, R5, R2, IP_FRAGMENT), None);
+    emit(
+        Insn::and_imm(R5, be16_as_loaded(FRAGMENT_BITS) as i32),
+        None,
+    );
+    emit(Insn::jump_ne32_imm(R5, 0, 0), Some(Pass));
+    let address = u32::from_le_bytes(steering.ip.octets());
+    for (insn, target) in field_is(IP_PROTOCOL, SIZE_B, PROTOCOL_UDP)
+        .into_iter()
+        .chain(field_is(IP_DESTINATION, SIZE_W, address))
+        .chain(field_is(
+            UDP_DESTINATION_PORT,
+            SIZE_H,
+            be16_as_loaded(steering.port),
+        ))
+    {
+        emit(insn, target);
+    }
+    emit(Insn::load(SIZE_H, R5, R2, UDP_LENGTH), None);
+    emit(Insn::be16(R5), None);
+    let ring_max = i32::from(steering.ring_max_udp_len);
+    emit(Insn::jump_gt_imm(R5, ring_max, 0), Some(Kernel));
+    for insn in Insn::load_map_fd(R1, steering.sockets_map_fd) {
+        emit(insn, None);
+    }
+    emit(Insn::load(SIZE_W, R2, R6, MD_RX_QUEUE_INDEX), None);
+    emit(Insn::mov_imm(R3, XDP_PASS), None);
+    emit(Insn::call(HELPER_REDIRECT_MAP), None);
+    emit(Insn::exit(), None);
+    let kernel = layout.len();
+    for insn in Insn::load_map_value(R1, steering.passed_counter_fd) {
+        layout.push((insn, None));
+    }
+    layout.push((Insn::mov_imm(R2, 1), None));
+    layout.push((Insn::atomic_add64(R1, R2, 0), None));
+    let pass = layout.len();
+    layout.push((Insn::mov_imm(R0, XDP_PASS), None));
+    layout.push((Insn::exit(), None));
+    layout
+        .into_iter()
+        .enumerate()
+        .map(|(at, (mut insn, target))| {
+            if let Some(target) = target {
+                let to = if target == Kernel { kernel } else { pass };
+                insn.off = (to - at - 1) as i16;
+            }
+            insn
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn is_conditional_jump(code: u8) -> bool {
+        let class = code & 0x07;
+        let op = code & 0xf0;
+        (class == CLASS_JMP || class == CLASS_JMP32)
+            && op != JUMP_CALL
+            && op != JUMP_EXIT
+            && op != 0
+    }
 
     fn bytes(insn: Insn) -> [u8; 8] {
         let mut out = [0; 8];
@@ -258,32 +356,58 @@ mod tests {
         );
         assert_eq!(bytes(Insn::call(51)), [0x85, 0x00, 0, 0, 51, 0, 0, 0]);
         assert_eq!(bytes(Insn::exit()), [0x95, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            bytes(Insn::jump_gt_imm(Reg::R5, 520, 9)),
+            [0x25, 0x05, 9, 0, 8, 2, 0, 0]
+        );
+        assert_eq!(bytes(Insn::be16(Reg::R5)), [0xdc, 0x05, 0, 0, 16, 0, 0, 0]);
+        assert_eq!(
+            bytes(Insn::atomic_add64(Reg::R1, Reg::R2, 0)),
+            [0xdb, 0x21, 0, 0, 0, 0, 0, 0]
+        );
         let [first, second] = Insn::load_map_fd(Reg::R1, 7);
         assert_eq!(bytes(first), [0x18, 0x11, 0, 0, 7, 0, 0, 0]);
         assert_eq!(bytes(second), [0; 8]);
+        let [first, second] = Insn::load_map_value(Reg::R1, 7);
+        assert_eq!(bytes(first), [0x18, 0x21, 0, 0, 7, 0, 0, 0]);
+        assert_eq!(bytes(second), [0; 8]);
     }
 
-    #[test]
-    fn every_check_jumps_to_pass() {
-        let program = redirect_program(3, Ipv4Addr::new(10, 213, 7, 200), 40000);
-        let pass = program.len() - 2;
-        assert_eq!(program[pass], Insn::mov_imm(Reg::R0, XDP_PASS));
-        let jumps: Vec<usize> = (0..program.len())
-            .filter(|&at| is_conditional_jump(program[at].code))
-            .collect();
-        assert_eq!(
-            jumps.len(),
-            7,
-            "bounds, ethertype, ihl, fragment, protocol, address, port"
-        );
-        for at in jumps {
-            assert_eq!(at + 1 + program[at].off as usize, pass, "jump at {at}");
+    fn steering(port: u16) -> Steering {
+        Steering {
+            ip: Ipv4Addr::new(10, 213, 7, 200),
+            port,
+            sockets_map_fd: 3,
+            ring_max_udp_len: 520,
+            passed_counter_fd: 4,
         }
     }
 
     #[test]
+    fn every_check_jumps_to_pass_and_long_frames_to_the_counter() {
+        let program = redirect_program(&steering(40000));
+        let pass = program.len() - 2;
+        assert_eq!(program[pass], Insn::mov_imm(Reg::R0, XDP_PASS));
+        let kernel = pass - 4;
+        assert_eq!(program[kernel], Insn::load_map_value(Reg::R1, 4)[0]);
+        assert_eq!(program[pass - 1], Insn::atomic_add64(Reg::R1, Reg::R2, 0));
+        let jumps: Vec<usize> = (0..program.len())
+            .filter(|&at| is_conditional_jump(program[at].code))
+            .collect();
+        // Bounds, ethertype, IHL, fragment, protocol, address, port, then the length.
+        assert_eq!(jumps.len(), 8);
+        let (length, checks) = jumps.split_last().expect("jumps");
+        for &at in checks {
+            assert_eq!(at + 1 + program[at].off as usize, pass, "jump at {at}");
+        }
+        assert_eq!(length + 1 + program[*length].off as usize, kernel);
+        assert_eq!(program[*length].imm, 520);
+        assert_eq!(program[length - 1], Insn::be16(Reg::R5));
+    }
+
+    #[test]
     fn constants_are_read_as_the_frame_holds_them() {
-        let program = redirect_program(3, Ipv4Addr::new(10, 213, 7, 200), 0x1234);
+        let program = redirect_program(&steering(0x1234));
         let imm_of = |off: i16| {
             let at = program
                 .iter()

@@ -250,18 +250,18 @@ impl XskSocket {
     }
 
     /// Publishes the queued frames and wakes the kernel to send them. In copy mode the kernel
-    /// sends a bounded batch per wake-up, so this repeats while it makes progress. Returns
-    /// `Err` only for a socket that cannot send at all.
+    /// sends a bounded batch per wake-up (32 frames) and answers EAGAIN while more wait, so this
+    /// repeats while the kernel takes frames; what it does not take now (its queue to the device
+    /// is full) waits in the ring for the next call, which every receive poll makes
+    /// ([`has_unsent`](Self::has_unsent)). Returns `Err` only for a socket that cannot send.
     pub fn flush(&mut self) -> io::Result<()> {
         self.tx.publish();
-        // Copy mode sends at most 32 frames per call: enough calls for a full ring, and a bound
-        // on a kernel that keeps answering EAGAIN.
+        // Enough calls for a full ring at 32 frames each, and a bound on a kernel that keeps
+        // taking a frame at a time.
         const MAX_WAKEUPS: u32 = TX_CHUNKS / 16;
+        let mut waiting = self.tx.in_flight();
         for _ in 0..MAX_WAKEUPS {
-            if self.tx.in_flight() == 0 {
-                break;
-            }
-            if !self.tx.needs_wakeup() {
+            if waiting == 0 || !self.tx.needs_wakeup() {
                 break;
             }
             // SAFETY: a zero-length send on our socket: the wake-up call of AF_XDP.
@@ -278,13 +278,22 @@ impl XskSocket {
             if rc < 0 {
                 let error = io::Error::last_os_error();
                 match error.raw_os_error() {
-                    // Busy or out of buffers: the frames stay queued for the next flush.
-                    Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::EINTR) => break,
+                    Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::EINTR) => {}
                     _ => return Err(error),
                 }
             }
+            let still_waiting = self.tx.in_flight();
+            if still_waiting >= waiting {
+                break;
+            }
+            waiting = still_waiting;
         }
         Ok(())
+    }
+
+    /// True if frames wait in the tx ring for the kernel.
+    pub fn has_unsent(&mut self) -> bool {
+        self.tx.in_flight() > 0
     }
 
     /// Moves chunks the kernel has finished sending back to the free list.

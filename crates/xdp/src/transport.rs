@@ -1,8 +1,19 @@
-//! The transport: frames to on-link peers go out through the AF_XDP socket's transmit ring,
-//! framed here; frames from everyone arrive through its receive ring, steered by the program.
-//! A UDP socket bound to the same address stays open beside it: it keeps the port reserved in
-//! the kernel, sends to peers that need the kernel's routing (off the subnet, or with no known
-//! Ethernet address), and receives whatever the program leaves to the kernel.
+//! The transport: two paths for the same datagrams, each used where it is fastest.
+//!
+//! - **The ring** (AF_XDP): short frames sent alone — a request, a reply, an acknowledgement —
+//!   are framed here and go out through the socket's transmit ring; short frames arriving are
+//!   steered by the program into its receive ring, where polling costs no system call. This is
+//!   the latency path.
+//! - **The kernel** (a UDP socket bound to the same address): streams of frames go out as UDP
+//!   GSO datagrams (one trip down the stack per 64 KB); long frames arriving are passed on by
+//!   the program, merged by the kernel's GRO and read with `recvmmsg`, payload placed straight
+//!   into receive buffers. Copy-mode AF_XDP handles every frame on its own, which costs a
+//!   stream several times what the kernel's offloads do. The program counts the frames it
+//!   passes in a counter mapped into this process, so the socket is read only when something
+//!   waits there, not on every poll.
+//!
+//! The socket also keeps the port reserved in the kernel, and reaches peers that need the
+//! kernel's routing (off the subnet, or with no known Ethernet address).
 
 use std::fmt;
 use std::io;
@@ -12,19 +23,34 @@ use std::os::fd::RawFd;
 use nicmsg_udp::UdpTransport;
 use rustc_hash::FxHashMap;
 
-use crate::bpf::{AttachMode, Link, Program, SocketMap};
+use crate::bpf::{AttachMode, Counter, Link, Program, SocketMap};
 use crate::interface::Interface;
 use crate::packet::{parse, HeaderTemplate, Station, HEADERS_LEN};
-use crate::program::redirect_program;
+use crate::program::{redirect_program, Steering};
 use crate::socket::{XskSocket, MAX_FRAME_BYTES};
 
 /// Frames taken from the receive ring per call: the same batch the UDP transport reads per
 /// `recvmmsg`, so a turn of the engine does the same bounded amount of work either way.
 pub const RECEIVE_BATCH: u32 = 64;
-/// Every this many receive calls, the UDP socket is polled too. Frames reach it only when the
-/// program passes them on (a receive queue without a socket, a frame it does not recognise), so
-/// a system call per poll would buy nothing; this bounds how long such a frame waits.
+/// Longest UDP payload that travels through the ring (both ways): a frame's 72 bytes of
+/// headers and a message of up to 440 bytes, which covers the short messages sent alone
+/// (requests, replies, acknowledgements, credits). Longer frames are a stream's, or a message
+/// large enough that the kernel path's extra microsecond is small beside it.
+pub const RING_MAX_PAYLOAD: usize = 512;
+// A GSO datagram may reach the program unsegmented (generic mode on a veth): it must never be
+// short enough for the ring, where it would be one blob of several frames.
+const _: () = assert!(RING_MAX_PAYLOAD < nicmsg_udp::MIN_GSO_DATAGRAM);
+/// Most frames in one send for them to go through the ring: a reply and its acknowledgement.
+/// A longer batch is a stream, which the kernel sends as GSO datagrams far more cheaply.
+const RING_MAX_BATCH: usize = 2;
+/// Every this many receive calls, the UDP socket is polled even if the program counted nothing
+/// for it: frames it passes uncounted (a receive queue without a socket) reach the socket too,
+/// and this bounds how long they wait.
 const KERNEL_POLL_INTERVAL: u32 = 64;
+/// Empty reads of the UDP socket, while the program's count says frames are owed, after which
+/// they are taken as dropped by the kernel (a full socket buffer): the protocol resends them,
+/// and the socket is no longer read on every poll for their sake.
+const KERNEL_OWED_EMPTY_POLLS: u32 = 256;
 /// The socket's receive queue. One queue is what a veth (and a NIC steered to one queue) uses;
 /// frames on other queues are passed to the kernel and arrive through the UDP socket.
 const QUEUE: u32 = 0;
@@ -47,11 +73,13 @@ impl fmt::Debug for OpenError {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct XdpStats {
     pub frames_sent: u64,
-    /// Frames to peers sent through the UDP socket (no on-link route).
+    /// Frames sent through the UDP socket (streams, long frames, peers off the link).
     pub frames_sent_by_kernel: u64,
     pub frames_received: u64,
-    /// Frames that arrived through the UDP socket instead of the ring.
+    /// Frames that arrived through the UDP socket (long frames the program passed on).
     pub frames_received_by_kernel: u64,
+    /// Frames the program passed to the kernel that never reached the socket.
+    pub frames_lost_in_kernel: u64,
     /// Received frames that are not well-formed IPv4/UDP.
     pub malformed: u64,
     /// Frames longer than a frame may be, dropped before sending.
@@ -77,6 +105,10 @@ pub struct XdpTransport {
     _link: Link,
     _program: Program,
     _map: SocketMap,
+    /// Frames the program passed to the kernel, and how many of them were read so far.
+    passed: Counter,
+    passed_read: u64,
+    empty_kernel_polls: u32,
     socket: XskSocket,
     udp: UdpTransport,
     interface: Interface,
@@ -141,19 +173,25 @@ impl XdpTransport {
             .map_err(|e| format!("cannot open an AF_XDP socket on {}: {e}", interface.name))?;
         map.insert(QUEUE, socket.fd())
             .map_err(|e| format!("cannot register the AF_XDP socket: {e}"))?;
-        let program = Program::load(
-            &redirect_program(map.fd(), *local.ip(), local.port()),
-            "nicmsg_steer",
-        )
-        .map_err(|e| e.to_string())?;
+        let passed =
+            Counter::create().map_err(|e| format!("cannot create a mapped BPF counter: {e}"))?;
+        let steering = Steering {
+            ip: *local.ip(),
+            port: local.port(),
+            sockets_map_fd: map.fd(),
+            ring_max_udp_len: (RING_MAX_PAYLOAD + 8) as u16,
+            passed_counter_fd: passed.fd(),
+        };
+        let program = Program::load(&redirect_program(&steering), "nicmsg_steer")
+            .map_err(|e| e.to_string())?;
         let link = program
-            .attach(interface.index, AttachMode::Native)
-            .or_else(|_| program.attach(interface.index, AttachMode::Generic))
+            .attach(interface.index, AttachMode::Generic)
             .map_err(|e| format!("cannot attach the XDP program to {}: {e}", interface.name))?;
         Ok(Attached {
             link,
             program,
             map,
+            passed,
             socket,
             interface,
             local,
@@ -165,6 +203,7 @@ impl XdpTransport {
             link,
             program,
             map,
+            passed,
             socket,
             interface,
             local,
@@ -176,6 +215,9 @@ impl XdpTransport {
             _link: link,
             _program: program,
             _map: map,
+            passed,
+            passed_read: 0,
+            empty_kernel_polls: 0,
             socket,
             udp,
             local: Station {
@@ -252,13 +294,19 @@ impl XdpTransport {
         self.max_frame
     }
 
-    /// The AF_XDP socket: readable when frames wait in the receive ring.
-    pub fn fd(&self) -> RawFd {
-        self.socket.fd()
+    /// The AF_XDP socket (readable when frames wait in the receive ring) and the UDP socket
+    /// (readable when frames the program passed on wait there).
+    pub fn fds(&self) -> [RawFd; 2] {
+        [self.socket.fd(), self.udp.fd()]
     }
 
     pub fn stats(&self) -> &XdpStats {
         &self.stats
+    }
+
+    /// Frames the program has passed to the kernel so far (its counter).
+    pub fn passed_to_kernel(&self) -> u64 {
+        self.passed.read()
     }
 
     /// The kernel's counters of the AF_XDP socket.
@@ -267,31 +315,31 @@ impl XdpTransport {
     }
 
     /// Sends `frames` (rank, pieces) in order; returns how many were taken (sent, or dropped and
-    /// counted). Fewer than all when every transmit chunk is in flight or the UDP socket would
-    /// block: the caller offers the rest again.
+    /// counted). Short frames sent alone go through the ring, the others through the UDP socket
+    /// (see the module documentation). Fewer than all are taken when every transmit chunk is
+    /// in flight or the UDP socket would block: the caller offers the rest again.
     pub fn send(&mut self, frames: &[(u32, &[&[u8]])]) -> io::Result<usize> {
+        let alone = frames.len() <= RING_MAX_BATCH;
         let mut taken = 0;
         while taken < frames.len() {
-            let direct = frames[taken..]
+            let by_ring = |&(rank, pieces): &(u32, &[&[u8]])| {
+                alone && self.is_direct(rank) && payload_len(pieces) <= RING_MAX_PAYLOAD
+            };
+            let first_by_ring = by_ring(&frames[taken]);
+            let run = frames[taken..]
                 .iter()
-                .take_while(|(rank, _)| self.is_direct(*rank))
+                .take_while(|frame| by_ring(frame) == first_by_ring)
                 .count();
-            if direct > 0 {
-                let sent = self.send_direct(&frames[taken..taken + direct]);
-                taken += sent;
-                if sent < direct {
-                    break;
-                }
-                continue;
-            }
-            let by_kernel = frames[taken..]
-                .iter()
-                .take_while(|(rank, _)| !self.is_direct(*rank))
-                .count();
-            let sent = self.udp.send_batch(&frames[taken..taken + by_kernel])?;
-            self.stats.frames_sent_by_kernel += sent as u64;
+            let run_frames = &frames[taken..taken + run];
+            let sent = if first_by_ring {
+                self.send_direct(run_frames)
+            } else {
+                let sent = self.udp.send_batch(run_frames)?;
+                self.stats.frames_sent_by_kernel += sent as u64;
+                sent
+            };
             taken += sent;
-            if sent < by_kernel {
+            if sent < run {
                 break;
             }
         }
@@ -309,7 +357,7 @@ impl XdpTransport {
             let Some(Route::Direct(template)) = self.routes.get(rank as usize).copied() else {
                 unreachable!("only direct frames are passed here");
             };
-            let len: usize = pieces.iter().map(|p| p.len()).sum();
+            let len = payload_len(pieces);
             if len > self.max_frame {
                 self.stats.oversize += 1;
                 continue;
@@ -332,9 +380,15 @@ impl XdpTransport {
     }
 
     /// Hands every frame waiting in the receive ring (up to a batch) to `deliver`, with the
-    /// rank its source address belongs to (`None`: not a member of the job); every
-    /// [`KERNEL_POLL_INTERVAL`] calls also those waiting at the UDP socket. Returns the count.
-    pub fn receive(&mut self, deliver: &mut dyn FnMut(Option<u32>, &[u8])) -> io::Result<usize> {
+    /// rank its source address belongs to (`None`: not a member of the job); returns how many.
+    /// Sends what still waits in the transmit ring first.
+    pub fn receive_ring(
+        &mut self,
+        deliver: &mut dyn FnMut(Option<u32>, &[u8]),
+    ) -> io::Result<usize> {
+        if self.socket.has_unsent() {
+            self.socket.flush()?;
+        }
         let ranks = &self.ranks;
         let stats = &mut self.stats;
         let mut delivered = 0;
@@ -347,19 +401,63 @@ impl XdpTransport {
                 }
                 Err(_) => stats.malformed += 1,
             });
+        Ok(delivered)
+    }
+
+    /// True if the UDP socket should be read now: the program passed frames to the kernel that
+    /// have not been read yet, or the periodic poll is due. Call once per receive poll, and
+    /// report what the read brought with [`kernel_read`](Self::kernel_read).
+    pub fn kernel_due(&mut self) -> bool {
         self.receive_calls = self.receive_calls.wrapping_add(1);
-        if delivered == 0 && self.receive_calls.is_multiple_of(KERNEL_POLL_INTERVAL) {
+        self.passed.read() != self.passed_read
+            || self.receive_calls.is_multiple_of(KERNEL_POLL_INTERVAL)
+    }
+
+    /// Records that a read of the UDP socket brought `frames` frames.
+    pub fn kernel_read(&mut self, frames: usize) {
+        self.stats.frames_received_by_kernel += frames as u64;
+        let passed = self.passed.read();
+        if frames > 0 {
+            self.empty_kernel_polls = 0;
+            // Frames the program did not count (see KERNEL_POLL_INTERVAL) do not run ahead.
+            self.passed_read = (self.passed_read + frames as u64).min(passed);
+            return;
+        }
+        if self.passed_read == passed {
+            return;
+        }
+        self.empty_kernel_polls += 1;
+        if self.empty_kernel_polls >= KERNEL_OWED_EMPTY_POLLS {
+            self.stats.frames_lost_in_kernel += passed - self.passed_read;
+            self.passed_read = passed;
+            self.empty_kernel_polls = 0;
+        }
+    }
+
+    /// The UDP socket beside the ring, for reading it with a placement plan.
+    pub fn kernel_socket(&mut self) -> &mut UdpTransport {
+        &mut self.udp
+    }
+
+    /// Both paths: the UDP socket when due, then the ring. Returns the count.
+    pub fn receive(&mut self, deliver: &mut dyn FnMut(Option<u32>, &[u8])) -> io::Result<usize> {
+        let mut delivered = 0;
+        if self.kernel_due() {
             let count = self.udp.recv_batch()?;
             for index in 0..count {
                 let rank = self.udp.received_rank(index);
                 let (_, bytes) = self.udp.received(index);
                 deliver(rank, bytes);
             }
-            self.stats.frames_received_by_kernel += count as u64;
+            self.kernel_read(count);
             delivered += count;
         }
-        Ok(delivered)
+        Ok(delivered + self.receive_ring(deliver)?)
     }
+}
+
+fn payload_len(pieces: &[&[u8]]) -> usize {
+    pieces.iter().map(|p| p.len()).sum()
 }
 
 /// The parts `open` sets up before the transport is assembled.
@@ -367,6 +465,7 @@ struct Attached {
     link: Link,
     program: Program,
     map: SocketMap,
+    passed: Counter,
     socket: XskSocket,
     interface: Interface,
     local: SocketAddrV4,
