@@ -24,7 +24,7 @@ impl fmt::Display for Rate {
             (1_000_000, "mbit"),
             (1_000, "kbit"),
         ] {
-            if b >= div && b % div == 0 {
+            if b >= div && b.is_multiple_of(div) {
                 return write!(f, "{}{unit}", b / div);
             }
         }
@@ -90,7 +90,7 @@ pub struct Loss {
 impl fmt::Display for Loss {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let bp = self.basis_points;
-        if bp % 100 == 0 {
+        if bp.is_multiple_of(100) {
             write!(f, "{}%", bp / 100)
         } else {
             write!(f, "{}.{:02}%", bp / 100, bp % 100)

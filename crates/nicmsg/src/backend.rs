@@ -60,7 +60,9 @@ impl Transport for Backend {
                 }
                 // Frames from the ring land in the socket's own memory: nothing to place.
                 let from_ring = xdp.receive_ring(&mut |source, bytes| {
-                    deliver(source, Received::Bytes(bytes));
+                    for frame in Frames(bytes) {
+                        deliver(source, Received::Bytes(frame));
+                    }
                 })?;
                 Ok(count + from_ring)
             }
@@ -112,6 +114,27 @@ impl Transport for Backend {
                 )
             }
         }
+    }
+}
+
+/// The frames of a datagram that may hold several back to back (a GSO datagram the kernel did
+/// not segment), cut apart by the lengths their headers give. Whatever does not parse as a
+/// frame header is handed on whole, for the protocol core to reject and count.
+struct Frames<'a>(&'a [u8]);
+
+impl<'a> Iterator for Frames<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.0.is_empty() {
+            return None;
+        }
+        let len = nicmsg_wire::frame_len(self.0)
+            .filter(|&len| len > 0 && len <= self.0.len())
+            .unwrap_or(self.0.len());
+        let (frame, rest) = self.0.split_at(len);
+        self.0 = rest;
+        Some(frame)
     }
 }
 
@@ -178,4 +201,49 @@ unsafe fn receive_placed_udp(
         deliver(rank, Received::Bytes(bytes));
     }
     Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Frames;
+    use nicmsg_wire::{emit_frame, Flags, FrameHeader, FrameKind};
+
+    fn ack(msg_id: u32) -> Vec<u8> {
+        let header = FrameHeader {
+            kind: FrameKind::Ack,
+            flags: Flags::ACK_ALL,
+            job: 1,
+            src: 0,
+            dst: 1,
+            msg_id,
+            frame_index: 0,
+            offset: 0,
+            payload_len: 0,
+            aux: 0,
+            acked_id: 0,
+        };
+        let mut out = vec![0u8; 64];
+        let len = emit_frame(&header, None, &[], &mut out).expect("emit");
+        out.truncate(len);
+        out
+    }
+
+    #[test]
+    fn a_datagram_of_several_frames_is_cut_at_their_lengths() {
+        let frames = [ack(1), ack(2), ack(3)];
+        let datagram = frames.concat();
+        let cut: Vec<&[u8]> = Frames(&datagram).collect();
+        assert_eq!(cut, frames.iter().map(Vec::as_slice).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn what_does_not_parse_is_handed_on_whole() {
+        let mut datagram = ack(1);
+        datagram.extend_from_slice(b"not a frame header");
+        let cut: Vec<&[u8]> = Frames(&datagram).collect();
+        assert_eq!(cut.len(), 2);
+        assert_eq!(cut[1], b"not a frame header");
+        let garbage = vec![0xffu8; 100];
+        assert_eq!(Frames(&garbage).collect::<Vec<_>>(), [&garbage[..]]);
+    }
 }

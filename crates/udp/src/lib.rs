@@ -35,7 +35,7 @@ mod transport;
 pub use addr::canonical;
 pub use recv::Placement;
 pub use stats::{SendErrors, UdpStats};
-pub use transport::{SendBatch, UdpOptions, UdpTransport, MIN_GSO_DATAGRAM};
+pub use transport::{SendBatch, UdpOptions, UdpTransport};
 
 /// Frames per `sendmmsg` by default. One system call costs about a microsecond; 64 frames make
 /// that a few percent of the per-frame cost, and the scratch (64 `mmsghdr` + 64 × 17 `iovec`,

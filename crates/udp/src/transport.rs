@@ -194,18 +194,9 @@ impl SendSlots {
                 break;
             }
         }
-        if bytes < MIN_GSO_DATAGRAM {
-            return (1, first.iovecs);
-        }
         (count, iovecs)
     }
 }
-
-/// Shortest GSO datagram: shorter runs go one datagram per frame. A receiver on the AF_XDP
-/// transport takes datagrams of up to 520 UDP bytes into its ring as they come, and a GSO
-/// datagram reaches it unsegmented on a veth; one that short would be a blob of several frames
-/// there. (Runs that short gain little from GSO anyway.)
-pub const MIN_GSO_DATAGRAM: usize = 1024;
 
 /// Most segments in one GSO datagram (`UDP_MAX_SEGMENTS` of the kernel, 64 before Linux 6.9).
 const MAX_GSO_SEGMENTS: usize = 64;

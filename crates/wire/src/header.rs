@@ -166,6 +166,17 @@ pub fn headers_len(kind: FrameKind) -> usize {
     }
 }
 
+/// The length of the frame at the start of `bytes` (headers and payload), read from its header
+/// without checking anything else: for cutting a datagram that holds several frames back to
+/// back into frames, each then checked whole. `None` if the header is cut short or names no
+/// frame kind.
+pub fn frame_len(bytes: &[u8]) -> Option<usize> {
+    let header = bytes.get(..FRAME_HEADER_LEN)?;
+    let kind = FrameKind::from_u8(header[field::KIND]).ok()?;
+    let payload_len = read_u32(header, field::PAYLOAD_LEN) as usize;
+    headers_len(kind).checked_add(payload_len)
+}
+
 /// Per-message information on the first frame(s) of a message (EMP figure 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MsgHeader {

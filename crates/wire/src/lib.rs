@@ -16,7 +16,7 @@ mod kind;
 pub use error::WireError;
 pub use frame::{checksum, emit_frame, emit_headers, seal, Frame, MAX_HEADERS_LEN};
 pub use header::{
-    field, headers_len, msg_field, FrameHeader, MsgHeader, FRAME_HEADER_LEN, MSG_HEADER_LEN,
-    VERSION,
+    field, frame_len, headers_len, msg_field, FrameHeader, MsgHeader, FRAME_HEADER_LEN,
+    MSG_HEADER_LEN, VERSION,
 };
 pub use kind::{Flags, FrameKind, Protocol};

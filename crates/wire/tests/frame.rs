@@ -827,3 +827,34 @@ fn checksum_is_crc32c_of_the_frame_with_its_checksum_field_zeroed() {
         );
     }
 }
+
+#[test]
+fn frame_len_cuts_back_to_back_frames_apart() {
+    let mut datagram = Vec::new();
+    let mut lengths = Vec::new();
+    for (kind, payload) in [
+        (FrameKind::Eager, &b"abc"[..]),
+        (FrameKind::Ack, &b""[..]),
+        (FrameKind::Data, &b"0123456789"[..]),
+    ] {
+        let header = header(kind, payload.len());
+        let bytes = build_with(&header, msg_for(kind).as_ref(), payload);
+        lengths.push(bytes.len());
+        datagram.extend_from_slice(&bytes);
+    }
+    let mut rest = &datagram[..];
+    for expected in lengths {
+        let len = nicmsg_wire::frame_len(rest).expect("a frame header");
+        assert_eq!(len, expected);
+        Frame::parse(&rest[..len]).expect("each piece is a whole frame");
+        rest = &rest[len..];
+    }
+    assert!(rest.is_empty());
+    assert_eq!(
+        nicmsg_wire::frame_len(&datagram[..FRAME_HEADER_LEN - 1]),
+        None
+    );
+    let mut unknown = datagram.clone();
+    unknown[field::KIND] = 0x7f;
+    assert_eq!(nicmsg_wire::frame_len(&unknown), None);
+}

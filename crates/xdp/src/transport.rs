@@ -12,6 +12,10 @@
 //!   passes in a counter mapped into this process, so the socket is read only when something
 //!   waits there, not on every poll.
 //!
+//! A GSO datagram may reach the program unsegmented (generic mode on a veth, which passes GSO
+//! datagrams whole): a short run of small frames then lands in the ring as one datagram holding
+//! several frames, which the caller cuts apart by their own headers.
+//!
 //! The socket also keeps the port reserved in the kernel, and reaches peers that need the
 //! kernel's routing (off the subnet, or with no known Ethernet address).
 
@@ -37,9 +41,6 @@ pub const RECEIVE_BATCH: u32 = 64;
 /// (requests, replies, acknowledgements, credits). Longer frames are a stream's, or a message
 /// large enough that the kernel path's extra microsecond is small beside it.
 pub const RING_MAX_PAYLOAD: usize = 512;
-// A GSO datagram may reach the program unsegmented (generic mode on a veth): it must never be
-// short enough for the ring, where it would be one blob of several frames.
-const _: () = assert!(RING_MAX_PAYLOAD < nicmsg_udp::MIN_GSO_DATAGRAM);
 /// Most frames in one send for them to go through the ring: a reply and its acknowledgement.
 /// A longer batch is a stream, which the kernel sends as GSO datagrams far more cheaply.
 const RING_MAX_BATCH: usize = 2;
