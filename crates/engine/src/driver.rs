@@ -39,6 +39,11 @@ pub struct EngineStats {
     /// application).
     pub orphan_frames: u64,
     pub transport_errors: u64,
+    /// Speculative placement: frames predicted in receive plans, frames that arrived where
+    /// predicted and were taken, and frames offered as placed that the core refused.
+    pub frames_predicted: u64,
+    pub frames_placed: u64,
+    pub placements_refused: u64,
 }
 
 pub struct Driver<T: Transport> {
@@ -297,8 +302,19 @@ impl<T: Transport> Driver<T> {
                         true
                     }
                     Received::Placed { slot, header, len } => {
-                        endpoint.handle_placed_frame(now, header, len, &expected[slot], &mut memory)
-                            == PlacedOutcome::Taken
+                        let taken = endpoint.handle_placed_frame(
+                            now,
+                            header,
+                            len,
+                            &expected[slot],
+                            &mut memory,
+                        ) == PlacedOutcome::Taken;
+                        if taken {
+                            stats.frames_placed += 1;
+                        } else {
+                            stats.placements_refused += 1;
+                        }
+                        taken
                     }
                 }
             };
@@ -356,6 +372,7 @@ impl<T: Transport> Driver<T> {
             };
             planned += 1;
         }
+        self.stats.frames_predicted += planned as u64;
         planned
     }
 

@@ -35,7 +35,7 @@ pub fn render(rank: u32, snapshot: &Snapshot, pins: &PinStats) -> String {
     let engine = &snapshot.engine;
     let _ = writeln!(
         out,
-        "nicmsg stats rank {rank}: credit stalls {}, liveness probes {}, peers unreachable {}, acks piggybacked {}, express deliveries {}, sends completed early {} (unconfirmed {}), engine turns {}, commands {}, spoofed frames {}, transport errors {}, pages pinned {} (mlock calls {}, failures {}, cache hits {})",
+        "nicmsg stats rank {rank}: credit stalls {}, liveness probes {}, peers unreachable {}, acks piggybacked {}, express deliveries {}, sends completed early {} (unconfirmed {}), engine turns {}, commands {}, frames predicted {} placed {} refused {}, spoofed frames {}, transport errors {}, pages pinned {} (mlock calls {}, failures {}, cache hits {})",
         snapshot.protocol.credit_stalls,
         snapshot.protocol.liveness_probes,
         snapshot.protocol.peers_declared_unreachable,
@@ -45,6 +45,9 @@ pub fn render(rank: u32, snapshot: &Snapshot, pins: &PinStats) -> String {
         snapshot.protocol.early_sends_unconfirmed,
         engine.turns,
         engine.commands,
+        engine.frames_predicted,
+        engine.frames_placed,
+        engine.placements_refused,
         engine.spoofed_frames,
         engine.transport_errors,
         pins.pinned_pages,

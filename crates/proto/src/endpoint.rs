@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use rustc_hash::FxHashMap;
 
 use crate::collections::CollectionTimers;
-use crate::ops::{Control, Incoming, RecvOp, SendOp, ShortCopy};
+use crate::ops::{Control, Incoming, LatestData, RecvOp, SendOp, ShortCopy};
 use crate::peer::Peer;
 use crate::slab::Slab;
 use crate::transmit::INLINE_PAYLOAD_MAX;
@@ -59,6 +59,8 @@ pub struct Endpoint {
     deadline_cache: Cell<Option<Option<Nanos>>>,
     /// Sends completed when they started (short copied messages) and not yet acknowledged.
     pub(crate) sends_completed_early: usize,
+    /// Where the stream of long-message frames was last (`placement.rs`).
+    pub(crate) latest_data: Option<LatestData>,
 }
 
 /// Receiver-to-sender control frames, which carry the cumulative credit count in `aux`.
@@ -113,6 +115,7 @@ impl Endpoint {
             completion_usage: TableUsage::new(completions_limit),
             deadline_cache: Cell::new(None),
             sends_completed_early: 0,
+            latest_data: None,
             config,
         })
     }

@@ -307,6 +307,18 @@ impl Incoming {
     }
 }
 
+/// The frame of a long message that arrived last: where a stream most likely goes on
+/// (`placement.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LatestData {
+    /// The incoming message's entry (checked against `peer` and `msg_id` before use: the entry
+    /// may have been freed and reused since).
+    pub index: u32,
+    pub peer: Rank,
+    pub msg_id: u32,
+    pub frame: u32,
+}
+
 /// A control frame waiting to be sent. Credits (`aux`) are filled in when it leaves, so the
 /// freshest count goes out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

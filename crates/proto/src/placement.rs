@@ -38,50 +38,77 @@ pub enum PlacedOutcome {
 impl Endpoint {
     /// Fills `out` with frames likely to arrive next (missing, already granted frames of long
     /// messages being received straight into a posted buffer), in order; returns how many.
+    ///
+    /// A sender streams a message's frames in order, so the frames that come next are most
+    /// likely those after the last one that arrived: that message is predicted first, from the
+    /// frame after it (frames missing before it were lost and come back later, if at all); then
+    /// the other messages in progress, from their first missing frame. A transport that places
+    /// a run of coalesced frames needs the run's first frame right to place any of it.
     pub fn predict_frames(&self, out: &mut [ExpectedFrame]) -> usize {
         // Asked before every receive batch: nothing to walk in the common idle case.
         if self.incoming.usage.in_use == 0 {
             return 0;
         }
+        let latest = self.latest_data.filter(|latest| {
+            self.incoming
+                .get(latest.index)
+                .is_some_and(|e| e.peer == latest.peer && e.msg_id == latest.msg_id)
+        });
         let mut count = 0;
+        if let Some(latest) = latest {
+            count = self.predict_message(latest.index, latest.frame + 1, out, count);
+        }
         for index in self.incoming.occupied() {
+            if latest.is_some_and(|latest| latest.index == index) {
+                continue;
+            }
+            count = self.predict_message(index, 0, out, count);
+        }
+        count
+    }
+
+    /// Appends to `out[count..]` the missing, granted frames of incoming message `index` from
+    /// frame `from` on; returns the new count.
+    fn predict_message(
+        &self,
+        index: u32,
+        from: u32,
+        out: &mut [ExpectedFrame],
+        mut count: usize,
+    ) -> usize {
+        let Some(entry) = self.incoming.get(index) else {
+            return count;
+        };
+        let Dest::Recv(recv) = entry.dest else {
+            return count;
+        };
+        if entry.is_eager() || entry.phase != RxPhase::Receiving {
+            return count;
+        }
+        let Some(buffer) = self.recvs.get(recv).map(|r| &r.buffer) else {
+            return count;
+        };
+        // Frame 0 travels as an RTS with a longer header: never predicted.
+        let first = entry.contiguous.max(from).max(1);
+        let end = entry.granted.min(entry.frames);
+        for frame in first..end {
             if count == out.len() {
                 break;
             }
-            let Some(entry) = self.incoming.get(index) else {
-                continue;
-            };
-            let Dest::Recv(recv) = entry.dest else {
-                continue;
-            };
-            if entry.is_eager() || entry.phase != RxPhase::Receiving {
+            if entry.has_frame(frame) {
                 continue;
             }
-            let Some(buffer) = self.recvs.get(recv).map(|r| r.buffer) else {
-                continue;
-            };
-            // Frame 0 travels as an RTS with a longer header: never predicted.
-            let first = entry.contiguous.max(1);
-            let end = entry.granted.min(entry.frames);
-            for frame in first..end {
-                if count == out.len() {
-                    break;
-                }
-                if entry.has_frame(frame) {
-                    continue;
-                }
-                let offset = entry.geometry.offset(frame);
-                let len = entry.geometry.len(frame);
-                if let Some(segment) = single_piece(&buffer, offset, len) {
-                    out[count] = ExpectedFrame {
-                        peer: entry.peer,
-                        msg_id: entry.msg_id,
-                        frame_index: frame,
-                        offset,
-                        segment,
-                    };
-                    count += 1;
-                }
+            let offset = entry.geometry.offset(frame);
+            let len = entry.geometry.len(frame);
+            if let Some(segment) = single_piece(buffer, offset, len) {
+                out[count] = ExpectedFrame {
+                    peer: entry.peer,
+                    msg_id: entry.msg_id,
+                    frame_index: frame,
+                    offset,
+                    segment,
+                };
+                count += 1;
             }
         }
         count

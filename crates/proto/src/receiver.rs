@@ -3,7 +3,7 @@
 //! CLEANUP, and eager credits.
 
 use crate::geometry::Geometry;
-use crate::ops::{Control, Dest, Incoming, RxPhase};
+use crate::ops::{Control, Dest, Incoming, LatestData, RxPhase};
 use crate::window::IdPlace;
 use crate::*;
 use nicmsg_wire::{Flags, Frame, FrameHeader, FrameKind, MsgHeader, Protocol, WireError};
@@ -243,6 +243,15 @@ impl Endpoint {
         }
         let entry = self.incoming.get_mut(index).expect("live");
         entry.mark_frame(frame);
+        if !entry.is_eager() {
+            self.latest_data = Some(LatestData {
+                index,
+                peer,
+                msg_id: header.msg_id,
+                frame,
+            });
+        }
+        let entry = self.incoming.get_mut(index).expect("live");
         // The frame that completes the message is answered by the ACK_ALL alone.
         if entry.collection_complete(frame) && !entry.all_frames() {
             let ack = control(peer, FrameKind::Ack, 0, header.msg_id, frame);
