@@ -106,9 +106,8 @@ impl Comm {
         let transport_name = backend.name();
         let table = Arc::new(Table::new(options.slots));
         let registry = Arc::new(Registry::new(options.regions));
-        let placement = options.placement;
         let mut driver = Driver::new(endpoint, backend, Arc::clone(&table), Arc::clone(&registry));
-        driver.set_placement(placement);
+        driver.set_placement(options.placement);
         let engine = match options.engine {
             EngineMode::Inline => {
                 use nicmsg_engine::Transport;

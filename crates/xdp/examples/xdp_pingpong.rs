@@ -38,7 +38,7 @@ fn main() -> std::io::Result<()> {
             passed_counter_fd: passed.fd(),
         };
         let program = Program::load(&redirect_program(&steering), "nicmsg_steer")?;
-        let _link = program.attach(interface.index, AttachMode::Native)?;
+        let _link = program.attach(interface.index, AttachMode::Generic)?;
         udp_pingpong(local, port, peer_ip, ping, round_trips, size)?;
         eprintln!("passed {}", passed.read());
         return Ok(());
@@ -59,7 +59,7 @@ fn main() -> std::io::Result<()> {
         passed_counter_fd: passed.fd(),
     };
     let program = Program::load(&redirect_program(&steering), "nicmsg_steer")?;
-    let _link = program.attach(interface.index, AttachMode::Native)?;
+    let _link = program.attach(interface.index, AttachMode::Generic)?;
     let me = Station {
         mac: interface.mac,
         addr: SocketAddrV4::new(local, port),
@@ -84,21 +84,7 @@ fn main() -> std::io::Result<()> {
             return;
         }
     };
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let mut samples = Vec::with_capacity(round_trips);
-    for i in 0..round_trips + 1000 {
-        let start = Instant::now();
-        if ping {
-            send(&mut socket);
-            wait(&mut socket);
-        } else {
-            wait(&mut socket);
-            send(&mut socket);
-        }
-        if i >= 1000 {
-            samples.push(start.elapsed().as_secs_f64() * 1e6 / 2.0);
-        }
-    }
+    let samples = time_round_trips(ping, round_trips, &mut socket, send, wait);
     report(ping, size, samples);
     Ok(())
 }
@@ -116,28 +102,46 @@ fn udp_pingpong(
     socket.set_nonblocking(true)?;
     let payload = vec![7u8; size];
     let mut inbox = vec![0u8; size.max(1)];
-    let wait = |inbox: &mut [u8]| loop {
+    let wait = |inbox: &mut Vec<u8>| loop {
         if socket.recv(inbox).is_ok() {
             return;
         }
     };
+    let send = |_: &mut Vec<u8>| {
+        socket.send(&payload).expect("send");
+    };
+    let samples = time_round_trips(ping, round_trips, &mut inbox, send, wait);
+    report(ping, size, samples);
+    Ok(())
+}
+
+/// Round trips after 1,000 of warm-up: the pinging side sends then waits, the serving side
+/// waits then sends. Returns half of each timed round trip in microseconds.
+fn time_round_trips<S>(
+    ping: bool,
+    round_trips: usize,
+    state: &mut S,
+    send: impl Fn(&mut S),
+    wait: impl Fn(&mut S),
+) -> Vec<f64> {
+    const WARM_UP: usize = 1000;
+    // Both sides start within this of each other (they are launched one after the other).
     std::thread::sleep(std::time::Duration::from_millis(300));
     let mut samples = Vec::with_capacity(round_trips);
-    for i in 0..round_trips + 1000 {
+    for i in 0..round_trips + WARM_UP {
         let start = Instant::now();
         if ping {
-            socket.send(&payload)?;
-            wait(&mut inbox);
+            send(state);
+            wait(state);
         } else {
-            wait(&mut inbox);
-            socket.send(&payload)?;
+            wait(state);
+            send(state);
         }
-        if i >= 1000 {
+        if i >= WARM_UP {
             samples.push(start.elapsed().as_secs_f64() * 1e6 / 2.0);
         }
     }
-    report(ping, size, samples);
-    Ok(())
+    samples
 }
 
 fn report(ping: bool, size: usize, mut samples: Vec<f64>) {

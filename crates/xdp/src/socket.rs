@@ -307,23 +307,8 @@ impl XskSocket {
 
     /// The kernel's counters for this socket (drops for a full rx ring, invalid descriptors).
     pub fn statistics(&self) -> io::Result<libc::xdp_statistics> {
-        // SAFETY: a plain C struct, valid when zeroed.
-        let mut stats: libc::xdp_statistics = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::xdp_statistics>() as libc::socklen_t;
-        // SAFETY: the buffer is `len` bytes.
-        let rc = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_XDP,
-                libc::XDP_STATISTICS,
-                ptr::from_mut(&mut stats).cast(),
-                &mut len,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(stats)
+        // SAFETY: `xdp_statistics` is a plain C struct of integers.
+        unsafe { get_option(self.fd.as_raw_fd(), libc::XDP_STATISTICS) }
     }
 }
 
@@ -345,21 +330,30 @@ fn set_option<T>(fd: RawFd, name: libc::c_int, value: &T) -> io::Result<()> {
 }
 
 fn mmap_offsets(fd: RawFd) -> io::Result<libc::xdp_mmap_offsets> {
-    // SAFETY: a plain C struct, valid when zeroed.
-    let mut offsets: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
+    // SAFETY: `xdp_mmap_offsets` is a plain C struct of integers.
+    unsafe { get_option(fd, libc::XDP_MMAP_OFFSETS) }
+}
+
+/// Reads socket option `name` of level `SOL_XDP`.
+///
+/// # Safety
+/// `T` must be the plain C struct the kernel writes for `name`, valid when zeroed.
+unsafe fn get_option<T>(fd: RawFd, name: libc::c_int) -> io::Result<T> {
+    // SAFETY: valid when zeroed (contract).
+    let mut value: T = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
     // SAFETY: the buffer is `len` bytes.
     let rc = unsafe {
         libc::getsockopt(
             fd,
             libc::SOL_XDP,
-            libc::XDP_MMAP_OFFSETS,
-            ptr::from_mut(&mut offsets).cast(),
+            name,
+            ptr::from_mut(&mut value).cast(),
             &mut len,
         )
     };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(offsets)
+    Ok(value)
 }

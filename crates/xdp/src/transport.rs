@@ -200,32 +200,23 @@ impl XdpTransport {
     }
 
     fn assemble(udp: UdpTransport, parts: Attached) -> Self {
-        let Attached {
-            link,
-            program,
-            map,
-            passed,
-            socket,
-            interface,
-            local,
-        } = parts;
         // A frame must fit the link (its MTU less the IPv4 and UDP headers) and the UDP
         // socket's slots.
-        let max_frame = udp.max_frame().min(interface.mtu as usize - 28);
+        let max_frame = udp.max_frame().min(parts.interface.mtu as usize - 28);
         Self {
-            _link: link,
-            _program: program,
-            _map: map,
-            passed,
+            _link: parts.link,
+            _program: parts.program,
+            _map: parts.map,
+            passed: parts.passed,
             passed_read: 0,
             empty_kernel_polls: 0,
-            socket,
+            socket: parts.socket,
             udp,
             local: Station {
-                mac: interface.mac,
-                addr: local,
+                mac: parts.interface.mac,
+                addr: parts.local,
             },
-            interface,
+            interface: parts.interface,
             max_frame,
             routes: Vec::new(),
             ranks: FxHashMap::default(),
