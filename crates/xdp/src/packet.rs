@@ -191,6 +191,31 @@ mod tests {
         assert_eq!(parse(&out).expect("ours").payload, b"x");
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_parse_or_are_refused_without_panicking(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200)
+        ) {
+            if let Ok(datagram) = parse(&bytes) {
+                proptest::prop_assert!(datagram.payload.len() + HEADERS_LEN <= bytes.len());
+            }
+        }
+
+        #[test]
+        fn any_written_frame_parses_back(
+            payload in proptest::collection::vec(proptest::num::u8::ANY, 0..1500),
+            identification: u16,
+        ) {
+            let template = HeaderTemplate::new(&station(3, 1), &station(4, 65535));
+            let mut out = vec![0u8; HEADERS_LEN + payload.len()];
+            template.write(&mut out, payload.len(), identification);
+            out[HEADERS_LEN..].copy_from_slice(&payload);
+            let datagram = parse(&out).expect("a frame this module wrote");
+            proptest::prop_assert_eq!(datagram.payload, &payload[..]);
+            proptest::prop_assert_eq!(datagram.source, station(3, 1).addr);
+        }
+    }
+
     #[test]
     fn bad_frames_are_refused() {
         let good = frame(b"data");
