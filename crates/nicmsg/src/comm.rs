@@ -61,9 +61,13 @@ impl Comm {
         Self::init_with(Options::from_env()?)
     }
 
-    pub fn init_with(options: Options) -> Result<Self, Error> {
+    pub fn init_with(mut options: Options) -> Result<Self, Error> {
         crate::logging::init();
         let job = nicmsg_bootstrap::job_from_env()?;
+        if options.eager_limit_auto {
+            let credits = options.protocol.eager_credits_per_peer;
+            options.protocol.eager_limit = crate::options::eager_limit_for(job.size, credits);
+        }
         let bind_ip = job.bind_ip.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
         let udp_options = UdpOptions {
             bind: SocketAddr::new(bind_ip, 0),
