@@ -11,6 +11,7 @@ mod outbox;
 pub mod poller;
 pub mod registry;
 pub mod runner;
+pub mod sharing;
 pub mod table;
 pub mod transport;
 

@@ -109,6 +109,9 @@ impl<T: Transport + 'static> ThreadEngine<T> {
         let handle = std::thread::Builder::new()
             .name("nicmsg-engine".into())
             .spawn(move || {
+                let short_slice =
+                    crate::sharing::request_short_slice(crate::sharing::ENGINE_SLICE_NS);
+                tracing::debug!(short_slice, "engine thread scheduler slice");
                 let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     run(driver, &engine_shared, idle)
                 }));
@@ -170,7 +173,7 @@ fn run<T: Transport>(mut driver: Driver<T>, shared: &Shared, idle: IdleConfig) -
             }
         }
         if now - last_work < idle.spin_ns {
-            std::hint::spin_loop();
+            crate::sharing::relax(now - last_work);
             continue;
         }
         sleep(&driver, shared, idle, now);

@@ -460,7 +460,8 @@ impl Comm {
         if self.is_done(slot) {
             return Ok(());
         }
-        let spin_until = nicmsg_engine::clock::monotonic_ns() + self.options.wait_spin_ns;
+        let spin_start = nicmsg_engine::clock::monotonic_ns();
+        let spin_until = spin_start + self.options.wait_spin_ns;
         while !self.is_done(slot) {
             self.check_engine()?;
             let now = nicmsg_engine::clock::monotonic_ns();
@@ -469,12 +470,22 @@ impl Comm {
                 return Ok(());
             }
             if now < spin_until {
-                std::hint::spin_loop();
+                self.relax(now - spin_start);
                 continue;
             }
             self.block_briefly(slot);
         }
         Ok(())
+    }
+
+    /// One round of spinning in a wait. Inline, this thread is the engine and a pause keeps the
+    /// latency of the next turn; with an engine thread, which may share this core, the wait
+    /// soon offers the core to it (see `nicmsg_engine::sharing::relax`).
+    fn relax(&self, idle_for_ns: u64) {
+        match &*self.engine.borrow() {
+            Engine::Thread(_) => nicmsg_engine::sharing::relax(idle_for_ns),
+            Engine::Inline { .. } => std::hint::spin_loop(),
+        }
     }
 
     /// An error if the engine thread is gone (a bug in the engine): nothing will complete.
