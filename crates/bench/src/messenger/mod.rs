@@ -36,6 +36,27 @@ pub trait Messenger {
     /// forgotten, as after [`Messenger::wait_all`]).
     fn test_all(&mut self) -> Result<bool, BenchError>;
 
+    /// The messenger's memory, for [`Messenger::agree_on_max`].
+    fn buffers(&mut self) -> &mut Buffers;
+
+    /// Both ranks call this with a value of their own (each with nothing else in flight);
+    /// both get the larger of the two. Used where a pattern derives a setting from its own
+    /// measurement but the two ranks must use the same one.
+    fn agree_on_max(&mut self, value: u64) -> Result<u64, BenchError> {
+        let len = std::mem::size_of::<u64>();
+        self.buffers().send[..len].copy_from_slice(&value.to_le_bytes());
+        self.post_recv(0, len)?;
+        self.post_send(len)?;
+        self.wait_all()?;
+        let buffers = self.buffers();
+        buffers.send[..len].fill(SEND_FILL);
+        let theirs = buffers.slots[0][..len]
+            .try_into()
+            .map(u64::from_le_bytes)
+            .expect("a slot of the length received");
+        Ok(value.max(theirs))
+    }
+
     /// Blocking send.
     fn send(&mut self, len: usize) -> Result<(), BenchError> {
         self.post_send(len)?;
@@ -49,9 +70,13 @@ pub trait Messenger {
     }
 }
 
+/// The byte every send carries (the payload's content does not matter to any pattern).
+const SEND_FILL: u8 = 0x5a;
+
 /// A messenger's memory: one send buffer of the largest size (every send reads its first `len`
-/// bytes) and one receive buffer per window slot, grown on first use.
-struct Buffers {
+/// bytes; at least one `u64` for [`Messenger::agree_on_max`]) and one receive buffer per window
+/// slot, grown on first use.
+pub struct Buffers {
     send: Vec<u8>,
     slots: Vec<Vec<u8>>,
 }
@@ -59,7 +84,7 @@ struct Buffers {
 impl Buffers {
     fn new(max_len: usize) -> Buffers {
         Buffers {
-            send: vec![0x5a; max_len.max(1)],
+            send: vec![SEND_FILL; max_len.max(std::mem::size_of::<u64>())],
             slots: (0..MAX_WINDOW).map(|_| Vec::new()).collect(),
         }
     }
@@ -90,5 +115,39 @@ impl Buffers {
             buffer.resize(len, 0);
         }
         Ok(&mut buffer[..len])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// Runs `each(rank, messenger)` on both ends of a loopback TCP pair at once.
+    fn on_both_ranks<T: Send + 'static>(
+        each: fn(u32, &mut dyn Messenger) -> T,
+    ) -> (T, T) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let server = listener.local_addr().expect("address");
+        let rank1 = std::thread::spawn(move || {
+            let mut messenger = TcpMessenger::connect(1, None, server, TcpWaiting::Busy, 64)
+                .expect("rank 1 connects");
+            each(1, &mut messenger)
+        });
+        let mut messenger = TcpMessenger::connect(0, Some(listener), server, TcpWaiting::Busy, 64)
+            .expect("rank 0 accepts");
+        let answer0 = each(0, &mut messenger);
+        (answer0, rank1.join().expect("rank 1"))
+    }
+
+    #[test]
+    fn both_ranks_agree_on_the_larger_value_and_sends_keep_their_fill() {
+        let (answer0, answer1) = on_both_ranks(|rank, messenger| {
+            let agreed = messenger.agree_on_max(if rank == 0 { 7 } else { 1 << 40 });
+            let fill_kept = messenger.buffers().send.iter().all(|&byte| byte == SEND_FILL);
+            (agreed.expect("exchange"), fill_kept)
+        });
+        assert_eq!(answer0, (1 << 40, true));
+        assert_eq!(answer1, (1 << 40, true));
     }
 }

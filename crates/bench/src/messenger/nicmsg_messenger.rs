@@ -62,6 +62,10 @@ impl NicmsgMessenger {
 }
 
 impl Messenger for NicmsgMessenger {
+    fn buffers(&mut self) -> &mut Buffers {
+        &mut self.buffers
+    }
+
     fn post_send(&mut self, len: usize) -> Result<(), BenchError> {
         let bytes = self.buffers.outgoing(len)?;
         // SAFETY: the send buffer is never resized or dropped while requests exist (it lives as

@@ -177,6 +177,10 @@ impl TcpMessenger {
 }
 
 impl Messenger for TcpMessenger {
+    fn buffers(&mut self) -> &mut Buffers {
+        &mut self.buffers
+    }
+
     fn post_send(&mut self, len: usize) -> Result<(), BenchError> {
         self.buffers.outgoing(len)?;
         self.outgoing.push_back(Outgoing { len, done: 0 });

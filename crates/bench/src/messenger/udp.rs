@@ -81,6 +81,10 @@ impl UdpMessenger {
 }
 
 impl Messenger for UdpMessenger {
+    fn buffers(&mut self) -> &mut Buffers {
+        &mut self.buffers
+    }
+
     fn post_send(&mut self, len: usize) -> Result<(), BenchError> {
         let bytes = self.buffers.outgoing(len)?;
         if len == 0 {
