@@ -1,5 +1,6 @@
-//! The engine thread's scheduler slice: how soon it runs when a datagram wakes it on a core
-//! the application is computing on.
+//! Sharing a core between the engine thread and the application: how soon the engine runs
+//! when a datagram wakes it on a core the application computes on, and how polling loops give
+//! the core away when they have nothing to do.
 //!
 //! The Linux fair scheduler (EEVDF, 6.6 and later) lets the running thread finish its slice
 //! before a woken one of equal weight takes the core; the default slice is a few milliseconds
@@ -25,8 +26,9 @@ pub fn request_short_slice(slice_ns: u64) -> bool {
     let mut attr: libc::sched_attr = unsafe { std::mem::zeroed() };
     attr.size = std::mem::size_of::<libc::sched_attr>() as u32;
     attr.sched_policy = libc::SCHED_OTHER as u32;
-    // SAFETY: getpriority reads this thread's nice value; -1 with errno is not checked because
-    // a failure only means the nice value below is 0, the default.
+    // SAFETY: getpriority reads this thread's nice value. Its error value (-1) is not told
+    // apart from nice -1: asking an unprivileged thread's nice down is refused, and a refusal
+    // leaves the thread as it was.
     attr.sched_nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
     attr.sched_runtime = slice_ns;
     // SAFETY: sched_setattr reads a fully initialised attribute of the size it is told;
