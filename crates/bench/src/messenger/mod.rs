@@ -124,9 +124,7 @@ mod tests {
     use std::net::TcpListener;
 
     /// Runs `each(rank, messenger)` on both ends of a loopback TCP pair at once.
-    fn on_both_ranks<T: Send + 'static>(
-        each: fn(u32, &mut dyn Messenger) -> T,
-    ) -> (T, T) {
+    fn on_both_ranks<T: Send + 'static>(each: fn(u32, &mut dyn Messenger) -> T) -> (T, T) {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let server = listener.local_addr().expect("address");
         let rank1 = std::thread::spawn(move || {
@@ -144,7 +142,11 @@ mod tests {
     fn both_ranks_agree_on_the_larger_value_and_sends_keep_their_fill() {
         let (answer0, answer1) = on_both_ranks(|rank, messenger| {
             let agreed = messenger.agree_on_max(if rank == 0 { 7 } else { 1 << 40 });
-            let fill_kept = messenger.buffers().send.iter().all(|&byte| byte == SEND_FILL);
+            let fill_kept = messenger
+                .buffers()
+                .send
+                .iter()
+                .all(|&byte| byte == SEND_FILL);
             (agreed.expect("exchange"), fill_kept)
         });
         assert_eq!(answer0, (1 << 40, true));
