@@ -339,7 +339,7 @@ mod tests {
         assert_eq!(
             standard.frame_payload_for(8192, Protocol::Eager),
             8192u32.div_ceil(6) + header,
-            "six frames (the last 2 bytes short) rather than eight of 1 KiB: two extra frames cost more"
+            "six frames of 1366 bytes (the last 4 short) rather than eight of 1 KiB: two extra frames cost more"
         );
         for len in (one_frame + 1)..=standard.eager_limit {
             let even = Geometry {
