@@ -194,22 +194,24 @@ impl<T: Transport> Driver<T> {
         } else {
             TagMatch::Tag(descriptor.tag)
         };
+        let context = descriptor.context;
         let mut memory = RegistryMemory(&self.registry);
         let posted = match descriptor.op {
             OpCode::Send => self.endpoint.post_send(
                 now,
                 descriptor.peer,
+                descriptor.context,
                 descriptor.tag,
                 &descriptor.buffer,
                 &mut memory,
             ),
             OpCode::Recv => {
                 self.endpoint
-                    .post_recv(now, source, tag, &descriptor.buffer, &mut memory)
+                    .post_recv(now, source, context, tag, &descriptor.buffer, &mut memory)
             }
-            OpCode::Probe => self.endpoint.post_probe(now, source, tag),
+            OpCode::Probe => self.endpoint.post_probe(now, source, context, tag),
             OpCode::IProbe => {
-                let found = self.endpoint.iprobe(source, tag);
+                let found = self.endpoint.iprobe(source, context, tag);
                 // SAFETY: the slot is ours (POSTED) until this hands it back.
                 unsafe {
                     self.table.complete(slot, |d| match found {

@@ -9,7 +9,7 @@
 //! list of up to 16 (region, offset, length) segments, and the result (status peer, tag, length,
 //! error code) written by the engine.
 
-use nicmsg_proto::SgList;
+use nicmsg_proto::{Context, SgList};
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
@@ -62,6 +62,8 @@ pub enum ResultCode {
 pub struct Descriptor {
     pub op: OpCode,
     pub peer: u32,
+    /// The matching context: the application's, or the library's own (barrier).
+    pub context: Context,
     pub tag: u32,
     pub buffer: SgList,
     /// Written by the engine before DONE.

@@ -10,7 +10,7 @@ use nicmsg_bootstrap::RankAddress;
 use nicmsg_engine::{
     Driver, EngineClock, OpCode, Outcome, Poller, Registry, Snapshot, Table, ThreadEngine, ANY,
 };
-use nicmsg_proto::{Endpoint, RegionId, Segment, MAX_SEGMENTS};
+use nicmsg_proto::{Context, Endpoint, RegionId, Segment, MAX_SEGMENTS};
 use nicmsg_udp::{UdpOptions, UdpTransport};
 use nicmsg_xdp::XdpTransport;
 use std::cell::{Cell, RefCell};
@@ -24,9 +24,6 @@ use std::time::Instant;
 pub use nicmsg_proto::Source;
 /// Which tag a receive or probe accepts.
 pub use nicmsg_proto::TagMatch;
-
-/// Tags above `MAX_TAG` are the library's own (barrier).
-const BARRIER_TAG: u32 = MAX_TAG + 1;
 
 enum Engine {
     Inline {
@@ -182,7 +179,7 @@ impl Comm {
         self.check_dest(dest)?;
         check_tag(tag)?;
         let ranges = ranges(pieces.iter().map(|p| (p.as_ptr() as *mut u8, p.len())))?;
-        self.post(OpCode::Send, dest, tag, ranges.as_slice())
+        self.post(OpCode::Send, dest, (Context::USER, tag), ranges.as_slice())
     }
 
     /// Starts receiving into `buffer` a message from `source` with `tag` (either may be `Any`).
@@ -205,7 +202,7 @@ impl Comm {
         let peer = self.source_word(source)?;
         let tag = tag_word(tag)?;
         let ranges = ranges(pieces.into_iter().map(|p| (p.as_mut_ptr(), p.len())))?;
-        self.post(OpCode::Recv, peer, tag, ranges.as_slice())
+        self.post(OpCode::Recv, peer, (Context::USER, tag), ranges.as_slice())
     }
 
     /// Blocking send.
@@ -222,7 +219,7 @@ impl Comm {
     pub fn iprobe(&self, source: Source, tag: TagMatch) -> Result<Option<Status>, Error> {
         let peer = self.source_word(source)?;
         let tag = tag_word(tag)?;
-        let request = self.post(OpCode::IProbe, peer, tag, &[])?;
+        let request = self.post(OpCode::IProbe, peer, (Context::USER, tag), &[])?;
         match request.wait_outcome() {
             (Ok(()), descriptor) if descriptor.result == nicmsg_engine::ResultCode::NotFound => {
                 Ok(None)
@@ -236,11 +233,13 @@ impl Comm {
     pub fn probe(&self, source: Source, tag: TagMatch) -> Result<Status, Error> {
         let peer = self.source_word(source)?;
         let tag = tag_word(tag)?;
-        self.post(OpCode::Probe, peer, tag, &[])?.wait()
+        self.post(OpCode::Probe, peer, (Context::USER, tag), &[])?
+            .wait()
     }
 
-    /// Blocks until every rank has entered the barrier (dissemination algorithm on reserved
-    /// tags, zero-byte messages).
+    /// Blocks until every rank has entered the barrier (dissemination algorithm, zero-byte
+    /// messages in the library's own matching context: no receive or probe of the
+    /// application, however wild its source and tag, ever sees them).
     pub fn barrier(&self) -> Result<(), Error> {
         let epoch = self.barrier_epoch.get();
         self.barrier_epoch.set(epoch.wrapping_add(1));
@@ -248,10 +247,13 @@ impl Comm {
         while distance < self.size {
             let to = (self.rank + distance) % self.size;
             let from = (self.rank + self.size - distance) % self.size;
-            let tag = BARRIER_TAG + (epoch % 2);
+            // Successive barriers alternate tags, so a rank already in the next barrier cannot
+            // satisfy a slower peer's current one.
+            let tag = epoch % 2;
             let mut empty = [0u8; 0];
-            let recv = self.post(OpCode::Recv, from, tag, &[(empty.as_mut_ptr(), 0)])?;
-            let send = self.post(OpCode::Send, to, tag, &[(empty.as_mut_ptr(), 0)])?;
+            let none = [(empty.as_mut_ptr(), 0)];
+            let recv = self.post(OpCode::Recv, from, (Context::LIBRARY, tag), &none)?;
+            let send = self.post(OpCode::Send, to, (Context::LIBRARY, tag), &none)?;
             send.wait()?;
             recv.wait()?;
             distance *= 2;
@@ -355,7 +357,7 @@ impl Comm {
         &self,
         op: OpCode,
         peer: u32,
-        tag: u32,
+        (context, tag): (Context, u32),
         ranges: &[(*mut u8, usize)],
     ) -> Result<Request<'_>, Error> {
         if ranges.len() > MAX_SEGMENTS {
@@ -389,6 +391,7 @@ impl Comm {
         let fill = |d: &mut nicmsg_engine::Descriptor| {
             d.op = op;
             d.peer = peer;
+            d.context = context;
             d.tag = tag;
             d.result = nicmsg_engine::ResultCode::Success;
             d.buffer.clear();

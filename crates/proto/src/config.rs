@@ -24,9 +24,12 @@ pub const MAX_INFLIGHT_COLLECTIONS: usize = 64;
 pub const MAX_ACK_UNIT: u8 = 8;
 /// Frames a receiver tracks beyond its first missing frame (bitmap size).
 pub const RX_TRACKED_FRAMES: u32 = MAX_INFLIGHT_COLLECTIONS as u32 * MAX_ACK_UNIT as u32;
-/// Messages one sender may have in flight to one receiver (message-id window, a 64-bit bitmap
-/// on each side). More are queued, never dropped.
-pub const MSG_WINDOW: u32 = 64;
+/// Messages one sender may have unfinished towards one receiver (message-id window, a bitmap on
+/// each side). More are queued, never dropped. A rendezvous message the receiver has not
+/// matched yet stays unfinished, so this is also how many unmatched long messages one pair can
+/// have before the next message waits: more than the descriptor table's default 640
+/// operations, so with the defaults the window never holds back a send the host could post.
+pub const MSG_WINDOW: u32 = 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -53,12 +56,18 @@ pub struct Config {
     pub rto_min_ns: Nanos,
     /// Ceiling of the backed-off timeout.
     pub rto_max_ns: Nanos,
-    /// Retransmissions of one collection (or control frame, or liveness probe) without any
-    /// answer before the peer is declared unreachable.
+    /// Repeats of a frame whose loss costs only bookkeeping (MSG-ACK waiting for CLEANUP,
+    /// CANCEL-ACK waiting for CLEANUP) before the receiver frees the state anyway.
     pub max_retries: u32,
     /// Silence from a peer we wait on before probing it (sender waiting for a receive to be
     /// posted, receiver waiting for data, posted receive from a specific rank).
     pub keepalive_ns: Nanos,
+    /// How long a peer may leave a frame that asks for an answer (data, RTS, END, CANCEL, a
+    /// liveness probe) without any frame at all coming back, while something is awaited from
+    /// it, before it is declared unreachable. The peer's engine answers these frames itself,
+    /// also while its application computes, so only a dead or frozen process (or a cut
+    /// network) stays silent this long. Faster evidence: see `Endpoint::handle_refused`.
+    pub peer_timeout_ns: Nanos,
     /// Concurrent send operations (posted, queued or in flight).
     pub max_sends: usize,
     /// Concurrent posted receives and probes.
@@ -95,6 +104,9 @@ impl Default for Config {
             rto_max_ns: 200_000_000,
             max_retries: 12,
             keepalive_ns: 200_000_000,
+            // Far above any scheduling delay of an engine that answers (milliseconds on a
+            // loaded machine), far below the minutes a user would wait on a hung job.
+            peer_timeout_ns: 10_000_000_000,
             max_sends: 256,
             max_recvs: 256,
             max_incoming: 256,
@@ -122,6 +134,8 @@ pub enum ConfigError {
     AckDelay { delay: u64, rto_min: u64 },
     #[error("max_retries must be at least 1")]
     Retries,
+    #[error("peer_timeout_ns ({timeout}) must be at least keepalive_ns and rto_max_ns ({floor}): a live peer needs time to answer a probe")]
+    PeerTimeout { timeout: u64, floor: u64 },
     #[error("{0} must be at least 1")]
     ZeroLimit(&'static str),
     #[error("job size must be 1..=65536 and rank below it (rank {rank}, size {size})")]
@@ -176,6 +190,13 @@ impl Config {
         }
         if self.max_retries == 0 {
             return Err(ConfigError::Retries);
+        }
+        let floor = self.keepalive_ns.max(self.rto_max_ns);
+        if self.peer_timeout_ns < floor {
+            return Err(ConfigError::PeerTimeout {
+                timeout: self.peer_timeout_ns,
+                floor,
+            });
         }
         for (name, value) in [
             ("max_sends", self.max_sends),

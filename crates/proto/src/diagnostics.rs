@@ -25,17 +25,18 @@ impl Endpoint {
         );
         let peer = &self.peers[send.dst as usize];
         let state = match send.phase {
-            SendPhase::Queued if send.waiting_for_credit => {
-                format!("queued: no eager credits left for rank {} (it has not consumed earlier messages)", send.dst)
-            }
             SendPhase::Queued if !peer.window_open() => {
                 format!(
-                    "queued: {} earlier messages to rank {} are still in flight",
+                    "queued: {} earlier messages to rank {} are unfinished (not yet matched by its receives, or still in flight)",
                     crate::MSG_WINDOW,
                     send.dst
                 )
             }
             SendPhase::Queued => "queued behind earlier sends to the same rank".to_string(),
+            SendPhase::Streaming if send.cancel.is_some() => format!(
+                "message {}: cancel asked for, waiting for the receiver to withdraw it (CANCEL-ACK)",
+                send.msg_id
+            ),
             SendPhase::Streaming if !send.is_eager() && send.granted <= 1 => format!(
                 "message {}: RTS sent, waiting for the receiver to post a matching receive (CTS)",
                 send.msg_id
@@ -86,6 +87,7 @@ impl Endpoint {
                         }
                         RxPhase::Receiving => "receiving",
                         RxPhase::DataComplete | RxPhase::MsgAcked => "complete",
+                        RxPhase::Cancelled => "withdrawn by its sender",
                     };
                     format!(
                         "matched message {} from rank {} ({} bytes): {phase}, {arrived} of {} frames in order, {} granted",

@@ -13,7 +13,7 @@ use nicmsg_wire::{emit_headers, seal, Flags, FrameHeader, FrameKind, MsgHeader};
 const FRAMES_PER_TURN: u32 = 64;
 
 impl Endpoint {
-    pub(crate) fn emit_control(&mut self, control: Control, transmit: &mut Transmit) {
+    pub(crate) fn emit_control(&mut self, now: Nanos, control: Control, transmit: &mut Transmit) {
         let peer = &self.peers[control.dst as usize];
         let carries_credits = crate::endpoint::carries_credits(control.kind);
         let aux = if carries_credits {
@@ -36,6 +36,9 @@ impl Endpoint {
         };
         if carries_credits {
             self.credits_carried(control.dst);
+        }
+        if asks_for_answer(&header) {
+            self.expect_answer(now, control.dst);
         }
         transmit.reset(control.dst);
         let len = emit_headers(&header, None, transmit.headers_buf()).expect("headers fit");
@@ -61,7 +64,7 @@ impl Endpoint {
                 self.ready.pop_front();
                 continue;
             };
-            self.build_data_frame(index, frame, retransmit, memory, transmit);
+            self.build_data_frame(now, index, frame, retransmit, memory, transmit);
             self.record_frame_sent(now, index, frame, transmit.len());
             self.rotate_ready(index);
             return true;
@@ -103,6 +106,7 @@ impl Endpoint {
 
     fn build_data_frame(
         &mut self,
+        now: Nanos,
         index: u32,
         frame: u32,
         retransmit: bool,
@@ -138,6 +142,7 @@ impl Endpoint {
             frame_payload: op.geometry.frame_payload,
             protocol: op.geometry.protocol,
             ack_unit: op.ack_unit,
+            context: op.context.0,
         });
         if kind == FrameKind::Eager {
             self.piggyback_on(&mut header);
@@ -157,6 +162,7 @@ impl Endpoint {
         }
         transmit.seal(memory);
         self.count_sent(header.dst, headers_len + len as usize, true, retransmit);
+        self.expect_answer(now, header.dst);
     }
 
     fn count_sent(&mut self, dst: Rank, bytes: usize, data: bool, retransmit: bool) {
@@ -169,10 +175,19 @@ impl Endpoint {
     }
 }
 
+/// Control frames the peer must answer (its silence then counts against its liveness).
+fn asks_for_answer(header: &FrameHeader) -> bool {
+    match header.kind {
+        FrameKind::End | FrameKind::Cancel => true,
+        FrameKind::Credit => header.has_flag(Flags::REQUEST),
+        _ => false,
+    }
+}
+
 /// Picks the next frame of a send: a resend of a timed-out collection, then a repeated
 /// RTS/RSM/frame 0, then the next new frame the grant and the collection window allow.
 fn choose_frame(op: &mut SendOp) -> Option<(u32, bool)> {
-    if op.phase != crate::ops::SendPhase::Streaming {
+    if op.phase != crate::ops::SendPhase::Streaming || op.cancel.is_some() {
         return None;
     }
     if let Some(frame) = op

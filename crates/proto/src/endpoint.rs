@@ -66,7 +66,7 @@ pub struct Endpoint {
 /// Receiver-to-sender control frames, which carry the cumulative credit count in `aux`.
 pub(crate) fn carries_credits(kind: nicmsg_wire::FrameKind) -> bool {
     use nicmsg_wire::FrameKind::*;
-    matches!(kind, Ack | Cts | MsgAck | Credit)
+    matches!(kind, Ack | Cts | MsgAck | Credit | CancelAck)
 }
 
 /// Most eager buffers per peer: one bit each in a u64.
@@ -132,13 +132,14 @@ impl Endpoint {
         &self.config
     }
 
-    /// Posts a send of the bytes described by `data` to `dst` with `tag`. The bytes must stay
-    /// unchanged until the completion. Short messages may complete before the receive is posted;
-    /// a message to this rank itself completes when a receive takes it.
+    /// Posts a send of the bytes described by `data` to `dst` with `tag` in `context`. The
+    /// bytes must stay unchanged until the completion. Short messages may complete before the
+    /// receive is posted; a message to this rank itself completes when a receive takes it.
     pub fn post_send(
         &mut self,
         now: Nanos,
         dst: Rank,
+        context: Context,
         tag: Tag,
         data: &SgList,
         memory: &mut impl HostMemory,
@@ -147,16 +148,18 @@ impl Endpoint {
         self.check_peer(dst)?;
         data.validate(memory)?;
         if dst == self.rank {
-            return self.start_local_send(now, tag, data, memory);
+            return self.start_local_send(now, (context, tag), data, memory);
         }
-        self.start_send(now, dst, tag, data, memory)
+        self.start_send(now, dst, (context, tag), data, memory)
     }
 
-    /// Posts a receive into `buffer`; may match (and complete from) an already-buffered message.
+    /// Posts a receive into `buffer` of a message in `context`; may match (and complete from)
+    /// an already-buffered message.
     pub fn post_recv(
         &mut self,
         now: Nanos,
         source: Source,
+        context: Context,
         tag: TagMatch,
         buffer: &SgList,
         memory: &mut impl HostMemory,
@@ -166,12 +169,13 @@ impl Endpoint {
             self.check_rank(peer)?;
         }
         buffer.validate(memory)?;
-        self.post_receive(now, source, tag, buffer, memory)
+        self.post_receive(now, source, (context, tag), buffer, memory)
     }
 
-    /// Non-blocking probe: the status of the first matching message available to a receive.
-    pub fn iprobe(&self, source: Source, tag: TagMatch) -> Option<Status> {
-        self.find_unexpected(source, tag)
+    /// Non-blocking probe: the status of the first matching message in `context` available to
+    /// a receive.
+    pub fn iprobe(&self, source: Source, context: Context, tag: TagMatch) -> Option<Status> {
+        self.find_unexpected(source, context, tag)
             .map(|index| self.status_of(index))
     }
 
@@ -180,22 +184,26 @@ impl Endpoint {
         &mut self,
         now: Nanos,
         source: Source,
+        context: Context,
         tag: TagMatch,
     ) -> Result<OpId, PostError> {
         self.timers_changed();
         if let Source::Rank(peer) = source {
             self.check_rank(peer)?;
         }
-        self.post_probe_op(now, source, tag)
+        self.post_probe_op(now, source, (context, tag))
     }
 
-    /// Cancels a pending receive, probe, or send not yet started; its completion reports
-    /// `Cancelled`. An operation already moving bytes cannot be cancelled.
-    pub fn cancel(&mut self, _now: Nanos, op: OpId) -> Result<(), CancelError> {
+    /// Cancels a pending operation (MPI's `MPI_Cancel`). A receive or probe not matched yet,
+    /// or a send that has not left this rank, completes `Cancelled`. A send whose message may
+    /// be with its receiver is withdrawn if no receive matched it there yet: it then completes
+    /// `Cancelled`, else normally ([`CancelOutcome::Requested`]; see `cancel.rs`). Refused for
+    /// a matched receive, and a send whose receiver matched it or which reported success.
+    pub fn cancel(&mut self, now: Nanos, op: OpId) -> Result<CancelOutcome, CancelError> {
         self.timers_changed();
         match op.kind {
-            OpKind::Send => self.cancel_send(op),
-            OpKind::Recv | OpKind::Probe => self.cancel_recv(op),
+            OpKind::Send => self.cancel_send(now, op),
+            OpKind::Recv | OpKind::Probe => self.cancel_recv(op).map(|()| CancelOutcome::Cancelled),
         }
     }
 
@@ -209,7 +217,7 @@ impl Endpoint {
     /// unreachable, which hands its fully received messages to waiting receives.
     pub fn handle_timeout(&mut self, now: Nanos, memory: &mut impl HostMemory) {
         self.timers_changed();
-        self.expire_sends(now, memory);
+        self.expire_sends(now);
         self.expire_incoming(now);
         self.expire_peers(now, memory);
         self.expire_owed(now);
@@ -256,7 +264,7 @@ impl Endpoint {
             if carries_credits(control.kind) {
                 self.peers[control.dst as usize].credit_carriers_queued -= 1;
             }
-            self.emit_control(control, transmit);
+            self.emit_control(now, control, transmit);
             return true;
         }
         self.next_data_frame(now, memory, transmit)
@@ -300,9 +308,10 @@ impl Endpoint {
         for index in self.incoming.occupied() {
             consider(self.incoming.get(index).and_then(|e| e.deadline_ns));
         }
-        for peer in &self.peers {
+        for (rank, peer) in self.peers.iter().enumerate() {
             consider(peer.probe_deadline_ns);
             consider(peer.owed_deadline_ns);
+            consider(self.silence_deadline(rank as Rank));
         }
         earliest
     }

@@ -7,6 +7,7 @@
 //! takes the general path unchanged.
 
 use crate::geometry::Geometry;
+use crate::window::IdPlace;
 use crate::*;
 use nicmsg_wire::{FrameHeader, FrameKind, MsgHeader, Protocol};
 
@@ -34,7 +35,7 @@ impl Endpoint {
         {
             return false;
         }
-        let Some(position) = self.find_posted(peer, msg.tag) else {
+        let Some(position) = self.find_posted(peer, (Context(msg.context), msg.tag)) else {
             return false;
         };
         let recv = self.posted[position];
@@ -49,6 +50,11 @@ impl Endpoint {
         buffer.write_at(memory, 0, payload);
         self.posted.remove(position);
         self.finish_express(now, header, msg, recv);
+        // Ids withdrawn by their sender may lie next, with messages held behind them.
+        let next = self.peers[peer as usize].next_match;
+        if self.peers[peer as usize].recv_window.place(next) == IdPlace::Finished {
+            self.match_in_order(now, peer, memory);
+        }
         true
     }
 

@@ -16,6 +16,7 @@
 //! long ones (RMPP), collection acknowledgements with adaptive retransmission (EMP). See
 //! `docs/protocol.md` for the state machines.
 
+mod cancel;
 mod collections;
 mod config;
 mod diagnostics;
@@ -52,7 +53,7 @@ pub use placement::{ExpectedFrame, PlacedOutcome};
 pub use stats::{DropCounts, DropReason, PeerStats, Stats};
 pub use transmit::{Transmit, INLINE_PAYLOAD_MAX};
 pub use types::{
-    CancelError, Completion, Nanos, OpError, OpId, OpKind, PostError, Rank, Source, Status, Tag,
-    TagMatch,
+    CancelError, CancelOutcome, Completion, Context, Nanos, OpError, OpId, OpKind, PostError, Rank,
+    Source, Status, Tag, TagMatch,
 };
 pub use usage::{TableUsage, Usage};

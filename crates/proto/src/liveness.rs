@@ -1,14 +1,37 @@
-//! Detecting dead peers. Sends detect silence through their own retransmission limits. Operations
-//! that wait on a peer without sending anything (a posted receive naming it, a matched message
-//! still arriving, a send blocked on its credits) make the endpoint probe the peer with CREDIT
-//! REQUEST after `keepalive_ns` of silence; `max_retries` unanswered probes, with back-off,
-//! declare it unreachable. Then every operation involving it completes with an error and the
-//! rest of the endpoint carries on.
+//! Detecting dead peers, and only dead ones.
+//!
+//! The rule: a peer is declared unreachable when a frame that asks it for an answer (data, an
+//! RTS, END, CANCEL, a liveness probe) has gone unanswered, with no frame at all coming back,
+//! for `peer_timeout_ns` while something is awaited from it (a send to it in flight, a receive
+//! naming it, a message from it still arriving). Its engine answers these frames itself, also
+//! while its application computes for minutes (an engine thread, or in inline mode the
+//! standby thread that takes over while the application is away from the library), so a
+//! computing peer is never declared dead; a dead or frozen process, or a cut network, is.
+//!
+//! Faster evidence comes from the peer's host: a frame sent to a port nobody listens on any
+//! more is refused (ICMP port unreachable), which the transport reports through
+//! [`Endpoint::handle_refused`]; `REFUSALS_BEFORE_UNREACHABLE` refusals in a row, with nothing
+//! heard in between, declare the peer unreachable at once.
+//!
+//! Operations that wait on a peer without sending anything make the endpoint probe it with
+//! CREDIT + REQUEST after `keepalive_ns` of silence. Sends retransmit, backed off up to
+//! `rto_max_ns`, until the peer answers or is declared unreachable.
+//!
+//! Then every pending operation involving it completes with an error, later posts to it are
+//! refused, and the peer is told with RESET (and told again whenever a frame of it arrives):
+//! on RESET a rank fails its own operations with the sender, so a failure is seen by both
+//! sides, and no send reports success for a message its peer dropped.
 
 use crate::ops::{Dest, RecvState, RxPhase};
 use crate::receiver::control;
 use crate::*;
 use nicmsg_wire::{Flags, FrameKind};
+
+/// Refused frames (ICMP port unreachable from the peer's host), with nothing heard from the
+/// peer in between, that declare it unreachable. More than one: a refusal of a frame sent
+/// before the peer's socket existed, or a forged one, must not kill a live peer on its own;
+/// each refusal provokes a probe at once, so a dead peer is declared within a few round trips.
+pub const REFUSALS_BEFORE_UNREACHABLE: u32 = 3;
 
 impl Endpoint {
     pub(crate) fn heard_from(&mut self, now: Nanos, peer: Rank) {
@@ -16,12 +39,39 @@ impl Endpoint {
         let state = &mut self.peers[peer as usize];
         state.last_heard_ns = now;
         state.probe_retries = 0;
+        state.silent_since = None;
+        state.refusals = 0;
         if state.waiters > 0 {
             state.probe_deadline_ns = Some(now + keepalive);
         }
     }
 
+    /// A frame that asks `peer` for an answer leaves now.
+    pub(crate) fn expect_answer(&mut self, now: Nanos, peer: Rank) {
+        let state = &mut self.peers[peer as usize];
+        if state.silent_since.is_none() {
+            state.silent_since = Some(now);
+        }
+    }
+
+    /// Something is awaited from the peer: silence from it counts against it.
+    fn awaited(&self, peer: Rank) -> bool {
+        let state = &self.peers[peer as usize];
+        state.waiters > 0 || state.sends_in_flight > 0
+    }
+
+    /// An operation with `peer` ended: when nothing is awaited from it any more, an earlier
+    /// unanswered frame no longer counts (a later wait starts its own clock).
+    pub(crate) fn awaited_less(&mut self, peer: Rank) {
+        if !self.awaited(peer) {
+            self.peers[peer as usize].silent_since = None;
+        }
+    }
+
     pub(crate) fn add_waiter(&mut self, peer: Rank) {
+        if peer == self.rank {
+            return; // no network, nothing to probe
+        }
         let keepalive = self.config.keepalive_ns;
         let state = &mut self.peers[peer as usize];
         state.waiters += 1;
@@ -32,6 +82,9 @@ impl Endpoint {
     }
 
     pub(crate) fn remove_waiter(&mut self, peer: Rank) {
+        if peer == self.rank {
+            return;
+        }
         let state = &mut self.peers[peer as usize];
         debug_assert!(state.waiters > 0, "waiter count of rank {peer} underflows");
         state.waiters = state.waiters.saturating_sub(1);
@@ -39,31 +92,74 @@ impl Endpoint {
             state.probe_deadline_ns = None;
             state.probe_retries = 0;
         }
+        self.awaited_less(peer);
+    }
+
+    /// When `peer`'s silence would make it unreachable.
+    pub(crate) fn silence_deadline(&self, peer: Rank) -> Option<Nanos> {
+        let state = &self.peers[peer as usize];
+        if state.unreachable || !self.awaited(peer) {
+            return None;
+        }
+        Some(state.silent_since? + self.config.peer_timeout_ns)
     }
 
     pub(crate) fn expire_peers(&mut self, now: Nanos, memory: &mut impl HostMemory) {
         for peer in 0..self.size {
+            if self.silence_deadline(peer).is_some_and(|d| d <= now) {
+                self.declare_unreachable(now, peer, memory);
+                continue;
+            }
             let state = &self.peers[peer as usize];
             if state.probe_deadline_ns.is_none_or(|d| d > now) {
                 continue;
             }
-            if state.probe_retries >= self.config.max_retries {
-                self.declare_unreachable(now, peer, memory);
-                continue;
-            }
-            let max_ns = self.config.rto_max_ns;
-            let state = &mut self.peers[peer as usize];
-            state.probe_retries += 1;
-            let wait = state.rto.backed_off_ns(state.probe_retries, max_ns);
-            state.probe_deadline_ns = Some(now + wait);
-            self.stats.liveness_probes += 1;
-            self.peer_stats[peer as usize].liveness_probes += 1;
-            self.queue_control(control(peer, FrameKind::Credit, Flags::REQUEST, 0, 0));
+            self.probe(now, peer);
         }
     }
 
+    /// Sends a liveness probe (CREDIT + REQUEST), which the peer's engine answers; the next
+    /// one follows, backed off, while the peer stays silent.
+    fn probe(&mut self, now: Nanos, peer: Rank) {
+        let max_ns = self.config.rto_max_ns.min(self.config.keepalive_ns);
+        let state = &mut self.peers[peer as usize];
+        state.probe_retries += 1;
+        let wait = state.rto.backed_off_ns(state.probe_retries, max_ns);
+        state.probe_deadline_ns = Some(now + wait);
+        self.stats.liveness_probes += 1;
+        self.peer_stats[peer as usize].liveness_probes += 1;
+        self.queue_control(control(peer, FrameKind::Credit, Flags::REQUEST, 0, 0));
+    }
+
+    /// The transport learned that `peer`'s host refused a frame to it (ICMP port unreachable:
+    /// no socket on its port, so its process is gone). A few in a row, with nothing heard in
+    /// between, declare it unreachable; each one first provokes a probe, so the evidence
+    /// builds within round trips, not timeouts.
+    pub fn handle_refused(&mut self, now: Nanos, peer: Rank, memory: &mut impl HostMemory) {
+        self.timers_changed();
+        if peer >= self.size || peer == self.rank || self.peers[peer as usize].unreachable {
+            return;
+        }
+        self.stats.frames_refused += 1;
+        self.peer_stats[peer as usize].frames_refused += 1;
+        let state = &mut self.peers[peer as usize];
+        state.refusals += 1;
+        if state.refusals >= REFUSALS_BEFORE_UNREACHABLE {
+            self.declare_unreachable(now, peer, memory);
+            return;
+        }
+        self.probe(now, peer);
+    }
+
+    /// RESET: the peer has declared this rank unreachable and dropped everything with it.
+    pub(crate) fn on_reset(&mut self, now: Nanos, peer: Rank, memory: &mut impl HostMemory) {
+        self.stats.resets_received += 1;
+        self.peer_stats[peer as usize].resets_received += 1;
+        self.declare_unreachable(now, peer, memory);
+    }
+
     /// Gives up on `peer`: every pending operation involving it completes with
-    /// `PeerUnreachable`; fully received messages from it stay deliverable.
+    /// `PeerUnreachable`; fully received messages from it stay deliverable; the peer is told.
     pub(crate) fn declare_unreachable(
         &mut self,
         now: Nanos,
@@ -86,9 +182,22 @@ impl Endpoint {
         let state = &mut self.peers[peer as usize];
         state.probe_deadline_ns = None;
         state.waiters = 0;
+        state.silent_since = None;
+        state.ack_owed = None;
+        state.credit_owed = false;
+        state.owed_deadline_ns = None;
         self.control.retain(|c| c.dst != peer);
         self.peers[peer as usize].credit_carriers_queued = 0;
         self.control_usage.set(self.control.len());
+        self.send_reset(peer);
+    }
+
+    /// Tells `peer` it is declared unreachable here (on declaring it, and in answer to any
+    /// frame of it that still arrives).
+    pub(crate) fn send_reset(&mut self, peer: Rank) {
+        self.stats.resets_sent += 1;
+        self.peer_stats[peer as usize].resets_sent += 1;
+        self.queue_control(control(peer, FrameKind::Reset, 0, 0, 0));
     }
 
     /// Complete eager messages of a dead peer that wait behind a message that will now never
@@ -126,8 +235,6 @@ impl Endpoint {
             .filter(|&i| self.sends.get(i).is_some_and(|op| op.dst == peer))
             .collect();
         for index in doomed {
-            let op = self.sends.get_mut(index).expect("occupied");
-            op.waiting_for_credit = false;
             self.finish_send(index, Err(error));
         }
         let state = &mut self.peers[peer as usize];

@@ -16,7 +16,7 @@ impl Endpoint {
     pub(crate) fn start_local_send(
         &mut self,
         now: Nanos,
-        tag: Tag,
+        (context, tag): (Context, Tag),
         data: &SgList,
         memory: &mut impl HostMemory,
     ) -> Result<OpId, PostError> {
@@ -28,14 +28,24 @@ impl Endpoint {
         let rank = self.rank;
         let msg_id = self.peers[rank as usize].send_next;
         let ack_unit = self.config.ack_unit;
-        let mut op = SendOp::new(rank, tag, data, geometry, 1, ack_unit, SendPhase::Local);
+        let mut op = SendOp::new(
+            rank,
+            context,
+            tag,
+            data,
+            geometry,
+            1,
+            ack_unit,
+            SendPhase::Local,
+        );
         op.msg_id = msg_id;
         let limit = self.config.max_sends;
         let (send, generation) = self.sends.insert(op).ok_or(PostError::TableFull {
             table: "send",
             limit,
         })?;
-        let mut entry = Incoming::new(rank, msg_id, tag, geometry, self.config.ack_unit);
+        let key = (context, tag);
+        let mut entry = Incoming::new(rank, msg_id, key, geometry, self.config.ack_unit);
         entry.local_send = Some(send);
         let op = self.sends.get(send).expect("just inserted");
         self.send_timers[send as usize].reset(&op.collections);

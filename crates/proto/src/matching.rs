@@ -2,6 +2,7 @@
 //! sender are matched in message-id order (non-overtaking); probe and cancel.
 
 use crate::ops::{Dest, RecvOp, RecvState, RxPhase};
+use crate::window::IdPlace;
 use crate::*;
 
 impl Endpoint {
@@ -9,11 +10,11 @@ impl Endpoint {
         &mut self,
         now: Nanos,
         source: Source,
-        tag: TagMatch,
+        (context, tag): (Context, TagMatch),
         buffer: &SgList,
         memory: &mut impl HostMemory,
     ) -> Result<OpId, PostError> {
-        let found = self.find_unexpected(source, tag);
+        let found = self.find_unexpected(source, context, tag);
         if found.is_none() {
             if let Source::Rank(peer) = source {
                 if self.peers[peer as usize].unreachable {
@@ -21,7 +22,7 @@ impl Endpoint {
                 }
             }
         }
-        let id = self.insert_recv_op(OpKind::Recv, source, tag, buffer)?;
+        let id = self.insert_recv_op(OpKind::Recv, source, (context, tag), buffer)?;
         let index = id.index;
         match found {
             Some(incoming) => {
@@ -43,11 +44,11 @@ impl Endpoint {
         &mut self,
         _now: Nanos,
         source: Source,
-        tag: TagMatch,
+        (context, tag): (Context, TagMatch),
     ) -> Result<OpId, PostError> {
-        let id = self.insert_recv_op(OpKind::Probe, source, tag, &SgList::default())?;
+        let id = self.insert_recv_op(OpKind::Probe, source, (context, tag), &SgList::default())?;
         let index = id.index;
-        if let Some(found) = self.find_unexpected(source, tag) {
+        if let Some(found) = self.find_unexpected(source, context, tag) {
             let status = self.status_of(found);
             self.recvs.remove(index);
             self.complete(id, Ok(status));
@@ -68,12 +69,13 @@ impl Endpoint {
         &mut self,
         kind: OpKind,
         source: Source,
-        tag: TagMatch,
+        (context, tag): (Context, TagMatch),
         buffer: &SgList,
     ) -> Result<OpId, PostError> {
         let make = || RecvOp {
             kind,
             source,
+            context,
             tag,
             buffer: *buffer,
             state: RecvState::Posted,
@@ -91,10 +93,15 @@ impl Endpoint {
         })
     }
 
-    pub(crate) fn find_unexpected(&self, source: Source, tag: TagMatch) -> Option<u32> {
+    pub(crate) fn find_unexpected(
+        &self,
+        source: Source,
+        context: Context,
+        tag: TagMatch,
+    ) -> Option<u32> {
         self.unexpected.iter().copied().find(|&i| {
             let entry = self.incoming.get(i).expect("unexpected entries are live");
-            source.matches(entry.peer) && tag.matches(entry.tag)
+            entry.context == context && source.matches(entry.peer) && tag.matches(entry.tag)
         })
     }
 
@@ -109,29 +116,42 @@ impl Endpoint {
 
     /// In `drop` mode a message is only taken if it is the next of its sender and a receive
     /// waits for it.
-    pub(crate) fn can_match_now(&self, peer: Rank, msg_id: u32, tag: Tag) -> bool {
-        self.peers[peer as usize].next_match == msg_id && self.find_posted(peer, tag).is_some()
+    pub(crate) fn can_match_now(&self, peer: Rank, msg_id: u32, key: (Context, Tag)) -> bool {
+        self.peers[peer as usize].next_match == msg_id && self.find_posted(peer, key).is_some()
     }
 
-    pub(crate) fn find_posted(&self, peer: Rank, tag: Tag) -> Option<usize> {
+    /// The first posted receive (in posting order) that takes a message from `peer` with this
+    /// context and tag.
+    pub(crate) fn find_posted(&self, peer: Rank, (context, tag): (Context, Tag)) -> Option<usize> {
         self.posted.iter().position(|&i| {
             self.recvs
                 .get(i)
                 .expect("posted receives are live")
-                .accepts(peer, tag)
+                .accepts(peer, context, tag)
         })
     }
 
     /// Matches the peer's messages whose headers have arrived, in message-id order, against
-    /// posted receives; unmatched ones join the unexpected queue (in `buffer` mode).
+    /// posted receives; unmatched ones join the unexpected queue (in `buffer` mode). Messages
+    /// their sender withdrew (`cancel.rs`) are stepped over: a tombstone, or an id finished
+    /// with no entry (only a withdrawal finishes an id that never arrived).
     pub(crate) fn match_in_order(&mut self, now: Nanos, peer: Rank, memory: &mut impl HostMemory) {
         loop {
             let next = self.peers[peer as usize].next_match;
             let Some(&incoming) = self.incoming_index.get(&(peer, next)) else {
+                let window = &self.peers[peer as usize].recv_window;
+                if peer != self.rank && window.place(next) == IdPlace::Finished {
+                    self.step_over_match(peer);
+                    continue;
+                }
                 return;
             };
-            let tag = self.incoming.get(incoming).expect("live").tag;
-            match self.find_posted(peer, tag) {
+            let entry = self.incoming.get(incoming).expect("live");
+            if entry.phase == RxPhase::Cancelled {
+                self.step_over_match(peer);
+                continue;
+            }
+            match self.find_posted(peer, (entry.context, entry.tag)) {
                 Some(position) => {
                     let recv = self.posted.remove(position).expect("position is valid");
                     if let Source::Rank(p) = self.recvs.get(recv).expect("live").source {
@@ -145,9 +165,13 @@ impl Endpoint {
                     self.complete_probes_for(incoming);
                 }
             }
-            let state = &mut self.peers[peer as usize];
-            state.next_match = state.next_match.wrapping_add(1);
+            self.step_over_match(peer);
         }
+    }
+
+    fn step_over_match(&mut self, peer: Rank) {
+        let state = &mut self.peers[peer as usize];
+        state.next_match = state.next_match.wrapping_add(1);
     }
 
     /// Binds a receive to a matched message: checks the length, directs further data into the
@@ -323,11 +347,12 @@ impl Endpoint {
     /// Completes every posted probe that matches a message just queued as unexpected.
     fn complete_probes_for(&mut self, incoming: u32) {
         let status = self.status_of(incoming);
+        let context = self.incoming.get(incoming).expect("live").context;
         let mut position = 0;
         while position < self.probes.len() {
             let probe = self.probes[position];
             let op = self.recvs.get(probe).expect("probes are live");
-            if !op.accepts(status.peer, status.tag) {
+            if !op.accepts(status.peer, context, status.tag) {
                 position += 1;
                 continue;
             }

@@ -6,7 +6,7 @@ use crate::config::RX_TRACKED_FRAMES;
 use crate::geometry::Geometry;
 use crate::memory::{HostMemory, SgList};
 use crate::transmit::INLINE_PAYLOAD_MAX;
-use crate::{Nanos, OpKind, Rank, Source, Tag, TagMatch};
+use crate::{Context, Nanos, OpKind, Rank, Source, Tag, TagMatch};
 use nicmsg_wire::FrameKind;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +24,7 @@ pub(crate) enum SendPhase {
 #[derive(Debug, Clone)]
 pub(crate) struct SendOp {
     pub dst: Rank,
+    pub context: Context,
     pub tag: Tag,
     pub data: SgList,
     pub geometry: Geometry,
@@ -49,8 +50,6 @@ pub(crate) struct SendOp {
     pub wait_retries: u32,
     /// Listed in the endpoint's ready queue.
     pub in_ready: bool,
-    /// Counted in the peer's waiters while queued for credits.
-    pub waiting_for_credit: bool,
     /// Position inside the collection being retransmitted.
     pub resend_cursor: ResendCursor,
     /// Frames sent in the current turn of the ready queue.
@@ -61,6 +60,23 @@ pub(crate) struct SendOp {
     pub copy: Option<u16>,
     /// The send reported success when it started; its later end completes nothing.
     pub completed_early: bool,
+    /// The message took one of the receiver's eager credits (withdrawing it gives it back).
+    pub holds_credit: bool,
+    /// The receiver has matched the message (a CTS came): too late to withdraw it.
+    pub peer_matched: bool,
+    /// The host asked to cancel the started send; the receiver is asked to withdraw the
+    /// message and no frame of it goes out until it answers (`cancel.rs`).
+    pub cancel: Option<CancelRequest>,
+    /// The receiver answered that a receive had matched the message: it completes normally.
+    pub cancel_refused: bool,
+}
+
+/// A CANCEL sent to the receiver and not answered yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CancelRequest {
+    /// When the CANCEL is repeated if no CANCEL-ACK came.
+    pub deadline_ns: Nanos,
+    pub retries: u32,
 }
 
 /// Where the core keeps a short message's bytes.
@@ -84,6 +100,7 @@ pub(crate) fn copy_short(
 impl SendOp {
     pub fn new(
         dst: Rank,
+        context: Context,
         tag: Tag,
         data: &SgList,
         geometry: Geometry,
@@ -93,6 +110,7 @@ impl SendOp {
     ) -> Self {
         Self {
             dst,
+            context,
             tag,
             data: *data,
             geometry,
@@ -110,11 +128,14 @@ impl SendOp {
             wait_deadline_ns: None,
             wait_retries: 0,
             in_ready: false,
-            waiting_for_credit: false,
             resend_cursor: ResendCursor::default(),
             turn_frames: 0,
             copy: None,
             completed_early: false,
+            holds_credit: false,
+            peer_matched: false,
+            cancel: None,
+            cancel_refused: false,
         }
     }
 
@@ -125,6 +146,7 @@ impl SendOp {
     /// A frame can go out now.
     pub fn has_frame_to_send(&self) -> bool {
         self.phase == SendPhase::Streaming
+            && self.cancel.is_none()
             && (self.extra_frame.is_some()
                 || self.collections.has_resend()
                 || self.resend_cursor.busy()
@@ -166,14 +188,16 @@ pub(crate) enum RecvState {
 pub(crate) struct RecvOp {
     pub kind: OpKind,
     pub source: Source,
+    pub context: Context,
     pub tag: TagMatch,
     pub buffer: SgList,
     pub state: RecvState,
 }
 
 impl RecvOp {
-    pub fn accepts(&self, peer: Rank, tag: Tag) -> bool {
-        self.source.matches(peer) && self.tag.matches(tag)
+    /// True if a message from `peer` in `context` with `tag` matches this receive or probe.
+    pub fn accepts(&self, peer: Rank, context: Context, tag: Tag) -> bool {
+        self.context == context && self.source.matches(peer) && self.tag.matches(tag)
     }
 }
 
@@ -197,6 +221,9 @@ pub(crate) enum RxPhase {
     DataComplete,
     /// MSG-ACK sent, waiting for CLEANUP (rendezvous only).
     MsgAcked,
+    /// Withdrawn by its sender before any receive matched it (`cancel.rs`): never matched,
+    /// kept so a repeated CANCEL gets the same answer, until CLEANUP.
+    Cancelled,
 }
 
 const BITMAP_WORDS: usize = (RX_TRACKED_FRAMES / 64) as usize;
@@ -205,6 +232,7 @@ const BITMAP_WORDS: usize = (RX_TRACKED_FRAMES / 64) as usize;
 pub(crate) struct Incoming {
     pub peer: Rank,
     pub msg_id: u32,
+    pub context: Context,
     pub tag: Tag,
     pub geometry: Geometry,
     pub frames: u32,
@@ -236,10 +264,17 @@ pub(crate) struct Incoming {
 }
 
 impl Incoming {
-    pub fn new(peer: Rank, msg_id: u32, tag: Tag, geometry: Geometry, ack_unit: u8) -> Self {
+    pub fn new(
+        peer: Rank,
+        msg_id: u32,
+        (context, tag): (Context, Tag),
+        geometry: Geometry,
+        ack_unit: u8,
+    ) -> Self {
         Self {
             peer,
             msg_id,
+            context,
             tag,
             geometry,
             frames: geometry.frames() as u32,

@@ -49,8 +49,16 @@ pub(crate) struct Peer {
     pub probe_deadline_ns: Option<Nanos>,
     pub probe_retries: u32,
     /// Operations that wait on this peer with no timer of their own: posted receives naming it,
-    /// matched incoming messages still arriving, sends blocked on its credits.
+    /// matched incoming messages still arriving.
     pub waiters: u32,
+    /// Sends to the peer that have started (ids assigned) and not finished.
+    pub sends_in_flight: u32,
+    /// Since when a frame that asks the peer for an answer has gone without any frame coming
+    /// back (`liveness.rs`); `None` when the peer answered since.
+    pub silent_since: Option<Nanos>,
+    /// The peer's host refused frames to it (ICMP port unreachable) this many times with
+    /// nothing heard in between.
+    pub refusals: u32,
     pub unreachable: bool,
 }
 
@@ -77,6 +85,9 @@ impl Peer {
             probe_deadline_ns: None,
             probe_retries: 0,
             waiters: 0,
+            sends_in_flight: 0,
+            silent_since: None,
+            refusals: 0,
             unreachable: false,
         }
     }

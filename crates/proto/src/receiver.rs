@@ -34,6 +34,11 @@ impl Endpoint {
             return self.count_drop(Some(peer), DropReason::Unsupported);
         }
         if self.peers[peer as usize].unreachable {
+            // It carries on as if this rank still took its frames: tell it again (a RESET
+            // itself is not answered, so two ranks that gave up on each other fall silent).
+            if header.kind != FrameKind::Reset {
+                self.send_reset(peer);
+            }
             return self.count_drop(Some(peer), DropReason::DeadPeer);
         }
         self.heard_from(now, peer);
@@ -59,6 +64,9 @@ impl Endpoint {
                     self.queue_control(control(peer, FrameKind::Credit, 0, 0, 0));
                 }
             }
+            FrameKind::Cancel => self.on_cancel(now, &header, memory),
+            FrameKind::CancelAck => self.on_cancel_ack(now, &header),
+            FrameKind::Reset => self.on_reset(now, peer, memory),
             _ => self.count_drop(Some(peer), DropReason::Unsupported),
         }
         // Credits and message ids towards a peer are only freed by its own frames, so only its
@@ -139,13 +147,14 @@ impl Endpoint {
         let buffering = self.config.unexpected == UnexpectedPolicy::Buffer;
         let eager_needs_buffer = buffering
             && msg.protocol == Protocol::Eager
-            && !self.can_match_now(peer, header.msg_id, msg.tag)
+            && !self.can_match_now(peer, header.msg_id, (Context(msg.context), msg.tag))
             && !self.has_free_eager_buffer(peer);
         if eager_needs_buffer {
             self.answer_wait(header);
             return None;
         }
-        let entry = Incoming::new(peer, header.msg_id, msg.tag, geometry, msg.ack_unit);
+        let key = (Context(msg.context), msg.tag);
+        let entry = Incoming::new(peer, header.msg_id, key, geometry, msg.ack_unit);
         let Some((index, _)) = self.incoming.insert(entry) else {
             self.answer_wait(header);
             return None;
@@ -219,6 +228,7 @@ impl Endpoint {
         let entry = self.incoming.get(index).expect("live");
         let consistent = msg.is_none_or(|m| {
             m.tag == entry.tag
+                && Context(m.context) == entry.context
                 && m.total_len == entry.geometry.total_len
                 && m.protocol == entry.geometry.protocol
         }) && entry.geometry.agrees(
@@ -464,21 +474,25 @@ impl Endpoint {
         self.queue_control(Control { flags, ..msg_ack });
     }
 
-    /// CLEANUP: the sender knows the message is delivered; free the receiver's state.
+    /// CLEANUP: the sender knows the message is delivered (or withdrawn); free the receiver's
+    /// state.
     fn on_cleanup(&mut self, header: &FrameHeader) {
         let Some(&index) = self.incoming_index.get(&(header.src, header.msg_id)) else {
             return self.count_drop(Some(header.src), DropReason::Duplicate);
         };
         let entry = self.incoming.get(index).expect("live");
+        if entry.phase == RxPhase::Cancelled {
+            return self.free_incoming(index);
+        }
         if entry.is_eager() || entry.phase == RxPhase::Receiving {
             return self.count_drop(Some(header.src), DropReason::Invalid);
         }
         self.free_incoming(index);
     }
 
-    /// Rendezvous messages whose CLEANUP is overdue: repeat MSG-ACK a bounded number of times,
-    /// then free the state anyway (the data was delivered; only the sender's bookkeeping is
-    /// unconfirmed).
+    /// Rendezvous messages (and withdrawn ones) whose CLEANUP is overdue: repeat MSG-ACK (or
+    /// CANCEL-ACK) a bounded number of times, then free the state anyway (the data was
+    /// delivered or withdrawn; only the sender's bookkeeping is unconfirmed).
     pub(crate) fn expire_incoming(&mut self, now: Nanos) {
         for index in 0..self.incoming.scan_end() {
             let due = self.incoming.get(index).and_then(|e| e.deadline_ns);
@@ -495,8 +509,16 @@ impl Endpoint {
                 continue;
             }
             entry.deadline_ns = Some(now + keepalive);
-            let flags = if truncated { Flags::TRUNCATED } else { 0 };
-            self.queue_control(control(peer, FrameKind::MsgAck, flags, msg_id, 0));
+            let repeat = match entry.phase {
+                RxPhase::Cancelled => {
+                    control(peer, FrameKind::CancelAck, Flags::CANCELLED, msg_id, 0)
+                }
+                _ => {
+                    let flags = if truncated { Flags::TRUNCATED } else { 0 };
+                    control(peer, FrameKind::MsgAck, flags, msg_id, 0)
+                }
+            };
+            self.queue_control(repeat);
         }
     }
 

@@ -13,7 +13,7 @@ impl Endpoint {
         &mut self,
         now: Nanos,
         dst: Rank,
-        tag: Tag,
+        (context, tag): (Context, Tag),
         data: &SgList,
         memory: &impl HostMemory,
     ) -> Result<OpId, PostError> {
@@ -23,17 +23,14 @@ impl Endpoint {
         } else {
             Protocol::Rendezvous
         };
-        let geometry = Geometry {
-            total_len: len,
-            frame_payload: self.config.frame_payload_for(len, protocol),
-            protocol,
-        };
+        let geometry = self.geometry_for(len, protocol);
         let frames = u32::try_from(geometry.frames()).map_err(|_| PostError::TooLong { len })?;
         let ack_unit = self.config.ack_unit;
         let limit = self.config.max_sends;
         let make = || {
             SendOp::new(
                 dst,
+                context,
                 tag,
                 data,
                 geometry,
@@ -70,9 +67,19 @@ impl Endpoint {
         peer.queue_tail = index;
     }
 
-    /// Starts the sends at the head of `dst`'s queue, in order, while the message-id window and
-    /// (for eager messages) credits allow. A message that cannot start blocks those behind it:
-    /// message ids, and so MPI order, follow posting order.
+    fn geometry_for(&self, len: u64, protocol: Protocol) -> Geometry {
+        Geometry {
+            total_len: len,
+            frame_payload: self.config.frame_payload_for(len, protocol),
+            protocol,
+        }
+    }
+
+    /// Starts the sends at the head of `dst`'s queue, in order, while the message-id window
+    /// allows. A message that cannot start blocks those behind it: message ids, and so MPI
+    /// order, follow posting order. Nothing waits for eager credits: an eager message the
+    /// receiver has no buffer left for goes by rendezvous instead (its header alone is always
+    /// taken), so a message that the receiver waits for is never stuck behind unmatched ones.
     pub(crate) fn start_queued_for(&mut self, _now: Nanos, dst: Rank) {
         loop {
             let head = self.peers[dst as usize].queue_head;
@@ -87,13 +94,14 @@ impl Endpoint {
                 return;
             }
             if needs_credit && !has_credit {
-                self.mark_credit_wait(head, dst);
-                return;
+                self.send_by_rendezvous(head, dst);
             }
-            self.clear_credit_wait(head, dst);
+            let needs_credit = needs_credit && has_credit;
+            let eager = self.sends.get(head).expect("queue head").is_eager();
             let peer = &mut self.peers[dst as usize];
             let msg_id = peer.send_next;
             peer.send_next = peer.send_next.wrapping_add(1);
+            peer.sends_in_flight += 1;
             if needs_credit {
                 peer.eager_started = peer.eager_started.wrapping_add(1);
             }
@@ -104,6 +112,7 @@ impl Endpoint {
             }
             op.next_queued = NONE;
             op.msg_id = msg_id;
+            op.holds_credit = needs_credit;
             op.phase = SendPhase::Streaming;
             op.granted = if eager { op.frames } else { 1 };
             self.active_sends.insert((dst, msg_id), head);
@@ -112,22 +121,26 @@ impl Endpoint {
         }
     }
 
-    fn mark_credit_wait(&mut self, index: u32, dst: Rank) {
+    /// An eager message for which the receiver has no buffer left goes as a rendezvous
+    /// message: an RTS with its first bytes, which the receiver keeps (header at least) and
+    /// matches in order, then data on its grant. A short message keeps its copy: one frame
+    /// either way, since both protocols put as many bytes in frame 0.
+    fn send_by_rendezvous(&mut self, index: u32, dst: Rank) {
+        let op = self.sends.get(index).expect("live send");
+        let geometry = self.geometry_for(op.geometry.total_len, Protocol::Rendezvous);
+        let frames = geometry.frames() as u32;
+        debug_assert!(frames <= op.frames, "rendezvous never needs more frames");
+        debug_assert!(
+            op.copy.is_none() || frames == 1,
+            "a copied message stays one frame"
+        );
         let op = self.sends.get_mut(index).expect("live send");
-        if !op.waiting_for_credit {
-            op.waiting_for_credit = true;
-            self.stats.credit_stalls += 1;
-            self.peer_stats[dst as usize].credit_stalls += 1;
-            self.add_waiter(dst);
-        }
-    }
-
-    fn clear_credit_wait(&mut self, index: u32, dst: Rank) {
-        let op = self.sends.get_mut(index).expect("live send");
-        if op.waiting_for_credit {
-            op.waiting_for_credit = false;
-            self.remove_waiter(dst);
-        }
+        op.geometry = geometry;
+        op.frames = frames;
+        op.collections = crate::collections::Collections::new(op.ack_unit, frames);
+        self.send_timers[index as usize].reset(&op.collections);
+        self.stats.credit_stalls += 1;
+        self.peer_stats[dst as usize].credit_stalls += 1;
     }
 
     pub(crate) fn mark_ready(&mut self, index: u32) {
@@ -140,35 +153,7 @@ impl Endpoint {
         }
     }
 
-    pub(crate) fn cancel_send(&mut self, op: OpId) -> Result<(), CancelError> {
-        let send = self
-            .sends
-            .get_checked(op.index, op.generation)
-            .ok_or(CancelError::UnknownOp)?;
-        if send.completed_early {
-            // Its success is reported (or about to be, if still queued): too late to cancel, and
-            // once the host has taken the completion the handle is stale.
-            let queued = self.completions.iter().any(|c| c.op == op);
-            return Err(if queued {
-                CancelError::InProgress
-            } else {
-                CancelError::UnknownOp
-            });
-        }
-        if send.phase == SendPhase::Local {
-            self.cancel_local(op.index);
-            return Ok(());
-        }
-        if send.phase != SendPhase::Queued {
-            return Err(CancelError::InProgress);
-        }
-        let dst = send.dst;
-        self.unlink_queued(dst, op.index);
-        self.finish_send(op.index, Err(OpError::Cancelled));
-        Ok(())
-    }
-
-    fn unlink_queued(&mut self, dst: Rank, index: u32) {
+    pub(crate) fn unlink_queued(&mut self, dst: Rank, index: u32) {
         let next = self.sends.get(index).map_or(NONE, |op| op.next_queued);
         let peer = &mut self.peers[dst as usize];
         let mut previous = NONE;
@@ -198,12 +183,12 @@ impl Endpoint {
         let Some(op) = self.sends.remove(index) else {
             return;
         };
-        if op.waiting_for_credit {
-            self.remove_waiter(op.dst);
-        }
         if matches!(op.phase, SendPhase::Streaming | SendPhase::Ending) {
             self.active_sends.remove(&(op.dst, op.msg_id));
-            self.peers[op.dst as usize].send_window.finish(op.msg_id);
+            let peer = &mut self.peers[op.dst as usize];
+            peer.send_window.finish(op.msg_id);
+            peer.sends_in_flight -= 1;
+            self.awaited_less(op.dst);
         }
         if result.is_ok() {
             self.stats.messages_sent += 1;
@@ -303,6 +288,11 @@ impl Endpoint {
 
     pub(crate) fn after_ack(&mut self, now: Nanos, index: u32) {
         let op = self.sends.get_mut(index).expect("active send");
+        // While the receiver decides on a cancel, its answer alone completes the send: an
+        // acknowledgement sent before it saw the CANCEL says nothing about withdrawal.
+        if op.cancel.is_some() {
+            return;
+        }
         if !op.collections.all_acked() {
             self.mark_ready(index);
             return;
@@ -336,6 +326,10 @@ impl Endpoint {
         let op = self.sends.get_mut(index).expect("active send");
         if op.phase != SendPhase::Streaming {
             return;
+        }
+        if !op.is_eager() {
+            // Only a receive that matched the message makes the receiver grant frames.
+            op.peer_matched = true;
         }
         if op.is_eager() {
             // The receiver discarded our frames (`drop` mode) and now has a receive for them.
@@ -392,6 +386,10 @@ impl Endpoint {
 
     pub(crate) fn send_deadline(&self, index: u32) -> Option<Nanos> {
         let op = self.sends.get(index)?;
+        if let Some(cancel) = op.cancel {
+            // Nothing of the message is resent while the receiver decides.
+            return Some(cancel.deadline_ns);
+        }
         let collections = op
             .collections
             .next_deadline(&self.send_timers[index as usize]);
@@ -401,13 +399,17 @@ impl Endpoint {
         }
     }
 
-    /// Retransmits timed-out collections, repeats RTS/RSM/END whose answer is overdue, and
-    /// declares the peer unreachable after `max_retries`.
-    pub(crate) fn expire_sends(&mut self, now: Nanos, memory: &mut impl HostMemory) {
-        let max_retries = self.config.max_retries;
+    /// Retransmits timed-out collections, repeats RTS/RSM/END/CANCEL whose answer is overdue.
+    /// Retransmissions go on, backed off up to `rto_max_ns`, until the peer answers or the
+    /// liveness rule declares it unreachable (`liveness.rs`).
+    pub(crate) fn expire_sends(&mut self, now: Nanos) {
         // Index loop instead of collecting the due entries: the timer path allocates nothing.
         for index in 0..self.sends.scan_end() {
             if self.send_deadline(index).is_none_or(|d| d > now) {
+                continue;
+            }
+            if self.sends.get(index).is_some_and(|op| op.cancel.is_some()) {
+                self.repeat_cancel(now, index);
                 continue;
             }
             let max_ns = self.config.rto_max_ns;
@@ -415,12 +417,10 @@ impl Endpoint {
             self.peers[dst as usize].rto.on_timeout(now, max_ns);
             let rto = self.peers[dst as usize].rto;
             let op = self.sends.get_mut(index).expect("occupied");
-            let mut retries = op
-                .collections
+            op.collections
                 .expire(&mut self.send_timers[index as usize], now);
             if op.wait_deadline_ns.is_some_and(|d| d <= now) {
                 op.wait_retries += 1;
-                retries = retries.max(op.wait_retries);
                 op.wait_deadline_ns = Some(now + rto.backed_off_ns(op.wait_retries, max_ns));
                 match op.phase {
                     SendPhase::Ending => {
@@ -434,9 +434,6 @@ impl Endpoint {
                 }
             }
             self.mark_ready(index);
-            if retries > max_retries {
-                self.declare_unreachable(now, dst, memory);
-            }
         }
     }
 

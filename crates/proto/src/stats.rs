@@ -77,7 +77,8 @@ pub struct Stats {
     pub frames_received: u64,
     pub bytes_received: u64,
     pub drops: DropCounts,
-    /// Eager sends that had to wait for credits.
+    /// Eager-sized messages sent by rendezvous because the receiver's eager buffers for this
+    /// rank were all taken (its earlier messages not received yet).
     pub credit_stalls: u64,
     /// Control frames not queued because the control queue was full (recovered by retransmit).
     pub control_overflows: u64,
@@ -103,6 +104,18 @@ pub struct Stats {
     /// Of those, sends whose delivery was never confirmed (the peer was declared unreachable
     /// first): reported sent, possibly lost with the peer.
     pub early_sends_unconfirmed: u64,
+    /// Started sends the host asked to cancel (a CANCEL to the receiver).
+    pub cancels_requested: u64,
+    /// Of those, sends whose message the receiver withdrew (completed `Cancelled`).
+    pub sends_withdrawn: u64,
+    /// Messages from a peer withdrawn here at its request before any receive matched them.
+    pub messages_withdrawn: u64,
+    /// Frames the peer's host refused (ICMP port unreachable: no process on its port).
+    pub frames_refused: u64,
+    /// RESET frames sent (this rank declared the peer unreachable) and received (the peer
+    /// declared this rank unreachable).
+    pub resets_sent: u64,
+    pub resets_received: u64,
 }
 
 /// Counters for one peer of an endpoint.

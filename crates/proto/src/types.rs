@@ -10,6 +10,20 @@ pub type Tag = u32;
 /// clock: every call that needs the time is handed `now`.
 pub type Nanos = u64;
 
+/// A matching context, as MPI's communicator context: a message matches only receives and
+/// probes of its own context, whatever their wildcards. The application's traffic is in
+/// [`Context::USER`]; the library's own (a barrier's messages) in [`Context::LIBRARY`], so no
+/// user receive, however wild, ever takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Context(pub u16);
+
+impl Context {
+    /// The application's messages.
+    pub const USER: Self = Self(0);
+    /// The library's own messages (collectives).
+    pub const LIBRARY: Self = Self(1);
+}
+
 /// Which sender a receive or probe accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
@@ -106,6 +120,19 @@ pub enum PostError {
     PeerUnreachable { peer: Rank },
     #[error("message of {len} bytes needs more than 2^32 frames")]
     TooLong { len: u64 },
+}
+
+/// What a cancel did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum CancelOutcome {
+    /// The operation completes with `Cancelled` (it had not left this rank, or was a receive
+    /// or probe not matched yet).
+    Cancelled,
+    /// The send's message may already be with its receiver: the receiver is asked to withdraw
+    /// it. The send completes with `Cancelled` if it did (the message is never delivered), or
+    /// normally if a receive had matched it first (MPI's `MPI_Test_cancelled` false).
+    Requested,
 }
 
 /// Why a cancel was refused.

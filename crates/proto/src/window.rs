@@ -1,17 +1,20 @@
 //! Message-id windows: which messages of one direction of a peer pair are finished.
 //!
 //! Ids are assigned in order per (sender, receiver). At most [`MSG_WINDOW`] are unfinished at a
-//! time, so one 64-bit bitmap above a base id says which are finished. Anything older than the
-//! base is finished; a frame for it is a duplicate.
+//! time, so a bitmap of that many bits above a base id says which are finished. Anything older
+//! than the base is finished; a frame for it is a duplicate.
 
 use crate::config::MSG_WINDOW;
+
+const WORDS: usize = (MSG_WINDOW / 64) as usize;
+const _: () = assert!(MSG_WINDOW % 64 == 0, "the done bitmap is whole u64 words");
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct IdWindow {
     /// Oldest id not yet finished.
     pub base: u32,
     /// Bit i: id `base + i` is finished.
-    done: u64,
+    done: [u64; WORDS],
 }
 
 /// Where an id lies relative to a window.
@@ -23,8 +26,6 @@ pub(crate) enum IdPlace {
     Beyond,
 }
 
-const _: () = assert!(MSG_WINDOW == 64, "the done bitmap is a u64");
-
 impl IdWindow {
     pub fn place(&self, id: u32) -> IdPlace {
         let distance = id.wrapping_sub(self.base);
@@ -32,11 +33,15 @@ impl IdWindow {
             IdPlace::Finished
         } else if distance >= MSG_WINDOW {
             IdPlace::Beyond
-        } else if self.done & (1 << distance) != 0 {
+        } else if self.is_done(distance) {
             IdPlace::Finished
         } else {
             IdPlace::Open
         }
+    }
+
+    fn is_done(&self, distance: u32) -> bool {
+        self.done[(distance / 64) as usize] & (1 << (distance % 64)) != 0
     }
 
     pub fn finish(&mut self, id: u32) {
@@ -44,10 +49,32 @@ impl IdWindow {
         if distance >= MSG_WINDOW {
             return;
         }
-        self.done |= 1 << distance;
-        while self.done & 1 != 0 {
-            self.done >>= 1;
-            self.base = self.base.wrapping_add(1);
+        self.done[(distance / 64) as usize] |= 1 << (distance % 64);
+        self.advance();
+    }
+
+    /// Moves the base past every finished id at its front: whole words at a time, then bits.
+    fn advance(&mut self) {
+        while self.done[0] == u64::MAX {
+            self.done.copy_within(1.., 0);
+            self.done[WORDS - 1] = 0;
+            self.base = self.base.wrapping_add(64);
+        }
+        let finished = self.done[0].trailing_ones();
+        if finished > 0 {
+            self.shift_right(finished);
+            self.base = self.base.wrapping_add(finished);
+        }
+    }
+
+    /// Shifts the whole bitmap right by `bits` (< 64).
+    fn shift_right(&mut self, bits: u32) {
+        for word in 0..WORDS {
+            let carry = self
+                .done
+                .get(word + 1)
+                .map_or(0, |next| next << (64 - bits));
+            self.done[word] = (self.done[word] >> bits) | carry;
         }
     }
 }
@@ -68,5 +95,40 @@ mod tests {
         assert_eq!(window.place(1), IdPlace::Finished);
         assert_eq!(window.place(3), IdPlace::Open);
         assert_eq!(window.place(3 + MSG_WINDOW), IdPlace::Beyond);
+    }
+
+    #[test]
+    fn ids_finished_across_words_move_the_base_past_them_all() {
+        let mut window = IdWindow::default();
+        for id in (1..200).rev() {
+            window.finish(id);
+            assert_eq!(window.base, 0);
+        }
+        assert_eq!(window.place(130), IdPlace::Finished);
+        assert_eq!(window.place(200), IdPlace::Open);
+        window.finish(0);
+        assert_eq!(window.base, 200);
+        assert_eq!(window.place(199), IdPlace::Finished);
+        assert_eq!(window.place(200 + MSG_WINDOW - 1), IdPlace::Open);
+        assert_eq!(window.place(200 + MSG_WINDOW), IdPlace::Beyond);
+        window.finish(201);
+        window.finish(200 + MSG_WINDOW - 1);
+        assert_eq!(window.base, 200);
+        assert_eq!(window.place(200 + MSG_WINDOW - 1), IdPlace::Finished);
+        window.finish(200);
+        assert_eq!(window.base, 202);
+    }
+
+    #[test]
+    fn ids_wrap_around() {
+        let mut window = IdWindow {
+            base: u32::MAX - 1,
+            ..IdWindow::default()
+        };
+        window.finish(u32::MAX - 1);
+        window.finish(u32::MAX);
+        window.finish(0);
+        assert_eq!(window.base, 1);
+        assert_eq!(window.place(u32::MAX), IdPlace::Finished);
     }
 }

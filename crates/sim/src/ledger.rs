@@ -9,7 +9,8 @@ use crate::content::Pattern;
 use crate::invariants::Violations;
 use crate::memory::{check_recv, holds_message, Arena, Buffer, Expect};
 use nicmsg_proto::{
-    CancelError, Completion, Nanos, OpError, OpId, OpKind, Rank, Source, Status, Tag, TagMatch,
+    CancelError, CancelOutcome, Completion, Context, Nanos, OpError, OpId, OpKind, Rank, Source,
+    Status, Tag, TagMatch,
 };
 use std::collections::{BTreeMap, HashMap};
 
@@ -27,18 +28,23 @@ pub enum CancelState {
     Accepted,
     /// `cancel` returned `InProgress`: the operation completes normally.
     Refused,
+    /// `cancel` of a started send returned `Requested`: the completion is `Cancelled` (the
+    /// message must never be delivered) or normal (it must be delivered).
+    Requested,
 }
 
 #[derive(Debug, Clone)]
 pub enum OpDetail {
     Send {
         dst: Rank,
+        context: Context,
         tag: Tag,
         msg: MsgRef,
         buffer: Buffer,
     },
     Recv {
         source: Source,
+        context: Context,
         tag: TagMatch,
         buffer: Buffer,
         capacity: u64,
@@ -46,6 +52,7 @@ pub enum OpDetail {
     },
     Probe {
         source: Source,
+        context: Context,
         tag: TagMatch,
     },
 }
@@ -72,35 +79,49 @@ impl OpRecord {
         let what = match &self.detail {
             OpDetail::Send {
                 dst,
+                context,
                 tag,
                 msg,
                 buffer,
             } => {
                 format!(
-                    "send to {dst} tag {tag} msg#{msg} len {}",
+                    "send to {dst}{} tag {tag} msg#{msg} len {}",
+                    fmt_context(*context),
                     buffer.sg.total_len()
                 )
             }
             OpDetail::Recv {
                 source,
+                context,
                 tag,
                 capacity,
                 ..
             } => {
                 format!(
-                    "recv from {} tag {} capacity {capacity}",
+                    "recv from {}{} tag {} capacity {capacity}",
                     fmt_source(*source),
+                    fmt_context(*context),
                     fmt_tag(*tag)
                 )
             }
-            OpDetail::Probe { source, tag } => {
-                format!("probe from {} tag {}", fmt_source(*source), fmt_tag(*tag))
+            OpDetail::Probe {
+                source,
+                context,
+                tag,
+            } => {
+                format!(
+                    "probe from {}{} tag {}",
+                    fmt_source(*source),
+                    fmt_context(*context),
+                    fmt_tag(*tag)
+                )
             }
         };
         let cancel = match self.cancel {
             CancelState::NotRequested => "",
             CancelState::Accepted => " (cancel accepted)",
             CancelState::Refused => " (cancel refused)",
+            CancelState::Requested => " (cancel requested)",
         };
         format!(
             "rank {} {what} posted at {}{cancel} (op {:?} #{} gen {})",
@@ -120,11 +141,31 @@ pub fn fmt_source(source: Source) -> String {
     }
 }
 
+/// Empty for the user context, which most operations are in.
+pub fn fmt_context(context: Context) -> String {
+    if context == Context::USER {
+        String::new()
+    } else {
+        format!(" context {}", context.0)
+    }
+}
+
 pub fn fmt_tag(tag: TagMatch) -> String {
     match tag {
         TagMatch::Tag(t) => t.to_string(),
         TagMatch::Any => "ANY".into(),
     }
+}
+
+/// What a completed receive was posted with.
+#[derive(Debug, Clone, Copy)]
+struct Receive {
+    source: Source,
+    context: Context,
+    tag: TagMatch,
+    buffer: Buffer,
+    capacity: u64,
+    post_index: u64,
 }
 
 /// How a message was consumed by a receive.
@@ -142,6 +183,7 @@ pub struct MsgRecord {
     pub src: Rank,
     pub dst: Rank,
     pub seq: u64,
+    pub context: Context,
     pub tag: Tag,
     pub len: u64,
     pub send_op: OpRef,
@@ -155,8 +197,13 @@ impl MsgRecord {
 
     pub fn describe(&self) -> String {
         format!(
-            "message {}->{} seq {} tag {} len {}",
-            self.src, self.dst, self.seq, self.tag, self.len
+            "message {}->{} seq {}{} tag {} len {}",
+            self.src,
+            self.dst,
+            self.seq,
+            fmt_context(self.context),
+            self.tag,
+            self.len
         )
     }
 }
@@ -186,6 +233,7 @@ struct Deferred {
     op: OpRef,
     src: Rank,
     dst: Rank,
+    context: Context,
     tag: Tag,
     len: u64,
     post_index: u64,
@@ -303,7 +351,7 @@ impl Ledger {
         rank: Rank,
         id: OpId,
         dst: Rank,
-        tag: Tag,
+        (context, tag): (Context, Tag),
         buffer: Buffer,
     ) -> OpRef {
         let msg = self.msgs.len();
@@ -316,6 +364,7 @@ impl Ledger {
             id,
             OpDetail::Send {
                 dst,
+                context,
                 tag,
                 msg,
                 buffer,
@@ -325,6 +374,7 @@ impl Ledger {
             src: rank,
             dst,
             seq,
+            context,
             tag,
             len: buffer.sg.total_len(),
             send_op: op,
@@ -342,7 +392,7 @@ impl Ledger {
         rank: Rank,
         id: OpId,
         source: Source,
-        tag: TagMatch,
+        (context, tag): (Context, TagMatch),
         buffer: Buffer,
     ) -> OpRef {
         let post_index = self.recv_posts[rank as usize];
@@ -355,6 +405,7 @@ impl Ledger {
             id,
             OpDetail::Recv {
                 source,
+                context,
                 tag,
                 buffer,
                 capacity,
@@ -370,13 +421,24 @@ impl Ledger {
         rank: Rank,
         id: OpId,
         source: Source,
-        tag: TagMatch,
+        (context, tag): (Context, TagMatch),
     ) -> OpRef {
-        self.add_op(v, now, rank, id, OpDetail::Probe { source, tag })
+        let detail = OpDetail::Probe {
+            source,
+            context,
+            tag,
+        };
+        self.add_op(v, now, rank, id, detail)
     }
 
+    /// The message's send was cancelled for sure: accepted, or withdrawn on request.
     fn send_cancelled(&self, msg: MsgRef) -> bool {
-        self.ops[self.msgs[msg].send_op].cancel == CancelState::Accepted
+        let send = &self.ops[self.msgs[msg].send_op];
+        match send.cancel {
+            CancelState::Accepted => true,
+            CancelState::Requested => send.result == Some(Err(OpError::Cancelled)),
+            _ => false,
+        }
     }
 
     /// Messages of the pair not consumed and not cancelled, in seq order.
@@ -396,7 +458,11 @@ impl Ledger {
             .iter()
             .copied()
             .filter(move |&m| {
-                msgs[m].consumed.is_none() && ops[msgs[m].send_op].cancel != CancelState::Accepted
+                let send = &ops[msgs[m].send_op];
+                let cancelled = send.cancel == CancelState::Accepted
+                    || (send.cancel == CancelState::Requested
+                        && send.result == Some(Err(OpError::Cancelled)));
+                msgs[m].consumed.is_none() && !cancelled
             })
     }
 
@@ -406,12 +472,21 @@ impl Ledger {
         v: &mut Violations,
         now: Nanos,
         op: OpRef,
-        answer: Result<(), CancelError>,
+        answer: Result<CancelOutcome, CancelError>,
     ) {
         let record = &self.ops[op];
         let pending = record.is_pending();
+        let is_send = matches!(record.detail, OpDetail::Send { .. });
         match (pending, answer) {
-            (true, Ok(())) => self.ops[op].cancel = CancelState::Accepted,
+            (true, Ok(CancelOutcome::Cancelled)) => self.ops[op].cancel = CancelState::Accepted,
+            (true, Ok(CancelOutcome::Requested)) if is_send => {
+                self.ops[op].cancel = CancelState::Requested
+            }
+            (true, Ok(CancelOutcome::Requested)) => v.push(
+                now,
+                "cancel",
+                format!("cancel of a receive or probe answered Requested: {}", record.describe()),
+            ),
             (true, Err(CancelError::InProgress)) => self.ops[op].cancel = CancelState::Refused,
             (true, Err(CancelError::UnknownOp)) => v.push(
                 now,
@@ -458,6 +533,21 @@ impl Ledger {
         let describe = self.ops[op].describe();
         match (self.ops[op].cancel, result) {
             (CancelState::Accepted, Err(OpError::Cancelled)) => {}
+            (CancelState::Requested, Err(OpError::Cancelled)) => {
+                if let OpDetail::Send { msg, .. } = self.ops[op].detail {
+                    if let Some(by) = self.msgs[msg].consumed {
+                        v.push(
+                            now,
+                            "cancel",
+                            format!(
+                                "send completed Cancelled but its message was received by {}: {describe}",
+                                self.ops[by.by].describe()
+                            ),
+                        );
+                    }
+                }
+            }
+            (CancelState::Requested, Ok(_)) => {}
             (CancelState::Accepted, other) => v.push(
                 now,
                 "cancel",
@@ -483,7 +573,7 @@ impl Ledger {
         }
         let detail = self.ops[op].detail.clone();
         match detail {
-            OpDetail::Send { dst, tag, msg, buffer } => {
+            OpDetail::Send { dst, tag, msg, buffer, .. } => {
                 match result {
                     Ok(status) => {
                         let want = Status { peer: dst, tag, len: self.msgs[msg].len };
@@ -500,16 +590,17 @@ impl Ledger {
                 }
                 arena.release(buffer.region);
             }
-            OpDetail::Recv { source, tag, buffer, capacity, post_index } => {
-                self.complete_recv(v, arena, now, rank, op, (source, tag, buffer, capacity, post_index), result);
+            OpDetail::Recv { source, context, tag, buffer, capacity, post_index } => {
+                let receive = Receive { source, context, tag, buffer, capacity, post_index };
+                self.complete_recv(v, arena, now, rank, op, receive, result);
                 arena.release(buffer.region);
             }
-            OpDetail::Probe { source, tag } => match result {
+            OpDetail::Probe { source, context, tag } => match result {
                 Ok(status) => {
                     if !source.matches(status.peer) || !tag.matches(status.tag) {
                         v.push(now, "match", format!("probe completed with {status:?} which it does not match: {describe}"));
                     }
-                    if let Err(problem) = self.check_available(now, rank, status) {
+                    if let Err(problem) = self.check_available(now, rank, context, status) {
                         v.push(now, "probe", format!("probe reported {status:?} but {problem}: {describe}"));
                     }
                 }
@@ -535,9 +626,17 @@ impl Ledger {
         now: Nanos,
         rank: Rank,
         op: OpRef,
-        (source, tag, buffer, capacity, post_index): (Source, TagMatch, Buffer, u64, u64),
+        receive: Receive,
         result: Result<Status, OpError>,
     ) {
+        let Receive {
+            source,
+            context,
+            tag,
+            buffer,
+            capacity,
+            post_index,
+        } = receive;
         let describe = self.ops[op].describe();
         match result {
             Ok(status) => {
@@ -566,7 +665,10 @@ impl Ledger {
                 let open: Vec<MsgRef> = self.open_msgs(status.peer, rank).collect();
                 let matching: Vec<MsgRef> = open
                     .into_iter()
-                    .filter(|&m| self.msgs[m].tag == status.tag && self.msgs[m].len == status.len)
+                    .filter(|&m| {
+                        let msg = &self.msgs[m];
+                        msg.context == context && msg.tag == status.tag && msg.len == status.len
+                    })
                     .filter(|&m| holds_message(arena, &buffer, self.msgs[m].pattern(), status.len))
                     .collect();
                 if matching.len() > 1 {
@@ -579,6 +681,7 @@ impl Ledger {
                         op,
                         src: status.peer,
                         dst: rank,
+                        context,
                         tag: status.tag,
                         len: status.len,
                         post_index,
@@ -597,6 +700,10 @@ impl Ledger {
                             && holds_message(arena, &buffer, self.msgs[m].pattern(), status.len)
                     });
                     let why = match other {
+                        Some(m) if self.msgs[m].context != context => format!(
+                            "it is {}, of another context: a receive took a message it must never see",
+                            self.msgs[m].describe()
+                        ),
                         Some(m) if self.msgs[m].consumed.is_some() => {
                             let by = self.msgs[m].consumed.expect("checked");
                             format!(
@@ -685,6 +792,7 @@ impl Ledger {
                     op,
                     src: source_rank,
                     dst: rank,
+                    context,
                     tag: got_tag,
                     len: message_len,
                     post_index,
@@ -714,14 +822,21 @@ impl Ledger {
 
     /// A probe's status must name a message that was sent to `rank` and is not consumed (or was
     /// consumed at this very instant, by a completion handled just before).
-    pub fn check_available(&self, now: Nanos, rank: Rank, status: Status) -> Result<(), String> {
+    pub fn check_available(
+        &self,
+        now: Nanos,
+        rank: Rank,
+        context: Context,
+        status: Status,
+    ) -> Result<(), String> {
         if status.peer >= self.size || status.peer == rank {
             return Err(format!("rank {} cannot have sent it", status.peer));
         }
         let pair = self.pair(status.peer, rank);
         let exists = self.pair_msgs[pair].iter().any(|&m| {
             let msg = &self.msgs[m];
-            msg.tag == status.tag
+            msg.context == context
+                && msg.tag == status.tag
                 && msg.len == status.len
                 && !self.send_cancelled(m)
                 && msg.consumed.is_none_or_at(now)
@@ -747,7 +862,7 @@ impl Ledger {
             let floor = self.pair_msgs[pair]
                 .iter()
                 .map(|&m| &self.msgs[m])
-                .filter(|m| m.tag == d.tag)
+                .filter(|m| m.context == d.context && m.tag == d.tag)
                 .filter(|m| {
                     m.consumed
                         .as_ref()
@@ -757,7 +872,8 @@ impl Ledger {
                 .max();
             let open: Vec<MsgRef> = self.open_msgs(d.src, d.dst).collect();
             let found = open.into_iter().find(|&m| {
-                self.msgs[m].tag == d.tag
+                self.msgs[m].context == d.context
+                    && self.msgs[m].tag == d.tag
                     && self.msgs[m].len == d.len
                     && floor.is_none_or(|f| self.msgs[m].seq > f)
                     && d.candidates.as_ref().is_none_or_contains(m)
@@ -848,17 +964,18 @@ impl Ledger {
                 ),
             );
         }
-        // MPI non-overtaking: per (src, dst, tag), receives in post order got messages in send order.
-        let mut groups: BTreeMap<(Rank, Rank, Tag), Vec<(u64, u64)>> = BTreeMap::new();
+        // MPI non-overtaking: per (src, dst, context, tag), receives in post order got messages
+        // in send order.
+        let mut groups: BTreeMap<(Rank, Rank, Context, Tag), Vec<(u64, u64)>> = BTreeMap::new();
         for msg in &self.msgs {
             if let Some(c) = msg.consumed {
                 groups
-                    .entry((msg.src, msg.dst, msg.tag))
+                    .entry((msg.src, msg.dst, msg.context, msg.tag))
                     .or_default()
                     .push((c.post_index, msg.seq));
             }
         }
-        for ((src, dst, tag), mut list) in groups {
+        for ((src, dst, _, tag), mut list) in groups {
             list.sort_unstable();
             if let Some(w) = list.windows(2).find(|w| w[1].1 <= w[0].1) {
                 v.push(
@@ -957,7 +1074,8 @@ mod tests {
                 len,
             );
             let id = self.id(OpKind::Send);
-            self.ledger.add_send(&mut self.v, 0, 0, id, 1, tag, buffer);
+            let key = (Context::USER, tag);
+            self.ledger.add_send(&mut self.v, 0, 0, id, 1, key, buffer);
             id
         }
 
@@ -975,7 +1093,7 @@ mod tests {
                 1,
                 id,
                 Source::Rank(0),
-                TagMatch::Tag(tag),
+                (Context::USER, TagMatch::Tag(tag)),
                 buffer,
             );
             (id, buffer)

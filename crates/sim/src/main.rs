@@ -83,6 +83,9 @@ struct Cli {
     keepalive_ns: u64,
     #[arg(long, default_value_t = ProtoParams::default().max_retries)]
     max_retries: u32,
+    /// Silence of an awaited peer, in ns, after which it is declared unreachable.
+    #[arg(long, default_value_t = ProtoParams::default().peer_timeout_ns)]
+    peer_timeout_ns: u64,
     /// Virtual time after which a run with pending operations is a hang.
     #[arg(long, default_value_t = Limits::default().max_virtual_ns)]
     max_virtual_ns: u64,
@@ -200,6 +203,7 @@ fn main() -> ExitCode {
         rto_max_ns: cli.rto_max_ns,
         keepalive_ns: cli.keepalive_ns,
         max_retries: cli.max_retries,
+        peer_timeout_ns: cli.peer_timeout_ns,
     };
     template.limits = Limits {
         max_virtual_ns: cli.max_virtual_ns,

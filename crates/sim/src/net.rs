@@ -126,6 +126,12 @@ pub enum Event {
     Death {
         rank: Rank,
     },
+    /// The host of dead rank `peer` refused a frame `rank` sent it (ICMP port unreachable):
+    /// what a real kernel answers for a port whose process is gone.
+    Refused {
+        rank: Rank,
+        peer: Rank,
+    },
 }
 
 #[derive(Debug)]
@@ -168,6 +174,8 @@ pub struct NetStats {
     pub reordered: u64,
     pub partition_drops: u64,
     pub dead_drops: u64,
+    /// Of those, frames answered with a refusal (ICMP port unreachable) to their sender.
+    pub refusals: u64,
     pub mtu_drops: u64,
     /// Longest wait of a frame for its sender's link.
     pub max_link_wait_ns: Nanos,
@@ -185,6 +193,7 @@ impl NetStats {
         self.reordered += other.reordered;
         self.partition_drops += other.partition_drops;
         self.dead_drops += other.dead_drops;
+        self.refusals += other.refusals;
         self.mtu_drops += other.mtu_drops;
         self.max_link_wait_ns = self.max_link_wait_ns.max(other.max_link_wait_ns);
     }
@@ -234,6 +243,11 @@ impl Network {
 
     pub fn config(&self) -> &NetConfig {
         &self.config
+    }
+
+    /// True if a partition separates `a` and `b` at `at`.
+    pub fn cut(&self, a: Rank, b: Rank, at: Nanos) -> bool {
+        self.partitions.iter().any(|p| p.cuts(a, b, at))
     }
 
     pub fn partitions(&self) -> &[Partition] {

@@ -116,6 +116,9 @@ pub fn replay_command(spec: &RunSpec) -> String {
     if spec.proto.keepalive_ns != proto.keepalive_ns {
         flag("keepalive-ns", spec.proto.keepalive_ns.to_string());
     }
+    if spec.proto.peer_timeout_ns != proto.peer_timeout_ns {
+        flag("peer-timeout-ns", spec.proto.peer_timeout_ns.to_string());
+    }
     if spec.proto.max_retries != proto.max_retries {
         flag("max-retries", spec.proto.max_retries.to_string());
     }
@@ -295,7 +298,7 @@ impl Summary {
         let n = &self.net;
         let _ = writeln!(
             out,
-            "network: {} offered, {} delivered, {} lost, {} duplicated, {} corrupted ({} reached an endpoint), {} reordered, {} cut by partitions, {} to dead ranks, {} over MTU; longest link wait {}",
+            "network: {} offered, {} delivered, {} lost, {} duplicated, {} corrupted ({} reached an endpoint), {} reordered, {} cut by partitions, {} to dead ranks ({} refused), {} over MTU; longest link wait {}",
             n.frames_offered,
             n.delivered,
             n.lost,
@@ -305,6 +308,7 @@ impl Summary {
             n.reordered,
             n.partition_drops,
             n.dead_drops,
+            n.refusals,
             n.mtu_drops,
             fmt_ns(n.max_link_wait_ns)
         );

@@ -28,6 +28,7 @@ pub struct ProtoParams {
     pub rto_max_ns: Nanos,
     pub keepalive_ns: Nanos,
     pub max_retries: u32,
+    pub peer_timeout_ns: Nanos,
 }
 
 impl Default for ProtoParams {
@@ -38,6 +39,9 @@ impl Default for ProtoParams {
             rto_max_ns: 20_000_000,
             keepalive_ns: 50_000_000,
             max_retries: 16,
+            // Far above the longest random partition (`NetConfig::partition_max_ns`, 20 ms): a
+            // cut network heals before anyone is declared dead.
+            peer_timeout_ns: 500_000_000,
         }
     }
 }
@@ -52,6 +56,7 @@ impl ProtoParams {
             rto_max_ns: self.rto_max_ns,
             keepalive_ns: self.keepalive_ns,
             max_retries: self.max_retries,
+            peer_timeout_ns: self.peer_timeout_ns,
             // The acknowledgement delay must stay well below the shortest timeout.
             ack_delay_ns: Config::default().ack_delay_ns.min(self.rto_min_ns / 4),
             ..Config::default()
@@ -418,6 +423,7 @@ impl Sim {
                 let dst = frame.dst as usize;
                 if self.world.deaths[dst].is_some() {
                     self.world.net.stats.dead_drops += 1;
+                    self.refuse(frame.src, frame.dst);
                     return;
                 }
                 self.world.net.stats.delivered += 1;
@@ -448,6 +454,25 @@ impl Sim {
                     self.workload.on_wake(&mut self.world, rank, token);
                 }
             }
+            Event::Refused { rank, peer } => {
+                self.note([now, 5, rank as u64, peer as u64]);
+                if self.world.deaths[rank as usize].is_some() {
+                    return;
+                }
+                if self.world.trace {
+                    trace::line(
+                        now,
+                        format!("rank {rank} told: rank {peer}'s port is closed"),
+                    );
+                }
+                let world = &mut self.world;
+                world.endpoints[rank as usize].handle_refused(
+                    now,
+                    peer,
+                    &mut world.arenas[rank as usize],
+                );
+                world.dirty.insert(rank);
+            }
             Event::Death { rank } => {
                 self.note([now, 4, rank as u64, 0]);
                 if self.world.trace {
@@ -457,6 +482,23 @@ impl Sim {
                 self.timers[rank as usize] = None;
             }
         }
+    }
+
+    /// The dead rank's host answers a frame with ICMP port unreachable, which reaches the
+    /// sender a network delay later (never during a partition: then nothing comes back).
+    fn refuse(&mut self, sender: Rank, dead: Rank) {
+        let at = self.world.now + self.world.net.config().delay_ns;
+        if self.world.net.cut(dead, sender, self.world.now) {
+            return;
+        }
+        self.world.net.stats.refusals += 1;
+        self.world.net.schedule(
+            at,
+            Event::Refused {
+                rank: sender,
+                peer: dead,
+            },
+        );
     }
 
     fn drain_dirty(&mut self) {

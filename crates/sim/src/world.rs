@@ -10,8 +10,8 @@ use crate::net::{Event, Network};
 use crate::rng::SimRng;
 use crate::trace;
 use nicmsg_proto::{
-    CancelError, Completion, Endpoint, Nanos, PostError, Rank, Source, Status, Tag, TagMatch,
-    Transmit,
+    CancelError, CancelOutcome, Completion, Context, Endpoint, Nanos, PostError, Rank, Source,
+    Status, Tag, TagMatch, Transmit,
 };
 use nicmsg_wire::Frame;
 use std::collections::BTreeSet;
@@ -125,6 +125,18 @@ impl World {
         len: u64,
         layout: Layout,
     ) -> Result<OpRef, PostError> {
+        self.send_in(rank, dst, (Context::USER, tag), len, layout)
+    }
+
+    /// [`send`](Self::send) in a matching context of choice (the library's, say).
+    pub fn send_in(
+        &mut self,
+        rank: Rank,
+        dst: Rank,
+        (context, tag): (Context, Tag),
+        len: u64,
+        layout: Layout,
+    ) -> Result<OpRef, PostError> {
         if self.is_dead(rank) {
             return Err(PostError::PeerUnreachable { peer: rank });
         }
@@ -139,14 +151,23 @@ impl World {
             len,
         );
         self.dirty.insert(rank);
-        match self.endpoints[r].post_send(self.now, dst, tag, &buffer.sg, &mut self.arenas[r]) {
+        let posted = self.endpoints[r].post_send(
+            self.now,
+            dst,
+            context,
+            tag,
+            &buffer.sg,
+            &mut self.arenas[r],
+        );
+        match posted {
             Ok(id) => {
                 if self.trace {
-                    trace::line(self.now, format!("rank {rank} post_send dst {dst} tag {tag} len {len} seq {seq} -> {id:?}"));
+                    trace::line(self.now, format!("rank {rank} post_send dst {dst} context {} tag {tag} len {len} seq {seq} -> {id:?}", context.0));
                 }
+                let key = (context, tag);
                 Ok(self
                     .ledger
-                    .add_send(&mut self.violations, self.now, rank, id, dst, tag, buffer))
+                    .add_send(&mut self.violations, self.now, rank, id, dst, key, buffer))
             }
             Err(error) => {
                 self.arenas[r].release(buffer.region);
@@ -165,16 +186,36 @@ impl World {
         capacity: u64,
         layout: Layout,
     ) -> Result<OpRef, PostError> {
+        self.recv_in(rank, source, (Context::USER, tag), capacity, layout)
+    }
+
+    /// [`recv`](Self::recv) in a matching context of choice.
+    pub fn recv_in(
+        &mut self,
+        rank: Rank,
+        source: Source,
+        (context, tag): (Context, TagMatch),
+        capacity: u64,
+        layout: Layout,
+    ) -> Result<OpRef, PostError> {
         if self.is_dead(rank) {
             return Err(PostError::PeerUnreachable { peer: rank });
         }
         let r = rank as usize;
         let buffer = recv_buffer(&mut self.arenas[r], &mut self.layout_rng, layout, capacity);
         self.dirty.insert(rank);
-        match self.endpoints[r].post_recv(self.now, source, tag, &buffer.sg, &mut self.arenas[r]) {
+        let posted = self.endpoints[r].post_recv(
+            self.now,
+            source,
+            context,
+            tag,
+            &buffer.sg,
+            &mut self.arenas[r],
+        );
+        match posted {
             Ok(id) => {
                 if self.trace {
-                    trace::line(self.now, format!("rank {rank} post_recv src {source:?} tag {tag:?} capacity {capacity} -> {id:?}"));
+                    trace::line(self.now, format!("rank {rank} post_recv src {source:?} context {} tag {tag:?} capacity {capacity} -> {id:?}", context.0));
                 }
                 Ok(self.ledger.add_recv(
                     &mut self.violations,
@@ -182,7 +223,7 @@ impl World {
                     rank,
                     id,
                     source,
-                    tag,
+                    (context, tag),
                     buffer,
                 ))
             }
@@ -196,11 +237,21 @@ impl World {
 
     /// Posts a blocking probe.
     pub fn probe(&mut self, rank: Rank, source: Source, tag: TagMatch) -> Result<OpRef, PostError> {
+        self.probe_in(rank, source, (Context::USER, tag))
+    }
+
+    /// [`probe`](Self::probe) in a matching context of choice.
+    pub fn probe_in(
+        &mut self,
+        rank: Rank,
+        source: Source,
+        (context, tag): (Context, TagMatch),
+    ) -> Result<OpRef, PostError> {
         if self.is_dead(rank) {
             return Err(PostError::PeerUnreachable { peer: rank });
         }
         self.dirty.insert(rank);
-        match self.endpoints[rank as usize].post_probe(self.now, source, tag) {
+        match self.endpoints[rank as usize].post_probe(self.now, source, context, tag) {
             Ok(id) => {
                 if self.trace {
                     trace::line(
@@ -208,9 +259,14 @@ impl World {
                         format!("rank {rank} post_probe src {source:?} tag {tag:?} -> {id:?}"),
                     );
                 }
-                Ok(self
-                    .ledger
-                    .add_probe(&mut self.violations, self.now, rank, id, source, tag))
+                Ok(self.ledger.add_probe(
+                    &mut self.violations,
+                    self.now,
+                    rank,
+                    id,
+                    source,
+                    (context, tag),
+                ))
             }
             Err(error) => {
                 self.check_refusal(rank, &format!("probe of {source:?} tag {tag:?}"), error);
@@ -221,10 +277,20 @@ impl World {
 
     /// Non-blocking probe; a reported status is checked against the messages outstanding.
     pub fn iprobe(&mut self, rank: Rank, source: Source, tag: TagMatch) -> Option<Status> {
+        self.iprobe_in(rank, source, (Context::USER, tag))
+    }
+
+    /// [`iprobe`](Self::iprobe) in a matching context of choice.
+    pub fn iprobe_in(
+        &mut self,
+        rank: Rank,
+        source: Source,
+        (context, tag): (Context, TagMatch),
+    ) -> Option<Status> {
         if self.is_dead(rank) {
             return None;
         }
-        let found = self.endpoints[rank as usize].iprobe(source, tag);
+        let found = self.endpoints[rank as usize].iprobe(source, context, tag);
         if self.trace {
             trace::line(
                 self.now,
@@ -234,7 +300,9 @@ impl World {
         if let Some(status) = found {
             if !source.matches(status.peer) || !tag.matches(status.tag) {
                 self.violation("match", format!("rank {rank}: iprobe({source:?}, {tag:?}) returned {status:?} which it does not match"));
-            } else if let Err(problem) = self.ledger.check_available(self.now, rank, status) {
+            } else if let Err(problem) =
+                self.ledger.check_available(self.now, rank, context, status)
+            {
                 self.violation("probe", format!("rank {rank}: iprobe({source:?}, {tag:?}) returned {status:?} but {problem}"));
             }
         }
@@ -242,7 +310,7 @@ impl World {
     }
 
     /// Cancels an operation; the answer is checked against the ledger.
-    pub fn cancel(&mut self, op: OpRef) -> Result<(), CancelError> {
+    pub fn cancel(&mut self, op: OpRef) -> Result<CancelOutcome, CancelError> {
         let rank = self.ledger.ops[op].rank;
         if self.is_dead(rank) {
             return Err(CancelError::UnknownOp);

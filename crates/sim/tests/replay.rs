@@ -78,12 +78,15 @@ fn replay_command_names_every_non_default_parameter() {
 
 #[test]
 fn checker_flags_a_peer_given_up_while_alive() {
-    // With one retry and half the frames lost, endpoints give up on live peers: the simulator
-    // must report it (this checks the checker, not the protocol).
+    // With a peer timeout as short as a retransmission and half the frames lost, endpoints
+    // give up on live peers: the simulator must report it (this checks the checker, not the
+    // protocol).
     let mut spec = spec(3, WorkloadKind::PingPong, UnexpectedPolicy::Buffer);
     spec.net.loss = 0.5;
     spec.proto = ProtoParams {
-        max_retries: 1,
+        rto_max_ns: 1_000_000,
+        keepalive_ns: 1_000_000,
+        peer_timeout_ns: 1_000_000,
         ..ProtoParams::default()
     };
     let result = run_catching(&spec);

@@ -39,7 +39,8 @@ pub mod msg_field {
     pub const FRAME_PAYLOAD: Range<usize> = 12..16;
     pub const PROTOCOL: usize = 16;
     pub const ACK_UNIT: usize = 17;
-    pub const RESERVED: Range<usize> = 18..24;
+    pub const CONTEXT: Range<usize> = 18..20;
+    pub const RESERVED: Range<usize> = 20..24;
 }
 
 const _: () = assert!(field::CRC.end == FRAME_HEADER_LEN);
@@ -190,6 +191,10 @@ pub struct MsgHeader {
     pub protocol: Protocol,
     /// Frames per acknowledged collection for this message.
     pub ack_unit: u8,
+    /// Matching context (MPI's communicator context): a message matches only receives of its
+    /// own context, whatever their wildcards. 0 is the application's; the library's own
+    /// traffic (barrier) travels in another, so no user receive ever sees it.
+    pub context: u16,
 }
 
 impl MsgHeader {
@@ -203,6 +208,7 @@ impl MsgHeader {
             frame_payload: read_u32(bytes, msg_field::FRAME_PAYLOAD),
             protocol: Protocol::from_u8(bytes[msg_field::PROTOCOL])?,
             ack_unit: bytes[msg_field::ACK_UNIT],
+            context: read_u16(bytes, msg_field::CONTEXT),
         };
         msg.check()?;
         Ok(msg)
@@ -225,6 +231,7 @@ impl MsgHeader {
         bytes[msg_field::FRAME_PAYLOAD].copy_from_slice(&self.frame_payload.to_le_bytes());
         bytes[msg_field::PROTOCOL] = self.protocol as u8;
         bytes[msg_field::ACK_UNIT] = self.ack_unit;
+        bytes[msg_field::CONTEXT].copy_from_slice(&self.context.to_le_bytes());
         bytes[msg_field::RESERVED].fill(0);
     }
 }

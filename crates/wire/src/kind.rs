@@ -27,6 +27,16 @@ pub enum FrameKind {
     Cleanup = 8,
     /// Returns eager credits (cumulative count in `aux`); with `REQUEST`, asks the peer for one.
     Credit = 9,
+    /// The sender withdraws message `msg_id`: the receiver drops it if no receive has matched
+    /// it yet (MPI's cancel of a send), and answers with CANCEL-ACK either way.
+    Cancel = 10,
+    /// Answer to CANCEL: with `CANCELLED` the message is withdrawn and will never be delivered;
+    /// without, a receive already matched it and the send completes normally.
+    CancelAck = 11,
+    /// The sender has declared the frame's receiver unreachable: it drops the receiver's frames
+    /// and failed every operation with it, so the receiver must fail its own with the sender
+    /// (a failure is seen by both sides, never by one only).
+    Reset = 12,
     /// Reserved for PANIC: a protocol program being loaded onto a remote engine.
     PdlProgram = 0x40,
     /// Reserved for PANIC: a message addressed to a running protocol program.
@@ -50,6 +60,9 @@ impl FrameKind {
             7 => Self::MsgAck,
             8 => Self::Cleanup,
             9 => Self::Credit,
+            10 => Self::Cancel,
+            11 => Self::CancelAck,
+            12 => Self::Reset,
             0x40 => Self::PdlProgram,
             0x41 => Self::PdlMessage,
             0x50 => Self::AdmitRequest,
@@ -83,6 +96,9 @@ impl FrameKind {
             Self::MsgAck => Flags::TRUNCATED,
             Self::End | Self::Cleanup => retransmit,
             Self::Credit => Flags::REQUEST,
+            Self::Cancel => Flags::EAGER,
+            Self::CancelAck => Flags::CANCELLED,
+            Self::Reset => 0,
             Self::PdlProgram | Self::PdlMessage | Self::AdmitRequest | Self::AdmitGrant => 0,
         }
     }
@@ -124,6 +140,11 @@ impl Flags {
     /// EAGER: `aux` carries the cumulative eager credits returned to the frame's receiver, as on
     /// receiver-to-sender control frames (credits ride on replies too).
     pub const CREDITS: u16 = 1 << 8;
+    /// CANCEL: the message was sent eager and so holds one of the receiver's eager credits,
+    /// which withdrawing it returns (the receiver may never have seen the message).
+    pub const EAGER: u16 = 1 << 9;
+    /// CANCEL-ACK: the message is withdrawn; it was not delivered and never will be.
+    pub const CANCELLED: u16 = 1 << 10;
 }
 
 /// Message protocol recorded in the message header; must agree with the frame kind.

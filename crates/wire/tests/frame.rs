@@ -69,7 +69,10 @@ fn emit_headers_then_seal_equals_emit_frame() {
 #[test]
 fn kind_codes_are_stable() {
     let codes: Vec<u8> = ALL_KINDS.iter().map(|&k| k as u8).collect();
-    assert_eq!(codes, [1, 2, 3, 4, 5, 6, 7, 8, 9, 0x40, 0x41, 0x50, 0x51]);
+    assert_eq!(
+        codes,
+        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 0x40, 0x41, 0x50, 0x51]
+    );
     for kind in ALL_KINDS {
         assert_eq!(FrameKind::from_u8(kind as u8), Ok(kind));
     }
@@ -116,12 +119,14 @@ fn flag_bits_and_allowed_flags_are_stable() {
             Flags::TRUNCATED,
             Flags::REQUEST,
             Flags::ACKED,
-            Flags::CREDITS
+            Flags::CREDITS,
+            Flags::EAGER,
+            Flags::CANCELLED
         ],
-        [0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80, 0x100]
+        [0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80, 0x100, 0x200, 0x400]
     );
     use FrameKind::*;
-    let table: [(FrameKind, u16); 13] = [
+    let table: [(FrameKind, u16); 16] = [
         (Eager, 0x182),
         (Rts, 0x02),
         (Cts, 0x10),
@@ -131,6 +136,9 @@ fn flag_bits_and_allowed_flags_are_stable() {
         (MsgAck, 0x20),
         (Cleanup, 0x02),
         (Credit, 0x40),
+        (Cancel, 0x200),
+        (CancelAck, 0x400),
+        (Reset, 0),
         (PdlProgram, 0),
         (PdlMessage, 0),
         (AdmitRequest, 0),
@@ -212,7 +220,8 @@ fn field_ranges_are_pinned() {
     assert_eq!(msg_field::FRAME_PAYLOAD, 12..16);
     assert_eq!(msg_field::PROTOCOL, 16);
     assert_eq!(msg_field::ACK_UNIT, 17);
-    assert_eq!(msg_field::RESERVED, 18..24);
+    assert_eq!(msg_field::CONTEXT, 18..20);
+    assert_eq!(msg_field::RESERVED, 20..24);
 }
 
 #[test]
@@ -223,6 +232,7 @@ fn msg_header_layout_is_pinned() {
         frame_payload: 0x0f0e_0d0c,
         protocol: Protocol::Rendezvous,
         ack_unit: 0x11,
+        context: 0x1312,
     };
     let mut bytes = [0xeeu8; MSG_HEADER_LEN];
     msg.emit(&mut bytes);
@@ -233,7 +243,8 @@ fn msg_header_layout_is_pinned() {
         0x0c, 0x0d, 0x0e, 0x0f,  // frame_payload
         0x01,                    // protocol: rendezvous
         0x11,                    // ack_unit
-        0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // reserved
+        0x12, 0x13,              // context
+        0x00, 0x00, 0x00, 0x00,  // reserved
     ];
     assert_eq!(bytes, expected);
     assert_eq!(MsgHeader::parse(&bytes), Ok(msg));
@@ -260,6 +271,7 @@ fn whole_eager_frame_is_pinned() {
         frame_payload: 1024,
         protocol: Protocol::Eager,
         ack_unit: 1,
+        context: 0,
     };
     let bytes = build_with(&header, Some(&msg), b"abc");
     #[rustfmt::skip]

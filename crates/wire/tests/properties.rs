@@ -34,14 +34,18 @@ fn arb_msg(kind: FrameKind) -> impl Strategy<Value = MsgHeader> {
         any::<u32>(),
         (MSG_HEADER_LEN as u32 + 1)..=u32::MAX,
         1..=u8::MAX,
+        any::<u16>(),
     )
-        .prop_map(move |(total_len, tag, frame_payload, ack_unit)| MsgHeader {
-            total_len,
-            tag,
-            frame_payload,
-            protocol: protocol_for(kind),
-            ack_unit,
-        })
+        .prop_map(
+            move |(total_len, tag, frame_payload, ack_unit, context)| MsgHeader {
+                total_len,
+                tag,
+                frame_payload,
+                protocol: protocol_for(kind),
+                ack_unit,
+                context,
+            },
+        )
 }
 
 fn arb_frame() -> impl Strategy<Value = ValidFrame> {

@@ -51,6 +51,7 @@ impl Net {
         }
     }
 
+    #[allow(dead_code)]
     pub fn seed(&mut self, seed: u64) {
         self.rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     }
@@ -103,6 +104,77 @@ impl Net {
             }
         }
         panic!("event limit");
+    }
+
+    /// Posts a user-context send of `data` from `from` to `to`.
+    pub fn send(&mut self, from: u32, to: u32, tag: Tag, data: Vec<u8>) -> OpId {
+        self.send_in(from, to, Context::USER, tag, data)
+    }
+
+    /// Posts a send of `data` in `context`.
+    pub fn send_in(
+        &mut self,
+        from: u32,
+        to: u32,
+        context: Context,
+        tag: Tag,
+        data: Vec<u8>,
+    ) -> OpId {
+        let len = data.len() as u64;
+        let region = self.region(from, data);
+        let (e, m) = (
+            &mut self.endpoints[from as usize],
+            &mut self.memories[from as usize],
+        );
+        e.post_send(
+            self.now,
+            to,
+            context,
+            tag,
+            &SgList::contiguous(region, 0, len),
+            m,
+        )
+        .unwrap()
+    }
+
+    /// Posts a user-context receive of up to `len` bytes; returns it and its buffer's region.
+    pub fn recv(&mut self, at: u32, source: Source, tag: TagMatch, len: usize) -> (OpId, RegionId) {
+        self.recv_in(at, source, Context::USER, tag, len)
+    }
+
+    /// Posts a receive in `context`.
+    pub fn recv_in(
+        &mut self,
+        at: u32,
+        source: Source,
+        context: Context,
+        tag: TagMatch,
+        len: usize,
+    ) -> (OpId, RegionId) {
+        let region = self.region(at, vec![0; len]);
+        let (e, m) = (
+            &mut self.endpoints[at as usize],
+            &mut self.memories[at as usize],
+        );
+        let buffer = SgList::contiguous(region, 0, len as u64);
+        let op = e
+            .post_recv(self.now, source, context, tag, &buffer, m)
+            .unwrap();
+        (op, region)
+    }
+
+    /// The completion of `op` on `rank`, once it came.
+    pub fn result(&self, rank: u32, op: OpId) -> Option<Result<Status, OpError>> {
+        self.completions[rank as usize]
+            .iter()
+            .find(|c| c.op == op)
+            .map(|c| c.result)
+    }
+
+    /// The bytes of a region of `rank`.
+    #[allow(dead_code)]
+    pub fn bytes(&self, rank: u32, region: RegionId) -> &[u8] {
+        &self.memories[rank as usize].0[region.0 as usize]
     }
 
     fn flush(&mut self) {

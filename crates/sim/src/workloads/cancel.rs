@@ -9,7 +9,12 @@
 //!   already completed: the receiver posts a receive and the message must arrive intact;
 //! * receives racing their message are cancelled at a random time: accepted ones are posted
 //!   again;
-//! * handles of completed operations are cancelled again: the answer must be `UnknownOp`.
+//! * handles of completed operations are cancelled again: the answer must be `UnknownOp`;
+//! * sends already on the wire (eager in flight or buffered, rendezvous waiting for their
+//!   receive) are cancelled (`Requested`): the receiver withdraws them, and the send completes
+//!   `Cancelled` and its message is never delivered, or a receive took it first and both
+//!   complete normally. Racing sends have their receive posted at a random time, before or
+//!   after the cancel; a receive whose message was withdrawn is cancelled in turn.
 //!
 //! Every message has its own tag, so each receive names exactly one message.
 
@@ -18,7 +23,9 @@ use crate::memory::Layout;
 use crate::rng::SimRng;
 use crate::workload::{draw_size, scaled, Workload, WorkloadParams};
 use crate::world::World;
-use nicmsg_proto::{CancelError, Nanos, OpError, Rank, Source, Status, Tag, TagMatch};
+use nicmsg_proto::{
+    CancelError, CancelOutcome, Nanos, OpError, Rank, Source, Status, Tag, TagMatch,
+};
 use std::collections::BTreeMap;
 
 const SENDER: Rank = 0;
@@ -40,6 +47,10 @@ const STALE: u64 = 8;
 const D_SEND: u64 = 9;
 const D_RECV: u64 = 10;
 const D_CANCEL: u64 = 11;
+const E_SEND: u64 = 12;
+const E_RECV: u64 = 13;
+const E_CANCEL: u64 = 14;
+const E_RECV_CANCEL: u64 = 15;
 
 fn token(kind: u64, index: usize) -> u64 {
     kind << 32 | index as u64
@@ -65,12 +76,25 @@ struct RacePlan {
     cancel_after: Option<Nanos>,
 }
 
+/// A send cancelled after it started, its receive racing the cancel.
+#[derive(Debug, Clone, Copy)]
+struct WithdrawPlan {
+    tag: Tag,
+    len: u64,
+    send_at: Nanos,
+    cancel_at: Nanos,
+    /// When the receiver posts the receive (`None`: only if the cancel fails).
+    recv_at: Option<Nanos>,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
     NeverRecv,
     NeverProbe,
     Send(usize),
     RaceRecv(usize),
+    WithdrawSend(usize),
+    WithdrawRecv(usize),
     Other,
 }
 
@@ -83,6 +107,11 @@ pub struct Cancel {
     never_recv: Option<OpRef>,
     never_probe: Option<OpRef>,
     stale: Vec<OpRef>,
+    /// Sends cancelled with `Requested`: their completion says whether to receive them.
+    requested: Vec<bool>,
+    withdraws: Vec<WithdrawPlan>,
+    withdraw_sends: Vec<Option<OpRef>>,
+    withdraw_recvs: Vec<Option<OpRef>>,
 }
 
 impl Cancel {
@@ -132,7 +161,25 @@ impl Cancel {
                 cancel_after: Some(rng.range(0, 200_000)),
             })
             .collect::<Vec<_>>();
+        // Long and short sends cancelled once on the wire: the cancel comes after the message
+        // reached the receiver (or while it travels), and the receive races it.
+        let withdraws = (0..scaled(8, params.scale))
+            .map(|k| {
+                let send_at = rng.range(0, 1_000_000);
+                WithdrawPlan {
+                    tag: 4000 + k as Tag,
+                    len: rng.pick(&[0, 7, 1000, 4096, 8192, 8193, 65536, 1 << 20]),
+                    send_at,
+                    cancel_at: send_at + rng.range(1, 2_000_000),
+                    recv_at: rng.chance(0.5).then(|| send_at + rng.range(0, 3_000_000)),
+                }
+            })
+            .collect::<Vec<_>>();
         Self {
+            requested: vec![false; sends.len()],
+            withdraw_sends: vec![None; withdraws.len()],
+            withdraw_recvs: vec![None; withdraws.len()],
+            withdraws,
             send_ops: vec![None; sends.len()],
             race_ops: vec![None; races.len()],
             sends,
@@ -144,11 +191,37 @@ impl Cancel {
         }
     }
 
-    fn after_send_cancel(&mut self, w: &mut World, i: usize, answer: Result<(), CancelError>) {
-        if answer.is_err() {
+    fn after_send_cancel(
+        &mut self,
+        w: &mut World,
+        i: usize,
+        answer: Result<CancelOutcome, CancelError>,
+    ) {
+        match answer {
+            Ok(CancelOutcome::Cancelled) => {}
+            // The completion says whether the receiver withdrew it.
+            Ok(CancelOutcome::Requested) => self.requested[i] = true,
             // Not cancelled (in progress, or finished already): the message must be received.
-            let delay = w.rng.range(0, 100_000);
-            w.wake_after(RECEIVER, delay, token(C_RECV, i));
+            Err(_) => self.receive_later(w, i),
+        }
+    }
+
+    fn receive_later(&mut self, w: &mut World, i: usize) {
+        let delay = w.rng.range(0, 100_000);
+        w.wake_after(RECEIVER, delay, token(C_RECV, i));
+    }
+
+    fn post_withdraw_recv(&mut self, w: &mut World, k: usize, layout: Layout) {
+        let plan = self.withdraws[k];
+        let withdrawn = self.withdraw_sends[k]
+            .is_some_and(|op| w.op(op).result == Some(Err(OpError::Cancelled)));
+        if self.withdraw_recvs[k].is_some() || withdrawn {
+            return;
+        }
+        let source = Source::Rank(SENDER);
+        if let Ok(op) = w.recv(RECEIVER, source, TagMatch::Tag(plan.tag), plan.len, layout) {
+            self.withdraw_recvs[k] = Some(op);
+            self.roles.insert(op, Role::WithdrawRecv(k));
         }
     }
 
@@ -176,6 +249,13 @@ impl Workload for Cancel {
         for (j, plan) in self.races.iter().enumerate() {
             w.wake_at(SENDER, plan.send_at, token(D_SEND, j));
             w.wake_at(RECEIVER, plan.recv_at, token(D_RECV, j));
+        }
+        for (k, plan) in self.withdraws.iter().enumerate() {
+            w.wake_at(SENDER, plan.send_at, token(E_SEND, k));
+            w.wake_at(SENDER, plan.cancel_at, token(E_CANCEL, k));
+            if let Some(at) = plan.recv_at {
+                w.wake_at(RECEIVER, at, token(E_RECV, k));
+            }
         }
     }
 
@@ -205,7 +285,7 @@ impl Workload for Cancel {
                 };
                 if let Some(op) = op {
                     let answer = w.cancel(op);
-                    if answer != Ok(()) {
+                    if answer != Ok(CancelOutcome::Cancelled) {
                         w.violation(
                             "cancel",
                             format!(
@@ -290,6 +370,38 @@ impl Workload for Cancel {
                     let _ = w.cancel(op);
                 }
             }
+            E_SEND => {
+                let plan = self.withdraws[index];
+                if let Ok(op) = w.send(SENDER, RECEIVER, plan.tag, plan.len, layout) {
+                    self.withdraw_sends[index] = Some(op);
+                    self.roles.insert(op, Role::WithdrawSend(index));
+                }
+            }
+            E_CANCEL => {
+                let Some(op) = self.withdraw_sends[index] else {
+                    return;
+                };
+                if !w.op(op).is_pending() {
+                    return; // completed already (a short send, or received): nothing to do
+                }
+                if w.cancel(op).is_err() {
+                    self.post_withdraw_recv(w, index, layout);
+                }
+            }
+            E_RECV => self.post_withdraw_recv(w, index, layout),
+            E_RECV_CANCEL => {
+                if let Some(op) = self.withdraw_recvs[index] {
+                    if w.cancel(op) != Ok(CancelOutcome::Cancelled) {
+                        w.violation(
+                            "cancel",
+                            format!(
+                                "the receive of a withdrawn message could not be cancelled: {}",
+                                w.op(op).describe()
+                            ),
+                        );
+                    }
+                }
+            }
             _ => {}
         }
     }
@@ -312,11 +424,29 @@ impl Workload for Cancel {
                 }
                 self.stale_later(w, op);
             }
-            Role::Send(_) => {
+            Role::Send(i) => {
                 if result.is_ok() {
+                    if std::mem::take(&mut self.requested[i]) {
+                        self.receive_later(w, i);
+                    }
                     self.stale_later(w, op);
                 }
             }
+            Role::WithdrawSend(k) => match result {
+                // Withdrawn: a receive posted for it can only be cancelled now.
+                Err(OpError::Cancelled) => {
+                    if self.withdraw_recvs[k].is_some() {
+                        let delay = w.rng.range(0, 50_000);
+                        w.wake_after(RECEIVER, delay, token(E_RECV_CANCEL, k));
+                    }
+                }
+                Ok(_) => {
+                    let layout = Layout::draw(&mut w.rng, 0.2);
+                    self.post_withdraw_recv(w, k, layout);
+                }
+                Err(_) => {}
+            },
+            Role::WithdrawRecv(_) => {}
             Role::RaceRecv(j) => {
                 if result == Err(OpError::Cancelled) {
                     self.race_ops[j] = None;

@@ -7,7 +7,7 @@ use nicmsg_wire::{
 };
 
 /// Every frame kind, in wire order.
-pub const ALL_KINDS: [FrameKind; 13] = [
+pub const ALL_KINDS: [FrameKind; 16] = [
     FrameKind::Eager,
     FrameKind::Rts,
     FrameKind::Cts,
@@ -17,6 +17,9 @@ pub const ALL_KINDS: [FrameKind; 13] = [
     FrameKind::MsgAck,
     FrameKind::Cleanup,
     FrameKind::Credit,
+    FrameKind::Cancel,
+    FrameKind::CancelAck,
+    FrameKind::Reset,
     FrameKind::PdlProgram,
     FrameKind::PdlMessage,
     FrameKind::AdmitRequest,
@@ -60,6 +63,7 @@ pub fn msg_for(kind: FrameKind) -> Option<MsgHeader> {
         frame_payload: 8192,
         protocol: protocol_for(kind),
         ack_unit: 16,
+        context: 0x0301,
     })
 }
 

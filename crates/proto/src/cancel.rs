@@ -1,0 +1,221 @@
+//! Cancel (MPI's `MPI_Cancel`). A receive or probe not matched yet, and a send that has not
+//! left this rank, are cancelled on the spot. A send whose message may already be with its
+//! receiver is withdrawn by asking the receiver:
+//!
+//! ```text
+//! sender                                   receiver
+//!   (no more frames of the message)
+//!   CANCEL (EAGER if it took a credit) -->   no receive matched it: withdraw it (free its
+//!                                            buffer, return the credit, mark the id finished,
+//!                                            keep a tombstone); else leave it be
+//!   <-- CANCEL-ACK + CANCELLED               withdrawn: the send completes `Cancelled`
+//!   <-- CANCEL-ACK                           matched first: the send goes on and completes
+//!   CLEANUP (after CANCELLED) ----------->   the tombstone is freed
+//! ```
+//!
+//! The receiver's answer is the only thing that decides: an acknowledgement or a grant that
+//! crosses the CANCEL is recorded but completes nothing. The tombstone gives a repeated CANCEL
+//! (its answer lost) the same answer; it is repeated like MSG-ACK until CLEANUP comes, and
+//! freed after `max_retries` in any case. A message withdrawn before it arrived leaves its id
+//! finished with no entry behind; matching steps over such ids (`match_in_order`), so the
+//! sender's later messages are matched in order as if it had never been sent.
+
+use crate::ops::{CancelRequest, Dest, Incoming, RxPhase, SendPhase};
+use crate::receiver::control;
+use crate::window::IdPlace;
+use crate::*;
+use nicmsg_wire::{Flags, FrameHeader, FrameKind, Protocol, FRAME_HEADER_LEN};
+
+impl Endpoint {
+    pub(crate) fn cancel_send(
+        &mut self,
+        now: Nanos,
+        op: OpId,
+    ) -> Result<CancelOutcome, CancelError> {
+        let send = self
+            .sends
+            .get_checked(op.index, op.generation)
+            .ok_or(CancelError::UnknownOp)?;
+        if send.completed_early {
+            // Its success is reported (or about to be, if still queued): too late to cancel, and
+            // once the host has taken the completion the handle is stale.
+            let queued = self.completions.iter().any(|c| c.op == op);
+            return Err(if queued {
+                CancelError::InProgress
+            } else {
+                CancelError::UnknownOp
+            });
+        }
+        match send.phase {
+            SendPhase::Local => {
+                self.cancel_local(op.index);
+                Ok(CancelOutcome::Cancelled)
+            }
+            SendPhase::Queued => {
+                let dst = send.dst;
+                self.unlink_queued(dst, op.index);
+                self.finish_send(op.index, Err(OpError::Cancelled));
+                Ok(CancelOutcome::Cancelled)
+            }
+            SendPhase::Ending => Err(CancelError::InProgress),
+            SendPhase::Streaming if send.peer_matched || send.cancel_refused => {
+                Err(CancelError::InProgress)
+            }
+            SendPhase::Streaming => {
+                if send.cancel.is_none() {
+                    self.request_withdrawal(now, op.index);
+                }
+                Ok(CancelOutcome::Requested)
+            }
+        }
+    }
+
+    /// Stops the send's frames and asks its receiver to withdraw the message.
+    fn request_withdrawal(&mut self, now: Nanos, index: u32) {
+        let dst = self.sends.get(index).expect("live send").dst;
+        let departure = self.departure(now, dst, FRAME_HEADER_LEN);
+        let rto = self.peers[dst as usize].rto.rto_ns();
+        let op = self.sends.get_mut(index).expect("live send");
+        op.cancel = Some(CancelRequest {
+            deadline_ns: departure.timer_start() + rto,
+            retries: 0,
+        });
+        op.extra_frame = None;
+        let request = cancel_frame(op.dst, op.msg_id, op.holds_credit);
+        self.queue_control(request);
+        self.stats.cancels_requested += 1;
+    }
+
+    /// The CANCEL of `index` went unanswered: ask again, backed off.
+    pub(crate) fn repeat_cancel(&mut self, now: Nanos, index: u32) {
+        let max_ns = self.config.rto_max_ns;
+        let op = self.sends.get_mut(index).expect("occupied");
+        let rto = self.peers[op.dst as usize].rto;
+        let Some(cancel) = op.cancel.as_mut() else {
+            return;
+        };
+        cancel.retries += 1;
+        cancel.deadline_ns = now + rto.backed_off_ns(cancel.retries, max_ns);
+        let request = cancel_frame(op.dst, op.msg_id, op.holds_credit);
+        self.queue_control(request);
+    }
+
+    /// CANCEL-ACK: the receiver's decision on a withdrawal.
+    pub(crate) fn on_cancel_ack(&mut self, now: Nanos, header: &FrameHeader) {
+        let peer = header.src;
+        let withdrawn = header.has_flag(Flags::CANCELLED);
+        let Some(index) = self.active_send(peer, header.msg_id) else {
+            // A repeat of an answer already taken: the receiver still holds a tombstone.
+            let window = self.peers[peer as usize].send_window;
+            if withdrawn && window.place(header.msg_id) == IdPlace::Finished {
+                self.queue_control(control(peer, FrameKind::Cleanup, 0, header.msg_id, 0));
+            }
+            return self.count_drop(Some(peer), DropReason::Duplicate);
+        };
+        let op = self.sends.get_mut(index).expect("active send");
+        if op.cancel.take().is_none() {
+            return self.count_drop(Some(peer), DropReason::Duplicate);
+        }
+        if withdrawn {
+            self.queue_control(control(peer, FrameKind::Cleanup, 0, header.msg_id, 0));
+            self.stats.sends_withdrawn += 1;
+            self.finish_send(index, Err(OpError::Cancelled));
+            return;
+        }
+        op.cancel_refused = true;
+        self.after_ack(now, index);
+        self.mark_ready(index);
+    }
+
+    /// CANCEL: withdraw the message unless a receive has matched it; answer either way.
+    pub(crate) fn on_cancel(
+        &mut self,
+        now: Nanos,
+        header: &FrameHeader,
+        memory: &mut impl HostMemory,
+    ) {
+        let peer = header.src;
+        let msg_id = header.msg_id;
+        let answer = |cancelled: bool| {
+            let flags = if cancelled { Flags::CANCELLED } else { 0 };
+            control(peer, FrameKind::CancelAck, flags, msg_id, 0)
+        };
+        let place = self.peers[peer as usize].recv_window.place(msg_id);
+        if place == IdPlace::Beyond {
+            return self.count_drop(Some(peer), DropReason::Invalid);
+        }
+        let returns_credit = header.has_flag(Flags::EAGER);
+        match self.incoming_index.get(&(peer, msg_id)).copied() {
+            Some(index) => {
+                let entry = self.incoming.get(index).expect("indexed entries are live");
+                if entry.phase == RxPhase::Cancelled {
+                    return self.queue_control(answer(true));
+                }
+                if entry.matched {
+                    return self.queue_control(answer(false));
+                }
+                self.withdraw(now, index, returns_credit);
+                self.queue_control(answer(true));
+                // Messages held behind it may now be matched.
+                self.match_in_order(now, peer, memory);
+            }
+            // Delivered (matched and freed) before the CANCEL came.
+            None if place == IdPlace::Finished => self.queue_control(answer(false)),
+            // Never arrived (lost, or refused for want of room): withdrawn before it does.
+            None => {
+                let Some(index) = self.insert_tombstone(peer, msg_id) else {
+                    // No room to remember the answer: stay silent, the sender asks again.
+                    return self.count_drop(Some(peer), DropReason::NoPostedReceive);
+                };
+                self.withdraw(now, index, returns_credit);
+                self.queue_control(answer(true));
+                self.match_in_order(now, peer, memory);
+            }
+        }
+    }
+
+    /// An entry for a message that never arrived, only to hold the withdrawal's answer.
+    fn insert_tombstone(&mut self, peer: Rank, msg_id: u32) -> Option<u32> {
+        let geometry = crate::geometry::Geometry {
+            total_len: 0,
+            frame_payload: self.config.frame_payload(),
+            protocol: Protocol::Rendezvous,
+        };
+        let key = (Context::USER, 0);
+        let entry = Incoming::new(peer, msg_id, key, geometry, self.config.ack_unit);
+        let (index, _) = self.incoming.insert(entry)?;
+        self.incoming_index.insert((peer, msg_id), index);
+        Some(index)
+    }
+
+    /// Turns an unmatched message into a tombstone: its data and buffer go, its credit goes
+    /// back, its id is finished, and matching will step over it.
+    fn withdraw(&mut self, now: Nanos, index: u32, returns_credit: bool) {
+        self.set_waiter(index, false);
+        let keepalive = self.config.keepalive_ns;
+        let entry = self.incoming.get_mut(index).expect("live");
+        let (peer, msg_id) = (entry.peer, entry.msg_id);
+        let in_unexpected = std::mem::replace(&mut entry.in_unexpected, false);
+        let buffer = std::mem::replace(&mut entry.dest, Dest::Discard);
+        entry.phase = RxPhase::Cancelled;
+        entry.deadline_ns = Some(now + keepalive);
+        entry.retries = 0;
+        if in_unexpected {
+            self.unexpected.retain(|&i| i != index);
+        }
+        if let Dest::Buffer(slot) = buffer {
+            self.release_eager_buffer(slot);
+        }
+        self.peers[peer as usize].recv_window.finish(msg_id);
+        if returns_credit {
+            self.return_credit(now, peer);
+        }
+        self.stats.messages_withdrawn += 1;
+        self.peer_stats[peer as usize].messages_withdrawn += 1;
+    }
+}
+
+fn cancel_frame(dst: Rank, msg_id: u32, holds_credit: bool) -> crate::ops::Control {
+    let flags = if holds_credit { Flags::EAGER } else { 0 };
+    control(dst, FrameKind::Cancel, flags, msg_id, 0)
+}

@@ -1,0 +1,274 @@
+//! Valid MPI programs the protocol core must carry without hanging, losing a message or showing
+//! the library's own traffic to the application: wildcard receives beside library messages,
+//! cancel of sends already on the wire, and failures seen by both sides.
+
+mod support;
+
+use nicmsg_proto::*;
+use support::Net;
+
+fn config() -> Config {
+    Config {
+        rto_initial_ns: 100_000,
+        rto_min_ns: 50_000,
+        rto_max_ns: 5_000_000,
+        keepalive_ns: 20_000_000,
+        peer_timeout_ns: 1_000_000_000,
+        ..Config::default()
+    }
+}
+
+/// Longer than the eager limit: rendezvous.
+const LONG: usize = 100_000;
+
+fn status(peer: Rank, tag: Tag, len: usize) -> Option<Result<Status, OpError>> {
+    Some(Ok(Status {
+        peer,
+        tag,
+        len: len as u64,
+    }))
+}
+
+#[test]
+fn wildcard_receives_and_probes_never_take_library_messages() {
+    let mut net = Net::new(2, config());
+    let (wild, wild_region) = net.recv(1, Source::Any, TagMatch::Any, 64);
+    let probe = net.endpoints[1]
+        .post_probe(net.now, Source::Any, Context::USER, TagMatch::Any)
+        .unwrap();
+    let library = net.send_in(0, 1, Context::LIBRARY, 5, Vec::new());
+    net.run(net.now + 10_000_000);
+    assert_eq!(
+        net.result(1, wild),
+        None,
+        "a user wildcard took a library message"
+    );
+    assert_eq!(
+        net.result(1, probe),
+        None,
+        "a user probe saw a library message"
+    );
+    assert_eq!(
+        net.endpoints[1].iprobe(Source::Any, Context::USER, TagMatch::Any),
+        None
+    );
+    let (barrier, _) = net.recv_in(1, Source::Rank(0), Context::LIBRARY, TagMatch::Any, 0);
+    net.run(net.now + 10_000_000);
+    assert_eq!(net.result(1, barrier), status(0, 5, 0));
+    assert!(net.result(0, library).is_some_and(|r| r.is_ok()));
+    net.send(0, 1, 7, vec![9; 64]);
+    net.run(net.now + 10_000_000);
+    assert_eq!(net.result(1, wild), status(0, 7, 64));
+    assert_eq!(net.bytes(1, wild_region), &[9; 64][..]);
+    // The posted receive took it first (MPI): the probe waits for another one.
+    assert_eq!(net.result(1, probe), None);
+    net.send(0, 1, 8, vec![9; 16]);
+    net.run(net.now + 10_000_000);
+    assert_eq!(net.result(1, probe), status(0, 8, 16));
+    let (last, _) = net.recv(1, Source::Any, TagMatch::Any, 16);
+    net.run(net.now + 10_000_000);
+    assert_eq!(net.result(1, last), status(0, 8, 16));
+    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+}
+
+#[test]
+fn a_library_message_sent_after_unmatched_user_messages_is_received() {
+    let mut net = Net::new(2, config());
+    let user: Vec<OpId> = (0..20).map(|i| net.send(0, 1, 1, vec![i; 300])).collect();
+    let library = net.send_in(0, 1, Context::LIBRARY, 0, Vec::new());
+    let (barrier, _) = net.recv_in(1, Source::Rank(0), Context::LIBRARY, TagMatch::Tag(0), 0);
+    net.run(net.now + 1_000_000_000);
+    assert_eq!(net.result(1, barrier), status(0, 0, 0));
+    assert!(net.result(0, library).is_some_and(|r| r.is_ok()));
+    let drained: Vec<_> = user
+        .iter()
+        .map(|_| net.recv(1, Source::Any, TagMatch::Any, 300))
+        .collect();
+    net.run(net.now + 1_000_000_000);
+    for (i, (op, region)) in drained.into_iter().enumerate() {
+        assert_eq!(net.result(1, op), status(0, 1, 300));
+        assert_eq!(net.bytes(1, region), &vec![i as u8; 300][..], "MPI order");
+    }
+    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+}
+
+/// Cancels `op` of `rank` now.
+fn cancel(net: &mut Net, rank: u32, op: OpId) -> Result<CancelOutcome, CancelError> {
+    let now = net.now;
+    net.endpoints[rank as usize].cancel(now, op)
+}
+
+#[test]
+fn an_unmatched_rendezvous_send_is_withdrawn_and_never_delivered() {
+    for loss in [0.0, 0.2] {
+        let mut net = Net::new(2, config());
+        net.loss = loss;
+        let withdrawn = net.send(0, 1, 3, vec![1; LONG]);
+        net.run(net.now + 50_000_000);
+        assert_eq!(net.result(0, withdrawn), None, "waits for a receive");
+        assert_eq!(cancel(&mut net, 0, withdrawn), Ok(CancelOutcome::Requested));
+        net.run(net.now + 2_000_000_000);
+        assert_eq!(
+            net.result(0, withdrawn),
+            Some(Err(OpError::Cancelled)),
+            "loss {loss}"
+        );
+        assert_eq!(
+            net.endpoints[1].iprobe(Source::Any, Context::USER, TagMatch::Any),
+            None,
+            "a withdrawn message is not offered"
+        );
+        // The next message of the pair is matched, not stuck behind the withdrawn one.
+        let (any, region) = net.recv(1, Source::Any, TagMatch::Any, LONG);
+        net.send(0, 1, 4, vec![2; 10]);
+        net.run(net.now + 2_000_000_000);
+        assert_eq!(net.result(1, any), status(0, 4, 10), "loss {loss}");
+        assert_eq!(&net.bytes(1, region)[..10], &[2; 10]);
+        net.run(net.now + 5_000_000_000);
+        assert!(
+            net.endpoints.iter().all(|e| e.usage().is_empty()),
+            "tombstones freed (loss {loss})"
+        );
+    }
+}
+
+#[test]
+fn a_withdrawn_eager_send_returns_its_credit() {
+    let credits = config().eager_credits_per_peer as usize;
+    let mut net = Net::new(2, config());
+    // Cancelled before any of its frames left: the receiver never sees the message.
+    let withdrawn = net.send(0, 1, 3, vec![1; 1000]);
+    assert_eq!(cancel(&mut net, 0, withdrawn), Ok(CancelOutcome::Requested));
+    net.run(net.now + 100_000_000);
+    assert_eq!(net.result(0, withdrawn), Some(Err(OpError::Cancelled)));
+    // Every credit is back: as many unmatched eager messages as credits go eager.
+    let held: Vec<OpId> = (0..credits)
+        .map(|i| net.send(0, 1, 5, vec![i as u8; 1000]))
+        .collect();
+    net.run(net.now + 100_000_000);
+    assert_eq!(net.endpoints[0].stats().credit_stalls, 0);
+    assert!(held
+        .iter()
+        .all(|&op| net.result(0, op).is_some_and(|r| r.is_ok())));
+    // A buffered one can be withdrawn too... once it completed, it is too late.
+    let late = held[0];
+    assert_eq!(cancel(&mut net, 0, late), Err(CancelError::UnknownOp));
+    let drained: Vec<_> = held
+        .iter()
+        .map(|_| net.recv(1, Source::Rank(0), TagMatch::Any, 1000))
+        .collect();
+    net.run(net.now + 100_000_000);
+    for (i, (op, region)) in drained.into_iter().enumerate() {
+        assert_eq!(net.result(1, op), status(0, 5, 1000));
+        assert_eq!(net.bytes(1, region), &vec![i as u8; 1000][..]);
+    }
+    net.run(net.now + 5_000_000_000);
+    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+}
+
+#[test]
+fn a_send_its_receiver_matched_first_completes_normally() {
+    let mut net = Net::new(2, config());
+    let (recv, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(3), LONG);
+    let send = net.send(0, 1, 3, vec![7; LONG]);
+    // The RTS reaches the receiver after one delay; its grant is on the way back.
+    net.run(net.now + net.delay_ns + net.delay_ns / 2);
+    assert_eq!(cancel(&mut net, 0, send), Ok(CancelOutcome::Requested));
+    net.run(net.now + 1_000_000_000);
+    assert_eq!(net.result(0, send), status(1, 3, LONG));
+    assert_eq!(net.result(1, recv), status(0, 3, LONG));
+    assert_eq!(net.bytes(1, region), &vec![7; LONG][..]);
+    assert_eq!(cancel(&mut net, 0, send), Err(CancelError::UnknownOp));
+    net.run(net.now + 5_000_000_000);
+    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+}
+
+#[test]
+fn a_rank_declared_unreachable_is_told_and_fails_its_own_operations() {
+    let mut net = Net::new(2, config());
+    let (pending, _) = net.recv(1, Source::Rank(0), TagMatch::Any, 8);
+    let (_, _) = net.recv(0, Source::Rank(1), TagMatch::Any, 8);
+    // Rank 0's host reports rank 1's port closed, three times in a row.
+    for _ in 0..liveness_refusals() {
+        let now = net.now;
+        let (e, m) = (&mut net.endpoints[0], &mut net.memories[0]);
+        e.handle_refused(now, 1, m);
+    }
+    assert!(net.endpoints[0].is_peer_unreachable(1));
+    net.run(net.now + 10_000_000);
+    assert!(net.endpoints[1].is_peer_unreachable(0), "told by RESET");
+    assert_eq!(
+        net.result(1, pending),
+        Some(Err(OpError::PeerUnreachable { peer: 0 }))
+    );
+    let refused = {
+        let region = net.region(1, vec![0; 4]);
+        let now = net.now;
+        let (e, m) = (&mut net.endpoints[1], &mut net.memories[1]);
+        e.post_send(
+            now,
+            0,
+            Context::USER,
+            1,
+            &SgList::contiguous(region, 0, 4),
+            m,
+        )
+    };
+    assert_eq!(refused, Err(PostError::PeerUnreachable { peer: 0 }));
+    net.run(net.now + 1_000_000_000);
+    assert_eq!(net.endpoints[1].stats().resets_received, 1);
+}
+
+fn liveness_refusals() -> u32 {
+    3
+}
+
+#[test]
+fn refusals_count_only_in_a_row() {
+    let mut net = Net::new(2, config());
+    let (waiting, _) = net.recv(0, Source::Rank(1), TagMatch::Any, 8);
+    for _ in 0..liveness_refusals() - 1 {
+        let now = net.now;
+        let (e, m) = (&mut net.endpoints[0], &mut net.memories[0]);
+        e.handle_refused(now, 1, m);
+    }
+    // The refusals provoked probes, which rank 1 answers: it is alive.
+    net.run(net.now + 1_000_000);
+    let now = net.now;
+    let (e, m) = (&mut net.endpoints[0], &mut net.memories[0]);
+    e.handle_refused(now, 1, m);
+    assert!(!net.endpoints[0].is_peer_unreachable(1));
+    net.send(1, 0, 2, vec![3; 8]);
+    net.run(net.now + 10_000_000);
+    assert_eq!(net.result(0, waiting), status(1, 2, 8));
+}
+
+#[test]
+fn an_answering_peer_is_never_declared_unreachable_and_a_silent_one_is_after_the_timeout() {
+    let config = config();
+    let mut net = Net::new(2, config.clone());
+    // Rank 1 waits on rank 0, which sends nothing for a minute (its application computes) but
+    // whose engine answers the probes.
+    let (waiting, _) = net.recv(1, Source::Rank(0), TagMatch::Any, 8);
+    let long_send = net.send(1, 0, 9, vec![1; LONG]);
+    net.run(60_000_000_000);
+    assert!(!net.endpoints[1].is_peer_unreachable(0));
+    assert_eq!(net.result(1, waiting), None);
+    assert_eq!(net.result(1, long_send), None, "no receive posted yet");
+    // Rank 0 dies: it answers nothing any more. Rank 1 next asks it something within a
+    // retransmission (5 ms here) or a probe interval (20 ms), and declares it unreachable
+    // the peer timeout (1 s) after that.
+    let died = net.now;
+    net.endpoints[0] = Endpoint::new(config.clone(), 99, 0, 2).unwrap();
+    net.run(died + config.peer_timeout_ns - 1_000_000);
+    assert!(
+        !net.endpoints[1].is_peer_unreachable(0),
+        "not before the timeout"
+    );
+    net.run(died + config.peer_timeout_ns + config.keepalive_ns + 1_000_000);
+    assert!(net.endpoints[1].is_peer_unreachable(0));
+    let unreachable = Some(Err(OpError::PeerUnreachable { peer: 0 }));
+    assert_eq!(net.result(1, waiting), unreachable);
+    assert_eq!(net.result(1, long_send), unreachable);
+    assert_eq!(net.endpoints[1].stats().peers_declared_unreachable, 1);
+}
