@@ -201,6 +201,42 @@ fn ranks_on_af_xdp_and_on_udp_share_a_job() {
     assert_eq!(stderr.matches("transport udp").count(), 2, "{stderr}");
 }
 
+/// A setting outside its range stops every rank with the library's config error, naming the
+/// variable and what it accepts, before anything is allocated from it: 100,000,000 slots and a
+/// 93 GiB eager limit were aborts (a failed allocation, status 134).
+#[test]
+fn an_out_of_range_setting_is_a_config_error_not_a_crash() {
+    for (name, value, accepted) in [
+        (
+            "NICMSG_SLOTS",
+            "100000000",
+            "a whole number of slots in 16..=16384",
+        ),
+        (
+            "NICMSG_EAGER_LIMIT",
+            "99999999999",
+            "a whole number of bytes in 0..=1048576",
+        ),
+    ] {
+        let output = launch(
+            &["run", "-n", "2", "--timeout", "60"],
+            &example("pingpong"),
+            &[(name, value)],
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(1),
+            "{name}={value}: pingpong returns the error from main (status 1):\n{stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("{name}={value}: expected {accepted}")),
+            "{name}={value}:\n{stderr}"
+        );
+        assert!(!stderr.contains("SIGABRT"), "{stderr}");
+    }
+}
+
 /// Builds the C example against the header and the library through the pkg-config file.
 fn c_example() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
