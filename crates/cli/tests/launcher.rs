@@ -23,9 +23,15 @@ struct Finished {
 }
 
 fn nicmsg(args: &[&str]) -> Finished {
+    let mut command = Command::new(NICMSG);
+    command.args(args);
+    finish(command, &args.join(" "))
+}
+
+/// Runs `command` (a launcher, perhaps wrapped) to its end; `label` names it in the log.
+fn finish(mut command: Command, label: &str) -> Finished {
     let start = Instant::now();
-    let child = Command::new(NICMSG)
-        .args(args)
+    let child = command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -42,11 +48,7 @@ fn nicmsg(args: &[&str]) -> Finished {
     };
     eprintln!(
         "$ nicmsg {}\n-> {} in {:?}\n--- stdout\n{}--- stderr\n{}---",
-        args.join(" "),
-        f.code,
-        f.took,
-        f.stdout,
-        f.stderr
+        label, f.code, f.took, f.stdout, f.stderr
     );
     f
 }
@@ -278,6 +280,84 @@ fn launcher_errors_are_clear() {
     let f = nicmsg(&["run", "-n", "2", "--loss", "120%", "--", "true"]);
     assert_eq!(f.code, 2);
     assert!(f.stderr.contains("between 0% and 100%"), "{}", f.stderr);
+}
+
+#[test]
+fn an_unknown_option_is_refused_with_the_usage() {
+    for args in [
+        &["run", "--frobnicate"][..],
+        &["run", "-n", "2", "--frobnicate", "--", "true"],
+    ] {
+        let f = nicmsg(args);
+        assert_eq!(f.code, 2);
+        assert!(
+            f.stderr
+                .contains("error: unexpected argument '--frobnicate' found"),
+            "{}",
+            f.stderr
+        );
+        assert!(f.stderr.contains("Usage: nicmsg run"), "{}", f.stderr);
+        assert!(!f.stderr.contains("command not found"), "{}", f.stderr);
+    }
+}
+
+#[test]
+fn options_after_the_program_are_the_programs() {
+    let program = [
+        "sh",
+        "-c",
+        "echo \"$@\"",
+        "sh",
+        "-x",
+        "--frobnicate",
+        "-n",
+        "3",
+        "--",
+    ];
+    let with_dashes: Vec<&str> = ["run", "-n", "1", "--"]
+        .iter()
+        .chain(&program)
+        .copied()
+        .collect();
+    let without: Vec<&str> = ["run", "-n", "1"].iter().chain(&program).copied().collect();
+    for args in [with_dashes, without] {
+        let f = nicmsg(&args);
+        assert_eq!(f.code, 0);
+        assert_eq!(f.stdout, "[rank 0] -x --frobnicate -n 3 --\n");
+    }
+}
+
+#[test]
+fn a_directory_or_a_file_without_execute_permission_is_named_as_such() {
+    let dir = std::env::temp_dir().join(format!("nicmsg-test-programs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plain = dir.join("plain-file");
+    std::fs::write(&plain, "#!/bin/sh\necho should not run\n").unwrap();
+    let (dir_text, plain_text) = (dir.to_str().unwrap(), plain.to_str().unwrap());
+
+    let f = nicmsg(&["run", "-n", "2", "--", dir_text]);
+    let g = nicmsg(&["run", "-n", "2", "--", plain_text]);
+    // Looked up in PATH: the file found is named.
+    let mut command = Command::new(NICMSG);
+    command
+        .args(["run", "-n", "2", "--", "plain-file"])
+        .env("PATH", &dir);
+    let h = finish(
+        command,
+        "run -n 2 -- plain-file (PATH has it without execute permission)",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+
+    assert_eq!(f.code, 2);
+    assert_eq!(f.stderr, format!("nicmsg run: {dir_text} is a directory\n"));
+    for finished in [g, h] {
+        assert_eq!(finished.code, 2);
+        assert_eq!(
+            finished.stderr,
+            format!("nicmsg run: {plain_text} is not executable (chmod +x?)\n")
+        );
+        assert_eq!(finished.stdout, "");
+    }
 }
 
 #[test]
