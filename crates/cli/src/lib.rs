@@ -14,6 +14,7 @@
 
 pub mod bench;
 pub mod check;
+pub mod limits;
 pub mod netns;
 pub mod output;
 pub mod run;

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use thiserror::Error;
 
+use crate::limits;
 use crate::netns::{self, NetnsError, Tools, Topology};
 use crate::output::{self, Stream};
 use crate::signals;
@@ -178,6 +179,8 @@ pub enum LaunchError {
     IsDirectory(String),
     #[error("{0} is not executable (chmod +x?)")]
     NotExecutable(String),
+    #[error("-n {ranks}: {why}")]
+    MachineLimit { ranks: u32, why: String },
     #[error(transparent)]
     Netns(#[from] NetnsError),
     #[error("cannot find a free loopback port for the bootstrap service: {0}")]
@@ -206,6 +209,16 @@ pub enum LaunchError {
 fn oversubscribed_default(ranks: u32) -> Option<Engine> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     default_engine(ranks, cores, std::env::var_os("NICMSG_ENGINE").is_some())
+}
+
+/// Whether each rank will run an engine thread: `--engine`, else the launcher's choice, else
+/// `NICMSG_ENGINE` from its environment, else the library's default (thread).
+fn engine_thread_per_rank(engine: Option<Engine>) -> bool {
+    match engine {
+        Some(engine) => engine == Engine::Thread,
+        None => !std::env::var("NICMSG_ENGINE")
+            .is_ok_and(|mode| mode.trim().eq_ignore_ascii_case("inline")),
+    }
 }
 
 fn default_engine(ranks: u32, cores: usize, chosen_by_environment: bool) -> Option<Engine> {
@@ -249,6 +262,13 @@ pub fn run(args: &RunArgs) -> Result<Outcome, LaunchError> {
     if args.netns && args.ranks > netns::MAX_RANKS {
         return Err(LaunchError::TooManyRanks(args.ranks));
     }
+    let threads_per_rank = 1 + u64::from(engine_thread_per_rank(engine));
+    limits::check(args.ranks, threads_per_rank, &limits::Machine::measure()).map_err(|why| {
+        LaunchError::MachineLimit {
+            ranks: args.ranks,
+            why,
+        }
+    })?;
 
     // With --netns: check, clean up after crashed launchers, build.
     let mut topology = if args.netns {
@@ -793,5 +813,11 @@ mod tests {
         let result = message(&shown);
         std::fs::remove_file(&plain).unwrap();
         assert_eq!(result, format!("{shown} is not executable (chmod +x?)"));
+    }
+
+    #[test]
+    fn the_engine_thread_counts_where_it_runs() {
+        assert!(engine_thread_per_rank(Some(Engine::Thread)));
+        assert!(!engine_thread_per_rank(Some(Engine::Inline)));
     }
 }

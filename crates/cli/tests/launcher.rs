@@ -361,6 +361,130 @@ fn a_directory_or_a_file_without_execute_permission_is_named_as_such() {
 }
 
 #[test]
+fn more_ranks_than_one_machine_should_run_are_refused_at_once() {
+    let f = nicmsg(&["run", "-n", "100000", "--", "true"]);
+    assert_eq!(f.code, 2);
+    assert!(
+        f.stderr
+            .starts_with("nicmsg run: -n 100000: at most 4096 ranks run on one machine"),
+        "{}",
+        f.stderr
+    );
+    assert!(f.took < Duration::from_secs(5), "took {:?}", f.took);
+}
+
+/// `nicmsg args` with resource limit `resource` set to `value` (soft and hard), optionally as
+/// user nobody (through `setpriv`, which drops root's capabilities).
+fn nicmsg_limited(
+    resource: libc::__rlimit_resource_t,
+    value: u64,
+    as_nobody: bool,
+    args: &[&str],
+) -> Finished {
+    use std::os::unix::process::CommandExt;
+    let mut command = if as_nobody {
+        let setpriv = find_tool("setpriv").expect("setpriv");
+        let mut c = Command::new(setpriv);
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(NICMSG);
+        c
+    } else {
+        Command::new(NICMSG)
+    };
+    command.args(args).current_dir("/");
+    // SAFETY: only setrlimit between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: value as libc::rlim_t,
+                rlim_max: value as libc::rlim_t,
+            };
+            if libc::setrlimit(resource, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    finish(command, &format!("{} (limit {value})", args.join(" ")))
+}
+
+#[test]
+fn the_launchers_descriptor_limit_is_checked_before_any_rank_starts() {
+    // 64 descriptors: 16 for the launcher itself, then 2 per rank: 24 ranks.
+    let f = nicmsg_limited(
+        libc::RLIMIT_NOFILE,
+        64,
+        false,
+        &["run", "-n", "100", "--", "true"],
+    );
+    assert_eq!(f.code, 2);
+    assert!(
+        f.stderr.eq(
+            "nicmsg run: -n 100: the launcher needs 216 file descriptors (2 output pipes per \
+             rank), above its limit of 64, enough for 24 ranks (ulimit -n, also the hard \
+             limit)\n"
+        ),
+        "{}",
+        f.stderr
+    );
+    assert!(f.took < Duration::from_secs(5), "took {:?}", f.took);
+    let g = nicmsg_limited(
+        libc::RLIMIT_NOFILE,
+        64,
+        false,
+        &["run", "-n", "20", "--", "true"],
+    );
+    assert_eq!(g.code, 0, "{}", g.stderr);
+}
+
+#[test]
+fn the_users_process_limit_is_checked_before_any_rank_starts() {
+    // RLIMIT_NPROC binds neither root nor holders of CAP_SYS_ADMIN or CAP_SYS_RESOURCE: as root,
+    // the launcher runs as nobody, without capabilities.
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root && find_tool("setpriv").is_none() {
+        eprintln!("skipping: running as root and no `setpriv` to drop to nobody");
+        return;
+    }
+    let before = if root {
+        0
+    } else {
+        nicmsg_cli::limits::Machine::measure().user_tasks
+    };
+    if !root && nicmsg_cli::limits::Machine::measure().nproc.is_none() {
+        eprintln!("skipping: RLIMIT_NPROC does not bind this user (capabilities)");
+        return;
+    }
+    // Room for the launcher and 20 more tasks: 10 ranks take 3 each (inline engine on a
+    // machine of fewer than 20 cores) or 4 (engine thread), 30 or more.
+    let limit = before + 21;
+    let f = nicmsg_limited(
+        libc::RLIMIT_NPROC,
+        limit,
+        root,
+        &["run", "-n", "10", "--engine", "thread", "--", "true"],
+    );
+    assert_eq!(f.code, 2, "{}", f.stderr);
+    assert!(
+        f.stderr.starts_with(
+            "nicmsg run: -n 10: the job needs 40 more processes and threads (4 per rank: the \
+             rank and its engine thread, and the launcher's 2 threads forwarding its output)"
+        ) && f.stderr.contains("RLIMIT_NPROC allows (ulimit -u)"),
+        "{}",
+        f.stderr
+    );
+    assert!(f.took < Duration::from_secs(5), "took {:?}", f.took);
+    let g = nicmsg_limited(
+        libc::RLIMIT_NPROC,
+        limit,
+        root,
+        &["run", "-n", "2", "--engine", "inline", "--", "true"],
+    );
+    assert_eq!(g.code, 0, "{}", g.stderr);
+}
+
+#[test]
 fn check_exchanges_addresses_and_reaches_every_rank() {
     let f = nicmsg(&["run", "-n", "3", "--timeout", "25", "--", NICMSG, "check"]);
     assert_eq!(f.code, 0);
