@@ -4,8 +4,9 @@
  * Contract (as in MPI): a buffer passed to a non-blocking call stays valid and untouched until
  * its request completes; every request is completed (wait/test) before nicmsg_finalize. All
  * functions return a result code (NICMSG_SUCCESS or an error below); nicmsg_error_string()
- * describes it. Build: `cargo build --release -p nicmsg`, then
- * `PKG_CONFIG_PATH=pkgconfig cc prog.c $(pkg-config --cflags --libs nicmsg)`.
+ * describes it. Build: `cargo build --release -p nicmsg`, then, in the repository's root,
+ * `cc prog.c $(PKG_CONFIG_PATH=$PWD/pkgconfig pkg-config --cflags --libs nicmsg) -o prog`
+ * (an absolute PKG_CONFIG_PATH, so the program finds libnicmsg.so from any directory).
  */
 #ifndef NICMSG_H
 #define NICMSG_H

@@ -1,6 +1,6 @@
 /* Ring and ping-pong through the C ABI; every byte is checked with a checksum.
- * Run: nicmsg run -n 4 -- ./ring   (built by the tests, or:
- *   PKG_CONFIG_PATH=pkgconfig cc examples/c/ring.c $(pkg-config --cflags --libs nicmsg) -o ring) */
+ * Run: nicmsg run -n 4 -- ./ring   (built by the tests, or in the repository's root:
+ *   cc examples/c/ring.c $(PKG_CONFIG_PATH=$PWD/pkgconfig pkg-config --cflags --libs nicmsg) -o ring) */
 #include <nicmsg.h>
 #include <stdio.h>
 #include <stdlib.h>

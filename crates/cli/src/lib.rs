@@ -3,7 +3,7 @@
 //! The `nicmsg` command, as a library so that tests and other tools can drive it:
 //!
 //! * `nicmsg run -n N [--netns] [--mtu BYTES] [--rate RATE] [--loss PERCENT] [--timeout SECONDS]
-//!   [--engine inline|thread] -- PROGRAM ARGS...` starts a job of `N` ranks ([`run::run`]);
+//!   [--engine inline|thread] [--] PROGRAM ARGS...` starts a job of `N` ranks ([`run::run`]);
 //! * `nicmsg check`, run as the program of a job, tests bootstrap and connectivity
 //!   ([`check::check`]);
 //! * `nicmsg bench [PATTERN...] [--suite papers] ...` runs the benchmarks ([`bench::bench`]);
@@ -14,6 +14,7 @@
 
 pub mod bench;
 pub mod check;
+pub mod limits;
 pub mod netns;
 pub mod output;
 pub mod run;
@@ -124,6 +125,85 @@ fn cleanup() -> i32 {
         Err(e) => {
             eprintln!("nicmsg cleanup: {e}");
             1
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn command_of(args: &[&str]) -> Vec<String> {
+        match Cli::try_parse_from(args).expect("parses").command {
+            Cmd::Run(run) => run
+                .command
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
+            other => panic!("not run: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_program_comes_after_dashes_or_as_the_first_word_and_keeps_its_options() {
+        let expected = [
+            "prog",
+            "-x",
+            "--size",
+            "1M",
+            "-n",
+            "3",
+            "--",
+            "--frobnicate",
+        ];
+        let after_dashes = command_of(&[
+            "nicmsg",
+            "run",
+            "-n",
+            "4",
+            "--",
+            "prog",
+            "-x",
+            "--size",
+            "1M",
+            "-n",
+            "3",
+            "--",
+            "--frobnicate",
+        ]);
+        assert_eq!(after_dashes, expected);
+        let first_word = command_of(&[
+            "nicmsg",
+            "run",
+            "-n",
+            "4",
+            "--timeout",
+            "5",
+            "prog",
+            "-x",
+            "--size",
+            "1M",
+            "-n",
+            "3",
+            "--",
+            "--frobnicate",
+        ]);
+        assert_eq!(first_word, expected);
+    }
+
+    #[test]
+    fn an_unknown_option_before_the_program_is_refused() {
+        for args in [
+            &["nicmsg", "run", "--frobnicate"][..],
+            &["nicmsg", "run", "-n", "2", "--frobnicate", "--", "true"],
+            &["nicmsg", "run", "-n", "2", "-z", "true"],
+        ] {
+            let error = Cli::try_parse_from(args).expect_err("refused");
+            assert_eq!(
+                error.kind(),
+                clap::error::ErrorKind::UnknownArgument,
+                "{args:?}: {error}"
+            );
         }
     }
 }

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use thiserror::Error;
 
+use crate::limits;
 use crate::netns::{self, NetnsError, Tools, Topology};
 use crate::output::{self, Stream};
 use crate::signals;
@@ -63,9 +64,10 @@ pub struct RunArgs {
     #[arg(long)]
     pub netns: bool,
 
-    /// Link MTU in bytes (68..=65535): set on the namespace links with --netns, and passed to
-    /// the ranks as NICMSG_MTU. Default with --netns: 1500.
-    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(68..=65535))]
+    /// Link MTU in bytes (576..=65535, what the library takes as NICMSG_MTU): set on the
+    /// namespace links with --netns, and passed to the ranks as NICMSG_MTU. Default with
+    /// --netns: 1500.
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(576..=65535))]
     pub mtu: Option<u32>,
 
     /// Egress rate limit of each rank's link, e.g. 1gbit, 100mbit (needs --netns).
@@ -85,13 +87,13 @@ pub struct RunArgs {
     #[arg(long, value_enum)]
     pub engine: Option<Engine>,
 
-    /// The program to run and its arguments (after `--`).
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "PROGRAM"
-    )]
+    /// The program to run and its arguments: after `--`, or from the first word that is not an
+    /// option of `nicmsg run` on (as with mpirun). Everything after the program's name is its
+    /// own, options included.
+    // No `allow_hyphen_values`: with it an unknown option before the program (`--frobnicate`)
+    // was taken as the program's name. `trailing_var_arg` alone still hands every word after
+    // the first one to the program, hyphens or not.
+    #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
     pub command: Vec<OsString>,
 }
 
@@ -173,6 +175,12 @@ pub enum LaunchError {
     TooManyRanks(u32),
     #[error("{0}: command not found")]
     NotFound(String),
+    #[error("{0} is a directory")]
+    IsDirectory(String),
+    #[error("{0} is not executable (chmod +x?)")]
+    NotExecutable(String),
+    #[error("-n {ranks}: {why}")]
+    MachineLimit { ranks: u32, why: String },
     #[error(transparent)]
     Netns(#[from] NetnsError),
     #[error("cannot find a free loopback port for the bootstrap service: {0}")]
@@ -201,6 +209,16 @@ pub enum LaunchError {
 fn oversubscribed_default(ranks: u32) -> Option<Engine> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     default_engine(ranks, cores, std::env::var_os("NICMSG_ENGINE").is_some())
+}
+
+/// Whether each rank will run an engine thread: `--engine`, else the launcher's choice, else
+/// `NICMSG_ENGINE` from its environment, else the library's default (thread).
+fn engine_thread_per_rank(engine: Option<Engine>) -> bool {
+    match engine {
+        Some(engine) => engine == Engine::Thread,
+        None => !std::env::var("NICMSG_ENGINE")
+            .is_ok_and(|mode| mode.trim().eq_ignore_ascii_case("inline")),
+    }
 }
 
 fn default_engine(ranks: u32, cores: usize, chosen_by_environment: bool) -> Option<Engine> {
@@ -240,20 +258,23 @@ pub fn run(args: &RunArgs) -> Result<Outcome, LaunchError> {
     }
     let engine = args.engine.or_else(|| oversubscribed_default(args.ranks));
     let program = args.command[0].clone();
-    if resolve_program(Path::new(&program)).is_none() {
-        return Err(LaunchError::NotFound(
-            program.to_string_lossy().into_owned(),
-        ));
+    resolve_program(Path::new(&program))?;
+    if args.netns && args.ranks > netns::MAX_RANKS {
+        return Err(LaunchError::TooManyRanks(args.ranks));
     }
+    let threads_per_rank = 1 + u64::from(engine_thread_per_rank(engine));
+    limits::check(args.ranks, threads_per_rank, &limits::Machine::measure()).map_err(|why| {
+        LaunchError::MachineLimit {
+            ranks: args.ranks,
+            why,
+        }
+    })?;
 
     // With --netns: check, clean up after crashed launchers, build.
     let mut topology = if args.netns {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             return Err(LaunchError::NotRoot);
-        }
-        if args.ranks > netns::MAX_RANKS {
-            return Err(LaunchError::TooManyRanks(args.ranks));
         }
         let lossy = args.loss.is_some_and(|l| l.basis_points > 0);
         let tools = Tools::find(args.rate.is_some(), lossy)?;
@@ -666,25 +687,60 @@ fn random_job_id() -> u32 {
     id.max(1)
 }
 
-/// Where `program` would be run from: itself when it contains a `/`, else the first match in
-/// `PATH`.
-fn resolve_program(program: &Path) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let executable = |p: &Path| {
-        p.metadata()
-            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            .unwrap_or(false)
+/// Where `program` would be run from: itself when it contains a `/`, else the first executable
+/// file of that name in a directory of `PATH` (as execvp and the shell look). Otherwise says
+/// why it cannot run: nothing of that name, a directory, or a file without execute permission
+/// (for a name looked up in `PATH`: the first such match, if no executable one follows).
+fn resolve_program(program: &Path) -> Result<PathBuf, LaunchError> {
+    let shown = |p: &Path| p.to_string_lossy().into_owned();
+    let unusable = |p: &Path| -> Option<LaunchError> {
+        let metadata = p.metadata().ok()?;
+        Some(if metadata.is_dir() {
+            LaunchError::IsDirectory(shown(p))
+        } else if !metadata.is_file() || !may_execute(p) {
+            LaunchError::NotExecutable(shown(p))
+        } else {
+            return None;
+        })
     };
+    let not_found = || LaunchError::NotFound(shown(program));
     if program.as_os_str().is_empty() {
-        return None;
+        return Err(not_found());
     }
     if program.to_string_lossy().contains('/') {
-        return executable(program).then(|| program.to_path_buf());
+        if !program.exists() {
+            return Err(not_found());
+        }
+        return match unusable(program) {
+            Some(problem) => Err(problem),
+            None => Ok(program.to_path_buf()),
+        };
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join(program))
-        .find(|p| executable(p))
+    let mut first_problem = None;
+    for candidate in std::env::split_paths(&path).map(|d| d.join(program)) {
+        if !candidate.exists() {
+            continue;
+        }
+        match unusable(&candidate) {
+            None => return Ok(candidate),
+            Some(problem) => {
+                first_problem.get_or_insert(problem);
+            }
+        }
+    }
+    Err(first_problem.unwrap_or_else(not_found))
+}
+
+/// Whether this process may execute `path` (`access(X_OK)`: the permission bits for this
+/// user; root needs one execute bit).
+fn may_execute(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: access reads the NUL-terminated path we pass.
+    unsafe { libc::access(c_path.as_ptr(), libc::X_OK) == 0 }
 }
 
 #[cfg(test)]
@@ -741,9 +797,27 @@ mod tests {
 
     #[test]
     fn programs_resolve() {
-        assert!(resolve_program(Path::new("sh")).is_some());
-        assert!(resolve_program(Path::new("/bin/sh")).is_some());
-        assert!(resolve_program(Path::new("no-such-program-nicmsg")).is_none());
-        assert!(resolve_program(Path::new("./no/such")).is_none());
+        assert!(resolve_program(Path::new("sh")).is_ok());
+        assert!(resolve_program(Path::new("/bin/sh")).is_ok());
+        let message = |p: &str| resolve_program(Path::new(p)).unwrap_err().to_string();
+        assert_eq!(
+            message("no-such-program-nicmsg"),
+            "no-such-program-nicmsg: command not found"
+        );
+        assert_eq!(message("./no/such"), "./no/such: command not found");
+        assert_eq!(message(""), ": command not found");
+        assert_eq!(message("/"), "/ is a directory");
+        let plain = std::env::temp_dir().join(format!("nicmsg-plain-{}", std::process::id()));
+        std::fs::write(&plain, "echo hi\n").unwrap();
+        let shown = plain.to_string_lossy().into_owned();
+        let result = message(&shown);
+        std::fs::remove_file(&plain).unwrap();
+        assert_eq!(result, format!("{shown} is not executable (chmod +x?)"));
+    }
+
+    #[test]
+    fn the_engine_thread_counts_where_it_runs() {
+        assert!(engine_thread_per_rank(Some(Engine::Thread)));
+        assert!(!engine_thread_per_rank(Some(Engine::Inline)));
     }
 }

@@ -23,9 +23,15 @@ struct Finished {
 }
 
 fn nicmsg(args: &[&str]) -> Finished {
+    let mut command = Command::new(NICMSG);
+    command.args(args);
+    finish(command, &args.join(" "))
+}
+
+/// Runs `command` (a launcher, perhaps wrapped) to its end; `label` names it in the log.
+fn finish(mut command: Command, label: &str) -> Finished {
     let start = Instant::now();
-    let child = Command::new(NICMSG)
-        .args(args)
+    let child = command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -42,11 +48,7 @@ fn nicmsg(args: &[&str]) -> Finished {
     };
     eprintln!(
         "$ nicmsg {}\n-> {} in {:?}\n--- stdout\n{}--- stderr\n{}---",
-        args.join(" "),
-        f.code,
-        f.took,
-        f.stdout,
-        f.stderr
+        label, f.code, f.took, f.stdout, f.stderr
     );
     f
 }
@@ -278,6 +280,208 @@ fn launcher_errors_are_clear() {
     let f = nicmsg(&["run", "-n", "2", "--loss", "120%", "--", "true"]);
     assert_eq!(f.code, 2);
     assert!(f.stderr.contains("between 0% and 100%"), "{}", f.stderr);
+}
+
+#[test]
+fn an_unknown_option_is_refused_with_the_usage() {
+    for args in [
+        &["run", "--frobnicate"][..],
+        &["run", "-n", "2", "--frobnicate", "--", "true"],
+    ] {
+        let f = nicmsg(args);
+        assert_eq!(f.code, 2);
+        assert!(
+            f.stderr
+                .contains("error: unexpected argument '--frobnicate' found"),
+            "{}",
+            f.stderr
+        );
+        assert!(f.stderr.contains("Usage: nicmsg run"), "{}", f.stderr);
+        assert!(!f.stderr.contains("command not found"), "{}", f.stderr);
+    }
+}
+
+#[test]
+fn options_after_the_program_are_the_programs() {
+    let program = [
+        "sh",
+        "-c",
+        "echo \"$@\"",
+        "sh",
+        "-x",
+        "--frobnicate",
+        "-n",
+        "3",
+        "--",
+    ];
+    let with_dashes: Vec<&str> = ["run", "-n", "1", "--"]
+        .iter()
+        .chain(&program)
+        .copied()
+        .collect();
+    let without: Vec<&str> = ["run", "-n", "1"].iter().chain(&program).copied().collect();
+    for args in [with_dashes, without] {
+        let f = nicmsg(&args);
+        assert_eq!(f.code, 0);
+        assert_eq!(f.stdout, "[rank 0] -x --frobnicate -n 3 --\n");
+    }
+}
+
+#[test]
+fn a_directory_or_a_file_without_execute_permission_is_named_as_such() {
+    let dir = std::env::temp_dir().join(format!("nicmsg-test-programs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plain = dir.join("plain-file");
+    std::fs::write(&plain, "#!/bin/sh\necho should not run\n").unwrap();
+    let (dir_text, plain_text) = (dir.to_str().unwrap(), plain.to_str().unwrap());
+
+    let f = nicmsg(&["run", "-n", "2", "--", dir_text]);
+    let g = nicmsg(&["run", "-n", "2", "--", plain_text]);
+    // Looked up in PATH: the file found is named.
+    let mut command = Command::new(NICMSG);
+    command
+        .args(["run", "-n", "2", "--", "plain-file"])
+        .env("PATH", &dir);
+    let h = finish(
+        command,
+        "run -n 2 -- plain-file (PATH has it without execute permission)",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+
+    assert_eq!(f.code, 2);
+    assert_eq!(f.stderr, format!("nicmsg run: {dir_text} is a directory\n"));
+    for finished in [g, h] {
+        assert_eq!(finished.code, 2);
+        assert_eq!(
+            finished.stderr,
+            format!("nicmsg run: {plain_text} is not executable (chmod +x?)\n")
+        );
+        assert_eq!(finished.stdout, "");
+    }
+}
+
+#[test]
+fn more_ranks_than_one_machine_should_run_are_refused_at_once() {
+    let f = nicmsg(&["run", "-n", "100000", "--", "true"]);
+    assert_eq!(f.code, 2);
+    assert!(
+        f.stderr
+            .starts_with("nicmsg run: -n 100000: at most 4096 ranks run on one machine"),
+        "{}",
+        f.stderr
+    );
+    assert!(f.took < Duration::from_secs(5), "took {:?}", f.took);
+}
+
+/// `nicmsg args` with resource limit `resource` set to `value` (soft and hard), optionally as
+/// user nobody (through `setpriv`, which drops root's capabilities).
+fn nicmsg_limited(
+    resource: libc::__rlimit_resource_t,
+    value: u64,
+    as_nobody: bool,
+    args: &[&str],
+) -> Finished {
+    use std::os::unix::process::CommandExt;
+    let mut command = if as_nobody {
+        let setpriv = find_tool("setpriv").expect("setpriv");
+        let mut c = Command::new(setpriv);
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(NICMSG);
+        c
+    } else {
+        Command::new(NICMSG)
+    };
+    command.args(args).current_dir("/");
+    // SAFETY: only setrlimit between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: value as libc::rlim_t,
+                rlim_max: value as libc::rlim_t,
+            };
+            if libc::setrlimit(resource, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    finish(command, &format!("{} (limit {value})", args.join(" ")))
+}
+
+#[test]
+fn the_launchers_descriptor_limit_is_checked_before_any_rank_starts() {
+    // 64 descriptors: 16 for the launcher itself, then 2 per rank: 24 ranks.
+    let f = nicmsg_limited(
+        libc::RLIMIT_NOFILE,
+        64,
+        false,
+        &["run", "-n", "100", "--", "true"],
+    );
+    assert_eq!(f.code, 2);
+    assert!(
+        f.stderr.eq(
+            "nicmsg run: -n 100: the launcher needs 216 file descriptors (2 output pipes per \
+             rank), above its limit of 64, enough for 24 ranks (ulimit -n, also the hard \
+             limit)\n"
+        ),
+        "{}",
+        f.stderr
+    );
+    assert!(f.took < Duration::from_secs(5), "took {:?}", f.took);
+    let g = nicmsg_limited(
+        libc::RLIMIT_NOFILE,
+        64,
+        false,
+        &["run", "-n", "20", "--", "true"],
+    );
+    assert_eq!(g.code, 0, "{}", g.stderr);
+}
+
+#[test]
+fn the_users_process_limit_is_checked_before_any_rank_starts() {
+    // RLIMIT_NPROC binds neither root nor holders of CAP_SYS_ADMIN or CAP_SYS_RESOURCE: as root,
+    // the launcher runs as nobody, without capabilities.
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root && find_tool("setpriv").is_none() {
+        eprintln!("skipping: running as root and no `setpriv` to drop to nobody");
+        return;
+    }
+    let before = if root {
+        0
+    } else {
+        nicmsg_cli::limits::Machine::measure().user_tasks
+    };
+    if !root && nicmsg_cli::limits::Machine::measure().nproc.is_none() {
+        eprintln!("skipping: RLIMIT_NPROC does not bind this user (capabilities)");
+        return;
+    }
+    // Room for the launcher and 20 more tasks: 10 ranks take 3 each (inline engine on a
+    // machine of fewer than 20 cores) or 4 (engine thread), 30 or more.
+    let limit = before + 21;
+    let f = nicmsg_limited(
+        libc::RLIMIT_NPROC,
+        limit,
+        root,
+        &["run", "-n", "10", "--engine", "thread", "--", "true"],
+    );
+    assert_eq!(f.code, 2, "{}", f.stderr);
+    assert!(
+        f.stderr.starts_with(
+            "nicmsg run: -n 10: the job needs 40 more processes and threads (4 per rank: the \
+             rank and its engine thread, and the launcher's 2 threads forwarding its output)"
+        ) && f.stderr.contains("RLIMIT_NPROC allows (ulimit -u)"),
+        "{}",
+        f.stderr
+    );
+    assert!(f.took < Duration::from_secs(5), "took {:?}", f.took);
+    let g = nicmsg_limited(
+        libc::RLIMIT_NPROC,
+        limit,
+        root,
+        &["run", "-n", "2", "--engine", "inline", "--", "true"],
+    );
+    assert_eq!(g.code, 0, "{}", g.stderr);
 }
 
 #[test]

@@ -88,8 +88,14 @@ impl Transport for Backend {
             Backend::Udp(udp) => {
                 let s = udp.stats();
                 format!(
-                    "transport udp: datagrams sent {}, received {}, receive calls {}",
-                    s.datagrams_sent, s.datagrams_received, s.recv_syscalls
+                    "transport udp: datagrams sent {}, received {}, receive calls {}, \
+                     received longer than a frame ({} bytes) and dropped {}, dropped on send {}",
+                    s.datagrams_sent,
+                    s.datagrams_received,
+                    s.recv_syscalls,
+                    udp.max_frame(),
+                    s.truncated,
+                    s.send_errors.total()
                 )
             }
             Backend::Xdp(xdp) => {
@@ -98,7 +104,7 @@ impl Transport for Backend {
                 format!(
                     "transport xdp on {}: frames sent through the ring {}, through the kernel {}; \
                      received through the ring {}, through the kernel {} (passed there {}, \
-                     lost there {}), \
+                     lost there {}, longer than a frame and dropped there {}), \
                      malformed {}, oversize {}, transmit ring full {}, receive ring drops {}",
                     xdp.interface().name,
                     s.frames_sent,
@@ -107,6 +113,7 @@ impl Transport for Backend {
                     s.frames_received_by_kernel,
                     xdp.passed_to_kernel(),
                     s.frames_lost_in_kernel,
+                    xdp.kernel_stats().truncated,
                     s.malformed,
                     s.oversize,
                     s.ring_full,
@@ -205,7 +212,43 @@ unsafe fn receive_placed_udp(
 
 #[cfg(test)]
 mod tests {
-    use super::Frames;
+    use super::{Backend, Frames};
+    use nicmsg_engine::Transport;
+    use nicmsg_udp::{UdpOptions, UdpTransport};
+
+    /// A datagram longer than the transport's frames (from a peer with a larger MTU) is dropped
+    /// and counted, and `NICMSG_STATS` shows the count, with GRO's large receive slots and
+    /// without (the kernel cuts it).
+    #[test]
+    fn datagrams_longer_than_a_frame_are_counted_in_the_summary() {
+        for gro in [false, true] {
+            let mut receiver = UdpTransport::bind(UdpOptions {
+                bind: "127.0.0.1:0".parse().unwrap(),
+                max_frame: 100,
+                gro,
+                ..UdpOptions::default()
+            })
+            .expect("bind");
+            let sender = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            sender.send_to(&[7u8; 300], receiver.local_addr()).unwrap();
+            sender.send_to(&[8u8; 60], receiver.local_addr()).unwrap();
+            let mut received = 0;
+            for _ in 0..2000 {
+                received += receiver.recv_batch().expect("receive");
+                if received > 0 {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            assert_eq!(received, 1, "the short datagram arrives (gro {gro})");
+            assert_eq!(receiver.stats().truncated, 1, "gro {gro}");
+            let summary = Backend::Udp(Box::new(receiver)).summary();
+            assert!(
+                summary.contains("received longer than a frame (100 bytes) and dropped 1"),
+                "{summary}"
+            );
+        }
+    }
     use nicmsg_wire::{emit_frame, Flags, FrameHeader, FrameKind};
 
     fn ack(msg_id: u32) -> Vec<u8> {

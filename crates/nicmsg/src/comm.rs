@@ -65,6 +65,7 @@ impl Comm {
             let credits = options.protocol.eager_credits_per_peer;
             options.protocol.eager_limit = crate::options::eager_limit_for(job.size, credits);
         }
+        options.check_for_job(job.size)?;
         let bind_ip = job.bind_ip.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
         let udp_options = UdpOptions {
             bind: SocketAddr::new(bind_ip, 0),

@@ -31,7 +31,9 @@ mod request;
 pub use comm::{Comm, Source, TagMatch};
 pub use error::Error;
 pub use nicmsg_engine::Snapshot;
-pub use options::{EngineMode, Options, TransportChoice};
+pub use options::{
+    settings_markdown, EngineMode, Options, Setting, TransportChoice, Value, Values, SETTINGS,
+};
 pub use pin::PinStats;
 pub use request::Request;
 

@@ -1,8 +1,9 @@
-//! Options of a communicator, with defaults and `NICMSG_*` environment overrides.
+//! Options of a communicator, with defaults and `NICMSG_*` environment overrides: one table of
+//! settings ([`SETTINGS`]) parses them and renders their documentation.
 
 use crate::Error;
 use nicmsg_engine::IdleConfig;
-use nicmsg_proto::{Config, UnexpectedPolicy};
+use nicmsg_proto::{Config, UnexpectedPolicy, MAX_ACK_UNIT, RX_TRACKED_FRAMES};
 
 /// Which transport carries the frames (`NICMSG_TRANSPORT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,109 +77,49 @@ impl Default for Options {
 }
 
 impl Options {
-    /// Defaults overridden by the environment: `NICMSG_ENGINE=inline|thread`,
-    /// `NICMSG_TRANSPORT=auto|udp|xdp`,
-    /// `NICMSG_MTU` (link MTU; frames are sized to fit a UDP datagram), `NICMSG_EAGER_LIMIT`,
-    /// `NICMSG_UNEXPECTED=buffer|drop`, `NICMSG_CTS_WINDOW`, `NICMSG_RSM_PRE`, `NICMSG_ACK_UNIT`,
-    /// `NICMSG_SLOTS`, `NICMSG_SPIN_US`, `NICMSG_IDLE_POLL_US`,
-    /// `NICMSG_ADAPTIVE_FRAMES=0` (always full frames), `NICMSG_PLACEMENT=0` (no speculative
-    /// receive placement), `NICMSG_GSO=0` (no UDP segmentation offload), `NICMSG_GRO=0` (no
-    /// receive coalescing), `NICMSG_STATS=1` (counters at exit), `NICMSG_WATCHDOG=SECONDS`
-    /// (hang diagnosis). Switches are off for an empty value, `0`, `false` or `no`.
+    /// Defaults overridden by the `NICMSG_*` variables of the environment: see [`SETTINGS`]
+    /// (and the table in `docs/runtime.md`, rendered from it).
     pub fn from_env() -> Result<Self, Error> {
         Self::from_lookup(|name| std::env::var(name).ok())
     }
 
+    /// Defaults overridden by the settings `lookup` gives (a variable's name to its value,
+    /// `None` when unset). Every row of [`SETTINGS`] is read; a value outside what the row
+    /// accepts is refused with [`Error::Config`] naming the variable, the value and what is
+    /// accepted. An empty value (or only whitespace) counts as unset.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, Error> {
         let mut options = Self::default();
-        if let Some(mode) = lookup("NICMSG_ENGINE") {
-            options.engine = match mode.as_str() {
-                "inline" => EngineMode::Inline,
-                "thread" => EngineMode::Thread,
-                other => {
-                    return Err(Error::Config(format!(
-                        "NICMSG_ENGINE={other}: expected inline or thread"
-                    )))
-                }
+        for setting in SETTINGS {
+            let Some(raw) = lookup(setting.name) else {
+                continue;
             };
+            let text = raw.trim();
+            if text.is_empty() {
+                continue;
+            }
+            let value = setting.values.parse(text).ok_or_else(|| {
+                Error::Config(format!(
+                    "{}={raw}: expected {}",
+                    setting.name,
+                    setting.values.expected()
+                ))
+            })?;
+            (setting.apply)(&mut options, value);
         }
-        if let Some(choice) = lookup("NICMSG_TRANSPORT") {
-            options.transport = match choice.as_str() {
-                "auto" => TransportChoice::Auto,
-                "udp" => TransportChoice::Udp,
-                "xdp" => TransportChoice::Xdp,
-                other => {
-                    return Err(Error::Config(format!(
-                        "NICMSG_TRANSPORT={other}: expected auto, udp or xdp"
-                    )))
+        let (window, pre) = (
+            options.protocol.cts_window_frames,
+            options.protocol.rsm_pre_frames,
+        );
+        if pre >= window {
+            return Err(Error::Config(format!(
+                "NICMSG_RSM_PRE={pre} must be below NICMSG_CTS_WINDOW={window} (the RSM flag \
+                 goes on a frame of the window{})",
+                if lookup_set(&lookup, "NICMSG_CTS_WINDOW") {
+                    ""
+                } else {
+                    "; NICMSG_CTS_WINDOW is unset: that is its default"
                 }
-            };
-        }
-        if let Some(mtu) = number(&lookup, "NICMSG_MTU")? {
-            let datagram = nicmsg_udp::max_datagram_for_mtu(mtu as usize, false);
-            options.protocol.mtu = datagram as u32;
-        }
-        if let Some(limit) = number(&lookup, "NICMSG_EAGER_LIMIT")? {
-            options.protocol.eager_limit = limit;
-            options.eager_limit_auto = false;
-        }
-        if let Some(policy) = lookup("NICMSG_UNEXPECTED") {
-            options.protocol.unexpected = match policy.as_str() {
-                "buffer" => UnexpectedPolicy::Buffer,
-                "drop" => UnexpectedPolicy::Drop,
-                other => {
-                    return Err(Error::Config(format!(
-                        "NICMSG_UNEXPECTED={other}: expected buffer or drop"
-                    )))
-                }
-            };
-        }
-        if let Some(window) = number(&lookup, "NICMSG_CTS_WINDOW")? {
-            options.protocol.cts_window_frames = window as u32;
-        }
-        if let Some(pre) = number(&lookup, "NICMSG_RSM_PRE")? {
-            options.protocol.rsm_pre_frames = pre as u32;
-        }
-        if let Some(unit) = number(&lookup, "NICMSG_ACK_UNIT")? {
-            options.protocol.ack_unit = unit.min(255) as u8;
-        }
-        if let Some(slots) = number(&lookup, "NICMSG_SLOTS")? {
-            options.slots = slots as usize;
-        }
-        if let Some(spin) = number(&lookup, "NICMSG_SPIN_US")? {
-            options.idle.spin_ns = spin * 1000;
-            options.wait_spin_ns = spin * 1000;
-        }
-        if let Some(poll) = number(&lookup, "NICMSG_IDLE_POLL_US")? {
-            options.idle.idle_poll_ns = poll.max(1) * 1000;
-        }
-        if let Some(on) = switch(&lookup, "NICMSG_PLACEMENT") {
-            options.placement = on;
-        }
-        if let Some(on) = switch(&lookup, "NICMSG_GSO") {
-            options.gso = on;
-        }
-        if let Some(on) = switch(&lookup, "NICMSG_GRO") {
-            options.gro = on;
-        }
-        if let Some(on) = switch(&lookup, "NICMSG_ADAPTIVE_FRAMES") {
-            options.protocol.adaptive_frames = on;
-        }
-        if let Some(on) = switch(&lookup, "NICMSG_STATS") {
-            options.print_stats = on;
-        }
-        if let Some(text) = lookup("NICMSG_WATCHDOG") {
-            let seconds = text
-                .trim()
-                .parse::<f64>()
-                .ok()
-                .filter(|s| *s > 0.0)
-                .ok_or_else(|| {
-                    Error::Config(format!(
-                        "NICMSG_WATCHDOG={text}: expected a positive number of seconds"
-                    ))
-                })?;
-            options.idle.watchdog_ns = Some((seconds * 1e9) as u64);
+            )));
         }
         options
             .protocol
@@ -186,6 +127,64 @@ impl Options {
             .map_err(|e| Error::Config(e.to_string()))?;
         Ok(options)
     }
+
+    /// Checks what depends on the job's size, once it is known (the communicator does this
+    /// before it allocates anything): the eager pool, `size` x credits per peer x eager limit
+    /// bytes, must stay within [`EAGER_POOL_MAX_BYTES`].
+    pub fn check_for_job(&self, size: u32) -> Result<(), Error> {
+        let credits = u64::from(self.protocol.eager_credits_per_peer.max(1));
+        let limit = self.protocol.eager_limit;
+        let ranks = u64::from(size.max(1));
+        let pool = u128::from(ranks) * u128::from(credits) * u128::from(limit);
+        if pool <= u128::from(EAGER_POOL_MAX_BYTES) {
+            return Ok(());
+        }
+        let fitting = EAGER_POOL_MAX_BYTES / (ranks * credits);
+        let pool_text = format!(
+            "{ranks} ranks x {credits} credits x {limit} bytes = {}",
+            bytes_text(pool)
+        );
+        let budget = bytes_text(u128::from(EAGER_POOL_MAX_BYTES));
+        Err(Error::Config(if self.eager_limit_auto {
+            format!(
+                "the eager pool of a job of {ranks} ranks at the smallest default eager limit \
+                 ({pool_text}) exceeds the {budget} a rank may set aside for unexpected eager \
+                 messages; set NICMSG_EAGER_LIMIT to at most {fitting}"
+            )
+        } else {
+            format!(
+                "NICMSG_EAGER_LIMIT={limit}: the eager pool (one buffer of the eager limit per \
+                 credit per peer: {pool_text}) exceeds the {budget} a rank may set aside for \
+                 unexpected eager messages; with {ranks} ranks NICMSG_EAGER_LIMIT may be at \
+                 most {fitting}"
+            )
+        }))
+    }
+}
+
+fn lookup_set(lookup: &impl Fn(&str) -> Option<String>, name: &str) -> bool {
+    lookup(name).is_some_and(|value| !value.trim().is_empty())
+}
+
+/// `1536 bytes`, `16 MiB`, `2.5 GiB`.
+fn bytes_text(bytes: u128) -> String {
+    const UNITS: [(&str, u128); 4] = [
+        ("TiB", 1 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ];
+    for (unit, size) in UNITS {
+        if bytes >= size {
+            let value = bytes as f64 / size as f64;
+            return if bytes.is_multiple_of(size) {
+                format!("{} {unit}", bytes / size)
+            } else {
+                format!("{value:.2} {unit}")
+            };
+        }
+    }
+    format!("{bytes} bytes")
 }
 
 /// Memory every rank sets aside for unexpected eager messages (its eager pool: one buffer of
@@ -211,20 +210,423 @@ pub fn eager_limit_for(size: u32, credits: u32) -> u64 {
     fitting.clamp(floor, MAX_DEFAULT_EAGER_LIMIT)
 }
 
-/// An on/off variable: empty, `0`, `false` or `no` is off, anything else on.
-fn switch(lookup: &impl Fn(&str) -> Option<String>, name: &str) -> Option<bool> {
-    lookup(name).map(|value| !matches!(value.trim(), "" | "0" | "false" | "no"))
+// ---------------------------------------------------------------------------------------------
+// The settings: one row each, read by `Options::from_lookup` and rendered into the table of
+// `docs/runtime.md` (`settings_markdown`; a test keeps the two equal). A new setting is a new
+// row: its name, what it accepts (with the reason for each bound next to the constant), its
+// default and meaning as the docs say them, and what it changes.
+
+/// `NICMSG_MTU` at least 576 bytes: the smallest datagram every IPv4 host must accept (RFC 791);
+/// below it a frame (72 bytes of headers) would carry under 476 bytes of data and every message
+/// would cost more frames than headers are worth. Frames must also hold the protocol's headers
+/// and 8 bytes (`Config::validate`, `MtuTooSmall`), which any MTU from 108 up does.
+pub const MTU_MIN: u64 = 576;
+/// `NICMSG_MTU` at most 65535 bytes: the largest IPv4 packet (its total length is 16 bits). The
+/// UDP transport takes datagrams up to 65507 bytes (`nicmsg_udp::MAX_UDP_PAYLOAD_V4`), which is
+/// what 65535 gives; AF_XDP is used only for frames of at most 3840 bytes and falls back to UDP
+/// above that. Loopback's MTU of 65536 gives nothing more than 65535.
+pub const MTU_MAX: u64 = 65535;
+/// `NICMSG_EAGER_LIMIT` at most 1 MiB: above it the rendezvous handshake's round trip (tens of
+/// microseconds) is a few percent of the transfer at most, while every credit of every peer
+/// reserves a buffer of the eager limit in each receiving rank (see [`EAGER_POOL_MAX_BYTES`]).
+/// 0 is allowed: every message with data then takes the rendezvous handshake.
+pub const EAGER_LIMIT_MAX: u64 = 1 << 20;
+/// Most memory a rank may set aside for unexpected eager messages: job size x credits per peer
+/// (8) x eager limit, allocated when the communicator starts. Checked once the job's size is
+/// known ([`Options::check_for_job`]): 1 GiB is 128 ranks at the largest eager limit, 16384
+/// at the smallest default one; a larger pool would be refused by the allocator (an abort) or
+/// take the memory the application needs.
+pub const EAGER_POOL_MAX_BYTES: u64 = 1 << 30;
+/// `NICMSG_SLOTS` at least 16: the library's own barrier holds 2 slots, and a program needs a
+/// few more for the operations it keeps outstanding (0 made every operation fail with
+/// TABLE_FULL).
+pub const SLOTS_MIN: u64 = 16;
+/// `NICMSG_SLOTS` at most 16384: each slot costs about 540 bytes allocated when the
+/// communicator starts (a 512-byte descriptor, its submission ring entries, the engine's
+/// record of its operation, the free list), 8.6 MiB at the maximum, and every outstanding
+/// operation also needs an entry in the protocol core's tables (256 sends and 256 receives by
+/// default), so more slots than that only fail later. 100,000,000 slots was an abort.
+pub const SLOTS_MAX: u64 = 16384;
+/// `NICMSG_CTS_WINDOW` at most what a receiver tracks beyond its first missing frame
+/// (`RX_TRACKED_FRAMES`, 512): a larger grant is cut to that anyway.
+pub const CTS_WINDOW_MAX: u64 = RX_TRACKED_FRAMES as u64;
+/// `NICMSG_SPIN_US` and `NICMSG_IDLE_POLL_US` at most 1 s: spinning longer only burns the core,
+/// and an idle engine sleeping longer leaves an operation posted meanwhile waiting that long.
+pub const IDLE_US_MAX: u64 = 1_000_000;
+/// `NICMSG_WATCHDOG` at least 1 s: the engine looks at pending operations once a second, so a
+/// shorter threshold reports no sooner, and reports operations that are merely in flight.
+pub const WATCHDOG_MIN_S: f64 = 1.0;
+/// `NICMSG_WATCHDOG` at most a day: longer is the same as off.
+pub const WATCHDOG_MAX_S: f64 = 86_400.0;
+
+/// One `NICMSG_*` setting.
+pub struct Setting {
+    pub name: &'static str,
+    pub values: Values,
+    /// The value when unset, as the docs say it.
+    pub default: &'static str,
+    /// What it changes, as the docs say it.
+    pub meaning: &'static str,
+    apply: fn(&mut Options, Value),
 }
 
-fn number(lookup: &impl Fn(&str) -> Option<String>, name: &str) -> Result<Option<u64>, Error> {
-    match lookup(name) {
-        None => Ok(None),
-        Some(text) => text
-            .trim()
-            .parse()
-            .map(Some)
-            .map_err(|_| Error::Config(format!("{name}={text}: expected a whole number"))),
+/// What a setting accepts. Surrounding whitespace is ignored; an empty value counts as unset.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Values {
+    /// On or off: `0`, `1`, `true`, `false`, `yes`, `no`, `on`, `off`, in any case.
+    Switch,
+    /// One of these words, in any case.
+    Choice(&'static [&'static str]),
+    /// A whole number in `min..=max`, counted in `unit`.
+    Whole {
+        min: u64,
+        max: u64,
+        unit: &'static str,
+    },
+    /// A number of seconds (decimals allowed) in `min..=max`.
+    Seconds { min: f64, max: f64 },
+    /// A `tracing` filter: `info`, `debug`, `nicmsg_engine=debug`, `warn,nicmsg=info`.
+    LogFilter,
+}
+
+/// A value as its setting accepted it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value {
+    Switch(bool),
+    /// The word as the setting spells it.
+    Choice(&'static str),
+    Whole(u64),
+    Seconds(f64),
+    /// Checked; read again where it is used (`NICMSG_LOG`, by the logging).
+    Checked,
+}
+
+const SWITCH_ON: [&str; 4] = ["1", "true", "yes", "on"];
+const SWITCH_OFF: [&str; 4] = ["0", "false", "no", "off"];
+
+impl Values {
+    /// The value `text` (trimmed, not empty) stands for, if accepted.
+    pub fn parse(&self, text: &str) -> Option<Value> {
+        let word_of = |words: &[&'static str]| {
+            words
+                .iter()
+                .copied()
+                .find(|word| word.eq_ignore_ascii_case(text))
+        };
+        match *self {
+            Values::Switch => match (word_of(&SWITCH_ON), word_of(&SWITCH_OFF)) {
+                (Some(_), _) => Some(Value::Switch(true)),
+                (_, Some(_)) => Some(Value::Switch(false)),
+                _ => None,
+            },
+            Values::Choice(words) => word_of(words).map(Value::Choice),
+            Values::Whole { min, max, .. } => text
+                .parse::<u64>()
+                .ok()
+                .filter(|n| (min..=max).contains(n))
+                .map(Value::Whole),
+            Values::Seconds { min, max } => text
+                .parse::<f64>()
+                .ok()
+                .filter(|s| (min..=max).contains(s))
+                .map(Value::Seconds),
+            Values::LogFilter => tracing_subscriber::EnvFilter::try_new(text)
+                .ok()
+                .map(|_| Value::Checked),
+        }
     }
+
+    /// What is accepted, as an error says it.
+    pub fn expected(&self) -> String {
+        match *self {
+            Values::Switch => "0, 1, true, false, yes, no, on or off (in any case)".into(),
+            Values::Choice(words) => {
+                let (last, first) = words.split_last().expect("a choice has words");
+                if first.is_empty() {
+                    format!("{last} (in any case)")
+                } else {
+                    format!("{} or {last} (in any case)", first.join(", "))
+                }
+            }
+            Values::Whole { min, max, unit } => {
+                format!("a whole number of {unit} in {min}..={max}")
+            }
+            Values::Seconds { min, max } => format!("a number of seconds in {min}..={max}"),
+            Values::LogFilter => "a log filter such as info, debug or nicmsg_engine=debug".into(),
+        }
+    }
+
+    /// What is accepted, as the docs' table says it.
+    fn documented(&self) -> String {
+        match *self {
+            Values::Switch => "switch".into(),
+            Values::Choice(words) => words
+                .iter()
+                .map(|word| format!("`{word}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            Values::Whole { min, max, unit } => format!("{min}..={max} {unit}"),
+            Values::Seconds { min, max } => format!("{min}..={max} seconds"),
+            Values::LogFilter => "filter".into(),
+        }
+    }
+}
+
+impl Value {
+    fn on(self) -> bool {
+        match self {
+            Value::Switch(on) => on,
+            other => unreachable!("{other:?} is not a switch"),
+        }
+    }
+
+    fn word(self) -> &'static str {
+        match self {
+            Value::Choice(word) => word,
+            other => unreachable!("{other:?} is not a word"),
+        }
+    }
+
+    fn whole(self) -> u64 {
+        match self {
+            Value::Whole(n) => n,
+            other => unreachable!("{other:?} is not a number"),
+        }
+    }
+
+    fn seconds(self) -> f64 {
+        match self {
+            Value::Seconds(s) => s,
+            other => unreachable!("{other:?} is not a number of seconds"),
+        }
+    }
+}
+
+/// Every `NICMSG_*` setting the library reads (the job's own variables, `NICMSG_RANK`,
+/// `NICMSG_SIZE`, `NICMSG_JOB`, `NICMSG_BOOTSTRAP`, `NICMSG_BIND_IP`, are read by
+/// `nicmsg_bootstrap`: `docs/launcher.md`).
+pub static SETTINGS: &[Setting] = &[
+    Setting {
+        name: "NICMSG_ENGINE",
+        values: Values::Choice(&["inline", "thread"]),
+        default: "`thread`",
+        meaning: "where protocol work runs: inside the application's calls (test, wait, ...) or \
+                  on an engine thread of its own; `nicmsg run` passes `inline` when the ranks \
+                  would need more cores than the machine has",
+        apply: |o, v| {
+            o.engine = match v.word() {
+                "inline" => EngineMode::Inline,
+                _ => EngineMode::Thread,
+            }
+        },
+    },
+    Setting {
+        name: "NICMSG_TRANSPORT",
+        values: Values::Choice(&["auto", "udp", "xdp"]),
+        default: "`auto`",
+        meaning: "`auto`: AF_XDP where the rank's address is on an Ethernet interface of its own \
+                  and the library may attach its program, UDP otherwise; `udp`: always UDP; \
+                  `xdp`: AF_XDP or fail to start, saying why",
+        apply: |o, v| {
+            o.transport = match v.word() {
+                "udp" => TransportChoice::Udp,
+                "xdp" => TransportChoice::Xdp,
+                _ => TransportChoice::Auto,
+            }
+        },
+    },
+    Setting {
+        name: "NICMSG_MTU",
+        values: Values::Whole {
+            min: MTU_MIN,
+            max: MTU_MAX,
+            unit: "bytes",
+        },
+        default: "1500",
+        meaning: "the link's MTU: a frame is at most one IPv4 UDP datagram of it, the MTU less \
+                  28 bytes (1472 for 1500, 8972 for 9000, 65507 for 65535)",
+        apply: |o, v| {
+            o.protocol.mtu = nicmsg_udp::max_datagram_for_mtu(v.whole() as usize, false) as u32;
+        },
+    },
+    Setting {
+        name: "NICMSG_EAGER_LIMIT",
+        values: Values::Whole {
+            min: 0,
+            max: EAGER_LIMIT_MAX,
+            unit: "bytes",
+        },
+        default: "by job size: 65536 up to 32 ranks, halving as the job grows, at least 8192",
+        meaning: "messages up to this length go at once (eager), longer ones after the \
+                  receiver's grant (rendezvous); the same on every rank. Each rank keeps 8 \
+                  buffers of it per peer for unexpected messages, at most 1 GiB in all (checked \
+                  when the job's size is known)",
+        apply: |o, v| {
+            o.protocol.eager_limit = v.whole();
+            o.eager_limit_auto = false;
+        },
+    },
+    Setting {
+        name: "NICMSG_UNEXPECTED",
+        values: Values::Choice(&["buffer", "drop"]),
+        default: "`buffer`",
+        meaning: "a message that arrives before its receive is posted: kept (short ones in the \
+                  eager buffers, long ones as their header), or dropped and retransmitted once \
+                  the receive is posted (EMP's no-buffering mode); the same on every rank",
+        apply: |o, v| {
+            o.protocol.unexpected = match v.word() {
+                "drop" => UnexpectedPolicy::Drop,
+                _ => UnexpectedPolicy::Buffer,
+            }
+        },
+    },
+    Setting {
+        name: "NICMSG_CTS_WINDOW",
+        values: Values::Whole {
+            min: 1,
+            max: CTS_WINDOW_MAX,
+            unit: "frames",
+        },
+        default: "256",
+        meaning: "frames of a long message one grant (CTS) lets the sender send; at most the \
+                  512 frames a receiver tracks",
+        apply: |o, v| o.protocol.cts_window_frames = v.whole() as u32,
+    },
+    Setting {
+        name: "NICMSG_RSM_PRE",
+        values: Values::Whole {
+            min: 0,
+            max: CTS_WINDOW_MAX - 1,
+            unit: "frames",
+        },
+        default: "128",
+        meaning: "frames before the end of a window at which the sender asks for the next \
+                  grant (RMPP's Pre-k); below `NICMSG_CTS_WINDOW`",
+        apply: |o, v| o.protocol.rsm_pre_frames = v.whole() as u32,
+    },
+    Setting {
+        name: "NICMSG_ACK_UNIT",
+        values: Values::Whole {
+            min: 1,
+            max: MAX_ACK_UNIT as u64,
+            unit: "frames",
+        },
+        default: "3",
+        meaning: "frames per acknowledged collection (EMP: 3); at most 8, which with 64 \
+                  collections in flight is what a receiver tracks",
+        apply: |o, v| o.protocol.ack_unit = v.whole() as u8,
+    },
+    Setting {
+        name: "NICMSG_SLOTS",
+        values: Values::Whole {
+            min: SLOTS_MIN,
+            max: SLOTS_MAX,
+            unit: "slots",
+        },
+        default: "640",
+        meaning: "descriptor table slots: operations (sends, receives, probes) outstanding at \
+                  once, the library's barrier included; about 540 bytes each",
+        apply: |o, v| o.slots = v.whole() as usize,
+    },
+    Setting {
+        name: "NICMSG_SPIN_US",
+        values: Values::Whole {
+            min: 0,
+            max: IDLE_US_MAX,
+            unit: "microseconds",
+        },
+        default: "50",
+        meaning: "busy polling after the last work before the engine, and a waiting \
+                  application, sleep",
+        apply: |o, v| {
+            o.idle.spin_ns = v.whole() * 1000;
+            o.wait_spin_ns = v.whole() * 1000;
+        },
+    },
+    Setting {
+        name: "NICMSG_IDLE_POLL_US",
+        values: Values::Whole {
+            min: 1,
+            max: IDLE_US_MAX,
+            unit: "microseconds",
+        },
+        default: "200",
+        meaning: "longest sleep of an idle engine: how late it may see an operation posted \
+                  while it sleeps",
+        apply: |o, v| o.idle.idle_poll_ns = v.whole() * 1000,
+    },
+    Setting {
+        name: "NICMSG_PLACEMENT",
+        values: Values::Switch,
+        default: "on",
+        meaning: "receive the payload of expected frames straight into the receive buffer \
+                  (speculative header/payload split)",
+        apply: |o, v| o.placement = v.on(),
+    },
+    Setting {
+        name: "NICMSG_GSO",
+        values: Values::Switch,
+        default: "on",
+        meaning: "UDP segmentation offload: a run of frames to one peer goes to the kernel as \
+                  one datagram",
+        apply: |o, v| o.gso = v.on(),
+    },
+    Setting {
+        name: "NICMSG_GRO",
+        values: Values::Switch,
+        default: "on",
+        meaning: "UDP receive coalescing: the kernel hands over a run of a peer's frames at once",
+        apply: |o, v| o.gro = v.on(),
+    },
+    Setting {
+        name: "NICMSG_ADAPTIVE_FRAMES",
+        values: Values::Switch,
+        default: "on",
+        meaning: "frame size chosen per message (long messages in at least 8 frames, eager \
+                  messages in frames of one size); off: every frame full-sized",
+        apply: |o, v| o.protocol.adaptive_frames = v.on(),
+    },
+    Setting {
+        name: "NICMSG_STATS",
+        values: Values::Switch,
+        default: "off",
+        meaning: "print counters per peer and the totals on stderr when the communicator ends",
+        apply: |o, v| o.print_stats = v.on(),
+    },
+    Setting {
+        name: "NICMSG_WATCHDOG",
+        values: Values::Seconds {
+            min: WATCHDOG_MIN_S,
+            max: WATCHDOG_MAX_S,
+        },
+        default: "off",
+        meaning: "report every operation pending longer than this on stderr, with what it \
+                  waits for (looked at once a second)",
+        apply: |o, v| o.idle.watchdog_ns = Some((v.seconds() * 1e9) as u64),
+    },
+    Setting {
+        name: "NICMSG_LOG",
+        values: Values::LogFilter,
+        default: "off",
+        meaning: "log through `tracing` on stderr, filtered: `info` (joining the job, peers \
+                  declared unreachable), `debug`, `nicmsg_engine=debug`",
+        apply: |_, _| {},
+    },
+];
+
+/// The settings as the table in `docs/runtime.md` shows them.
+pub fn settings_markdown() -> String {
+    let mut out = String::from("| variable | accepts | default | meaning |\n|---|---|---|---|\n");
+    for setting in SETTINGS {
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} |\n",
+            setting.name,
+            setting.values.documented(),
+            setting.default,
+            setting.meaning
+        ));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -266,5 +668,264 @@ mod tests {
                 .expect("valid")
                 .eager_limit_auto
         );
+    }
+
+    fn parse(pairs: &[(&str, &str)]) -> Result<Options, Error> {
+        Options::from_lookup(|name| {
+            pairs
+                .iter()
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| value.to_string())
+        })
+    }
+
+    fn refusal(pairs: &[(&str, &str)]) -> String {
+        match parse(pairs) {
+            Err(Error::Config(message)) => message,
+            Err(other) => panic!("{pairs:?}: not a config error: {other}"),
+            Ok(options) => panic!("{pairs:?} accepted: {options:?}"),
+        }
+    }
+
+    #[test]
+    fn the_values_of_the_issue_are_refused_naming_the_variable_and_the_range() {
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                "NICMSG_SLOTS",
+                "100000000",
+                "a whole number of slots in 16..=16384",
+            ),
+            ("NICMSG_SLOTS", "0", "a whole number of slots in 16..=16384"),
+            (
+                "NICMSG_EAGER_LIMIT",
+                "99999999999",
+                "a whole number of bytes in 0..=1048576",
+            ),
+            ("NICMSG_GSO", "2", "0, 1, true, false, yes, no, on or off"),
+            ("NICMSG_GRO", "abc", "0, 1, true, false, yes, no, on or off"),
+            (
+                "NICMSG_ADAPTIVE_FRAMES",
+                "7",
+                "0, 1, true, false, yes, no, on or off",
+            ),
+            (
+                "NICMSG_STATS",
+                "maybe",
+                "0, 1, true, false, yes, no, on or off",
+            ),
+            ("NICMSG_MTU", "10", "a whole number of bytes in 576..=65535"),
+        ];
+        for &(name, value, accepted) in cases {
+            let message = refusal(&[(name, value)]);
+            assert!(
+                message.starts_with(&format!("{name}={value}: expected ")),
+                "{message}"
+            );
+            assert!(message.contains(accepted), "{message}");
+        }
+        assert!(
+            !refusal(&[("NICMSG_MTU", "10")]).contains("mtu 0"),
+            "the value given, not one derived from it"
+        );
+    }
+
+    #[test]
+    fn other_bad_values_are_refused_too() {
+        for (name, value) in [
+            ("NICMSG_ENGINE", "fast"),
+            ("NICMSG_TRANSPORT", "tcp"),
+            ("NICMSG_UNEXPECTED", "keep"),
+            ("NICMSG_MTU", "575"),
+            ("NICMSG_MTU", "65536"),
+            ("NICMSG_MTU", "1500 bytes"),
+            ("NICMSG_EAGER_LIMIT", "-1"),
+            ("NICMSG_EAGER_LIMIT", "1048577"),
+            ("NICMSG_CTS_WINDOW", "0"),
+            ("NICMSG_CTS_WINDOW", "513"),
+            ("NICMSG_RSM_PRE", "512"),
+            ("NICMSG_ACK_UNIT", "0"),
+            ("NICMSG_ACK_UNIT", "9"),
+            ("NICMSG_ACK_UNIT", "300"),
+            ("NICMSG_SLOTS", "15"),
+            ("NICMSG_SLOTS", "16385"),
+            ("NICMSG_SPIN_US", "99999999999999999999"),
+            ("NICMSG_SPIN_US", "1000001"),
+            ("NICMSG_IDLE_POLL_US", "0"),
+            ("NICMSG_PLACEMENT", "enabled"),
+            ("NICMSG_WATCHDOG", "0"),
+            ("NICMSG_WATCHDOG", "-5"),
+            ("NICMSG_WATCHDOG", "0.5"),
+            ("NICMSG_WATCHDOG", "inf"),
+            ("NICMSG_WATCHDOG", "NaN"),
+            ("NICMSG_WATCHDOG", "86401"),
+            ("NICMSG_LOG", "nicmsg=loud"),
+        ] {
+            let message = refusal(&[(name, value)]);
+            assert!(
+                message.starts_with(&format!("{name}={value}: expected ")),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_rsm_position_must_lie_inside_the_window() {
+        let message = refusal(&[("NICMSG_CTS_WINDOW", "16"), ("NICMSG_RSM_PRE", "16")]);
+        assert!(
+            message.contains("NICMSG_RSM_PRE=16 must be below NICMSG_CTS_WINDOW=16"),
+            "{message}"
+        );
+        let message = refusal(&[("NICMSG_RSM_PRE", "300")]);
+        assert!(
+            message.contains("NICMSG_CTS_WINDOW=256") && message.contains("default"),
+            "{message}"
+        );
+        let options = parse(&[("NICMSG_CTS_WINDOW", "16"), ("NICMSG_RSM_PRE", "15")]).unwrap();
+        assert_eq!(options.protocol.cts_window_frames, 16);
+        assert_eq!(options.protocol.rsm_pre_frames, 15);
+    }
+
+    #[test]
+    fn good_values_are_taken() {
+        let options = parse(&[
+            ("NICMSG_ENGINE", "Inline"),
+            ("NICMSG_TRANSPORT", " udp "),
+            ("NICMSG_MTU", "9000"),
+            ("NICMSG_EAGER_LIMIT", "0"),
+            ("NICMSG_UNEXPECTED", "DROP"),
+            ("NICMSG_CTS_WINDOW", "512"),
+            ("NICMSG_RSM_PRE", "511"),
+            ("NICMSG_ACK_UNIT", "8"),
+            ("NICMSG_SLOTS", "16384"),
+            ("NICMSG_SPIN_US", "0"),
+            ("NICMSG_IDLE_POLL_US", "1000000"),
+            ("NICMSG_PLACEMENT", "yes"),
+            ("NICMSG_GSO", "OFF"),
+            ("NICMSG_GRO", "false"),
+            ("NICMSG_ADAPTIVE_FRAMES", "0"),
+            ("NICMSG_STATS", "On"),
+            ("NICMSG_WATCHDOG", "2.5"),
+            ("NICMSG_LOG", "nicmsg_engine=debug,info"),
+        ])
+        .expect("all valid");
+        assert_eq!(options.engine, EngineMode::Inline);
+        assert_eq!(options.transport, TransportChoice::Udp);
+        assert_eq!(options.protocol.mtu, 8972);
+        assert_eq!(options.protocol.eager_limit, 0);
+        assert!(!options.eager_limit_auto);
+        assert_eq!(options.protocol.unexpected, UnexpectedPolicy::Drop);
+        assert_eq!(options.protocol.cts_window_frames, 512);
+        assert_eq!(options.protocol.rsm_pre_frames, 511);
+        assert_eq!(options.protocol.ack_unit, 8);
+        assert_eq!(options.slots, 16384);
+        assert_eq!((options.idle.spin_ns, options.wait_spin_ns), (0, 0));
+        assert_eq!(options.idle.idle_poll_ns, 1_000_000_000);
+        assert!(options.placement && !options.gso && !options.gro);
+        assert!(!options.protocol.adaptive_frames && options.print_stats);
+        assert_eq!(options.idle.watchdog_ns, Some(2_500_000_000));
+        assert_eq!(parse(&[("NICMSG_MTU", "576")]).unwrap().protocol.mtu, 548);
+        assert_eq!(
+            parse(&[("NICMSG_MTU", "65535")]).unwrap().protocol.mtu,
+            65507
+        );
+    }
+
+    #[test]
+    fn the_defaults_pass_and_empty_values_count_as_unset() {
+        let defaults = format!("{:?}", Options::default());
+        assert_eq!(format!("{:?}", parse(&[]).expect("defaults")), defaults);
+        let empty: Vec<(&str, &str)> = SETTINGS.iter().map(|s| (s.name, "  ")).collect();
+        assert_eq!(format!("{:?}", parse(&empty).expect("empty")), defaults);
+    }
+
+    /// Every row: its bounds and words are taken (and applied without a kind mismatch), what
+    /// lies beyond is refused with the row's name.
+    #[test]
+    fn every_setting_takes_its_bounds_and_refuses_what_lies_beyond() {
+        for setting in SETTINGS {
+            let (good, bad): (Vec<String>, Vec<String>) = match setting.values {
+                Values::Switch => (
+                    SWITCH_ON
+                        .iter()
+                        .chain(&SWITCH_OFF)
+                        .flat_map(|w| [w.to_string(), w.to_uppercase()])
+                        .collect(),
+                    vec!["2".into(), "onn".into(), "y".into()],
+                ),
+                Values::Choice(words) => (
+                    words.iter().map(|w| w.to_string()).collect(),
+                    vec!["none-of-these".into()],
+                ),
+                Values::Whole { min, max, .. } => {
+                    let mut bad = vec![(max + 1).to_string(), "1.5".into(), "x".into()];
+                    if min > 0 {
+                        bad.push((min - 1).to_string());
+                    }
+                    (vec![min.to_string(), max.to_string()], bad)
+                }
+                Values::Seconds { min, max } => (
+                    vec![min.to_string(), max.to_string()],
+                    vec![(min / 2.0).to_string(), (max + 1.0).to_string(), "x".into()],
+                ),
+                Values::LogFilter => (vec!["info".into()], vec!["a=b=c".into()]),
+            };
+            for text in good {
+                let value = setting.values.parse(&text);
+                let value = value.unwrap_or_else(|| panic!("{}={text} refused", setting.name));
+                (setting.apply)(&mut Options::default(), value);
+            }
+            for text in bad {
+                assert_eq!(setting.values.parse(&text), None, "{}={text}", setting.name);
+                if setting.name == "NICMSG_RSM_PRE" {
+                    continue;
+                }
+                let message = refusal(&[(setting.name, &text)]);
+                assert!(message.starts_with(&format!("{}={text}: ", setting.name)));
+            }
+        }
+    }
+
+    #[test]
+    fn the_docs_show_the_settings_table() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/runtime.md");
+        let docs = std::fs::read_to_string(path).expect("docs/runtime.md");
+        let table = settings_markdown();
+        assert!(
+            docs.contains(&table),
+            "the settings table of docs/runtime.md differs from SETTINGS; it should read:\n{table}"
+        );
+        let names: Vec<&str> = SETTINGS.iter().map(|s| s.name).collect();
+        let mut unique = names.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len(), "a setting appears twice");
+    }
+
+    #[test]
+    fn the_eager_pool_must_fit_its_budget() {
+        let explicit = parse(&[("NICMSG_EAGER_LIMIT", "1048576")]).unwrap();
+        assert!(explicit.check_for_job(128).is_ok());
+        let Err(Error::Config(message)) = explicit.check_for_job(129) else {
+            panic!("a 1032 MiB pool accepted");
+        };
+        assert!(
+            message.starts_with("NICMSG_EAGER_LIMIT=1048576: the eager pool")
+                && message.contains("129 ranks x 8 credits x 1048576 bytes = 1.01 GiB")
+                && message.contains("exceeds the 1 GiB")
+                && message.contains("may be at most 1040447"),
+            "{message}"
+        );
+        let mut auto = Options::default();
+        for (size, fits) in [(2, true), (16384, true), (16385, false), (65536, false)] {
+            auto.protocol.eager_limit = eager_limit_for(size, 8);
+            match auto.check_for_job(size) {
+                Ok(()) => assert!(fits, "{size} ranks"),
+                Err(Error::Config(message)) => {
+                    assert!(!fits, "{size} ranks: {message}");
+                    assert!(message.contains("set NICMSG_EAGER_LIMIT to at most"));
+                }
+                Err(other) => panic!("{other}"),
+            }
+        }
     }
 }

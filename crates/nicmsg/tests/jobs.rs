@@ -201,6 +201,42 @@ fn ranks_on_af_xdp_and_on_udp_share_a_job() {
     assert_eq!(stderr.matches("transport udp").count(), 2, "{stderr}");
 }
 
+/// A setting outside its range stops every rank with the library's config error, naming the
+/// variable and what it accepts, before anything is allocated from it: 100,000,000 slots and a
+/// 93 GiB eager limit were aborts (a failed allocation, status 134).
+#[test]
+fn an_out_of_range_setting_is_a_config_error_not_a_crash() {
+    for (name, value, accepted) in [
+        (
+            "NICMSG_SLOTS",
+            "100000000",
+            "a whole number of slots in 16..=16384",
+        ),
+        (
+            "NICMSG_EAGER_LIMIT",
+            "99999999999",
+            "a whole number of bytes in 0..=1048576",
+        ),
+    ] {
+        let output = launch(
+            &["run", "-n", "2", "--timeout", "60"],
+            &example("pingpong"),
+            &[(name, value)],
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(1),
+            "{name}={value}: pingpong returns the error from main (status 1):\n{stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("{name}={value}: expected {accepted}")),
+            "{name}={value}:\n{stderr}"
+        );
+        assert!(!stderr.contains("SIGABRT"), "{stderr}");
+    }
+}
+
 /// Builds the C example against the header and the library through the pkg-config file.
 fn c_example() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -250,6 +286,105 @@ fn c_example_over_loopback_and_namespaces() {
         let what = format!("C ring ({engine}, netns, 5% loss)");
         assert_job_ok(&output, &what, "c ring: all sizes verified");
     }
+}
+
+/// How the docs (`docs/runtime.md`, `include/nicmsg.h`, `examples/c/ring.c`,
+/// `pkgconfig/nicmsg.pc`) say to build a C program against nicmsg, in the repository's root.
+const PKG_CONFIG_FLAGS: &str =
+    "$(PKG_CONFIG_PATH=$PWD/pkgconfig pkg-config --cflags --libs nicmsg)";
+
+/// The C example built as the docs say, through `pkgconfig/nicmsg.pc`, runs from another
+/// directory: the run path baked into it is absolute. With the relative `PKG_CONFIG_PATH` the
+/// docs gave before, the program found `libnicmsg.so` only when started from the root.
+///
+/// The build runs in a copy of the repository's layout in a temporary directory (the `.pc`
+/// file, the header and the example, and `target/release` standing for this test run's
+/// library), so it works in any profile without building a release.
+#[test]
+fn a_c_program_built_through_pkg_config_runs_from_any_directory() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for doc in [
+        "docs/runtime.md",
+        "include/nicmsg.h",
+        "examples/c/ring.c",
+        "pkgconfig/nicmsg.pc",
+    ] {
+        let text = std::fs::read_to_string(root.join(doc)).expect("read the docs");
+        assert!(
+            text.contains(PKG_CONFIG_FLAGS),
+            "{doc} does not give the build command with {PKG_CONFIG_FLAGS}"
+        );
+    }
+    let has = |tool: &str| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !has("pkg-config") || !has("cc") {
+        eprintln!("skipped: pkg-config or cc missing (apt-get install pkg-config gcc)");
+        return;
+    }
+    build_job_programs();
+    let scratch = std::env::temp_dir().join(format!("nicmsg-pkgconfig-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    let checkout = scratch.join("checkout");
+    let elsewhere = scratch.join("elsewhere");
+    for dir in ["pkgconfig", "examples/c", "target"] {
+        std::fs::create_dir_all(checkout.join(dir)).unwrap();
+    }
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    for file in ["pkgconfig/nicmsg.pc", "examples/c/ring.c"] {
+        std::fs::copy(root.join(file), checkout.join(file)).unwrap();
+    }
+    let canonical_root = root.canonicalize().unwrap();
+    std::os::unix::fs::symlink(canonical_root.join("include"), checkout.join("include")).unwrap();
+    std::os::unix::fs::symlink(target_dir(), checkout.join("target/release")).unwrap();
+
+    let build = Command::new("sh")
+        .args([
+            "-c",
+            &format!("cc examples/c/ring.c {PKG_CONFIG_FLAGS} -o ring"),
+        ])
+        .current_dir(&checkout)
+        .output()
+        .expect("run sh");
+    let program = checkout.join("ring");
+    let runpath = Command::new("readelf")
+        .arg("-d")
+        .arg(&program)
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    let output = Command::new(launcher())
+        .args(["run", "-n", "2", "--timeout", "120", "--"])
+        .arg(&program)
+        .current_dir(&elsewhere)
+        .output()
+        .expect("run the launcher");
+    let _ = std::fs::remove_dir_all(&scratch);
+
+    assert!(
+        build.status.success(),
+        "the documented build failed:\n{}",
+        String::from_utf8_lossy(&build.stderr)
+    );
+    if let Some(dynamic) = runpath {
+        let line = dynamic
+            .lines()
+            .find(|l| l.contains("(RUNPATH)") || l.contains("(RPATH)"))
+            .unwrap_or_else(|| panic!("no run path in the program:\n{dynamic}"));
+        assert!(
+            line.contains(": [/"),
+            "the run path is not absolute: {line}"
+        );
+    }
+    assert_job_ok(
+        &output,
+        "C ring built through pkg-config, started from another directory",
+        "c ring: all sizes verified",
+    );
 }
 
 /// Starts the ranks directly (the launcher would stop the whole job when one dies), kills rank 1

@@ -75,6 +75,8 @@ pub struct UdpStats {
     /// Errors reported by `recvmmsg` that are not fatal to the socket (a pending ICMP-derived
     /// error, memory pressure); the call is retried or reported as empty.
     pub recv_errors: u64,
-    /// Datagrams longer than `max_frame`, cut by the kernel (`MSG_TRUNC`) and discarded.
+    /// Datagrams (or segments of a coalesced one) longer than `max_frame`, received and
+    /// discarded: cut by the kernel to the receive slot (`MSG_TRUNC`), or, with GRO's larger
+    /// slots, received whole and refused. A peer with a larger MTU sends these.
     pub truncated: u64,
 }

@@ -307,6 +307,53 @@ fn truncated_datagrams_are_counted_and_skipped() {
     assert_eq!(small.stats().datagrams_received, 1);
 }
 
+/// A datagram longer than `max_frame` (a peer with a larger MTU) is dropped and counted on
+/// every receive path: with the kernel cutting it (no GRO: slots of `max_frame` bytes), with
+/// GRO's 64 KiB slots (received whole, then refused), and into a placement plan.
+#[test]
+fn oversize_datagrams_are_counted_on_every_receive_path() {
+    use nicmsg_udp::Placement;
+    for gro in [false, true] {
+        for placed in [false, true] {
+            let mut receiver = UdpTransport::bind(UdpOptions {
+                bind: loopback_v4(),
+                max_frame: 100,
+                gro,
+                ..UdpOptions::default()
+            })
+            .unwrap();
+            let sender = std::net::UdpSocket::bind(loopback_v4()).unwrap();
+            let to = receiver.local_addr();
+            sender.send_to(&[1u8; 101], to).unwrap();
+            sender.send_to(&[2u8; 1400], to).unwrap();
+            sender.send_to(&[3u8; 100], to).unwrap();
+            let mut dest = vec![0u8; 52];
+            let plan = [Placement {
+                header_len: 48,
+                dest: dest.as_mut_ptr(),
+                len: dest.len(),
+            }];
+            let start = Instant::now();
+            let mut got = 0;
+            while got == 0 && start.elapsed() < DEADLINE {
+                got = if placed {
+                    // SAFETY: `dest` is ours and untouched during the call.
+                    unsafe { receiver.recv_batch_placed(&plan) }.unwrap()
+                } else {
+                    receiver.recv_batch().unwrap()
+                };
+            }
+            let what = format!("gro {gro}, placed {placed}");
+            assert_eq!(got, 1, "{what}: only the 100-byte datagram is taken");
+            // SAFETY: the plan's destination is still ours.
+            unsafe { receiver.gather_placed(0) };
+            assert_eq!(receiver.received(0).1, &[3u8; 100][..], "{what}");
+            assert_eq!(receiver.stats().truncated, 2, "{what}");
+            assert_eq!(receiver.stats().datagrams_received, 1, "{what}");
+        }
+    }
+}
+
 #[test]
 fn options_are_checked() {
     let bad = |options: UdpOptions| UdpTransport::bind(options).unwrap_err().kind();

@@ -431,6 +431,11 @@ impl XdpTransport {
         &mut self.udp
     }
 
+    /// Counters of the UDP socket beside the ring.
+    pub fn kernel_stats(&self) -> &nicmsg_udp::UdpStats {
+        self.udp.stats()
+    }
+
     /// Both paths: the UDP socket when due, then the ring. Returns the count.
     pub fn receive(&mut self, deliver: &mut dyn FnMut(Option<u32>, &[u8])) -> io::Result<usize> {
         let mut delivered = 0;
