@@ -19,17 +19,25 @@ extern "C" {
 #endif
 
 #define NICMSG_ANY_SOURCE UINT32_MAX
+/* Any tag of the application's. The library's own messages (a barrier's) travel in a matching
+ * context of their own: no receive or probe, whatever its source and tag, ever sees them. */
 #define NICMSG_ANY_TAG UINT32_MAX
-/* Largest user tag; higher tags are reserved for the library. */
+/* Largest tag. */
 #define NICMSG_TAG_UB 2147483647u
+/* *index of nicmsg_waitany when no request was active (MPI_UNDEFINED). */
+#define NICMSG_UNDEFINED SIZE_MAX
 
 enum nicmsg_result {
     NICMSG_SUCCESS = 0,
     NICMSG_ERR_TRUNCATE = 1,          /* receive buffer shorter than the message; nothing written */
-    NICMSG_ERR_PEER_UNREACHABLE = 2,  /* the peer stopped answering after the retry limit */
-    NICMSG_ERR_CANCELLED = 3,
+    NICMSG_ERR_PEER_UNREACHABLE = 2,  /* the peer is gone: its process ended (its host refused
+                                         frames to it) or it answered nothing for
+                                         NICMSG_PEER_TIMEOUT (10 s) while awaited; never
+                                         because it computes without calling the library */
+    NICMSG_ERR_CANCELLED = 3,         /* cancelled: the operation did not happen */
     NICMSG_ERR_RANK = 4,              /* rank outside the job */
-    NICMSG_ERR_TABLE_FULL = 5,        /* too many outstanding operations */
+    NICMSG_ERR_TABLE_FULL = 5,        /* too many outstanding operations (NICMSG_SLOTS): refused
+                                         when posted, never after; complete some and retry */
     NICMSG_ERR_BUFFER = 6,
     NICMSG_ERR_TAG = 9,               /* tag above NICMSG_TAG_UB */
     NICMSG_ERR_NOT_INITIALISED = 10,
@@ -44,6 +52,9 @@ enum nicmsg_result {
 typedef struct NicmsgComm nicmsg_comm;
 typedef struct NicmsgRequest nicmsg_request;
 
+/* What a completed operation reports. A failed one names the peer it failed with: the
+ * unreachable rank, else the destination of a send or the source a receive was posted with
+ * (NICMSG_ANY_SOURCE if any); its tag is the one it was posted with. */
 typedef struct nicmsg_status {
     uint32_t source; /* sender of a received message (destination for a send) */
     uint32_t tag;
@@ -58,7 +69,11 @@ int nicmsg_comm_rank(const nicmsg_comm *comm, uint32_t *rank);
 int nicmsg_comm_size(const nicmsg_comm *comm, uint32_t *size);
 
 /* A send of at most 256 bytes completes once the engine has copied it and started it (MPI's
- * eager send), before the peer acknowledges it; a longer one when the peer holds it all. */
+ * eager send), before the peer acknowledges it; a longer one when the peer holds it all. A
+ * send completes with success also when the receive that took it was too short: the receiver
+ * alone gets NICMSG_ERR_TRUNCATE (as MPI). A send to a peer already declared unreachable is
+ * refused at once with NICMSG_ERR_PEER_UNREACHABLE; a receive naming such a peer still gets
+ * the messages it sent before, then fails with it. */
 int nicmsg_isend(nicmsg_comm *comm, const void *buf, size_t len, uint32_t dest, uint32_t tag,
                  nicmsg_request **request);
 int nicmsg_irecv(nicmsg_comm *comm, void *buf, size_t len, uint32_t source, uint32_t tag,
@@ -67,8 +82,22 @@ int nicmsg_irecv(nicmsg_comm *comm, void *buf, size_t len, uint32_t source, uint
 int nicmsg_wait(nicmsg_request **request, nicmsg_status *status);
 int nicmsg_test(nicmsg_request **request, int *flag, nicmsg_status *status);
 int nicmsg_waitall(size_t count, nicmsg_request **requests, nicmsg_status *statuses);
+/* Returns once one of the non-NULL requests completed, with *index set to it; with none (or
+ * count 0), returns NICMSG_SUCCESS at once with *index = NICMSG_UNDEFINED (as MPI). Waits
+ * spin briefly, then sleep: a long wait burns no core. waitall on all-NULL succeeds. */
 int nicmsg_waitany(size_t count, nicmsg_request **requests, size_t *index, nicmsg_status *status);
+/* Asks for the operation to be cancelled (MPI_Cancel); complete the request with wait or test
+ * as usual. Two outcomes, which the status tells (nicmsg_test_cancelled):
+ *  - cancelled: wait returns NICMSG_ERR_CANCELLED and status.error says so. The operation did
+ *    not happen: a receive or probe got nothing; a send's message is withdrawn from its
+ *    receiver and will never be delivered, whatever receives are posted later.
+ *  - too late: the operation completes normally (a receive that had matched a message, a
+ *    send whose message a receive had matched or that had completed, a short send already
+ *    reported complete). Cancelling a send on the wire asks its receiver: wait may then take a
+ *    round trip, never longer than the peer's liveness. */
 int nicmsg_cancel(nicmsg_request *request);
+/* *flag = 1 if status is that of a cancelled operation, else 0 (MPI_Test_cancelled). */
+int nicmsg_test_cancelled(const nicmsg_status *status, int *flag);
 
 int nicmsg_send(nicmsg_comm *comm, const void *buf, size_t len, uint32_t dest, uint32_t tag);
 int nicmsg_recv(nicmsg_comm *comm, void *buf, size_t len, uint32_t source, uint32_t tag,

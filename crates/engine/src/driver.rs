@@ -153,11 +153,11 @@ impl<T: Transport> Driver<T> {
         {
             let mut memory = RegistryMemory(&self.registry);
             self.endpoint.handle_timeout(now, &mut memory);
-            self.report_unreachable_peers();
             busy = true;
         }
         busy |= self.transmit(now);
         busy |= self.hand_back_completions();
+        self.report_unreachable_peers();
         busy
     }
 
@@ -485,7 +485,8 @@ impl<T: Transport> Driver<T> {
         true
     }
 
-    /// Says so once when timers have declared peers unreachable since the last report.
+    /// When peers were declared unreachable since the last look: tells the host (which then
+    /// refuses sends to them) and the log, once.
     fn report_unreachable_peers(&mut self) {
         let declared = self.endpoint.stats().peers_declared_unreachable;
         if declared == self.unreachable_reported {
@@ -496,6 +497,9 @@ impl<T: Transport> Driver<T> {
         let dead: Vec<u32> = (0..self.endpoint.size())
             .filter(|&p| self.endpoint.is_peer_unreachable(p))
             .collect();
+        for &peer in &dead {
+            self.table.mark_unreachable(peer);
+        }
         tracing::warn!(
             rank,
             ?dead,

@@ -7,6 +7,7 @@
 
 pub mod clock;
 pub mod driver;
+pub mod inline;
 mod outbox;
 pub mod poller;
 pub mod registry;
@@ -17,6 +18,7 @@ pub mod transport;
 
 pub use clock::EngineClock;
 pub use driver::{Driver, EngineStats};
+pub use inline::{HostTurns, InlineEngine};
 pub use poller::Poller;
 pub use registry::{Registry, RegistryMemory, DEFAULT_REGIONS};
 pub use runner::{IdleConfig, Shared, Snapshot, ThreadEngine};

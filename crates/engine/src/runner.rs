@@ -193,7 +193,7 @@ fn sleep<T: Transport>(driver: &Driver<T>, shared: &Shared, idle: IdleConfig, no
 }
 
 /// How often the watchdog looks at pending operations.
-const WATCHDOG_PERIOD_NS: u64 = 1_000_000_000;
+pub const WATCHDOG_PERIOD_NS: u64 = 1_000_000_000;
 
 /// Prints the watchdog's findings on stderr (the place a user looks when a job hangs).
 pub fn report_hangs<T: Transport>(driver: &mut Driver<T>, now: u64, threshold_ns: u64) {

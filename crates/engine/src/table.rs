@@ -11,7 +11,7 @@
 
 use nicmsg_proto::{Context, SgList};
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// EMP's descriptor count: enough outstanding operations for typical MPI codes.
 pub const DEFAULT_SLOTS: usize = 640;
@@ -106,6 +106,9 @@ pub struct Table {
     ring_tail: AtomicUsize,
     /// Bumped by the engine after every completion: a futex word for blocking waits.
     pub completions: AtomicU32,
+    /// Peers the engine has declared unreachable, a bit per rank: the host refuses sends to
+    /// them at once instead of posting operations that can only fail.
+    unreachable: Box<[AtomicU64]>,
 }
 
 // SAFETY: a slot's descriptor is accessed only by its current owner, as recorded in `state`
@@ -114,7 +117,8 @@ unsafe impl Sync for Table {}
 unsafe impl Send for Table {}
 
 impl Table {
-    pub fn new(slots: usize) -> Self {
+    /// A table of `slots` descriptors for a job of `ranks` ranks.
+    pub fn new(slots: usize, ranks: u32) -> Self {
         let slots: Box<[Slot]> = (0..slots)
             .map(|_| Slot {
                 state: AtomicU32::new(state::FREE),
@@ -129,7 +133,24 @@ impl Table {
             ring_head: AtomicUsize::new(0),
             ring_tail: AtomicUsize::new(0),
             completions: AtomicU32::new(0),
+            unreachable: (0..(ranks as usize).div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
         }
+    }
+
+    /// Engine side: `rank` is declared unreachable (for good).
+    pub fn mark_unreachable(&self, rank: u32) {
+        if let Some(word) = self.unreachable.get(rank as usize / 64) {
+            word.fetch_or(1 << (rank % 64), Ordering::Release);
+        }
+    }
+
+    /// Host side: the engine declared `rank` unreachable.
+    pub fn is_unreachable(&self, rank: u32) -> bool {
+        self.unreachable
+            .get(rank as usize / 64)
+            .is_some_and(|word| word.load(Ordering::Acquire) & (1 << (rank % 64)) != 0)
     }
 
     pub fn len(&self) -> usize {

@@ -23,7 +23,20 @@ pub struct NicmsgComm {
 /// Opaque request handle; freed (and the caller's pointer set to NULL) when it completes.
 pub struct NicmsgRequest {
     request: Request<'static>,
+    /// What the operation was posted with, for the status of a failed one: the destination
+    /// of a send, the source of a receive (`ANY` for any), and the tag (`ANY` for any).
+    peer: u32,
+    tag: u32,
 }
+
+impl NicmsgRequest {
+    fn boxed(request: Request<'static>, peer: u32, tag: u32) -> *mut Self {
+        Box::into_raw(Box::new(Self { request, peer, tag }))
+    }
+}
+
+/// `*index` of `nicmsg_waitany` when no request was active (MPI's `MPI_UNDEFINED`).
+pub const NICMSG_UNDEFINED: usize = usize::MAX;
 
 /// Completion status, filled by wait/test/probe.
 #[repr(C)]
@@ -42,7 +55,10 @@ fn guard(body: impl FnOnce() -> Result<(), Error>) -> c_int {
     }
 }
 
-fn write_status(out: *mut NicmsgStatus, result: &Result<Status, Error>) {
+/// Fills `out` (if not null) with the outcome of an operation posted to `peer` with `tag`.
+/// A failed operation names the peer it failed with: the unreachable rank, or else the peer
+/// it was posted with (the destination of a send; the source of a receive, `ANY` if any).
+fn write_status(out: *mut NicmsgStatus, result: &Result<Status, Error>, peer: u32, tag: u32) {
     if out.is_null() {
         return;
     }
@@ -64,9 +80,15 @@ fn write_status(out: *mut NicmsgStatus, result: &Result<Status, Error>) {
             len: *message_len,
             error: 1,
         },
+        Err(Error::PeerUnreachable { peer }) => NicmsgStatus {
+            source: *peer,
+            tag,
+            len: 0,
+            error: Error::PeerUnreachable { peer: *peer }.code(),
+        },
         Err(error) => NicmsgStatus {
-            source: ANY,
-            tag: ANY,
+            source: peer,
+            tag,
             len: 0,
             error: error.code(),
         },
@@ -188,7 +210,7 @@ pub unsafe extern "C" fn nicmsg_isend(
     };
     guard(|| {
         let posted = comm.isend(data, dest, tag)?;
-        unsafe { *request = Box::into_raw(Box::new(NicmsgRequest { request: posted })) };
+        unsafe { *request = NicmsgRequest::boxed(posted, dest, tag) };
         Ok(())
     })
 }
@@ -217,7 +239,7 @@ pub unsafe extern "C" fn nicmsg_irecv(
     };
     guard(|| {
         let posted = comm.irecv(data, source(source_rank), tag(tag_value))?;
-        unsafe { *request = Box::into_raw(Box::new(NicmsgRequest { request: posted })) };
+        unsafe { *request = NicmsgRequest::boxed(posted, source_rank, tag_value) };
         Ok(())
     })
 }
@@ -241,10 +263,11 @@ pub unsafe extern "C" fn nicmsg_wait(
     }
     unsafe { *request = std::ptr::null_mut() };
     let boxed = unsafe { Box::from_raw(handle) };
+    let (peer, tag) = (boxed.peer, boxed.tag);
     let mut code = NICMSG_SUCCESS;
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let result = boxed.request.wait();
-        write_status(status, &result);
+        write_status(status, &result, peer, tag);
         if let Err(error) = &result {
             code = error.code();
         }
@@ -281,12 +304,13 @@ pub unsafe extern "C" fn nicmsg_test(
             NICMSG_SUCCESS
         }
         Ok(Some(result)) => {
+            let (peer, tag) = unsafe { ((*handle).peer, (*handle).tag) };
             unsafe {
                 *flag = 1;
                 *request = std::ptr::null_mut();
                 drop(Box::from_raw(handle));
             }
-            write_status(status, &result);
+            write_status(status, &result, peer, tag);
             result.err().map_or(NICMSG_SUCCESS, |e| e.code())
         }
     }
@@ -321,7 +345,10 @@ pub unsafe extern "C" fn nicmsg_waitall(
     first_error
 }
 
-/// Waits until one of the non-NULL requests completes; sets `*index` to it.
+/// Waits until one of the non-NULL requests completes; sets `*index` to it and returns its
+/// result code. With no non-NULL request (or `count` 0) it returns success at once with
+/// `*index` = `NICMSG_UNDEFINED` and an empty status (as MPI). Spins briefly, then sleeps
+/// until a completion (no core burnt on a long wait).
 ///
 /// # Safety
 /// As `nicmsg_waitall`; `index` valid.
@@ -335,11 +362,21 @@ pub unsafe extern "C" fn nicmsg_waitany(
     if (requests.is_null() && count > 0) || index.is_null() {
         return NICMSG_ERR_ARG;
     }
-    if (0..count).all(|i| unsafe { *requests.add(i) }.is_null()) {
-        return NICMSG_ERR_ARG;
-    }
+    let Some(first) = (0..count).find(|&i| !unsafe { *requests.add(i) }.is_null()) else {
+        unsafe { *index = NICMSG_UNDEFINED };
+        let empty = Status {
+            source: ANY,
+            tag: ANY,
+            len: 0,
+        };
+        write_status(status, &Ok(empty), ANY, ANY);
+        return NICMSG_SUCCESS;
+    };
+    // Every request of one call belongs to one communicator (as in MPI).
+    let comm = unsafe { &*(*requests.add(first)) }.request.comm();
+    let started = comm.start_waiting();
     loop {
-        for i in 0..count {
+        for i in first..count {
             if unsafe { *requests.add(i) }.is_null() {
                 continue;
             }
@@ -350,12 +387,17 @@ pub unsafe extern "C" fn nicmsg_waitany(
                 return code;
             }
         }
-        std::hint::spin_loop();
+        let slot = unsafe { &*(*requests.add(first)) }.request.slot();
+        if let Err(error) = comm.wait_a_little(started, slot) {
+            return error.code();
+        }
     }
 }
 
-/// Asks for the request to be cancelled; complete it with wait/test afterwards (its status
-/// then says `NICMSG_ERR_CANCELLED`, or success if it was too late).
+/// Asks for the request to be cancelled; complete it with wait/test afterwards: its status
+/// then says `NICMSG_ERR_CANCELLED` (it did not happen: a cancelled send's message is never
+/// delivered), or success if it was too late (a send whose message a receive had matched, or
+/// that had completed; a matched receive). `nicmsg_test_cancelled` reads it like MPI.
 ///
 /// # Safety
 /// `request` is a live handle.
@@ -367,6 +409,26 @@ pub unsafe extern "C" fn nicmsg_cancel(request: *mut NicmsgRequest) -> c_int {
             NICMSG_SUCCESS
         }
         None => NICMSG_ERR_ARG,
+    }
+}
+
+/// Sets `*flag` to 1 if `status` is that of a cancelled operation (MPI's
+/// `MPI_Test_cancelled`), else 0.
+///
+/// # Safety
+/// `status` and `flag` valid.
+#[no_mangle]
+pub unsafe extern "C" fn nicmsg_test_cancelled(
+    status: *const NicmsgStatus,
+    flag: *mut c_int,
+) -> c_int {
+    // SAFETY: caller contract; checked for null.
+    match unsafe { (status.as_ref(), flag.as_mut()) } {
+        (Some(status), Some(flag)) => {
+            *flag = c_int::from(status.error == Error::Cancelled.code());
+            NICMSG_SUCCESS
+        }
+        _ => NICMSG_ERR_ARG,
     }
 }
 
@@ -427,7 +489,7 @@ pub unsafe extern "C" fn nicmsg_iprobe(
         let found = comm.iprobe(source(source_rank), tag(tag_value))?;
         unsafe { *flag = c_int::from(found.is_some()) };
         if let Some(s) = found {
-            write_status(status, &Ok(s));
+            write_status(status, &Ok(s), source_rank, tag_value);
         }
         Ok(())
     })
@@ -447,7 +509,7 @@ pub unsafe extern "C" fn nicmsg_probe(
     };
     guard(|| {
         let found = comm.probe(source(source_rank), tag(tag_value))?;
-        write_status(status, &Ok(found));
+        write_status(status, &Ok(found), source_rank, tag_value);
         Ok(())
     })
 }

@@ -8,7 +8,7 @@ use crate::request::Request;
 use crate::{Error, Status, MAX_TAG};
 use nicmsg_bootstrap::RankAddress;
 use nicmsg_engine::{
-    Driver, EngineClock, OpCode, Outcome, Poller, Registry, Snapshot, Table, ThreadEngine, ANY,
+    Driver, HostTurns, InlineEngine, OpCode, Outcome, Registry, Snapshot, Table, ThreadEngine, ANY,
 };
 use nicmsg_proto::{Context, Endpoint, RegionId, Segment, MAX_SEGMENTS};
 use nicmsg_udp::{UdpOptions, UdpTransport};
@@ -26,11 +26,8 @@ pub use nicmsg_proto::Source;
 pub use nicmsg_proto::TagMatch;
 
 enum Engine {
-    Inline {
-        driver: Box<Driver<Backend>>,
-        poller: Poller,
-        clock: EngineClock,
-    },
+    /// Progress inside the application's calls, and a standby thread while it is away.
+    Inline(InlineEngine<Backend>),
     Thread(ThreadEngine<Backend>),
 }
 
@@ -66,6 +63,7 @@ impl Comm {
             options.protocol.eager_limit = crate::options::eager_limit_for(job.size, credits);
         }
         options.check_for_job(job.size)?;
+        options.size_protocol_tables();
         let bind_ip = job.bind_ip.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
         let udp_options = UdpOptions {
             bind: SocketAddr::new(bind_ip, 0),
@@ -106,20 +104,12 @@ impl Comm {
     fn start(options: Options, endpoint: Endpoint, backend: Backend) -> Result<Self, Error> {
         let (rank, size) = (endpoint.rank(), endpoint.size());
         let transport_name = backend.name();
-        let table = Arc::new(Table::new(options.slots));
+        let table = Arc::new(Table::new(options.slots, size));
         let registry = Arc::new(Registry::new(options.regions));
         let mut driver = Driver::new(endpoint, backend, Arc::clone(&table), Arc::clone(&registry));
         driver.set_placement(options.placement);
         let engine = match options.engine {
-            EngineMode::Inline => {
-                use nicmsg_engine::Transport;
-                let poller = Poller::new(&driver.transport().readable_fds())?;
-                Engine::Inline {
-                    driver: Box::new(driver),
-                    poller,
-                    clock: EngineClock::start(),
-                }
-            }
+            EngineMode::Inline => Engine::Inline(InlineEngine::start(driver)?),
             EngineMode::Thread => Engine::Thread(ThreadEngine::spawn(driver, options.idle)?),
         };
         Ok(Self {
@@ -278,8 +268,7 @@ impl Comm {
         if requests.is_empty() {
             return None;
         }
-        let spin_until =
-            Instant::now() + std::time::Duration::from_nanos(self.options.wait_spin_ns);
+        let started = self.start_waiting();
         loop {
             for index in 0..requests.len() {
                 if let Some(result) = requests[index].test() {
@@ -287,22 +276,36 @@ impl Comm {
                     return Some((index, result));
                 }
             }
-            if let Err(error) = self.check_engine() {
+            if let Err(error) = self.wait_a_little(started, requests[0].slot()) {
                 return Some((0, Err(error)));
             }
-            if Instant::now() < spin_until {
-                std::hint::spin_loop();
-            } else {
-                // Any completion bumps the counter this blocks on, so it wakes for every request.
-                self.block_briefly(requests[0].slot());
-            }
         }
+    }
+
+    /// The start of a wait on several requests, for [`wait_a_little`](Self::wait_a_little).
+    pub(crate) fn start_waiting(&self) -> u64 {
+        nicmsg_engine::clock::monotonic_ns()
+    }
+
+    /// One round of a wait on several requests that found none complete: spins for
+    /// `wait_spin_ns` after `started`, then sleeps until the next completion (any completion
+    /// wakes it, whichever request it is for; `slot` is one of them). Fails only if the engine
+    /// thread died.
+    pub(crate) fn wait_a_little(&self, started: u64, slot: u32) -> Result<(), Error> {
+        self.check_engine()?;
+        let waited = nicmsg_engine::clock::monotonic_ns().saturating_sub(started);
+        if waited < self.options.wait_spin_ns {
+            nicmsg_engine::sharing::relax(waited);
+        } else {
+            self.block_briefly(slot);
+        }
+        Ok(())
     }
 
     /// Protocol and engine counters (copied from the engine thread on request).
     pub fn stats(&self) -> Snapshot {
         match &*self.engine.borrow() {
-            Engine::Inline { driver, .. } => Snapshot::of(driver),
+            Engine::Inline(engine) => Snapshot::of(&engine.enter()),
             Engine::Thread(engine) => {
                 let shared = &engine.shared;
                 shared.stats_requested.store(true, Ordering::Release);
@@ -332,12 +335,17 @@ impl Comm {
 
     // --- internals used by Request ---
 
+    /// A send's destination: in the job, and not declared unreachable (a send to it could
+    /// only fail; receives naming it still get what it sent before it was).
     fn check_dest(&self, dest: u32) -> Result<(), Error> {
         if dest >= self.size {
             return Err(Error::InvalidRank {
                 rank: dest,
                 size: self.size,
             });
+        }
+        if self.table.is_unreachable(dest) {
+            return Err(Error::PeerUnreachable { peer: dest });
         }
         Ok(())
     }
@@ -452,8 +460,9 @@ impl Comm {
     /// `progress_once` with the monotonic clock already read (a clock read is a good part of
     /// an idle turn's cost).
     fn progress_at(&self, monotonic_ns: u64) {
-        if let Engine::Inline { driver, clock, .. } = &mut *self.engine.borrow_mut() {
-            driver.turn(clock.since_start(monotonic_ns));
+        if let Engine::Inline(engine) = &*self.engine.borrow() {
+            let now = engine.clock().since_start(monotonic_ns);
+            engine.enter().turn(now);
         }
     }
 
@@ -464,17 +473,19 @@ impl Comm {
         if self.is_done(slot) {
             return Ok(());
         }
+        if let Engine::Inline(engine) = &*self.engine.borrow() {
+            self.wait_inline(engine, slot);
+            return Ok(());
+        }
         let spin_start = nicmsg_engine::clock::monotonic_ns();
         let spin_until = spin_start + self.options.wait_spin_ns;
         while !self.is_done(slot) {
             self.check_engine()?;
             let now = nicmsg_engine::clock::monotonic_ns();
-            self.progress_at(now);
-            if self.is_done(slot) {
-                return Ok(());
-            }
             if now < spin_until {
-                self.relax(now - spin_start);
+                // An engine thread may share this core: the wait soon offers it the core (see
+                // `nicmsg_engine::sharing::relax`).
+                nicmsg_engine::sharing::relax(now - spin_start);
                 continue;
             }
             self.block_briefly(slot);
@@ -482,13 +493,33 @@ impl Comm {
         Ok(())
     }
 
-    /// One round of spinning in a wait. Inline, this thread is the engine and a pause keeps the
-    /// latency of the next turn; with an engine thread, which may share this core, the wait
-    /// soon offers the core to it (see `nicmsg_engine::sharing::relax`).
-    fn relax(&self, idle_for_ns: u64) {
-        match &*self.engine.borrow() {
-            Engine::Thread(_) => nicmsg_engine::sharing::relax(idle_for_ns),
-            Engine::Inline { .. } => std::hint::spin_loop(),
+    /// Inline: this thread is the engine for the whole wait (the standby stays away). Spins
+    /// turns for `wait_spin_ns`, then sleeps in the poller until a datagram or the next
+    /// deadline; reports hangs as the engine thread does when `NICMSG_WATCHDOG` is set.
+    fn wait_inline(&self, engine: &InlineEngine<Backend>, slot: u32) {
+        let mut driver = engine.enter();
+        let spin_start = driver.now();
+        let mut last_watchdog = spin_start;
+        loop {
+            let now = driver.now();
+            let busy = driver.turn(now);
+            if self.is_done(slot) {
+                return;
+            }
+            if busy || now - spin_start < self.options.wait_spin_ns {
+                std::hint::spin_loop();
+                continue;
+            }
+            if let Some(threshold) = self.options.idle.watchdog_ns {
+                if now - last_watchdog >= nicmsg_engine::runner::WATCHDOG_PERIOD_NS {
+                    last_watchdog = now;
+                    nicmsg_engine::runner::report_hangs(&mut driver, now, threshold);
+                }
+            }
+            let until = driver
+                .next_deadline()
+                .map_or(u64::MAX, |d| d.saturating_sub(now));
+            driver.wait(until.min(self.options.idle.idle_poll_ns));
         }
     }
 
@@ -501,20 +532,17 @@ impl Comm {
     }
 
     fn block_briefly(&self, slot: u32) {
-        match &mut *self.engine.borrow_mut() {
-            Engine::Inline {
-                driver,
-                poller,
-                clock,
-            } => {
-                let now = clock.now();
+        match &*self.engine.borrow() {
+            Engine::Inline(engine) => {
+                let mut driver = engine.enter();
+                let now = driver.now();
                 if driver.turn(now) {
                     return;
                 }
                 let until = driver
                     .next_deadline()
                     .map_or(u64::MAX, |d| d.saturating_sub(now));
-                poller.wait(until.min(self.options.idle.idle_poll_ns));
+                driver.wait(until.min(self.options.idle.idle_poll_ns));
             }
             Engine::Thread(engine) => {
                 let shared = &engine.shared;
@@ -535,13 +563,10 @@ impl Drop for Comm {
         let idle = self.options.idle;
         let final_stats = match self.engine.get_mut() {
             Engine::Thread(engine) => engine.stop().map(|driver| Snapshot::of(&driver)),
-            Engine::Inline {
-                driver,
-                poller,
-                clock,
-            } => {
-                linger_inline(driver, poller, *clock, idle);
-                Some(Snapshot::of(driver))
+            Engine::Inline(engine) => {
+                let mut driver = engine.enter();
+                linger_inline(&mut driver, idle);
+                Some(Snapshot::of(&driver))
             }
         };
         if let (true, Some(snapshot)) = (self.options.print_stats, final_stats) {
@@ -552,16 +577,11 @@ impl Drop for Comm {
 
 /// Inline mode's equivalent of the engine thread's lingering: keep answering peers briefly so
 /// this rank's last acknowledgements are not lost with it.
-fn linger_inline(
-    driver: &mut Driver<Backend>,
-    poller: &Poller,
-    clock: EngineClock,
-    idle: nicmsg_engine::IdleConfig,
-) {
-    let begin = clock.now();
+fn linger_inline(driver: &mut HostTurns<'_, Backend>, idle: nicmsg_engine::IdleConfig) {
+    let begin = driver.now();
     let mut last_work = begin;
     loop {
-        let now = clock.now();
+        let now = driver.now();
         if driver.turn(now) {
             last_work = now;
             continue;
@@ -570,7 +590,7 @@ fn linger_inline(
         if quiet || now - begin >= idle.linger_max_ns {
             return;
         }
-        poller.wait(idle.idle_poll_ns.max(1_000_000));
+        driver.wait(idle.idle_poll_ns.max(1_000_000));
     }
 }
 

@@ -187,6 +187,17 @@ fn bytes_text(bytes: u128) -> String {
     format!("{bytes} bytes")
 }
 
+impl Options {
+    /// Sizes the protocol's operation tables from the descriptor table: every operation the
+    /// descriptor table accepts then finds room in the protocol core, so an operation is never
+    /// accepted and failed later for want of room (`TABLE_FULL` comes from the post itself).
+    /// Sends also keep room for the short sends completed early, which the host no longer sees.
+    pub fn size_protocol_tables(&mut self) {
+        self.protocol.max_recvs = self.slots;
+        self.protocol.max_sends = self.slots + self.protocol.max_early_sends;
+    }
+}
+
 /// Memory every rank sets aside for unexpected eager messages (its eager pool: one buffer of
 /// the eager limit per credit per peer), which the default eager limit is chosen to fit.
 pub const EAGER_POOL_BUDGET_BYTES: u64 = 16 << 20;
@@ -258,6 +269,12 @@ pub const IDLE_US_MAX: u64 = 1_000_000;
 pub const WATCHDOG_MIN_S: f64 = 1.0;
 /// `NICMSG_WATCHDOG` at most a day: longer is the same as off.
 pub const WATCHDOG_MAX_S: f64 = 86_400.0;
+/// `NICMSG_PEER_TIMEOUT` at least 1 s: a live peer's engine answers within milliseconds, but a
+/// loaded machine may deschedule it for a good part of a second.
+pub const PEER_TIMEOUT_MIN_S: f64 = 1.0;
+/// `NICMSG_PEER_TIMEOUT` at most a day: a job whose peers may be silent longer has no use for
+/// failure detection.
+pub const PEER_TIMEOUT_MAX_S: f64 = 86_400.0;
 
 /// One `NICMSG_*` setting.
 pub struct Setting {
@@ -603,6 +620,18 @@ pub static SETTINGS: &[Setting] = &[
         meaning: "report every operation pending longer than this on stderr, with what it \
                   waits for (looked at once a second)",
         apply: |o, v| o.idle.watchdog_ns = Some((v.seconds() * 1e9) as u64),
+    },
+    Setting {
+        name: "NICMSG_PEER_TIMEOUT",
+        values: Values::Seconds {
+            min: PEER_TIMEOUT_MIN_S,
+            max: PEER_TIMEOUT_MAX_S,
+        },
+        default: "10",
+        meaning: "a peer that answers nothing for this long while something is awaited from \
+                  it is declared unreachable (its engine answers even while its application \
+                  computes; a closed port is detected at once)",
+        apply: |o, v| o.protocol.peer_timeout_ns = (v.seconds() * 1e9) as u64,
     },
     Setting {
         name: "NICMSG_LOG",

@@ -39,6 +39,10 @@ impl<'a> Request<'a> {
         self.slot
     }
 
+    pub(crate) fn comm(&self) -> &'a Comm {
+        self.comm
+    }
+
     /// The result if the operation has completed (no system call in thread mode).
     pub fn test(&mut self) -> Option<Result<Status, Error>> {
         if self.finished {
@@ -64,8 +68,11 @@ impl<'a> Request<'a> {
         self.finish()
     }
 
-    /// Asks the engine to cancel the operation; it then completes with `Error::Cancelled`, or
-    /// normally if it was already moving bytes.
+    /// Asks the engine to cancel the operation (MPI's `MPI_Cancel`); complete it with `wait` or
+    /// `test` as usual. It then completes with `Error::Cancelled` (it did not happen: a send's
+    /// message is withdrawn from its receiver and never delivered), or normally if it was too
+    /// late (a receive that matched a message, a send that a receive matched or that had
+    /// completed). Cancelling a send on the wire asks the receiver: one round trip.
     pub fn cancel(&self) {
         if !self.finished && !self.cancel_requested.replace(true) {
             self.comm.request_cancel(self.slot);

@@ -183,7 +183,7 @@ impl Endpoint {
         };
         let key = (Context::USER, 0);
         let entry = Incoming::new(peer, msg_id, key, geometry, self.config.ack_unit);
-        let (index, _) = self.incoming.insert(entry)?;
+        let index = self.insert_remote(entry)?;
         self.incoming_index.insert((peer, msg_id), index);
         Some(index)
     }

@@ -68,11 +68,18 @@ pub struct Config {
     /// also while its application computes, so only a dead or frozen process (or a cut
     /// network) stays silent this long. Faster evidence: see `Endpoint::handle_refused`.
     pub peer_timeout_ns: Nanos,
-    /// Concurrent send operations (posted, queued or in flight).
+    /// Concurrent send operations (posted, queued or in flight), those completed early
+    /// included.
     pub max_sends: usize,
+    /// Short sends that may have completed early (from the core's copy) and wait for their
+    /// acknowledgement: the host no longer sees them, so a driver that must never have a post
+    /// refused sizes `max_sends` as its own operations plus these.
+    pub max_early_sends: usize,
     /// Concurrent posted receives and probes.
     pub max_recvs: usize,
-    /// Incoming messages being received, buffered unexpected, or awaiting CLEANUP.
+    /// Incoming messages from other ranks being received, buffered unexpected, or awaiting
+    /// CLEANUP. (Messages a rank sends itself take entries beyond these, one per local send,
+    /// so they are never refused for want of room.)
     pub max_incoming: usize,
     /// How long the acknowledgement of a whole eager message (and the credit it returns) may
     /// wait for an EAGER frame to the same peer to carry it (piggybacked ACK): a reply that
@@ -108,8 +115,12 @@ impl Default for Config {
             // loaded machine), far below the minutes a user would wait on a hung job.
             peer_timeout_ns: 10_000_000_000,
             max_sends: 256,
+            max_early_sends: 128,
             max_recvs: 256,
-            max_incoming: 256,
+            // Unmatched messages from all peers a receiver keeps (the header of a long one, a
+            // short one beyond the eager buffers): a sender's later message waits while they
+            // fill it. An entry is about 200 bytes.
+            max_incoming: 1024,
             // A ping-pong reply comes within a few microseconds; a tenth of `rto_min_ns` keeps
             // the sender's timer far away even when the acknowledgement is not piggybacked.
             ack_delay_ns: 20_000,
@@ -134,6 +145,8 @@ pub enum ConfigError {
     AckDelay { delay: u64, rto_min: u64 },
     #[error("max_retries must be at least 1")]
     Retries,
+    #[error("max_early_sends ({early}) must be below max_sends ({sends})")]
+    EarlySends { early: usize, sends: usize },
     #[error("peer_timeout_ns ({timeout}) must be at least keepalive_ns and rto_max_ns ({floor}): a live peer needs time to answer a probe")]
     PeerTimeout { timeout: u64, floor: u64 },
     #[error("{0} must be at least 1")]
@@ -190,6 +203,12 @@ impl Config {
         }
         if self.max_retries == 0 {
             return Err(ConfigError::Retries);
+        }
+        if self.max_early_sends >= self.max_sends {
+            return Err(ConfigError::EarlySends {
+                early: self.max_early_sends,
+                sends: self.max_sends,
+            });
         }
         let floor = self.keepalive_ns.max(self.rto_max_ns);
         if self.peer_timeout_ns < floor {

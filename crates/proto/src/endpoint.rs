@@ -101,7 +101,8 @@ impl Endpoint {
             recvs: Slab::with_capacity(config.max_recvs),
             posted: VecDeque::with_capacity(config.max_recvs),
             probes: VecDeque::with_capacity(config.max_recvs),
-            incoming: Slab::with_capacity(config.max_incoming),
+            // Room for a local message per send beyond the remote ones (`insert_remote`).
+            incoming: Slab::with_capacity(config.max_incoming + config.max_sends),
             incoming_index: FxHashMap::with_capacity_and_hasher(
                 config.max_incoming,
                 Default::default(),

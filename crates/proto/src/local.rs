@@ -30,8 +30,7 @@ impl Endpoint {
         let ack_unit = self.config.ack_unit;
         let mut op = SendOp::new(
             rank,
-            context,
-            tag,
+            (context, tag),
             data,
             geometry,
             1,
@@ -49,15 +48,14 @@ impl Endpoint {
         entry.local_send = Some(send);
         let op = self.sends.get(send).expect("just inserted");
         self.send_timers[send as usize].reset(&op.collections);
-        let Some((incoming, _)) = self.incoming.insert(entry) else {
-            self.sends.remove(send);
-            return Err(PostError::TableFull {
-                table: "incoming",
-                limit: self.config.max_incoming,
-            });
-        };
+        // The incoming table keeps an entry per send beyond `max_incoming` for exactly this.
+        let (incoming, _) = self
+            .incoming
+            .insert(entry)
+            .expect("room reserved for every send");
         let peer = &mut self.peers[rank as usize];
         peer.send_next = peer.send_next.wrapping_add(1);
+        peer.sends_in_flight += 1;
         self.incoming_index.insert((rank, msg_id), incoming);
         self.match_in_order(now, rank, memory);
         Ok(OpId {
@@ -85,6 +83,17 @@ impl Endpoint {
     pub(crate) fn finish_local(&mut self, incoming: u32, send: u32) {
         self.free_incoming(incoming);
         self.finish_send(send, Ok(()));
+    }
+
+    /// Inserts an entry for a message from another rank, unless `max_incoming` of them are
+    /// held already (the rest of the table is kept for messages to self).
+    pub(crate) fn insert_remote(&mut self, entry: Incoming) -> Option<u32> {
+        let local = self.peers[self.rank as usize].sends_in_flight as usize;
+        let remote = self.incoming.usage.in_use.saturating_sub(local);
+        if remote >= self.config.max_incoming {
+            return None;
+        }
+        self.incoming.insert(entry).map(|(index, _)| index)
     }
 
     /// Cancels a local send not taken by a receive yet.

@@ -100,8 +100,7 @@ pub(crate) fn copy_short(
 impl SendOp {
     pub fn new(
         dst: Rank,
-        context: Context,
-        tag: Tag,
+        (context, tag): (Context, Tag),
         data: &SgList,
         geometry: Geometry,
         frames: u32,

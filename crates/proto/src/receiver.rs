@@ -155,7 +155,7 @@ impl Endpoint {
         }
         let key = (Context(msg.context), msg.tag);
         let entry = Incoming::new(peer, header.msg_id, key, geometry, msg.ack_unit);
-        let Some((index, _)) = self.incoming.insert(entry) else {
+        let Some(index) = self.insert_remote(entry) else {
             self.answer_wait(header);
             return None;
         };

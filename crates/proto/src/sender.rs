@@ -30,8 +30,7 @@ impl Endpoint {
         let make = || {
             SendOp::new(
                 dst,
-                context,
-                tag,
+                (context, tag),
                 data,
                 geometry,
                 frames,
@@ -190,6 +189,9 @@ impl Endpoint {
             peer.sends_in_flight -= 1;
             self.awaited_less(op.dst);
         }
+        if op.phase == SendPhase::Local {
+            self.peers[op.dst as usize].sends_in_flight -= 1;
+        }
         if result.is_ok() {
             self.stats.messages_sent += 1;
             self.peer_stats[op.dst as usize].messages_sent += 1;
@@ -226,7 +228,7 @@ impl Endpoint {
     /// sends. Bounded so that sends the host no longer sees fill at most half the send table.
     fn complete_early_if_copied(&mut self, index: u32) {
         let op = self.sends.get(index).expect("started send");
-        if op.copy.is_none() || self.sends_completed_early >= self.config.max_sends / 2 {
+        if op.copy.is_none() || self.sends_completed_early >= self.config.max_early_sends {
             return;
         }
         let status = send_status(op);

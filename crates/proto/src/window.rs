@@ -7,7 +7,10 @@
 use crate::config::MSG_WINDOW;
 
 const WORDS: usize = (MSG_WINDOW / 64) as usize;
-const _: () = assert!(MSG_WINDOW % 64 == 0, "the done bitmap is whole u64 words");
+const _: () = assert!(
+    MSG_WINDOW.is_multiple_of(64),
+    "the done bitmap is whole u64 words"
+);
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct IdWindow {

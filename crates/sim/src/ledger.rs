@@ -157,6 +157,10 @@ pub fn fmt_tag(tag: TagMatch) -> String {
     }
 }
 
+/// Messages of one sender to one receiver that one receive pattern orders: (source,
+/// destination, context, tag).
+type Stream = (Rank, Rank, Context, Tag);
+
 /// What a completed receive was posted with.
 #[derive(Debug, Clone, Copy)]
 struct Receive {
@@ -966,7 +970,7 @@ impl Ledger {
         }
         // MPI non-overtaking: per (src, dst, context, tag), receives in post order got messages
         // in send order.
-        let mut groups: BTreeMap<(Rank, Rank, Context, Tag), Vec<(u64, u64)>> = BTreeMap::new();
+        let mut groups: BTreeMap<Stream, Vec<(u64, u64)>> = BTreeMap::new();
         for msg in &self.msgs {
             if let Some(c) = msg.consumed {
                 groups
