@@ -27,6 +27,13 @@ const PLACEMENT_BATCH: usize = 64;
 const SMALL_SEND_BATCH: usize = 4;
 /// Send batches per turn, for the same fairness reason.
 const MAX_SEND_BATCHES_PER_TURN: usize = 8;
+/// How often the engine looks for refusals (ICMP port unreachable) the kernel may not have
+/// reported (`Transport::take_refused`): one system call per 10 ms, and a dead peer found
+/// within 10 ms of its host refusing a frame.
+const REFUSAL_CHECK_NS: Nanos = 10_000_000;
+/// Refusals handed to the protocol core per turn: a few declare a peer dead; a burst of frames
+/// refused beyond this says nothing more.
+const MAX_REFUSALS_PER_TURN: usize = 64;
 
 /// Engine-side counters beyond the protocol's.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -68,6 +75,8 @@ pub struct Driver<T: Transport> {
     stats: EngineStats,
     /// Peers declared unreachable as last reported in the log.
     unreachable_reported: u64,
+    /// When to look for refusals next, whatever the kernel reported.
+    next_refusal_check: Nanos,
 }
 
 impl<T: Transport> Driver<T> {
@@ -97,6 +106,7 @@ impl<T: Transport> Driver<T> {
             unsent: Outbox::with_capacity(SEND_BATCH * MAX_SEND_BATCHES_PER_TURN),
             stats: EngineStats::default(),
             unreachable_reported: 0,
+            next_refusal_check: 0,
             endpoint,
             transport,
             table,
@@ -146,6 +156,7 @@ impl<T: Transport> Driver<T> {
         // critical path of its peer, a receive poll that finds nothing is not.
         busy |= self.transmit(now);
         busy |= self.receive(now);
+        busy |= self.take_refusals(now);
         if self
             .endpoint
             .poll_timeout()
@@ -159,6 +170,33 @@ impl<T: Transport> Driver<T> {
         busy |= self.hand_back_completions();
         self.report_unreachable_peers();
         busy
+    }
+
+    /// A poller saw an error condition on the transport: look for refusals at the next turn.
+    pub fn socket_error(&mut self) {
+        self.transport.note_socket_error();
+    }
+
+    /// Hands the protocol core the frames peers' hosts refused since the last look (evidence
+    /// that a peer's process is gone, `Endpoint::handle_refused`).
+    fn take_refusals(&mut self, now: Nanos) -> bool {
+        if now >= self.next_refusal_check {
+            self.next_refusal_check = now + REFUSAL_CHECK_NS;
+            self.transport.note_socket_error();
+        }
+        let mut ranks = [0u32; MAX_REFUSALS_PER_TURN];
+        let mut count = 0;
+        self.transport.take_refused(&mut |rank| {
+            if count < ranks.len() {
+                ranks[count] = rank;
+                count += 1;
+            }
+        });
+        let mut memory = RegistryMemory(&self.registry);
+        for &rank in &ranks[..count] {
+            self.endpoint.handle_refused(now, rank, &mut memory);
+        }
+        count > 0
     }
 
     fn take_commands(&mut self, now: Nanos) -> bool {

@@ -153,8 +153,10 @@ impl<T: Transport + 'static> HostTurns<'_, T> {
 
     /// Sleeps in the kernel until a datagram arrives or `timeout_ns` passes (the driver stays
     /// the application's: it is still inside the library, waiting).
-    pub fn wait(&self, timeout_ns: u64) {
-        self.engine.shared().host_poller.wait(timeout_ns);
+    pub fn wait(&mut self, timeout_ns: u64) {
+        if self.engine.shared().host_poller.wait(timeout_ns) {
+            self.socket_error();
+        }
     }
 }
 
@@ -201,11 +203,11 @@ fn stand_by<T: Transport>(shared: &Shared<T>) {
         shared
             .standby_wakes_at
             .store(now.saturating_add(sleep_ns), Ordering::Release);
-        shared.standby_poller.wait(sleep_ns);
+        let socket_error = shared.standby_poller.wait(sleep_ns);
         if shared.shutdown.load(Ordering::Acquire) {
             return;
         }
-        sleep_ns = match take_over(shared) {
+        sleep_ns = match take_over(shared, socket_error) {
             Some(next_ns) => next_ns,
             // The application is inside: it handles whatever woke us. Look again in a tick,
             // without watching the descriptors (they stay readable until it reads them).
@@ -221,7 +223,7 @@ fn stand_by<T: Transport>(shared: &Shared<T>) {
 
 /// Runs a burst of turns if the application is away; returns how long to sleep next, or
 /// `None` if the application holds the driver.
-fn take_over<T: Transport>(shared: &Shared<T>) -> Option<u64> {
+fn take_over<T: Transport>(shared: &Shared<T>, socket_error: bool) -> Option<u64> {
     shared
         .owner
         .compare_exchange(
@@ -233,6 +235,9 @@ fn take_over<T: Transport>(shared: &Shared<T>) -> Option<u64> {
         .ok()?;
     // SAFETY: `owner` is STANDBY: the driver is this thread's until it is set FREE below.
     let driver = unsafe { &mut *shared.driver.get() };
+    if socket_error {
+        driver.socket_error();
+    }
     let mut turns = 0;
     while turns < STANDBY_TURNS {
         turns += 1;

@@ -41,16 +41,22 @@ impl Poller {
         Ok(())
     }
 
-    /// Sleeps until readable, rung, or `timeout_ns` passes. Clears the doorbell.
-    pub fn wait(&self, timeout_ns: u64) {
+    /// Sleeps until readable, rung, or `timeout_ns` passes. Clears the doorbell. Returns true
+    /// if a transport descriptor reported an error condition (`EPOLLERR`: its error queue holds
+    /// something, such as a peer's refusal; see `Transport::note_socket_error`).
+    pub fn wait(&self, timeout_ns: u64) -> bool {
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 4];
         // Round up: epoll counts milliseconds, and waking early only costs another turn.
         let timeout_ms = timeout_ns.div_ceil(1_000_000).min(i32::MAX as u64) as i32;
         // SAFETY: `events` outlives the call; the count matches its length.
-        unsafe { libc::epoll_wait(self.epoll, events.as_mut_ptr(), 4, timeout_ms) };
+        let ready = unsafe { libc::epoll_wait(self.epoll, events.as_mut_ptr(), 4, timeout_ms) };
         let mut count = 0u64;
         // SAFETY: reading 8 bytes into a u64 from our non-blocking eventfd.
         unsafe { libc::read(self.doorbell, (&mut count as *mut u64).cast(), 8) };
+        let ready = usize::try_from(ready).unwrap_or(0).min(events.len());
+        events[..ready]
+            .iter()
+            .any(|event| event.events & libc::EPOLLERR as u32 != 0)
     }
 
     /// Wakes a `wait` in progress (or makes the next one return at once).

@@ -176,18 +176,20 @@ fn run<T: Transport>(mut driver: Driver<T>, shared: &Shared, idle: IdleConfig) -
             crate::sharing::relax(now - last_work);
             continue;
         }
-        sleep(&driver, shared, idle, now);
+        sleep(&mut driver, shared, idle, now);
     }
 }
 
-fn sleep<T: Transport>(driver: &Driver<T>, shared: &Shared, idle: IdleConfig, now: u64) {
+fn sleep<T: Transport>(driver: &mut Driver<T>, shared: &Shared, idle: IdleConfig, now: u64) {
     shared.engine_sleeping.store(true, Ordering::SeqCst);
     // A command pushed just before the flag was set would otherwise wait a whole idle poll.
     if !driver.table().has_commands() {
         let until_deadline = driver
             .next_deadline()
             .map_or(u64::MAX, |d| d.saturating_sub(now));
-        shared.poller.wait(until_deadline.min(idle.idle_poll_ns));
+        if shared.poller.wait(until_deadline.min(idle.idle_poll_ns)) {
+            driver.socket_error();
+        }
     }
     shared.engine_sleeping.store(false, Ordering::SeqCst);
 }

@@ -72,6 +72,17 @@ pub trait Transport: Send {
     /// Largest frame the backend carries.
     fn max_frame(&self) -> usize;
 
+    /// The poller saw an error condition on the backend's descriptors (`EPOLLERR`), or it is
+    /// time for a periodic look: read the error queue at the next `take_refused`.
+    fn note_socket_error(&mut self) {}
+
+    /// Calls `refused(rank)` for each frame a peer's host refused (ICMP port unreachable: the
+    /// peer's process is gone) since the last call; returns how many.
+    fn take_refused(&mut self, refused: &mut dyn FnMut(u32)) -> usize {
+        let _ = refused;
+        0
+    }
+
     /// One line on which path frames take and the backend's own counters, for `NICMSG_STATS`.
     fn summary(&self) -> String {
         String::new()

@@ -69,6 +69,21 @@ impl Transport for Backend {
         }
     }
 
+    fn note_socket_error(&mut self) {
+        match self {
+            Backend::Udp(udp) => udp.note_socket_error(),
+            // Frames sent through the ring are refused to the kernel's socket of the same port.
+            Backend::Xdp(xdp) => xdp.kernel_socket().note_socket_error(),
+        }
+    }
+
+    fn take_refused(&mut self, refused: &mut dyn FnMut(u32)) -> usize {
+        match self {
+            Backend::Udp(udp) => udp.take_refused(refused),
+            Backend::Xdp(xdp) => xdp.kernel_socket().take_refused(refused),
+        }
+    }
+
     fn readable_fds(&self) -> Vec<RawFd> {
         match self {
             Backend::Udp(udp) => vec![udp.fd()],

@@ -29,11 +29,13 @@
 mod addr;
 mod offload;
 mod recv;
+mod refused;
 mod stats;
 mod transport;
 
 pub use addr::canonical;
 pub use recv::Placement;
+pub use refused::MAX_REFUSALS_PER_DRAIN;
 pub use stats::{SendErrors, UdpStats};
 pub use transport::{SendBatch, UdpOptions, UdpTransport};
 

@@ -44,6 +44,8 @@ impl SendErrors {
 /// Counters since the transport was bound.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UdpStats {
+    /// Datagrams a peer's host refused (ICMP port unreachable), read from the error queue.
+    pub refusals: u64,
     /// `sendmmsg` calls, failed ones included.
     pub send_syscalls: u64,
     /// `recvmmsg` calls, failed and empty ones included.

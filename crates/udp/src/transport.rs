@@ -218,6 +218,9 @@ pub struct UdpTransport {
     send: SendSlots,
     recv: RecvSlots,
     stats: UdpStats,
+    /// The kernel reported a socket error (an ICMP error answered a datagram): its error queue
+    /// may hold refusals for [`take_refused`](Self::take_refused).
+    errors_queued: bool,
 }
 
 impl fmt::Debug for UdpTransport {
@@ -269,6 +272,8 @@ impl UdpTransport {
         let local = sock_name(fd)?;
         // Without kernel support (before Linux 5.0) frames simply arrive one datagram each.
         let gro = options.gro && set_int_option(fd, libc::SOL_UDP, UDP_GRO, 1).is_ok();
+        // Without it, a peer's dead port is found by its silence only.
+        let _ = crate::refused::enable(fd, ipv6);
         Ok(Self {
             socket,
             local,
@@ -279,7 +284,39 @@ impl UdpTransport {
             send: SendSlots::new(options.send_batch, options.gso),
             recv: RecvSlots::new(options.recv_batch, options.max_frame, gro),
             stats: UdpStats::default(),
+            errors_queued: false,
         })
+    }
+
+    /// The socket reported an error (`EPOLLERR` from a poller): read its error queue at the
+    /// next [`take_refused`](Self::take_refused).
+    pub fn note_socket_error(&mut self) {
+        self.errors_queued = true;
+    }
+
+    /// Calls `refused(rank)` for every datagram a peer's host refused (ICMP port unreachable:
+    /// no socket on the peer's port any more) since the last look, read from the socket's error
+    /// queue if a receive reported an error or [`note_socket_error`](Self::note_socket_error)
+    /// asked for a look; free otherwise (no system call). The kernel does not always say: a
+    /// refusal pending when a `sendmmsg` sends several datagrams fails one of them, which the
+    /// call then reports as a short count, not an error. So a driver also looks now and then,
+    /// and whenever its poller sees `EPOLLERR`.
+    pub fn take_refused(&mut self, refused: &mut dyn FnMut(u32)) -> usize {
+        if !std::mem::take(&mut self.errors_queued) {
+            return 0;
+        }
+        let mut count = 0;
+        let fd = self.fd();
+        let by_addr = &self.by_addr;
+        crate::refused::drain(fd, &mut |addr| {
+            let key = canonical(addr);
+            if let Ok(i) = by_addr.binary_search_by(|entry| entry.0.cmp(&key)) {
+                count += 1;
+                refused(by_addr[i].1);
+            }
+        });
+        self.stats.refusals += count as u64;
+        count
     }
 
     /// The bound address (with the port the kernel chose if `bind` asked for port 0).
@@ -499,6 +536,14 @@ impl UdpTransport {
                     return Ok(0);
                 }
                 libc::EBADF | libc::ENOTSOCK | libc::EFAULT | libc::EINVAL => return Err(err),
+                // An ICMP error answered an earlier datagram: the call reported it once (and
+                // cleared it); the error queue tells which peer.
+                libc::ECONNREFUSED
+                | libc::EHOSTUNREACH
+                | libc::ENETUNREACH
+                | libc::EHOSTDOWN
+                | libc::ENETDOWN
+                | libc::EMSGSIZE => self.errors_queued = true,
                 _ => {
                     self.stats.recv_errors += 1;
                     errors += 1;
@@ -514,6 +559,7 @@ impl UdpTransport {
     /// [`SendBatch::send`].
     fn send_queued(&mut self, queued: usize) -> io::Result<usize> {
         let mut at = 0;
+        let mut retried_at = None;
         while at < queued {
             if let Some(reason) = self.send.frames[at].rejected {
                 let errors = &mut self.stats.send_errors;
@@ -570,6 +616,13 @@ impl UdpTransport {
                     // path MTU: send these and all later frames one datagram each.
                     self.send.gso = false;
                     self.stats.gso_refused += 1;
+                }
+                // An ICMP error that answered an earlier datagram (to any peer), reported by
+                // this call and cleared by it: nothing is wrong with this datagram, send it
+                // again (once: a second refusal in a row is its own).
+                libc::ECONNREFUSED if retried_at != Some(at) => {
+                    self.errors_queued = true;
+                    retried_at = Some(at);
                 }
                 errno => {
                     // `sendmmsg` fails as a whole only when its first datagram fails: drop that
