@@ -84,10 +84,12 @@ pub enum WorkloadKind {
     Truncation,
     Scatter,
     PeerDeath,
+    Library,
+    Credits,
 }
 
 impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 9] = [
+    pub const ALL: [WorkloadKind; 11] = [
         WorkloadKind::PingPong,
         WorkloadKind::Streams,
         WorkloadKind::AllToAll,
@@ -97,6 +99,8 @@ impl WorkloadKind {
         WorkloadKind::Truncation,
         WorkloadKind::Scatter,
         WorkloadKind::PeerDeath,
+        WorkloadKind::Library,
+        WorkloadKind::Credits,
     ];
 
     pub fn name(self) -> &'static str {
@@ -110,6 +114,8 @@ impl WorkloadKind {
             WorkloadKind::Truncation => "truncation",
             WorkloadKind::Scatter => "scatter",
             WorkloadKind::PeerDeath => "peer-death",
+            WorkloadKind::Library => "library",
+            WorkloadKind::Credits => "credits",
         }
     }
 
@@ -144,6 +150,12 @@ impl WorkloadKind {
             WorkloadKind::PeerDeath => {
                 "one rank dies mid-run; ops with it fail cleanly, the others complete"
             }
+            WorkloadKind::Library => {
+                "ANY/ANY receives and probes posted first, beside the library's own messages"
+            }
+            WorkloadKind::Credits => {
+                "bursts beyond the eager credits, then a later tag and a barrier waited for first"
+            }
         }
     }
 
@@ -151,7 +163,8 @@ impl WorkloadKind {
         match self {
             WorkloadKind::PingPong | WorkloadKind::Cancel | WorkloadKind::Truncation => 2,
             WorkloadKind::Streams | WorkloadKind::Probe | WorkloadKind::Scatter => 3,
-            WorkloadKind::AnySource => 4,
+            WorkloadKind::AnySource | WorkloadKind::Library => 4,
+            WorkloadKind::Credits => 3,
             WorkloadKind::PeerDeath => 6,
             WorkloadKind::AllToAll => 16,
         }
@@ -190,6 +203,8 @@ impl WorkloadKind {
             WorkloadKind::AnySource => Box::new(workloads::anysource::AnySource::new(params, rng)),
             WorkloadKind::Probe => Box::new(workloads::probe::Probe::new(params, rng)),
             WorkloadKind::Cancel => Box::new(workloads::cancel::Cancel::new(params, rng)),
+            WorkloadKind::Library => Box::new(workloads::library::Library::new(params, rng)),
+            WorkloadKind::Credits => Box::new(workloads::credits::Credits::new(params, rng)),
         }
     }
 }

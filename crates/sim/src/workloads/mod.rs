@@ -3,6 +3,8 @@
 pub mod alltoall;
 pub mod anysource;
 pub mod cancel;
+pub mod credits;
+pub mod library;
 pub mod pingpong;
 pub mod probe;
 pub mod streams;
