@@ -30,14 +30,15 @@ fn faulty_template() -> RunSpec {
 #[test]
 fn every_workload_under_loss_has_no_violations() {
     let plan = SweepPlan {
-        // Seed s runs workload s mod 9, so each workload gets 24 seeds x 4 loss rates x 2 policies.
-        seeds: (0..216).collect(),
+        // Seed s runs workload s mod 11, so each workload gets 24 seeds x 4 loss rates x 2
+        // policies.
+        seeds: (0..264).collect(),
         workloads: WorkloadKind::ALL.to_vec(),
         losses: vec![0.0, 0.02, 0.1, 0.2],
         policies: vec![UnexpectedPolicy::Buffer, UnexpectedPolicy::Drop],
         template: faulty_template(),
     };
-    assert_eq!(plan.len(), 1728);
+    assert_eq!(plan.len(), 2112);
     let summary = sweep(
         &plan,
         &SweepOptions {
@@ -46,7 +47,7 @@ fn every_workload_under_loss_has_no_violations() {
             ..SweepOptions::default()
         },
     );
-    assert_eq!(summary.runs, 1728);
+    assert_eq!(summary.runs, 2112);
     for kind in WorkloadKind::ALL {
         assert!(
             summary
