@@ -203,6 +203,24 @@ impl Collections {
         highest
     }
 
+    /// Collection `c` was just acknowledged: every unacknowledged collection after it was sent
+    /// after it, queued behind it on the way, so none is overdue before `at` (now plus a
+    /// timeout). Postpones their deadlines to `at` (retry counts kept). The estimated departure
+    /// that armed them may have been optimistic (a learned drain rate runs ahead of a burst);
+    /// acknowledgements that keep coming say the queue is draining. A collection before `c`
+    /// is not postponed: a later one arriving first suggests it was lost.
+    pub fn postpone_after(&mut self, timers: &mut CollectionTimers, c: u32, at: Nanos) {
+        let end = (self.base + WINDOW).min(self.count());
+        for later in (c + 1).max(self.base)..end {
+            if self.acked & (1 << (later - self.base)) != 0 {
+                continue;
+            }
+            if let Some(deadline) = timers.0[Self::slot(later)].deadline_ns.as_mut() {
+                *deadline = (*deadline).max(at);
+            }
+        }
+    }
+
     /// The peer said "alive, not accepted yet": postpone every armed deadline to `at` without
     /// counting a retry.
     pub fn postpone(&mut self, timers: &mut CollectionTimers, at: Nanos) {

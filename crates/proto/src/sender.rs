@@ -276,6 +276,12 @@ impl Endpoint {
             }
             let c = op.collections.of_frame(header.frame_index);
             let acked = op.collections.ack(timers, c, now);
+            // A collection acknowledged at its first sending (the clean signal Karn's rule
+            // samples too) says the queue it waited in drains: those sent after it wait on.
+            if acked.rtt_ns.is_some() {
+                let rto = self.peers[peer].rto.rto_ns();
+                op.collections.postpone_after(timers, c, now + rto);
+            }
             if acked.newly_acked {
                 let bytes = op.collection_bytes(c);
                 self.peers[peer].drain.acknowledged(now, bytes);
