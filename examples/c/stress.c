@@ -1,0 +1,2068 @@
+/* MPI-semantics stress test of the C ABI (include/nicmsg.h).
+ *
+ * Every rank runs this program: `nicmsg run -n N -- ./stress [options]`. Every rank derives the
+ * whole job's plan from --seed (splitmix64), so each knows what every other rank sends it, and
+ * checks every byte, every status field, guard bytes around every receive buffer, MPI's
+ * non-overtaking order, wildcard matching, probes, cancels, truncation, waitall/waitany/test and
+ * the credit and barrier rules. Any failure prints a line naming rank, phase, round, peer and
+ * message, and the program exits non-zero; a watchdog (alarm) turns a hang into a failure that
+ * says where each rank was.
+ *
+ * Build: PKG_CONFIG_PATH=pkgconfig cc -std=c11 -O2 -Wall -Wextra examples/c/stress.c \
+ *          $(pkg-config --cflags --libs nicmsg) -o stress
+ * Run:   nicmsg run -n 4 -- ./stress --rounds 8 --max-size 256K     (small scale)
+ *        nicmsg run -n 4 -- ./stress                                (full scale)
+ *        ./stress --help                                            (options and phases)
+ * The phases are listed in PHASES below; `--phases a,b` runs some, `--skip a,b` leaves some out.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <nicmsg.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* What nicmsg_waitany reports when no request is active (MPI_UNDEFINED); the header will
+ * define it. */
+#ifndef NICMSG_UNDEFINED
+#define NICMSG_UNDEFINED SIZE_MAX
+#endif
+
+#define ANY_SRC NICMSG_ANY_SOURCE
+#define ANY_TAG NICMSG_ANY_TAG
+#define KiB     ((size_t)1024)
+#define MiB     (KiB * KiB)
+/* The library's eager limit for jobs up to 32 ranks, and the credits a receiver gives each
+ * sender (docs/protocol.md); the phases that test them use these sizes and counts. */
+#define EAGER_LIMIT   (64 * KiB)
+#define EAGER_CREDITS 8
+#define SMALL_SEND    256 /* sends up to this size complete when started (nicmsg.h) */
+#define HEADER        32  /* a message of at least this size starts with its identity */
+#define GUARD         64  /* guard bytes on each side of every receive buffer */
+#define GUARD_BYTE    0xA5
+#define POISON_BYTE   0x5A        /* receive buffers are filled with this before posting */
+#define MAGIC         0x5453524eu /* "NRST" */
+
+/* ------------------------------------------------------------------------------------------
+ * Options and global state
+ * ------------------------------------------------------------------------------------------ */
+
+static struct {
+    uint64_t seed;
+    unsigned rounds;
+    size_t max_size;
+    int verbose;
+    unsigned timeout;
+    double compute_seconds;
+    unsigned progress;
+    int keep_going;
+    uint32_t phases; /* bit per phase */
+} opt = {1, 40, 4 * MiB, 0, 300, 60.0, 10, 0, 0};
+
+static nicmsg_comm *comm;
+static uint32_t me = UINT32_MAX, np; /* me: unknown until nicmsg_init */
+static unsigned failures;
+
+/* Where this rank is, for failure messages and the watchdog (read in a signal handler). */
+static const char *volatile where_phase = "init";
+static volatile unsigned where_round;
+static const char *volatile where_step = "starting";
+static volatile long where_peer = -1;
+static volatile unsigned where_timeout;
+
+static struct {
+    uint64_t messages, bytes, rounds, send_cancelled, send_cancel_delivered, recv_cancelled,
+        recv_cancel_delivered, truncated, probes;
+} count;
+
+static void step(const char *what, long peer) {
+    where_step = what;
+    where_peer = peer;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* With --keep-going, each distinct check (its format) is printed this many times; how often it
+ * failed in all is printed at the end. */
+#define PRINTED_PER_CHECK 3
+static struct {
+    const char *fmt;
+    unsigned times;
+} failed_checks[64];
+
+/* A check failed: say where, and stop (or go on with --keep-going, to see every kind of
+ * failure of a phase; the exit status is non-zero either way). */
+static void fail(const char *fmt, ...) {
+    unsigned k = 0;
+    while (k < 64 && failed_checks[k].fmt && failed_checks[k].fmt != fmt) k++;
+    if (k < 64) {
+        failed_checks[k].fmt = fmt;
+        failed_checks[k].times++;
+    }
+    failures++;
+    if (k < 64 && failed_checks[k].times > PRINTED_PER_CHECK && opt.keep_going) return;
+    char text[1024];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(text, sizeof text, fmt, args);
+    va_end(args);
+    char who[16] = "?";
+    if (me != UINT32_MAX) snprintf(who, sizeof who, "%u", me);
+    fprintf(stderr, "stress: FAIL rank %s, phase %s, round %u: %s (seed %llu)\n", who, where_phase,
+            where_round, text, (unsigned long long)opt.seed);
+    fflush(stderr);
+    if (!opt.keep_going) exit(1);
+}
+
+/* With --keep-going: how often each kind of failure happened. */
+static void print_failure_counts(void) {
+    for (unsigned k = 0; k < 64 && failed_checks[k].fmt; k++)
+        if (failed_checks[k].times > PRINTED_PER_CHECK)
+            fprintf(stderr, "stress: rank %u: the check \"%.60s...\" failed %u times\n", me,
+                    failed_checks[k].fmt, failed_checks[k].times);
+}
+
+/* A library call that must succeed for the test to go on at all. */
+static void must(int rc, const char *call) {
+    if (rc == NICMSG_SUCCESS) return;
+    fail("%s returned %d (%s)", call, rc, nicmsg_error_string(rc));
+    exit(1);
+}
+#define MUST(call) must((call), #call)
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "stress: rank %u: out of memory (%zu bytes)\n", me, n);
+        exit(1);
+    }
+    return p;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Watchdog: alarm() per phase; the handler uses only async-signal-safe calls.
+ * ------------------------------------------------------------------------------------------ */
+
+static void put_text(const char *s) {
+    ssize_t ignored = write(2, s, strlen(s));
+    (void)ignored;
+}
+
+static void put_number(unsigned long long v) {
+    char digits[24];
+    int i = sizeof digits;
+    do {
+        digits[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    ssize_t ignored = write(2, digits + i, sizeof digits - (size_t)i);
+    (void)ignored;
+}
+
+static void print_pending(void);
+
+static void put_hex(uint32_t v) {
+    char digits[10] = "0x";
+    for (int i = 0; i < 8; i++) digits[2 + i] = "0123456789abcdef"[(v >> (28 - 4 * i)) & 15];
+    ssize_t ignored = write(2, digits, sizeof digits);
+    (void)ignored;
+}
+
+static void on_alarm(int signal_number) {
+    (void)signal_number;
+    put_text("stress: FAIL rank ");
+    put_number(me);
+    put_text(", phase ");
+    put_text(where_phase);
+    put_text(", round ");
+    put_number(where_round);
+    put_text(": WATCHDOG: no progress for ");
+    put_number(where_timeout);
+    put_text(" s; stuck in: ");
+    put_text(where_step);
+    if (where_peer >= 0) {
+        put_text(" (peer rank ");
+        put_number((unsigned long long)where_peer);
+        put_text(")");
+    }
+    print_pending();
+    put_text("\n");
+    _exit(3);
+}
+
+static void arm_watchdog(unsigned seconds) {
+    where_timeout = seconds;
+    alarm(seconds);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Seeded plans: splitmix64. plan_rng is the same on every rank (the job's plan); local_rng
+ * differs per rank (this rank's own choices: posting order, completion style).
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct {
+    uint64_t state;
+} rng_t;
+
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t next(rng_t *r) {
+    r->state += 0x9E3779B97F4A7C15ull;
+    return mix64(r->state);
+}
+
+static uint32_t below(rng_t *r, uint32_t n) {
+    return n ? (uint32_t)(next(r) % n) : 0;
+}
+
+static rng_t plan_rng(unsigned phase, unsigned round) {
+    rng_t r = {mix64(opt.seed) ^ mix64(((uint64_t)phase << 32) | round)};
+    return r;
+}
+
+static rng_t local_rng(unsigned phase, unsigned round) {
+    rng_t r = plan_rng(phase, round);
+    r.state ^= mix64(0x5EED0000ull + me);
+    return r;
+}
+
+/* Tags: phase, round and a small number; all below NICMSG_TAG_UB. */
+static uint32_t tag_of(unsigned phase, unsigned round, unsigned k) {
+    return ((uint32_t)(phase + 1) << 26) | ((uint32_t)(round & 0x3FFFF) << 8) | (k & 0xFF);
+}
+
+static uint32_t tag_k(uint32_t tag) {
+    return tag & 0xFF;
+}
+
+/* Sizes that sit on the library's boundaries: one frame, short-send limit, a 1500-byte MTU's
+ * payload, eager limit, rendezvous; filled in by main() up to --max-size. */
+static size_t sizes[16];
+static unsigned nsizes;
+
+static size_t clamp_size(size_t s) {
+    return s > opt.max_size ? opt.max_size : s;
+}
+
+/* A size for a message: a boundary size, or log-uniform up to --max-size. */
+static size_t pick_size(rng_t *r, size_t min) {
+    size_t s;
+    if (below(r, 10) < 4) {
+        s = sizes[below(r, nsizes)];
+    } else {
+        unsigned bits = 0;
+        while (bits < 63 && ((size_t)1 << (bits + 1)) <= opt.max_size) bits++;
+        unsigned b = below(r, bits + 2);
+        s = b == 0 ? 0 : ((size_t)1 << (b - 1)) + below(r, (uint32_t)((size_t)1 << (b - 1)));
+    }
+    s = clamp_size(s);
+    return s < min ? min : s;
+}
+
+static size_t pick_between(rng_t *r, size_t lo, size_t hi) {
+    hi = clamp_size(hi);
+    return hi <= lo ? hi : lo + below(r, (uint32_t)(hi - lo + 1));
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Messages: content is a function of (source, destination, phase, round, seq); a message of
+ * at least HEADER bytes starts with its identity, so a wildcard receive can tell which one it
+ * got and the receiver can check the order of one sender's messages.
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct {
+    uint32_t src, dst, phase, round, seq, tag;
+    uint64_t len;
+    int taken; /* receiver: received already */
+} msg_t;
+
+static uint64_t msg_key(const msg_t *m) {
+    uint64_t k = mix64(opt.seed ^ 0xC0FFEEull);
+    k = mix64(k ^ (((uint64_t)m->src << 32) | m->dst));
+    k = mix64(k ^ (((uint64_t)m->phase << 32) | m->round));
+    return mix64(k ^ m->seq);
+}
+
+static void put32(unsigned char *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t get32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void make_header(unsigned char h[HEADER], const msg_t *m) {
+    put32(h, MAGIC);
+    put32(h + 4, m->src);
+    put32(h + 8, m->dst);
+    put32(h + 12, m->seq);
+    put32(h + 16, m->tag);
+    put32(h + 20, (m->phase << 24) | (m->round & 0xFFFFFF));
+    put32(h + 24, (uint32_t)m->len);
+    put32(h + 28, (uint32_t)(m->len >> 32));
+}
+
+/* Byte i of the message: its header, then a word pattern keyed by the identity and position
+ * (so a misplaced frame or another message's bytes show). */
+static unsigned char expected_byte(const msg_t *m, uint64_t key, const unsigned char *h, size_t i) {
+    if (m->len >= HEADER && i < HEADER) return h[i];
+    uint64_t w = mix64(key + i / 8);
+    return (unsigned char)(w >> (8 * (i % 8)));
+}
+
+static void fill_message(unsigned char *buf, const msg_t *m) {
+    uint64_t key = msg_key(m);
+    for (size_t i = 0; i < m->len; i += 8) {
+        uint64_t w = mix64(key + i / 8);
+        size_t n = m->len - i < 8 ? m->len - i : 8;
+        for (size_t j = 0; j < n; j++) buf[i + j] = (unsigned char)(w >> (8 * j));
+    }
+    if (m->len >= HEADER) make_header(buf, m);
+}
+
+/* The first byte of buf[0..n) that differs from message m, or SIZE_MAX. Compared a pattern
+ * word at a time: a 4 MiB message is checked in a few milliseconds. */
+static size_t first_difference(const unsigned char *buf, size_t n, const msg_t *m) {
+    uint64_t key = msg_key(m);
+    unsigned char h[HEADER], word[8];
+    make_header(h, m);
+    size_t start = m->len >= HEADER ? HEADER : 0;
+    for (size_t i = 0; i < start && i < n; i++)
+        if (buf[i] != h[i]) return i;
+    for (size_t i = start; i < n; i += 8) {
+        uint64_t w = mix64(key + i / 8);
+        size_t len = n - i < 8 ? n - i : 8;
+        for (size_t j = 0; j < len; j++) word[j] = (unsigned char)(w >> (8 * j));
+        if (memcmp(buf + i, word, len) != 0)
+            for (size_t j = 0; j < len; j++)
+                if (buf[i + j] != word[j]) return i + j;
+    }
+    return SIZE_MAX;
+}
+
+static const char *tag_text(uint32_t tag, char out[24]) {
+    if (tag == ANY_TAG) return "ANY_TAG";
+    snprintf(out, 24, "%#x", tag);
+    return out;
+}
+
+static const char *rank_text(uint32_t rank, char out[24]) {
+    if (rank == ANY_SRC) return "ANY_SOURCE";
+    snprintf(out, 24, "%u", rank);
+    return out;
+}
+
+static const char *describe_msg(const msg_t *m, char out[160]) {
+    snprintf(out, 160, "message seq %u from rank %u to rank %u (tag %#x, %llu bytes)", m->seq,
+             m->src, m->dst, m->tag, (unsigned long long)m->len);
+    return out;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Operations: a batch holds requests in one array (for waitall/waitany) and what each one
+ * expects.
+ * ------------------------------------------------------------------------------------------ */
+
+enum kind { SEND, RECV };
+enum expect {
+    EXPECT_SUCCESS,
+    EXPECT_TRUNCATE,
+    EXPECT_CANCELLED,
+    EXPECT_CANCELLED_OR_SUCCESS /* a cancelled operation: MPI allows either outcome */
+};
+
+typedef struct {
+    int kind, expect;
+    uint32_t peer, tag; /* as posted: destination, or the source and tag a receive accepts */
+    size_t cap;         /* receive: buffer capacity; send: message length */
+    unsigned char *mem, *buf;
+    msg_t *msg;   /* the message sent, or the one a receive must get (NULL: any of cands) */
+    msg_t *cands; /* receive identified by its header: the messages it may get */
+    size_t ncands;
+    msg_t *got; /* after completion: the message received */
+    int done, rc;
+    nicmsg_status st;
+} op_t;
+
+typedef struct {
+    op_t *ops;
+    nicmsg_request **reqs; /* reqs[i] is ops[i]'s request; NULL once completed */
+    size_t n, cap;
+} batch_t;
+
+static const char *describe_op(const op_t *op, char out[200]) {
+    char a[24], t[24];
+    if (op->kind == SEND)
+        snprintf(out, 200, "send to rank %u (tag %s, %zu bytes)", op->peer, tag_text(op->tag, t),
+                 op->cap);
+    else
+        snprintf(out, 200, "receive from %s (tag %s, %zu-byte buffer)", rank_text(op->peer, a),
+                 tag_text(op->tag, t), op->cap);
+    return out;
+}
+
+/* The batch this rank is completing (or holds pending during a barrier), for the watchdog. */
+static batch_t *volatile where_batch;
+
+static void batch_init(batch_t *b, size_t cap) {
+    b->ops = calloc(cap ? cap : 1, sizeof *b->ops);
+    b->reqs = calloc(cap ? cap : 1, sizeof *b->reqs);
+    if (!b->ops || !b->reqs) {
+        fprintf(stderr, "stress: rank %u: out of memory\n", me);
+        exit(1);
+    }
+    b->n = 0;
+    b->cap = cap;
+}
+
+static void batch_free(batch_t *b) {
+    if (where_batch == b) where_batch = NULL;
+    for (size_t i = 0; i < b->n; i++) {
+        if (!b->reqs[i]) {
+            free(b->ops[i].mem);
+            continue;
+        }
+        /* Only after an earlier failure (--keep-going): the library may still use the buffer,
+         * so it is left allocated. */
+        char d[200];
+        fail("%s was never completed", describe_op(&b->ops[i], d));
+    }
+    free(b->ops);
+    free(b->reqs);
+    b->n = 0;
+}
+
+static size_t batch_add(batch_t *b) {
+    if (b->n == b->cap) {
+        fprintf(stderr, "stress: rank %u: internal: batch of %zu is full\n", me, b->cap);
+        exit(1);
+    }
+    memset(&b->ops[b->n], 0, sizeof b->ops[0]);
+    b->reqs[b->n] = NULL;
+    return b->n++;
+}
+
+static size_t live_count(const batch_t *b) {
+    size_t live = 0;
+    for (size_t i = 0; i < b->n; i++) live += b->reqs[i] != NULL;
+    return live;
+}
+
+static size_t post_send(batch_t *b, msg_t *m, int expect) {
+    size_t i = batch_add(b);
+    op_t *op = &b->ops[i];
+    op->kind = SEND;
+    op->expect = expect;
+    op->peer = m->dst;
+    op->tag = m->tag;
+    op->cap = (size_t)m->len;
+    op->msg = m;
+    op->mem = op->buf = xmalloc(op->cap);
+    fill_message(op->buf, m);
+    step("nicmsg_isend", m->dst);
+    MUST(nicmsg_isend(comm, op->buf, op->cap, m->dst, m->tag, &b->reqs[i]));
+    return i;
+}
+
+/* A receive of `msg` (known in advance) or of one of `cands` (identified by its header). */
+static size_t post_recv(batch_t *b, uint32_t src, uint32_t tag, size_t cap, msg_t *msg,
+                        msg_t *cands, size_t ncands, int expect) {
+    size_t i = batch_add(b);
+    op_t *op = &b->ops[i];
+    op->kind = RECV;
+    op->expect = expect;
+    op->peer = src;
+    op->tag = tag;
+    op->cap = cap;
+    op->msg = msg;
+    op->cands = cands;
+    op->ncands = ncands;
+    op->mem = xmalloc(cap + 2 * GUARD);
+    op->buf = op->mem + GUARD;
+    memset(op->mem, GUARD_BYTE, GUARD);
+    memset(op->buf, POISON_BYTE, cap);
+    memset(op->buf + cap, GUARD_BYTE, GUARD);
+    step("nicmsg_irecv", src == ANY_SRC ? -1 : (long)src);
+    MUST(nicmsg_irecv(comm, op->buf, cap, src, tag, &b->reqs[i]));
+    return i;
+}
+
+static void waiting_on(batch_t *b, const char *what, long peer) {
+    where_batch = b;
+    step(what, peer);
+}
+
+static void put_pattern(uint32_t value, int is_tag) {
+    if (value == UINT32_MAX) {
+        put_text(is_tag ? "ANY_TAG" : "ANY_SOURCE");
+        return;
+    }
+    if (is_tag)
+        put_hex(value);
+    else
+        put_number(value);
+}
+
+/* For the watchdog (async-signal-safe): the requests of the batch still pending. */
+static void print_pending(void) {
+    batch_t *b = where_batch;
+    if (!b) return;
+    size_t shown = 0, live = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        if (!b->reqs[i]) continue;
+        if (++live > 6) continue;
+        const op_t *op = &b->ops[i];
+        put_text(shown++ ? "; " : "; pending: ");
+        put_text(op->kind == SEND ? "send to " : "receive from ");
+        put_pattern(op->peer, 0);
+        put_text(" tag ");
+        put_pattern(op->tag, 1);
+        put_text(op->expect == EXPECT_CANCELLED_OR_SUCCESS ? ", cancelled, " : ", ");
+        put_number(op->cap);
+        put_text(" bytes");
+    }
+    if (live > shown) {
+        put_text("; ");
+        put_number(live - shown);
+        put_text(" more");
+    }
+}
+
+static void cancel_op(batch_t *b, size_t i) {
+    step("nicmsg_cancel", b->ops[i].peer == ANY_SRC ? -1 : (long)b->ops[i].peer);
+    MUST(nicmsg_cancel(b->reqs[i]));
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Checks of a completed operation.
+ * ------------------------------------------------------------------------------------------ */
+
+static void check_guards(const op_t *op) {
+    char d[200];
+    for (size_t i = 0; i < GUARD; i++) {
+        if (op->mem[i] != GUARD_BYTE) {
+            fail("%s: guard byte %zu before the buffer was overwritten (0x%02x)",
+                 describe_op(op, d), GUARD - i, op->mem[i]);
+            return;
+        }
+        if (op->buf[op->cap + i] != GUARD_BYTE) {
+            fail("%s: guard byte %zu after the buffer was overwritten (0x%02x)", describe_op(op, d),
+                 i, op->buf[op->cap + i]);
+            return;
+        }
+    }
+}
+
+/* Bytes from `from` to the end of a receive buffer must still hold the poison it was filled
+ * with. */
+static void check_untouched(const op_t *op, size_t from, const char *why) {
+    char d[200];
+    for (size_t i = from; i < op->cap; i++)
+        if (op->buf[i] != POISON_BYTE) {
+            fail("%s: byte %zu of the buffer was written (0x%02x) although %s", describe_op(op, d),
+                 i, op->buf[i], why);
+            return;
+        }
+}
+
+static int matches(uint32_t src_pattern, uint32_t tag_pattern, const msg_t *m) {
+    return (src_pattern == ANY_SRC || src_pattern == m->src) &&
+           (tag_pattern == ANY_TAG || tag_pattern == m->tag);
+}
+
+/* The message a receive identified by its header got, or NULL (after saying why). */
+static msg_t *identify(const op_t *op) {
+    char d[200];
+    const nicmsg_status *st = &op->st;
+    if (st->len < HEADER || st->len > op->cap) {
+        fail("%s got a %llu-byte message with tag %#x from rank %u, which no rank of this test "
+             "sent (library-internal traffic?)",
+             describe_op(op, d), (unsigned long long)st->len, st->tag, st->source);
+        return NULL;
+    }
+    const unsigned char *h = op->buf;
+    uint32_t src = get32(h + 4), seq = get32(h + 12), phase_round = get32(h + 20);
+    if (get32(h) != MAGIC || get32(h + 8) != me) {
+        fail("%s: the data is not a message of this test to this rank (magic %#x, destination "
+             "%u; status: rank %u, tag %#x, %llu bytes)",
+             describe_op(op, d), get32(h), get32(h + 8), st->source, st->tag,
+             (unsigned long long)st->len);
+        return NULL;
+    }
+    for (size_t c = 0; c < op->ncands; c++) {
+        msg_t *m = &op->cands[c];
+        if (m->src == src && m->dst == me && m->seq == seq &&
+            ((m->phase << 24) | m->round) == phase_round)
+            return m;
+    }
+    fail("%s got seq %u from rank %u (phase/round %#x), which was not sent to this receive's "
+         "message set",
+         describe_op(op, d), seq, src, phase_round);
+    return NULL;
+}
+
+/* A receive that got a message: which one, its status, its bytes, the bytes around it. */
+static void check_received(op_t *op) {
+    char d[200], e[160], t[24];
+    const nicmsg_status *st = &op->st;
+    if (st->tag > NICMSG_TAG_UB) {
+        fail("%s completed with tag %#x above NICMSG_TAG_UB (length %llu, from rank %u): "
+             "library-internal traffic reached the application",
+             describe_op(op, d), st->tag, (unsigned long long)st->len, st->source);
+        return;
+    }
+    msg_t *m = op->msg;
+    if (!m) {
+        m = identify(op);
+        if (!m) return;
+    } else if (st->len >= HEADER && st->len <= op->cap && m->len >= HEADER) {
+        /* Read the identity first, so a message out of order is named as such. */
+        uint32_t seq = get32(op->buf + 12), src = get32(op->buf + 4);
+        if (get32(op->buf) == MAGIC && (seq != m->seq || src != m->src)) {
+            fail("%s got seq %u from rank %u, expected %s: messages overtook each other or "
+                 "matched the wrong receive",
+                 describe_op(op, d), seq, src, describe_msg(m, e));
+            return;
+        }
+    }
+    if (m->taken) {
+        fail("%s: %s was received twice", describe_op(op, d), describe_msg(m, e));
+        return;
+    }
+    m->taken = 1;
+    op->got = m;
+    if (!matches(op->peer, op->tag, m))
+        fail("%s matched %s, which its pattern does not accept", describe_op(op, d),
+             describe_msg(m, e));
+    if (st->source != m->src || st->tag != m->tag || st->len != m->len)
+        fail("%s of %s: status says rank %u, tag %s, %llu bytes", describe_op(op, d),
+             describe_msg(m, e), st->source, tag_text(st->tag, t), (unsigned long long)st->len);
+    size_t n = m->len < op->cap ? (size_t)m->len : op->cap;
+    size_t at = first_difference(op->buf, n, m);
+    if (at != SIZE_MAX) {
+        uint64_t key = msg_key(m);
+        unsigned char h[HEADER];
+        make_header(h, m);
+        fail("%s: %s: byte %zu is 0x%02x, expected 0x%02x", describe_op(op, d), describe_msg(m, e),
+             at, op->buf[at], expected_byte(m, key, h, at));
+    }
+    check_untouched(op, n, "the message ended before it");
+    check_guards(op);
+    count.messages++;
+    count.bytes += m->len;
+}
+
+static void check_truncated(op_t *op) {
+    char d[200], e[160];
+    const nicmsg_status *st = &op->st;
+    msg_t *m = op->msg;
+    if (op->rc != NICMSG_ERR_TRUNCATE) {
+        fail("%s of %s (longer than the buffer) returned %s, expected NICMSG_ERR_TRUNCATE",
+             describe_op(op, d), describe_msg(m, e), nicmsg_error_string(op->rc));
+        return;
+    }
+    if (st->source != m->src || st->tag != m->tag || st->len != m->len)
+        fail("%s truncated %s: status says rank %u, tag %#x, %llu bytes (expected the "
+             "message's source, tag and full length)",
+             describe_op(op, d), describe_msg(m, e), st->source, st->tag,
+             (unsigned long long)st->len);
+    check_untouched(op, 0, "the message was truncated (nothing may be written)");
+    check_guards(op);
+    m->taken = 1;
+    op->got = m;
+    count.truncated++;
+}
+
+static void check_cancelled(op_t *op) {
+    char d[200], a[24];
+    if (op->st.source != op->peer && op->peer != ANY_SRC)
+        fail("%s was cancelled: status.source is %s, expected the peer %u (a failed operation's "
+             "status names its peer)",
+             describe_op(op, d), rank_text(op->st.source, a), op->peer);
+    if (op->kind == RECV) {
+        check_untouched(op, 0, "the receive was cancelled");
+        check_guards(op);
+        count.recv_cancelled++;
+    } else {
+        count.send_cancelled++;
+    }
+}
+
+static void check_sent(const op_t *op) {
+    char d[200], t[24];
+    const msg_t *m = op->msg;
+    if (op->st.source != m->dst || op->st.tag != m->tag || op->st.len != m->len)
+        fail("%s completed with status rank %u, tag %s, %llu bytes (expected destination, tag "
+             "and length)",
+             describe_op(op, d), op->st.source, tag_text(op->st.tag, t),
+             (unsigned long long)op->st.len);
+    size_t at = first_difference(op->buf, op->cap, m);
+    if (at != SIZE_MAX)
+        fail("%s: the library changed byte %zu of the send buffer", describe_op(op, d), at);
+}
+
+/* An operation ended with an error it does not allow. */
+static void fail_result(const op_t *op, int rc, const nicmsg_status *st) {
+    char d[200], e[160];
+    fail("%s%s%s returned %s, expected %s (status: rank %u, tag %#x, %llu bytes)",
+         describe_op(op, d), op->msg && op->kind == RECV ? " of " : "",
+         op->msg && op->kind == RECV ? describe_msg(op->msg, e) : "", nicmsg_error_string(rc),
+         op->expect == EXPECT_CANCELLED ? "NICMSG_ERR_CANCELLED" : "success", st->source, st->tag,
+         (unsigned long long)st->len);
+}
+
+/* Every completion of the test goes through here: the status's error field is the returned
+ * code, and the result is one the operation allows. */
+static void finish(batch_t *b, size_t i, int rc, const nicmsg_status *st) {
+    char d[200];
+    op_t *op = &b->ops[i];
+    if (op->done) {
+        fail("internal: %s completed twice", describe_op(op, d));
+        return;
+    }
+    op->done = 1;
+    op->rc = rc;
+    op->st = *st;
+    if (st->error != rc)
+        fail("%s returned %s but its status.error is %d", describe_op(op, d),
+             nicmsg_error_string(rc), st->error);
+    if (opt.verbose)
+        printf("stress: rank %u %s: %s (source %u tag %#x len %llu)\n", me, describe_op(op, d),
+               nicmsg_error_string(rc), st->source, st->tag, (unsigned long long)st->len);
+    int cancelled_ok = op->expect == EXPECT_CANCELLED || op->expect == EXPECT_CANCELLED_OR_SUCCESS;
+    if (rc == NICMSG_ERR_CANCELLED && cancelled_ok)
+        check_cancelled(op);
+    else if (op->expect == EXPECT_TRUNCATE)
+        check_truncated(op);
+    else if (rc != NICMSG_SUCCESS || op->expect == EXPECT_CANCELLED)
+        fail_result(op, rc, st);
+    else if (op->kind == SEND)
+        check_sent(op);
+    else
+        check_received(op);
+    if (rc == NICMSG_SUCCESS && op->expect == EXPECT_CANCELLED_OR_SUCCESS) {
+        if (op->kind == SEND)
+            count.send_cancel_delivered++;
+        else
+            count.recv_cancel_delivered++;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Completing a batch: waitall, waitany, test loops, wait one by one, or a mix.
+ * ------------------------------------------------------------------------------------------ */
+
+static void complete_waitall(batch_t *b) {
+    nicmsg_status *sts = xmalloc(b->n * sizeof *sts);
+    int *live = xmalloc(b->n * sizeof *live);
+    for (size_t i = 0; i < b->n; i++) {
+        memset(&sts[i], 0xCC, sizeof sts[i]);
+        live[i] = b->reqs[i] != NULL;
+    }
+    waiting_on(b, "nicmsg_waitall", -1);
+    int rc = nicmsg_waitall(b->n, b->reqs, sts);
+    int first = NICMSG_SUCCESS;
+    for (size_t i = 0; i < b->n; i++) {
+        if (!live[i]) continue;
+        if (b->reqs[i]) fail("nicmsg_waitall left request %zu of %zu non-NULL", i, b->n);
+        if (first == NICMSG_SUCCESS) first = sts[i].error;
+        finish(b, i, sts[i].error, &sts[i]);
+    }
+    if (rc != first)
+        fail("nicmsg_waitall returned %s; the first failed request's status says %s",
+             nicmsg_error_string(rc), nicmsg_error_string(first));
+    free(sts);
+    free(live);
+}
+
+static void complete_waitany(batch_t *b, size_t how_many) {
+    while (how_many-- > 0 && live_count(b) > 0) {
+        size_t index = 12345;
+        nicmsg_status st;
+        memset(&st, 0xCC, sizeof st);
+        waiting_on(b, "nicmsg_waitany", -1);
+        int rc = nicmsg_waitany(b->n, b->reqs, &index, &st);
+        if (index == NICMSG_UNDEFINED || index >= b->n) {
+            fail("nicmsg_waitany with %zu active requests set index %zu (returned %s)",
+                 live_count(b), index, nicmsg_error_string(rc));
+            return;
+        }
+        if (b->reqs[index]) {
+            fail("nicmsg_waitany reported request %zu but left it non-NULL", index);
+            return;
+        }
+        finish(b, index, rc, &st);
+    }
+}
+
+static void complete_tests(batch_t *b, unsigned max_sweeps) {
+    for (unsigned sweep = 0; sweep < max_sweeps && live_count(b) > 0; sweep++) {
+        waiting_on(b, "nicmsg_test loop", -1);
+        int progressed = 0;
+        for (size_t i = 0; i < b->n; i++) {
+            if (!b->reqs[i]) continue;
+            int flag = -1;
+            nicmsg_status st;
+            memset(&st, 0xCC, sizeof st);
+            int rc = nicmsg_test(&b->reqs[i], &flag, &st);
+            if (flag == 1) {
+                if (b->reqs[i]) fail("nicmsg_test set flag but left request %zu non-NULL", i);
+                finish(b, i, rc, &st);
+                progressed = 1;
+            } else if (flag != 0 || rc != NICMSG_SUCCESS) {
+                fail("nicmsg_test on an active request returned %s with flag %d",
+                     nicmsg_error_string(rc), flag);
+                return;
+            }
+        }
+        /* Thread mode on a small machine: let the engine thread run. */
+        if (!progressed) sched_yield();
+    }
+}
+
+static void complete_each(batch_t *b, rng_t *r) {
+    while (live_count(b) > 0) {
+        size_t pick = below(r, (uint32_t)live_count(b));
+        for (size_t i = 0; i < b->n; i++) {
+            if (!b->reqs[i] || pick-- > 0) continue;
+            nicmsg_status st;
+            memset(&st, 0xCC, sizeof st);
+            waiting_on(b, "nicmsg_wait", b->ops[i].peer == ANY_SRC ? -1 : (long)b->ops[i].peer);
+            int rc = nicmsg_wait(&b->reqs[i], &st);
+            if (b->reqs[i]) fail("nicmsg_wait left request %zu non-NULL", i);
+            finish(b, i, rc, &st);
+            break;
+        }
+    }
+}
+
+static const char *const STYLE_NAMES[] = {"waitall", "waitany", "test", "wait", "mixed"};
+
+/* Completes every request of the batch in a style chosen by this rank. */
+static void complete_all(batch_t *b, rng_t *r) {
+    unsigned style = below(r, 5);
+    if (opt.verbose)
+        printf("stress: rank %u completes %zu requests by %s\n", me, live_count(b),
+               STYLE_NAMES[style]);
+    switch (style) {
+    case 0: complete_waitall(b); break;
+    case 1: complete_waitany(b, SIZE_MAX); break;
+    case 2: complete_tests(b, UINT32_MAX); break;
+    case 3: complete_each(b, r); break;
+    default:
+        complete_tests(b, 1 + below(r, 50));
+        complete_waitany(b, below(r, (uint32_t)live_count(b) + 1));
+        complete_waitall(b);
+    }
+}
+
+/* Non-overtaking, checked on what arrived: if receive A was posted before receive B, both got
+ * messages of one sender, and B's message was sent first, then A must not accept B's message
+ * (MPI: the earlier receive would have matched it). */
+static void check_order(const batch_t *b) {
+    char e[160], f[160], da[200], db[200];
+    for (size_t a = 0; a < b->n; a++) {
+        const op_t *oa = &b->ops[a];
+        if (oa->kind != RECV || !oa->got || oa->rc != NICMSG_SUCCESS) continue;
+        for (size_t c = a + 1; c < b->n; c++) {
+            const op_t *oc = &b->ops[c];
+            if (oc->kind != RECV || !oc->got || oc->rc != NICMSG_SUCCESS) continue;
+            if (oc->got->src != oa->got->src || oc->got->seq >= oa->got->seq) continue;
+            if (matches(oa->peer, oa->tag, oc->got))
+                fail("non-overtaking order violated: %s (posted earlier) got %s, but the later "
+                     "%s got the earlier %s",
+                     describe_op(oa, da), describe_msg(oa->got, e), describe_op(oc, db),
+                     describe_msg(oc->got, f));
+        }
+    }
+}
+
+static void barrier(const char *what) {
+    step(what, -1);
+    MUST(nicmsg_barrier(comm));
+}
+
+/* Busy work without library calls, for `seconds` (inline engine: nothing progresses). */
+static void compute(double seconds) {
+    volatile uint64_t sink = 0;
+    double until = now_s() + seconds;
+    while (now_s() < until)
+        for (int i = 0; i < 100000; i++) sink += (uint64_t)i * 2654435761u;
+}
+
+static void shuffle(size_t *items, size_t n, rng_t *r) {
+    for (size_t i = n; i > 1; i--) {
+        size_t j = below(r, (uint32_t)i);
+        size_t t = items[i - 1];
+        items[i - 1] = items[j];
+        items[j] = t;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Traffic plans: every message of a round, for every pair of ranks, and how its receiver
+ * matches it. The receive classes are chosen so that every message finds its receive whatever
+ * the timing:
+ *   EXACT     (source, tag)       identity known: the k-th such receive gets the k-th message
+ *   SOURCE    (source, ANY_TAG)   for all of that source's messages of the round
+ *   TAGGROUP  (ANY_SOURCE, tag)   for all messages with that tag (tags no other class uses)
+ *   ANYANY    (ANY_SOURCE, ANY_TAG) for every message to that rank in the round
+ * ------------------------------------------------------------------------------------------ */
+
+enum class { EXACT, SOURCE, TAGGROUP, ANYANY };
+
+typedef struct {
+    msg_t *msgs;
+    uint8_t *cls; /* per message */
+    size_t n, cap;
+} plan_t;
+
+static void plan_init(plan_t *p, size_t cap) {
+    p->msgs = calloc(cap ? cap : 1, sizeof *p->msgs);
+    p->cls = calloc(cap ? cap : 1, 1);
+    if (!p->msgs || !p->cls) {
+        fprintf(stderr, "stress: rank %u: out of memory\n", me);
+        exit(1);
+    }
+    p->n = 0;
+    p->cap = cap;
+}
+
+static void plan_free(plan_t *p) {
+    free(p->msgs);
+    free(p->cls);
+}
+
+/* Adds a message; seq counts the pair's messages in this plan (the send order). */
+static msg_t *plan_add(plan_t *p, uint32_t src, uint32_t dst, unsigned phase, unsigned round,
+                       uint32_t tag, size_t len, int cls) {
+    if (p->n == p->cap) {
+        fprintf(stderr, "stress: internal: plan of %zu is full\n", p->cap);
+        exit(1);
+    }
+    uint32_t seq = 0;
+    for (size_t i = 0; i < p->n; i++) seq += p->msgs[i].src == src && p->msgs[i].dst == dst;
+    msg_t *m = &p->msgs[p->n];
+    *m = (msg_t){src, dst, phase, round, seq, tag, len, 0};
+    p->cls[p->n++] = (uint8_t)cls;
+    return m;
+}
+
+/* The pattern a message's receive uses, by its class. */
+static void pattern_of(const plan_t *p, size_t i, uint32_t *src, uint32_t *tag) {
+    const msg_t *m = &p->msgs[i];
+    switch (p->cls[i]) {
+    case EXACT:
+        *src = m->src;
+        *tag = m->tag;
+        break;
+    case SOURCE:
+        *src = m->src;
+        *tag = ANY_TAG;
+        break;
+    case TAGGROUP:
+        *src = ANY_SRC;
+        *tag = m->tag;
+        break;
+    default: *src = ANY_SRC; *tag = ANY_TAG;
+    }
+}
+
+/* Posts this rank's sends in a random order across destinations (each destination's messages
+ * in seq order, which defines their order for non-overtaking). */
+static void post_sends_of(batch_t *b, plan_t *p, rng_t *r, int expect) {
+    size_t *order = xmalloc(p->n * sizeof *order), n = 0;
+    for (size_t i = 0; i < p->n; i++)
+        if (p->msgs[i].src == me) order[n++] = i;
+    shuffle(order, n, r);
+    /* The k-th slot for destination d sends d's k-th message. */
+    for (size_t k = 0; k < n; k++) {
+        uint32_t dst = p->msgs[order[k]].dst;
+        for (size_t i = 0; i < p->n; i++) {
+            msg_t *m = &p->msgs[i];
+            if (m->src != me || m->dst != dst || m->taken) continue;
+            m->taken = 1; /* sender side: posted (reset below for self-messages: none) */
+            post_send(b, m, expect);
+            break;
+        }
+    }
+    for (size_t i = 0; i < p->n; i++)
+        if (p->msgs[i].src == me) p->msgs[i].taken = 0;
+    free(order);
+}
+
+/* Posts this rank's receives for the plan, in a random order across patterns (receives of one
+ * pattern in the order of the messages they get). Receives identified by their header get a
+ * buffer for the longest message they may get. */
+static void post_receives_of(batch_t *b, plan_t *p, rng_t *r) {
+    size_t *order = xmalloc(p->n * sizeof *order), n = 0;
+    for (size_t i = 0; i < p->n; i++)
+        if (p->msgs[i].dst == me) order[n++] = i;
+    shuffle(order, n, r);
+    uint8_t *used = calloc(p->n ? p->n : 1, 1);
+    for (size_t k = 0; k < n; k++) {
+        uint32_t src, tag;
+        pattern_of(p, order[k], &src, &tag);
+        size_t extra = below(r, 3) == 0 ? 0 : below(r, 100);
+        if (src != ANY_SRC) {
+            /* The first message of this pattern not yet given to a receive. */
+            for (size_t i = 0; i < p->n; i++) {
+                uint32_t s2, t2;
+                if (p->msgs[i].dst != me || used[i]) continue;
+                pattern_of(p, i, &s2, &t2);
+                if (s2 != src || t2 != tag) continue;
+                used[i] = 1;
+                post_recv(b, src, tag, (size_t)p->msgs[i].len + extra, &p->msgs[i], NULL, 0,
+                          EXPECT_SUCCESS);
+                break;
+            }
+            continue;
+        }
+        size_t longest = 0;
+        for (size_t i = 0; i < p->n; i++) {
+            uint32_t s2, t2;
+            pattern_of(p, i, &s2, &t2);
+            if (p->msgs[i].dst == me && s2 == src && t2 == tag && p->msgs[i].len > longest)
+                longest = (size_t)p->msgs[i].len;
+        }
+        post_recv(b, src, tag, longest + extra, NULL, p->msgs, p->n, EXPECT_SUCCESS);
+    }
+    free(used);
+    free(order);
+}
+
+static void check_all_received(const plan_t *p) {
+    char e[160];
+    for (size_t i = 0; i < p->n; i++)
+        if (p->msgs[i].dst == me && !p->msgs[i].taken)
+            fail("%s was never received", describe_msg(&p->msgs[i], e));
+}
+
+/* One round of a traffic plan: receives posted first (then a barrier, then the sends: every
+ * message arrives at a posted receive) or sends first (messages arrive unexpected). */
+static void run_traffic(plan_t *p, unsigned phase, unsigned round, int prepost) {
+    rng_t r = local_rng(phase, round);
+    batch_t b;
+    batch_init(&b, p->n);
+    if (prepost) {
+        post_receives_of(&b, p, &r);
+        barrier("barrier after posting the receives of the round");
+        post_sends_of(&b, p, &r, EXPECT_SUCCESS);
+    } else {
+        post_sends_of(&b, p, &r, EXPECT_SUCCESS);
+        if (below(&r, 2)) compute(below(&r, 1000) * 1e-6);
+        post_receives_of(&b, p, &r);
+    }
+    complete_all(&b, &r);
+    check_order(&b);
+    check_all_received(p);
+    batch_free(&b);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Phases
+ * ------------------------------------------------------------------------------------------ */
+
+enum {
+    PH_SIZES,
+    PH_MIXED,
+    PH_WILDCARD,
+    PH_BARRIER,
+    PH_CREDITS,
+    PH_CREDITBARRIER,
+    PH_PROBE,
+    PH_PROBEANY,
+    PH_CANCEL_RECV,
+    PH_CANCEL_SEND,
+    PH_CANCEL_RNDV,
+    PH_TRUNCATE,
+    PH_WAITANY,
+    PH_COMPUTE,
+    PH_COUNT,
+    PH_CONTROL = 15 /* tags of the test's own bookkeeping (phase numbers 0..15 fit the tags) */
+};
+
+/* Messages per ordered pair and round: fewer with more ranks, to keep a round short. */
+static uint32_t pair_max(void) {
+    return np <= 4 ? 5 : 3;
+}
+
+/* sizes: every boundary size between every pair of ranks, exact receives. */
+static void phase_sizes(unsigned round) {
+    rng_t r = plan_rng(PH_SIZES, round);
+    plan_t p;
+    plan_init(&p, (size_t)np * np * nsizes);
+    for (uint32_t s = 0; s < np; s++)
+        for (uint32_t d = 0; d < np; d++)
+            for (unsigned k = 0; d != s && k < nsizes; k++)
+                plan_add(&p, s, d, PH_SIZES, round, tag_of(PH_SIZES, round, k % 3), sizes[k],
+                         EXACT);
+    run_traffic(&p, PH_SIZES, round, (int)below(&r, 2));
+    plan_free(&p);
+}
+
+/* Plans a round of random traffic. wildcards: ANY_TAG classes even with the receives posted
+ * before a barrier (the wildcard phase); otherwise ANY_TAG receives are only used when no
+ * barrier runs while they are pending, so that phase does not depend on the barrier's
+ * traffic being invisible (the barrier and wildcard phases test that). */
+static int plan_traffic(plan_t *p, unsigned phase, unsigned round, int wildcards) {
+    rng_t r = plan_rng(phase, round);
+    int prepost = wildcards ? 1 : (int)below(&r, 2);
+    int anytag = wildcards || !prepost;
+    plan_init(p, (size_t)np * np * pair_max());
+    for (uint32_t d = 0; d < np; d++) {
+        int anyany = wildcards && below(&r, 3) == 0;
+        for (uint32_t s = 0; s < np; s++) {
+            if (s == d) continue;
+            int cls = anyany ? ANYANY : (int)below(&r, anytag ? 3 : 2);
+            if (!anyany && !anytag && cls == 1) cls = TAGGROUP;
+            uint32_t n = below(&r, pair_max() + 1);
+            for (uint32_t k = 0; k < n; k++) {
+                /* TAGGROUP tags are never used by the other classes (see above). */
+                uint32_t tag = cls == TAGGROUP ? tag_of(phase, round, 8 + below(&r, 2))
+                                               : tag_of(phase, round, below(&r, 3));
+                size_t len = pick_size(&r, cls == TAGGROUP || cls == ANYANY ? HEADER : 0);
+                plan_add(p, s, d, phase, round, tag, len, cls);
+            }
+        }
+    }
+    return prepost;
+}
+
+/* mixed: random traffic, all receive classes, pre-posted or unexpected, every completion
+ * style. */
+static void phase_mixed(unsigned round) {
+    plan_t p;
+    int prepost = plan_traffic(&p, PH_MIXED, round, 0);
+    run_traffic(&p, PH_MIXED, round, prepost);
+    plan_free(&p);
+}
+
+/* wildcard: ANY_SOURCE and ANY_TAG receives posted before the messages arrive: post, barrier,
+ * send. The barrier runs while the wildcard receives are pending. */
+static void phase_wildcard(unsigned round) {
+    plan_t p;
+    plan_traffic(&p, PH_WILDCARD, round, 1);
+    run_traffic(&p, PH_WILDCARD, round, 1);
+    plan_free(&p);
+}
+
+/* Between barriers: nothing "late" was sent yet, so no pending wildcard receive may complete,
+ * and iprobe may only see "early" messages (the first of their sender's). */
+static void check_quiet(batch_t *b, plan_t *p) {
+    char d[200], e[160];
+    for (size_t i = 0; i < b->n; i++) {
+        op_t *op = &b->ops[i];
+        if (op->kind != RECV || !b->reqs[i]) continue;
+        int flag = 0;
+        nicmsg_status st;
+        step("nicmsg_test of a pending wildcard receive between barriers", -1);
+        int rc = nicmsg_test(&b->reqs[i], &flag, &st);
+        if (flag) {
+            fail("%s completed between barriers, before any message for it was sent: %s, "
+                 "rank %u, tag %#x, %llu bytes (library-internal traffic?)",
+                 describe_op(op, d), nicmsg_error_string(rc), st.source, st.tag,
+                 (unsigned long long)st.len);
+            op->done = 1; /* do not check it again */
+        }
+    }
+    int flag = 0;
+    nicmsg_status st;
+    step("nicmsg_iprobe(ANY_SOURCE, ANY_TAG) between barriers", -1);
+    MUST(nicmsg_iprobe(comm, ANY_SRC, ANY_TAG, &flag, &st));
+    if (!flag) return;
+    count.probes++;
+    if (st.tag > NICMSG_TAG_UB) {
+        fail("iprobe(ANY_SOURCE, ANY_TAG) between barriers saw tag %#x (%llu bytes from "
+             "rank %u): library-internal traffic",
+             st.tag, (unsigned long long)st.len, st.source);
+        return;
+    }
+    for (size_t i = 0; i < p->n; i++) {
+        msg_t *m = &p->msgs[i];
+        if (m->src != st.source || m->dst != me || p->cls[i] != EXACT || m->seq != 0) continue;
+        if (m->tag != st.tag || m->len != st.len)
+            fail("iprobe(ANY_SOURCE, ANY_TAG) between barriers: rank %u, tag %#x, %llu bytes; "
+                 "expected the sender's first message, %s",
+                 st.source, st.tag, (unsigned long long)st.len, describe_msg(m, e));
+        return;
+    }
+    fail("iprobe(ANY_SOURCE, ANY_TAG) between barriers saw a message from rank %u (tag %#x, "
+         "%llu bytes) although that rank sent nothing yet",
+         st.source, st.tag, (unsigned long long)st.len);
+}
+
+/* barrier: barriers while sends and wildcard receives are pending on the same ranks. Per pair,
+ * "early" messages are sent before the barriers and received (exactly) after them, so their
+ * sends are pending; "late" messages are received by wildcard receives posted before the
+ * barriers and sent after them. Pending wildcard receives must not complete with the
+ * barrier's traffic, and iprobe must not see it. */
+static void phase_barrier(unsigned round) {
+    rng_t r = plan_rng(PH_BARRIER, round), mine = local_rng(PH_BARRIER, round);
+    plan_t p;
+    plan_init(&p, (size_t)np * np * 4);
+    for (uint32_t d = 0; d < np; d++) {
+        int anyany = below(&r, 3) == 0; /* every message to d is late, received by ANY/ANY */
+        for (uint32_t s = 0; s < np; s++) {
+            if (s == d) continue;
+            uint32_t kind = anyany ? 1 : below(&r, 3); /* 0 early, 1 late, 2 none */
+            /* Early messages stay below the eager credits: the credits phase tests more. */
+            uint32_t n = kind == 2 ? 0 : 1 + below(&r, kind == 0 ? 4 : 3);
+            int cls = anyany ? ANYANY : kind == 0 ? EXACT : below(&r, 2) ? SOURCE : TAGGROUP;
+            for (uint32_t k = 0; k < n; k++) {
+                uint32_t tag = tag_of(PH_BARRIER, round,
+                                      cls == EXACT    ? below(&r, 3)
+                                      : cls == SOURCE ? 16 + below(&r, 2)
+                                                      : 24 + below(&r, 2));
+                size_t len = pick_size(&r, cls == EXACT ? 0 : HEADER);
+                plan_add(&p, s, d, PH_BARRIER, round, tag, len, cls);
+            }
+        }
+    }
+    /* The plan split: early messages (EXACT) and late ones (the wildcard classes). */
+    plan_t early, late;
+    plan_init(&early, p.n);
+    plan_init(&late, p.n);
+    for (size_t i = 0; i < p.n; i++) {
+        plan_t *part = p.cls[i] == EXACT ? &early : &late;
+        part->msgs[part->n] = p.msgs[i];
+        part->cls[part->n++] = p.cls[i];
+    }
+    batch_t b;
+    batch_init(&b, p.n);
+    /* Pending across the barriers: (source, ANY_TAG), (ANY_SOURCE, tag), (ANY_SOURCE, ANY_TAG). */
+    post_receives_of(&b, &late, &mine);
+    post_sends_of(&b, &early, &mine, EXPECT_SUCCESS);
+    unsigned barriers = 2 + below(&r, 3);
+    where_batch = &b;
+    for (unsigned k = 0; k < barriers; k++) {
+        check_quiet(&b, &early);
+        barrier("barrier with sends and wildcard receives pending");
+    }
+    check_quiet(&b, &early);
+    post_sends_of(&b, &late, &mine, EXPECT_SUCCESS);
+    post_receives_of(&b, &early, &mine);
+    complete_all(&b, &mine);
+    check_order(&b);
+    check_all_received(&early);
+    check_all_received(&late);
+    batch_free(&b);
+    plan_free(&early);
+    plan_free(&late);
+    plan_free(&p);
+}
+
+/* The peers of a ring shift that changes every round: this rank sends to `to`, receives from
+ * `from`. */
+static void ring_peers(unsigned round, uint32_t *to, uint32_t *from) {
+    uint32_t shift = 1 + round % (np - 1);
+    *to = (me + shift) % np;
+    *from = (me + np - shift) % np;
+}
+
+/* Eager messages (small and up to the eager limit) from every rank to its ring successor. */
+static void plan_eager_burst(plan_t *p, unsigned phase, unsigned round, uint32_t tag,
+                             uint32_t count_min, uint32_t count_spread) {
+    rng_t r = plan_rng(phase, round);
+    plan_init(p, (size_t)np * (count_min + count_spread + 2));
+    uint32_t shift = 1 + round % (np - 1);
+    for (uint32_t s = 0; s < np; s++) {
+        uint32_t n = count_min + below(&r, count_spread + 1);
+        for (uint32_t k = 0; k < n; k++) {
+            size_t len = below(&r, 2) ? pick_between(&r, 0, SMALL_SEND)
+                                      : pick_between(&r, SMALL_SEND + 1, EAGER_LIMIT);
+            plan_add(p, s, (s + shift) % np, phase, round, tag, len, EXACT);
+        }
+    }
+}
+
+/* Posts receives for every message `from` sent this rank with `tag`, in order. */
+static void post_exact_receives(batch_t *b, plan_t *p, uint32_t from, uint32_t tag, rng_t *r,
+                                int any_tag) {
+    for (size_t i = 0; i < p->n; i++) {
+        msg_t *m = &p->msgs[i];
+        if (m->src != from || m->dst != me || m->tag != tag || m->taken) continue;
+        post_recv(b, from, any_tag ? ANY_TAG : tag, (size_t)m->len + below(r, 2), m, NULL, 0,
+                  EXPECT_SUCCESS);
+    }
+}
+
+/* credits: 12-24 eager messages wait unmatched at a receiver (more than its 8 credits for the
+ * sender), followed by one with another tag; the receiver first receives that later one
+ * (MPI-valid: it must not deadlock), then the rest in order. */
+static void phase_credits(unsigned round) {
+    rng_t mine = local_rng(PH_CREDITS, round);
+    uint32_t a = tag_of(PH_CREDITS, round, 1), later = tag_of(PH_CREDITS, round, 2);
+    uint32_t to, from;
+    ring_peers(round, &to, &from);
+    plan_t p;
+    plan_eager_burst(&p, PH_CREDITS, round, a, EAGER_CREDITS + 4, 12);
+    /* Each sender's last message: the later one, any size. */
+    rng_t r = plan_rng(PH_CREDITS, round + 100000);
+    msg_t *lasts[1] = {NULL};
+    for (uint32_t s = 0; s < np; s++) {
+        uint32_t d = (s + 1 + round % (np - 1)) % np;
+        msg_t *m = plan_add(&p, s, d, PH_CREDITS, round, later, pick_size(&r, 0), EXACT);
+        if (d == me) lasts[0] = m;
+    }
+    batch_t sends, recvs;
+    batch_init(&sends, p.n);
+    batch_init(&recvs, p.n);
+    post_sends_of(&sends, &p, &mine, EXPECT_SUCCESS);
+    /* Wait until the burst is here (a blocking probe also tests probe), then take the later
+     * message first. */
+    nicmsg_status st;
+    step("nicmsg_probe for the first of the unmatched burst", from);
+    MUST(nicmsg_probe(comm, from, a, &st));
+    count.probes++;
+    msg_t *first = NULL;
+    for (size_t i = 0; i < p.n && !first; i++)
+        if (p.msgs[i].src == from && p.msgs[i].dst == me && p.msgs[i].seq == 0) first = &p.msgs[i];
+    if (st.source != from || st.tag != a || st.len != first->len)
+        fail("probe(%u, %#x) reported rank %u, tag %#x, %llu bytes; expected %llu bytes", from, a,
+             st.source, st.tag, (unsigned long long)st.len, (unsigned long long)first->len);
+    size_t i = post_recv(&recvs, below(&mine, 2) ? from : ANY_SRC, later, (size_t)lasts[0]->len,
+                         lasts[0], NULL, 0, EXPECT_SUCCESS);
+    waiting_on(&recvs, "receive of a later tag while more messages than credits wait unmatched",
+               from);
+    nicmsg_status lst;
+    int rc = nicmsg_wait(&recvs.reqs[i], &lst);
+    finish(&recvs, i, rc, &lst);
+    post_exact_receives(&recvs, &p, from, a, &mine, (int)below(&mine, 2));
+    complete_all(&recvs, &mine);
+    check_order(&recvs);
+    complete_all(&sends, &mine);
+    check_all_received(&p);
+    batch_free(&recvs);
+    batch_free(&sends);
+    plan_free(&p);
+}
+
+/* creditbarrier: more unmatched eager messages than credits to one peer, then barriers; the
+ * receives are posted only after them (MPI-valid: the barrier must complete). */
+static void phase_creditbarrier(unsigned round) {
+    rng_t mine = local_rng(PH_CREDITBARRIER, round);
+    uint32_t a = tag_of(PH_CREDITBARRIER, round, 1);
+    uint32_t to, from;
+    ring_peers(round, &to, &from);
+    (void)to;
+    plan_t p;
+    plan_eager_burst(&p, PH_CREDITBARRIER, round, a, EAGER_CREDITS + 4, 12);
+    batch_t b;
+    batch_init(&b, p.n);
+    post_sends_of(&b, &p, &mine, EXPECT_SUCCESS);
+    where_batch = &b;
+    barrier("barrier with more unmatched eager sends than credits pending");
+    barrier("second barrier with more unmatched eager sends than credits pending");
+    post_exact_receives(&b, &p, from, a, &mine, 0);
+    complete_all(&b, &mine);
+    check_order(&b);
+    check_all_received(&p);
+    batch_free(&b);
+    plan_free(&p);
+}
+
+/* probe / probeany: for every message, probe (blocking or an iprobe loop) with a pattern that
+ * accepts it, then receive exactly the probed message by its source and tag into a buffer of
+ * its length. probe uses (source, tag) and (ANY_SOURCE, tag): the tags change every round, so
+ * no barrier is needed between rounds. probeany uses (source, ANY_TAG) and (ANY_SOURCE,
+ * ANY_TAG), which would also see the next round's messages, so its rounds end with a barrier,
+ * which peers may enter while this rank still probes: the probe must not see its traffic. */
+static void run_probe(unsigned phase, unsigned round, int any_tag) {
+    rng_t r = plan_rng(phase, round), mine = local_rng(phase, round);
+    plan_t p;
+    plan_init(&p, (size_t)np * np * 3);
+    for (uint32_t s = 0; s < np; s++)
+        for (uint32_t d = 0; d < np; d++) {
+            uint32_t n = s == d ? 0 : below(&r, 4);
+            for (uint32_t k = 0; k < n; k++)
+                plan_add(&p, s, d, phase, round, tag_of(phase, round, below(&r, 3)),
+                         pick_size(&r, 0), EXACT);
+        }
+    batch_t sends;
+    batch_init(&sends, p.n);
+    post_sends_of(&sends, &p, &mine, EXPECT_SUCCESS);
+    for (;;) {
+        /* A message still to come, and a pattern that accepts it. */
+        size_t left = 0, pick;
+        for (size_t i = 0; i < p.n; i++) left += p.msgs[i].dst == me && !p.msgs[i].taken;
+        if (!left) break;
+        pick = below(&mine, (uint32_t)left);
+        msg_t *target = NULL;
+        for (size_t i = 0; i < p.n && !target; i++)
+            if (p.msgs[i].dst == me && !p.msgs[i].taken && pick-- == 0) target = &p.msgs[i];
+        uint32_t src = below(&mine, 2) ? ANY_SRC : target->src;
+        uint32_t tag = any_tag ? ANY_TAG : target->tag;
+        nicmsg_status st;
+        memset(&st, 0xCC, sizeof st);
+        char a[24], t[24], e[160];
+        if (below(&mine, 2)) {
+            step("nicmsg_probe", src == ANY_SRC ? -1 : (long)src);
+            MUST(nicmsg_probe(comm, src, tag, &st));
+        } else {
+            step("nicmsg_iprobe loop", src == ANY_SRC ? -1 : (long)src);
+            for (int flag = 0; !flag;) {
+                MUST(nicmsg_iprobe(comm, src, tag, &flag, &st));
+                if (!flag) sched_yield();
+            }
+        }
+        count.probes++;
+        if (st.tag > NICMSG_TAG_UB || st.source >= np) {
+            fail("probe(%s, %s) reported rank %u, tag %#x, %llu bytes: library-internal traffic",
+                 rank_text(src, a), tag_text(tag, t), st.source, st.tag,
+                 (unsigned long long)st.len);
+            break;
+        }
+        /* The probed message: the first of its sender's not yet received that the pattern
+         * accepts (non-overtaking applies to probes too). */
+        msg_t *m = NULL;
+        for (size_t i = 0; i < p.n && !m; i++)
+            if (p.msgs[i].src == st.source && p.msgs[i].dst == me && !p.msgs[i].taken &&
+                matches(src, tag, &p.msgs[i]))
+                m = &p.msgs[i];
+        if (!m || m->tag != st.tag || m->len != st.len) {
+            fail("probe(%s, %s) reported rank %u, tag %#x, %llu bytes; expected %s",
+                 rank_text(src, a), tag_text(tag, t), st.source, st.tag, (unsigned long long)st.len,
+                 m ? describe_msg(m, e) : "no message from that rank");
+            break;
+        }
+        batch_t one;
+        batch_init(&one, 1);
+        post_recv(&one, st.source, st.tag, (size_t)st.len + below(&mine, 2), m, NULL, 0,
+                  EXPECT_SUCCESS);
+        complete_all(&one, &mine);
+        batch_free(&one);
+    }
+    complete_all(&sends, &mine);
+    check_all_received(&p);
+    if (any_tag) barrier("barrier at the end of the round");
+    batch_free(&sends);
+    plan_free(&p);
+}
+
+static void phase_probe(unsigned round) {
+    run_probe(PH_PROBE, round, 0);
+}
+
+static void phase_probeany(unsigned round) {
+    run_probe(PH_PROBEANY, round, 1);
+}
+
+/* cancel_recv: receives nobody sends to are cancelled (NICMSG_ERR_CANCELLED, buffer untouched,
+ * status.source the named peer); a receive cancelled right after posting, racing its message,
+ * either gets it or is cancelled and the message goes to the next receive; waitall returns
+ * the first error. */
+static void phase_cancel_recv(unsigned round) {
+    rng_t r = plan_rng(PH_CANCEL_RECV, round), mine = local_rng(PH_CANCEL_RECV, round);
+    uint32_t to, from;
+    ring_peers(round, &to, &from);
+    plan_t p;
+    plan_init(&p, (size_t)np * 2);
+    msg_t *race = NULL, *plain = NULL;
+    for (uint32_t s = 0; s < np; s++) {
+        uint32_t d = (s + 1 + round % (np - 1)) % np;
+        msg_t *m1 = plan_add(&p, s, d, PH_CANCEL_RECV, round, tag_of(PH_CANCEL_RECV, round, 1),
+                             pick_size(&r, 0), EXACT);
+        msg_t *m2 = plan_add(&p, s, d, PH_CANCEL_RECV, round, tag_of(PH_CANCEL_RECV, round, 2),
+                             pick_size(&r, 0), EXACT);
+        if (d == me) race = m1, plain = m2;
+    }
+    batch_t sends, b;
+    batch_init(&sends, 2);
+    batch_init(&b, 4);
+    post_sends_of(&sends, &p, &mine, EXPECT_SUCCESS);
+    size_t unsent = post_recv(&b, from, tag_of(PH_CANCEL_RECV, round, 10), 300, NULL, NULL, 0,
+                              EXPECT_CANCELLED);
+    size_t anysrc = post_recv(&b, ANY_SRC, tag_of(PH_CANCEL_RECV, round, 11), 300, NULL, NULL, 0,
+                              EXPECT_CANCELLED);
+    post_recv(&b, from, plain->tag, (size_t)plain->len, plain, NULL, 0, EXPECT_SUCCESS);
+    size_t raced = post_recv(&b, from, race->tag, (size_t)race->len, race, NULL, 0,
+                             EXPECT_CANCELLED_OR_SUCCESS);
+    if (below(&mine, 2)) compute(below(&mine, 500) * 1e-6);
+    cancel_op(&b, raced);
+    if (below(&mine, 2)) {
+        cancel_op(&b, unsent);
+        cancel_op(&b, anysrc);
+    } else {
+        cancel_op(&b, anysrc);
+        cancel_op(&b, unsent);
+    }
+    complete_waitall(&b);
+    if (b.ops[raced].rc == NICMSG_ERR_CANCELLED) {
+        /* The message is still there for the next receive. */
+        batch_t again;
+        batch_init(&again, 1);
+        post_recv(&again, from, race->tag, (size_t)race->len, race, NULL, 0, EXPECT_SUCCESS);
+        complete_all(&again, &mine);
+        batch_free(&again);
+    }
+    complete_all(&sends, &mine);
+    check_all_received(&p);
+    batch_free(&b);
+    batch_free(&sends);
+    plan_free(&p);
+}
+
+/* Cancelled sends this rank must never receive; checked at the end of the phase. */
+static msg_t *never;
+static size_t never_n, never_cap;
+
+/* cancel_send / cancel_rndv: sends to a rank that has not posted their receives are cancelled.
+ * Each either is cancelled (NICMSG_ERR_CANCELLED, status names the destination) or was
+ * delivered anyway (success); a report message then tells the receiver which were delivered,
+ * and it receives exactly those. In half of the rounds a credit's worth of eager "filler"
+ * messages goes first, so the candidates wait in the sender's queue, where a cancel can take
+ * them back; the receiver drains the fillers without waiting for anything else. */
+static void run_cancel_send(unsigned phase, unsigned round, size_t lo, size_t hi, size_t lo2,
+                            size_t hi2) {
+    rng_t r = plan_rng(phase, round), mine = local_rng(phase, round);
+    uint32_t to, from;
+    ring_peers(round, &to, &from);
+    int fillers = (int)below(&r, 2);
+    plan_t p;
+    plan_init(&p, (size_t)np * (EAGER_CREDITS + 4));
+    for (uint32_t s = 0; s < np; s++) {
+        uint32_t d = (s + 1 + round % (np - 1)) % np, n = 2 + below(&r, 3);
+        for (uint32_t k = 0; fillers && k < EAGER_CREDITS; k++)
+            plan_add(&p, s, d, phase, round, tag_of(phase, round, 16 + k),
+                     pick_between(&r, SMALL_SEND + 1, EAGER_LIMIT), EXACT);
+        for (uint32_t k = 0; k < n; k++)
+            plan_add(&p, s, d, phase, round, tag_of(phase, round, 32 + k),
+                     k % 2 ? pick_between(&r, lo, hi) : pick_between(&r, lo2, hi2), EXACT);
+    }
+    /* Sender: fillers, candidates; maybe let them start; cancel each candidate; complete. */
+    batch_t filled, sends;
+    batch_init(&filled, EAGER_CREDITS);
+    batch_init(&sends, 4);
+    for (size_t i = 0; i < p.n; i++) {
+        msg_t *m = &p.msgs[i];
+        if (m->src != me) continue;
+        if (tag_k(m->tag) < 32)
+            post_send(&filled, m, EXPECT_SUCCESS);
+        else
+            post_send(&sends, m, EXPECT_CANCELLED_OR_SUCCESS);
+    }
+    if (below(&mine, 2)) compute(below(&mine, 2000) * 1e-6);
+    size_t order[4], n = sends.n;
+    for (size_t i = 0; i < n; i++) order[i] = i;
+    shuffle(order, n, &mine);
+    for (size_t i = 0; i < n; i++) cancel_op(&sends, order[i]);
+    complete_all(&sends, &mine);
+    /* The report: per candidate, its tag, whether it was delivered, its length and seq. */
+    unsigned char report[4 * 16];
+    for (size_t i = 0; i < n; i++) {
+        put32(report + 16 * i, sends.ops[i].tag);
+        put32(report + 16 * i + 4, sends.ops[i].rc == NICMSG_SUCCESS);
+        put32(report + 16 * i + 8, (uint32_t)sends.ops[i].cap);
+        put32(report + 16 * i + 12, sends.ops[i].msg->seq);
+    }
+    uint32_t report_tag = tag_of(phase, round, 63);
+    nicmsg_request *report_req;
+    step("sending the cancel report", to);
+    MUST(nicmsg_isend(comm, report, 16 * n, to, report_tag, &report_req));
+    /* Receiver: the fillers, the report, then exactly the delivered candidates. */
+    batch_t recvs;
+    batch_init(&recvs, EAGER_CREDITS + 4);
+    for (size_t i = 0; i < p.n; i++) {
+        msg_t *m = &p.msgs[i];
+        if (m->dst == me && tag_k(m->tag) < 32)
+            post_recv(&recvs, from, m->tag, (size_t)m->len, m, NULL, 0, EXPECT_SUCCESS);
+    }
+    complete_all(&recvs, &mine);
+    unsigned char got[4 * 16];
+    nicmsg_status st;
+    step("receiving the cancel report", from);
+    MUST(nicmsg_recv(comm, got, sizeof got, from, report_tag, &st));
+    step("completing the cancel report's send", to);
+    MUST(nicmsg_wait(&report_req, NULL));
+    size_t entries = (size_t)st.len / 16;
+    for (size_t i = 0; i < entries; i++) {
+        uint32_t tag = get32(got + 16 * i), delivered = get32(got + 16 * i + 4);
+        uint32_t len = get32(got + 16 * i + 8), seq = get32(got + 16 * i + 12);
+        msg_t *m = NULL;
+        for (size_t j = 0; j < p.n && !m; j++)
+            if (p.msgs[j].src == from && p.msgs[j].dst == me && p.msgs[j].seq == seq)
+                m = &p.msgs[j];
+        if (!m || m->tag != tag || m->len != len || delivered > 1) {
+            fail("the cancel report from rank %u does not match the plan (entry %zu: tag %#x, "
+                 "len %u, seq %u, delivered %u)",
+                 from, i, tag, len, seq, delivered);
+            continue;
+        }
+        if (delivered) {
+            post_recv(&recvs, from, tag, len + below(&mine, 2), m, NULL, 0, EXPECT_SUCCESS);
+        } else {
+            if (never_n == never_cap) {
+                never_cap = never_cap ? 2 * never_cap : 64;
+                never = realloc(never, never_cap * sizeof *never);
+                if (!never) exit(1);
+            }
+            never[never_n++] = *m;
+        }
+    }
+    complete_all(&recvs, &mine);
+    complete_all(&filled, &mine);
+    batch_free(&recvs);
+    batch_free(&filled);
+    batch_free(&sends);
+    plan_free(&p);
+}
+
+/* After the phase's last barrier: no cancelled send may have arrived. */
+static void check_never_arrived(void) {
+    char e[160];
+    for (size_t i = 0; i < never_n; i++) {
+        int flag = 0;
+        nicmsg_status st;
+        step("iprobe for cancelled sends", never[i].src);
+        MUST(nicmsg_iprobe(comm, never[i].src, never[i].tag, &flag, &st));
+        if (flag)
+            fail("%s was cancelled (its send returned NICMSG_ERR_CANCELLED) but arrived anyway "
+                 "(%llu bytes)",
+                 describe_msg(&never[i], e), (unsigned long long)st.len);
+    }
+    never_n = 0;
+}
+
+static void phase_cancel_send(unsigned round) {
+    /* Short sends (complete when started, so the cancel usually comes too late) and eager. */
+    run_cancel_send(PH_CANCEL_SEND, round, 0, SMALL_SEND, SMALL_SEND + 1, EAGER_LIMIT);
+}
+
+static void phase_cancel_rndv(unsigned round) {
+    /* Rendezvous: the receiver holds only the request to send. */
+    run_cancel_send(PH_CANCEL_RNDV, round, EAGER_LIMIT + 1, MiB, EAGER_LIMIT + 1, EAGER_LIMIT + 1);
+}
+
+/* truncate: a receive shorter than the message gets NICMSG_ERR_TRUNCATE with the message's
+ * source, tag and full length, and nothing is written; the message is consumed (the next
+ * receive gets the next one). The send succeeds: as in MPI, truncation is the receiver's
+ * error. Short, eager and rendezvous messages; an exact and an ANY_SOURCE receive. */
+static void phase_truncate(unsigned round) {
+    rng_t r = plan_rng(PH_TRUNCATE, round), mine = local_rng(PH_TRUNCATE, round);
+    uint32_t to, from;
+    ring_peers(round, &to, &from);
+    (void)to;
+    int prepost = (int)below(&r, 2);
+    plan_t p;
+    plan_init(&p, (size_t)np * 8);
+    for (uint32_t s = 0; s < np; s++) {
+        uint32_t d = (s + 1 + round % (np - 1)) % np;
+        for (unsigned k = 0; k < 4; k++) {
+            size_t len = k == 0   ? pick_between(&r, 1, SMALL_SEND)
+                         : k == 1 ? pick_between(&r, SMALL_SEND + 1, EAGER_LIMIT)
+                         : k == 2 ? pick_between(&r, EAGER_LIMIT + 1, opt.max_size)
+                                  : pick_size(&r, 1);
+            uint32_t tag = tag_of(PH_TRUNCATE, round, k);
+            plan_add(&p, s, d, PH_TRUNCATE, round, tag, len, EXACT);              /* truncated */
+            plan_add(&p, s, d, PH_TRUNCATE, round, tag, pick_size(&r, 0), EXACT); /* follows it */
+        }
+    }
+    batch_t b;
+    batch_init(&b, p.n * 2);
+    if (!prepost) post_sends_of(&b, &p, &mine, EXPECT_SUCCESS);
+    for (size_t i = 0; i < p.n; i++) {
+        msg_t *m = &p.msgs[i];
+        if (m->dst != me) continue;
+        if (m->seq % 2 == 0) {
+            size_t len = (size_t)m->len, cap = below(&mine, 3) == 0 ? len - 1
+                                               : below(&mine, 2)    ? len / 2
+                                                                    : 0;
+            uint32_t src = tag_k(m->tag) == 3 ? ANY_SRC : m->src;
+            post_recv(&b, src, m->tag, cap, m, NULL, 0, EXPECT_TRUNCATE);
+        } else {
+            post_recv(&b, m->src, m->tag, (size_t)m->len, m, NULL, 0, EXPECT_SUCCESS);
+        }
+    }
+    if (prepost) {
+        barrier("barrier after posting the short receives");
+        post_sends_of(&b, &p, &mine, EXPECT_SUCCESS);
+    }
+    complete_all(&b, &mine);
+    check_order(&b);
+    check_all_received(&p);
+    batch_free(&b);
+    plan_free(&p);
+}
+
+/* waitany/waitall edge cases (MPI): no active request -> success and index NICMSG_UNDEFINED;
+ * waitall on NULL requests -> success; then a ring exchange completed by waitany over an array
+ * with NULL holes. */
+static void phase_waitany(unsigned round) {
+    rng_t mine = local_rng(PH_WAITANY, round);
+    nicmsg_request *none[3] = {NULL, NULL, NULL};
+    nicmsg_status st[3];
+    size_t index = 12345;
+    step("nicmsg_waitany with count 0", -1);
+    int rc = nicmsg_waitany(0, NULL, &index, &st[0]);
+    if (rc != NICMSG_SUCCESS || index != NICMSG_UNDEFINED)
+        fail("nicmsg_waitany(count 0) returned %s with index %zu; expected success and "
+             "NICMSG_UNDEFINED",
+             nicmsg_error_string(rc), index);
+    index = 12345;
+    rc = nicmsg_waitany(0, none, &index, &st[0]);
+    if (rc != NICMSG_SUCCESS || index != NICMSG_UNDEFINED)
+        fail("nicmsg_waitany(count 0, an array) returned %s with index %zu; expected success and "
+             "NICMSG_UNDEFINED",
+             nicmsg_error_string(rc), index);
+    index = 12345;
+    step("nicmsg_waitany with only NULL requests", -1);
+    rc = nicmsg_waitany(3, none, &index, &st[0]);
+    if (rc != NICMSG_SUCCESS || index != NICMSG_UNDEFINED)
+        fail("nicmsg_waitany on 3 NULL requests returned %s with index %zu; expected success and "
+             "NICMSG_UNDEFINED",
+             nicmsg_error_string(rc), index);
+    step("nicmsg_waitall with only NULL requests", -1);
+    rc = nicmsg_waitall(3, none, st);
+    if (rc != NICMSG_SUCCESS)
+        fail("nicmsg_waitall on 3 NULL requests returned %s", nicmsg_error_string(rc));
+    rc = nicmsg_waitall(0, NULL, NULL);
+    if (rc != NICMSG_SUCCESS) fail("nicmsg_waitall(count 0) returned %s", nicmsg_error_string(rc));
+
+    /* A ring exchange in an array with holes: waitany reports only active requests. */
+    rng_t r = plan_rng(PH_WAITANY, round);
+    uint32_t to, from;
+    ring_peers(round, &to, &from);
+    plan_t p;
+    plan_init(&p, (size_t)np * 3);
+    for (uint32_t s = 0; s < np; s++)
+        for (unsigned k = 0; k < 3; k++)
+            plan_add(&p, s, (s + 1 + round % (np - 1)) % np, PH_WAITANY, round,
+                     tag_of(PH_WAITANY, round, k), pick_size(&r, 0), EXACT);
+    batch_t b;
+    batch_init(&b, 2 * p.n);
+    for (size_t i = 0; i < p.n; i++) {
+        msg_t *m = &p.msgs[i];
+        if (m->src != me && m->dst != me) continue;
+        /* A hole (a NULL request) before some of the active ones. */
+        if (below(&mine, 2)) batch_add(&b);
+        if (m->src == me)
+            post_send(&b, m, EXPECT_SUCCESS);
+        else
+            post_recv(&b, from, m->tag, (size_t)m->len, m, NULL, 0, EXPECT_SUCCESS);
+    }
+    complete_waitany(&b, SIZE_MAX);
+    index = 12345;
+    rc = nicmsg_waitany(b.n, b.reqs, &index, &st[0]);
+    if (rc != NICMSG_SUCCESS || index != NICMSG_UNDEFINED)
+        fail("nicmsg_waitany on %zu completed (NULL) requests returned %s with index %zu; "
+             "expected success and NICMSG_UNDEFINED",
+             b.n, nicmsg_error_string(rc), index);
+    check_all_received(&p);
+    batch_free(&b);
+    plan_free(&p);
+}
+
+/* compute: one rank computes without calling the library while one peer is blocked in a
+ * receive from it and another sends it messages; afterwards everything arrives and nobody
+ * has been declared dead. */
+static void phase_compute(unsigned round) {
+    rng_t r = plan_rng(PH_COMPUTE, round), mine = local_rng(PH_COMPUTE, round);
+    uint32_t worker = (1 + round) % np;
+    uint32_t waiter = (worker + np - 1) % np, sender = (worker + 1) % np;
+    uint32_t tag = tag_of(PH_COMPUTE, round, 1);
+    plan_t p;
+    plan_init(&p, 6);
+    /* Short, eager and rendezvous, each way. */
+    size_t lens[3] = {pick_between(&r, 0, SMALL_SEND),
+                      pick_between(&r, SMALL_SEND + 1, EAGER_LIMIT),
+                      pick_between(&r, EAGER_LIMIT + 1, opt.max_size)};
+    for (unsigned k = 0; k < 3; k++)
+        plan_add(&p, worker, waiter, PH_COMPUTE, round, tag, lens[k], EXACT);
+    for (unsigned k = 0; k < 3; k++)
+        plan_add(&p, sender, worker, PH_COMPUTE, round, tag, lens[k], EXACT);
+    barrier("barrier before the computation");
+    batch_t sends, recvs;
+    batch_init(&sends, 6);
+    batch_init(&recvs, 6);
+    if (me == sender) post_sends_of(&sends, &p, &mine, EXPECT_SUCCESS);
+    if (me == worker) {
+        if (round == 0 || opt.verbose)
+            printf("stress: rank %u computes for %.1f s without calling the library\n", me,
+                   opt.compute_seconds);
+        step("computing (no library calls)", -1);
+        compute(opt.compute_seconds);
+        post_sends_of(&sends, &p, &mine, EXPECT_SUCCESS);
+        post_exact_receives(&recvs, &p, sender, tag, &mine, 0);
+    }
+    if (me == waiter) {
+        /* Blocked in a receive from the computing rank all along. */
+        for (size_t i = 0; i < p.n; i++) {
+            if (p.msgs[i].dst != me) continue;
+            size_t j = post_recv(&recvs, worker, tag, (size_t)p.msgs[i].len, &p.msgs[i], NULL, 0,
+                                 EXPECT_SUCCESS);
+            nicmsg_status st;
+            waiting_on(&recvs, "blocking receive from the computing rank", worker);
+            int rc = nicmsg_wait(&recvs.reqs[j], &st);
+            finish(&recvs, j, rc, &st);
+        }
+    }
+    complete_all(&recvs, &mine);
+    complete_all(&sends, &mine);
+    check_all_received(&p);
+    batch_free(&recvs);
+    batch_free(&sends);
+    plan_free(&p);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Driver
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct {
+    const char *name;
+    void (*round)(unsigned round);
+    unsigned per_40_rounds; /* rounds at --rounds 40 (scaled, at least 1) */
+    const char *what;
+} phase_t;
+
+static const phase_t PHASES[PH_COUNT] = {
+    [PH_SIZES] = {"sizes", phase_sizes, 2, "every boundary size from 0 to --max-size, every pair"},
+    [PH_MIXED] = {"mixed", phase_mixed, 40,
+                  "random traffic: all receive patterns, waitall/waitany/test"},
+    [PH_WILDCARD] = {"wildcard", phase_wildcard, 20,
+                     "ANY_SOURCE/ANY_TAG receives posted before the messages (barrier between)"},
+    [PH_BARRIER] = {"barrier", phase_barrier, 20,
+                    "barriers while sends and wildcard receives are pending"},
+    [PH_CREDITS] = {"credits", phase_credits, 10,
+                    "more unmatched eager messages than credits; a later tag received first"},
+    [PH_CREDITBARRIER] = {"creditbarrier", phase_creditbarrier, 10,
+                          "more unmatched eager messages than credits, then barriers"},
+    [PH_PROBE] = {"probe", phase_probe, 20,
+                  "probe/iprobe with (source or ANY_SOURCE, tag), then receive the probed message"},
+    [PH_PROBEANY] = {"probeany", phase_probeany, 20,
+                     "probe/iprobe with ANY_TAG, then receive the probed message"},
+    [PH_CANCEL_RECV] = {"cancel_recv", phase_cancel_recv, 20,
+                        "cancel of unmatched and racing receives"},
+    [PH_CANCEL_SEND] = {"cancel_send", phase_cancel_send, 20,
+                        "cancel of short and eager sends to a rank without receives"},
+    [PH_CANCEL_RNDV] = {"cancel_rndv", phase_cancel_rndv, 10,
+                        "cancel of rendezvous sends (> 64 KiB) to a rank without receives"},
+    [PH_TRUNCATE] = {"truncate", phase_truncate, 20, "receive buffers shorter than the message"},
+    [PH_WAITANY] = {"waitany", phase_waitany, 10, "waitany/waitall with count 0 and NULL requests"},
+    [PH_COMPUTE] = {"compute", phase_compute, 1,
+                    "a rank computes --compute-seconds without library calls"},
+};
+
+static unsigned rounds_of(unsigned phase) {
+    if (phase == PH_COMPUTE) return 1;
+    unsigned n = (unsigned)((uint64_t)opt.rounds * PHASES[phase].per_40_rounds / 40);
+    return n ? n : 1;
+}
+
+static void run_phase(unsigned phase) {
+    if (phase == PH_CANCEL_RNDV && opt.max_size <= EAGER_LIMIT) {
+        if (me == 0)
+            printf("stress: phase %s skipped: --max-size is not above 64 KiB\n",
+                   PHASES[phase].name);
+        return;
+    }
+    where_phase = PHASES[phase].name;
+    where_round = 0;
+    unsigned rounds = rounds_of(phase);
+    arm_watchdog(opt.timeout + (phase == PH_COMPUTE ? (unsigned)opt.compute_seconds : 0));
+    double start = now_s();
+    for (unsigned round = 0; round < rounds; round++) {
+        where_round = round;
+        PHASES[phase].round(round);
+        count.rounds++;
+        if (me == 0 && opt.progress && (round + 1) % opt.progress == 0 && round + 1 < rounds)
+            printf("stress: phase %s round %u/%u (%.1f s)\n", where_phase, round + 1, rounds,
+                   now_s() - start);
+    }
+    barrier("barrier at the end of the phase");
+    if (phase == PH_CANCEL_SEND || phase == PH_CANCEL_RNDV) {
+        check_never_arrived();
+        barrier("barrier after checking that no cancelled send arrived");
+    }
+    if (me == 0)
+        printf("stress: phase %s passed: %u rounds in %.2f s\n", where_phase, rounds,
+               now_s() - start);
+}
+
+/* Rank 0 adds up every rank's counters (exact receives on the test's own tag). */
+static void print_summary(uint32_t phases_run, double seconds) {
+    uint64_t mine[9] = {count.messages,
+                        count.bytes,
+                        count.rounds,
+                        count.send_cancelled,
+                        count.send_cancel_delivered,
+                        count.recv_cancelled,
+                        count.recv_cancel_delivered,
+                        count.truncated,
+                        count.probes};
+    uint32_t tag = tag_of(PH_CONTROL, 0, 0);
+    where_phase = "summary";
+    step("gathering the counters", 0);
+    if (me != 0) {
+        MUST(nicmsg_send(comm, mine, sizeof mine, 0, tag));
+        return;
+    }
+    uint64_t total[9];
+    memcpy(total, mine, sizeof total);
+    for (uint32_t src = 1; src < np; src++) {
+        uint64_t theirs[9];
+        nicmsg_status st;
+        MUST(nicmsg_recv(comm, theirs, sizeof theirs, src, tag, &st));
+        for (int i = 0; i < 9; i++) total[i] += theirs[i];
+    }
+    printf("stress: %s: %u phases on %u ranks, seed %llu, %llu rounds (rank-rounds %llu), "
+           "%llu messages, %llu bytes verified, %llu probes, sends cancelled %llu (delivered "
+           "anyway %llu), receives cancelled %llu (received anyway %llu), truncations %llu, "
+           "%.1f s\n",
+           failures ? "FAILED" : "passed", phases_run, np, (unsigned long long)opt.seed,
+           (unsigned long long)(total[2] / np), (unsigned long long)total[2],
+           (unsigned long long)total[0], (unsigned long long)total[1], (unsigned long long)total[8],
+           (unsigned long long)total[3], (unsigned long long)total[4], (unsigned long long)total[5],
+           (unsigned long long)total[6], (unsigned long long)total[7], seconds);
+}
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: nicmsg run -n N -- stress [options]\n"
+            "  --seed S             plan seed (default 1); every rank must get the same\n"
+            "  --rounds R           scale: rounds of the main phase (default 40; others scaled)\n"
+            "  --max-size BYTES     largest message (default 4M; K/M suffixes)\n"
+            "  --phases a,b,...     run only these phases (default: all, in the order below)\n"
+            "  --skip a,b,...       leave these phases out\n"
+            "  --timeout SECONDS    watchdog per phase (default 300): a hang is a failure\n"
+            "  --compute-seconds S  the compute phase's computation (default 60)\n"
+            "  --progress N         progress line every N rounds (rank 0; default 10, 0 off)\n"
+            "  --keep-going         report every failed check, not just the first (exit 1)\n"
+            "  --verbose            print every completion\n"
+            "phases:\n");
+    for (unsigned i = 0; i < PH_COUNT; i++)
+        fprintf(out, "  %-14s %s\n", PHASES[i].name, PHASES[i].what);
+}
+
+static uint32_t parse_phases(const char *list) {
+    uint32_t mask = 0;
+    char *copy = strdup(list), *save = NULL;
+    for (char *name = strtok_r(copy, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+        unsigned i = 0;
+        while (i < PH_COUNT && strcmp(PHASES[i].name, name) != 0) i++;
+        if (i == PH_COUNT) {
+            fprintf(stderr, "stress: unknown phase '%s'\n", name);
+            usage(stderr);
+            exit(2);
+        }
+        mask |= 1u << i;
+    }
+    free(copy);
+    return mask;
+}
+
+static size_t parse_size(const char *text) {
+    char *end;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (*end == 'K' || *end == 'k')
+        v *= KiB, end++;
+    else if (*end == 'M' || *end == 'm')
+        v *= MiB, end++;
+    if (*end || v == 0) {
+        fprintf(stderr, "stress: bad size '%s'\n", text);
+        exit(2);
+    }
+    return (size_t)v;
+}
+
+static void parse_args(int argc, char **argv) {
+    uint32_t skip = 0, only = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int takes_value = 1;
+        if (!strcmp(a, "--verbose"))
+            opt.verbose = 1, takes_value = 0;
+        else if (!strcmp(a, "--keep-going"))
+            opt.keep_going = 1, takes_value = 0;
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h"))
+            usage(stdout), exit(0);
+        else if (!v) {
+            fprintf(stderr, "stress: %s needs a value\n", a);
+            exit(2);
+        } else if (!strcmp(a, "--seed"))
+            opt.seed = strtoull(v, NULL, 0);
+        else if (!strcmp(a, "--rounds"))
+            opt.rounds = (unsigned)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--max-size"))
+            opt.max_size = parse_size(v);
+        else if (!strcmp(a, "--timeout"))
+            opt.timeout = (unsigned)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--compute-seconds"))
+            opt.compute_seconds = strtod(v, NULL);
+        else if (!strcmp(a, "--progress"))
+            opt.progress = (unsigned)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--phases"))
+            only = parse_phases(v);
+        else if (!strcmp(a, "--skip"))
+            skip = parse_phases(v);
+        else {
+            fprintf(stderr, "stress: unknown option '%s'\n", a);
+            usage(stderr);
+            exit(2);
+        }
+        i += takes_value;
+    }
+    opt.phases = (only ? only : (1u << PH_COUNT) - 1) & ~skip;
+    if (opt.timeout == 0) opt.timeout = 300;
+}
+
+/* The boundary sizes up to --max-size, and --max-size itself. */
+static void init_sizes(void) {
+    static const size_t boundary[] = {0,       1,        255,          256, 257,    1472,
+                                      8 * KiB, 64 * KiB, 64 * KiB + 1, MiB, 4 * MiB};
+    for (size_t i = 0; i < sizeof boundary / sizeof boundary[0]; i++)
+        if (boundary[i] <= opt.max_size) sizes[nsizes++] = boundary[i];
+    if (sizes[nsizes - 1] != opt.max_size) sizes[nsizes++] = opt.max_size;
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    parse_args(argc, argv);
+    init_sizes();
+    atexit(print_failure_counts);
+    signal(SIGALRM, on_alarm);
+    arm_watchdog(opt.timeout);
+    step("nicmsg_init", -1);
+    MUST(nicmsg_init(&comm));
+    MUST(nicmsg_comm_rank(comm, &me));
+    MUST(nicmsg_comm_size(comm, &np));
+    if (np < 2) {
+        fprintf(stderr, "stress: needs at least 2 ranks\n");
+        return 2;
+    }
+    if (me == 0)
+        printf("stress: %u ranks, seed %llu, rounds %u, max size %zu, phase timeout %u s\n", np,
+               (unsigned long long)opt.seed, opt.rounds, opt.max_size, opt.timeout);
+    double start = now_s();
+    uint32_t run = 0;
+    barrier("barrier at the start");
+    for (unsigned phase = 0; phase < PH_COUNT; phase++) {
+        if (!(opt.phases & (1u << phase))) continue;
+        run_phase(phase);
+        run++;
+    }
+    arm_watchdog(opt.timeout);
+    print_summary(run, now_s() - start);
+    barrier("barrier before finalize");
+    step("nicmsg_finalize", -1);
+    int rc = nicmsg_finalize(comm);
+    if (rc != NICMSG_SUCCESS)
+        fail("nicmsg_finalize returned %s%s", nicmsg_error_string(rc),
+             rc == NICMSG_ERR_PENDING ? " (a request was leaked)" : "");
+    alarm(0);
+    return failures ? 1 : 0;
+}
