@@ -1375,6 +1375,24 @@ static void phase_creditbarrier(unsigned round) {
     plan_free(&p);
 }
 
+/* Every message of the round is received and the next round's wait for the barrier: while the
+ * peers (half of them) enter it, iprobe(ANY_SOURCE, ANY_TAG) must find nothing for 50 ms. */
+static void probe_while_peers_enter_the_barrier(void) {
+    step("iprobe(ANY_SOURCE, ANY_TAG) while peers enter the barrier", -1);
+    for (double until = now_s() + 0.05; now_s() < until;) {
+        int flag = 0;
+        nicmsg_status st;
+        MUST(nicmsg_iprobe(comm, ANY_SRC, ANY_TAG, &flag, &st));
+        if (flag) {
+            fail("iprobe(ANY_SOURCE, ANY_TAG) after every message of the round was received "
+                 "found rank %u, tag %#x, %llu bytes: the barrier's traffic",
+                 st.source, st.tag, (unsigned long long)st.len);
+            return;
+        }
+        sched_yield();
+    }
+}
+
 /* probe / probeany: for every message, probe (blocking or an iprobe loop) with a pattern that
  * accepts it, then receive exactly the probed message by its source and tag into a buffer of
  * its length. probe uses (source, tag) and (ANY_SOURCE, tag): the tags change every round, so
@@ -1448,7 +1466,10 @@ static void run_probe(unsigned phase, unsigned round, int any_tag) {
     }
     complete_all(&sends, &mine);
     check_all_received(&p);
-    if (any_tag) barrier("barrier at the end of the round");
+    if (any_tag) {
+        if ((me + round) % 2 == 0) probe_while_peers_enter_the_barrier();
+        barrier("barrier at the end of the round");
+    }
     batch_free(&sends);
     plan_free(&p);
 }
