@@ -1884,6 +1884,24 @@ static unsigned rounds_of(unsigned phase) {
     return n ? n : 1;
 }
 
+/* Every rank's `mine[0..n)`, added up at rank 0 (exact receives on a tag of the test's own):
+ * rank 0 gets the sums in `total` and true; the others false. */
+static int sum_at_rank_0(const uint64_t *mine, uint64_t *total, size_t n, uint32_t tag) {
+    step("adding up the counters at rank 0", 0);
+    if (me != 0) {
+        MUST(nicmsg_send(comm, mine, n * sizeof *mine, 0, tag));
+        return 0;
+    }
+    memcpy(total, mine, n * sizeof *mine);
+    uint64_t theirs[16];
+    for (uint32_t src = 1; src < np; src++) {
+        nicmsg_status st;
+        MUST(nicmsg_recv(comm, theirs, n * sizeof *theirs, src, tag, &st));
+        for (size_t i = 0; i < n; i++) total[i] += theirs[i];
+    }
+    return 1;
+}
+
 static void run_phase(unsigned phase) {
     if (phase == PH_CANCEL_RNDV && opt.max_size <= EAGER_LIMIT) {
         if (me == 0)
@@ -1893,7 +1911,7 @@ static void run_phase(unsigned phase) {
     }
     where_phase = PHASES[phase].name;
     where_round = 0;
-    unsigned rounds = rounds_of(phase);
+    unsigned rounds = rounds_of(phase), failures_before = failures;
     arm_watchdog(opt.timeout + (phase == PH_COMPUTE ? (unsigned)opt.compute_seconds : 0));
     double start = now_s();
     for (unsigned round = 0; round < rounds; round++) {
@@ -1909,46 +1927,42 @@ static void run_phase(unsigned phase) {
         check_never_arrived();
         barrier("barrier after checking that no cancelled send arrived");
     }
-    if (me == 0)
-        printf("stress: phase %s passed: %u rounds in %.2f s\n", where_phase, rounds,
-               now_s() - start);
+    uint64_t failed = failures - failures_before, all_failed;
+    if (sum_at_rank_0(&failed, &all_failed, 1, tag_of(PH_CONTROL, phase, 1))) {
+        if (all_failed)
+            printf("stress: phase %s FAILED: %llu failed checks (--keep-going), %u rounds in "
+                   "%.2f s\n",
+                   where_phase, (unsigned long long)all_failed, rounds, now_s() - start);
+        else
+            printf("stress: phase %s passed: %u rounds in %.2f s\n", where_phase, rounds,
+                   now_s() - start);
+    }
 }
 
-/* Rank 0 adds up every rank's counters (exact receives on the test's own tag). */
+/* The final line (rank 0), from every rank's counters. */
 static void print_summary(uint32_t phases_run, double seconds) {
-    uint64_t mine[9] = {count.messages,
-                        count.bytes,
-                        count.rounds,
-                        count.send_cancelled,
-                        count.send_cancel_delivered,
-                        count.recv_cancelled,
-                        count.recv_cancel_delivered,
-                        count.truncated,
-                        count.probes};
-    uint32_t tag = tag_of(PH_CONTROL, 0, 0);
+    uint64_t mine[10] = {count.messages,
+                         count.bytes,
+                         count.rounds,
+                         count.send_cancelled,
+                         count.send_cancel_delivered,
+                         count.recv_cancelled,
+                         count.recv_cancel_delivered,
+                         count.truncated,
+                         count.probes,
+                         failures},
+             t[10];
     where_phase = "summary";
-    step("gathering the counters", 0);
-    if (me != 0) {
-        MUST(nicmsg_send(comm, mine, sizeof mine, 0, tag));
-        return;
-    }
-    uint64_t total[9];
-    memcpy(total, mine, sizeof total);
-    for (uint32_t src = 1; src < np; src++) {
-        uint64_t theirs[9];
-        nicmsg_status st;
-        MUST(nicmsg_recv(comm, theirs, sizeof theirs, src, tag, &st));
-        for (int i = 0; i < 9; i++) total[i] += theirs[i];
-    }
+    if (!sum_at_rank_0(mine, t, 10, tag_of(PH_CONTROL, 0, 0))) return;
     printf("stress: %s: %u phases on %u ranks, seed %llu, %llu rounds (rank-rounds %llu), "
            "%llu messages, %llu bytes verified, %llu probes, sends cancelled %llu (delivered "
            "anyway %llu), receives cancelled %llu (received anyway %llu), truncations %llu, "
-           "%.1f s\n",
-           failures ? "FAILED" : "passed", phases_run, np, (unsigned long long)opt.seed,
-           (unsigned long long)(total[2] / np), (unsigned long long)total[2],
-           (unsigned long long)total[0], (unsigned long long)total[1], (unsigned long long)total[8],
-           (unsigned long long)total[3], (unsigned long long)total[4], (unsigned long long)total[5],
-           (unsigned long long)total[6], (unsigned long long)total[7], seconds);
+           "%llu failed checks, %.1f s\n",
+           t[9] ? "FAILED" : "passed", phases_run, np, (unsigned long long)opt.seed,
+           (unsigned long long)(t[2] / np), (unsigned long long)t[2], (unsigned long long)t[0],
+           (unsigned long long)t[1], (unsigned long long)t[8], (unsigned long long)t[3],
+           (unsigned long long)t[4], (unsigned long long)t[5], (unsigned long long)t[6],
+           (unsigned long long)t[7], (unsigned long long)t[9], seconds);
 }
 
 static void usage(FILE *out) {
