@@ -148,6 +148,12 @@ static void *xmalloc(size_t n) {
     return p;
 }
 
+static void *xcalloc(size_t n, size_t size) {
+    void *p = xmalloc(n * size);
+    memset(p, 0, n * size);
+    return p;
+}
+
 /* ------------------------------------------------------------------------------------------
  * Watchdog: alarm() per phase; the handler uses only async-signal-safe calls.
  * ------------------------------------------------------------------------------------------ */
@@ -418,12 +424,8 @@ static const char *describe_op(const op_t *op, char out[200]) {
 static batch_t *volatile where_batch;
 
 static void batch_init(batch_t *b, size_t cap) {
-    b->ops = calloc(cap ? cap : 1, sizeof *b->ops);
-    b->reqs = calloc(cap ? cap : 1, sizeof *b->reqs);
-    if (!b->ops || !b->reqs) {
-        fprintf(stderr, "stress: rank %u: out of memory\n", me);
-        exit(1);
-    }
+    b->ops = xcalloc(cap, sizeof *b->ops);
+    b->reqs = xcalloc(cap, sizeof *b->reqs);
     b->n = 0;
     b->cap = cap;
 }
@@ -931,12 +933,8 @@ typedef struct {
 } plan_t;
 
 static void plan_init(plan_t *p, size_t cap) {
-    p->msgs = calloc(cap ? cap : 1, sizeof *p->msgs);
-    p->cls = calloc(cap ? cap : 1, 1);
-    if (!p->msgs || !p->cls) {
-        fprintf(stderr, "stress: rank %u: out of memory\n", me);
-        exit(1);
-    }
+    p->msgs = xcalloc(cap, sizeof *p->msgs);
+    p->cls = xcalloc(cap, 1);
     p->n = 0;
     p->cap = cap;
 }
@@ -1012,7 +1010,7 @@ static void post_receives_of(batch_t *b, plan_t *p, rng_t *r) {
     for (size_t i = 0; i < p->n; i++)
         if (p->msgs[i].dst == me) order[n++] = i;
     shuffle(order, n, r);
-    uint8_t *used = calloc(p->n ? p->n : 1, 1);
+    uint8_t *used = xcalloc(p->n, 1);
     for (size_t k = 0; k < n; k++) {
         uint32_t src, tag;
         pattern_of(p, order[k], &src, &tag);
@@ -1160,8 +1158,9 @@ static void phase_wildcard(unsigned round) {
     plan_free(&p);
 }
 
-/* Between barriers: nothing "late" was sent yet, so no pending wildcard receive may complete,
- * and iprobe may only see "early" messages (the first of their sender's). */
+/* Before each barrier (no rank has left the last one, so nothing "late" was sent yet): no
+ * pending wildcard receive may complete, and iprobe may only see "early" messages (the first
+ * of their sender's). */
 static void check_quiet(batch_t *b, plan_t *p) {
     char d[200], e[160];
     for (size_t i = 0; i < b->n; i++) {
@@ -1249,16 +1248,18 @@ static void phase_barrier(unsigned round) {
     unsigned barriers = 2 + below(&r, 3);
     where_batch = &b;
     for (unsigned k = 0; k < barriers; k++) {
+        /* Not after the last barrier: peers that left it send their late messages. */
         check_quiet(&b, &early);
         barrier("barrier with sends and wildcard receives pending");
     }
-    check_quiet(&b, &early);
     post_sends_of(&b, &late, &mine, EXPECT_SUCCESS);
     post_receives_of(&b, &early, &mine);
     complete_all(&b, &mine);
     check_order(&b);
     check_all_received(&early);
     check_all_received(&late);
+    /* The next round's early messages must not reach this round's wildcard receives. */
+    barrier("barrier at the end of the round");
     batch_free(&b);
     plan_free(&early);
     plan_free(&late);
@@ -1628,8 +1629,10 @@ static void run_cancel_send(unsigned phase, unsigned round, size_t lo, size_t hi
         } else {
             if (never_n == never_cap) {
                 never_cap = never_cap ? 2 * never_cap : 64;
-                never = realloc(never, never_cap * sizeof *never);
-                if (!never) exit(1);
+                msg_t *grown = xmalloc(never_cap * sizeof *never);
+                if (never_n) memcpy(grown, never, never_n * sizeof *never);
+                free(never);
+                never = grown;
             }
             never[never_n++] = *m;
         }
