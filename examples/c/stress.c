@@ -1057,6 +1057,7 @@ static void run_traffic(plan_t *p, unsigned phase, unsigned round, int prepost) 
     batch_init(&b, p->n);
     if (prepost) {
         post_receives_of(&b, p, &r);
+        where_batch = &b;
         barrier("barrier after posting the receives of the round");
         post_sends_of(&b, p, &r, EXPECT_SUCCESS);
     } else {
@@ -1712,6 +1713,7 @@ static void phase_truncate(unsigned round) {
         }
     }
     if (prepost) {
+        where_batch = &b;
         barrier("barrier after posting the short receives");
         post_sends_of(&b, &p, &mine, EXPECT_SUCCESS);
     }
