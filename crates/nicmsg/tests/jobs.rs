@@ -3,102 +3,15 @@
 //! modes; ranks on AF_XDP and on UDP in one job; and a job whose rank is killed mid-run. Every
 //! example checks every byte it receives.
 
+mod common;
+
+use common::{
+    assert_job_ok, build_job_programs, compile_c, example, launch, launcher, netns_available,
+    target_dir,
+};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-/// Directory of the binaries cargo built for this test run (examples, the C library).
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>")
-        .to_path_buf()
-}
-
-/// Builds (once per test process) what the jobs run: this package's examples and C library, and
-/// the launcher of the nicmsg-cli package, in the profile of this test run.
-fn build_job_programs() {
-    static BUILD: std::sync::Once = std::sync::Once::new();
-    BUILD.call_once(|| {
-        let mut command = Command::new(env!("CARGO"));
-        command.args([
-            "build",
-            "-q",
-            "-p",
-            "nicmsg",
-            "--lib",
-            "--examples",
-            "-p",
-            "nicmsg-cli",
-            "--bin",
-            "nicmsg",
-        ]);
-        if target_dir().ends_with("release") {
-            command.arg("--release");
-        }
-        let status = command.status().expect("run cargo build");
-        assert!(status.success(), "building the job programs failed");
-    });
-}
-
-fn example(name: &str) -> PathBuf {
-    build_job_programs();
-    let path = target_dir().join("examples").join(name);
-    assert!(
-        path.exists(),
-        "{} is missing after the build",
-        path.display()
-    );
-    path
-}
-
-fn launch(args: &[&str], program: &Path, env: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(launcher());
-    command.args(args).arg("--").arg(program);
-    for (key, value) in env {
-        command.env(key, value);
-    }
-    command.output().expect("run the launcher")
-}
-
-/// The `nicmsg` launcher, built from the nicmsg-cli package.
-fn launcher() -> PathBuf {
-    build_job_programs();
-    target_dir().join("nicmsg")
-}
-
-fn assert_job_ok(output: &Output, what: &str, expect: &str) {
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success() && stdout.contains(expect),
-        "{what} failed ({}):\n{stdout}\n{stderr}",
-        output.status
-    );
-}
-
-fn netns_available() -> Option<&'static str> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc_geteuid() } != 0 {
-        return Some("not root");
-    }
-    for tool in ["ip", "tc", "nft"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .stdout(Stdio::null())
-            .status();
-        if !found.is_ok_and(|s| s.success()) {
-            return Some("ip, tc or nft missing (apt-get install iproute2 nftables)");
-        }
-    }
-    None
-}
-
-extern "C" {
-    #[link_name = "geteuid"]
-    fn libc_geteuid() -> u32;
-}
 
 /// Launcher arguments: 4 ranks, one network namespace each, 5% of received packets dropped.
 fn lossy_netns_args(engine: &str) -> [&str; 10] {
@@ -237,28 +150,9 @@ fn an_out_of_range_setting_is_a_config_error_not_a_crash() {
     }
 }
 
-/// Builds the C example against the header and the library through the pkg-config file.
+/// Builds the C example against the header and the library.
 fn c_example() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    build_job_programs();
-    let library_dir = target_dir();
-    assert!(
-        library_dir.join("libnicmsg.so").exists(),
-        "libnicmsg.so not built in {}",
-        library_dir.display()
-    );
-    let binary = library_dir.join("c-ring");
-    let status = Command::new("cc")
-        .arg(root.join("examples/c/ring.c"))
-        .arg(format!("-I{}", root.join("include").display()))
-        .arg(format!("-L{}", library_dir.display()))
-        .arg(format!("-Wl,-rpath,{}", library_dir.display()))
-        .args(["-lnicmsg", "-o"])
-        .arg(&binary)
-        .status()
-        .expect("run cc");
-    assert!(status.success(), "the C example does not compile");
-    binary
+    compile_c("examples/c/ring.c", "c-ring")
 }
 
 #[test]
