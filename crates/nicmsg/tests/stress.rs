@@ -52,6 +52,10 @@ const SMALL_SCALE: [&str; 9] = [
     "--keep-going",
 ];
 
+/// The peer timeout of the `compute` phase's jobs, in seconds: the smallest the library takes,
+/// a third of the computation.
+const COMPUTE_PEER_TIMEOUT_S: &str = "1";
+
 /// Where a job runs.
 struct Config {
     ranks: u32,
@@ -127,6 +131,12 @@ fn run(config: &Config, phases: Option<&str>, job_timeout: u32) -> Outcome {
     }
     if let Some(transport) = config.transport {
         command.env("NICMSG_TRANSPORT", transport);
+    }
+    if phases == Some("compute") {
+        // Far below the computation (`--compute-seconds`): a rank whose engine stopped
+        // answering while its application computes would be declared dead, as before the
+        // inline engine had its standby thread.
+        command.env("NICMSG_PEER_TIMEOUT", COMPUTE_PEER_TIMEOUT_S);
     }
     command.arg("--").arg(stress_program()).args(SMALL_SCALE);
     if let Some(phases) = phases {
