@@ -172,6 +172,17 @@ impl<T: Transport> Driver<T> {
         busy
     }
 
+    /// The part of a turn a post needs at once: take the commands just posted and send what
+    /// they produced (no receive poll, no timers). Inline mode runs it inside the posting call,
+    /// so a message leaves when it is posted, not at the next wait: a send followed by a long
+    /// computation is on the wire during the computation. Returns true if frames were sent.
+    pub fn start_posted(&mut self, now: Nanos) -> bool {
+        self.take_commands(now);
+        let sent = self.transmit(now);
+        self.hand_back_completions();
+        sent
+    }
+
     /// A poller saw an error condition on the transport: look for refusals at the next turn.
     pub fn socket_error(&mut self) {
         self.transport.note_socket_error();
@@ -183,6 +194,9 @@ impl<T: Transport> Driver<T> {
         if now >= self.next_refusal_check {
             self.next_refusal_check = now + REFUSAL_CHECK_NS;
             self.transport.note_socket_error();
+        }
+        if !self.transport.refusals_may_be_queued() {
+            return false;
         }
         let mut ranks = [0u32; MAX_REFUSALS_PER_TURN];
         let mut count = 0;

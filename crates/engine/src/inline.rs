@@ -9,11 +9,12 @@
 //! inside the library; when a datagram or a timer comes while the application is away, it runs
 //! the engine's turns itself, exactly as the engine thread of `thread` mode does.
 //!
-//! Who runs the driver is one atomic word ([`owner`]): the host takes it on entering the
+//! Who runs the driver is one atomic word (`owner`): the host takes it on entering the
 //! library ([`InlineEngine::enter`]) and gives it back on leaving; the standby takes it only
-//! when it is free, for a bounded number of turns. The host never waits longer than one such
-//! burst of turns (microseconds); the standby never waits on the host at all (it sleeps a tick
-//! and looks again).
+//! when it is free and the application has been away for [`HOST_AWAY_NS`], for a bounded
+//! burst of turns. The host never waits longer than one such burst (microseconds); the standby
+//! never waits on the host (it parks, backing off, and looks again). Entering and leaving cost
+//! an atomic exchange and two stores: no system call, no lock.
 
 use crate::clock::EngineClock;
 use crate::driver::Driver;
@@ -35,28 +36,53 @@ mod owner {
     pub const STANDBY: u32 = 2;
 }
 
-/// How long the standby sleeps before looking again when the application holds the driver, and
-/// how late it may be on a deadline the application set while leaving (below it, leaving costs
-/// no system call). A millisecond: far below any protocol timeout that matters for liveness
-/// (`keepalive_ns`, `peer_timeout_ns`), and 1000 wake-ups a second at most while the
-/// application is busy in the library.
-pub const STANDBY_TICK_NS: u64 = 1_000_000;
-/// Longest sleep of the standby when nothing is due: it wakes for datagrams anyway.
-pub const STANDBY_MAX_SLEEP_NS: u64 = 100_000_000;
+/// How long the standby parks, at first, when it finds the application inside the library;
+/// the park doubles while the application stays inside, up to [`STANDBY_PARK_MAX_NS`]. An
+/// application busy in the library handles its own traffic, so the standby looks rarely then:
+/// about 60 wake-ups a second once backed off, none of them on a datagram's path.
+pub const STANDBY_PARK_MIN_NS: u64 = 1_000_000;
+/// Longest park: how late the standby may notice that the application left the library. The
+/// protocol's liveness needs answers within `keepalive_ns` (200 ms) and `peer_timeout_ns` (at
+/// least 1 s); a retransmission or an acknowledgement due while the application computes is
+/// at most this late.
+pub const STANDBY_PARK_MAX_NS: u64 = 16_000_000;
+/// Longest sleep of the standby in `epoll` when nothing is due: it wakes for datagrams anyway,
+/// and a timer the application armed before leaving is at most this late.
+pub const STANDBY_MAX_SLEEP_NS: u64 = 10_000_000;
+/// The application counts as away only after this long outside the library: between two calls
+/// of a communication loop (a few hundred nanoseconds) the standby must not take the driver,
+/// or the next call would wait for its burst of turns.
+pub const HOST_AWAY_NS: u64 = 50_000;
 /// Turns the standby runs before giving the driver back: bounds how long an application
 /// returning to the library waits for it.
 const STANDBY_TURNS: usize = 16;
+/// A post within this long of a previous post that sent frames is part of a burst (a window
+/// of sends, a stream): it is left in the submission ring for the next turn, the
+/// application's next wait or test, which starts the rest of the burst and sends it in one
+/// batch (one `sendmmsg`, GSO runs) instead of a system call per message. A lone post (a
+/// request, a reply: a ping-pong's sends are a round trip apart, several microseconds) is
+/// started, and its frames sent, at once. Should the application compute right after a burst
+/// instead of waiting, the standby starts the rest when it next looks (within
+/// [`STANDBY_PARK_MAX_NS`]).
+pub const POST_BURST_GAP_NS: u64 = 2_000;
 
 struct Shared<T: Transport> {
     owner: AtomicU32,
     driver: UnsafeCell<Driver<T>>,
     clock: EngineClock,
-    /// The application's poller, used only by the owner of the driver as host.
-    host_poller: Poller,
-    /// The standby's own poller (also rung to wake it).
-    standby_poller: Poller,
-    /// When the standby will look at the driver next, on the engine clock.
-    standby_wakes_at: AtomicU64,
+    /// The poller on the transport's descriptors, shared: the application waits in it while
+    /// inside the library, the standby while the application is away. One epoll instance, not
+    /// one each: every datagram queued on a socket calls back into each epoll instance that
+    /// watches it, on the sender's path (loopback, veth), and a second instance cost every
+    /// datagram of a ping-pong 0.2 us.
+    poller: Poller,
+    /// What the standby parks on while the application is inside: a doorbell only, so the
+    /// datagrams the application is handling do not wake it.
+    park: Poller,
+    /// When the application last left the library, on the engine clock.
+    host_left_at: AtomicU64,
+    /// When a post of the application last sent frames at once.
+    posted_sent_at: AtomicU64,
     shutdown: AtomicBool,
     /// Turns run by the standby, for the counters.
     standby_turns: AtomicU64,
@@ -81,9 +107,10 @@ impl<T: Transport + 'static> InlineEngine<T> {
             owner: AtomicU32::new(owner::FREE),
             driver: UnsafeCell::new(driver),
             clock: EngineClock::start(),
-            host_poller: Poller::new(&fds)?,
-            standby_poller: Poller::new(&fds)?,
-            standby_wakes_at: AtomicU64::new(0),
+            poller: Poller::new(&fds)?,
+            park: Poller::new(&[])?,
+            host_left_at: AtomicU64::new(0),
+            posted_sent_at: AtomicU64::new(0),
             shutdown: AtomicBool::new(false),
             standby_turns: AtomicU64::new(0),
         });
@@ -116,7 +143,10 @@ impl<T: Transport + 'static> InlineEngine<T> {
             // The standby is in a bounded burst of turns.
             std::hint::spin_loop();
         }
-        HostTurns { engine: self }
+        HostTurns {
+            engine: self,
+            seen_ns: std::cell::Cell::new(0),
+        }
     }
 
     pub fn clock(&self) -> EngineClock {
@@ -134,7 +164,8 @@ impl<T: Transport + 'static> Drop for InlineEngine<T> {
     /// its last acknowledgements out).
     fn drop(&mut self) {
         self.shared.shutdown.store(true, Ordering::SeqCst);
-        self.shared.standby_poller.ring();
+        self.shared.poller.ring();
+        self.shared.park.ring();
         if let Some(standby) = self.standby.take() {
             let _ = standby.join();
         }
@@ -144,17 +175,36 @@ impl<T: Transport + 'static> Drop for InlineEngine<T> {
 /// The driver, held by the application while it is inside the library.
 pub struct HostTurns<'a, T: Transport + 'static> {
     engine: &'a InlineEngine<T>,
+    /// The latest time the application read through [`now`](Self::now), which is when it left
+    /// as far as the standby cares (its turns are microseconds): leaving needs no clock read.
+    seen_ns: std::cell::Cell<u64>,
 }
 
 impl<T: Transport + 'static> HostTurns<'_, T> {
     pub fn now(&self) -> u64 {
-        self.engine.shared().clock.now()
+        let now = self.engine.shared().clock.now();
+        self.seen_ns.set(now);
+        now
+    }
+
+    /// Starts the operation just posted and sends its frames; in a burst of sends (see
+    /// [`POST_BURST_GAP_NS`]) leaves it for the next turn instead.
+    pub fn start_posted(&mut self) {
+        let now = self.now();
+        let previous = self
+            .engine
+            .shared()
+            .posted_sent_at
+            .swap(now, Ordering::Relaxed);
+        if now.saturating_sub(previous) >= POST_BURST_GAP_NS {
+            Driver::start_posted(self, now);
+        }
     }
 
     /// Sleeps in the kernel until a datagram arrives or `timeout_ns` passes (the driver stays
     /// the application's: it is still inside the library, waiting).
     pub fn wait(&mut self, timeout_ns: u64) {
-        if self.engine.shared().host_poller.wait(timeout_ns) {
+        if self.engine.shared().poller.wait(timeout_ns) {
             self.socket_error();
         }
     }
@@ -176,54 +226,58 @@ impl<T: Transport + 'static> DerefMut for HostTurns<'_, T> {
 }
 
 impl<T: Transport + 'static> Drop for HostTurns<'_, T> {
-    /// The application leaves: the standby takes over, woken now if it would otherwise be
-    /// more than a tick late for work the application left behind (a command not taken yet,
-    /// a timer it armed) — the first time after a quiet spell, not on every call.
+    /// The application leaves: the standby takes over when it next looks (at most
+    /// [`STANDBY_PARK_MAX_NS`] or [`STANDBY_MAX_SLEEP_NS`] later, at once for a datagram).
+    /// Leaving costs two stores (and a clock read if the application read none inside), no
+    /// system call.
     fn drop(&mut self) {
         let shared = self.engine.shared();
-        let now = shared.clock.now();
-        let pending = self.table().has_commands();
-        let due = self.next_deadline().unwrap_or(u64::MAX);
+        let left_at = match self.seen_ns.get() {
+            0 => shared.clock.now(),
+            seen => seen,
+        };
+        shared.host_left_at.store(left_at, Ordering::Relaxed);
         shared.owner.store(owner::FREE, Ordering::Release);
-        let wakes_at = shared.standby_wakes_at.load(Ordering::Acquire);
-        let late = |at: u64| at.saturating_add(STANDBY_TICK_NS) < wakes_at;
-        if (pending && late(now)) || late(due) {
-            shared.standby_poller.ring();
-        }
     }
 }
 
-/// The standby thread: sleeps until a datagram, the next deadline or a ring; runs turns when
-/// the application is away.
+/// The standby thread: sleeps in `epoll` until a datagram, the next deadline or a ring, and
+/// runs turns when the application is away; parks, backing off, while it is inside. It asks
+/// for no short scheduler slice: it must not preempt an application spinning in the library.
 fn stand_by<T: Transport>(shared: &Shared<T>) {
-    crate::sharing::request_short_slice(crate::sharing::ENGINE_SLICE_NS);
     let mut sleep_ns = 0;
+    let mut park_ns = STANDBY_PARK_MIN_NS;
     loop {
-        let now = shared.clock.now();
-        shared
-            .standby_wakes_at
-            .store(now.saturating_add(sleep_ns), Ordering::Release);
-        let socket_error = shared.standby_poller.wait(sleep_ns);
+        let socket_error = shared.poller.wait(sleep_ns);
         if shared.shutdown.load(Ordering::Acquire) {
             return;
         }
-        sleep_ns = match take_over(shared, socket_error) {
-            Some(next_ns) => next_ns,
-            // The application is inside: it handles whatever woke us. Look again in a tick,
+        match take_over(shared, socket_error) {
+            Some(next_ns) => {
+                sleep_ns = next_ns;
+                park_ns = STANDBY_PARK_MIN_NS;
+            }
+            // The application is inside: it handles whatever woke us. Look again later,
             // without watching the descriptors (they stay readable until it reads them).
             None => {
-                let wake = shared.clock.now().saturating_add(STANDBY_TICK_NS);
-                shared.standby_wakes_at.store(wake, Ordering::Release);
-                std::thread::sleep(std::time::Duration::from_nanos(STANDBY_TICK_NS));
-                0
+                shared.park.wait(park_ns);
+                if shared.shutdown.load(Ordering::Acquire) {
+                    return;
+                }
+                park_ns = (park_ns * 2).min(STANDBY_PARK_MAX_NS);
+                sleep_ns = 0;
             }
-        };
+        }
     }
 }
 
 /// Runs a burst of turns if the application is away; returns how long to sleep next, or
-/// `None` if the application holds the driver.
+/// `None` if the application holds the driver or left it only a moment ago.
 fn take_over<T: Transport>(shared: &Shared<T>, socket_error: bool) -> Option<u64> {
+    let away_since = shared.host_left_at.load(Ordering::Relaxed);
+    if shared.clock.now().saturating_sub(away_since) < HOST_AWAY_NS {
+        return None;
+    }
     shared
         .owner
         .compare_exchange(

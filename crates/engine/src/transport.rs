@@ -76,6 +76,12 @@ pub trait Transport: Send {
     /// time for a periodic look: read the error queue at the next `take_refused`.
     fn note_socket_error(&mut self) {}
 
+    /// True if `take_refused` may have something (cheap: no system call), so a driver skips the
+    /// call on its hot path otherwise.
+    fn refusals_may_be_queued(&self) -> bool {
+        false
+    }
+
     /// Calls `refused(rank)` for each frame a peer's host refused (ICMP port unreachable: the
     /// peer's process is gone) since the last call; returns how many.
     fn take_refused(&mut self, refused: &mut dyn FnMut(u32)) -> usize {

@@ -77,6 +77,13 @@ impl Transport for Backend {
         }
     }
 
+    fn refusals_may_be_queued(&self) -> bool {
+        match self {
+            Backend::Udp(udp) => udp.refusals_may_be_queued(),
+            Backend::Xdp(xdp) => xdp.kernel_socket_ref().refusals_may_be_queued(),
+        }
+    }
+
     fn take_refused(&mut self, refused: &mut dyn FnMut(u32)) -> usize {
         match self {
             Backend::Udp(udp) => udp.take_refused(refused),

@@ -417,6 +417,9 @@ impl Comm {
         };
         // SAFETY: the slot came from the free list, so the host owns it; one host thread.
         unsafe { self.table.post_with(slot, fill) };
+        if let Engine::Inline(engine) = &*self.engine.borrow() {
+            engine.enter().start_posted();
+        }
         Ok(Request::new(self, slot, regions, ranges.len()))
     }
 

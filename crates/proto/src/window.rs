@@ -70,9 +70,12 @@ impl IdWindow {
         }
     }
 
-    /// Shifts the whole bitmap right by `bits` (< 64).
+    /// Shifts the bitmap right by `bits` (< 64), over the words that hold any bit: usually the
+    /// first alone (ids finish mostly in order), so finishing an id costs a few instructions
+    /// whatever the window's size.
     fn shift_right(&mut self, bits: u32) {
-        for word in 0..WORDS {
+        let used = WORDS - self.done.iter().rev().take_while(|&&w| w == 0).count();
+        for word in 0..used {
             let carry = self
                 .done
                 .get(word + 1)

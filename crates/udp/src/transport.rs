@@ -288,6 +288,11 @@ impl UdpTransport {
         })
     }
 
+    /// True if [`take_refused`](Self::take_refused) will read the error queue.
+    pub fn refusals_may_be_queued(&self) -> bool {
+        self.errors_queued
+    }
+
     /// The socket reported an error (`EPOLLERR` from a poller): read its error queue at the
     /// next [`take_refused`](Self::take_refused).
     pub fn note_socket_error(&mut self) {

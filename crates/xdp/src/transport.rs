@@ -431,6 +431,11 @@ impl XdpTransport {
         &mut self.udp
     }
 
+    /// The kernel's UDP socket beside the ring, to read from.
+    pub fn kernel_socket_ref(&self) -> &UdpTransport {
+        &self.udp
+    }
+
     /// Counters of the UDP socket beside the ring.
     pub fn kernel_stats(&self) -> &nicmsg_udp::UdpStats {
         self.udp.stats()
