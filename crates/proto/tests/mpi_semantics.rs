@@ -272,3 +272,21 @@ fn an_answering_peer_is_never_declared_unreachable_and_a_silent_one_is_after_the
     assert_eq!(net.result(1, long_send), unreachable);
     assert_eq!(net.endpoints[1].stats().peers_declared_unreachable, 1);
 }
+
+/// A rank waiting on itself has no peer to probe: messages to self use no network. Before, a
+/// receive naming the rank itself made it probe itself every keepalive, and drop its own
+/// probes as addressed to the wrong rank.
+#[test]
+fn a_rank_never_probes_itself() {
+    let mut net = Net::new(2, config());
+    let (own, region) = net.recv(0, Source::Rank(0), TagMatch::Any, 8);
+    net.run(10_000_000_000);
+    let stats = net.endpoints[0].stats();
+    assert_eq!(stats.liveness_probes, 0);
+    assert_eq!(stats.frames_sent, 0);
+    assert_eq!(net.result(0, own), None, "still waiting, not failed");
+    net.send(0, 0, 3, vec![5; 8]);
+    net.run(net.now + 1_000);
+    assert_eq!(net.result(0, own), status(0, 3, 8));
+    assert_eq!(net.bytes(0, region), &[5; 8][..]);
+}
