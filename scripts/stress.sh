@@ -26,7 +26,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-cargo build -q --release -p nicmsg -p nicmsg-cli --bins --examples
+cargo build -q --release -p nicmsg -p nicmsg-cli --lib --bins --examples  # --lib: libnicmsg.so
 target=target/release
 cc -std=c11 -O2 -Wall -Wextra -Werror examples/c/stress.c -Iinclude -L"$target" \
   -Wl,-rpath,"$PWD/$target" -lnicmsg -o "$target/c-stress"
