@@ -1,7 +1,8 @@
 //! # nicmsg benchmarks
 //!
-//! The measurements of the five papers nicmsg descends from (EMP, RMPP, BIP, LM, PANIC), run
-//! for nicmsg and, in the same run, for the baselines: TCP and raw UDP written here, and
+//! The measurements of the papers nicmsg descends from (EMP, RMPP, BIP; LM and PANIC share the
+//! latency method, their own mechanisms are not built yet), run for nicmsg and, in the same
+//! run, for the baselines: TCP and raw UDP written here, and
 //! NetPIPE, libfabric and UCX when installed. `nicmsg bench` (crate `nicmsg-cli`) drives this
 //! crate; see `docs/benchmarks.md`.
 //!

@@ -4,7 +4,7 @@
 //! protocol core and, when the operation completes, writes the result and flips the slot to DONE.
 //! The host learns of completion by polling the slot's state: no interrupt, no system call.
 //!
-//! Slot layout (one 64-byte-aligned slot; `docs/engine.md` draws it):
+//! Slot layout (one 64-byte-aligned slot; `docs/runtime.md`, "Descriptor table", lists it):
 //! `state: u32` (FREE, POSTED, DONE), then the descriptor: operation, peer, tag, scatter/gather
 //! list of up to 16 (region, offset, length) segments, and the result (status peer, tag, length,
 //! error code) written by the engine.

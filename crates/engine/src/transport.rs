@@ -1,4 +1,5 @@
-//! What the engine needs from a wire backend. UDP is the first; AF_XDP and shared memory follow.
+//! What the engine needs from a wire backend: UDP and AF_XDP today (`crates/udp`, `crates/xdp`,
+//! adapted in `crates/nicmsg/src/backend.rs`); where another goes: `docs/architecture.md`.
 
 use std::io;
 use std::os::fd::RawFd;
