@@ -13,7 +13,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use nicmsg_wire::{checksum, emit_frame, field, Frame, WireError, FRAME_HEADER_LEN};
+use nicmsg_wire::{checksum, emit_frame, Frame, FrameView, WireError, FRAME_HEADER_LEN};
 
 fuzz_target!(|data: &[u8]| {
     check(data);
@@ -23,7 +23,9 @@ fuzz_target!(|data: &[u8]| {
         // depend on where the headers end: every byte after the frame header is "payload" here.
         let (headers, rest) = repaired.split_at_mut(FRAME_HEADER_LEN);
         let crc = checksum(headers, &[rest]);
-        headers[field::CRC].copy_from_slice(&crc.to_le_bytes());
+        FrameView::new_checked(headers)
+            .expect("a whole header")
+            .set_crc(crc);
         check(&repaired);
     }
 });

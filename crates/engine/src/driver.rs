@@ -342,9 +342,9 @@ impl<T: Transport> Driver<T> {
                     Received::Bytes(bytes) => bytes,
                     Received::Placed { header, .. } => header,
                 };
-                let claimed = bytes_or_head
-                    .get(nicmsg_wire::field::SRC)
-                    .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
+                let claimed = nicmsg_wire::FrameView::new_checked(bytes_or_head)
+                    .ok()
+                    .map(|frame| frame.src());
                 if source.is_none() || claimed != source {
                     stats.spoofed_frames += 1;
                     return true;
@@ -601,16 +601,14 @@ impl<T: Transport> Driver<T> {
 /// Cheap check that a placed datagram's header is the guessed frame's (the protocol core
 /// verifies everything, checksum included, before taking it).
 fn looks_like(expected: &ExpectedFrame, head: &[u8], len: usize) -> bool {
-    use nicmsg_wire::field;
-    let word = |range: std::ops::Range<usize>| {
-        head.get(range)
-            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+    let Ok(frame) = nicmsg_wire::FrameView::new_checked(head) else {
+        return false;
     };
     head.len() == PLACED_HEADER_LEN
-        && head[field::KIND] == nicmsg_wire::FrameKind::Data as u8
-        && word(field::MSG_ID) == Some(expected.msg_id)
-        && word(field::FRAME_INDEX) == Some(expected.frame_index)
-        && word(field::SRC) == Some(expected.peer)
+        && frame.kind_code() == nicmsg_wire::FrameKind::Data as u8
+        && frame.msg_id() == expected.msg_id
+        && frame.frame_index() == expected.frame_index
+        && frame.src() == expected.peer
         && len == PLACED_HEADER_LEN + expected.segment.len as usize
 }
 

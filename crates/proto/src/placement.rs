@@ -6,7 +6,7 @@
 use crate::ops::{Dest, RxPhase};
 use crate::receiver::Payload;
 use crate::*;
-use nicmsg_wire::{checksum, field, FrameHeader, FrameKind, FRAME_HEADER_LEN};
+use nicmsg_wire::{checksum, FrameHeader, FrameKind, FrameView, FRAME_HEADER_LEN};
 
 /// A frame expected to arrive, and where its payload belongs in host memory.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -181,7 +181,7 @@ impl Endpoint {
         else {
             return false;
         };
-        let stored = u32::from_le_bytes(header[field::CRC].try_into().expect("4 bytes"));
+        let stored = FrameView::new_checked(&header[..]).map_or(0, |frame| frame.crc());
         checksum(header, &[payload]) == stored
     }
 }

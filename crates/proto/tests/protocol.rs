@@ -449,7 +449,7 @@ fn per_peer_state_is_small_and_fixed() {
 fn lose_first(net: &mut Net, kind: nicmsg_wire::FrameKind, count: u32) {
     let mut remaining = count;
     net.filter = Some(Box::new(move |bytes: &[u8]| {
-        let hit = bytes[nicmsg_wire::field::KIND] == kind as u8 && remaining > 0;
+        let hit = kind_of(bytes) == kind as u8 && remaining > 0;
         remaining -= u32::from(hit);
         hit
     }));
@@ -498,7 +498,7 @@ fn predicted_frames_are_taken_in_place() {
     let captured: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
     let sink = Rc::clone(&captured);
     net.filter = Some(Box::new(move |bytes: &[u8]| {
-        let is_data = bytes[nicmsg_wire::field::KIND] == nicmsg_wire::FrameKind::Data as u8;
+        let is_data = kind_of(bytes) == nicmsg_wire::FrameKind::Data as u8;
         if is_data {
             sink.borrow_mut().push(bytes.to_vec());
         }
@@ -514,7 +514,9 @@ fn predicted_frames_are_taken_in_place() {
     let mut taken = 0;
     for (n, frame) in frames.iter().enumerate() {
         let count = net.endpoints[1].predict_frames(&mut expected);
-        let index = u32::from_le_bytes(frame[nicmsg_wire::field::FRAME_INDEX].try_into().unwrap());
+        let index = nicmsg_wire::FrameView::new_checked(&frame[..])
+            .unwrap()
+            .frame_index();
         let guess = expected[..count]
             .iter()
             .find(|e| e.frame_index == index)
@@ -670,4 +672,11 @@ fn reply_carries_the_acknowledgement_and_short_sends_complete_at_once() {
     for endpoint in &net.endpoints {
         assert!(endpoint.usage().is_empty(), "{:?}", endpoint.usage());
     }
+}
+
+/// The kind byte of a frame the test network carries.
+fn kind_of(bytes: &[u8]) -> u8 {
+    nicmsg_wire::FrameView::new_checked(bytes)
+        .expect("a frame header")
+        .kind_code()
 }

@@ -404,16 +404,8 @@ impl Sim {
         let now = self.world.now;
         match event {
             Event::Frame(frame) => {
-                let crc = if frame.bytes.len() >= 48 {
-                    u32::from_le_bytes([
-                        frame.bytes[44],
-                        frame.bytes[45],
-                        frame.bytes[46],
-                        frame.bytes[47],
-                    ]) as u64
-                } else {
-                    0
-                };
+                let crc = nicmsg_wire::FrameView::new_checked(&frame.bytes[..])
+                    .map_or(0, |view| u64::from(view.crc()));
                 self.note([
                     now,
                     2,

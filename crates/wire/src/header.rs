@@ -12,8 +12,9 @@ pub const FRAME_HEADER_LEN: usize = 48;
 /// Size of the message header in bytes.
 pub const MSG_HEADER_LEN: usize = 24;
 
-/// Byte ranges of the frame header fields (smoltcp style: one named range per field).
-pub mod field {
+/// Byte ranges of the frame header fields (smoltcp style: one named range per field). Private
+/// to this crate: everyone else reads fields through [`crate::FrameView`] or [`crate::Frame`].
+pub(crate) mod field {
     use core::ops::Range;
     pub const VERSION: usize = 0;
     pub const KIND: usize = 1;
@@ -31,8 +32,8 @@ pub mod field {
     pub const CRC: Range<usize> = 44..48;
 }
 
-/// Byte ranges of the message header fields, relative to its start.
-pub mod msg_field {
+/// Byte ranges of the message header fields, relative to its start (private, as `field`).
+pub(crate) mod msg_field {
     use core::ops::Range;
     pub const TOTAL_LEN: Range<usize> = 0..8;
     pub const TAG: Range<usize> = 8..12;
@@ -172,10 +173,7 @@ pub fn headers_len(kind: FrameKind) -> usize {
 /// back into frames, each then checked whole. `None` if the header is cut short or names no
 /// frame kind.
 pub fn frame_len(bytes: &[u8]) -> Option<usize> {
-    let header = bytes.get(..FRAME_HEADER_LEN)?;
-    let kind = FrameKind::from_u8(header[field::KIND]).ok()?;
-    let payload_len = read_u32(header, field::PAYLOAD_LEN) as usize;
-    headers_len(kind).checked_add(payload_len)
+    crate::FrameView::new_checked(bytes).ok()?.declared_len()
 }
 
 /// Per-message information on the first frame(s) of a message (EMP figure 2).

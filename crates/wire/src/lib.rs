@@ -6,17 +6,20 @@
 //! little-endian and naturally aligned. The byte layout is documented in `docs/wire-format.md`.
 //!
 //! Receive with [`Frame::parse`] (checked, zero-copy, never panics); send with [`emit_headers`]
-//! then [`seal`] (payload gathered from where it lies) or [`emit_frame`] (one buffer).
+//! then [`seal`] (payload gathered from where it lies) or [`emit_frame`] (one buffer). Read or
+//! edit single header fields of raw bytes through [`FrameView`] and [`MsgHeaderView`]; the
+//! field offsets are this crate's alone.
 
 mod error;
 mod frame;
 mod header;
 mod kind;
+mod view;
 
 pub use error::WireError;
 pub use frame::{checksum, emit_frame, emit_headers, seal, Frame, MAX_HEADERS_LEN};
 pub use header::{
-    field, frame_len, headers_len, msg_field, FrameHeader, MsgHeader, FRAME_HEADER_LEN,
-    MSG_HEADER_LEN, VERSION,
+    frame_len, headers_len, FrameHeader, MsgHeader, FRAME_HEADER_LEN, MSG_HEADER_LEN, VERSION,
 };
 pub use kind::{Flags, FrameKind, Protocol};
+pub use view::{FrameView, MsgHeaderView};

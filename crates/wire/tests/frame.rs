@@ -5,9 +5,8 @@ mod common;
 
 use common::*;
 use nicmsg_wire::{
-    checksum, emit_frame, emit_headers, field, headers_len, msg_field, seal, Flags, Frame,
-    FrameHeader, FrameKind, MsgHeader, Protocol, WireError, FRAME_HEADER_LEN, MAX_HEADERS_LEN,
-    MSG_HEADER_LEN, VERSION,
+    checksum, emit_frame, emit_headers, headers_len, seal, Flags, Frame, FrameHeader, FrameKind,
+    MsgHeader, Protocol, WireError, FRAME_HEADER_LEN, MAX_HEADERS_LEN, MSG_HEADER_LEN, VERSION,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -59,7 +58,7 @@ fn emit_headers_then_seal_equals_emit_frame() {
         let len = emit_headers(&frame.header, frame.msg.as_ref(), &mut headers).unwrap();
         assert_eq!(len, headers_len(kind));
         // Before sealing, the checksum field is zero.
-        assert_eq!(&headers[field::CRC], &[0; 4]);
+        assert_eq!(view(&mut headers).crc(), 0);
         let (first, second) = frame.payload.split_at(frame.payload.len() / 2);
         seal(&mut headers[..len], &[first, &[], second]);
         assert_eq!(&headers[..len], &bytes[..len], "{kind:?}");
@@ -201,27 +200,70 @@ fn frame_header_layout_is_pinned() {
 }
 
 #[test]
-fn field_ranges_are_pinned() {
-    assert_eq!(field::VERSION, 0);
-    assert_eq!(field::KIND, 1);
-    assert_eq!(field::FLAGS, 2..4);
-    assert_eq!(field::JOB, 4..8);
-    assert_eq!(field::SRC, 8..12);
-    assert_eq!(field::DST, 12..16);
-    assert_eq!(field::MSG_ID, 16..20);
-    assert_eq!(field::FRAME_INDEX, 20..24);
-    assert_eq!(field::OFFSET, 24..32);
-    assert_eq!(field::PAYLOAD_LEN, 32..36);
-    assert_eq!(field::AUX, 36..40);
-    assert_eq!(field::ACKED_ID, 40..44);
-    assert_eq!(field::CRC, 44..48);
-    assert_eq!(msg_field::TOTAL_LEN, 0..8);
-    assert_eq!(msg_field::TAG, 8..12);
-    assert_eq!(msg_field::FRAME_PAYLOAD, 12..16);
-    assert_eq!(msg_field::PROTOCOL, 16);
-    assert_eq!(msg_field::ACK_UNIT, 17);
-    assert_eq!(msg_field::CONTEXT, 18..20);
-    assert_eq!(msg_field::RESERVED, 20..24);
+fn views_read_fields_where_the_pinned_layout_puts_them() {
+    // Every field holds a distinct value: each accessor must read exactly its own.
+    let header = FrameHeader {
+        kind: FrameKind::Eager,
+        flags: Flags::RETRANSMIT | Flags::ACKED,
+        job: 0x0403_0201,
+        src: 0x0807_0605,
+        dst: 0x0c0b_0a09,
+        msg_id: 0x100f_0e0d,
+        frame_index: 0,
+        offset: 0,
+        payload_len: 3,
+        aux: 0x1817_1615,
+        acked_id: 0x1c1b_1a19,
+    };
+    let msg = MsgHeader {
+        total_len: 3,
+        tag: 0x2423_2221,
+        frame_payload: 1024,
+        protocol: Protocol::Eager,
+        ack_unit: 5,
+        context: 0x2625,
+    };
+    let mut bytes = build_with(&header, Some(&msg), b"abc");
+    let frame = view(&mut bytes);
+    let got = (
+        frame.version(),
+        frame.kind(),
+        frame.flags(),
+        (frame.job(), frame.src(), frame.dst(), frame.msg_id()),
+        (frame.frame_index(), frame.offset(), frame.payload_len()),
+        (frame.aux(), frame.acked_id()),
+        frame.declared_len(),
+    );
+    assert_eq!(
+        got,
+        (
+            VERSION,
+            Ok(FrameKind::Eager),
+            header.flags,
+            (header.job, header.src, header.dst, header.msg_id),
+            (0, 0, 3),
+            (header.aux, header.acked_id),
+            Some(75)
+        )
+    );
+    let parsed_msg = Frame::parse(&bytes).expect("valid").msg;
+    assert_eq!(view(&mut bytes).crc(), {
+        let mut zeroed = bytes.clone();
+        view(&mut zeroed).set_crc(0);
+        crc32c_reference(&zeroed)
+    });
+    let m = msg_view(&mut bytes);
+    let got = (
+        m.total_len(),
+        m.tag(),
+        m.frame_payload(),
+        m.protocol_code(),
+        m.ack_unit(),
+        m.context(),
+    );
+    assert_eq!(got, (3, msg.tag, 1024, 0, 5, msg.context));
+    assert_eq!(m.reserved(), &[0; 4]);
+    assert_eq!(parsed_msg, Some(msg));
 }
 
 #[test]
@@ -307,9 +349,9 @@ fn checksum_is_crc32c_over_headers_with_zero_crc_then_payload() {
     assert_eq!(crc32c_reference(b"123456789"), 0xe306_9283);
     for (kind, bytes) in samples() {
         let mut zeroed = bytes.clone();
-        zeroed[field::CRC].fill(0);
+        view(&mut zeroed).set_crc(0);
         let expected = crc32c_reference(&zeroed);
-        let stored = u32::from_le_bytes(bytes[field::CRC].try_into().unwrap());
+        let stored = view(&mut bytes.clone()).crc();
         assert_eq!(stored, expected, "{kind:?}");
         let split = headers_len(kind);
         assert_eq!(
@@ -394,7 +436,7 @@ fn declared_payload_length_differs_from_actual() {
         let mut bytes = build(kind, true);
         let actual = PAYLOAD.len();
         for declared in [0, actual as u32 - 1, actual as u32 + 1, u32::MAX] {
-            bytes[field::PAYLOAD_LEN].copy_from_slice(&declared.to_le_bytes());
+            view(&mut bytes).set_payload_len(declared);
             reseal(&mut bytes);
             assert_eq!(
                 Frame::parse(&bytes),
@@ -410,7 +452,7 @@ fn wrong_version() {
     for (kind, bytes) in samples() {
         for version in (0..=u8::MAX).filter(|&v| v != VERSION) {
             let mut bad = bytes.clone();
-            bad[field::VERSION] = version;
+            view(&mut bad).set_version(version);
             reseal(&mut bad);
             assert_eq!(
                 Frame::parse(&bad),
@@ -428,7 +470,7 @@ fn unknown_kind() {
     for code in (0..=u8::MAX).filter(|c| !known.contains(c)) {
         assert_eq!(FrameKind::from_u8(code), Err(WireError::UnknownKind(code)));
         let mut bad = bytes.clone();
-        bad[field::KIND] = code;
+        view(&mut bad).set_kind_code(code);
         reseal(&mut bad);
         assert_eq!(
             Frame::parse(&bad),
@@ -445,7 +487,7 @@ fn flags_not_allowed_for_the_kind() {
             let flag = 1u16 << bit;
             let flags = kind.allowed_flags() | flag;
             let mut frame = bytes.clone();
-            frame[field::FLAGS].copy_from_slice(&flags.to_le_bytes());
+            view(&mut frame).set_flags(flags);
             reseal(&mut frame);
             let result = Frame::parse(&frame);
             if kind.allowed_flags() & flag != 0 {
@@ -463,8 +505,8 @@ fn flags_not_allowed_for_the_kind() {
         }
         // Every allowed flag may also be absent (without ACKED, the acked id with it).
         let mut no_flags = bytes.clone();
-        no_flags[field::FLAGS].fill(0);
-        no_flags[field::ACKED_ID].fill(0);
+        view(&mut no_flags).set_flags(0);
+        view(&mut no_flags).set_acked_id(0);
         reseal(&mut no_flags);
         assert!(Frame::parse(&no_flags).is_ok(), "{kind:?} without flags");
     }
@@ -474,18 +516,18 @@ fn flags_not_allowed_for_the_kind() {
 fn frame_header_reserved_bytes_must_be_zero() {
     for (kind, mut bytes) in samples() {
         // Without ACKED the acked-id word is reserved on every kind.
-        let flags = u16::from_le_bytes([bytes[2], bytes[3]]) & !Flags::ACKED;
-        bytes[field::FLAGS].copy_from_slice(&flags.to_le_bytes());
-        bytes[field::ACKED_ID].fill(0);
-        for at in field::ACKED_ID {
-            for value in [1u8, 0x80, 0xff] {
+        let flags = view(&mut bytes).flags() & !Flags::ACKED;
+        view(&mut bytes).set_flags(flags);
+        view(&mut bytes).set_acked_id(0);
+        for byte in 0..4 {
+            for value in [1u32, 0x80, 0xff] {
                 let mut bad = bytes.clone();
-                bad[at] = value;
+                view(&mut bad).set_acked_id(value << (8 * byte));
                 reseal(&mut bad);
                 assert_eq!(
                     Frame::parse(&bad),
                     Err(WireError::ReservedNotZero),
-                    "{kind:?} @{at}"
+                    "{kind:?} byte {byte}"
                 );
             }
         }
@@ -497,14 +539,14 @@ fn msg_header_reserved_bytes_must_be_zero() {
     for kind in [FrameKind::Eager, FrameKind::Rts] {
         for with_payload in [false, true] {
             let bytes = build(kind, with_payload);
-            for at in msg_field::RESERVED {
+            for at in 0..msg_view(&mut bytes.clone()).reserved().len() {
                 let mut bad = bytes.clone();
-                bad[FRAME_HEADER_LEN + at] = 1;
+                msg_view(&mut bad).reserved_mut()[at] = 1;
                 reseal(&mut bad);
                 assert_eq!(
                     Frame::parse(&bad),
                     Err(WireError::ReservedNotZero),
-                    "{kind:?} @{at}"
+                    "{kind:?} reserved byte {at}"
                 );
             }
         }
@@ -517,7 +559,7 @@ fn payload_on_a_kind_that_carries_none() {
         for payload_len in [1u32, 100, u32::MAX] {
             // Declared but absent, and declared and present: the header alone is refused.
             let mut bytes = build(kind, false);
-            bytes[field::PAYLOAD_LEN].copy_from_slice(&payload_len.to_le_bytes());
+            view(&mut bytes).set_payload_len(payload_len);
             reseal(&mut bytes);
             assert_eq!(
                 Frame::parse(&bytes),
@@ -560,7 +602,7 @@ fn unknown_protocol() {
                 Err(WireError::UnknownProtocol(code))
             );
             let mut bad = bytes.clone();
-            bad[FRAME_HEADER_LEN + msg_field::PROTOCOL] = code;
+            msg_view(&mut bad).set_protocol_code(code);
             reseal(&mut bad);
             assert_eq!(
                 Frame::parse(&bad),
@@ -615,10 +657,10 @@ fn ack_unit_must_be_positive() {
 #[test]
 fn bad_checksum() {
     for (kind, bytes) in samples() {
-        let computed = u32::from_le_bytes(bytes[field::CRC].try_into().unwrap());
+        let computed = view(&mut bytes.clone()).crc();
         for stored in [0, computed ^ 1, !computed, computed.rotate_left(8)] {
             let mut bad = bytes.clone();
-            bad[field::CRC].copy_from_slice(&stored.to_le_bytes());
+            view(&mut bad).set_crc(stored);
             assert_eq!(
                 Frame::parse(&bad),
                 Err(WireError::BadChecksum { stored, computed }),
@@ -629,7 +671,7 @@ fn bad_checksum() {
         let at = if bytes.len() > FRAME_HEADER_LEN {
             bytes.len() - 1
         } else {
-            field::JOB.start
+            4 // the job field
         };
         let mut bad = bytes.clone();
         bad[at] ^= 0x10;
@@ -821,7 +863,7 @@ fn checksum_is_crc32c_of_the_frame_with_its_checksum_field_zeroed() {
     for len in [0usize, 1, 7, 8, 9, 63, 255, 256, 439, 440, 441, 1000, 1472] {
         let payload: Vec<u8> = (0..len).map(|i| (i * 131 + 7) as u8).collect();
         let mut whole = headers.clone();
-        whole[field::CRC].fill(0);
+        view(&mut whole).set_crc(0);
         whole.extend_from_slice(&payload);
         let expected = crc32c::crc32c(&whole);
         for cut in [0, len / 3, len / 2, len] {
@@ -867,6 +909,6 @@ fn frame_len_cuts_back_to_back_frames_apart() {
         None
     );
     let mut unknown = datagram.clone();
-    unknown[field::KIND] = 0x7f;
+    view(&mut unknown).set_kind_code(0x7f);
     assert_eq!(nicmsg_wire::frame_len(&unknown), None);
 }

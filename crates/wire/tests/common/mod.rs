@@ -3,7 +3,8 @@
 #![allow(dead_code)]
 
 use nicmsg_wire::{
-    checksum, field, Flags, FrameHeader, FrameKind, MsgHeader, Protocol, FRAME_HEADER_LEN,
+    checksum, Flags, FrameHeader, FrameKind, FrameView, MsgHeader, MsgHeaderView, Protocol,
+    FRAME_HEADER_LEN,
 };
 
 /// Every frame kind, in wire order.
@@ -116,7 +117,17 @@ pub fn samples() -> Vec<(FrameKind, Vec<u8>)> {
 pub fn reseal(bytes: &mut [u8]) {
     let (headers, rest) = bytes.split_at_mut(FRAME_HEADER_LEN);
     let crc = checksum(headers, &[rest]);
-    headers[field::CRC].copy_from_slice(&crc.to_le_bytes());
+    view(headers).set_crc(crc);
+}
+
+/// The frame header of `bytes`, to edit a field.
+pub fn view(bytes: &mut [u8]) -> FrameView<&mut [u8]> {
+    FrameView::new_checked(bytes).expect("a frame header")
+}
+
+/// The message header that follows the frame header of `bytes`.
+pub fn msg_view(bytes: &mut [u8]) -> MsgHeaderView<&mut [u8]> {
+    MsgHeaderView::new_checked(&mut bytes[FRAME_HEADER_LEN..]).expect("a message header")
 }
 
 /// Bitwise CRC32C (Castagnoli, reflected polynomial 0x82F63B78, initial value and final XOR
