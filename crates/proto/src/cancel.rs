@@ -22,11 +22,12 @@
 
 use crate::ops::{CancelRequest, Dest, Incoming, RxPhase, SendPhase};
 use crate::receiver::control;
+use crate::state::Core;
 use crate::window::IdPlace;
 use crate::*;
 use nicmsg_wire::{Flags, FrameHeader, FrameKind, Protocol, FRAME_HEADER_LEN};
 
-impl Endpoint {
+impl Core {
     pub(crate) fn cancel_send(
         &mut self,
         now: Nanos,

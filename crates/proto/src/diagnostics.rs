@@ -1,11 +1,12 @@
 //! Human-readable state of a pending operation, for hang diagnosis (the engine's watchdog).
 
 use crate::ops::{Dest, RecvState, RxPhase, SendPhase};
+use crate::state::Core;
 use crate::*;
 
-impl Endpoint {
+impl Core {
     /// What a pending operation waits for, or `None` if it is not pending.
-    pub fn describe(&self, op: OpId) -> Option<String> {
+    pub(crate) fn describe(&self, op: OpId) -> Option<String> {
         match op.kind {
             OpKind::Send => self.describe_send(op),
             OpKind::Recv | OpKind::Probe => self.describe_recv(op),

@@ -86,7 +86,7 @@ impl Departure {
     }
 }
 
-impl crate::Endpoint {
+impl crate::state::Core {
     /// Estimated departure of a frame of `bytes` to `dst` handed over at `now`.
     pub(crate) fn departure(&mut self, now: Nanos, dst: Rank, bytes: usize) -> Departure {
         let at = self.peers[dst as usize].drain.depart(now, bytes);

@@ -2,6 +2,7 @@
 //! ready sends (retransmissions first, then repeated RTS/RSM, then new frames).
 
 use crate::ops::{Control, SendOp};
+use crate::state::Core;
 use crate::*;
 use nicmsg_wire::{emit_headers, seal, Flags, FrameHeader, FrameKind, MsgHeader};
 
@@ -12,10 +13,10 @@ use nicmsg_wire::{emit_headers, seal, Flags, FrameHeader, FrameKind, MsgHeader};
 /// are about one coalesced 64 KB datagram and a quarter of a CTS window.
 const FRAMES_PER_TURN: u32 = 64;
 
-impl Endpoint {
+impl Core {
     pub(crate) fn emit_control(&mut self, now: Nanos, control: Control, transmit: &mut Transmit) {
         let peer = &self.peers[control.dst as usize];
-        let carries_credits = crate::endpoint::carries_credits(control.kind);
+        let carries_credits = crate::state::carries_credits(control.kind);
         let aux = if carries_credits {
             peer.credits_given
         } else {

@@ -7,11 +7,12 @@
 //! takes the general path unchanged.
 
 use crate::geometry::Geometry;
+use crate::state::Core;
 use crate::window::IdPlace;
 use crate::*;
 use nicmsg_wire::{FrameHeader, FrameKind, MsgHeader, Protocol};
 
-impl Endpoint {
+impl Core {
     /// Delivers the frame if it is a whole eager message the next receive in MPI order takes
     /// without truncation; returns false (having changed nothing) otherwise.
     pub(crate) fn deliver_express(

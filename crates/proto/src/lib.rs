@@ -37,6 +37,7 @@ mod receiver;
 mod rto;
 mod sender;
 mod slab;
+mod state;
 mod stats;
 mod transmit;
 mod types;
@@ -47,9 +48,10 @@ pub use config::{
     Config, ConfigError, UnexpectedPolicy, MAX_ACK_UNIT, MAX_INFLIGHT_COLLECTIONS, MAX_RANKS,
     MSG_WINDOW, RX_TRACKED_FRAMES,
 };
-pub use endpoint::{Endpoint, PEER_STATE_BYTES};
+pub use endpoint::Endpoint;
 pub use memory::{HostMemory, RegionId, Segment, SgList, MAX_SEGMENTS};
 pub use placement::{ExpectedFrame, PlacedOutcome};
+pub use state::PEER_STATE_BYTES;
 pub use stats::{DropCounts, DropReason, PeerStats, Stats};
 pub use transmit::{Transmit, INLINE_PAYLOAD_MAX};
 pub use types::{

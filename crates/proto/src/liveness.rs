@@ -24,6 +24,7 @@
 
 use crate::ops::{Dest, RecvState, RxPhase};
 use crate::receiver::control;
+use crate::state::Core;
 use crate::*;
 use nicmsg_wire::{Flags, FrameKind};
 
@@ -33,7 +34,7 @@ use nicmsg_wire::{Flags, FrameKind};
 /// each refusal provokes a probe at once, so a dead peer is declared within a few round trips.
 pub const REFUSALS_BEFORE_UNREACHABLE: u32 = 3;
 
-impl Endpoint {
+impl Core {
     pub(crate) fn heard_from(&mut self, now: Nanos, peer: Rank) {
         let keepalive = self.config.keepalive_ns;
         let state = &mut self.peers[peer as usize];
@@ -135,8 +136,7 @@ impl Endpoint {
     /// no socket on its port, so its process is gone). A few in a row, with nothing heard in
     /// between, declare it unreachable; each one first provokes a probe, so the evidence
     /// builds within round trips, not timeouts.
-    pub fn handle_refused(&mut self, now: Nanos, peer: Rank, memory: &mut impl HostMemory) {
-        self.timers_changed();
+    pub(crate) fn handle_refused(&mut self, now: Nanos, peer: Rank, memory: &mut impl HostMemory) {
         if peer >= self.size || peer == self.rank || self.peers[peer as usize].unreachable {
             return;
         }

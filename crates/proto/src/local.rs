@@ -5,6 +5,7 @@
 
 use crate::geometry::Geometry;
 use crate::ops::{Incoming, SendOp, SendPhase};
+use crate::state::Core;
 use crate::*;
 use nicmsg_wire::Protocol;
 
@@ -12,7 +13,7 @@ use nicmsg_wire::Protocol;
 /// allocation, and the two regions are never borrowed at once).
 const COPY_CHUNK: usize = 4096;
 
-impl Endpoint {
+impl Core {
     pub(crate) fn start_local_send(
         &mut self,
         now: Nanos,

@@ -2,10 +2,11 @@
 //! sender are matched in message-id order (non-overtaking); probe and cancel.
 
 use crate::ops::{Dest, RecvOp, RecvState, RxPhase};
+use crate::state::Core;
 use crate::window::IdPlace;
 use crate::*;
 
-impl Endpoint {
+impl Core {
     pub(crate) fn post_receive(
         &mut self,
         now: Nanos,

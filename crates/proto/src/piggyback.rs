@@ -10,10 +10,11 @@
 //! repaired as a lost ACK is: the sender retransmits and the duplicate is acknowledged again.
 
 use crate::receiver::control;
+use crate::state::Core;
 use crate::*;
 use nicmsg_wire::{Flags, FrameHeader, FrameKind};
 
-impl Endpoint {
+impl Core {
     /// The eager message `msg_id` from `peer` is held whole: acknowledge it, now or with the
     /// next EAGER frame to `peer`.
     pub(crate) fn owe_ack_all(&mut self, now: Nanos, peer: Rank, msg_id: u32) {

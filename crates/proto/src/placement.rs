@@ -5,6 +5,7 @@
 
 use crate::ops::{Dest, RxPhase};
 use crate::receiver::Payload;
+use crate::state::Core;
 use crate::*;
 use nicmsg_wire::{checksum, FrameHeader, FrameKind, FrameView, FRAME_HEADER_LEN};
 
@@ -35,7 +36,7 @@ pub enum PlacedOutcome {
     NotPredicted,
 }
 
-impl Endpoint {
+impl Core {
     /// Fills `out` with frames likely to arrive next (missing, already granted frames of long
     /// messages being received straight into a posted buffer), in order; returns how many.
     ///
@@ -44,7 +45,7 @@ impl Endpoint {
     /// frame after it (frames missing before it were lost and come back later, if at all); then
     /// the other messages in progress, from their first missing frame. A transport that places
     /// a run of coalesced frames needs the run's first frame right to place any of it.
-    pub fn predict_frames(&self, out: &mut [ExpectedFrame]) -> usize {
+    pub(crate) fn predict_frames(&self, out: &mut [ExpectedFrame]) -> usize {
         // Asked before every receive batch: nothing to walk in the common idle case.
         if self.incoming.usage.in_use == 0 {
             return 0;
@@ -117,7 +118,7 @@ impl Endpoint {
     /// Offers a datagram whose first `ExpectedFrame::HEADER_LEN` bytes are `header` and whose
     /// payload the transport already wrote where `expected` says. Verifies it is exactly that
     /// frame and intact (checksum over the header and the payload in place) before taking it.
-    pub fn handle_placed_frame(
+    pub(crate) fn handle_placed_frame(
         &mut self,
         now: Nanos,
         header: &[u8],
@@ -125,7 +126,6 @@ impl Endpoint {
         expected: &ExpectedFrame,
         memory: &mut impl HostMemory,
     ) -> PlacedOutcome {
-        self.timers_changed();
         let Some(bytes) = header.first_chunk::<FRAME_HEADER_LEN>() else {
             return PlacedOutcome::NotPredicted;
         };

@@ -4,11 +4,12 @@
 
 use crate::geometry::Geometry;
 use crate::ops::{Control, Dest, Incoming, LatestData, RxPhase};
+use crate::state::Core;
 use crate::window::IdPlace;
 use crate::*;
 use nicmsg_wire::{Flags, Frame, FrameHeader, FrameKind, MsgHeader, Protocol, WireError};
 
-impl Endpoint {
+impl Core {
     pub(crate) fn receive_frame(&mut self, now: Nanos, bytes: &[u8], memory: &mut impl HostMemory) {
         self.stats.frames_received += 1;
         self.stats.bytes_received += bytes.len() as u64;
@@ -44,7 +45,7 @@ impl Endpoint {
         self.heard_from(now, peer);
         // Receiver-to-sender control frames carry the credit count, and so does an EAGER frame
         // with CREDITS (the only kind the flag is allowed on).
-        if crate::endpoint::carries_credits(header.kind) || header.has_flag(Flags::CREDITS) {
+        if crate::state::carries_credits(header.kind) || header.has_flag(Flags::CREDITS) {
             self.peers[peer as usize].update_credits(header.aux);
         }
         if header.has_flag(Flags::ACKED) {

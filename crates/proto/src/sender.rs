@@ -5,10 +5,11 @@
 use crate::geometry::Geometry;
 use crate::ops::{copy_short, Control, SendOp, SendPhase};
 use crate::peer::NONE;
+use crate::state::Core;
 use crate::*;
 use nicmsg_wire::{Flags, FrameHeader, FrameKind, Protocol, FRAME_HEADER_LEN};
 
-impl Endpoint {
+impl Core {
     pub(crate) fn start_send(
         &mut self,
         now: Nanos,

@@ -1,0 +1,368 @@
+//! The protocol state of one rank (`Core`): tables, host commands, and the poll/handle calls the
+//! public [`crate::Endpoint`] forwards to. The protocol logic lives in `sender.rs`,
+//! `receiver.rs`, `matching.rs`, `cancel.rs`, `liveness.rs` and `emit.rs`, each an
+//! `impl Core` block of its own.
+
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
+
+use crate::collections::CollectionTimers;
+use crate::ops::{Control, Incoming, LatestData, RecvOp, SendOp, ShortCopy};
+use crate::peer::Peer;
+use crate::slab::Slab;
+use crate::transmit::INLINE_PAYLOAD_MAX;
+use crate::usage::TableUsage;
+use crate::*;
+
+/// Bytes of per-peer protocol state: message-id windows both ways, credit counters, the start
+/// queue, the RTT estimator and liveness fields (`docs/protocol.md` lists them).
+pub const PEER_STATE_BYTES: usize = core::mem::size_of::<Peer>();
+
+/// The protocol state of one rank, behind [`crate::Endpoint`], which alone reaches it mutably
+/// (and so knows when the next deadline may have changed).
+pub(crate) struct Core {
+    pub(crate) config: Config,
+    pub(crate) job: u32,
+    pub(crate) rank: Rank,
+    pub(crate) size: u32,
+    pub(crate) peers: Vec<Peer>,
+    pub(crate) peer_stats: Vec<Stats>,
+    pub(crate) stats: Stats,
+    pub(crate) sends: Slab<SendOp>,
+    /// Retransmission timers of each send's collections, by send index (`collections.rs`).
+    pub(crate) send_timers: Vec<CollectionTimers>,
+    /// The bytes of each short send, by send index (`SendOp::copy`).
+    pub(crate) send_copies: Vec<ShortCopy>,
+    /// Started sends by (destination, message id). Fx hashing: a lookup on every frame costs a
+    /// few instructions instead of SipHash's ~100; the maps never hold more entries than their
+    /// table, so even keys chosen to collide cost a bounded probe.
+    pub(crate) active_sends: FxHashMap<(Rank, u32), u32>,
+    /// Sends with a frame to transmit, served round-robin one frame at a time.
+    pub(crate) ready: VecDeque<u32>,
+    pub(crate) recvs: Slab<RecvOp>,
+    /// Unmatched receives in the order they were posted.
+    pub(crate) posted: VecDeque<u32>,
+    /// Posted (blocking) probes.
+    pub(crate) probes: VecDeque<u32>,
+    pub(crate) incoming: Slab<Incoming>,
+    pub(crate) incoming_index: FxHashMap<(Rank, u32), u32>,
+    /// Unexpected messages in matching order.
+    pub(crate) unexpected: VecDeque<u32>,
+    /// Unexpected eager data: `eager_credits_per_peer` buffers of `eager_limit` bytes per peer.
+    pub(crate) eager_pool: Vec<u8>,
+    pub(crate) eager_usage: TableUsage,
+    pub(crate) control: VecDeque<Control>,
+    pub(crate) control_usage: TableUsage,
+    pub(crate) completions: VecDeque<Completion>,
+    pub(crate) completion_usage: TableUsage,
+    /// Sends completed when they started (short copied messages) and not yet acknowledged.
+    pub(crate) sends_completed_early: usize,
+    /// Where the stream of long-message frames was last (`placement.rs`).
+    pub(crate) latest_data: Option<LatestData>,
+}
+
+/// Receiver-to-sender control frames, which carry the cumulative credit count in `aux`.
+pub(crate) fn carries_credits(kind: nicmsg_wire::FrameKind) -> bool {
+    use nicmsg_wire::FrameKind::*;
+    matches!(kind, Ack | Cts | MsgAck | Credit | CancelAck)
+}
+
+/// Most eager buffers per peer: one bit each in a u64.
+pub(crate) const MAX_EAGER_CREDITS: u32 = 64;
+
+impl Core {
+    /// Creates the endpoint of `rank` in a job of `size` ranks; `job` tags every frame so frames
+    /// of another job are rejected. All tables are allocated here, none later.
+    pub(crate) fn new(
+        config: Config,
+        job: u32,
+        rank: Rank,
+        size: u32,
+    ) -> Result<Self, ConfigError> {
+        config.validate()?;
+        if size == 0 || size > MAX_RANKS || rank >= size {
+            return Err(ConfigError::Rank { rank, size });
+        }
+        if config.eager_credits_per_peer > MAX_EAGER_CREDITS {
+            return Err(ConfigError::ZeroLimit("eager_credits_per_peer <= 64"));
+        }
+        let pool_len =
+            size as usize * config.eager_credits_per_peer as usize * config.eager_limit as usize;
+        let completions_limit = config.max_sends + config.max_recvs;
+        Ok(Self {
+            job,
+            rank,
+            size,
+            peers: vec![Peer::new(config.rto_initial_ns); size as usize],
+            peer_stats: vec![Stats::default(); size as usize],
+            stats: Stats::default(),
+            sends: Slab::with_capacity(config.max_sends),
+            send_timers: vec![CollectionTimers::default(); config.max_sends],
+            send_copies: vec![[0; INLINE_PAYLOAD_MAX]; config.max_sends],
+            active_sends: FxHashMap::with_capacity_and_hasher(config.max_sends, Default::default()),
+            ready: VecDeque::with_capacity(config.max_sends),
+            recvs: Slab::with_capacity(config.max_recvs),
+            posted: VecDeque::with_capacity(config.max_recvs),
+            probes: VecDeque::with_capacity(config.max_recvs),
+            // Room for a local message per send beyond the remote ones (`insert_remote`).
+            incoming: Slab::with_capacity(config.max_incoming + config.max_sends),
+            incoming_index: FxHashMap::with_capacity_and_hasher(
+                config.max_incoming,
+                Default::default(),
+            ),
+            unexpected: VecDeque::with_capacity(config.max_incoming),
+            eager_pool: vec![0; pool_len],
+            eager_usage: TableUsage::new(size as usize * config.eager_credits_per_peer as usize),
+            control: VecDeque::with_capacity(config.max_control_queue),
+            control_usage: TableUsage::new(config.max_control_queue),
+            completions: VecDeque::with_capacity(completions_limit),
+            completion_usage: TableUsage::new(completions_limit),
+            sends_completed_early: 0,
+            latest_data: None,
+            config,
+        })
+    }
+
+    pub(crate) fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    pub(crate) fn size(&self) -> u32 {
+        self.size
+    }
+
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Posts a send of the bytes described by `data` to `dst` with `tag` in `context`. The
+    /// bytes must stay unchanged until the completion. Short messages may complete before the
+    /// receive is posted; a message to this rank itself completes when a receive takes it.
+    pub(crate) fn post_send(
+        &mut self,
+        now: Nanos,
+        dst: Rank,
+        context: Context,
+        tag: Tag,
+        data: &SgList,
+        memory: &mut impl HostMemory,
+    ) -> Result<OpId, PostError> {
+        self.check_peer(dst)?;
+        data.validate(memory)?;
+        if dst == self.rank {
+            return self.start_local_send(now, (context, tag), data, memory);
+        }
+        self.start_send(now, dst, (context, tag), data, memory)
+    }
+
+    /// Posts a receive into `buffer` of a message in `context`; may match (and complete from)
+    /// an already-buffered message.
+    pub(crate) fn post_recv(
+        &mut self,
+        now: Nanos,
+        source: Source,
+        context: Context,
+        tag: TagMatch,
+        buffer: &SgList,
+        memory: &mut impl HostMemory,
+    ) -> Result<OpId, PostError> {
+        if let Source::Rank(peer) = source {
+            self.check_rank(peer)?;
+        }
+        buffer.validate(memory)?;
+        self.post_receive(now, source, (context, tag), buffer, memory)
+    }
+
+    /// Non-blocking probe: the status of the first matching message in `context` available to
+    /// a receive.
+    pub(crate) fn iprobe(&self, source: Source, context: Context, tag: TagMatch) -> Option<Status> {
+        self.find_unexpected(source, context, tag)
+            .map(|index| self.status_of(index))
+    }
+
+    /// Blocking probe as an operation: completes when a matching message is available.
+    pub(crate) fn post_probe(
+        &mut self,
+        now: Nanos,
+        source: Source,
+        context: Context,
+        tag: TagMatch,
+    ) -> Result<OpId, PostError> {
+        if let Source::Rank(peer) = source {
+            self.check_rank(peer)?;
+        }
+        self.post_probe_op(now, source, (context, tag))
+    }
+
+    /// Cancels a pending operation (MPI's `MPI_Cancel`). A receive or probe not matched yet,
+    /// or a send that has not left this rank, completes `Cancelled`. A send whose message may
+    /// be with its receiver is withdrawn if no receive matched it there yet: it then completes
+    /// `Cancelled`, else normally ([`CancelOutcome::Requested`]; see `cancel.rs`). Refused for
+    /// a matched receive, and a send whose receiver matched it or which reported success.
+    pub(crate) fn cancel(&mut self, now: Nanos, op: OpId) -> Result<CancelOutcome, CancelError> {
+        match op.kind {
+            OpKind::Send => self.cancel_send(now, op),
+            OpKind::Recv | OpKind::Probe => self.cancel_recv(op).map(|()| CancelOutcome::Cancelled),
+        }
+    }
+
+    /// Feeds one received datagram. Anything malformed is dropped and counted.
+    pub(crate) fn handle_frame(&mut self, now: Nanos, bytes: &[u8], memory: &mut impl HostMemory) {
+        self.receive_frame(now, bytes, memory);
+    }
+
+    /// Runs every timer due at `now`. Memory is lent because a timeout can declare a peer
+    /// unreachable, which hands its fully received messages to waiting receives.
+    pub(crate) fn handle_timeout(&mut self, now: Nanos, memory: &mut impl HostMemory) {
+        self.expire_sends(now);
+        self.expire_incoming(now);
+        self.expire_peers(now, memory);
+        self.expire_owed(now);
+    }
+
+    /// Builds the next frame in place in `transmit` (whatever it held is replaced); false,
+    /// leaving it unspecified, when there is none.
+    pub(crate) fn poll_transmit_into(
+        &mut self,
+        now: Nanos,
+        memory: &impl HostMemory,
+        transmit: &mut Transmit,
+    ) -> bool {
+        let built = self.next_transmit(now, memory, transmit);
+        // Timers are armed by frames going out; an idle poll (every turn of a spinning engine)
+        // must not throw the cached deadline away.
+        if built {}
+        built
+    }
+
+    /// True if [`poll_transmit`](Self::poll_transmit) may have a frame (a control frame or a
+    /// send with frames to go).
+    pub(crate) fn has_transmit(&self) -> bool {
+        !self.control.is_empty() || !self.ready.is_empty()
+    }
+
+    fn next_transmit(
+        &mut self,
+        now: Nanos,
+        memory: &impl HostMemory,
+        transmit: &mut Transmit,
+    ) -> bool {
+        if let Some(control) = self.control.pop_front() {
+            self.control_usage.set(self.control.len());
+            if carries_credits(control.kind) {
+                self.peers[control.dst as usize].credit_carriers_queued -= 1;
+            }
+            self.emit_control(now, control, transmit);
+            return true;
+        }
+        self.next_data_frame(now, memory, transmit)
+    }
+
+    /// True if [`poll_completion`](Self::poll_completion) has something.
+    pub(crate) fn has_completions(&self) -> bool {
+        !self.completions.is_empty()
+    }
+
+    /// Next finished operation, if any.
+    pub(crate) fn poll_completion(&mut self) -> Option<Completion> {
+        let completion = self.completions.pop_front();
+        self.completion_usage.set(self.completions.len());
+        completion
+    }
+
+    /// The earliest timer of any send, incoming message or peer. Plain loops: the chained and
+    /// flattened iterators this replaces cost three times as many instructions, and this runs
+    /// after every state change.
+    pub(crate) fn compute_deadline(&self) -> Option<Nanos> {
+        let mut earliest: Option<Nanos> = None;
+        let mut consider = |deadline: Option<Nanos>| {
+            if let Some(at) = deadline {
+                earliest = Some(earliest.map_or(at, |e| e.min(at)));
+            }
+        };
+        for index in self.sends.occupied() {
+            consider(self.send_deadline(index));
+        }
+        for index in self.incoming.occupied() {
+            consider(self.incoming.get(index).and_then(|e| e.deadline_ns));
+        }
+        for (rank, peer) in self.peers.iter().enumerate() {
+            consider(peer.probe_deadline_ns);
+            consider(peer.owed_deadline_ns);
+            consider(self.silence_deadline(rank as Rank));
+        }
+        earliest
+    }
+
+    pub(crate) fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    pub(crate) fn peer_stats(&self, peer: Rank) -> Option<&Stats> {
+        self.peer_stats.get(peer as usize)
+    }
+
+    pub(crate) fn usage(&self) -> Usage {
+        Usage {
+            sends: self.sends.usage,
+            recvs: self.recvs.usage,
+            incoming: self.incoming.usage,
+            eager_buffers: self.eager_usage,
+            control_queue: self.control_usage,
+            completions: self.completion_usage,
+        }
+    }
+
+    /// True when the peer has been declared unreachable.
+    pub(crate) fn is_peer_unreachable(&self, peer: Rank) -> bool {
+        self.peers.get(peer as usize).is_some_and(|p| p.unreachable)
+    }
+
+    // --- shared helpers ---
+
+    pub(crate) fn check_rank(&self, rank: Rank) -> Result<(), PostError> {
+        if rank >= self.size {
+            return Err(PostError::InvalidRank {
+                rank,
+                size: self.size,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_peer(&self, rank: Rank) -> Result<(), PostError> {
+        self.check_rank(rank)?;
+        if self.peers[rank as usize].unreachable {
+            return Err(PostError::PeerUnreachable { peer: rank });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn complete(&mut self, op: OpId, result: Result<Status, OpError>) {
+        debug_assert!(self.completions.len() < self.completion_usage.limit);
+        self.completions.push_back(Completion { op, result });
+        self.completion_usage.set(self.completions.len());
+    }
+
+    /// Queues a control frame; when the queue is full the frame is dropped and counted (every
+    /// control frame is recovered by a retransmission of whatever provoked it).
+    pub(crate) fn queue_control(&mut self, control: Control) {
+        if self.control.len() >= self.config.max_control_queue {
+            self.stats.control_overflows += 1;
+            return;
+        }
+        if carries_credits(control.kind) {
+            self.peers[control.dst as usize].credit_carriers_queued += 1;
+        }
+        self.control.push_back(control);
+        self.control_usage.set(self.control.len());
+    }
+
+    pub(crate) fn count_drop(&mut self, peer: Option<Rank>, reason: DropReason) {
+        self.stats.drops.count(reason);
+        if let Some(stats) = peer.and_then(|p| self.peer_stats.get_mut(p as usize)) {
+            stats.drops.count(reason);
+        }
+    }
+}
