@@ -229,14 +229,10 @@ impl Core {
         memory: &impl HostMemory,
         transmit: &mut Transmit,
     ) -> bool {
-        let built = self.next_transmit(now, memory, transmit);
-        // Timers are armed by frames going out; an idle poll (every turn of a spinning engine)
-        // must not throw the cached deadline away.
-        if built {}
-        built
+        self.next_transmit(now, memory, transmit)
     }
 
-    /// True if [`poll_transmit`](Self::poll_transmit) may have a frame (a control frame or a
+    /// True if [`poll_transmit_into`](Self::poll_transmit_into) may have a frame (a control frame or a
     /// send with frames to go).
     pub(crate) fn has_transmit(&self) -> bool {
         !self.control.is_empty() || !self.ready.is_empty()
