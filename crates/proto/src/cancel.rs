@@ -33,10 +33,11 @@ impl Core {
         now: Nanos,
         op: OpId,
     ) -> Result<CancelOutcome, CancelError> {
-        let send = self
+        let key = self
             .sends
-            .get_checked(op.index, op.generation)
+            .key_checked(op.index, op.generation)
             .ok_or(CancelError::UnknownOp)?;
+        let send = &self.sends[key];
         if send.completed_early {
             // Its success is reported (or about to be, if still queued): too late to cancel, and
             // once the host has taken the completion the handle is stale.
@@ -49,13 +50,13 @@ impl Core {
         }
         match send.phase {
             SendPhase::Local => {
-                self.cancel_local(op.index);
+                self.cancel_local(key);
                 Ok(CancelOutcome::Cancelled)
             }
             SendPhase::Queued => {
                 let dst = send.dst;
-                self.unlink_queued(dst, op.index);
-                self.finish_send(op.index, Err(OpError::Cancelled));
+                self.unlink_queued(dst, key);
+                self.finish_send(key, Err(OpError::Cancelled));
                 Ok(CancelOutcome::Cancelled)
             }
             SendPhase::Ending => Err(CancelError::InProgress),
@@ -64,7 +65,7 @@ impl Core {
             }
             SendPhase::Streaming => {
                 if send.cancel.is_none() {
-                    self.request_withdrawal(now, op.index);
+                    self.request_withdrawal(now, key);
                 }
                 Ok(CancelOutcome::Requested)
             }
@@ -72,11 +73,11 @@ impl Core {
     }
 
     /// Stops the send's frames and asks its receiver to withdraw the message.
-    fn request_withdrawal(&mut self, now: Nanos, index: u32) {
-        let dst = self.sends.get(index).expect("live send").dst;
+    fn request_withdrawal(&mut self, now: Nanos, index: SendKey) {
+        let dst = self.sends[index].dst;
         let departure = self.departure(now, dst, FRAME_HEADER_LEN);
         let rto = self.peers[dst as usize].rto.rto_ns();
-        let op = self.sends.get_mut(index).expect("live send");
+        let op = &mut self.sends[index];
         op.cancel = Some(CancelRequest {
             deadline_ns: departure.timer_start() + rto,
             retries: 0,
@@ -88,9 +89,9 @@ impl Core {
     }
 
     /// The CANCEL of `index` went unanswered: ask again, backed off.
-    pub(crate) fn repeat_cancel(&mut self, now: Nanos, index: u32) {
+    pub(crate) fn repeat_cancel(&mut self, now: Nanos, index: SendKey) {
         let max_ns = self.config.rto_max_ns;
-        let op = self.sends.get_mut(index).expect("occupied");
+        let op = &mut self.sends[index];
         let rto = self.peers[op.dst as usize].rto;
         let Some(cancel) = op.cancel.as_mut() else {
             return;
@@ -113,7 +114,7 @@ impl Core {
             }
             return self.count_drop(Some(peer), DropReason::Duplicate);
         };
-        let op = self.sends.get_mut(index).expect("active send");
+        let op = &mut self.sends[index];
         if op.cancel.take().is_none() {
             return self.count_drop(Some(peer), DropReason::Duplicate);
         }
@@ -148,7 +149,7 @@ impl Core {
         let returns_credit = header.has_flag(Flags::EAGER);
         match self.incoming_index.get(&(peer, msg_id)).copied() {
             Some(index) => {
-                let entry = self.incoming.get(index).expect("indexed entries are live");
+                let entry = &self.incoming[index];
                 if entry.phase == RxPhase::Cancelled {
                     return self.queue_control(answer(true));
                 }
@@ -176,7 +177,7 @@ impl Core {
     }
 
     /// An entry for a message that never arrived, only to hold the withdrawal's answer.
-    fn insert_tombstone(&mut self, peer: Rank, msg_id: u32) -> Option<u32> {
+    fn insert_tombstone(&mut self, peer: Rank, msg_id: u32) -> Option<IncomingKey> {
         let geometry = crate::geometry::Geometry {
             total_len: 0,
             frame_payload: self.config.frame_payload(),
@@ -191,10 +192,10 @@ impl Core {
 
     /// Turns an unmatched message into a tombstone: its data and buffer go, its credit goes
     /// back, its id is finished, and matching will step over it.
-    fn withdraw(&mut self, now: Nanos, index: u32, returns_credit: bool) {
+    fn withdraw(&mut self, now: Nanos, index: IncomingKey, returns_credit: bool) {
         self.set_waiter(index, false);
         let keepalive = self.config.keepalive_ns;
-        let entry = self.incoming.get_mut(index).expect("live");
+        let entry = &mut self.incoming[index];
         let (peer, msg_id) = (entry.peer, entry.msg_id);
         let in_unexpected = std::mem::replace(&mut entry.in_unexpected, false);
         let buffer = std::mem::replace(&mut entry.dest, Dest::Discard);

@@ -74,8 +74,8 @@ impl Core {
     }
 
     /// Keeps the send at the head for `FRAMES_PER_TURN` frames, then moves it to the back.
-    fn rotate_ready(&mut self, index: u32) {
-        let op = self.sends.get_mut(index).expect("ready send");
+    fn rotate_ready(&mut self, index: SendKey) {
+        let op = &mut self.sends[index];
         op.turn_frames += 1;
         if !op.has_frame_to_send() {
             op.in_ready = false;
@@ -90,14 +90,14 @@ impl Core {
 
     /// Arms the frame's timers from its estimated departure, not from `now`: a frame queued
     /// behind others leaves later (`drain.rs`).
-    fn record_frame_sent(&mut self, now: Nanos, index: u32, frame: u32, bytes: usize) {
+    fn record_frame_sent(&mut self, now: Nanos, index: SendKey, frame: u32, bytes: usize) {
         let max_ns = self.config.rto_max_ns;
-        let dst = self.sends.get(index).expect("ready send").dst;
+        let dst = self.sends[index].dst;
         let departure = self.departure(now, dst, bytes);
         let rto = self.peers[dst as usize].rto;
-        let op = self.sends.get_mut(index).expect("ready send");
+        let op = &mut self.sends[index];
         op.collections.on_frame_sent(
-            &mut self.send_timers[index as usize],
+            &mut self.send_timers[index],
             frame,
             departure.at,
             |retries| rto.backed_off_ns(retries, max_ns) + departure.slack,
@@ -108,13 +108,13 @@ impl Core {
     fn build_data_frame(
         &mut self,
         now: Nanos,
-        index: u32,
+        index: SendKey,
         frame: u32,
         retransmit: bool,
         memory: &impl HostMemory,
         transmit: &mut Transmit,
     ) {
-        let op = self.sends.get(index).expect("ready send");
+        let op = &self.sends[index];
         let kind = op.kind_of(frame);
         let offset = op.geometry.offset(frame);
         let len = op.geometry.len(frame);
@@ -152,11 +152,9 @@ impl Core {
         let headers_len =
             emit_headers(&header, msg.as_ref(), transmit.headers_buf()).expect("headers fit");
         transmit.set_headers_len(headers_len);
-        let op = self.sends.get(index).expect("ready send");
+        let op = &self.sends[index];
         match op.copy {
-            Some(copied) => {
-                transmit.set_inline(&self.send_copies[index as usize][..usize::from(copied)])
-            }
+            Some(copied) => transmit.set_inline(&self.send_copies[index][..usize::from(copied)]),
             None => op
                 .data
                 .for_each_piece(offset, len, |piece| transmit.push_piece(piece)),

@@ -40,11 +40,7 @@ impl Core {
             return false;
         };
         let recv = self.posted[position];
-        let buffer = &self
-            .recvs
-            .get(recv)
-            .expect("posted receives are live")
-            .buffer;
+        let buffer = &self.recvs[recv].buffer;
         if buffer.total_len() < msg.total_len {
             return false;
         }
@@ -76,10 +72,10 @@ impl Core {
     }
 
     /// What matching, placing and delivering the message would have left behind.
-    fn finish_express(&mut self, now: Nanos, header: &FrameHeader, msg: &MsgHeader, recv: u32) {
+    fn finish_express(&mut self, now: Nanos, header: &FrameHeader, msg: &MsgHeader, recv: RecvKey) {
         let peer = header.src;
         let len = msg.total_len;
-        let source = self.recvs.get(recv).expect("live").source;
+        let source = self.recvs[recv].source;
         // A receive from a named rank counted as a waiter on it until matched; the message's
         // own waiter count rises and falls again within the general path.
         if let Source::Rank(p) = source {
@@ -104,7 +100,7 @@ impl Core {
         };
         let id = OpId {
             kind: OpKind::Recv,
-            index: recv,
+            index: recv.slot(),
             generation,
         };
         self.complete(id, Ok(status));

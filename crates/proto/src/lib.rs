@@ -59,3 +59,5 @@ pub use types::{
     Source, Status, Tag, TagMatch,
 };
 pub use usage::{TableUsage, Usage};
+
+pub(crate) use slab::{IncomingKey, Key, RecvKey, SendKey};

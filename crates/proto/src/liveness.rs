@@ -229,7 +229,7 @@ impl Core {
     }
 
     fn fail_sends_to(&mut self, peer: Rank, error: OpError) {
-        let doomed: Vec<u32> = self
+        let doomed: Vec<SendKey> = self
             .sends
             .occupied()
             .filter(|&i| self.sends.get(i).is_some_and(|op| op.dst == peer))
@@ -238,19 +238,19 @@ impl Core {
             self.finish_send(index, Err(error));
         }
         let state = &mut self.peers[peer as usize];
-        state.queue_head = crate::peer::NONE;
-        state.queue_tail = crate::peer::NONE;
+        state.queue_head = None;
+        state.queue_tail = None;
         self.ready.retain(|&i| self.sends.get(i).is_some());
     }
 
     fn fail_incoming_from(&mut self, peer: Rank, error: OpError) {
-        let from_peer: Vec<u32> = self
+        let from_peer: Vec<IncomingKey> = self
             .incoming
             .occupied()
             .filter(|&i| self.incoming.get(i).is_some_and(|e| e.peer == peer))
             .collect();
         for index in from_peer {
-            let entry = self.incoming.get(index).expect("occupied");
+            let entry = &self.incoming[index];
             let deliverable =
                 entry.is_eager() && entry.phase == RxPhase::DataComplete && !entry.matched;
             if deliverable {
@@ -258,17 +258,17 @@ impl Core {
             }
             if entry.phase == RxPhase::Receiving {
                 if let (Dest::Recv(recv), _) | (_, Some(recv)) = (entry.dest, entry.recv) {
-                    self.incoming.get_mut(index).expect("occupied").waiter = false;
+                    self.incoming[index].waiter = false;
                     self.fail_recv(recv, error);
                 }
             }
-            self.incoming.get_mut(index).expect("occupied").waiter = false;
+            self.incoming[index].waiter = false;
             self.free_incoming(index);
         }
     }
 
     fn fail_receives_naming(&mut self, peer: Rank, error: OpError) {
-        let named: Vec<u32> = self
+        let named: Vec<RecvKey> = self
             .recvs
             .occupied()
             .filter(|&i| {

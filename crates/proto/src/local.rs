@@ -47,8 +47,8 @@ impl Core {
         let key = (context, tag);
         let mut entry = Incoming::new(rank, msg_id, key, geometry, self.config.ack_unit);
         entry.local_send = Some(send);
-        let op = self.sends.get(send).expect("just inserted");
-        self.send_timers[send as usize].reset(&op.collections);
+        let op = &self.sends[send];
+        self.send_timers[send].reset(&op.collections);
         // The incoming table keeps an entry per send beyond `max_incoming` for exactly this.
         let (incoming, _) = self
             .incoming
@@ -61,17 +61,22 @@ impl Core {
         self.match_in_order(now, rank, memory);
         Ok(OpId {
             kind: OpKind::Send,
-            index: send,
+            index: send.slot(),
             generation,
         })
     }
 
     /// A receive matched a message to self: copy, complete both, free.
-    pub(crate) fn deliver_local(&mut self, incoming: u32, recv: u32, memory: &mut impl HostMemory) {
-        let entry = self.incoming.get(incoming).expect("live");
+    pub(crate) fn deliver_local(
+        &mut self,
+        incoming: IncomingKey,
+        recv: RecvKey,
+        memory: &mut impl HostMemory,
+    ) {
+        let entry = &self.incoming[incoming];
         let send = entry.local_send.expect("a local message");
-        let source = self.sends.get(send).expect("local send").data;
-        let target = self.recvs.get(recv).expect("bound receive").buffer;
+        let source = self.sends[send].data;
+        let target = self.recvs[recv].buffer;
         let len = source.total_len();
         copy_between(memory, &source, &target, len);
         self.stats.bytes_copied += len;
@@ -81,14 +86,14 @@ impl Core {
     }
 
     /// The local message was consumed (delivered or truncated): complete its send, free it.
-    pub(crate) fn finish_local(&mut self, incoming: u32, send: u32) {
+    pub(crate) fn finish_local(&mut self, incoming: IncomingKey, send: SendKey) {
         self.free_incoming(incoming);
         self.finish_send(send, Ok(()));
     }
 
     /// Inserts an entry for a message from another rank, unless `max_incoming` of them are
     /// held already (the rest of the table is kept for messages to self).
-    pub(crate) fn insert_remote(&mut self, entry: Incoming) -> Option<u32> {
+    pub(crate) fn insert_remote(&mut self, entry: Incoming) -> Option<IncomingKey> {
         let local = self.peers[self.rank as usize].sends_in_flight as usize;
         let remote = self.incoming.usage.in_use.saturating_sub(local);
         if remote >= self.config.max_incoming {
@@ -98,8 +103,8 @@ impl Core {
     }
 
     /// Cancels a local send not taken by a receive yet.
-    pub(crate) fn cancel_local(&mut self, send: u32) {
-        let msg_id = self.sends.get(send).expect("live").msg_id;
+    pub(crate) fn cancel_local(&mut self, send: SendKey) {
+        let msg_id = self.sends[send].msg_id;
         if let Some(&incoming) = self.incoming_index.get(&(self.rank, msg_id)) {
             self.free_incoming(incoming);
         }

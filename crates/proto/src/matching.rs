@@ -23,12 +23,11 @@ impl Core {
                 }
             }
         }
-        let id = self.insert_recv_op(OpKind::Recv, source, (context, tag), buffer)?;
-        let index = id.index;
+        let (index, id) = self.insert_recv_op(OpKind::Recv, source, (context, tag), buffer)?;
         match found {
             Some(incoming) => {
                 self.unexpected.retain(|&i| i != incoming);
-                self.incoming.get_mut(incoming).expect("live").in_unexpected = false;
+                self.incoming[incoming].in_unexpected = false;
                 self.bind(now, index, incoming, memory);
             }
             None => {
@@ -47,8 +46,8 @@ impl Core {
         source: Source,
         (context, tag): (Context, TagMatch),
     ) -> Result<OpId, PostError> {
-        let id = self.insert_recv_op(OpKind::Probe, source, (context, tag), &SgList::default())?;
-        let index = id.index;
+        let (index, id) =
+            self.insert_recv_op(OpKind::Probe, source, (context, tag), &SgList::default())?;
         if let Some(found) = self.find_unexpected(source, context, tag) {
             let status = self.status_of(found);
             self.recvs.remove(index);
@@ -72,7 +71,7 @@ impl Core {
         source: Source,
         (context, tag): (Context, TagMatch),
         buffer: &SgList,
-    ) -> Result<OpId, PostError> {
+    ) -> Result<(RecvKey, OpId), PostError> {
         let make = || RecvOp {
             kind,
             source,
@@ -86,12 +85,13 @@ impl Core {
             table: "receive",
             limit,
         };
-        let (index, generation) = self.recvs.insert_with(make).ok_or(table_full)?;
-        Ok(OpId {
+        let (key, generation) = self.recvs.insert_with(make).ok_or(table_full)?;
+        let id = OpId {
             kind,
-            index,
+            index: key.slot(),
             generation,
-        })
+        };
+        Ok((key, id))
     }
 
     pub(crate) fn find_unexpected(
@@ -99,15 +99,15 @@ impl Core {
         source: Source,
         context: Context,
         tag: TagMatch,
-    ) -> Option<u32> {
+    ) -> Option<IncomingKey> {
         self.unexpected.iter().copied().find(|&i| {
-            let entry = self.incoming.get(i).expect("unexpected entries are live");
+            let entry = &self.incoming[i];
             entry.context == context && source.matches(entry.peer) && tag.matches(entry.tag)
         })
     }
 
-    pub(crate) fn status_of(&self, incoming: u32) -> Status {
-        let entry = self.incoming.get(incoming).expect("live");
+    pub(crate) fn status_of(&self, incoming: IncomingKey) -> Status {
+        let entry = &self.incoming[incoming];
         Status {
             peer: entry.peer,
             tag: entry.tag,
@@ -124,12 +124,9 @@ impl Core {
     /// The first posted receive (in posting order) that takes a message from `peer` with this
     /// context and tag.
     pub(crate) fn find_posted(&self, peer: Rank, (context, tag): (Context, Tag)) -> Option<usize> {
-        self.posted.iter().position(|&i| {
-            self.recvs
-                .get(i)
-                .expect("posted receives are live")
-                .accepts(peer, context, tag)
-        })
+        self.posted
+            .iter()
+            .position(|&i| self.recvs[i].accepts(peer, context, tag))
     }
 
     /// Matches the peer's messages whose headers have arrived, in message-id order, against
@@ -147,7 +144,7 @@ impl Core {
                 }
                 return;
             };
-            let entry = self.incoming.get(incoming).expect("live");
+            let entry = &self.incoming[incoming];
             if entry.phase == RxPhase::Cancelled {
                 self.step_over_match(peer);
                 continue;
@@ -155,14 +152,14 @@ impl Core {
             match self.find_posted(peer, (entry.context, entry.tag)) {
                 Some(position) => {
                     let recv = self.posted.remove(position).expect("position is valid");
-                    if let Source::Rank(p) = self.recvs.get(recv).expect("live").source {
+                    if let Source::Rank(p) = self.recvs[recv].source {
                         self.remove_waiter(p);
                     }
                     self.bind(now, recv, incoming, memory);
                 }
                 None => {
                     self.unexpected.push_back(incoming);
-                    self.incoming.get_mut(incoming).expect("live").in_unexpected = true;
+                    self.incoming[incoming].in_unexpected = true;
                     self.complete_probes_for(incoming);
                 }
             }
@@ -180,12 +177,12 @@ impl Core {
     pub(crate) fn bind(
         &mut self,
         now: Nanos,
-        recv: u32,
-        incoming: u32,
+        recv: RecvKey,
+        incoming: IncomingKey,
         memory: &mut impl HostMemory,
     ) {
-        let buffer_len = self.recvs.get(recv).expect("live").buffer.total_len();
-        let entry = self.incoming.get_mut(incoming).expect("live");
+        let buffer_len = self.recvs[recv].buffer.total_len();
+        let entry = &mut self.incoming[incoming];
         entry.matched = true;
         let (peer, tag, message_len) = (entry.peer, entry.tag, entry.geometry.total_len);
         if message_len > buffer_len {
@@ -196,25 +193,19 @@ impl Core {
                 buffer_len,
             };
             self.fail_recv(recv, error);
-            if let Some(send) = self.incoming.get(incoming).expect("live").local_send {
+            if let Some(send) = self.incoming[incoming].local_send {
                 self.finish_local(incoming, send);
                 return;
             }
             self.truncate_incoming(now, incoming, memory);
             return;
         }
-        if self
-            .incoming
-            .get(incoming)
-            .expect("live")
-            .local_send
-            .is_some()
-        {
+        if self.incoming[incoming].local_send.is_some() {
             self.deliver_local(incoming, recv, memory);
             return;
         }
-        self.recvs.get_mut(recv).expect("live").state = RecvState::Bound(incoming);
-        let entry = self.incoming.get_mut(incoming).expect("live");
+        self.recvs[recv].state = RecvState::Bound(incoming);
+        let entry = &mut self.incoming[incoming];
         entry.recv = Some(recv);
         if entry.is_eager() {
             if entry.phase == RxPhase::DataComplete {
@@ -238,8 +229,8 @@ impl Core {
 
     /// `drop` mode: the data of this eager message was discarded while no receive waited; now
     /// that one does, ask the sender to resend at once instead of at its next timeout.
-    fn request_resend(&mut self, incoming: u32) {
-        let entry = self.incoming.get(incoming).expect("live");
+    fn request_resend(&mut self, incoming: IncomingKey) {
+        let entry = &self.incoming[incoming];
         let cts = crate::receiver::control(
             entry.peer,
             nicmsg_wire::FrameKind::Cts,
@@ -251,14 +242,19 @@ impl Core {
     }
 
     /// A receive too short for its message: the message is consumed without data.
-    fn truncate_incoming(&mut self, now: Nanos, incoming: u32, memory: &mut impl HostMemory) {
-        let entry = self.incoming.get_mut(incoming).expect("live");
+    fn truncate_incoming(
+        &mut self,
+        now: Nanos,
+        incoming: IncomingKey,
+        memory: &mut impl HostMemory,
+    ) {
+        let entry = &mut self.incoming[incoming];
         entry.truncated = true;
         if let Dest::Buffer(slot) = entry.dest {
             entry.dest = Dest::Discard;
             self.release_eager_buffer(slot);
         }
-        let entry = self.incoming.get_mut(incoming).expect("live");
+        let entry = &mut self.incoming[incoming];
         entry.dest = Dest::Discard;
         if entry.is_eager() {
             if entry.phase == RxPhase::DataComplete {
@@ -286,14 +282,14 @@ impl Core {
     pub(crate) fn deliver_eager(
         &mut self,
         now: Nanos,
-        incoming: u32,
+        incoming: IncomingKey,
         memory: &mut impl HostMemory,
     ) {
-        let entry = self.incoming.get(incoming).expect("live");
+        let entry = &self.incoming[incoming];
         let (peer, len) = (entry.peer, entry.geometry.total_len as usize);
         match (entry.dest, entry.recv) {
             (Dest::Buffer(slot), Some(recv)) => {
-                let buffer = &self.recvs.get(recv).expect("bound receive").buffer;
+                let buffer = &self.recvs[recv].buffer;
                 buffer.write_at(memory, 0, &self.eager_buffer(slot)[..len]);
                 self.stats.bytes_copied += len as u64;
                 self.peer_stats[peer as usize].bytes_copied += len as u64;
@@ -307,13 +303,13 @@ impl Core {
     }
 
     /// Completes a receive with its message's status.
-    pub(crate) fn finish_recv_ok(&mut self, recv: u32, incoming: u32) {
+    pub(crate) fn finish_recv_ok(&mut self, recv: RecvKey, incoming: IncomingKey) {
         let status = self.status_of(incoming);
-        let entry = self.incoming.get_mut(incoming).expect("live");
+        let entry = &mut self.incoming[incoming];
         if let Dest::Buffer(slot) = entry.dest {
             self.release_eager_buffer(slot);
         }
-        let entry = self.incoming.get_mut(incoming).expect("live");
+        let entry = &mut self.incoming[incoming];
         entry.dest = Dest::Discard;
         entry.recv = None;
         self.stats.messages_received += 1;
@@ -323,14 +319,14 @@ impl Core {
         self.complete(
             OpId {
                 kind: OpKind::Recv,
-                index: recv,
+                index: recv.slot(),
                 generation,
             },
             Ok(status),
         );
     }
 
-    pub(crate) fn fail_recv(&mut self, recv: u32, error: OpError) {
+    pub(crate) fn fail_recv(&mut self, recv: RecvKey, error: OpError) {
         let generation = self.recvs.generation(recv);
         let Some(op) = self.recvs.remove(recv) else {
             return;
@@ -338,7 +334,7 @@ impl Core {
         self.complete(
             OpId {
                 kind: op.kind,
-                index: recv,
+                index: recv.slot(),
                 generation,
             },
             Err(error),
@@ -346,13 +342,13 @@ impl Core {
     }
 
     /// Completes every posted probe that matches a message just queued as unexpected.
-    fn complete_probes_for(&mut self, incoming: u32) {
+    fn complete_probes_for(&mut self, incoming: IncomingKey) {
         let status = self.status_of(incoming);
-        let context = self.incoming.get(incoming).expect("live").context;
+        let context = self.incoming[incoming].context;
         let mut position = 0;
         while position < self.probes.len() {
             let probe = self.probes[position];
-            let op = self.recvs.get(probe).expect("probes are live");
+            let op = &self.recvs[probe];
             if !op.accepts(status.peer, context, status.tag) {
                 position += 1;
                 continue;
@@ -366,7 +362,7 @@ impl Core {
             self.complete(
                 OpId {
                     kind: OpKind::Probe,
-                    index: probe,
+                    index: probe.slot(),
                     generation,
                 },
                 Ok(status),
@@ -375,10 +371,11 @@ impl Core {
     }
 
     pub(crate) fn cancel_recv(&mut self, op: OpId) -> Result<(), CancelError> {
-        let recv = self
+        let key = self
             .recvs
-            .get_checked(op.index, op.generation)
+            .key_checked(op.index, op.generation)
             .ok_or(CancelError::UnknownOp)?;
+        let recv = &self.recvs[key];
         if recv.kind != op.kind {
             return Err(CancelError::UnknownOp);
         }
@@ -391,11 +388,11 @@ impl Core {
         } else {
             &mut self.posted
         };
-        list.retain(|&i| i != op.index);
+        list.retain(|&i| i != key);
         if let Source::Rank(peer) = source {
             self.remove_waiter(peer);
         }
-        self.fail_recv(op.index, OpError::Cancelled);
+        self.fail_recv(key, OpError::Cancelled);
         Ok(())
     }
 }

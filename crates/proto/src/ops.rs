@@ -5,6 +5,7 @@ use crate::collections::{Collections, ResendCursor};
 use crate::config::RX_TRACKED_FRAMES;
 use crate::geometry::Geometry;
 use crate::memory::{HostMemory, SgList};
+use crate::slab::{IncomingKey, RecvKey, SendKey};
 use crate::transmit::INLINE_PAYLOAD_MAX;
 use crate::{Context, Nanos, OpKind, Rank, Source, Tag, TagMatch};
 use nicmsg_wire::FrameKind;
@@ -33,7 +34,7 @@ pub(crate) struct SendOp {
     pub phase: SendPhase,
     pub msg_id: u32,
     /// Next send in the peer's start queue.
-    pub next_queued: u32,
+    pub next_queued: Option<SendKey>,
     /// Frames the receiver allows (cumulative); all of them for eager.
     pub granted: u32,
     /// Next frame never sent.
@@ -117,7 +118,7 @@ impl SendOp {
             ack_unit,
             phase,
             msg_id: 0,
-            next_queued: crate::peer::NONE,
+            next_queued: None,
             granted: 0,
             next_new: 0,
             collections: Collections::new(ack_unit, frames),
@@ -180,7 +181,7 @@ pub(crate) enum RecvState {
     /// In the posted queue (or the probe list), not matched.
     Posted,
     /// Matched to an incoming message still arriving.
-    Bound(u32),
+    Bound(IncomingKey),
 }
 
 #[derive(Debug, Clone)]
@@ -208,7 +209,7 @@ pub(crate) enum Dest {
     /// An unexpected-message buffer of the eager pool.
     Buffer(u32),
     /// Straight into a posted receive (zero copy).
-    Recv(u32),
+    Recv(RecvKey),
     /// Matched by a receive that is too short: bytes are acknowledged and discarded.
     Discard,
 }
@@ -242,9 +243,9 @@ pub(crate) struct Incoming {
     bitmap: [u64; BITMAP_WORDS],
     pub dest: Dest,
     /// The receive matched to it, if any.
-    pub recv: Option<u32>,
+    pub recv: Option<RecvKey>,
     /// A message from this rank to itself: the send holding its bytes.
-    pub local_send: Option<u32>,
+    pub local_send: Option<SendKey>,
     /// Matched by a receive (so in MPI order, the next message of the peer may be matched).
     pub matched: bool,
     pub in_unexpected: bool,
@@ -347,7 +348,7 @@ impl Incoming {
 pub(crate) struct LatestData {
     /// The incoming message's entry (checked against `peer` and `msg_id` before use: the entry
     /// may have been freed and reused since).
-    pub index: u32,
+    pub index: IncomingKey,
     pub peer: Rank,
     pub msg_id: u32,
     pub frame: u32,

@@ -3,11 +3,9 @@
 
 use crate::drain::Drain;
 use crate::rto::RtoEstimator;
+use crate::slab::SendKey;
 use crate::window::IdWindow;
 use crate::Nanos;
-
-/// Sentinel for "no slot" in intrusive lists.
-pub(crate) const NONE: u32 = u32::MAX;
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Peer {
@@ -21,8 +19,8 @@ pub(crate) struct Peer {
     /// any later frame).
     pub credits_returned: u32,
     /// Sends waiting to start, FIFO through `SendOp::next_queued`.
-    pub queue_head: u32,
-    pub queue_tail: u32,
+    pub queue_head: Option<SendKey>,
+    pub queue_tail: Option<SendKey>,
     // --- this rank receiving from the peer ---
     pub recv_window: IdWindow,
     /// Next message id whose header must be matched (MPI non-overtaking order).
@@ -69,8 +67,8 @@ impl Peer {
             send_window: IdWindow::default(),
             eager_started: 0,
             credits_returned: 0,
-            queue_head: NONE,
-            queue_tail: NONE,
+            queue_head: None,
+            queue_tail: None,
             recv_window: IdWindow::default(),
             next_match: 0,
             credits_given: 0,

@@ -119,7 +119,7 @@ impl Core {
         let Some(index) = self.active_send(peer, header.acked_id) else {
             return;
         };
-        let op = self.sends.get_mut(index).expect("active send");
+        let op = &mut self.sends[index];
         if !op.is_eager() {
             return self.count_drop(Some(peer), DropReason::Invalid);
         }

@@ -72,7 +72,7 @@ impl Core {
     /// frame `from` on; returns the new count.
     fn predict_message(
         &self,
-        index: u32,
+        index: IncomingKey,
         from: u32,
         out: &mut [ExpectedFrame],
         mut count: usize,

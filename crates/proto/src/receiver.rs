@@ -127,7 +127,7 @@ impl Core {
         header: &FrameHeader,
         msg: &MsgHeader,
         memory: &mut impl HostMemory,
-    ) -> Option<u32> {
+    ) -> Option<IncomingKey> {
         let peer = header.src;
         let geometry = Geometry {
             total_len: msg.total_len,
@@ -162,7 +162,7 @@ impl Core {
         };
         self.incoming_index.insert((peer, header.msg_id), index);
         self.match_in_order(now, peer, memory);
-        let entry = self.incoming.get(index).expect("just inserted");
+        let entry = &self.incoming[index];
         if buffering && entry.is_eager() && entry.dest == Dest::Nowhere {
             let assigned = self.assign_eager_buffer(index);
             debug_assert!(assigned, "checked before admitting");
@@ -189,8 +189,8 @@ impl Core {
 
     /// Takes one of the peer's eager buffers for an unmatched eager message. Credits guarantee
     /// one is free unless the sender broke the protocol.
-    fn assign_eager_buffer(&mut self, index: u32) -> bool {
-        let peer = self.incoming.get(index).expect("live").peer as usize;
+    fn assign_eager_buffer(&mut self, index: IncomingKey) -> bool {
+        let peer = self.incoming[index].peer as usize;
         let credits = self.config.eager_credits_per_peer;
         let used = self.peers[peer].eager_buffers_used;
         let free = (!used).trailing_zeros();
@@ -199,8 +199,7 @@ impl Core {
         }
         self.peers[peer].eager_buffers_used |= 1 << free;
         self.eager_usage.set(self.eager_usage.in_use + 1);
-        self.incoming.get_mut(index).expect("live").dest =
-            Dest::Buffer(peer as u32 * credits + free);
+        self.incoming[index].dest = Dest::Buffer(peer as u32 * credits + free);
         true
     }
 
@@ -219,14 +218,14 @@ impl Core {
     pub(crate) fn place_frame(
         &mut self,
         now: Nanos,
-        index: u32,
+        index: IncomingKey,
         header: &FrameHeader,
         msg: Option<&MsgHeader>,
         payload: Payload<'_>,
         memory: &mut impl HostMemory,
     ) {
         let peer = header.src;
-        let entry = self.incoming.get(index).expect("live");
+        let entry = &self.incoming[index];
         let consistent = msg.is_none_or(|m| {
             m.tag == entry.tag
                 && Context(m.context) == entry.context
@@ -248,11 +247,11 @@ impl Core {
         }
         if !self.store_payload(index, header.offset, payload, memory) {
             // Header kept, no receive yet: the data is resent once one is posted.
-            self.incoming.get_mut(index).expect("live").discarded = true;
+            self.incoming[index].discarded = true;
             self.answer_wait(header);
             return;
         }
-        let entry = self.incoming.get_mut(index).expect("live");
+        let entry = &mut self.incoming[index];
         entry.mark_frame(frame);
         if !entry.is_eager() {
             self.latest_data = Some(LatestData {
@@ -262,7 +261,7 @@ impl Core {
                 frame,
             });
         }
-        let entry = self.incoming.get_mut(index).expect("live");
+        let entry = &mut self.incoming[index];
         // The frame that completes the message is answered by the ACK_ALL alone.
         if entry.collection_complete(frame) && !entry.all_frames() {
             let ack = control(peer, FrameKind::Ack, 0, header.msg_id, frame);
@@ -273,7 +272,7 @@ impl Core {
         } else {
             self.extend_grant(index);
         }
-        if self.incoming.get(index).expect("live").all_frames() {
+        if self.incoming[index].all_frames() {
             self.on_data_complete(now, index, memory);
         }
     }
@@ -281,18 +280,18 @@ impl Core {
     /// Writes payload where the message's bytes go. Returns false if the frame was not kept.
     fn store_payload(
         &mut self,
-        index: u32,
+        index: IncomingKey,
         offset: u64,
         payload: Payload<'_>,
         memory: &mut impl HostMemory,
     ) -> bool {
-        let entry = self.incoming.get(index).expect("live");
+        let entry = &self.incoming[index];
         let peer = entry.peer as usize;
         match (entry.dest, payload) {
             (Dest::Nowhere, _) => false,
             (Dest::Discard, _) => true,
             (Dest::Recv(recv), Payload::Bytes(bytes)) => {
-                let buffer = &self.recvs.get(recv).expect("bound receive").buffer;
+                let buffer = &self.recvs[recv].buffer;
                 buffer.write_at(memory, offset, bytes);
                 self.stats.bytes_placed += bytes.len() as u64;
                 self.peer_stats[peer].bytes_placed += bytes.len() as u64;
@@ -315,8 +314,8 @@ impl Core {
 
     /// A repeated frame: re-acknowledge its collection if complete; a repeated RTS or RSM asks
     /// for the current grant again (its CTS was lost).
-    fn answer_duplicate(&mut self, index: u32, header: &FrameHeader) {
-        let entry = self.incoming.get(index).expect("live");
+    fn answer_duplicate(&mut self, index: IncomingKey, header: &FrameHeader) {
+        let entry = &self.incoming[index];
         let peer = header.src;
         if entry.phase == RxPhase::MsgAcked {
             let flags = if entry.truncated { Flags::TRUNCATED } else { 0 };
@@ -350,9 +349,9 @@ impl Core {
 
     /// RSM seen: grant the window after the one it closes (RMPP), bounded by what the receiver
     /// can track.
-    fn on_rsm(&mut self, index: u32, window_end: u32) {
+    fn on_rsm(&mut self, index: IncomingKey, window_end: u32) {
         let window = self.config.cts_window_frames;
-        let entry = self.incoming.get_mut(index).expect("live");
+        let entry = &mut self.incoming[index];
         let target = window_end.saturating_add(window).min(entry.frames);
         entry.grant_target = entry.grant_target.max(target);
         if !self.extend_grant(index) {
@@ -361,8 +360,8 @@ impl Core {
     }
 
     /// Raises the grant towards its target as far as tracking allows; sends a CTS if it grew.
-    fn extend_grant(&mut self, index: u32) -> bool {
-        let entry = self.incoming.get_mut(index).expect("live");
+    fn extend_grant(&mut self, index: IncomingKey) -> bool {
+        let entry = &mut self.incoming[index];
         if !entry.matched || entry.dest == Dest::Discard || entry.is_eager() {
             return false;
         }
@@ -377,8 +376,8 @@ impl Core {
     }
 
     /// Sends the current cumulative grant (idempotent: duplicates are harmless).
-    pub(crate) fn send_grant(&mut self, index: u32) {
-        let entry = self.incoming.get(index).expect("live");
+    pub(crate) fn send_grant(&mut self, index: IncomingKey) {
+        let entry = &self.incoming[index];
         if entry.is_eager() || entry.phase != RxPhase::Receiving {
             return;
         }
@@ -403,9 +402,9 @@ impl Core {
     }
 
     /// Called when a receive is bound to a rendezvous message: grant the first window.
-    pub(crate) fn grant_first_window(&mut self, index: u32) {
+    pub(crate) fn grant_first_window(&mut self, index: IncomingKey) {
         let window = self.config.cts_window_frames;
-        let entry = self.incoming.get_mut(index).expect("live");
+        let entry = &mut self.incoming[index];
         // An RTS neither kept nor discarded is the one being admitted: it is placed right
         // after matching, and `place_frame` then sends this grant. Granting now would ask for
         // the RTS again (FROM_START) although its data is about to be kept: one needless
@@ -426,8 +425,8 @@ impl Core {
         }
     }
 
-    fn on_data_complete(&mut self, now: Nanos, index: u32, memory: &mut impl HostMemory) {
-        let entry = self.incoming.get_mut(index).expect("live");
+    fn on_data_complete(&mut self, now: Nanos, index: IncomingKey, memory: &mut impl HostMemory) {
+        let entry = &mut self.incoming[index];
         entry.phase = RxPhase::DataComplete;
         let (peer, msg_id, eager) = (entry.peer, entry.msg_id, entry.is_eager());
         if eager {
@@ -439,17 +438,17 @@ impl Core {
         // Finished for duplicate detection now; END and CLEANUP find the entry by its index.
         self.peers[peer as usize].recv_window.finish(msg_id);
         if eager {
-            let entry = self.incoming.get(index).expect("live");
+            let entry = &self.incoming[index];
             if entry.matched {
                 self.deliver_eager(now, index, memory);
             }
             return;
         }
-        if let Dest::Recv(recv) = self.incoming.get(index).expect("live").dest {
+        if let Dest::Recv(recv) = self.incoming[index].dest {
             self.finish_recv_ok(recv, index);
         }
         let rto = self.config.keepalive_ns;
-        let entry = self.incoming.get_mut(index).expect("live");
+        let entry = &mut self.incoming[index];
         entry.deadline_ns = Some(now + rto);
         entry.retries = 0;
     }
@@ -465,7 +464,7 @@ impl Core {
             return self.count_drop(Some(peer), DropReason::Duplicate);
         };
         let keepalive = self.config.keepalive_ns;
-        let entry = self.incoming.get_mut(index).expect("live");
+        let entry = &mut self.incoming[index];
         if entry.phase == RxPhase::Receiving || entry.is_eager() {
             return self.count_drop(Some(peer), DropReason::Invalid);
         }
@@ -481,7 +480,7 @@ impl Core {
         let Some(&index) = self.incoming_index.get(&(header.src, header.msg_id)) else {
             return self.count_drop(Some(header.src), DropReason::Duplicate);
         };
-        let entry = self.incoming.get(index).expect("live");
+        let entry = &self.incoming[index];
         if entry.phase == RxPhase::Cancelled {
             return self.free_incoming(index);
         }
@@ -495,14 +494,14 @@ impl Core {
     /// CANCEL-ACK) a bounded number of times, then free the state anyway (the data was
     /// delivered or withdrawn; only the sender's bookkeeping is unconfirmed).
     pub(crate) fn expire_incoming(&mut self, now: Nanos) {
-        for index in 0..self.incoming.scan_end() {
+        for index in self.incoming.slots_in_use_range() {
             let due = self.incoming.get(index).and_then(|e| e.deadline_ns);
             if due.is_none_or(|d| d > now) {
                 continue;
             }
             let max_retries = self.config.max_retries;
             let keepalive = self.config.keepalive_ns;
-            let entry = self.incoming.get_mut(index).expect("occupied");
+            let entry = &mut self.incoming[index];
             entry.retries += 1;
             let (peer, msg_id, truncated) = (entry.peer, entry.msg_id, entry.truncated);
             if entry.retries > max_retries {
@@ -524,7 +523,7 @@ impl Core {
     }
 
     /// Forgets an incoming message (its buffer too) without completing anything.
-    pub(crate) fn free_incoming(&mut self, index: u32) {
+    pub(crate) fn free_incoming(&mut self, index: IncomingKey) {
         self.set_waiter(index, false);
         let Some(entry) = self.incoming.remove(index) else {
             return;
@@ -550,7 +549,7 @@ impl Core {
         self.owe_credit(now, peer);
     }
 
-    pub(crate) fn set_waiter(&mut self, index: u32, waiting: bool) {
+    pub(crate) fn set_waiter(&mut self, index: IncomingKey, waiting: bool) {
         let Some(entry) = self.incoming.get_mut(index) else {
             return;
         };

@@ -4,7 +4,6 @@
 
 use crate::geometry::Geometry;
 use crate::ops::{copy_short, Control, SendOp, SendPhase};
-use crate::peer::NONE;
 use crate::state::Core;
 use crate::*;
 use nicmsg_wire::{Flags, FrameHeader, FrameKind, Protocol, FRAME_HEADER_LEN};
@@ -43,28 +42,27 @@ impl Core {
             table: "send",
             limit,
         })?;
-        let op = self.sends.get_mut(index).expect("just inserted");
-        self.send_timers[index as usize].reset(&op.collections);
+        let op = &mut self.sends[index];
+        self.send_timers[index].reset(&op.collections);
         if protocol == Protocol::Eager && frames == 1 {
-            op.copy = copy_short(&op.data, memory, &mut self.send_copies[index as usize]);
+            op.copy = copy_short(&op.data, memory, &mut self.send_copies[index]);
         }
         self.enqueue_for_start(dst, index);
         self.start_queued_for(now, dst);
         Ok(OpId {
             kind: OpKind::Send,
-            index,
+            index: index.slot(),
             generation,
         })
     }
 
-    fn enqueue_for_start(&mut self, dst: Rank, index: u32) {
+    fn enqueue_for_start(&mut self, dst: Rank, send: SendKey) {
         let peer = &mut self.peers[dst as usize];
-        if peer.queue_tail == NONE {
-            peer.queue_head = index;
-        } else if let Some(tail) = self.sends.get_mut(peer.queue_tail) {
-            tail.next_queued = index;
+        match peer.queue_tail {
+            None => peer.queue_head = Some(send),
+            Some(tail) => self.sends[tail].next_queued = Some(send),
         }
-        peer.queue_tail = index;
+        peer.queue_tail = Some(send);
     }
 
     fn geometry_for(&self, len: u64, protocol: Protocol) -> Geometry {
@@ -82,10 +80,10 @@ impl Core {
     /// taken), so a message that the receiver waits for is never stuck behind unmatched ones.
     pub(crate) fn start_queued_for(&mut self, _now: Nanos, dst: Rank) {
         loop {
-            let head = self.peers[dst as usize].queue_head;
-            let Some(op) = self.sends.get(head) else {
+            let Some(head) = self.peers[dst as usize].queue_head else {
                 return;
             };
+            let op = &self.sends[head];
             let eager = op.is_eager();
             let peer = &self.peers[dst as usize];
             let needs_credit = eager && self.config.unexpected == UnexpectedPolicy::Buffer;
@@ -97,7 +95,7 @@ impl Core {
                 self.send_by_rendezvous(head, dst);
             }
             let needs_credit = needs_credit && has_credit;
-            let eager = self.sends.get(head).expect("queue head").is_eager();
+            let eager = self.sends[head].is_eager();
             let peer = &mut self.peers[dst as usize];
             let msg_id = peer.send_next;
             peer.send_next = peer.send_next.wrapping_add(1);
@@ -105,12 +103,11 @@ impl Core {
             if needs_credit {
                 peer.eager_started = peer.eager_started.wrapping_add(1);
             }
-            let op = self.sends.get_mut(head).expect("queue head is a live send");
-            peer.queue_head = op.next_queued;
-            if peer.queue_head == NONE {
-                peer.queue_tail = NONE;
+            let op = &mut self.sends[head];
+            peer.queue_head = op.next_queued.take();
+            if peer.queue_head.is_none() {
+                peer.queue_tail = None;
             }
-            op.next_queued = NONE;
             op.msg_id = msg_id;
             op.holds_credit = needs_credit;
             op.phase = SendPhase::Streaming;
@@ -125,8 +122,8 @@ impl Core {
     /// message: an RTS with its first bytes, which the receiver keeps (header at least) and
     /// matches in order, then data on its grant. A short message keeps its copy: one frame
     /// either way, since both protocols put as many bytes in frame 0.
-    fn send_by_rendezvous(&mut self, index: u32, dst: Rank) {
-        let op = self.sends.get(index).expect("live send");
+    fn send_by_rendezvous(&mut self, index: SendKey, dst: Rank) {
+        let op = &self.sends[index];
         let geometry = self.geometry_for(op.geometry.total_len, Protocol::Rendezvous);
         let frames = geometry.frames() as u32;
         debug_assert!(frames <= op.frames, "rendezvous never needs more frames");
@@ -134,16 +131,16 @@ impl Core {
             op.copy.is_none() || frames == 1,
             "a copied message stays one frame"
         );
-        let op = self.sends.get_mut(index).expect("live send");
+        let op = &mut self.sends[index];
         op.geometry = geometry;
         op.frames = frames;
         op.collections = crate::collections::Collections::new(op.ack_unit, frames);
-        self.send_timers[index as usize].reset(&op.collections);
+        self.send_timers[index].reset(&op.collections);
         self.stats.credit_stalls += 1;
         self.peer_stats[dst as usize].credit_stalls += 1;
     }
 
-    pub(crate) fn mark_ready(&mut self, index: u32) {
+    pub(crate) fn mark_ready(&mut self, index: SendKey) {
         let Some(op) = self.sends.get_mut(index) else {
             return;
         };
@@ -153,32 +150,29 @@ impl Core {
         }
     }
 
-    pub(crate) fn unlink_queued(&mut self, dst: Rank, index: u32) {
-        let next = self.sends.get(index).map_or(NONE, |op| op.next_queued);
-        let peer = &mut self.peers[dst as usize];
-        let mut previous = NONE;
-        let mut cursor = peer.queue_head;
-        while cursor != NONE && cursor != index {
-            previous = cursor;
-            cursor = self.sends.get(cursor).map_or(NONE, |op| op.next_queued);
+    pub(crate) fn unlink_queued(&mut self, dst: Rank, index: SendKey) {
+        let next = self.sends.get(index).and_then(|op| op.next_queued);
+        let mut previous = None;
+        let mut cursor = self.peers[dst as usize].queue_head;
+        while let Some(at) = cursor.filter(|&at| at != index) {
+            previous = Some(at);
+            cursor = self.sends.get(at).and_then(|op| op.next_queued);
         }
-        if cursor == NONE {
+        if cursor.is_none() {
             return;
         }
-        let peer = &mut self.peers[dst as usize];
-        if previous == NONE {
-            peer.queue_head = next;
-        } else if let Some(prev) = self.sends.get_mut(previous) {
-            prev.next_queued = next;
+        match previous {
+            None => self.peers[dst as usize].queue_head = next,
+            Some(previous) => self.sends[previous].next_queued = next,
         }
         let peer = &mut self.peers[dst as usize];
-        if peer.queue_tail == index {
+        if peer.queue_tail == Some(index) {
             peer.queue_tail = previous;
         }
     }
 
     /// Completes a send and frees everything it held.
-    pub(crate) fn finish_send(&mut self, index: u32, result: Result<(), OpError>) {
+    pub(crate) fn finish_send(&mut self, index: SendKey, result: Result<(), OpError>) {
         let generation = self.sends.generation(index);
         let Some(op) = self.sends.remove(index) else {
             return;
@@ -211,14 +205,14 @@ impl Core {
 
     fn complete_send(
         &mut self,
-        index: u32,
+        index: SendKey,
         generation: u32,
         status: Status,
         result: Result<(), OpError>,
     ) {
         let id = OpId {
             kind: OpKind::Send,
-            index,
+            index: index.slot(),
             generation,
         };
         self.complete(id, result.map(|()| status));
@@ -227,24 +221,21 @@ impl Core {
     /// A short send that has started (message id, credit) completes now: its bytes are the
     /// core's copy, so the host's buffer is free, as with BIP's short messages and MPI's eager
     /// sends. Bounded so that sends the host no longer sees fill at most half the send table.
-    fn complete_early_if_copied(&mut self, index: u32) {
-        let op = self.sends.get(index).expect("started send");
+    fn complete_early_if_copied(&mut self, index: SendKey) {
+        let op = &self.sends[index];
         if op.copy.is_none() || self.sends_completed_early >= self.config.max_early_sends {
             return;
         }
         let status = send_status(op);
         let generation = self.sends.generation(index);
         self.complete_send(index, generation, status, Ok(()));
-        self.sends
-            .get_mut(index)
-            .expect("started send")
-            .completed_early = true;
+        self.sends[index].completed_early = true;
         self.sends_completed_early += 1;
         self.stats.sends_completed_early += 1;
         self.peer_stats[status.peer as usize].sends_completed_early += 1;
     }
 
-    pub(crate) fn active_send(&self, peer: Rank, msg_id: u32) -> Option<u32> {
+    pub(crate) fn active_send(&self, peer: Rank, msg_id: u32) -> Option<SendKey> {
         self.active_sends.get(&(peer, msg_id)).copied()
     }
 
@@ -257,8 +248,8 @@ impl Core {
         };
         let peer = header.src as usize;
         let retry_ns = self.config.rto_max_ns;
-        let op = self.sends.get_mut(index).expect("active send");
-        let timers = &mut self.send_timers[index as usize];
+        let op = &mut self.sends[index];
+        let timers = &mut self.send_timers[index];
         if header.has_flag(Flags::WAIT) {
             op.collections.postpone(timers, now + retry_ns);
             if op.wait_deadline_ns.is_some() {
@@ -295,8 +286,8 @@ impl Core {
         self.after_ack(now, index);
     }
 
-    pub(crate) fn after_ack(&mut self, now: Nanos, index: u32) {
-        let op = self.sends.get_mut(index).expect("active send");
+    pub(crate) fn after_ack(&mut self, now: Nanos, index: SendKey) {
+        let op = &mut self.sends[index];
         // While the receiver decides on a cancel, its answer alone completes the send: an
         // acknowledgement sent before it saw the CANCEL says nothing about withdrawal.
         if op.cancel.is_some() {
@@ -319,7 +310,7 @@ impl Core {
             // messages of a stream): its answer is due a round trip after that, not after now.
             let departure = self.departure(now, control.dst, FRAME_HEADER_LEN);
             let rto = self.peers[control.dst as usize].rto.rto_ns();
-            let op = self.sends.get_mut(index).expect("active send");
+            let op = &mut self.sends[index];
             op.wait_deadline_ns = Some(departure.timer_start() + rto);
             self.queue_control(control);
         }
@@ -332,7 +323,7 @@ impl Core {
             return;
         };
         let pre = self.config.rsm_pre_frames;
-        let op = self.sends.get_mut(index).expect("active send");
+        let op = &mut self.sends[index];
         if op.phase != SendPhase::Streaming {
             return;
         }
@@ -344,7 +335,7 @@ impl Core {
             // The receiver discarded our frames (`drop` mode) and now has a receive for them.
             if header.has_flag(Flags::FROM_START) {
                 op.collections
-                    .resend_all_sent(&mut self.send_timers[index as usize], op.next_new);
+                    .resend_all_sent(&mut self.send_timers[index], op.next_new);
                 self.mark_ready(index);
             }
             return;
@@ -378,7 +369,7 @@ impl Core {
             frame_index: 0,
         };
         match self.active_send(header.src, header.msg_id) {
-            Some(index) if !self.sends.get(index).expect("active").is_eager() => {
+            Some(index) if !self.sends[index].is_eager() => {
                 self.queue_control(cleanup);
                 self.finish_send(index, Ok(()));
             }
@@ -393,15 +384,13 @@ impl Core {
         }
     }
 
-    pub(crate) fn send_deadline(&self, index: u32) -> Option<Nanos> {
+    pub(crate) fn send_deadline(&self, index: SendKey) -> Option<Nanos> {
         let op = self.sends.get(index)?;
         if let Some(cancel) = op.cancel {
             // Nothing of the message is resent while the receiver decides.
             return Some(cancel.deadline_ns);
         }
-        let collections = op
-            .collections
-            .next_deadline(&self.send_timers[index as usize]);
+        let collections = op.collections.next_deadline(&self.send_timers[index]);
         match (collections, op.wait_deadline_ns) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -413,7 +402,7 @@ impl Core {
     /// liveness rule declares it unreachable (`liveness.rs`).
     pub(crate) fn expire_sends(&mut self, now: Nanos) {
         // Index loop instead of collecting the due entries: the timer path allocates nothing.
-        for index in 0..self.sends.scan_end() {
+        for index in self.sends.slots_in_use_range() {
             if self.send_deadline(index).is_none_or(|d| d > now) {
                 continue;
             }
@@ -422,12 +411,11 @@ impl Core {
                 continue;
             }
             let max_ns = self.config.rto_max_ns;
-            let dst = self.sends.get(index).expect("occupied").dst;
+            let dst = self.sends[index].dst;
             self.peers[dst as usize].rto.on_timeout(now, max_ns);
             let rto = self.peers[dst as usize].rto;
-            let op = self.sends.get_mut(index).expect("occupied");
-            op.collections
-                .expire(&mut self.send_timers[index as usize], now);
+            let op = &mut self.sends[index];
+            op.collections.expire(&mut self.send_timers[index], now);
             if op.wait_deadline_ns.is_some_and(|d| d <= now) {
                 op.wait_retries += 1;
                 op.wait_deadline_ns = Some(now + rto.backed_off_ns(op.wait_retries, max_ns));
@@ -436,10 +424,7 @@ impl Core {
                         let control = end_frame(op);
                         self.queue_control(control);
                     }
-                    _ => {
-                        self.sends.get_mut(index).expect("occupied").extra_frame =
-                            self.repeat_frame(index)
-                    }
+                    _ => self.sends[index].extra_frame = self.repeat_frame(index),
                 }
             }
             self.mark_ready(index);
@@ -448,7 +433,7 @@ impl Core {
 
     /// The frame to repeat when a CTS is overdue: the RTS before any grant, else the RSM frame
     /// of the last window (the receiver answers a repeated RSM with its current grant).
-    fn repeat_frame(&self, index: u32) -> Option<u32> {
+    fn repeat_frame(&self, index: SendKey) -> Option<u32> {
         let op = self.sends.get(index)?;
         if op.granted <= 1 {
             return Some(0);
@@ -458,8 +443,8 @@ impl Core {
 
     /// Arms the CTS wait once every granted frame is out and more are needed. `now` is where
     /// the frame's timers start (`Departure::timer_start`), so frames queued before it count.
-    pub(crate) fn after_frame_sent(&mut self, now: Nanos, index: u32) {
-        let op = self.sends.get_mut(index).expect("live send");
+    pub(crate) fn after_frame_sent(&mut self, now: Nanos, index: SendKey) {
+        let op = &mut self.sends[index];
         let waiting_for_grant =
             !op.is_eager() && op.next_new >= op.granted && op.granted < op.frames;
         if waiting_for_grant && op.wait_deadline_ns.is_none() {

@@ -10,7 +10,7 @@ use rustc_hash::FxHashMap;
 use crate::collections::CollectionTimers;
 use crate::ops::{Control, Incoming, LatestData, RecvOp, SendOp, ShortCopy};
 use crate::peer::Peer;
-use crate::slab::Slab;
+use crate::slab::{IncomingKey, RecvKey, SendKey, SideTable, Slab};
 use crate::transmit::INLINE_PAYLOAD_MAX;
 use crate::usage::TableUsage;
 use crate::*;
@@ -29,26 +29,26 @@ pub(crate) struct Core {
     pub(crate) peers: Vec<Peer>,
     pub(crate) peer_stats: Vec<Stats>,
     pub(crate) stats: Stats,
-    pub(crate) sends: Slab<SendOp>,
+    pub(crate) sends: Slab<SendKey, SendOp>,
     /// Retransmission timers of each send's collections, by send index (`collections.rs`).
-    pub(crate) send_timers: Vec<CollectionTimers>,
+    pub(crate) send_timers: SideTable<SendKey, CollectionTimers>,
     /// The bytes of each short send, by send index (`SendOp::copy`).
-    pub(crate) send_copies: Vec<ShortCopy>,
+    pub(crate) send_copies: SideTable<SendKey, ShortCopy>,
     /// Started sends by (destination, message id). Fx hashing: a lookup on every frame costs a
     /// few instructions instead of SipHash's ~100; the maps never hold more entries than their
     /// table, so even keys chosen to collide cost a bounded probe.
-    pub(crate) active_sends: FxHashMap<(Rank, u32), u32>,
+    pub(crate) active_sends: FxHashMap<(Rank, u32), SendKey>,
     /// Sends with a frame to transmit, served round-robin one frame at a time.
-    pub(crate) ready: VecDeque<u32>,
-    pub(crate) recvs: Slab<RecvOp>,
+    pub(crate) ready: VecDeque<SendKey>,
+    pub(crate) recvs: Slab<RecvKey, RecvOp>,
     /// Unmatched receives in the order they were posted.
-    pub(crate) posted: VecDeque<u32>,
+    pub(crate) posted: VecDeque<RecvKey>,
     /// Posted (blocking) probes.
-    pub(crate) probes: VecDeque<u32>,
-    pub(crate) incoming: Slab<Incoming>,
-    pub(crate) incoming_index: FxHashMap<(Rank, u32), u32>,
+    pub(crate) probes: VecDeque<RecvKey>,
+    pub(crate) incoming: Slab<IncomingKey, Incoming>,
+    pub(crate) incoming_index: FxHashMap<(Rank, u32), IncomingKey>,
     /// Unexpected messages in matching order.
-    pub(crate) unexpected: VecDeque<u32>,
+    pub(crate) unexpected: VecDeque<IncomingKey>,
     /// Unexpected eager data: `eager_credits_per_peer` buffers of `eager_limit` bytes per peer.
     pub(crate) eager_pool: Vec<u8>,
     pub(crate) eager_usage: TableUsage,
@@ -98,8 +98,8 @@ impl Core {
             peer_stats: vec![Stats::default(); size as usize],
             stats: Stats::default(),
             sends: Slab::with_capacity(config.max_sends),
-            send_timers: vec![CollectionTimers::default(); config.max_sends],
-            send_copies: vec![[0; INLINE_PAYLOAD_MAX]; config.max_sends],
+            send_timers: SideTable::new(config.max_sends, CollectionTimers::default()),
+            send_copies: SideTable::new(config.max_sends, [0; INLINE_PAYLOAD_MAX]),
             active_sends: FxHashMap::with_capacity_and_hasher(config.max_sends, Default::default()),
             ready: VecDeque::with_capacity(config.max_sends),
             recvs: Slab::with_capacity(config.max_recvs),
