@@ -7,6 +7,7 @@
 
 pub mod clock;
 pub mod driver;
+pub mod host;
 pub mod inline;
 mod outbox;
 pub mod poller;
@@ -18,6 +19,7 @@ pub mod transport;
 
 pub use clock::EngineClock;
 pub use driver::{Driver, EngineStats};
+pub use host::{HostError, HostTable, Posted};
 pub use inline::{HostTurns, InlineEngine};
 pub use poller::Poller;
 pub use registry::{Registry, RegistryMemory, DEFAULT_REGIONS};

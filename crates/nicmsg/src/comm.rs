@@ -8,9 +8,10 @@ use crate::request::Request;
 use crate::{Error, Status, MAX_TAG};
 use nicmsg_bootstrap::RankAddress;
 use nicmsg_engine::{
-    Driver, HostTurns, InlineEngine, OpCode, Outcome, Registry, Snapshot, Table, ThreadEngine, ANY,
+    Driver, HostError, HostTable, HostTurns, InlineEngine, OpCode, Outcome, Posted, Registry,
+    Snapshot, Table, ThreadEngine, ANY,
 };
-use nicmsg_proto::{Context, Endpoint, RegionId, Segment, MAX_SEGMENTS};
+use nicmsg_proto::{Context, Endpoint, MAX_SEGMENTS};
 use nicmsg_udp::{UdpOptions, UdpTransport};
 use nicmsg_xdp::XdpTransport;
 use std::cell::{Cell, RefCell};
@@ -37,11 +38,11 @@ pub struct Comm {
     rank: u32,
     size: u32,
     options: Options,
+    /// The engine's table, for the host's polls of a slot's state (without borrowing `host`).
     table: Arc<Table>,
-    registry: Arc<Registry>,
+    /// The host half of the table protocol: free slots and regions, posting, taking back.
+    host: RefCell<HostTable>,
     engine: RefCell<Engine>,
-    free_slots: RefCell<Vec<u32>>,
-    free_regions: RefCell<Vec<u32>>,
     pins: RefCell<PinCache>,
     barrier_epoch: Cell<u32>,
     transport_name: &'static str,
@@ -115,12 +116,10 @@ impl Comm {
         Ok(Self {
             rank,
             size,
-            free_slots: RefCell::new((0..options.slots as u32).rev().collect()),
-            free_regions: RefCell::new((0..options.regions as u32).rev().collect()),
+            host: RefCell::new(HostTable::new(Arc::clone(&table), registry)),
             pins: RefCell::new(PinCache::new(options.pin_cache_pages)),
             barrier_epoch: Cell::new(0),
             table,
-            registry,
             engine: RefCell::new(engine),
             transport_name,
             options,
@@ -272,7 +271,8 @@ impl Comm {
         loop {
             for index in 0..requests.len() {
                 if let Some(result) = requests[index].test() {
-                    requests.remove(index);
+                    // Finished by `test`: dropping it does nothing more.
+                    drop(requests.remove(index));
                     return Some((index, result));
                 }
             }
@@ -326,7 +326,7 @@ impl Comm {
 
     /// Operations posted and not yet completed (and taken).
     pub fn outstanding(&self) -> usize {
-        self.table.len() - self.free_slots.borrow().len()
+        self.host.borrow().outstanding()
     }
 
     pub fn pin_stats(&self) -> PinStats {
@@ -369,80 +369,41 @@ impl Comm {
         (context, tag): (Context, u32),
         ranges: &[(*mut u8, usize)],
     ) -> Result<Request<'_>, Error> {
-        if ranges.len() > MAX_SEGMENTS {
-            return Err(Error::BadBuffer("more than 16 segments"));
+        // SAFETY: the ranges are a buffer borrowed by the Request for its whole life (shared
+        // for a send, exclusive for a receive); it takes the operation back, which unregisters
+        // them, before it releases the borrow.
+        let posted = unsafe {
+            self.host
+                .borrow_mut()
+                .post(op, peer, (context, tag), ranges)
         }
-        let slot = self.free_slots.borrow_mut().pop().ok_or(Error::TableFull {
-            table: "descriptor",
-            limit: self.table.len(),
+        .map_err(|error| match error {
+            HostError::TableFull { table, limit } => Error::TableFull { table, limit },
+            HostError::TooManySegments { .. } => Error::BadBuffer("more than 16 segments"),
         })?;
-        let mut regions = [0u32; MAX_SEGMENTS];
-        {
-            let mut free = self.free_regions.borrow_mut();
-            if free.len() < ranges.len() {
-                self.free_slots.borrow_mut().push(slot);
-                return Err(Error::TableFull {
-                    table: "memory region",
-                    limit: self.registry.capacity(),
-                });
-            }
-            let mut pins = self.pins.borrow_mut();
-            for (index, &(base, len)) in ranges.iter().enumerate() {
-                let region = free.pop().expect("checked above");
-                pins.pin(base as usize, len);
-                // SAFETY: the range is a buffer borrowed by the Request for its whole life
-                // (shared for a send, exclusive for a receive); it is unregistered before the
-                // Request releases the borrow.
-                unsafe { self.registry.register(RegionId(region), base, len.max(1)) };
-                regions[index] = region;
-            }
+        let mut pins = self.pins.borrow_mut();
+        for &(base, len) in ranges {
+            pins.pin(base as usize, len);
         }
-        let fill = |d: &mut nicmsg_engine::Descriptor| {
-            d.op = op;
-            d.peer = peer;
-            d.context = context;
-            d.tag = tag;
-            d.result = nicmsg_engine::ResultCode::Success;
-            d.buffer.clear();
-            for (&region, &(_, len)) in regions.iter().zip(ranges) {
-                let segment = Segment {
-                    region: RegionId(region),
-                    offset: 0,
-                    len: len as u64,
-                };
-                d.buffer
-                    .push(segment)
-                    .expect("at most MAX_SEGMENTS, checked above");
-            }
-        };
-        // SAFETY: the slot came from the free list, so the host owns it; one host thread.
-        unsafe { self.table.post_with(slot, fill) };
+        drop(pins);
         if let Engine::Inline(engine) = &*self.engine.borrow() {
             engine.enter().start_posted();
         }
-        Ok(Request::new(self, slot, regions, ranges.len()))
+        Ok(Request::new(self, posted))
     }
 
     pub(crate) fn is_done(&self, slot: u32) -> bool {
         self.table.state(slot) == nicmsg_engine::table::state::DONE
     }
 
-    /// Takes the result of a DONE slot, unregisters its memory, frees the slot.
-    pub(crate) fn take(&self, slot: u32, regions: &[u32]) -> Outcome {
-        // SAFETY: called only after `is_done(slot)`.
-        let descriptor = unsafe { self.table.take_result(slot) };
-        let mut free = self.free_regions.borrow_mut();
-        for &region in regions {
-            self.registry.unregister(RegionId(region));
-            free.push(region);
-        }
-        self.free_slots.borrow_mut().push(slot);
-        descriptor
+    /// Takes back a finished operation (its memory unregistered, its slot free); hands it
+    /// back while the engine still has it.
+    pub(crate) fn take(&self, posted: Posted) -> Result<Outcome, Posted> {
+        self.host.borrow_mut().take(posted)
     }
 
-    pub(crate) fn request_cancel(&self, slot: u32) {
-        // SAFETY: one host thread.
-        unsafe { self.table.request_cancel(slot) };
+    pub(crate) fn request_cancel(&self, posted: &Posted) {
+        self.host.borrow_mut().request_cancel(posted);
     }
 
     /// The error, if any, a completed descriptor reports.

@@ -4,34 +4,23 @@
 
 use crate::comm::Comm;
 use crate::{Error, Status};
-use nicmsg_engine::Outcome;
-use nicmsg_proto::MAX_SEGMENTS;
+use nicmsg_engine::{Outcome, Posted};
 
+#[must_use = "dropping an unfinished request cancels it and waits for it"]
 pub struct Request<'a> {
     comm: &'a Comm,
+    /// The operation's slot, polled while waiting.
     slot: u32,
-    regions: [u32; MAX_SEGMENTS],
-    region_count: usize,
-    finished: bool,
-    /// A cancel was asked for: the submission ring has room for one per slot, so asking again
-    /// must not push another.
-    cancel_requested: std::cell::Cell<bool>,
+    /// The operation in the engine's hands; `None` once taken back (or abandoned).
+    posted: Option<Posted>,
 }
 
 impl<'a> Request<'a> {
-    pub(crate) fn new(
-        comm: &'a Comm,
-        slot: u32,
-        regions: [u32; MAX_SEGMENTS],
-        region_count: usize,
-    ) -> Self {
+    pub(crate) fn new(comm: &'a Comm, posted: Posted) -> Self {
         Self {
             comm,
-            slot,
-            regions,
-            region_count,
-            finished: false,
-            cancel_requested: std::cell::Cell::new(false),
+            slot: posted.slot,
+            posted: Some(posted),
         }
     }
 
@@ -45,7 +34,7 @@ impl<'a> Request<'a> {
 
     /// The result if the operation has completed (no system call in thread mode).
     pub fn test(&mut self) -> Option<Result<Status, Error>> {
-        if self.finished {
+        if self.posted.is_none() {
             return Some(Err(Error::BadBuffer("request already completed")));
         }
         self.comm.progress_once();
@@ -74,8 +63,8 @@ impl<'a> Request<'a> {
     /// late (a receive that matched a message, a send that a receive matched or that had
     /// completed). Cancelling a send on the wire asks the receiver: one round trip.
     pub fn cancel(&self) {
-        if !self.finished && !self.cancel_requested.replace(true) {
-            self.comm.request_cancel(self.slot);
+        if let Some(posted) = &self.posted {
+            self.comm.request_cancel(posted);
         }
     }
 
@@ -91,13 +80,16 @@ impl<'a> Request<'a> {
     /// The engine is gone: the slot and its memory can never be handed back, so they are left
     /// registered (the communicator is unusable anyway) and the request is marked finished.
     fn abandon(&mut self) {
-        self.finished = true;
+        self.posted = None;
     }
 
+    /// Takes the finished operation back (called once its slot is DONE).
     fn take(&mut self) -> Outcome {
-        self.finished = true;
-        self.comm
-            .take(self.slot, &self.regions[..self.region_count])
+        let posted = self.posted.take().expect("a request is taken back once");
+        match self.comm.take(posted) {
+            Ok(outcome) => outcome,
+            Err(_) => unreachable!("taken back only after its slot is done"),
+        }
     }
 
     fn finish(&mut self) -> Result<Status, Error> {
@@ -109,7 +101,7 @@ impl<'a> Request<'a> {
 
 impl Drop for Request<'_> {
     fn drop(&mut self) {
-        if self.finished {
+        if self.posted.is_none() {
             return;
         }
         self.cancel();
