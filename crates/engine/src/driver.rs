@@ -135,6 +135,11 @@ impl<T: Transport> Driver<T> {
         &self.transport
     }
 
+    /// The transport, to feed it (the simulator's transport takes the network's frames).
+    pub fn transport_mut(&mut self) -> &mut T {
+        &mut self.transport
+    }
+
     pub fn stats(&self) -> &EngineStats {
         &self.stats
     }
@@ -287,8 +292,12 @@ impl<T: Transport> Driver<T> {
             }
             // SAFETY: as above.
             Err(error) => unsafe {
-                self.table
-                    .complete(slot, |d| d.result = post_error_code(error))
+                self.table.complete(slot, |d| {
+                    d.result = post_error_code(error);
+                    if let PostError::PeerUnreachable { peer } = error {
+                        d.status_peer = peer;
+                    }
+                })
             },
         }
     }

@@ -509,6 +509,31 @@ impl Ledger {
         }
     }
 
+    /// A cancel asked through the descriptor table (engine mode): the answer is the completion,
+    /// `Cancelled` (it did not happen) or normal (too late), each checked as after a send's
+    /// `Requested`.
+    pub fn note_cancel_asked(&mut self, op: OpRef) {
+        let record = &mut self.ops[op];
+        if record.is_pending() && record.cancel == CancelState::NotRequested {
+            record.cancel = CancelState::Requested;
+        }
+    }
+
+    /// An operation the engine refused when it took it (reported as a violation by the
+    /// caller): no longer pending, its memory released.
+    pub fn abandon(&mut self, arena: &mut Arena, rank: Rank, id: OpId) {
+        let Some(op) = self.pending[rank as usize].remove(&op_key(id)) else {
+            return;
+        };
+        self.incomplete[rank as usize] -= 1;
+        match &self.ops[op].detail {
+            OpDetail::Send { buffer, .. } | OpDetail::Recv { buffer, .. } => {
+                arena.release(buffer.region)
+            }
+            OpDetail::Probe { .. } => {}
+        }
+    }
+
     /// Records and checks a completion. Returns the operation, or `None` when it was not pending.
     pub fn complete(
         &mut self,

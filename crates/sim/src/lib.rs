@@ -1,14 +1,16 @@
 //! # nicmsg simulator
 //!
-//! Runs real [`nicmsg_proto::Endpoint`]s, one per rank, over a simulated network in virtual time,
-//! driven by workloads that play the application side of every rank, and checks after every run
+//! Runs the real engine of every rank (descriptor table, driver, protocol endpoint; or the
+//! protocol endpoint alone, `--mode core`) over a simulated network in virtual time, driven by
+//! workloads that play the application side of every rank, and checks after every run
 //! that every message was delivered exactly once, intact, in MPI order, or failed cleanly; that
 //! every operation completed exactly once; and that no state, memory access or table overflow is
 //! left behind. A run is a pure function of its seed and parameters, so any failure replays.
 //!
 //! * [`net`]: the network model (delay, jitter, bandwidth, loss, duplication, reordering,
 //!   corruption, MTU, partitions) and the event queue;
-//! * [`world`]: endpoints, host memory, and the host commands workloads use;
+//! * [`world`]: the ranks' machines ([`node`], over the simulated [`transport`]), host memory,
+//!   and the host commands workloads use;
 //! * [`workload`] and [`workloads`]: the applications;
 //! * [`ledger`] and [`invariants`]: what was posted and sent, and the checks;
 //! * [`run`]: the event loop of one run; [`sweep`]: many runs over threads; [`report`]: summaries.
@@ -20,17 +22,20 @@ pub mod invariants;
 pub mod ledger;
 pub mod memory;
 pub mod net;
+pub mod node;
 pub mod report;
 pub mod rng;
 pub mod run;
 pub mod sweep;
 pub mod trace;
+pub mod transport;
 pub mod workload;
 pub mod workloads;
 pub mod world;
 
 pub use invariants::Violation;
 pub use net::{NetConfig, NetStats, Partition};
+pub use node::SimMode;
 pub use report::Summary;
 pub use run::{run, Limits, MessageCounts, ProtoParams, RunResult, RunSpec};
 pub use sweep::{run_catching, sweep, SweepOptions, SweepPlan};

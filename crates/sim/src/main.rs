@@ -4,7 +4,7 @@ use clap::Parser;
 use nicmsg_proto::UnexpectedPolicy;
 use nicmsg_sim::report::{fmt_ns, render_failure};
 use nicmsg_sim::{
-    run_catching, sweep, Limits, NetConfig, ProtoParams, RunSpec, SweepOptions, SweepPlan,
+    run_catching, sweep, Limits, NetConfig, ProtoParams, RunSpec, SimMode, SweepOptions, SweepPlan,
     WorkloadKind,
 };
 use std::process::ExitCode;
@@ -13,8 +13,8 @@ use std::time::Duration;
 #[derive(Parser, Debug)]
 #[command(
     name = "nicmsg-sim",
-    about = "Deterministic network simulator for the nicmsg protocol core",
-    long_about = "Runs nicmsg protocol endpoints over a simulated lossy network in virtual time and checks \
+    about = "Deterministic network simulator for the nicmsg engine",
+    long_about = "Runs each rank's nicmsg engine (or its protocol core alone) over a simulated lossy network in virtual time and checks \
                   delivery, ordering, completion and resource invariants. Every run is a pure function of \
                   its seed and parameters; each violation is printed with the command that replays it."
 )]
@@ -37,6 +37,10 @@ struct Cli {
     /// Unexpected-message policy of the endpoints: buffer, drop, or both (each seed twice).
     #[arg(long, default_value = "buffer")]
     unexpected: String,
+    /// What each rank runs: `engine` (descriptor table, driver and protocol core over a
+    /// simulated transport, as a process does) or `core` (the protocol core alone: faster).
+    #[arg(long, value_enum, default_value_t = SimMode::Engine)]
+    mode: SimMode,
     /// Messages per workload, as a multiple of the default.
     #[arg(long, default_value_t = 1.0)]
     scale: f64,
@@ -183,6 +187,7 @@ fn main() -> ExitCode {
     let mut template = RunSpec::new(0, workloads[0]);
     template.ranks = cli.ranks;
     template.scale = cli.scale;
+    template.mode = cli.mode;
     template.net = NetConfig {
         loss: 0.0,
         dup: cli.dup,

@@ -58,6 +58,23 @@ impl Arena {
         }
     }
 
+    /// The (address, length) ranges of a buffer's segments, for registering with an engine's
+    /// memory registry. The addresses stay valid until the region is released (a region's
+    /// bytes never move: growing the arena moves only their owners).
+    pub fn ranges(&mut self, sg: &SgList) -> Vec<(*mut u8, usize)> {
+        sg.segments()
+            .iter()
+            .map(|segment| {
+                let bytes = self.regions[segment.region.0 as usize]
+                    .as_mut()
+                    .expect("a live region");
+                let start = segment.offset as usize;
+                let piece = &mut bytes[start..start + segment.len as usize];
+                (piece.as_mut_ptr(), piece.len())
+            })
+            .collect()
+    }
+
     pub fn live_bytes(&self) -> u64 {
         self.live_bytes
     }

@@ -76,6 +76,9 @@ pub fn replay_command(spec: &RunSpec) -> String {
     let mut flag = |name: &str, value: String| {
         let _ = write!(cmd, " --{name} {value}");
     };
+    if spec.mode != crate::node::SimMode::default() {
+        flag("mode", spec.mode.name().to_string());
+    }
     if let Some(ranks) = spec.ranks {
         flag("ranks", ranks.to_string());
     }
@@ -167,6 +170,7 @@ pub struct Summary {
     pub keep_failures: usize,
     pub messages: MessageCounts,
     pub stats: Stats,
+    pub engine: crate::node::EngineTotals,
     pub net: NetStats,
     pub events: u64,
     pub virtual_ns: u128,
@@ -210,6 +214,7 @@ impl Summary {
         }
         self.messages.add(&result.messages);
         add_stats(&mut self.stats, &result.stats);
+        self.engine.add(&result.engine);
         self.net.add(&result.net);
         self.events += result.events;
         self.virtual_ns += result.virtual_ns as u128;
@@ -342,6 +347,21 @@ impl Summary {
             s.bytes_copied,
             self.released_reads
         );
+        let e = &self.engine;
+        if e.turns > 0 {
+            let _ = writeln!(
+                out,
+                "engines: {} turns, {} commands, {} frames placed of {} predicted ({} refused), {} partial sends, {} orphan frames dropped, {} frames of a wrong source",
+                e.turns,
+                e.commands,
+                e.frames_placed,
+                e.frames_predicted,
+                e.placements_refused,
+                e.partial_sends,
+                e.orphan_frames,
+                e.spoofed_frames
+            );
+        }
         let p = &self.peak;
         let _ = writeln!(
             out,

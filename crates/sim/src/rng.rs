@@ -14,6 +14,8 @@ pub mod stream {
     pub const WORKLOAD: u64 = 2;
     /// Buffer layouts: segment splits, gaps, guard sizes.
     pub const LAYOUT: u64 = 3;
+    /// Each rank's engine (its transport's back-pressure): `ENGINE + rank`.
+    pub const ENGINE: u64 = 1 << 32;
 }
 
 /// A deterministic random generator (never seeded from the OS or the clock).

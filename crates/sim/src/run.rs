@@ -1,17 +1,19 @@
-//! One run: build the endpoints, the network and the workload from a [`RunSpec`], drive them in
-//! virtual time until everything completed and the endpoints went quiet (or a bound is hit),
+//! One run: build the ranks' machines, the network and the workload from a [`RunSpec`], drive
+//! them in virtual time until everything completed and the ranks went quiet (or a bound is hit),
 //! then check the end-of-run invariants.
 //!
 //! The loop: virtual time jumps to the earliest of the next queued event (frame arrival,
-//! workload wake-up, death) and the earliest endpoint timer (`poll_timeout`). The endpoint
-//! concerned handles it; then every endpoint touched is serviced: `poll_transmit` until `None`
-//! (frames go to the network), `poll_completion` until `None` (the ledger checks each, the
-//! workload reacts, possibly posting more), and `poll_timeout` is read again.
+//! workload wake-up, death) and the earliest timer of a rank. The rank concerned takes it (in
+//! engine mode a frame waits in its transport's inbox); then every rank touched is serviced
+//! until it has nothing more to do: engine turns (or the core's `poll_transmit`), frames to the
+//! network, completions to the ledger (which checks each) and the workload (which reacts,
+//! possibly posting more); then its next deadline is read again.
 
 use crate::content::mix;
 use crate::invariants::Violation;
 use crate::ledger::dead_by;
 use crate::net::{Event, NetConfig, NetStats, Network};
+use crate::node::{EngineTotals, Node, Output, SimMode};
 use crate::report::{add_stats, fmt_ns};
 use crate::rng::{stream, SimRng};
 use crate::trace;
@@ -98,6 +100,8 @@ pub struct RunSpec {
     pub net: NetConfig,
     pub proto: ProtoParams,
     pub limits: Limits,
+    /// What each rank runs: the whole engine, or the protocol core alone.
+    pub mode: SimMode,
     /// Print every event (for replays).
     pub trace: bool,
 }
@@ -113,6 +117,7 @@ impl RunSpec {
             net: NetConfig::default(),
             proto: ProtoParams::default(),
             limits: Limits::default(),
+            mode: SimMode::default(),
             trace: false,
         }
     }
@@ -159,6 +164,8 @@ pub struct RunResult {
     pub violation_count: usize,
     /// Sum of every endpoint's counters.
     pub stats: Stats,
+    /// Sum of every engine's counters (engine mode).
+    pub engine: EngineTotals,
     pub net: NetStats,
     pub messages: MessageCounts,
     pub events: u64,
@@ -185,6 +192,7 @@ impl RunResult {
             violations: Vec::new(),
             violation_count: 0,
             stats: Stats::default(),
+            engine: EngineTotals::default(),
             net: NetStats::default(),
             messages: MessageCounts::default(),
             events: 0,
@@ -229,10 +237,11 @@ pub fn run(spec: &RunSpec) -> RunResult {
         );
     }
     let job = (mix(spec.seed) as u32) | 1;
-    let mut endpoints = Vec::with_capacity(ranks as usize);
+    let mut nodes = Vec::with_capacity(ranks as usize);
     for rank in 0..ranks {
+        let rng = SimRng::new(spec.seed, stream::ENGINE + u64::from(rank));
         match Endpoint::new(config.clone(), job, rank, ranks) {
-            Ok(endpoint) => endpoints.push(endpoint),
+            Ok(endpoint) => nodes.push(Node::new(spec.mode, endpoint, rng)),
             Err(error) => {
                 return RunResult::failed(
                     spec,
@@ -251,7 +260,8 @@ pub fn run(spec: &RunSpec) -> RunResult {
     };
     let workload = spec.workload.build(&params, &mut workload_rng);
     let world = World::new(
-        endpoints,
+        spec.mode,
+        nodes,
         net,
         job,
         spec.net.mtu,
@@ -387,7 +397,7 @@ impl Sim {
                         trace::line(now, format!("rank {rank} timeout (due {})", fmt_ns(t)));
                     }
                     let world = &mut self.world;
-                    world.endpoints[rank as usize]
+                    world.nodes[rank as usize]
                         .handle_timeout(now, &mut world.arenas[rank as usize]);
                     self.world.dirty.insert(rank);
                 }
@@ -436,7 +446,7 @@ impl Sim {
                     );
                 }
                 let world = &mut self.world;
-                world.endpoints[dst].handle_frame(now, &frame.bytes, &mut world.arenas[dst]);
+                world.nodes[dst].handle_frame(now, frame.src, frame.bytes, &mut world.arenas[dst]);
                 world.dirty.insert(frame.dst);
             }
             Event::Wake { rank, token } => {
@@ -458,7 +468,7 @@ impl Sim {
                     );
                 }
                 let world = &mut self.world;
-                world.endpoints[rank as usize].handle_refused(
+                world.nodes[rank as usize].handle_refused(
                     now,
                     peer,
                     &mut world.arenas[rank as usize],
@@ -501,29 +511,34 @@ impl Sim {
         }
     }
 
-    /// Transmits and completions of one endpoint until it has none, then its next timer.
+    /// Frames and completions of one rank until it has none, then its next timer.
     fn service(&mut self, rank: Rank) {
         let r = rank as usize;
-        let mut frames = 0u64;
         loop {
-            let mut progressed = false;
-            loop {
-                let now = self.world.now;
-                let world = &mut self.world;
-                let Some(transmit) = world.endpoints[r].poll_transmit(now, &world.arenas[r]) else {
-                    break;
-                };
-                progressed = true;
-                frames += 1;
-                world.emit(rank, transmit);
-                if frames > 10_000_000 {
-                    self.world.violation("livelock", format!("rank {rank}: poll_transmit returned ten million frames in one instant; rank stopped"));
-                    self.world.deaths[r] = Some(self.world.now);
+            let now = self.world.now;
+            let mut out = Output::default();
+            let world = &mut self.world;
+            let progressed = match world.nodes[r].step(now, &world.arenas[r], &mut out) {
+                Ok(progressed) => progressed,
+                Err(problem) => {
+                    self.world
+                        .violation("livelock", format!("rank {rank}: {problem}; rank stopped"));
+                    self.world.deaths[r] = Some(now);
                     return;
                 }
+            };
+            for (dst, bytes) in out.frames {
+                self.world.emit(rank, dst, bytes);
             }
-            while let Some(completion) = self.world.endpoints[r].poll_completion() {
-                progressed = true;
+            for (id, code) in out.refused {
+                self.world.violation(
+                    "post-refused",
+                    format!("rank {rank}: the engine refused {id:?} when it took it: {code:?}"),
+                );
+                let world = &mut self.world;
+                world.ledger.abandon(&mut world.arenas[r], rank, id);
+            }
+            for completion in out.completions {
                 if let Some(op) = self.world.record_completion(rank, completion) {
                     self.workload
                         .on_completion(&mut self.world, rank, op, completion.result);
@@ -537,7 +552,7 @@ impl Sim {
             }
         }
         self.world.dirty.remove(&rank);
-        self.timers[r] = self.world.endpoints[r].poll_timeout();
+        self.timers[r] = self.world.nodes[r].next_deadline();
     }
 
     fn finish(mut self, spec: &RunSpec, ranks: u32, quiesced: bool) -> RunResult {
@@ -549,11 +564,23 @@ impl Sim {
             .final_checks(&mut world.violations, &world.deaths, now);
         let all_completed = world.ledger.pending_live(&world.deaths) == 0;
         let mut stats = Stats::default();
+        let mut engine = EngineTotals::default();
         let mut peak = Usage::default();
         let mut bad_reads = 0;
         for rank in 0..ranks {
             let r = rank as usize;
-            let endpoint = &world.endpoints[r];
+            if let Some(node) = world.nodes[r].engine() {
+                engine.add(&node.totals());
+                let outstanding = node.host().outstanding();
+                if all_completed && world.deaths[r].is_none() && outstanding != 0 {
+                    world.violations.push(
+                        now,
+                        "leftover-state",
+                        format!("rank {rank}: {outstanding} descriptor(s) not handed back after every operation completed"),
+                    );
+                }
+            }
+            let endpoint = world.nodes[r].endpoint();
             add_stats(&mut stats, endpoint.stats());
             let usage = endpoint.usage();
             max_peaks(&mut peak, &usage);
@@ -611,14 +638,26 @@ impl Sim {
             }
             bad_reads += world.arenas[r].bad_reads();
         }
-        let checksum_drops = stats.drops.bad_checksum + stats.drops.malformed;
+        // A corrupted source or destination field fails the engine's source check first.
+        let checksum_drops =
+            stats.drops.bad_checksum + stats.drops.malformed + engine.spoofed_frames;
         if checksum_drops != world.net.stats.corrupted_delivered {
             world.violations.push(
                 now,
                 "corruption",
                 format!(
-                    "{} corrupted frame(s) reached endpoints but {} were dropped as malformed or bad checksum",
+                    "{} corrupted frame(s) reached the ranks but {} were dropped as malformed, bad checksum or of a wrong source",
                     world.net.stats.corrupted_delivered, checksum_drops
+                ),
+            );
+        }
+        if engine.transport_errors != 0 {
+            world.violations.push(
+                now,
+                "transport",
+                format!(
+                    "{} transport error(s) from a transport that never fails",
+                    engine.transport_errors
                 ),
             );
         }
@@ -638,6 +677,7 @@ impl Sim {
         result.violations = world.violations.kept.clone();
         result.violation_count = world.violations.total;
         result.stats = stats;
+        result.engine = engine;
         result.net = world.net.stats;
         result.events = self.events;
         result.virtual_ns = now;

@@ -1,17 +1,19 @@
-//! The simulated world: every rank's endpoint and memory, the network, the ledger, and the host
-//! commands workloads use. Host commands post to the endpoint, record the operation in the
-//! ledger and mark the rank for servicing; the event loop ([`crate::run`]) services it.
+//! The simulated world: every rank's machine ([`Node`]: the engine, or the protocol core alone)
+//! and memory, the network, the ledger, and the host commands workloads use. Host commands post
+//! to the rank's node, record the operation in the ledger and mark the rank for servicing; the
+//! event loop ([`crate::run`]) services it.
 
 use crate::content::Pattern;
 use crate::invariants::Violations;
 use crate::ledger::{dead_by, Ledger, OpRecord, OpRef};
 use crate::memory::{recv_buffer, send_buffer, Arena, Layout};
 use crate::net::{Event, Network};
+use crate::node::{Node, SimMode};
 use crate::rng::SimRng;
 use crate::trace;
 use nicmsg_proto::{
-    CancelError, CancelOutcome, Completion, Context, Endpoint, Nanos, PostError, Rank, Source,
-    Status, Tag, TagMatch, Transmit,
+    CancelError, CancelOutcome, Completion, Context, Nanos, PostError, Rank, Source, Status, Tag,
+    TagMatch,
 };
 use nicmsg_wire::Frame;
 use std::collections::BTreeSet;
@@ -21,7 +23,8 @@ pub struct World {
     pub size: u32,
     pub job: u32,
     pub mtu: u32,
-    pub endpoints: Vec<Endpoint>,
+    pub mode: SimMode,
+    pub nodes: Vec<Node>,
     pub arenas: Vec<Arena>,
     pub ledger: Ledger,
     pub net: Network,
@@ -39,7 +42,8 @@ pub struct World {
 impl World {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        endpoints: Vec<Endpoint>,
+        mode: SimMode,
+        nodes: Vec<Node>,
         net: Network,
         job: u32,
         mtu: u32,
@@ -47,13 +51,14 @@ impl World {
         layout_rng: SimRng,
         trace: bool,
     ) -> Self {
-        let size = endpoints.len() as u32;
+        let size = nodes.len() as u32;
         Self {
+            mode,
             now: 0,
             size,
             job,
             mtu,
-            endpoints,
+            nodes,
             arenas: (0..size).map(Arena::new).collect(),
             ledger: Ledger::new(size),
             net,
@@ -151,14 +156,8 @@ impl World {
             len,
         );
         self.dirty.insert(rank);
-        let posted = self.endpoints[r].post_send(
-            self.now,
-            dst,
-            context,
-            tag,
-            &buffer.sg,
-            &mut self.arenas[r],
-        );
+        let posted =
+            self.nodes[r].post_send(self.now, dst, (context, tag), &buffer, &mut self.arenas[r]);
         match posted {
             Ok(id) => {
                 if self.trace {
@@ -204,12 +203,11 @@ impl World {
         let r = rank as usize;
         let buffer = recv_buffer(&mut self.arenas[r], &mut self.layout_rng, layout, capacity);
         self.dirty.insert(rank);
-        let posted = self.endpoints[r].post_recv(
+        let posted = self.nodes[r].post_recv(
             self.now,
             source,
-            context,
-            tag,
-            &buffer.sg,
+            (context, tag),
+            &buffer,
             &mut self.arenas[r],
         );
         match posted {
@@ -251,7 +249,7 @@ impl World {
             return Err(PostError::PeerUnreachable { peer: rank });
         }
         self.dirty.insert(rank);
-        match self.endpoints[rank as usize].post_probe(self.now, source, context, tag) {
+        match self.nodes[rank as usize].post_probe(self.now, source, (context, tag)) {
             Ok(id) => {
                 if self.trace {
                     trace::line(
@@ -290,7 +288,11 @@ impl World {
         if self.is_dead(rank) {
             return None;
         }
-        let found = self.endpoints[rank as usize].iprobe(source, context, tag);
+        let found = self.nodes[rank as usize].iprobe(self.now, source, (context, tag));
+        if self.mode == SimMode::Engine {
+            // The engine's turn may have sent frames and finished operations.
+            self.dirty.insert(rank);
+        }
         if self.trace {
             trace::line(
                 self.now,
@@ -316,14 +318,28 @@ impl World {
             return Err(CancelError::UnknownOp);
         }
         let id = self.ledger.ops[op].id;
-        let answer = self.endpoints[rank as usize].cancel(self.now, id);
+        let answer = self.nodes[rank as usize].cancel(self.now, id);
         if self.trace {
             trace::line(self.now, format!("rank {rank} cancel {id:?} -> {answer:?}"));
         }
-        self.ledger
-            .note_cancel(&mut self.violations, self.now, op, answer);
+        match (self.mode, answer) {
+            (SimMode::Engine, Ok(_)) => self.ledger.note_cancel_asked(op),
+            _ => self
+                .ledger
+                .note_cancel(&mut self.violations, self.now, op, answer),
+        }
         self.dirty.insert(rank);
         answer
+    }
+
+    /// Whether a cancel's answer accepts it: `Cancelled` from the core; in engine mode, where
+    /// a cancel is a request through the table, any `Ok` (the completion then must be
+    /// `Cancelled`, which the workload checks).
+    pub fn cancel_accepted(&self, answer: Result<CancelOutcome, CancelError>) -> bool {
+        matches!(
+            (self.mode, answer),
+            (_, Ok(CancelOutcome::Cancelled)) | (SimMode::Engine, Ok(CancelOutcome::Requested))
+        )
     }
 
     /// Checks and records one completion taken from `rank`'s endpoint.
@@ -351,18 +367,17 @@ impl World {
         )
     }
 
-    /// Copies a frame out of `rank`'s memory, checks it, and hands it to the network.
-    pub(crate) fn emit(&mut self, rank: Rank, transmit: Transmit) {
-        let len = transmit.len();
-        let mut bytes = vec![0u8; len];
-        if transmit.gather_into(&self.arenas[rank as usize], &mut bytes) != Some(len) {
+    /// Checks a frame `rank` sent to `dst` and hands it to the network; `None`: its bytes could
+    /// not be gathered from the rank's memory.
+    pub(crate) fn emit(&mut self, rank: Rank, dst: Rank, bytes: Option<Vec<u8>>) {
+        let Some(bytes) = bytes else {
             self.violation(
                 "transmit-memory",
-                format!("rank {rank}: frame to {} refers to memory that is not registered (buffer of a completed operation?)", transmit.dst),
+                format!("rank {rank}: frame to {dst} refers to memory that is not registered (buffer of a completed operation?)"),
             );
             return;
-        }
-        let dst = transmit.dst;
+        };
+        let len = bytes.len();
         if dst >= self.size || dst == rank {
             self.violation(
                 "frame",

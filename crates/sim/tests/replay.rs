@@ -53,6 +53,7 @@ fn different_seeds_give_different_runs() {
 fn replay_command_names_every_non_default_parameter() {
     let mut spec = spec(42, WorkloadKind::PeerDeath, UnexpectedPolicy::Drop);
     spec.ranks = Some(8);
+    spec.mode = nicmsg_sim::SimMode::Core;
     spec.proto = ProtoParams {
         max_retries: 5,
         ..ProtoParams::default()
@@ -68,6 +69,7 @@ fn replay_command_names_every_non_default_parameter() {
         "--corrupt 0.02",
         "--partition 0.5",
         "--ranks 8",
+        "--mode core",
         "--scale 0.5",
         "--max-retries 5",
         "--max-virtual-ns 20000000000",

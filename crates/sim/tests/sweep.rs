@@ -1,9 +1,11 @@
 //! A sweep over every workload, several loss rates and both unexpected-message policies, with
 //! duplication, reordering, corruption and random partitions: no run may break an invariant.
-//! Sized for well under two minutes on two cores in the test profile.
+//! The ranks run the whole engine (table, driver, core); a smaller sweep runs the protocol core
+//! alone, whose cancel answers the ledger checks exactly. Sized for well under two minutes on
+//! two cores in the test profile.
 
 use nicmsg_proto::UnexpectedPolicy;
-use nicmsg_sim::{sweep, NetConfig, RunSpec, SweepOptions, SweepPlan, WorkloadKind};
+use nicmsg_sim::{sweep, NetConfig, RunSpec, SimMode, SweepOptions, SweepPlan, WorkloadKind};
 
 fn jobs() -> usize {
     std::thread::available_parallelism()
@@ -38,6 +40,7 @@ fn every_workload_under_loss_has_no_violations() {
         policies: vec![UnexpectedPolicy::Buffer, UnexpectedPolicy::Drop],
         template: faulty_template(),
     };
+    assert_eq!(plan.template.mode, SimMode::Engine);
     assert_eq!(plan.len(), 2112);
     let summary = sweep(
         &plan,
@@ -66,6 +69,40 @@ fn every_workload_under_loss_has_no_violations() {
     assert!(
         summary.net.corrupted_delivered > 0 && summary.net.lost > 0 && summary.net.duplicated > 0
     );
+    let engine = &summary.engine;
+    assert!(
+        engine.frames_placed > 0 && engine.partial_sends > 0 && engine.commands > 0,
+        "the engine's placement and back-pressure paths were not exercised: {engine:?}"
+    );
+    assert_eq!(
+        summary.violations,
+        0,
+        "invariant violations:\n{}",
+        summary.render()
+    );
+}
+
+#[test]
+fn the_protocol_core_alone_under_loss_has_no_violations() {
+    let mut template = faulty_template();
+    template.mode = SimMode::Core;
+    let plan = SweepPlan {
+        seeds: (1000..1088).collect(),
+        workloads: WorkloadKind::ALL.to_vec(),
+        losses: vec![0.0, 0.05, 0.2],
+        policies: vec![UnexpectedPolicy::Buffer, UnexpectedPolicy::Drop],
+        template,
+    };
+    let summary = sweep(
+        &plan,
+        &SweepOptions {
+            jobs: jobs(),
+            keep_failures: 30,
+            ..SweepOptions::default()
+        },
+    );
+    assert_eq!(summary.runs, 528);
+    assert_eq!(summary.engine.turns, 0, "core mode runs no engine");
     assert_eq!(
         summary.violations,
         0,

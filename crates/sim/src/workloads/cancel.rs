@@ -285,7 +285,7 @@ impl Workload for Cancel {
                 };
                 if let Some(op) = op {
                     let answer = w.cancel(op);
-                    if answer != Ok(CancelOutcome::Cancelled) {
+                    if !w.cancel_accepted(answer) {
                         w.violation(
                             "cancel",
                             format!(
@@ -391,7 +391,8 @@ impl Workload for Cancel {
             E_RECV => self.post_withdraw_recv(w, index, layout),
             E_RECV_CANCEL => {
                 if let Some(op) = self.withdraw_recvs[index] {
-                    if w.cancel(op) != Ok(CancelOutcome::Cancelled) {
+                    let answer = w.cancel(op);
+                    if !w.cancel_accepted(answer) {
                         w.violation(
                             "cancel",
                             format!(

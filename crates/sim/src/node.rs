@@ -1,0 +1,480 @@
+//! One simulated rank's machine, in one of two modes ([`SimMode`]):
+//!
+//! * `engine` (the default): what a process runs, minus threads and sockets. The rank's host
+//!   posts descriptors through a real [`HostTable`], and a real [`Driver`] takes them, runs the
+//!   protocol core, and talks to the network through a [`SimTransport`]. The driver's own logic
+//!   (slot/operation mapping, dropping frames of completed sends, placement planning, the
+//!   source check, refusals, back-pressure) runs under every seeded fault.
+//! * `core`: the simulator calls the protocol core directly. Faster, and a cancel is answered
+//!   at once, so the ledger checks the core's cancel answers exactly (in `engine` mode a cancel
+//!   is a request whose answer is the completion, as for an application).
+
+use crate::memory::{Arena, Buffer};
+use crate::rng::SimRng;
+use crate::transport::SimTransport;
+use nicmsg_engine::{
+    Driver, HostError, HostTable, OpCode, Outcome, Posted, Registry, ResultCode, Table, ANY,
+};
+use nicmsg_proto::{
+    CancelError, CancelOutcome, Completion, Context, Endpoint, Nanos, OpError, OpId, OpKind,
+    PostError, Rank, Source, Status, Tag, TagMatch,
+};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// What a rank runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum SimMode {
+    /// The protocol core alone.
+    Core,
+    /// Host table, driver and protocol core over a simulated transport.
+    #[default]
+    Engine,
+}
+
+impl SimMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Core => "core",
+            Self::Engine => "engine",
+        }
+    }
+}
+
+/// The engines' own counters (engine mode), summed over ranks and runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineTotals {
+    pub turns: u64,
+    pub commands: u64,
+    pub spoofed_frames: u64,
+    pub orphan_frames: u64,
+    pub transport_errors: u64,
+    pub frames_predicted: u64,
+    pub frames_placed: u64,
+    pub placements_refused: u64,
+    pub partial_sends: u64,
+}
+
+impl EngineTotals {
+    pub fn add(&mut self, other: &EngineTotals) {
+        self.turns += other.turns;
+        self.commands += other.commands;
+        self.spoofed_frames += other.spoofed_frames;
+        self.orphan_frames += other.orphan_frames;
+        self.transport_errors += other.transport_errors;
+        self.frames_predicted += other.frames_predicted;
+        self.frames_placed += other.frames_placed;
+        self.placements_refused += other.placements_refused;
+        self.partial_sends += other.partial_sends;
+    }
+}
+
+/// Engine turns one service may take in one instant before the run is declared livelocked: a
+/// turn that always finds work (a timer always due, a frame that never leaves).
+const MAX_TURNS_PER_SERVICE: u64 = 1_000_000;
+
+pub enum Node {
+    Core(Box<Endpoint>),
+    Engine(Box<EngineNode>),
+}
+
+pub struct EngineNode {
+    driver: Driver<SimTransport>,
+    host: HostTable,
+    size: u32,
+    /// Operations posted and not yet taken back, by slot: the host's handle, and the id the
+    /// ledger knows the operation by (kind, slot, posts of that slot so far).
+    pending: BTreeMap<u32, (Posted, OpId)>,
+    posts_per_slot: Vec<u32>,
+    /// The table's completion counter when completions were last looked for.
+    completions_seen: u32,
+}
+
+/// What one service step produced.
+#[derive(Default)]
+pub struct Output {
+    /// Frames to the network: (destination, bytes), or `None` when the frame could not be
+    /// gathered from the rank's memory (core mode; a violation).
+    pub frames: Vec<(Rank, Option<Vec<u8>>)>,
+    pub completions: Vec<Completion>,
+    /// Operations the engine refused when it took them (the core's `PostError`, reported
+    /// through the descriptor's result code): the host would see an error completion.
+    pub refused: Vec<(OpId, ResultCode)>,
+}
+
+impl Node {
+    pub fn new(mode: SimMode, endpoint: Endpoint, rng: SimRng) -> Self {
+        match mode {
+            SimMode::Core => Self::Core(Box::new(endpoint)),
+            SimMode::Engine => Self::Engine(Box::new(EngineNode::new(endpoint, rng))),
+        }
+    }
+
+    pub fn endpoint(&self) -> &Endpoint {
+        match self {
+            Self::Core(endpoint) => endpoint,
+            Self::Engine(node) => node.driver.endpoint(),
+        }
+    }
+
+    pub fn engine(&self) -> Option<&EngineNode> {
+        match self {
+            Self::Core(_) => None,
+            Self::Engine(node) => Some(node),
+        }
+    }
+
+    pub fn post_send(
+        &mut self,
+        now: Nanos,
+        dst: Rank,
+        (context, tag): (Context, Tag),
+        buffer: &Buffer,
+        arena: &mut Arena,
+    ) -> Result<OpId, PostError> {
+        match self {
+            Self::Core(endpoint) => endpoint.post_send(now, dst, context, tag, &buffer.sg, arena),
+            Self::Engine(node) => {
+                node.check_destination(dst)?;
+                node.post(
+                    now,
+                    OpCode::Send,
+                    dst,
+                    (context, tag),
+                    Some((buffer, arena)),
+                )
+            }
+        }
+    }
+
+    pub fn post_recv(
+        &mut self,
+        now: Nanos,
+        source: Source,
+        (context, tag): (Context, TagMatch),
+        buffer: &Buffer,
+        arena: &mut Arena,
+    ) -> Result<OpId, PostError> {
+        match self {
+            Self::Core(endpoint) => {
+                endpoint.post_recv(now, source, context, tag, &buffer.sg, arena)
+            }
+            Self::Engine(node) => {
+                let peer = node.source_word(source)?;
+                let key = (context, tag_word(tag));
+                node.post(now, OpCode::Recv, peer, key, Some((buffer, arena)))
+            }
+        }
+    }
+
+    pub fn post_probe(
+        &mut self,
+        now: Nanos,
+        source: Source,
+        (context, tag): (Context, TagMatch),
+    ) -> Result<OpId, PostError> {
+        match self {
+            Self::Core(endpoint) => endpoint.post_probe(now, source, context, tag),
+            Self::Engine(node) => {
+                let peer = node.source_word(source)?;
+                node.post(now, OpCode::Probe, peer, (context, tag_word(tag)), None)
+            }
+        }
+    }
+
+    /// Non-blocking probe. In engine mode an IPROBE descriptor, which the engine completes in
+    /// the turn that takes it, as inside the API's `iprobe`.
+    pub fn iprobe(
+        &mut self,
+        now: Nanos,
+        source: Source,
+        (context, tag): (Context, TagMatch),
+    ) -> Option<Status> {
+        match self {
+            Self::Core(endpoint) => endpoint.iprobe(source, context, tag),
+            Self::Engine(node) => node.iprobe(now, source, (context, tag)),
+        }
+    }
+
+    pub fn cancel(&mut self, now: Nanos, op: OpId) -> Result<CancelOutcome, CancelError> {
+        match self {
+            Self::Core(endpoint) => endpoint.cancel(now, op),
+            Self::Engine(node) => node.request_cancel(op),
+        }
+    }
+
+    pub fn handle_frame(&mut self, now: Nanos, source: Rank, bytes: Vec<u8>, arena: &mut Arena) {
+        match self {
+            Self::Core(endpoint) => endpoint.handle_frame(now, &bytes, arena),
+            Self::Engine(node) => node.driver.transport_mut().arrive(source, bytes),
+        }
+    }
+
+    /// The timer returned by `next_deadline` is due (in engine mode the driver's turn, which
+    /// the service runs next, handles it).
+    pub fn handle_timeout(&mut self, now: Nanos, arena: &mut Arena) {
+        if let Self::Core(endpoint) = self {
+            endpoint.handle_timeout(now, arena);
+        }
+    }
+
+    pub fn handle_refused(&mut self, now: Nanos, peer: Rank, arena: &mut Arena) {
+        match self {
+            Self::Core(endpoint) => endpoint.handle_refused(now, peer, arena),
+            Self::Engine(node) => node.driver.transport_mut().refuse(peer),
+        }
+    }
+
+    pub fn next_deadline(&self) -> Option<Nanos> {
+        match self {
+            Self::Core(endpoint) => endpoint.poll_timeout(),
+            Self::Engine(node) => node.driver.next_deadline(),
+        }
+    }
+
+    /// One step of servicing: frames to send and completions to hand to the host. Returns
+    /// `Err` if the engine turned too often in one instant (livelock).
+    pub fn step(&mut self, now: Nanos, arena: &Arena, out: &mut Output) -> Result<bool, String> {
+        match self {
+            Self::Core(endpoint) => {
+                let mut progressed = false;
+                while let Some(transmit) = endpoint.poll_transmit(now, arena) {
+                    progressed = true;
+                    let mut bytes = vec![0u8; transmit.len()];
+                    let gathered = transmit.gather_into(arena, &mut bytes) == Some(bytes.len());
+                    out.frames.push((transmit.dst, gathered.then_some(bytes)));
+                    if out.frames.len() > 10_000_000 {
+                        return Err(
+                            "poll_transmit returned ten million frames in one instant".into()
+                        );
+                    }
+                }
+                while let Some(completion) = endpoint.poll_completion() {
+                    progressed = true;
+                    out.completions.push(completion);
+                }
+                Ok(progressed)
+            }
+            Self::Engine(node) => node.step(now, out),
+        }
+    }
+}
+
+impl EngineNode {
+    fn new(endpoint: Endpoint, rng: SimRng) -> Self {
+        let config = endpoint.config();
+        // Room for every operation the core takes: the table never refuses first.
+        let slots = config.max_sends + config.max_recvs;
+        let size = endpoint.size();
+        let mtu = config.mtu as usize;
+        let table = Arc::new(Table::new(slots.max(1), size));
+        // Every segment of every slot: the simulator's buffers use up to all 16.
+        let registry = Arc::new(Registry::new(slots.max(1) * nicmsg_proto::MAX_SEGMENTS));
+        let host = HostTable::new(Arc::clone(&table), Arc::clone(&registry));
+        let driver = Driver::new(endpoint, SimTransport::new(mtu, rng), table, registry);
+        Self {
+            driver,
+            host,
+            size,
+            pending: BTreeMap::new(),
+            posts_per_slot: vec![0; slots.max(1)],
+            completions_seen: 0,
+        }
+    }
+
+    pub fn driver(&self) -> &Driver<SimTransport> {
+        &self.driver
+    }
+
+    pub fn totals(&self) -> EngineTotals {
+        let stats = self.driver.stats();
+        EngineTotals {
+            turns: stats.turns,
+            commands: stats.commands,
+            spoofed_frames: stats.spoofed_frames,
+            orphan_frames: stats.orphan_frames,
+            transport_errors: stats.transport_errors,
+            frames_predicted: stats.frames_predicted,
+            frames_placed: stats.frames_placed,
+            placements_refused: stats.placements_refused,
+            partial_sends: self.driver.transport().partial_sends,
+        }
+    }
+
+    pub fn host(&self) -> &HostTable {
+        &self.host
+    }
+
+    /// As the API's communicator: sends to a rank outside the job or one the engine declared
+    /// unreachable are refused at once.
+    fn check_destination(&self, dst: Rank) -> Result<(), PostError> {
+        if dst >= self.size {
+            return Err(PostError::InvalidRank {
+                rank: dst,
+                size: self.size,
+            });
+        }
+        if self.host.is_unreachable(dst) {
+            return Err(PostError::PeerUnreachable { peer: dst });
+        }
+        Ok(())
+    }
+
+    fn source_word(&self, source: Source) -> Result<u32, PostError> {
+        match source {
+            Source::Any => Ok(ANY),
+            Source::Rank(rank) if rank >= self.size => Err(PostError::InvalidRank {
+                rank,
+                size: self.size,
+            }),
+            Source::Rank(rank) => Ok(rank),
+        }
+    }
+
+    fn post(
+        &mut self,
+        _now: Nanos,
+        op: OpCode,
+        peer: u32,
+        key: (Context, u32),
+        buffer: Option<(&Buffer, &mut Arena)>,
+    ) -> Result<OpId, PostError> {
+        let ranges = buffer.map_or_else(Vec::new, |(buffer, arena)| arena.ranges(&buffer.sg));
+        // SAFETY: the ranges lie in the rank's arena, whose regions are released only when the
+        // ledger records the operation's completion, after the host took it back here.
+        let posted =
+            unsafe { self.host.post(op, peer, key, &ranges) }.map_err(|error| match error {
+                HostError::TableFull { table, limit } => PostError::TableFull { table, limit },
+                HostError::TooManySegments { count, limit } => {
+                    PostError::TooManySegments { count, limit }
+                }
+            })?;
+        let slot = posted.slot;
+        self.posts_per_slot[slot as usize] += 1;
+        let id = OpId {
+            kind: match op {
+                OpCode::Send => OpKind::Send,
+                OpCode::Recv => OpKind::Recv,
+                OpCode::Probe | OpCode::IProbe => OpKind::Probe,
+            },
+            index: slot,
+            generation: self.posts_per_slot[slot as usize],
+        };
+        self.pending.insert(slot, (posted, id));
+        Ok(id)
+    }
+
+    fn iprobe(&mut self, now: Nanos, source: Source, key: (Context, TagMatch)) -> Option<Status> {
+        let peer = self.source_word(source).ok()?;
+        let id = self
+            .post(now, OpCode::IProbe, peer, (key.0, tag_word(key.1)), None)
+            .ok()?;
+        self.driver.start_posted(now);
+        let (posted, _) = self.pending.remove(&id.index).expect("just posted");
+        let outcome = match self.host.take(posted) {
+            Ok(outcome) => outcome,
+            Err(posted) => {
+                // Not answered in the turn that took it: a defect, reported by the ledger as a
+                // missing completion if it never comes.
+                self.pending.insert(id.index, (posted, id));
+                return None;
+            }
+        };
+        (outcome.result == ResultCode::Success).then_some(Status {
+            peer: outcome.status_peer,
+            tag: outcome.status_tag,
+            len: outcome.status_len,
+        })
+    }
+
+    fn request_cancel(&mut self, op: OpId) -> Result<CancelOutcome, CancelError> {
+        match self.pending.get(&op.index) {
+            Some((posted, id)) if *id == op => {
+                self.host.request_cancel(posted);
+                Ok(CancelOutcome::Requested)
+            }
+            _ => Err(CancelError::UnknownOp),
+        }
+    }
+
+    fn step(&mut self, now: Nanos, out: &mut Output) -> Result<bool, String> {
+        let mut progressed = false;
+        let mut turns = 0u64;
+        while self.driver.turn(now) {
+            progressed = true;
+            turns += 1;
+            if turns > MAX_TURNS_PER_SERVICE {
+                return Err(format!(
+                    "the engine found work in {MAX_TURNS_PER_SERVICE} turns in one instant"
+                ));
+            }
+            self.collect(out);
+        }
+        self.collect(out);
+        Ok(progressed || !out.frames.is_empty() || !out.completions.is_empty())
+    }
+
+    /// Frames the driver sent and operations it finished (taken back, as the host would).
+    fn collect(&mut self, out: &mut Output) {
+        out.frames.extend(
+            self.driver
+                .transport_mut()
+                .take_sent()
+                .map(|(dst, bytes)| (dst, Some(bytes))),
+        );
+        let completions = self.driver.table().completions.load(Ordering::SeqCst);
+        if completions == self.completions_seen {
+            return;
+        }
+        self.completions_seen = completions;
+        let done: Vec<u32> = self
+            .pending
+            .iter()
+            .filter(|(_, (posted, _))| self.host.is_done(posted))
+            .map(|(&slot, _)| slot)
+            .collect();
+        for slot in done {
+            let (posted, id) = self.pending.remove(&slot).expect("listed");
+            let outcome = self.host.take(posted).expect("done");
+            match result_of(&outcome) {
+                Some(result) => out.completions.push(Completion { op: id, result }),
+                None => out.refused.push((id, outcome.result)),
+            }
+        }
+    }
+}
+
+fn tag_word(tag: TagMatch) -> u32 {
+    match tag {
+        TagMatch::Any => ANY,
+        TagMatch::Tag(tag) => tag,
+    }
+}
+
+/// The completion a finished descriptor reports, as the protocol core would have; `None` for
+/// a post the core refused.
+fn result_of(outcome: &Outcome) -> Option<Result<Status, OpError>> {
+    let status = Status {
+        peer: outcome.status_peer,
+        tag: outcome.status_tag,
+        len: outcome.status_len,
+    };
+    Some(match outcome.result {
+        ResultCode::Success => Ok(status),
+        ResultCode::Truncated => Err(OpError::Truncated {
+            source_rank: outcome.status_peer,
+            tag: outcome.status_tag,
+            message_len: outcome.status_len,
+            buffer_len: outcome.buffer_len,
+        }),
+        ResultCode::PeerUnreachable => Err(OpError::PeerUnreachable {
+            peer: outcome.status_peer,
+        }),
+        ResultCode::Cancelled => Err(OpError::Cancelled),
+        ResultCode::InvalidRank
+        | ResultCode::TableFull
+        | ResultCode::BadBuffer
+        | ResultCode::NotFound => return None,
+    })
+}

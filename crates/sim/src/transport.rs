@@ -1,0 +1,163 @@
+//! The engine's transport in a simulation: frames the engine sends wait in an outbox for the
+//! simulator to hand to the network; frames the network delivers wait in an inbox for the
+//! engine's next receive. It behaves as the UDP transport does where the engine can tell:
+//! batches of [`RECEIVE_BATCH`], the speculative header/payload split (the payload of the
+//! datagram landing in receive slot `i` is written to plan target `i` before anyone looks at
+//! it, wrong guesses included, as the kernel scatters it), back-pressure (a send may take only
+//! some of the frames offered, drawn from the rank's seeded stream), and refusals (ICMP port
+//! unreachable) queued until the engine asks.
+
+use crate::rng::SimRng;
+use nicmsg_engine::{PlacementTarget, Received, Transport, PLACED_HEADER_LEN};
+use nicmsg_proto::Rank;
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::RawFd;
+
+/// Datagrams per receive call: the UDP transport's `recvmmsg` batch.
+pub const RECEIVE_BATCH: usize = 64;
+/// Chance that a send call takes fewer frames than offered (a full socket buffer).
+const PARTIAL_SEND_CHANCE: f64 = 0.05;
+
+pub struct SimTransport {
+    mtu: usize,
+    /// Delivered by the network, not yet received: (source rank, datagram).
+    inbox: VecDeque<(Rank, Vec<u8>)>,
+    /// Sent by the engine, not yet handed to the network: (destination rank, datagram).
+    outbox: Vec<(Rank, Vec<u8>)>,
+    refused: Vec<Rank>,
+    rng: SimRng,
+    /// Counters: send calls that took fewer frames than offered, datagrams received placed.
+    pub partial_sends: u64,
+    pub placed: u64,
+}
+
+impl SimTransport {
+    pub fn new(mtu: usize, rng: SimRng) -> Self {
+        Self {
+            mtu,
+            inbox: VecDeque::new(),
+            outbox: Vec::new(),
+            refused: Vec::new(),
+            rng,
+            partial_sends: 0,
+            placed: 0,
+        }
+    }
+
+    /// The network delivers a datagram from `source`.
+    pub fn arrive(&mut self, source: Rank, bytes: Vec<u8>) {
+        self.inbox.push_back((source, bytes));
+    }
+
+    /// A frame to `peer` was refused by its host.
+    pub fn refuse(&mut self, peer: Rank) {
+        self.refused.push(peer);
+    }
+
+    /// The frames sent since the last call, in order.
+    pub fn take_sent(&mut self) -> std::vec::Drain<'_, (Rank, Vec<u8>)> {
+        self.outbox.drain(..)
+    }
+
+    pub fn has_pending_input(&self) -> bool {
+        !self.inbox.is_empty() || !self.refused.is_empty()
+    }
+
+    /// Receives one datagram into receive slot `slot` of a batch planned with `plan`: as the
+    /// kernel does, the bytes after the header go to the slot's target, whatever the datagram.
+    /// Returns whether it was placed (had payload written to a target).
+    ///
+    /// # Safety
+    /// As [`Transport::receive_placed`] for `plan`.
+    unsafe fn scatter(plan: &[PlacementTarget], slot: usize, bytes: &[u8]) -> bool {
+        let Some(target) = plan.get(slot) else {
+            return false;
+        };
+        if bytes.len() <= PLACED_HEADER_LEN {
+            return false;
+        }
+        let payload = &bytes[PLACED_HEADER_LEN..];
+        let written = payload.len().min(target.len);
+        // SAFETY: the target is valid for writes of `target.len` bytes and nobody else
+        // accesses it during the call (the caller's contract); `payload` is our own buffer.
+        unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), target.dest, written) };
+        true
+    }
+}
+
+impl Transport for SimTransport {
+    fn send(&mut self, frames: &[(u32, &[&[u8]])]) -> io::Result<usize> {
+        let mut taken = frames.len();
+        if taken > 0 && self.rng.chance(PARTIAL_SEND_CHANCE) {
+            taken = self.rng.below(taken as u64) as usize;
+            self.partial_sends += 1;
+        }
+        for &(dst, pieces) in &frames[..taken] {
+            self.outbox.push((dst, pieces.concat()));
+        }
+        Ok(taken)
+    }
+
+    fn receive(&mut self, deliver: &mut dyn FnMut(Option<u32>, &[u8])) -> io::Result<usize> {
+        let count = self.inbox.len().min(RECEIVE_BATCH);
+        for (source, bytes) in self.inbox.drain(..count) {
+            deliver(Some(source), &bytes);
+        }
+        Ok(count)
+    }
+
+    unsafe fn receive_placed(
+        &mut self,
+        plan: &[PlacementTarget],
+        looks_expected: &dyn Fn(usize, &[u8], usize) -> bool,
+        deliver: &mut dyn FnMut(Option<u32>, Received<'_>) -> bool,
+    ) -> io::Result<usize> {
+        let count = self.inbox.len().min(RECEIVE_BATCH);
+        let batch: Vec<(Rank, Vec<u8>)> = self.inbox.drain(..count).collect();
+        // The kernel writes every datagram of the batch before the engine looks at any.
+        let placed: Vec<bool> = batch
+            .iter()
+            .enumerate()
+            // SAFETY: forwarded from this function's contract.
+            .map(|(slot, (_, bytes))| unsafe { Self::scatter(plan, slot, bytes) })
+            .collect();
+        for (slot, (source, bytes)) in batch.iter().enumerate() {
+            let header = &bytes[..bytes.len().min(PLACED_HEADER_LEN)];
+            if placed[slot] && looks_expected(slot, header, bytes.len()) {
+                self.placed += 1;
+                let offered = Received::Placed {
+                    slot,
+                    header,
+                    len: bytes.len(),
+                };
+                if deliver(Some(*source), offered) {
+                    continue;
+                }
+            }
+            // A wrong guess, or refused: the datagram put back together (here: never apart).
+            deliver(Some(*source), Received::Bytes(bytes));
+        }
+        Ok(count)
+    }
+
+    fn readable_fds(&self) -> Vec<RawFd> {
+        Vec::new()
+    }
+
+    fn max_frame(&self) -> usize {
+        self.mtu
+    }
+
+    fn refusals_may_be_queued(&self) -> bool {
+        !self.refused.is_empty()
+    }
+
+    fn take_refused(&mut self, refused: &mut dyn FnMut(u32)) -> usize {
+        let count = self.refused.len();
+        for peer in self.refused.drain(..) {
+            refused(peer);
+        }
+        count
+    }
+}
