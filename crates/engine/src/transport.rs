@@ -1,5 +1,8 @@
-//! What the engine needs from a wire backend: UDP and AF_XDP today (`crates/udp`, `crates/xdp`,
-//! adapted in `crates/nicmsg/src/backend.rs`); where another goes: `docs/architecture.md`.
+//! What the engine needs from a wire backend. Each transport implements it beside its own code
+//! (`crates/udp/src/engine.rs`, `crates/xdp/src/engine.rs`, the simulator's
+//! `crates/sim/src/transport.rs`); the API picks one at start-up (`crates/nicmsg/src/backend.rs`)
+//! and the engine drives it as a `Box<dyn Transport>`. Where another goes:
+//! `docs/architecture.md`.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -35,6 +38,9 @@ pub enum Received<'a> {
 pub const PLACED_HEADER_LEN: usize = nicmsg_wire::FRAME_HEADER_LEN;
 
 pub trait Transport: Send {
+    /// Which transport carries the frames, for logs and counters.
+    fn name(&self) -> &'static str;
+
     /// Sends `frames` (destination rank, pieces gathered in order into one datagram) without
     /// copying them; returns how many the backend took. Taking fewer is back-pressure: the
     /// caller offers the rest again later.
@@ -93,5 +99,55 @@ pub trait Transport: Send {
     /// One line on which path frames take and the backend's own counters, for `NICMSG_STATS`.
     fn summary(&self) -> String {
         String::new()
+    }
+}
+
+/// The engine drives whichever transport the API chose at start-up through one box: a call per
+/// batch of frames, so the indirection costs nothing measurable.
+impl<T: Transport + ?Sized> Transport for Box<T> {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+
+    fn send(&mut self, frames: &[(u32, &[&[u8]])]) -> io::Result<usize> {
+        (**self).send(frames)
+    }
+
+    fn receive(&mut self, deliver: &mut dyn FnMut(Option<u32>, &[u8])) -> io::Result<usize> {
+        (**self).receive(deliver)
+    }
+
+    unsafe fn receive_placed(
+        &mut self,
+        plan: &[PlacementTarget],
+        looks_expected: &dyn Fn(usize, &[u8], usize) -> bool,
+        deliver: &mut dyn FnMut(Option<u32>, Received<'_>) -> bool,
+    ) -> io::Result<usize> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { (**self).receive_placed(plan, looks_expected, deliver) }
+    }
+
+    fn readable_fds(&self) -> Vec<RawFd> {
+        (**self).readable_fds()
+    }
+
+    fn max_frame(&self) -> usize {
+        (**self).max_frame()
+    }
+
+    fn note_socket_error(&mut self) {
+        (**self).note_socket_error()
+    }
+
+    fn refusals_may_be_queued(&self) -> bool {
+        (**self).refusals_may_be_queued()
+    }
+
+    fn take_refused(&mut self, refused: &mut dyn FnMut(u32)) -> usize {
+        (**self).take_refused(refused)
+    }
+
+    fn summary(&self) -> String {
+        (**self).summary()
     }
 }

@@ -2,18 +2,16 @@
 //! table; buffers are registered (and their pages pinned on demand) for the time they are lent.
 
 use crate::backend::Backend;
-use crate::options::{EngineMode, Options, TransportChoice};
+use crate::options::{EngineMode, Options};
 use crate::pin::{PinCache, PinStats};
 use crate::request::Request;
 use crate::{Error, Status, MAX_TAG};
-use nicmsg_bootstrap::RankAddress;
 use nicmsg_engine::{
     Driver, HostError, HostTable, HostTurns, InlineEngine, OpCode, Outcome, Posted, Registry,
     Snapshot, Table, ThreadEngine, ANY,
 };
 use nicmsg_proto::{Context, Endpoint, MAX_SEGMENTS};
 use nicmsg_udp::{UdpOptions, UdpTransport};
-use nicmsg_xdp::XdpTransport;
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -74,20 +72,10 @@ impl Comm {
             ..UdpOptions::default()
         };
         let udp = UdpTransport::bind(udp_options)?;
-        let backend = open_backend(udp, options.transport)?;
-        let me = match &backend {
-            // Peers that frame their own datagrams can reach this rank directly too.
-            Backend::Udp(udp) => RankAddress {
-                data: udp.local_addr(),
-                link: ethernet_address_of(udp.local_addr()),
-            },
-            Backend::Xdp(xdp) => RankAddress {
-                data: xdp.local_addr(),
-                link: Some(xdp.link_address()),
-            },
-        };
+        let opened = crate::backend::open(udp, options.transport)?;
+        let me = opened.address();
         let peers = nicmsg_bootstrap::exchange_addresses(&job, me, options.bootstrap_timeout)?;
-        let backend = connect_backend(backend, &peers, job.rank, options.transport)?;
+        let backend = crate::backend::connect(opened, &peers, job.rank, options.transport)?;
         tracing::info!(
             rank = job.rank,
             size = job.size,
@@ -555,74 +543,6 @@ fn linger_inline(driver: &mut HostTurns<'_, Backend>, idle: nicmsg_engine::IdleC
             return;
         }
         driver.wait(idle.idle_poll_ns.max(1_000_000));
-    }
-}
-
-/// The transport to start with: AF_XDP when asked for or, by default, when it can attach to the
-/// interface that holds the rank's address; UDP otherwise.
-fn open_backend(udp: UdpTransport, choice: TransportChoice) -> Result<Backend, Error> {
-    if choice == TransportChoice::Udp {
-        return Ok(Backend::Udp(Box::new(udp)));
-    }
-    match XdpTransport::open(udp) {
-        Ok(xdp) => Ok(Backend::Xdp(Box::new(xdp))),
-        Err(refused) if choice == TransportChoice::Auto => {
-            tracing::debug!(reason = %refused.reason, "AF_XDP not used: UDP carries the frames");
-            Ok(Backend::Udp(Box::new(refused.udp)))
-        }
-        Err(refused) => Err(Error::Config(format!(
-            "NICMSG_TRANSPORT=xdp, but the AF_XDP transport cannot open: {}",
-            refused.reason
-        ))),
-    }
-}
-
-/// The Ethernet address of the interface holding `addr`, if it is one.
-fn ethernet_address_of(addr: SocketAddr) -> Option<[u8; 6]> {
-    let IpAddr::V4(ip) = addr.ip() else {
-        return None;
-    };
-    nicmsg_xdp::Interface::with_address(ip)
-        .ok()
-        .flatten()
-        .map(|interface| interface.mac)
-}
-
-/// Gives the backend the job's addresses. A rank that shares its IP address with another rank
-/// exchanges frames with it through the kernel's loopback, which the AF_XDP ring never sees: such
-/// a rank leaves AF_XDP for UDP (by default; asked for explicitly, it is an error). Peers that
-/// already learned its Ethernet address still reach it: the frames are the same UDP datagrams.
-fn connect_backend(
-    backend: Backend,
-    peers: &[RankAddress],
-    rank: u32,
-    choice: TransportChoice,
-) -> Result<Backend, Error> {
-    let data: Vec<SocketAddr> = peers.iter().map(|p| p.data).collect();
-    match backend {
-        Backend::Udp(mut udp) => {
-            udp.set_peers(&data);
-            Ok(Backend::Udp(udp))
-        }
-        Backend::Xdp(mut xdp) => {
-            let table: Vec<(SocketAddr, Option<[u8; 6]>)> =
-                peers.iter().map(|p| (p.data, p.link)).collect();
-            xdp.set_peers(&table);
-            if !xdp.shares_address_with_a_peer(rank) {
-                return Ok(Backend::Xdp(xdp));
-            }
-            if choice == TransportChoice::Xdp {
-                return Err(Error::Config(
-                    "NICMSG_TRANSPORT=xdp, but another rank of the job has this rank's IP \
-                     address: their frames go through the kernel's loopback, not the interface"
-                        .into(),
-                ));
-            }
-            tracing::debug!("AF_XDP dropped: another rank shares this rank's address");
-            let mut udp = xdp.into_udp();
-            udp.set_peers(&data);
-            Ok(Backend::Udp(Box::new(udp)))
-        }
     }
 }
 

@@ -87,6 +87,10 @@ impl SimTransport {
 }
 
 impl Transport for SimTransport {
+    fn name(&self) -> &'static str {
+        "sim"
+    }
+
     fn send(&mut self, frames: &[(u32, &[&[u8]])]) -> io::Result<usize> {
         let mut taken = frames.len();
         if taken > 0 && self.rng.chance(PARTIAL_SEND_CHANCE) {

@@ -27,6 +27,7 @@
 //! behaviour); size `max_frame` to the MTU to avoid that.
 
 mod addr;
+mod engine;
 mod offload;
 mod recv;
 mod refused;

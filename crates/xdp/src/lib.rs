@@ -20,6 +20,7 @@
 //! `CAP_NET_ADMIN`).
 
 mod bpf;
+mod engine;
 mod interface;
 mod packet;
 mod program;
