@@ -7,8 +7,18 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 const NICMSG: &str = env!("CARGO_BIN_EXE_nicmsg");
+
+/// A program being written while another test thread forks is open in the child too, until the
+/// child execs, and executing it meanwhile fails with ETXTBSY ("Text file busy"). The tests
+/// write their programs and start processes under this lock, so no fork sees a file open.
+static WRITE_OR_FORK: Mutex<()> = Mutex::new(());
+
+fn write_or_fork() -> MutexGuard<'static, ()> {
+    WRITE_OR_FORK.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// A fresh directory holding a copy of the launcher (a copy, not a link: the launcher looks
 /// beside its resolved path).
@@ -16,6 +26,7 @@ fn launcher_alone(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("nicmsg-forward-{name}-{}", std::process::id()));
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).expect("make the directory");
+    let _lock = write_or_fork();
     fs::copy(NICMSG, dir.join("nicmsg")).expect("copy the launcher");
     dir
 }
@@ -28,17 +39,20 @@ fn stand_in(dir: &Path, status: i32) {
         dir.join("got").display()
     );
     let path = dir.join("nicmsg-bench");
+    let _lock = write_or_fork();
     fs::write(&path, script).expect("write the stand-in");
     fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).expect("chmod");
 }
 
 fn run(dir: &Path, args: &[&str]) -> (Output, u32) {
+    let lock = write_or_fork();
     let child = Command::new(dir.join("nicmsg"))
         .args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("start nicmsg");
+    drop(lock);
     let pid = child.id();
     (child.wait_with_output().expect("wait for nicmsg"), pid)
 }
@@ -103,7 +117,14 @@ fn a_missing_benchmark_program_is_named_with_how_to_build_it() {
 
 #[test]
 fn the_launchers_own_help_still_lists_bench() {
-    let output = Command::new(NICMSG).arg("--help").output().expect("run");
+    let lock = write_or_fork();
+    let child = Command::new(NICMSG)
+        .arg("--help")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run");
+    drop(lock);
+    let output = child.wait_with_output().expect("wait");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success());
     assert!(
