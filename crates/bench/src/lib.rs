@@ -3,17 +3,21 @@
 //! The measurements of the papers nicmsg descends from (EMP, RMPP, BIP; LM and PANIC share the
 //! latency method, their own mechanisms are not built yet), run for nicmsg and, in the same
 //! run, for the baselines: TCP and raw UDP written here, and
-//! NetPIPE, libfabric and UCX when installed. `nicmsg bench` (crate `nicmsg-cli`) drives this
-//! crate; see `docs/benchmarks.md`.
+//! NetPIPE, libfabric and UCX when installed; see `docs/benchmarks.md`. The crate's program,
+//! `nicmsg-bench`, is `nicmsg bench` ([`command`]): the `nicmsg` launcher runs it from its own
+//! directory, so that the launcher links none of this.
 //!
+//! * [`command`]: `nicmsg bench` itself: the series to run, each as a job under the launcher's
+//!   library (`nicmsg-cli`), the live table, the files written;
 //! * [`model`]: the results, as written to JSON;
 //! * [`patterns`]: the papers' loops, written once against [`messenger::Messenger`];
 //! * [`messenger`]: nicmsg, TCP (blocking, busy-polling) and raw UDP behind that interface;
 //! * [`external`]: NetPIPE, libfabric `fi_pingpong` and `ucx_perftest`, run as installed;
-//! * [`worker`]: what each rank of a benchmark job runs (`nicmsg bench-worker`);
+//! * [`worker`]: what each rank of a benchmark job runs (`nicmsg-bench bench-worker`);
 //! * [`plot`], [`report`], [`targets`]: charts, `bench-report.md`, and the targets judged.
 
 pub mod affinity;
+pub mod command;
 pub mod compute;
 mod error;
 pub mod external;

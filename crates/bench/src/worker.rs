@@ -1,5 +1,5 @@
-//! The rank side of `nicmsg bench`: `nicmsg bench-worker`, started by the launcher on two ranks
-//! for one pattern and one system. Rank 0 (rank 1 for external peers, whose client side
+//! The rank side of `nicmsg bench`: `nicmsg-bench bench-worker`, started by the launcher on two
+//! ranks for one pattern and one system. Rank 0 (rank 1 for external peers, whose client side
 //! measures) appends each point to the progress file as one JSON line as soon as it is measured,
 //! and writes the whole [`Series`] to the result file at the end.
 
@@ -24,7 +24,7 @@ const BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest time one process of an external tool (one size) may run before it is killed.
 const EXTERNAL_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Arguments of `nicmsg bench-worker` (given by `nicmsg bench`, not by people).
+/// Arguments of `nicmsg-bench bench-worker` (given by `nicmsg bench`, not by people).
 #[derive(Debug, Clone, Args)]
 pub struct WorkerArgs {
     #[arg(long, value_parser = parse_pattern)]
@@ -71,7 +71,7 @@ pub fn main(args: &WorkerArgs) -> i32 {
         Ok(()) => 0,
         Err(error) => {
             eprintln!(
-                "nicmsg bench-worker ({} {:?}): {error}",
+                "nicmsg-bench bench-worker ({} {:?}): {error}",
                 args.name, args.pattern
             );
             1

@@ -6,7 +6,9 @@
 //!   [--engine inline|thread] [--] PROGRAM ARGS...` starts a job of `N` ranks ([`run::run`]);
 //! * `nicmsg check`, run as the program of a job, tests bootstrap and connectivity
 //!   ([`check::check`]);
-//! * `nicmsg bench [PATTERN...] [--suite papers] ...` runs the benchmarks ([`bench::bench`]);
+//! * `nicmsg bench [PATTERN...] [--suite papers] ...` runs the benchmarks: the program
+//!   `nicmsg-bench` (crate `nicmsg-bench`) from this executable's directory ([`bench`]), so that
+//!   the launcher links neither the benchmarks nor the plotting library;
 //! * `nicmsg cleanup` removes namespaces left behind by launchers that were killed.
 //!
 //! The environment given to the ranks, the namespace topology and the cleanup guarantees are
@@ -44,30 +46,33 @@ pub enum Cmd {
     /// `nicmsg run`, mpirun or srun).
     Check(check::CheckArgs),
     /// Measure nicmsg beside TCP, raw UDP and installed peers (latency, bandwidth, overhead,
-    /// overlap, offload), with a live table, JSON, plots and a report.
-    Bench(bench::BenchArgs),
-    /// One rank of a benchmark job (started by `nicmsg bench`).
-    #[command(hide = true)]
-    BenchWorker(nicmsg_bench::worker::WorkerArgs),
+    /// overlap, offload), with a live table, JSON, plots and a report (`nicmsg bench --help`).
+    #[command(disable_help_flag = true)]
+    Bench(bench::Forwarded),
+    /// One rank of a benchmark job (`nicmsg-bench bench-worker`; the commands recorded in
+    /// older reports start ranks this way).
+    #[command(hide = true, disable_help_flag = true)]
+    BenchWorker(bench::Forwarded),
     /// Remove network namespaces left behind by launchers that no longer run (needs root).
     Cleanup,
 }
 
 /// Runs `nicmsg` with `args` (the first is the program name) and returns its exit status.
 ///
-/// For `run`, installs the SIGINT/SIGTERM/SIGHUP handlers of [`signals`] first.
+/// For `run`, installs the SIGINT/SIGTERM/SIGHUP handlers of [`signals`] first. `bench` and
+/// `bench-worker` replace this process with `nicmsg-bench` ([`bench::exec`]), passing every
+/// argument after the subcommand as it is; they return only when that fails.
 pub fn main_with_args<I, T>(args: I) -> i32
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
-    let command_line = args
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect::<Vec<_>>()
-        .join(" ");
-    let cli = match Cli::try_parse_from(args) {
+    // Before clap, so that the benchmark's arguments reach it untouched (`--help`, `--`).
+    if let Some(subcommand) = args.get(1).and_then(|a| bench::forwarded(a)) {
+        return bench::exec(subcommand, &args[0], &args[2..]);
+    }
+    let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
@@ -92,11 +97,10 @@ where
                 1
             }
         },
-        Cmd::Bench(args) => {
-            signals::install();
-            bench::bench(&args, command_line)
+        Cmd::Bench(forwarded) => bench::exec(bench::Subcommand::Bench, &args[0], &forwarded.args),
+        Cmd::BenchWorker(forwarded) => {
+            bench::exec(bench::Subcommand::BenchWorker, &args[0], &forwarded.args)
         }
-        Cmd::BenchWorker(args) => nicmsg_bench::worker::main(&args),
         Cmd::Cleanup => cleanup(),
     }
 }

@@ -1,5 +1,6 @@
 //! Runs one series as a two-rank job under the launcher (`nicmsg run -n 2 [--netns ...] --
-//! nicmsg bench-worker ...`) and follows its progress file while it runs.
+//! nicmsg-bench bench-worker ...`, run in this process through `nicmsg_cli::run`) and follows its
+//! progress file while it runs.
 
 use std::ffi::OsString;
 use std::fs;
@@ -10,11 +11,11 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use nicmsg_bench::model::{Outcome, Point, Series};
+use nicmsg_cli::run::{self, RunArgs};
 
 use super::args::BenchArgs;
 use super::plan::SeriesPlan;
-use crate::run::{self, RunArgs};
+use crate::model::{Outcome, Point, Series};
 
 /// How often the progress file is read while the job runs.
 const TAIL_INTERVAL: Duration = Duration::from_millis(100);
@@ -68,11 +69,12 @@ pub fn run_series(
 
 /// The launcher's arguments for this series.
 fn run_args(plan: &SeriesPlan, args: &BenchArgs, progress: &Path, result: &Path) -> RunArgs {
-    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("nicmsg"));
+    // This program (`nicmsg-bench`) is also the ranks' program.
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("nicmsg-bench"));
     let sizes: Vec<String> = plan.sizes.iter().map(u64::to_string).collect();
     let mut command: Vec<OsString> = vec![
         exe.into(),
-        "bench-worker".into(),
+        super::WORKER_COMMAND.into(),
         "--pattern".into(),
         plan.pattern.name().into(),
         "--system".into(),
@@ -105,7 +107,7 @@ fn run_args(plan: &SeriesPlan, args: &BenchArgs, progress: &Path, result: &Path)
         ranks: 2,
         netns: args.netns(),
         mtu: (args.netns() || args.mtu.is_some()).then(|| args.mtu()),
-        rate: args.link.map(|_| crate::units::Rate {
+        rate: args.link.map(|_| nicmsg_cli::units::Rate {
             bits_per_sec: 1_000_000_000,
         }),
         loss: args.loss,
@@ -134,7 +136,7 @@ fn describe(run_args: &RunArgs) -> String {
         words.push(format!("--engine {}", super::plan::engine_name(engine)));
     }
     words.push("--".to_owned());
-    words.push("nicmsg".to_owned());
+    words.push("nicmsg-bench".to_owned());
     words.extend(
         run_args.command[1..]
             .iter()

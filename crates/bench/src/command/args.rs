@@ -4,12 +4,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use nicmsg_bench::model::Pattern;
-use nicmsg_bench::sizes::{parse_sizes, Sizes};
-use nicmsg_bench::worker::parse_pattern;
+use nicmsg_cli::run::Engine;
+use nicmsg_cli::units::{parse_loss, parse_seconds, Loss};
 
-use crate::run::Engine;
-use crate::units::{parse_loss, parse_seconds, Loss};
+use crate::model::Pattern;
+use crate::sizes::{parse_sizes, Sizes};
+use crate::worker::parse_pattern;
 
 /// Sets of patterns that reproduce a paper's figures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -1,13 +1,13 @@
 //! Which series a pattern runs: the baselines first (so nicmsg's rows can show ratios), then
 //! nicmsg in each engine mode; for `offload`, RMPP's steps and the RSM position sweep.
 
-use nicmsg_bench::external::{self, ExternalPeer};
-use nicmsg_bench::model::{Outcome, Pattern, Series};
-use nicmsg_bench::sizes::{default_sweep, MAX_DEFAULT_SIZE, QUICK_SIZES};
-use nicmsg_bench::system::System;
+use nicmsg_cli::run::Engine;
 
 use super::args::BenchArgs;
-use crate::run::Engine;
+use crate::external::{self, ExternalPeer};
+use crate::model::{Outcome, Pattern, Series};
+use crate::sizes::{default_sweep, MAX_DEFAULT_SIZE, QUICK_SIZES};
+use crate::system::System;
 
 /// RMPP figure 8's positions of the RSM before the end of a window of cleared frames, plus the
 /// defaults' neighbourhood; the window is RMPP's 16 frames.

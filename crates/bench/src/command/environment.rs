@@ -3,7 +3,7 @@
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use nicmsg_bench::model::Environment;
+use crate::model::Environment;
 
 /// The source tree's `git describe --always --dirty`, taken when the binary was built.
 const COMMIT: &str = env!("NICMSG_BUILD_COMMIT");

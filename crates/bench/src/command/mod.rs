@@ -1,6 +1,12 @@
 //! `nicmsg bench`: the papers' measurements for nicmsg and its baselines, one system after the
 //! other on the same link, with a live table, `results.json`, plots and (with `--suite papers`)
 //! `bench-report.md`. See `docs/benchmarks.md`.
+//!
+//! This is the program `nicmsg-bench` ([`main_with_args`]). `nicmsg bench ARGS` runs it from the
+//! `nicmsg` executable's directory (it replaces itself with `nicmsg-bench ARGS`), so that the
+//! launcher links neither the benchmarks nor the plotting library. `nicmsg-bench` runs every
+//! series under the launcher's library (`nicmsg_cli::run`), in its own process, and the ranks as
+//! `nicmsg-bench bench-worker ...` ([`crate::worker`]).
 
 pub mod args;
 mod environment;
@@ -8,27 +14,100 @@ mod job;
 mod live;
 pub mod plan;
 
+use std::ffi::OsString;
 use std::fs;
 use std::path::Path;
 
-use nicmsg_bench::model::{Pattern, Report, Series};
+use clap::Parser;
+use nicmsg_cli::run::EXIT_LAUNCHER_ERROR;
+use nicmsg_cli::signals;
+
+use crate::model::{Outcome, Pattern, Report, Series};
+use crate::system::System;
+use crate::worker::WorkerArgs;
 
 pub use args::BenchArgs;
 use live::Live;
 use plan::{series_for, skipped, SeriesPlan};
+
+/// The first argument that makes `nicmsg-bench` one rank of a benchmark job.
+pub const WORKER_COMMAND: &str = "bench-worker";
+
+/// Command line of `nicmsg bench` (of `nicmsg-bench`).
+#[derive(Debug, Parser)]
+#[command(
+    name = "nicmsg bench",
+    about = "Measure nicmsg beside TCP, raw UDP and installed peers (latency, bandwidth, \
+             overhead, overlap, offload), with a live table, JSON, plots and a report"
+)]
+struct BenchCli {
+    #[command(flatten)]
+    args: BenchArgs,
+}
+
+/// Command line of `nicmsg-bench bench-worker`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "nicmsg-bench bench-worker",
+    bin_name = "nicmsg-bench bench-worker",
+    about = "One rank of a benchmark job"
+)]
+struct WorkerCli {
+    #[command(flatten)]
+    args: WorkerArgs,
+}
+
+/// Runs `nicmsg-bench` with `args` (the first is the program name) and returns its exit status.
+///
+/// `bench-worker ARGS` runs one rank of a benchmark job (started by the benchmark itself);
+/// anything else is the command line of `nicmsg bench`, which installs the SIGINT/SIGTERM/SIGHUP
+/// handlers of [`nicmsg_cli::signals`] first (Ctrl-C stops the running series and keeps the
+/// results measured so far). The command line, as given, is recorded in `results.json`:
+/// `nicmsg bench` passes its own as the program name (`target/release/nicmsg bench`).
+pub fn main_with_args<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    if args.get(1).is_some_and(|first| first == WORKER_COMMAND) {
+        return match WorkerCli::try_parse_from(&args[1..]) {
+            Ok(cli) => crate::worker::main(&cli.args),
+            Err(e) => {
+                let _ = e.print();
+                e.exit_code()
+            }
+        };
+    }
+    let command_line = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ");
+    match BenchCli::try_parse_from(args) {
+        Ok(cli) => {
+            signals::install();
+            bench(&cli.args, command_line)
+        }
+        Err(e) => {
+            let _ = e.print();
+            e.exit_code()
+        }
+    }
+}
 
 /// Runs the benchmarks; returns the exit status (0 unless something could not run at all or a
 /// nicmsg series failed).
 pub fn bench(args: &BenchArgs, command_line: String) -> i32 {
     if args.loss.is_some() && !args.netns() {
         eprintln!("nicmsg bench: --loss needs --netns (or --link)");
-        return crate::run::EXIT_LAUNCHER_ERROR;
+        return EXIT_LAUNCHER_ERROR;
     }
     let plans = match plan_all(args) {
         Ok(plans) => plans,
         Err(error) => {
             eprintln!("nicmsg bench: {error}");
-            return crate::run::EXIT_LAUNCHER_ERROR;
+            return EXIT_LAUNCHER_ERROR;
         }
     };
     if let Err(error) = fs::create_dir_all(&args.out) {
@@ -36,7 +115,7 @@ pub fn bench(args: &BenchArgs, command_line: String) -> i32 {
             "nicmsg bench: cannot create {}: {error}",
             args.out.display()
         );
-        return crate::run::EXIT_LAUNCHER_ERROR;
+        return EXIT_LAUNCHER_ERROR;
     }
     let scratch = args.out.join("work");
     let _ = fs::create_dir_all(&scratch);
@@ -54,13 +133,13 @@ pub fn bench(args: &BenchArgs, command_line: String) -> i32 {
             current = Some(plan.pattern);
         }
         let (series, interrupted) = run_one(plan, args, &scratch, &live);
-        nicmsg_failed |= plan.system == nicmsg_bench::system::System::Nicmsg
-            && !matches!(series.outcome, nicmsg_bench::model::Outcome::Measured);
+        nicmsg_failed |=
+            plan.system == System::Nicmsg && !matches!(series.outcome, Outcome::Measured);
         live.finish_series(&series, planned_points(plan, args));
         report.series.push(series);
         // Written after every series: an interrupted run keeps what it measured.
         let _ = write_json(&report, &args.out);
-        if interrupted || crate::signals::take().is_some() {
+        if interrupted || signals::take().is_some() {
             live.print("interrupted; results so far are in results.json".to_owned());
             break;
         }
@@ -87,9 +166,9 @@ fn plan_all(args: &BenchArgs) -> Result<Vec<SeriesPlan>, String> {
 fn planned_points(plan: &SeriesPlan, args: &BenchArgs) -> u64 {
     let per_size = if plan.pattern == Pattern::Overlap {
         let plan = if args.quick {
-            nicmsg_bench::patterns::Plan::quick()
+            crate::patterns::Plan::quick()
         } else {
-            nicmsg_bench::patterns::Plan::full()
+            crate::patterns::Plan::full()
         };
         plan.computes_us.len() as u64
     } else {
@@ -103,11 +182,11 @@ fn run_one(plan: &SeriesPlan, args: &BenchArgs, scratch: &Path, live: &Live) -> 
         return (skipped(plan, outcome.clone()), false);
     }
     live.start(plan.pattern, &plan.name);
-    let on_point = |point: &nicmsg_bench::model::Point| live.point(plan.pattern, &plan.name, point);
+    let on_point = |point: &crate::model::Point| live.point(plan.pattern, &plan.name, point);
     job::run_series(plan, args, scratch, &on_point)
 }
 
-fn environment(args: &BenchArgs, command_line: String) -> nicmsg_bench::model::Environment {
+fn environment(args: &BenchArgs, command_line: String) -> crate::model::Environment {
     let mut env = environment::probe(command_line);
     env.link = if args.link.is_some() {
         "netns, 1 Gbit/s (tc tbf)".to_owned()
@@ -130,7 +209,7 @@ fn write_json(report: &Report, out: &Path) -> std::io::Result<()> {
 
 /// Results, plots and report; prints the summary, the targets and where the files are.
 fn finish(report: &Report, args: &BenchArgs) -> Result<(), String> {
-    use nicmsg_bench::{plot, report as markdown};
+    use crate::{plot, report as markdown};
     write_json(report, &args.out).map_err(|e| format!("writing results.json: {e}"))?;
     let plots = match plot::write_plots(report, &args.out) {
         Ok(plots) => plots,

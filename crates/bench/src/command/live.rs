@@ -5,8 +5,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use nicmsg_bench::model::{Outcome, Pattern, Point, Series};
-use nicmsg_bench::sizes::label;
+
+use crate::model::{Outcome, Pattern, Point, Series};
+use crate::sizes::label;
 
 /// The baselines nicmsg's rows are compared with, when measured.
 const REFERENCES: [&str; 3] = ["udp-busy", "tcp-busy", "tcp-blocking"];
