@@ -19,6 +19,7 @@
 use crate::clock::EngineClock;
 use crate::driver::Driver;
 use crate::poller::Poller;
+use crate::runner::IdleConfig;
 use crate::transport::Transport;
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
@@ -206,6 +207,32 @@ impl<T: Transport + 'static> HostTurns<'_, T> {
     pub fn wait(&mut self, timeout_ns: u64) {
         if self.engine.shared().poller.wait(timeout_ns) {
             self.socket_error();
+        }
+    }
+
+    /// One step of a wait with nothing to do: sleeps until a datagram, the next protocol
+    /// deadline or `idle_poll_ns` (the engine's one idle rule, [`IdleConfig::sleep_ns`]).
+    pub fn idle(&mut self, idle: &IdleConfig) {
+        let now = self.now();
+        let sleep_ns = idle.sleep_ns(self, now);
+        self.wait(sleep_ns);
+    }
+
+    /// The rank is stopping: keep answering peers until the linger rule says enough
+    /// ([`IdleConfig::linger_done`]), so this rank's last acknowledgements are not lost with it.
+    pub fn linger(&mut self, idle: &IdleConfig) {
+        let began = self.now();
+        let mut last_work = began;
+        loop {
+            let now = self.now();
+            if self.turn(now) {
+                last_work = now;
+                continue;
+            }
+            if idle.linger_done(self, now, began, last_work) {
+                return;
+            }
+            self.idle(idle);
         }
     }
 }

@@ -39,6 +39,34 @@ impl Default for IdleConfig {
     }
 }
 
+/// The idle rules every engine loop follows (the engine thread, the inline engine inside a
+/// wait, a stopping rank lingering): written once, here.
+impl IdleConfig {
+    /// How long an engine with nothing to do may sleep at `now`: until its next protocol
+    /// deadline, and never longer than `idle_poll_ns` (descriptors posted without a system
+    /// call are picked up at that rate).
+    pub fn sleep_ns<T: Transport>(&self, driver: &Driver<T>, now: u64) -> u64 {
+        driver
+            .next_deadline()
+            .map_or(u64::MAX, |deadline| deadline.saturating_sub(now))
+            .min(self.idle_poll_ns)
+    }
+
+    /// Whether a stopping rank has lingered enough: nothing arrived for `linger_quiet_ns` and
+    /// the protocol holds no state (every peer has its acknowledgements), or `linger_max_ns`
+    /// passed since it began.
+    pub fn linger_done<T: Transport>(
+        &self,
+        driver: &Driver<T>,
+        now: u64,
+        began: u64,
+        last_work: u64,
+    ) -> bool {
+        let quiet = now - last_work >= self.linger_quiet_ns && driver.endpoint().usage().is_empty();
+        quiet || now - began >= self.linger_max_ns
+    }
+}
+
 /// State shared by the host and the engine thread.
 pub struct Shared {
     pub shutdown: AtomicBool,
@@ -165,10 +193,8 @@ fn run<T: Transport>(mut driver: Driver<T>, shared: &Shared, idle: IdleConfig) -
             }
         }
         if shared.shutdown.load(Ordering::Acquire) {
-            let since = *shutdown_at.get_or_insert(now);
-            let quiet =
-                now - last_work >= idle.linger_quiet_ns && driver.endpoint().usage().is_empty();
-            if quiet || now - since >= idle.linger_max_ns {
+            let began = *shutdown_at.get_or_insert(now);
+            if idle.linger_done(&driver, now, began, last_work) {
                 return driver;
             }
         }
@@ -183,13 +209,8 @@ fn run<T: Transport>(mut driver: Driver<T>, shared: &Shared, idle: IdleConfig) -
 fn sleep<T: Transport>(driver: &mut Driver<T>, shared: &Shared, idle: IdleConfig, now: u64) {
     shared.engine_sleeping.store(true, Ordering::SeqCst);
     // A command pushed just before the flag was set would otherwise wait a whole idle poll.
-    if !driver.table().has_commands() {
-        let until_deadline = driver
-            .next_deadline()
-            .map_or(u64::MAX, |d| d.saturating_sub(now));
-        if shared.poller.wait(until_deadline.min(idle.idle_poll_ns)) {
-            driver.socket_error();
-        }
+    if !driver.table().has_commands() && shared.poller.wait(idle.sleep_ns(driver, now)) {
+        driver.socket_error();
     }
     shared.engine_sleeping.store(false, Ordering::SeqCst);
 }

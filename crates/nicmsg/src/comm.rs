@@ -7,8 +7,8 @@ use crate::pin::{PinCache, PinStats};
 use crate::request::Request;
 use crate::{Error, Status, MAX_TAG};
 use nicmsg_engine::{
-    Driver, HostError, HostTable, HostTurns, InlineEngine, OpCode, Outcome, Posted, Registry,
-    Snapshot, Table, ThreadEngine, ANY,
+    Driver, HostError, HostTable, InlineEngine, OpCode, Outcome, Posted, Registry, Snapshot, Table,
+    ThreadEngine, ANY,
 };
 use nicmsg_proto::{Context, Endpoint, MAX_SEGMENTS};
 use nicmsg_udp::{UdpOptions, UdpTransport};
@@ -468,10 +468,7 @@ impl Comm {
                     nicmsg_engine::runner::report_hangs(&mut driver, now, threshold);
                 }
             }
-            let until = driver
-                .next_deadline()
-                .map_or(u64::MAX, |d| d.saturating_sub(now));
-            driver.wait(until.min(self.options.idle.idle_poll_ns));
+            driver.idle(&self.options.idle);
         }
     }
 
@@ -491,10 +488,7 @@ impl Comm {
                 if driver.turn(now) {
                     return;
                 }
-                let until = driver
-                    .next_deadline()
-                    .map_or(u64::MAX, |d| d.saturating_sub(now));
-                driver.wait(until.min(self.options.idle.idle_poll_ns));
+                driver.idle(&self.options.idle);
             }
             Engine::Thread(engine) => {
                 let shared = &engine.shared;
@@ -517,32 +511,13 @@ impl Drop for Comm {
             Engine::Thread(engine) => engine.stop().map(|driver| Snapshot::of(&driver)),
             Engine::Inline(engine) => {
                 let mut driver = engine.enter();
-                linger_inline(&mut driver, idle);
+                driver.linger(&idle);
                 Some(Snapshot::of(&driver))
             }
         };
         if let (true, Some(snapshot)) = (self.options.print_stats, final_stats) {
             crate::report::print_stats(self.rank, &snapshot, &self.pins.borrow().stats);
         }
-    }
-}
-
-/// Inline mode's equivalent of the engine thread's lingering: keep answering peers briefly so
-/// this rank's last acknowledgements are not lost with it.
-fn linger_inline(driver: &mut HostTurns<'_, Backend>, idle: nicmsg_engine::IdleConfig) {
-    let begin = driver.now();
-    let mut last_work = begin;
-    loop {
-        let now = driver.now();
-        if driver.turn(now) {
-            last_work = now;
-            continue;
-        }
-        let quiet = now - last_work >= idle.linger_quiet_ns && driver.endpoint().usage().is_empty();
-        if quiet || now - begin >= idle.linger_max_ns {
-            return;
-        }
-        driver.wait(idle.idle_poll_ns.max(1_000_000));
     }
 }
 
