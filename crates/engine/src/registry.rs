@@ -7,8 +7,8 @@
 //! registration cache). The host publishes a slot with a release store of its length after
 //! writing the address; the engine reads it with an acquire load.
 
+use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
 use nicmsg_proto::{HostMemory, RegionId};
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 /// Default number of regions: every segment of every descriptor of a full table (640 x 16 would
 /// be the worst case; real operations use one or two segments).
