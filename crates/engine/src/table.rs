@@ -125,9 +125,9 @@ pub struct Table {
 }
 
 // SAFETY: a slot's descriptor is accessed only by its current owner, as recorded in `state`
-// with release/acquire ordering at every hand-over.
+// with release/acquire ordering at every hand-over. (`Send` needs no such promise: the table
+// owns plain data and atomics, so it is `Send` by itself.)
 unsafe impl Sync for Table {}
-unsafe impl Send for Table {}
 
 impl Table {
     /// A table of `slots` descriptors for a job of `ranks` ranks.
