@@ -224,6 +224,8 @@ impl Table {
     }
 
     fn push(&self, command: u32) {
+        // Only the host writes the tail. Acquire on the head pairs with the engine's release in
+        // `pop`: the engine has read every entry before the head, so they may be overwritten.
         let tail = self.ring_tail.load(Ordering::Relaxed);
         let head = self.ring_head.load(Ordering::Acquire);
         assert!(
@@ -231,6 +233,8 @@ impl Table {
             "submission ring overflow: more commands than slots allow"
         );
         self.ring[tail % self.ring.len()].store(command, Ordering::Relaxed);
+        // Release: the entry, and the descriptor a post filled before it, are visible to the
+        // engine once it sees the new tail.
         self.ring_tail.store(tail + 1, Ordering::Release);
     }
 
@@ -241,11 +245,14 @@ impl Table {
 
     /// Engine side: next command, if any.
     pub fn pop(&self) -> Option<u32> {
+        // Only the engine writes the head. Acquire on the tail pairs with the host's release in
+        // `push`: the entries before it, and the descriptors they name, are written.
         let head = self.ring_head.load(Ordering::Relaxed);
         if head == self.ring_tail.load(Ordering::Acquire) {
             return None;
         }
         let command = self.ring[head % self.ring.len()].load(Ordering::Relaxed);
+        // Release: this read of the entry happens before the host reuses its place.
         self.ring_head.store(head + 1, Ordering::Release);
         Some(command)
     }
