@@ -8,9 +8,11 @@
 //! posted descriptor and completes it with a result derived from what it read, so the host can
 //! check it got back exactly what the engine wrote about exactly what the host posted.
 //!
-//! Run (release: loom explores thousands of executions):
-//! `RUSTFLAGS="--cfg loom" cargo test -p nicmsg-engine --release --test loom_table`
-//! (with `LOOM_MAX_PREEMPTIONS=100` it explores every interleaving, in about 20 s).
+//! Run (release: loom explores thousands of executions; a target directory of its own, since
+//! the cfg changes every crate's build):
+//! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p nicmsg-engine --release
+//! --test loom_table` (with `LOOM_MAX_PREEMPTIONS=100` it explores every interleaving, in
+//! about 20 s).
 //!
 //! Not checked here: loom does not explore load buffering, so the release/acquire pair on the
 //! ring's head (which keeps the host from overwriting a ring entry before the engine has read
