@@ -12,7 +12,7 @@
 //! the cfg changes every crate's build):
 //! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p nicmsg-engine --release
 //! --test loom_table` (with `LOOM_MAX_PREEMPTIONS=100` it explores every interleaving, in
-//! about 20 s).
+//! about half a minute).
 //!
 //! Not checked here: loom does not explore load buffering, so the release/acquire pair on the
 //! ring's head (which keeps the host from overwriting a ring entry before the engine has read
