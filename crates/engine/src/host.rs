@@ -172,7 +172,9 @@ impl HostTable {
     }
 }
 
-#[cfg(test)]
+// Not under loom: its atomics work only inside a model (`tests/loom_table.rs` covers the host
+// half there).
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use crate::table::CANCEL_BIT;

@@ -4,25 +4,44 @@
 //! from the host's descriptor table, and hands results back through the same table. It runs on
 //! a dedicated thread (`thread` mode: the application only writes descriptors and polls their
 //! state, as in EMP) or inside the application's test/wait calls (`inline` mode).
+//!
+//! Built with `--cfg loom`, the crate is only the descriptor table, its host half and the memory
+//! registry, over loom's atomics and cells (`sync`), for the model-checking test
+//! `tests/loom_table.rs`: the rest needs threads, futexes, sockets and clocks loom does not model.
 
+#[cfg(not(loom))]
 pub mod clock;
+#[cfg(not(loom))]
 pub mod driver;
 pub mod host;
+#[cfg(not(loom))]
 pub mod inline;
+#[cfg(not(loom))]
 mod outbox;
+#[cfg(not(loom))]
 pub mod poller;
 pub mod registry;
+#[cfg(not(loom))]
 pub mod runner;
+#[cfg(not(loom))]
 pub mod sharing;
+mod sync;
 pub mod table;
+#[cfg(not(loom))]
 pub mod transport;
 
+#[cfg(not(loom))]
 pub use clock::EngineClock;
+#[cfg(not(loom))]
 pub use driver::{Driver, EngineStats};
 pub use host::{HostError, HostTable, Posted};
+#[cfg(not(loom))]
 pub use inline::{HostTurns, InlineEngine};
+#[cfg(not(loom))]
 pub use poller::Poller;
 pub use registry::{Registry, RegistryMemory, DEFAULT_REGIONS};
+#[cfg(not(loom))]
 pub use runner::{IdleConfig, Shared, Snapshot, ThreadEngine};
 pub use table::{Descriptor, OpCode, Outcome, ResultCode, Table, ANY, DEFAULT_SLOTS};
+#[cfg(not(loom))]
 pub use transport::{PlacementTarget, Received, Transport, PLACED_HEADER_LEN};

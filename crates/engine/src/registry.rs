@@ -7,8 +7,8 @@
 //! registration cache). The host publishes a slot with a release store of its length after
 //! writing the address; the engine reads it with an acquire load.
 
+use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
 use nicmsg_proto::{HostMemory, RegionId};
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 /// Default number of regions: every segment of every descriptor of a full table (640 x 16 would
 /// be the worst case; real operations use one or two segments).
@@ -20,15 +20,12 @@ struct Region {
     len: AtomicUsize,
 }
 
-/// A fixed table of memory ranges shared between the host and the engine.
+/// A fixed table of memory ranges shared between the host and the engine. (It is `Send` and
+/// `Sync` as it is: it holds addresses in atomics and never dereferences them itself;
+/// `RegistryMemory` does, under `register`'s contract.)
 pub struct Registry {
     regions: Box<[Region]>,
 }
-
-// SAFETY: the registry holds addresses, never dereferences them by itself; the contract of
-// `register` makes the host responsible for the memory staying valid while registered.
-unsafe impl Send for Registry {}
-unsafe impl Sync for Registry {}
 
 impl Registry {
     pub fn new(capacity: usize) -> Self {

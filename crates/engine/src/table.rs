@@ -9,9 +9,8 @@
 //! list of up to 16 (region, offset, length) segments, and the result (status peer, tag, length,
 //! error code) written by the engine.
 
+use crate::sync::{AtomicU32, AtomicU64, AtomicUsize, Ordering, SharedRef, UnsafeCell};
 use nicmsg_proto::{Context, SgList};
-use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// EMP's descriptor count: enough outstanding operations for typical MPI codes.
 pub const DEFAULT_SLOTS: usize = 640;
@@ -89,6 +88,20 @@ pub struct Outcome {
     pub buffer_len: u64,
 }
 
+impl Outcome {
+    fn of(d: &Descriptor) -> Self {
+        Self {
+            op: d.op,
+            peer: d.peer,
+            result: d.result,
+            status_peer: d.status_peer,
+            status_tag: d.status_tag,
+            status_len: d.status_len,
+            buffer_len: d.buffer_len,
+        }
+    }
+}
+
 #[repr(C, align(64))]
 struct Slot {
     state: AtomicU32,
@@ -112,9 +125,9 @@ pub struct Table {
 }
 
 // SAFETY: a slot's descriptor is accessed only by its current owner, as recorded in `state`
-// with release/acquire ordering at every hand-over.
+// with release/acquire ordering at every hand-over. (`Send` needs no such promise: the table
+// owns plain data and atomics, so it is `Send` by itself.)
 unsafe impl Sync for Table {}
-unsafe impl Send for Table {}
 
 impl Table {
     /// A table of `slots` descriptors for a job of `ranks` ranks.
@@ -182,8 +195,9 @@ impl Table {
     pub unsafe fn post_with(&self, slot: u32, fill: impl FnOnce(&mut Descriptor)) {
         let entry = &self.slots[slot as usize];
         debug_assert_eq!(entry.state.load(Ordering::Relaxed), state::FREE);
-        // SAFETY: FREE slots are the host's alone.
-        fill(unsafe { &mut *entry.descriptor.get() });
+        // SAFETY: FREE slots are the host's alone: the engine's last access to this one came
+        // before it flipped the slot to DONE, which the host saw (acquire) before freeing it.
+        entry.descriptor.with_mut(|d| fill(unsafe { &mut *d }));
         entry.state.store(state::POSTED, Ordering::Release);
         self.push(slot);
     }
@@ -202,22 +216,16 @@ impl Table {
     /// The caller is the single host thread and `state(slot)` returned DONE.
     pub unsafe fn take_result(&self, slot: u32) -> Outcome {
         let entry = &self.slots[slot as usize];
-        // SAFETY: DONE slots are the host's again (acquire in `state`).
-        let d = unsafe { &*entry.descriptor.get() };
-        let outcome = Outcome {
-            op: d.op,
-            peer: d.peer,
-            result: d.result,
-            status_peer: d.status_peer,
-            status_tag: d.status_tag,
-            status_len: d.status_len,
-            buffer_len: d.buffer_len,
-        };
+        // SAFETY: DONE slots are the host's again: the caller's `state` load (acquire) saw the
+        // engine's DONE store (release), which follows its last access.
+        let outcome = entry.descriptor.with(|d| Outcome::of(unsafe { &*d }));
         entry.state.store(state::FREE, Ordering::Release);
         outcome
     }
 
     fn push(&self, command: u32) {
+        // Only the host writes the tail. Acquire on the head pairs with the engine's release in
+        // `pop`: the engine has read every entry before the head, so they may be overwritten.
         let tail = self.ring_tail.load(Ordering::Relaxed);
         let head = self.ring_head.load(Ordering::Acquire);
         assert!(
@@ -225,6 +233,8 @@ impl Table {
             "submission ring overflow: more commands than slots allow"
         );
         self.ring[tail % self.ring.len()].store(command, Ordering::Relaxed);
+        // Release: the entry, and the descriptor a post filled before it, are visible to the
+        // engine once it sees the new tail.
         self.ring_tail.store(tail + 1, Ordering::Release);
     }
 
@@ -235,11 +245,14 @@ impl Table {
 
     /// Engine side: next command, if any.
     pub fn pop(&self) -> Option<u32> {
+        // Only the engine writes the head. Acquire on the tail pairs with the host's release in
+        // `push`: the entries before it, and the descriptors they name, are written.
         let head = self.ring_head.load(Ordering::Relaxed);
         if head == self.ring_tail.load(Ordering::Acquire) {
             return None;
         }
         let command = self.ring[head % self.ring.len()].load(Ordering::Relaxed);
+        // Release: this read of the entry happens before the host reuses its place.
         self.ring_head.store(head + 1, Ordering::Release);
         Some(command)
     }
@@ -248,10 +261,14 @@ impl Table {
     ///
     /// # Safety
     /// The caller is the engine and the slot is POSTED (owned by it).
-    pub unsafe fn descriptor(&self, slot: u32) -> &Descriptor {
+    /// (A plain reference in a normal build; under loom, a guard that loom counts as a read
+    /// until dropped.)
+    pub unsafe fn descriptor(&self, slot: u32) -> SharedRef<'_, Descriptor> {
         // SAFETY: POSTED slots are the engine's alone; the host writes it again only after the
-        // engine flips it to DONE, which the engine does after its last read.
-        unsafe { &*self.slots[slot as usize].descriptor.get() }
+        // engine flips it to DONE, which the engine does after its last read. The host's writes
+        // are visible: the engine took the slot from the ring, whose tail it loaded (acquire)
+        // after the host stored it (release) behind the descriptor.
+        unsafe { self.slots[slot as usize].descriptor.shared() }
     }
 
     /// Engine side: writes the result and hands the slot back to the host.
@@ -260,7 +277,9 @@ impl Table {
     /// The caller is the engine and the slot is POSTED (owned by it).
     pub unsafe fn complete(&self, slot: u32, fill: impl FnOnce(&mut Descriptor)) {
         let entry = &self.slots[slot as usize];
-        fill(&mut *entry.descriptor.get());
+        // SAFETY: POSTED slots are the engine's alone (the caller's contract); the host reads
+        // the result only after seeing the DONE store below (release), which follows this write.
+        entry.descriptor.with_mut(|d| fill(unsafe { &mut *d }));
         entry.state.store(state::DONE, Ordering::Release);
         self.completions.fetch_add(1, Ordering::SeqCst);
     }
