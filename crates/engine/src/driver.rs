@@ -540,6 +540,9 @@ impl<T: Transport> Driver<T> {
         if !self.endpoint.has_completions() {
             return false;
         }
+        // A host that sees a send fail with PeerUnreachable finds the rank marked unreachable
+        // too, so its next send there is refused at once instead of posted to fail later.
+        self.report_unreachable_peers();
         while let Some(completion) = self.endpoint.poll_completion() {
             self.complete(completion);
         }
