@@ -42,11 +42,17 @@ enum nicmsg_result {
     NICMSG_ERR_TAG = 9,               /* tag above NICMSG_TAG_UB */
     NICMSG_ERR_NOT_INITIALISED = 10,
     NICMSG_ERR_BOOTSTRAP = 11,        /* could not join the job (details on stderr) */
-    NICMSG_ERR_CONFIG = 12,           /* invalid NICMSG_* setting */
-    NICMSG_ERR_IO = 13,
+    NICMSG_ERR_CONFIG = 12,           /* invalid NICMSG_* setting (the variable, the value and
+                                         what it accepts on stderr) */
+    NICMSG_ERR_IO = 13,               /* a system call failed */
     NICMSG_ERR_ARG = 14,              /* null pointer or invalid argument */
     NICMSG_ERR_PENDING = 15,          /* nicmsg_finalize with requests outstanding */
-    NICMSG_ERR_INTERNAL = 16
+    NICMSG_ERR_INTERNAL = 16,         /* the engine stopped (a bug in nicmsg): pending
+                                         operations cannot complete */
+    NICMSG_ERR_PANIC = 17             /* a panic inside the library was caught at this
+                                         boundary (a bug in nicmsg; its message is on
+                                         stderr): the call did not complete, and the
+                                         communicator may be unusable */
 };
 
 typedef struct NicmsgComm nicmsg_comm;
@@ -106,6 +112,7 @@ int nicmsg_iprobe(nicmsg_comm *comm, uint32_t source, uint32_t tag, int *flag, n
 int nicmsg_probe(nicmsg_comm *comm, uint32_t source, uint32_t tag, nicmsg_status *status);
 int nicmsg_barrier(nicmsg_comm *comm);
 
+/* A static description of a result code ("unknown result code" for a value no code has). */
 const char *nicmsg_error_string(int code);
 
 #ifdef __cplusplus

@@ -41,19 +41,23 @@ pub enum OpCode {
     IProbe = 4,
 }
 
-/// Result codes, shared with the C ABI (`include/nicmsg.h`).
+/// What the engine reports of an operation in its descriptor. These are not the C ABI's result
+/// codes: the API maps each outcome to its error (`nicmsg`'s `error::from_outcome`, a match
+/// the compiler checks is complete), and the error to its C code in the one table of codes
+/// (`nicmsg::Code`), so no number here has to agree with `include/nicmsg.h`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[repr(u32)]
 pub enum ResultCode {
     #[default]
-    Success = 0,
-    Truncated = 1,
-    PeerUnreachable = 2,
-    Cancelled = 3,
-    InvalidRank = 4,
-    TableFull = 5,
-    BadBuffer = 6,
-    NotFound = 7,
+    Success,
+    Truncated,
+    PeerUnreachable,
+    Cancelled,
+    InvalidRank,
+    TableFull,
+    BadBuffer,
+    /// A non-blocking probe found nothing (not an error).
+    NotFound,
 }
 
 /// One operation as the host describes it, and its result as the engine reports it.

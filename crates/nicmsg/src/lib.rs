@@ -20,6 +20,7 @@
 
 mod backend;
 pub mod capi;
+mod code;
 mod comm;
 mod error;
 mod logging;
@@ -28,6 +29,7 @@ mod pin;
 mod report;
 mod request;
 
+pub use code::Code;
 pub use comm::{Comm, Source, TagMatch};
 pub use error::Error;
 pub use nicmsg_engine::Snapshot;
