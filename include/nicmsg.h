@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h> /* struct iovec, for nicmsg_isendv and nicmsg_irecvv */
 
 #ifdef __cplusplus
 extern "C" {
@@ -26,6 +27,8 @@ extern "C" {
 #define NICMSG_TAG_UB 2147483647u
 /* *index of nicmsg_waitany when no request was active (MPI_UNDEFINED). */
 #define NICMSG_UNDEFINED SIZE_MAX
+/* Most pieces of a scatter/gather message (nicmsg_isendv, nicmsg_irecvv). */
+#define NICMSG_IOV_MAX 16
 
 enum nicmsg_result {
     NICMSG_SUCCESS = 0,
@@ -38,7 +41,7 @@ enum nicmsg_result {
     NICMSG_ERR_RANK = 4,              /* rank outside the job */
     NICMSG_ERR_TABLE_FULL = 5,        /* too many outstanding operations (NICMSG_SLOTS): refused
                                          when posted, never after; complete some and retry */
-    NICMSG_ERR_BUFFER = 6,
+    NICMSG_ERR_BUFFER = 6,            /* more than NICMSG_IOV_MAX pieces */
     NICMSG_ERR_TAG = 9,               /* tag above NICMSG_TAG_UB */
     NICMSG_ERR_NOT_INITIALISED = 10,
     NICMSG_ERR_BOOTSTRAP = 11,        /* could not join the job (details on stderr) */
@@ -84,6 +87,22 @@ int nicmsg_isend(nicmsg_comm *comm, const void *buf, size_t len, uint32_t dest, 
                  nicmsg_request **request);
 int nicmsg_irecv(nicmsg_comm *comm, void *buf, size_t len, uint32_t source, uint32_t tag,
                  nicmsg_request **request);
+/* Scatter/gather: the message sent is the concatenation of the count pieces of iov, in order;
+ * a received message fills the pieces in order (its length is the pieces' total; a longer
+ * message is NICMSG_ERR_TRUNCATE). Messages are the same on the wire, so a scattered send may
+ * be received into one buffer and the other way round. count may be 0 (an empty message; iov
+ * may then be NULL); more than NICMSG_IOV_MAX pieces is NICMSG_ERR_BUFFER; iov NULL with a
+ * count, or a piece of non-zero length at NULL, is NICMSG_ERR_ARG. The iov array itself is read
+ * during the call only; the pieces are buffers as for isend/irecv (valid and untouched until
+ * the request completes), and a receive's pieces must not overlap.
+ * The pieces are POSIX's struct iovec (<sys/uio.h>) rather than a type of nicmsg's: programs
+ * already hold their scattered data in them for readv/writev/sendmsg, and libfabric's
+ * fi_sendv/fi_recvv take them too, so an array passes through unconverted. As for writev, a
+ * send's iov_base is not const; the library never writes through it. */
+int nicmsg_isendv(nicmsg_comm *comm, const struct iovec *iov, size_t count, uint32_t dest,
+                  uint32_t tag, nicmsg_request **request);
+int nicmsg_irecvv(nicmsg_comm *comm, const struct iovec *iov, size_t count, uint32_t source,
+                  uint32_t tag, nicmsg_request **request);
 /* Completing calls free the request and set *request to NULL. */
 int nicmsg_wait(nicmsg_request **request, nicmsg_status *status);
 int nicmsg_test(nicmsg_request **request, int *flag, nicmsg_status *status);

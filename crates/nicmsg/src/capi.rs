@@ -11,6 +11,7 @@
 //! values and parameter types.
 
 use crate::{Code, Comm, Error, Request, Source, Status, TagMatch};
+use nicmsg_proto::MAX_SEGMENTS;
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -22,6 +23,8 @@ pub const NICMSG_ANY_SOURCE: u32 = u32::MAX;
 pub const NICMSG_ANY_TAG: u32 = u32::MAX;
 /// `NICMSG_TAG_UB`: the largest tag.
 pub const NICMSG_TAG_UB: u32 = crate::MAX_TAG;
+/// `NICMSG_IOV_MAX`: the most pieces a scatter/gather message may have.
+pub const NICMSG_IOV_MAX: usize = MAX_SEGMENTS;
 /// `*index` of `nicmsg_waitany` when no request was active (MPI's `MPI_UNDEFINED`).
 pub const NICMSG_UNDEFINED: usize = usize::MAX;
 const ANY: u32 = u32::MAX;
@@ -301,6 +304,112 @@ unsafe fn receive_piece(base: *mut c_void, len: usize) -> &'static mut [u8] {
     // SAFETY: `len > 0`, so by this function's contract `base` is a valid range of `len`
     // bytes, exclusively the slice's for its life.
     unsafe { std::slice::from_raw_parts_mut(base.cast(), len) }
+}
+
+/// The pieces of a scatter/gather call, after its checks: NULL with a count is an argument
+/// error, more than `NICMSG_IOV_MAX` pieces a buffer error, and so is a piece of non-zero
+/// length at NULL (an argument error).
+///
+/// # Safety
+/// `iov` is null or valid for reading `count` `struct iovec`s.
+unsafe fn iovecs<'a>(iov: *const libc::iovec, count: usize) -> Result<&'a [libc::iovec], c_int> {
+    if count == 0 {
+        return Ok(&[]);
+    }
+    if iov.is_null() {
+        return Err(NICMSG_ERR_ARG);
+    }
+    if count > NICMSG_IOV_MAX {
+        return Err(NICMSG_ERR_BUFFER);
+    }
+    // SAFETY: `iov` is not null and `count > 0`; by this function's contract it points to
+    // `count` initialised `struct iovec`s, which the C side does not change during the call.
+    let pieces = unsafe { std::slice::from_raw_parts(iov, count) };
+    if pieces.iter().any(|p| p.iov_base.is_null() && p.iov_len > 0) {
+        return Err(NICMSG_ERR_ARG);
+    }
+    Ok(pieces)
+}
+
+/// Scatter/gather send: the message is the concatenation of the `count` pieces of `iov`.
+///
+/// # Safety
+/// `iov` is valid for reading `count` `struct iovec`s (during the call only); each piece is
+/// valid for reading `iov_len` bytes, unchanged, until the request completes.
+#[no_mangle]
+pub unsafe extern "C" fn nicmsg_isendv(
+    comm: *mut NicmsgComm,
+    iov: *const libc::iovec,
+    count: usize,
+    dest: u32,
+    tag: u32,
+    request: *mut *mut NicmsgRequest,
+) -> c_int {
+    // SAFETY: `comm` is null or a live handle (caller contract).
+    let Some(comm) = (unsafe { comm_ref(comm) }) else {
+        return NICMSG_ERR_ARG;
+    };
+    if request.is_null() {
+        return NICMSG_ERR_ARG;
+    }
+    // SAFETY: `iov` is null or valid for `count` iovecs (caller contract).
+    let pieces = match unsafe { iovecs(iov, count) } {
+        Ok(pieces) => pieces,
+        Err(code) => return code,
+    };
+    let mut data: [&'static [u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
+    for (slice, piece) in data.iter_mut().zip(pieces) {
+        // SAFETY: every piece is valid for reading its length, unchanged, until the request
+        // completes (caller contract; a NULL base comes only with a length of 0, checked).
+        *slice = unsafe { send_piece(piece.iov_base, piece.iov_len) };
+    }
+    guard(|| {
+        let posted = comm.isend_vectored(&data[..pieces.len()], dest, tag)?;
+        // SAFETY: `request` is not null (checked above) and valid for writing (contract).
+        unsafe { *request = NicmsgRequest::boxed(posted, dest, tag) };
+        Ok(())
+    })
+}
+
+/// Scatter/gather receive: the message fills the `count` pieces of `iov` in order.
+///
+/// # Safety
+/// `iov` is valid for reading `count` `struct iovec`s (during the call only); the pieces do
+/// not overlap, and each is valid for writing `iov_len` bytes and not touched until the
+/// request completes.
+#[no_mangle]
+pub unsafe extern "C" fn nicmsg_irecvv(
+    comm: *mut NicmsgComm,
+    iov: *const libc::iovec,
+    count: usize,
+    source_rank: u32,
+    tag_value: u32,
+    request: *mut *mut NicmsgRequest,
+) -> c_int {
+    // SAFETY: `comm` is null or a live handle (caller contract).
+    let Some(comm) = (unsafe { comm_ref(comm) }) else {
+        return NICMSG_ERR_ARG;
+    };
+    if request.is_null() {
+        return NICMSG_ERR_ARG;
+    }
+    // SAFETY: `iov` is null or valid for `count` iovecs (caller contract).
+    let pieces = match unsafe { iovecs(iov, count) } {
+        Ok(pieces) => pieces,
+        Err(code) => return code,
+    };
+    let data = pieces.iter().map(|piece| {
+        // SAFETY: the pieces do not overlap, and each is valid for writing its length and left
+        // alone until the request completes (caller contract; a NULL base comes only with a
+        // length of 0, checked).
+        unsafe { receive_piece(piece.iov_base, piece.iov_len) }
+    });
+    guard(|| {
+        let posted = comm.irecv_vectored(data, source(source_rank), tag(tag_value))?;
+        // SAFETY: `request` is not null (checked above) and valid for writing (contract).
+        unsafe { *request = NicmsgRequest::boxed(posted, source_rank, tag_value) };
+        Ok(())
+    })
 }
 
 /// Completes the request: fills `status`, frees the request and sets `*request` to NULL.
@@ -656,6 +765,40 @@ mod tests {
             // SAFETY: as above.
             let text = unsafe { CStr::from_ptr(nicmsg_error_string(value)) };
             assert_eq!(text, c"unknown result code", "{value}");
+        }
+    }
+
+    #[test]
+    fn scatter_gather_arguments_are_checked_before_anything_is_posted() {
+        let mut request = std::ptr::null_mut();
+        let piece = libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 4,
+        };
+        // A NULL communicator; NULL iov with a count, a NULL piece with a length, too many
+        // pieces: refused before anything is read or posted.
+        // SAFETY: the pointers given are null, or valid for the count given.
+        unsafe {
+            assert_eq!(
+                nicmsg_isendv(std::ptr::null_mut(), &piece, 1, 0, 0, &mut request),
+                NICMSG_ERR_ARG
+            );
+            assert_eq!(
+                nicmsg_irecvv(std::ptr::null_mut(), &piece, 1, 0, 0, &mut request),
+                NICMSG_ERR_ARG
+            );
+            assert_eq!(iovecs(std::ptr::null(), 1).unwrap_err(), NICMSG_ERR_ARG);
+            assert_eq!(iovecs(&piece, 1).unwrap_err(), NICMSG_ERR_ARG);
+            assert!(iovecs(std::ptr::null(), 0).unwrap().is_empty());
+            let many = [libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            }; NICMSG_IOV_MAX + 1];
+            assert_eq!(
+                iovecs(many.as_ptr(), many.len()).unwrap_err(),
+                NICMSG_ERR_BUFFER
+            );
+            assert_eq!(iovecs(many.as_ptr(), NICMSG_IOV_MAX).unwrap().len(), 16);
         }
     }
 }

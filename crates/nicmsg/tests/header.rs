@@ -278,6 +278,7 @@ fn every_define_of_the_header_is_the_rust_constant() {
         ("NICMSG_ANY_SOURCE", u64::from(capi::NICMSG_ANY_SOURCE)),
         ("NICMSG_ANY_TAG", u64::from(capi::NICMSG_ANY_TAG)),
         ("NICMSG_TAG_UB", u64::from(capi::NICMSG_TAG_UB)),
+        ("NICMSG_IOV_MAX", capi::NICMSG_IOV_MAX as u64),
         ("NICMSG_UNDEFINED", capi::NICMSG_UNDEFINED as u64),
     ]
     .into();
