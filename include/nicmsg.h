@@ -109,7 +109,8 @@ int nicmsg_test(nicmsg_request **request, int *flag, nicmsg_status *status);
 int nicmsg_waitall(size_t count, nicmsg_request **requests, nicmsg_status *statuses);
 /* Returns once one of the non-NULL requests completed, with *index set to it; with none (or
  * count 0), returns NICMSG_SUCCESS at once with *index = NICMSG_UNDEFINED (as MPI). Waits
- * spin briefly, then sleep: a long wait burns no core. waitall on all-NULL succeeds. */
+ * spin briefly, then sleep: a long wait burns no core. waitall on all-NULL succeeds. Should
+ * the engine stop, a request completes with NICMSG_ERR_INTERNAL, *index naming it. */
 int nicmsg_waitany(size_t count, nicmsg_request **requests, size_t *index, nicmsg_status *status);
 /* Asks for the operation to be cancelled (MPI_Cancel); complete the request with wait or test
  * as usual. Two outcomes, which the status tells (nicmsg_test_cancelled):

@@ -149,14 +149,18 @@ fn run<T: Transport>(mut driver: Driver<T>, shared: &Shared, idle: IdleConfig) -
     let mut shutdown_at: Option<u64> = None;
     let mut last_watchdog = 0u64;
     loop {
+        // Asked for counters: answered at every turn, busy or not (a host asking while
+        // messages stream would otherwise wait until the stream ends).
+        if shared.stats_requested.load(Ordering::Relaxed)
+            && shared.stats_requested.swap(false, Ordering::AcqRel)
+        {
+            *shared.stats.lock().expect("stats lock") = Some(Snapshot::of(&driver));
+        }
         let now = clock.now();
         if driver.turn(now) {
             last_work = now;
             wake_hosts(driver.table(), shared);
             continue;
-        }
-        if shared.stats_requested.swap(false, Ordering::AcqRel) {
-            *shared.stats.lock().expect("stats lock") = Some(Snapshot::of(&driver));
         }
         if let Some(threshold) = idle.watchdog_ns {
             if now - last_watchdog >= WATCHDOG_PERIOD_NS {

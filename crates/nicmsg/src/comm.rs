@@ -18,7 +18,6 @@ use std::marker::PhantomData;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// Which sender a receive or probe accepts.
 pub use nicmsg_proto::Source;
@@ -43,6 +42,9 @@ pub struct Comm {
     free_slots: RefCell<Vec<u32>>,
     free_regions: RefCell<Vec<u32>>,
     pins: RefCell<PinCache>,
+    /// Slots of operations failed because the engine stopped: never handed back (the engine
+    /// may still hold them), but no longer outstanding.
+    abandoned: Cell<usize>,
     barrier_epoch: Cell<u32>,
     transport_name: &'static str,
     _single_host_thread: PhantomData<Cell<()>>,
@@ -118,6 +120,7 @@ impl Comm {
             free_slots: RefCell::new((0..options.slots as u32).rev().collect()),
             free_regions: RefCell::new((0..options.regions as u32).rev().collect()),
             pins: RefCell::new(PinCache::new(options.pin_cache_pages)),
+            abandoned: Cell::new(0),
             barrier_epoch: Cell::new(0),
             table,
             registry,
@@ -260,7 +263,10 @@ impl Comm {
         requests.into_iter().map(Request::wait).collect()
     }
 
-    /// Waits until one of `requests` completes; removes it and returns its index and result.
+    /// Waits until one of `requests` completes; removes it and returns its index and result
+    /// (None if `requests` is empty). Should the engine stop, a request is removed and returned
+    /// with `Error::EngineFailed`, as its `wait` would return (and so is each of the others at
+    /// the next calls): the index always names the request the result is for.
     pub fn waitany(
         &self,
         requests: &mut Vec<Request<'_>>,
@@ -276,9 +282,9 @@ impl Comm {
                     return Some((index, result));
                 }
             }
-            if let Err(error) = self.wait_a_little(started, requests[0].slot()) {
-                return Some((0, Err(error)));
-            }
+            // Should the engine have failed, this returns at once, and the next round's test
+            // of the first request reports the failure as that request's result.
+            let _ = self.wait_a_little(started, requests[0].slot());
         }
     }
 
@@ -302,31 +308,60 @@ impl Comm {
         Ok(())
     }
 
-    /// Protocol and engine counters (copied from the engine thread on request).
-    pub fn stats(&self) -> Snapshot {
+    /// Protocol and engine counters, as they are now (in thread mode the engine copies them
+    /// at its next turn, within a turn's work or an idle poll). Fails with
+    /// `Error::EngineFailed` if the engine thread is gone: its counters went with it, and
+    /// all-zero counters would read as "nothing happened".
+    pub fn stats(&self) -> Result<Snapshot, Error> {
         match &*self.engine.borrow() {
-            Engine::Inline(engine) => Snapshot::of(&engine.enter()),
+            Engine::Inline(engine) => Ok(Snapshot::of(&engine.enter())),
             Engine::Thread(engine) => {
                 let shared = &engine.shared;
                 shared.stats_requested.store(true, Ordering::Release);
                 shared.wake_engine();
-                let deadline = Instant::now() + std::time::Duration::from_secs(1);
+                let mut round = 0u32;
                 loop {
-                    if let Some(snapshot) = shared.stats.lock().expect("stats lock").take() {
-                        return snapshot;
+                    let answer = shared.stats.lock().map_err(|_| Error::EngineFailed)?.take();
+                    if let Some(snapshot) = answer {
+                        return Ok(snapshot);
                     }
-                    if Instant::now() > deadline {
-                        return Snapshot::default();
+                    if shared.failed() {
+                        return Err(Error::EngineFailed);
                     }
-                    std::thread::yield_now();
+                    if round < 1000 {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(std::time::Duration::from_micros(100));
+                    }
+                    round = round.saturating_add(1);
                 }
             }
         }
     }
 
-    /// Operations posted and not yet completed (and taken).
+    /// Operations posted and not yet completed (and taken). An operation failed because the
+    /// engine stopped counts as completed.
     pub fn outstanding(&self) -> usize {
-        self.table.len() - self.free_slots.borrow().len()
+        self.table.len() - self.free_slots.borrow().len() - self.abandoned.get()
+    }
+
+    /// The engine stopped before the operation in `slot` completed: its slot and memory can
+    /// never be handed back (the engine may still hold them), so they stay where they are, and
+    /// the operation no longer counts as outstanding.
+    pub(crate) fn abandon(&self, _slot: u32) {
+        self.abandoned.set(self.abandoned.get() + 1);
+    }
+
+    /// Tests only: behave as if the engine thread had died (it keeps running, but every wait
+    /// and test now sees it failed).
+    #[cfg(test)]
+    pub(crate) fn fail_engine_for_test(&self) {
+        if let Engine::Thread(engine) = &*self.engine.borrow() {
+            engine
+                .shared
+                .engine_failed
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
     }
 
     pub fn pin_stats(&self) -> PinStats {
@@ -703,5 +738,62 @@ fn tag_word(tag: TagMatch) -> Result<u32, Error> {
     match tag {
         TagMatch::Any => Ok(ANY),
         TagMatch::Tag(tag) => check_tag(tag).map(|()| tag),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A job of one rank with its engine on a thread of its own.
+    pub(crate) fn solo_thread() -> Comm {
+        // Every test sets the same values, so running them in parallel threads is harmless.
+        std::env::set_var("NICMSG_RANK", "0");
+        std::env::set_var("NICMSG_SIZE", "1");
+        let options = Options {
+            engine: EngineMode::Thread,
+            ..Options::default()
+        };
+        Comm::init_with(options).expect("a one-rank job needs no network")
+    }
+
+    #[test]
+    fn stats_come_from_a_live_engine_and_fail_with_a_dead_one() {
+        let comm = solo_thread();
+        let data = [7u8; 100];
+        let mut inbox = [0u8; 100];
+        let receive = comm
+            .irecv(&mut inbox, Source::Rank(0), TagMatch::Tag(1))
+            .unwrap();
+        comm.send(&data, 0, 1).unwrap();
+        receive.wait().unwrap();
+        let stats = comm.stats().expect("a live engine answers");
+        assert!(stats.engine.commands >= 2, "{:?}", stats.engine);
+        comm.fail_engine_for_test();
+        assert!(matches!(comm.stats(), Err(Error::EngineFailed)));
+    }
+
+    #[test]
+    fn waitany_reports_a_dead_engine_as_the_result_of_the_request_it_names() {
+        let comm = solo_thread();
+        let (mut a, mut b) = ([0u8; 8], [0u8; 8]);
+        let mut requests = vec![
+            comm.irecv(&mut a, Source::Any, TagMatch::Tag(1)).unwrap(),
+            comm.irecv(&mut b, Source::Any, TagMatch::Tag(2)).unwrap(),
+        ];
+        assert_eq!(comm.outstanding(), 2);
+        comm.fail_engine_for_test();
+        for left in [1, 0] {
+            let (index, result) = comm.waitany(&mut requests).expect("requests remain");
+            assert_eq!(index, 0);
+            assert!(matches!(result, Err(Error::EngineFailed)), "{result:?}");
+            assert_eq!(requests.len(), left, "the request reported is removed");
+        }
+        assert!(comm.waitany(&mut requests).is_none());
+        assert_eq!(
+            comm.outstanding(),
+            0,
+            "failed operations are no longer outstanding"
+        );
     }
 }

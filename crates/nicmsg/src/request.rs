@@ -92,6 +92,7 @@ impl<'a> Request<'a> {
     /// registered (the communicator is unusable anyway) and the request is marked finished.
     fn abandon(&mut self) {
         self.finished = true;
+        self.comm.abandon(self.slot);
     }
 
     fn take(&mut self) -> Outcome {
@@ -115,6 +116,8 @@ impl Drop for Request<'_> {
         self.cancel();
         if self.comm.wait_done(self.slot).is_ok() {
             self.take();
+        } else {
+            self.abandon();
         }
     }
 }
