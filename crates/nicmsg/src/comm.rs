@@ -256,6 +256,7 @@ impl Comm {
     }
 
     /// Waits for all requests; returns each one's result, in order.
+    #[must_use = "each operation's result (an error included) is given only here"]
     pub fn waitall<'a>(
         &self,
         requests: impl IntoIterator<Item = Request<'a>>,
@@ -267,6 +268,7 @@ impl Comm {
     /// (None if `requests` is empty). Should the engine stop, a request is removed and returned
     /// with `Error::EngineFailed`, as its `wait` would return (and so is each of the others at
     /// the next calls): the index always names the request the result is for.
+    #[must_use = "the completed request is removed from the list: its result is given only here"]
     pub fn waitany(
         &self,
         requests: &mut Vec<Request<'_>>,
@@ -278,7 +280,8 @@ impl Comm {
         loop {
             for index in 0..requests.len() {
                 if let Some(result) = requests[index].test() {
-                    requests.remove(index);
+                    // Finished by its test: dropping it neither cancels nor waits.
+                    drop(requests.remove(index));
                     return Some((index, result));
                 }
             }
@@ -341,6 +344,7 @@ impl Comm {
 
     /// Operations posted and not yet completed (and taken). An operation failed because the
     /// engine stopped counts as completed.
+    #[must_use]
     pub fn outstanding(&self) -> usize {
         self.table.len() - self.free_slots.borrow().len() - self.abandoned.get()
     }
@@ -364,6 +368,7 @@ impl Comm {
         }
     }
 
+    #[must_use]
     pub fn pin_stats(&self) -> PinStats {
         self.pins.borrow().stats
     }

@@ -7,6 +7,8 @@ use crate::{Error, Status};
 use nicmsg_engine::Outcome;
 use nicmsg_proto::MAX_SEGMENTS;
 
+#[must_use = "dropping an unfinished Request cancels it and blocks until the engine lets go of \
+              its buffer; complete it with wait or test"]
 pub struct Request<'a> {
     comm: &'a Comm,
     slot: u32,
@@ -43,7 +45,10 @@ impl<'a> Request<'a> {
         self.comm
     }
 
-    /// The result if the operation has completed (no system call in thread mode).
+    /// The result if the operation has completed (no system call in thread mode). Once it
+    /// returns `Some`, the request is finished: the result is not given again.
+    #[must_use = "a completed operation's result is given once; dropping it loses the status \
+                  and any error"]
     pub fn test(&mut self) -> Option<Result<Status, Error>> {
         if self.finished {
             return Some(Err(Error::BadBuffer("request already completed")));
