@@ -25,10 +25,9 @@ pub struct Registry {
     regions: Box<[Region]>,
 }
 
-// SAFETY: the registry holds addresses, never dereferences them by itself; the contract of
-// `register` makes the host responsible for the memory staying valid while registered.
-unsafe impl Send for Registry {}
-unsafe impl Sync for Registry {}
+// Send and Sync without `unsafe impl`: a region is two atomics. The registry never
+// dereferences the addresses it holds; the contract of `register` makes the host responsible
+// for the memory staying valid while registered.
 
 impl Registry {
     pub fn new(capacity: usize) -> Self {

@@ -118,7 +118,6 @@ pub struct Table {
 // SAFETY: a slot's descriptor is accessed only by its current owner, as recorded in `state`
 // with release/acquire ordering at every hand-over.
 unsafe impl Sync for Table {}
-unsafe impl Send for Table {}
 
 impl Table {
     /// A table of `slots` descriptors for a job of `ranks` ranks.
@@ -264,7 +263,9 @@ impl Table {
     /// The caller is the engine and the slot is POSTED (owned by it).
     pub unsafe fn complete(&self, slot: u32, fill: impl FnOnce(&mut Descriptor)) {
         let entry = &self.slots[slot as usize];
-        fill(&mut *entry.descriptor.get());
+        // SAFETY: the slot is POSTED (this function's contract), so the engine, the caller,
+        // owns its descriptor: the host touches it again only after the DONE store below.
+        fill(unsafe { &mut *entry.descriptor.get() });
         entry.state.store(state::DONE, Ordering::Release);
         self.completions.fetch_add(1, Ordering::SeqCst);
     }

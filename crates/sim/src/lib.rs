@@ -15,6 +15,9 @@
 //!
 //! See `docs/simulator.md`.
 
+// No unsafe code here: the compiler holds it to that.
+#![forbid(unsafe_code)]
+
 pub mod content;
 pub mod invariants;
 pub mod ledger;
