@@ -7,6 +7,7 @@
 
 pub mod clock;
 pub mod driver;
+pub mod errors;
 pub mod inline;
 mod outbox;
 pub mod poller;

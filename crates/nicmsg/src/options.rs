@@ -637,8 +637,9 @@ pub static SETTINGS: &[Setting] = &[
         name: "NICMSG_LOG",
         values: Values::LogFilter,
         default: "off",
-        meaning: "log through `tracing` on stderr, filtered: `info` (joining the job, peers \
-                  declared unreachable), `debug`, `nicmsg_engine=debug`",
+        meaning: "log through `tracing` on stderr, filtered: `warn` (transport errors with \
+                  their errno: the first, then every 1000th), `info` (also joining the job, \
+                  peers declared unreachable), `debug`, `nicmsg_engine=debug`",
         apply: |_, _| {},
     },
 ];
