@@ -1,9 +1,8 @@
 //! The communicator: one rank's handle on the job. Operations are descriptors in the engine's
-//! table; buffers are registered (and their pages pinned on demand) for the time they are lent.
+//! table; buffers are registered for the time they are lent.
 
 use crate::backend::Backend;
 use crate::options::{EngineMode, Options, TransportChoice};
-use crate::pin::{PinCache, PinStats};
 use crate::request::Request;
 use crate::{Error, Status, MAX_TAG};
 use nicmsg_bootstrap::RankAddress;
@@ -41,7 +40,6 @@ pub struct Comm {
     engine: RefCell<Engine>,
     free_slots: RefCell<Vec<u32>>,
     free_regions: RefCell<Vec<u32>>,
-    pins: RefCell<PinCache>,
     /// Slots of operations failed because the engine stopped: never handed back (the engine
     /// may still hold them), but no longer outstanding.
     abandoned: Cell<usize>,
@@ -119,7 +117,6 @@ impl Comm {
             size,
             free_slots: RefCell::new((0..options.slots as u32).rev().collect()),
             free_regions: RefCell::new((0..options.regions as u32).rev().collect()),
-            pins: RefCell::new(PinCache::new(options.pin_cache_pages)),
             abandoned: Cell::new(0),
             barrier_epoch: Cell::new(0),
             table,
@@ -368,11 +365,6 @@ impl Comm {
         }
     }
 
-    #[must_use]
-    pub fn pin_stats(&self) -> PinStats {
-        self.pins.borrow().stats
-    }
-
     // --- internals used by Request ---
 
     /// A send's destination: in the job, and not declared unreachable (a send to it could
@@ -426,10 +418,8 @@ impl Comm {
                     limit: self.registry.capacity(),
                 });
             }
-            let mut pins = self.pins.borrow_mut();
             for (index, &(base, len)) in ranges.iter().enumerate() {
                 let region = free.pop().expect("checked above");
-                pins.pin(base as usize, len);
                 // SAFETY: the range is a buffer borrowed by the Request for its whole life
                 // (shared for a send, exclusive for a receive); it is unregistered before the
                 // Request releases the borrow.
@@ -613,7 +603,7 @@ impl Drop for Comm {
             }
         };
         if let (true, Some(snapshot)) = (self.options.print_stats, final_stats) {
-            crate::report::print_stats(self.rank, &snapshot, &self.pins.borrow().stats);
+            crate::report::print_stats(self.rank, &snapshot);
         }
     }
 }

@@ -25,7 +25,6 @@ mod comm;
 mod error;
 mod logging;
 mod options;
-mod pin;
 mod report;
 mod request;
 
@@ -36,7 +35,6 @@ pub use nicmsg_engine::Snapshot;
 pub use options::{
     settings_markdown, EngineMode, Options, Setting, TransportChoice, Value, Values, SETTINGS,
 };
-pub use pin::PinStats;
 pub use request::Request;
 
 /// Largest user tag (as MPI's `MPI_TAG_UB`); higher tags are reserved for the library.
