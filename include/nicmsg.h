@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h> /* struct iovec, for nicmsg_isendv and nicmsg_irecvv */
 
 #ifdef __cplusplus
 extern "C" {
@@ -26,6 +27,8 @@ extern "C" {
 #define NICMSG_TAG_UB 2147483647u
 /* *index of nicmsg_waitany when no request was active (MPI_UNDEFINED). */
 #define NICMSG_UNDEFINED SIZE_MAX
+/* Most pieces of a scatter/gather message (nicmsg_isendv, nicmsg_irecvv). */
+#define NICMSG_IOV_MAX 16
 
 enum nicmsg_result {
     NICMSG_SUCCESS = 0,
@@ -38,15 +41,21 @@ enum nicmsg_result {
     NICMSG_ERR_RANK = 4,              /* rank outside the job */
     NICMSG_ERR_TABLE_FULL = 5,        /* too many outstanding operations (NICMSG_SLOTS): refused
                                          when posted, never after; complete some and retry */
-    NICMSG_ERR_BUFFER = 6,
+    NICMSG_ERR_BUFFER = 6,            /* more than NICMSG_IOV_MAX pieces */
     NICMSG_ERR_TAG = 9,               /* tag above NICMSG_TAG_UB */
     NICMSG_ERR_NOT_INITIALISED = 10,
     NICMSG_ERR_BOOTSTRAP = 11,        /* could not join the job (details on stderr) */
-    NICMSG_ERR_CONFIG = 12,           /* invalid NICMSG_* setting */
-    NICMSG_ERR_IO = 13,
+    NICMSG_ERR_CONFIG = 12,           /* invalid NICMSG_* setting (the variable, the value and
+                                         what it accepts on stderr) */
+    NICMSG_ERR_IO = 13,               /* a system call failed */
     NICMSG_ERR_ARG = 14,              /* null pointer or invalid argument */
     NICMSG_ERR_PENDING = 15,          /* nicmsg_finalize with requests outstanding */
-    NICMSG_ERR_INTERNAL = 16
+    NICMSG_ERR_INTERNAL = 16,         /* the engine stopped (a bug in nicmsg): pending
+                                         operations cannot complete */
+    NICMSG_ERR_PANIC = 17             /* a panic inside the library was caught at this
+                                         boundary (a bug in nicmsg; its message is on
+                                         stderr): the call did not complete, and the
+                                         communicator may be unusable */
 };
 
 typedef struct NicmsgComm nicmsg_comm;
@@ -78,13 +87,30 @@ int nicmsg_isend(nicmsg_comm *comm, const void *buf, size_t len, uint32_t dest, 
                  nicmsg_request **request);
 int nicmsg_irecv(nicmsg_comm *comm, void *buf, size_t len, uint32_t source, uint32_t tag,
                  nicmsg_request **request);
+/* Scatter/gather: the message sent is the concatenation of the count pieces of iov, in order;
+ * a received message fills the pieces in order (its length is the pieces' total; a longer
+ * message is NICMSG_ERR_TRUNCATE). Messages are the same on the wire, so a scattered send may
+ * be received into one buffer and the other way round. count may be 0 (an empty message; iov
+ * may then be NULL); more than NICMSG_IOV_MAX pieces is NICMSG_ERR_BUFFER; iov NULL with a
+ * count, or a piece of non-zero length at NULL, is NICMSG_ERR_ARG. The iov array itself is read
+ * during the call only; the pieces are buffers as for isend/irecv (valid and untouched until
+ * the request completes), and a receive's pieces must not overlap.
+ * The pieces are POSIX's struct iovec (<sys/uio.h>) rather than a type of nicmsg's: programs
+ * already hold their scattered data in them for readv/writev/sendmsg, and libfabric's
+ * fi_sendv/fi_recvv take them too, so an array passes through unconverted. As for writev, a
+ * send's iov_base is not const; the library never writes through it. */
+int nicmsg_isendv(nicmsg_comm *comm, const struct iovec *iov, size_t count, uint32_t dest,
+                  uint32_t tag, nicmsg_request **request);
+int nicmsg_irecvv(nicmsg_comm *comm, const struct iovec *iov, size_t count, uint32_t source,
+                  uint32_t tag, nicmsg_request **request);
 /* Completing calls free the request and set *request to NULL. */
 int nicmsg_wait(nicmsg_request **request, nicmsg_status *status);
 int nicmsg_test(nicmsg_request **request, int *flag, nicmsg_status *status);
 int nicmsg_waitall(size_t count, nicmsg_request **requests, nicmsg_status *statuses);
 /* Returns once one of the non-NULL requests completed, with *index set to it; with none (or
  * count 0), returns NICMSG_SUCCESS at once with *index = NICMSG_UNDEFINED (as MPI). Waits
- * spin briefly, then sleep: a long wait burns no core. waitall on all-NULL succeeds. */
+ * spin briefly, then sleep: a long wait burns no core. waitall on all-NULL succeeds. Should
+ * the engine stop, a request completes with NICMSG_ERR_INTERNAL, *index naming it. */
 int nicmsg_waitany(size_t count, nicmsg_request **requests, size_t *index, nicmsg_status *status);
 /* Asks for the operation to be cancelled (MPI_Cancel); complete the request with wait or test
  * as usual. Two outcomes, which the status tells (nicmsg_test_cancelled):
@@ -106,6 +132,7 @@ int nicmsg_iprobe(nicmsg_comm *comm, uint32_t source, uint32_t tag, int *flag, n
 int nicmsg_probe(nicmsg_comm *comm, uint32_t source, uint32_t tag, nicmsg_status *status);
 int nicmsg_barrier(nicmsg_comm *comm);
 
+/* A static description of a result code ("unknown result code" for a value no code has). */
 const char *nicmsg_error_string(int code);
 
 #ifdef __cplusplus

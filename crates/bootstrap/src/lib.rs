@@ -14,6 +14,9 @@
 //!
 //! The environment contract is described for users in `docs/launcher.md`.
 
+// No unsafe code here: the compiler holds it to that.
+#![forbid(unsafe_code)]
+
 mod env;
 mod error;
 pub mod exchange;

@@ -407,8 +407,11 @@ impl Job {
             // started (a shell's children), and a terminal's Ctrl-C reaches only the launcher,
             // which then stops the ranks in order.
             .process_group(0);
-        // SAFETY: only async-signal-safe calls (prctl, getppid) between fork and exec.
+        // SAFETY: getpid has no preconditions.
         let launcher = unsafe { libc::getpid() };
+        // SAFETY: the closure runs in the child between fork and exec, where a multi-threaded
+        // parent allows only async-signal-safe calls: prctl and getppid are, and it allocates
+        // nothing (an OS error is a number; a message would be a heap allocation).
         unsafe {
             cmd.pre_exec(move || {
                 // If the launcher dies without cleaning up (SIGKILL), its ranks die too.
@@ -416,7 +419,8 @@ impl Job {
                     return Err(io::Error::last_os_error());
                 }
                 if libc::getppid() != launcher {
-                    return Err(io::Error::other("the launcher is gone"));
+                    // The launcher is gone: nobody reads this error.
+                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
                 }
                 Ok(())
             });
@@ -628,8 +632,10 @@ fn signal_group(child: &Child, sig: i32) {
 /// Whether `child` has ended, without reaping it (`WNOWAIT`): an unreaped rank keeps its pid and
 /// so its process group id, which the launcher still signals afterwards.
 fn poll_exit(child: &Child) -> io::Result<Option<RankStatus>> {
-    // SAFETY: waitid with a zeroed siginfo_t to fill in.
+    // SAFETY: siginfo_t is plain C data, for which all zeroes is a valid value.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid writes only into `info`, a valid siginfo_t of ours; WNOWAIT leaves the
+    // rank unreaped, as this function promises.
     let rc = unsafe {
         libc::waitid(
             libc::P_PID,

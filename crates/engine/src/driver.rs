@@ -403,8 +403,10 @@ impl<T: Transport> Driver<T> {
                         break;
                     }
                 }
-                Err(_) => {
+                Err(error) => {
                     self.stats.transport_errors += 1;
+                    let count = self.stats.transport_errors;
+                    crate::errors::log_transport_error(count, "receive", &error);
                     break;
                 }
             }
@@ -527,8 +529,10 @@ impl<T: Transport> Driver<T> {
         }
         let taken = match self.transport.send(&frames[..count]) {
             Ok(taken) => taken.min(count),
-            Err(_) => {
+            Err(error) => {
                 self.stats.transport_errors += 1;
+                let count = self.stats.transport_errors;
+                crate::errors::log_transport_error(count, "send", &error);
                 0
             }
         };

@@ -46,6 +46,9 @@ pub struct HostTable {
     /// A cancel was pushed for the slot's current operation: the ring has room for one cancel
     /// per slot, so asking again must not push another.
     cancel_pushed: Box<[bool]>,
+    /// Operations given up because the engine stopped: their slots and regions are never
+    /// reused (the engine may still hold them), and they no longer count as outstanding.
+    abandoned: usize,
 }
 
 impl HostTable {
@@ -54,6 +57,7 @@ impl HostTable {
             free_slots: (0..table.len() as u32).rev().collect(),
             free_regions: (0..registry.capacity() as u32).rev().collect(),
             cancel_pushed: vec![false; table.len()].into_boxed_slice(),
+            abandoned: 0,
             table,
             registry,
         }
@@ -67,9 +71,17 @@ impl HostTable {
         &self.registry
     }
 
-    /// Operations posted and not taken back.
+    /// Operations posted and neither taken back nor abandoned.
     pub fn outstanding(&self) -> usize {
-        self.table.len() - self.free_slots.len()
+        self.table.len() - self.free_slots.len() - self.abandoned
+    }
+
+    /// The engine stopped before `posted` completed: its slot and memory can never be handed
+    /// back (the engine may still hold them), so they stay out of the free lists for good, and
+    /// the operation no longer counts as outstanding.
+    pub fn abandon(&mut self, posted: Posted) {
+        drop(posted);
+        self.abandoned += 1;
     }
 
     /// The engine declared `rank` unreachable: operations naming it can only fail.
@@ -228,7 +240,9 @@ mod tests {
             })
         ));
         let one = &three[..1];
+        // SAFETY: `buffer` outlives the operation, taken back at the end of the test.
         let posted = unsafe { host.post(OpCode::Send, 1, (Context::USER, 0), one) }.unwrap();
+        // SAFETY: refused (the table is full), so nothing is registered.
         let refused = unsafe { host.post(OpCode::Send, 1, (Context::USER, 0), one) };
         assert!(matches!(
             refused,

@@ -13,6 +13,8 @@
 pub mod clock;
 #[cfg(not(loom))]
 pub mod driver;
+#[cfg(not(loom))]
+pub mod errors;
 pub mod host;
 #[cfg(not(loom))]
 pub mod inline;
@@ -41,7 +43,7 @@ pub use inline::{HostTurns, InlineEngine};
 pub use poller::Poller;
 pub use registry::{Registry, RegistryMemory, DEFAULT_REGIONS};
 #[cfg(not(loom))]
-pub use runner::{IdleConfig, Shared, Snapshot, ThreadEngine};
+pub use runner::{IdleConfig, Snapshot, ThreadEngine};
 pub use table::{Descriptor, OpCode, Outcome, ResultCode, Table, ANY, DEFAULT_SLOTS};
 #[cfg(not(loom))]
 pub use transport::{PlacementTarget, Received, Transport, PLACED_HEADER_LEN};

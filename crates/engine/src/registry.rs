@@ -3,8 +3,8 @@
 //!
 //! Each non-blocking operation registers its own buffer ranges exactly (not page-rounded), so a
 //! receive buffer is the only thing its region covers and the engine's writes can never alias a
-//! range the application still reads (page pinning is a separate concern of the API's
-//! registration cache). The host publishes a slot with a release store of its length after
+//! range the application still reads. Pages are not pinned: both transports copy (see
+//! `docs/runtime.md`, Memory). The host publishes a slot with a release store of its length after
 //! writing the address; the engine reads it with an acquire load.
 
 use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
@@ -26,6 +26,10 @@ struct Region {
 pub struct Registry {
     regions: Box<[Region]>,
 }
+
+// Send and Sync without `unsafe impl`: a region is two atomics. The registry never
+// dereferences the addresses it holds; the contract of `register` makes the host responsible
+// for the memory staying valid while registered.
 
 impl Registry {
     pub fn new(capacity: usize) -> Self {

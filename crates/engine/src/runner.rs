@@ -6,6 +6,7 @@
 
 use crate::driver::Driver;
 use crate::poller::Poller;
+use crate::table::Table;
 use crate::transport::Transport;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -67,16 +68,18 @@ impl IdleConfig {
     }
 }
 
-/// State shared by the host and the engine thread.
-pub struct Shared {
-    pub shutdown: AtomicBool,
-    pub engine_sleeping: AtomicBool,
-    /// Hosts blocked in a futex wait on the table's completion counter.
-    pub hosts_waiting: AtomicU32,
-    pub stats_requested: AtomicBool,
-    pub stats: Mutex<Option<Snapshot>>,
+/// State shared by the host and the engine thread: private, so the handshakes on it (asking
+/// for counters, sleeping until a completion, stopping) are written once, here, as methods of
+/// [`ThreadEngine`].
+struct Shared {
+    shutdown: AtomicBool,
+    engine_sleeping: AtomicBool,
+    /// Hosts blocked in a futex wait on the table's completion count.
+    hosts_waiting: AtomicU32,
+    stats_requested: AtomicBool,
+    stats: Mutex<Option<Snapshot>>,
     /// The engine thread died (a bug): waiting hosts must give up instead of hanging.
-    pub engine_failed: AtomicBool,
+    engine_failed: AtomicBool,
     poller: Poller,
 }
 
@@ -103,21 +106,34 @@ impl Snapshot {
 }
 
 impl Shared {
-    pub fn failed(&self) -> bool {
+    fn failed(&self) -> bool {
         self.engine_failed.load(Ordering::SeqCst)
     }
 
-    /// Host side, only from a blocking wait: make a sleeping engine look at the table now.
-    pub fn wake_engine(&self) {
+    /// Host side: make a sleeping engine look at the table now.
+    fn wake_engine(&self) {
         if self.engine_sleeping.load(Ordering::SeqCst) {
             self.poller.ring();
         }
     }
+
+    /// The engine is gone: say so, and wake every host waiting for a completion so it
+    /// reports the failure instead of hanging.
+    fn declare_failed(&self, table: &Table) {
+        self.engine_failed.store(true, Ordering::SeqCst);
+        table.wake_all_for_failure();
+    }
 }
+
+/// How often a host asking for counters looks for the answer: by yielding for the first
+/// rounds (the engine answers within a turn), then by sleeping this long (a busy engine).
+const STATS_YIELD_ROUNDS: u32 = 1000;
+const STATS_SLEEP: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// The engine on its own thread.
 pub struct ThreadEngine<T: Transport + 'static> {
-    pub shared: Arc<Shared>,
+    shared: Arc<Shared>,
+    table: Arc<Table>,
     handle: Option<JoinHandle<Option<Driver<T>>>>,
 }
 
@@ -134,6 +150,7 @@ impl<T: Transport + 'static> ThreadEngine<T> {
         });
         let engine_shared = Arc::clone(&shared);
         let table = Arc::clone(driver.table_arc());
+        let engine_table = Arc::clone(&table);
         let handle = std::thread::Builder::new()
             .name("nicmsg-engine".into())
             .spawn(move || {
@@ -143,18 +160,65 @@ impl<T: Transport + 'static> ThreadEngine<T> {
                 let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     run(driver, &engine_shared, idle)
                 }));
-                ran.map_err(|_| {
-                    // Wake every waiting host so it reports the failure instead of hanging.
-                    engine_shared.engine_failed.store(true, Ordering::SeqCst);
-                    table.completions.fetch_add(1, Ordering::SeqCst);
-                    atomic_wait::wake_all(&table.completions);
-                })
-                .ok()
+                ran.map_err(|_| engine_shared.declare_failed(&engine_table))
+                    .ok()
             })?;
         Ok(Self {
             shared,
+            table,
             handle: Some(handle),
         })
+    }
+
+    /// The engine thread died (a bug in the engine): nothing will complete any more.
+    pub fn failed(&self) -> bool {
+        self.shared.failed()
+    }
+
+    /// Tests of the host's failure paths: behave as if the engine thread had died (it keeps
+    /// running, but every wait, test and request for counters now sees it failed).
+    #[doc(hidden)]
+    pub fn declare_failed_for_test(&self) {
+        self.shared.declare_failed(&self.table);
+    }
+
+    /// The engine's counters, copied at its next turn (within a turn's work or an idle poll),
+    /// or `None` if the engine thread is gone: its counters went with it.
+    pub fn stats(&self) -> Option<Snapshot> {
+        let shared = &self.shared;
+        shared.stats_requested.store(true, Ordering::Release);
+        shared.wake_engine();
+        let mut round = 0u32;
+        loop {
+            if shared.failed() {
+                return None;
+            }
+            if let Some(snapshot) = shared.stats.lock().ok()?.take() {
+                return Some(snapshot);
+            }
+            if round < STATS_YIELD_ROUNDS {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(STATS_SLEEP);
+            }
+            round = round.saturating_add(1);
+        }
+    }
+
+    /// Host side: sleeps until the engine completes something, unless `done` already holds
+    /// or the engine is gone. One round: the caller checks its own condition again after, as
+    /// a futex wait may also end spuriously.
+    pub fn block_until(&self, done: impl Fn() -> bool) {
+        let shared = &self.shared;
+        // Announce the sleeper before reading the count: the engine wakes hosts only when it
+        // sees one, so a completion after this read is either seen by `done` or wakes us.
+        shared.hosts_waiting.fetch_add(1, Ordering::SeqCst);
+        let seen = self.table.completion_count();
+        if !done() && !shared.failed() {
+            shared.wake_engine();
+            self.table.wait_for_completion_after(seen);
+        }
+        shared.hosts_waiting.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Stops the engine after lingering, and returns the driver (for final counters).
@@ -177,14 +241,18 @@ fn run<T: Transport>(mut driver: Driver<T>, shared: &Shared, idle: IdleConfig) -
     let mut shutdown_at: Option<u64> = None;
     let mut last_watchdog = 0u64;
     loop {
+        // Asked for counters: answered at every turn, busy or not (a host asking while
+        // messages stream would otherwise wait until the stream ends).
+        if shared.stats_requested.load(Ordering::Relaxed)
+            && shared.stats_requested.swap(false, Ordering::AcqRel)
+        {
+            *shared.stats.lock().expect("stats lock") = Some(Snapshot::of(&driver));
+        }
         let now = clock.now();
         if driver.turn(now) {
             last_work = now;
             wake_hosts(driver.table(), shared);
             continue;
-        }
-        if shared.stats_requested.swap(false, Ordering::AcqRel) {
-            *shared.stats.lock().expect("stats lock") = Some(Snapshot::of(&driver));
         }
         if let Some(threshold) = idle.watchdog_ns {
             if now - last_watchdog >= WATCHDOG_PERIOD_NS {
@@ -227,8 +295,8 @@ pub fn report_hangs<T: Transport>(driver: &mut Driver<T>, now: u64, threshold_ns
     }
 }
 
-fn wake_hosts(table: &crate::table::Table, shared: &Shared) {
+fn wake_hosts(table: &Table, shared: &Shared) {
     if shared.hosts_waiting.load(Ordering::SeqCst) > 0 {
-        atomic_wait::wake_all(&table.completions);
+        table.wake_waiting_hosts();
     }
 }

@@ -63,6 +63,8 @@ mod tests {
         // SAFETY: as above; sched_getattr writes at most `size` bytes into the attribute.
         let mut attr: libc::sched_attr = unsafe { std::mem::zeroed() };
         let size = std::mem::size_of::<libc::sched_attr>() as u32;
+        // SAFETY: sched_getattr of this thread (pid 0) writes at most `size` bytes, the size
+        // of `attr`, into it.
         let result =
             unsafe { libc::syscall(libc::SYS_sched_getattr, 0, &mut attr as *mut _, size, 0) };
         assert_eq!(result, 0, "sched_getattr");

@@ -40,19 +40,23 @@ pub enum OpCode {
     IProbe = 4,
 }
 
-/// Result codes, shared with the C ABI (`include/nicmsg.h`).
+/// What the engine reports of an operation in its descriptor. These are not the C ABI's result
+/// codes: the API maps each outcome to its error (`nicmsg`'s `error::from_outcome`, a match
+/// the compiler checks is complete), and the error to its C code in the one table of codes
+/// (`nicmsg::Code`), so no number here has to agree with `include/nicmsg.h`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[repr(u32)]
 pub enum ResultCode {
     #[default]
-    Success = 0,
-    Truncated = 1,
-    PeerUnreachable = 2,
-    Cancelled = 3,
-    InvalidRank = 4,
-    TableFull = 5,
-    BadBuffer = 6,
-    NotFound = 7,
+    Success,
+    Truncated,
+    PeerUnreachable,
+    Cancelled,
+    InvalidRank,
+    TableFull,
+    BadBuffer,
+    /// A non-blocking probe found nothing (not an error).
+    NotFound,
 }
 
 /// One operation as the host describes it, and its result as the engine reports it.
@@ -117,8 +121,9 @@ pub struct Table {
     ring: Box<[AtomicU32]>,
     ring_head: AtomicUsize,
     ring_tail: AtomicUsize,
-    /// Bumped by the engine after every completion: a futex word for blocking waits.
-    pub completions: AtomicU32,
+    /// Bumped by the engine after every completion: a futex word for blocking waits
+    /// ([`Table::completion_count`], [`Table::wait_for_completion_after`]).
+    completions: AtomicU32,
     /// Peers the engine has declared unreachable, a bit per rank: the host refuses sends to
     /// them at once instead of posting operations that can only fail.
     unreachable: Box<[AtomicU64]>,
@@ -150,6 +155,34 @@ impl Table {
                 .map(|_| AtomicU64::new(0))
                 .collect(),
         }
+    }
+
+    /// How many completions the engine has made (wrapping): a host reads it before checking
+    /// its slot, then sleeps on it with [`Table::wait_for_completion_after`].
+    pub fn completion_count(&self) -> u32 {
+        self.completions.load(Ordering::SeqCst)
+    }
+
+    /// Host side: sleeps until the completion count is no longer `seen` (or a spurious
+    /// wake-up). The engine wakes sleepers only when told some exist, so the caller announces
+    /// itself first (see `ThreadEngine::block_until`).
+    #[cfg(not(loom))]
+    pub fn wait_for_completion_after(&self, seen: u32) {
+        atomic_wait::wait(&self.completions, seen);
+    }
+
+    /// Engine side: wakes every host sleeping in [`Table::wait_for_completion_after`].
+    #[cfg(not(loom))]
+    pub fn wake_waiting_hosts(&self) {
+        atomic_wait::wake_all(&self.completions);
+    }
+
+    /// Engine side, when it dies: counts a completion that did not happen, so that no host
+    /// goes to sleep on the count it just read, and wakes those already asleep.
+    #[cfg(not(loom))]
+    pub fn wake_all_for_failure(&self) {
+        self.completions.fetch_add(1, Ordering::SeqCst);
+        self.wake_waiting_hosts();
     }
 
     /// Engine side: `rank` is declared unreachable (for good).

@@ -331,10 +331,10 @@ fn a_host_woken_by_the_completions_word_finds_its_slot_done() {
         let mut host = host(1, 2, 1);
         let engine = engine(&host, 1);
         let posted = post(&mut host, Op::B, &mut []);
-        let seen = host.table().completions.load(Ordering::SeqCst);
+        let seen = host.table().completion_count();
         if !host.is_done(&posted) {
             // The futex wait: returns once the word differs from what the host saw.
-            while host.table().completions.load(Ordering::SeqCst) == seen {
+            while host.table().completion_count() == seen {
                 thread::yield_now();
             }
             assert!(

@@ -3,16 +3,30 @@
 //! Contract (as in MPI): a buffer passed to a non-blocking call must stay valid and untouched
 //! until its request completes; every request must be completed (wait/test) or cancelled and
 //! completed before `nicmsg_finalize`. Null pointers and bad arguments return
-//! `NICMSG_ERR_ARG`; nothing here panics across the boundary.
+//! `NICMSG_ERR_ARG`; nothing here panics across the boundary: a panic inside the library is
+//! caught and returned as `NICMSG_ERR_PANIC`.
+//!
+//! The result codes come from one table ([`crate::Code`]); `tests/header.rs` checks that the
+//! header declares exactly the constants, structures and functions defined here, with the same
+//! values and parameter types.
 
-use crate::{Comm, Error, Request, Source, Status, TagMatch};
+use crate::{Code, Comm, Error, Request, Source, Status, TagMatch};
+use nicmsg_proto::MAX_SEGMENTS;
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-pub const NICMSG_SUCCESS: c_int = 0;
-pub const NICMSG_ERR_ARG: c_int = 14;
-pub const NICMSG_ERR_PENDING: c_int = 15;
-pub const NICMSG_ERR_INTERNAL: c_int = 16;
+pub use crate::code::c::*;
+
+/// `NICMSG_ANY_SOURCE`: a receive or probe from any rank.
+pub const NICMSG_ANY_SOURCE: u32 = u32::MAX;
+/// `NICMSG_ANY_TAG`: a receive or probe with any tag of the application's.
+pub const NICMSG_ANY_TAG: u32 = u32::MAX;
+/// `NICMSG_TAG_UB`: the largest tag.
+pub const NICMSG_TAG_UB: u32 = crate::MAX_TAG;
+/// `NICMSG_IOV_MAX`: the most pieces a scatter/gather message may have.
+pub const NICMSG_IOV_MAX: usize = MAX_SEGMENTS;
+/// `*index` of `nicmsg_waitany` when no request was active (MPI's `MPI_UNDEFINED`).
+pub const NICMSG_UNDEFINED: usize = usize::MAX;
 const ANY: u32 = u32::MAX;
 
 /// Opaque communicator handle.
@@ -35,9 +49,6 @@ impl NicmsgRequest {
     }
 }
 
-/// `*index` of `nicmsg_waitany` when no request was active (MPI's `MPI_UNDEFINED`).
-pub const NICMSG_UNDEFINED: usize = usize::MAX;
-
 /// Completion status, filled by wait/test/probe.
 #[repr(C)]
 pub struct NicmsgStatus {
@@ -47,18 +58,27 @@ pub struct NicmsgStatus {
     pub error: c_int,
 }
 
+/// Runs `body`, turning its error into its code and a panic into `NICMSG_ERR_PANIC`.
 fn guard(body: impl FnOnce() -> Result<(), Error>) -> c_int {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => NICMSG_SUCCESS,
-        Ok(Err(error)) => error.code(),
-        Err(_) => NICMSG_ERR_INTERNAL,
+        Ok(Err(error)) => error.code().into(),
+        Err(_) => NICMSG_ERR_PANIC,
     }
 }
 
 /// Fills `out` (if not null) with the outcome of an operation posted to `peer` with `tag`.
 /// A failed operation names the peer it failed with: the unreachable rank, or else the peer
 /// it was posted with (the destination of a send; the source of a receive, `ANY` if any).
-fn write_status(out: *mut NicmsgStatus, result: &Result<Status, Error>, peer: u32, tag: u32) {
+///
+/// # Safety
+/// `out` is null or valid for writing a status.
+unsafe fn write_status(
+    out: *mut NicmsgStatus,
+    result: &Result<Status, Error>,
+    peer: u32,
+    tag: u32,
+) {
     if out.is_null() {
         return;
     }
@@ -69,31 +89,34 @@ fn write_status(out: *mut NicmsgStatus, result: &Result<Status, Error>, peer: u3
             len: s.len,
             error: NICMSG_SUCCESS,
         },
-        Err(Error::Truncated {
-            source_rank,
-            tag,
-            message_len,
-            ..
-        }) => NicmsgStatus {
+        Err(
+            error @ Error::Truncated {
+                source_rank,
+                tag,
+                message_len,
+                ..
+            },
+        ) => NicmsgStatus {
             source: *source_rank,
             tag: *tag,
             len: *message_len,
-            error: 1,
+            error: error.code().into(),
         },
-        Err(Error::PeerUnreachable { peer }) => NicmsgStatus {
+        Err(error @ Error::PeerUnreachable { peer }) => NicmsgStatus {
             source: *peer,
             tag,
             len: 0,
-            error: Error::PeerUnreachable { peer: *peer }.code(),
+            error: error.code().into(),
         },
         Err(error) => NicmsgStatus {
             source: peer,
             tag,
             len: 0,
-            error: error.code(),
+            error: error.code().into(),
         },
     };
-    // SAFETY: non-null pointer to a caller-owned status.
+    // SAFETY: `out` is not null (checked above) and, by this function's contract, valid for
+    // writing a status; `write` does not read (or drop) what was there.
     unsafe { out.write(status) };
 }
 
@@ -113,10 +136,15 @@ fn tag(word: u32) -> TagMatch {
     }
 }
 
+/// The communicator behind a handle, or None for NULL.
+///
 /// # Safety
-/// `comm` must be a valid pointer to a handle from `nicmsg_init`.
+/// `comm` is null or a handle from `nicmsg_init` not yet finalized; the returned reference
+/// must not be used after `nicmsg_finalize` (the C side keeps the communicator alive while
+/// it uses it, as the header's contract says).
 unsafe fn comm_ref(comm: *const NicmsgComm) -> Option<&'static Comm> {
-    // SAFETY: caller contract; the C side keeps the communicator alive while it uses it.
+    // SAFETY: by this function's contract `comm` is null (`as_ref` gives None) or points to a
+    // live `NicmsgComm` that outlives every use of the reference.
     unsafe { comm.as_ref().map(|c| &*(&c.comm as *const Comm)) }
 }
 
@@ -129,7 +157,8 @@ pub unsafe extern "C" fn nicmsg_init(out: *mut *mut NicmsgComm) -> c_int {
     }
     guard(|| {
         let comm = Comm::init().inspect_err(|error| eprintln!("nicmsg_init: {error}"))?;
-        // SAFETY: checked non-null above.
+        // SAFETY: `out` is not null (checked above) and valid for writing a pointer (caller
+        // contract).
         unsafe { *out = Box::into_raw(Box::new(NicmsgComm { comm })) };
         Ok(())
     })
@@ -144,11 +173,13 @@ pub unsafe extern "C" fn nicmsg_finalize(comm: *mut NicmsgComm) -> c_int {
     if comm.is_null() {
         return NICMSG_ERR_ARG;
     }
-    // SAFETY: caller contract.
+    // SAFETY: not null (checked above), and a live handle from `nicmsg_init` (caller contract).
     if unsafe { &*comm }.comm.outstanding() > 0 {
         return NICMSG_ERR_PENDING;
     }
-    // SAFETY: caller contract: the box came from nicmsg_init.
+    // SAFETY: the handle was made by `Box::into_raw` in `nicmsg_init` and, by the caller's
+    // contract, is not used after this call: the box is taken back exactly once. No request
+    // borrows it any more (none is outstanding, checked above).
     let boxed = unsafe { Box::from_raw(comm) };
     guard(move || {
         drop(boxed);
@@ -160,6 +191,7 @@ pub unsafe extern "C" fn nicmsg_finalize(comm: *mut NicmsgComm) -> c_int {
 /// Valid handle and output pointers.
 #[no_mangle]
 pub unsafe extern "C" fn nicmsg_comm_rank(comm: *const NicmsgComm, rank: *mut u32) -> c_int {
+    // SAFETY: the caller's contract is `write_comm_value`'s.
     unsafe { write_comm_value(comm, rank, Comm::rank) }
 }
 
@@ -167,18 +199,21 @@ pub unsafe extern "C" fn nicmsg_comm_rank(comm: *const NicmsgComm, rank: *mut u3
 /// Valid handle and output pointers.
 #[no_mangle]
 pub unsafe extern "C" fn nicmsg_comm_size(comm: *const NicmsgComm, size: *mut u32) -> c_int {
+    // SAFETY: the caller's contract is `write_comm_value`'s.
     unsafe { write_comm_value(comm, size, Comm::size) }
 }
 
 /// # Safety
-/// Valid handle and output pointers.
+/// `comm` is null or a live handle; `out` is null or valid for writing a `u32`.
 unsafe fn write_comm_value(
     comm: *const NicmsgComm,
     out: *mut u32,
     value: fn(&Comm) -> u32,
 ) -> c_int {
+    // SAFETY: `comm` is null or a live handle (this function's contract).
     match (unsafe { comm_ref(comm) }, out.is_null()) {
         (Some(c), false) => {
+            // SAFETY: `out` is not null (matched above) and valid for writing (contract).
             unsafe { *out = value(c) };
             NICMSG_SUCCESS
         }
@@ -197,19 +232,19 @@ pub unsafe extern "C" fn nicmsg_isend(
     tag: u32,
     request: *mut *mut NicmsgRequest,
 ) -> c_int {
+    // SAFETY: `comm` is null or a live handle (caller contract).
     let Some(comm) = (unsafe { comm_ref(comm) }) else {
         return NICMSG_ERR_ARG;
     };
     if request.is_null() || (buffer.is_null() && len > 0) {
         return NICMSG_ERR_ARG;
     }
-    let data: &'static [u8] = if len == 0 {
-        &[]
-    } else {
-        unsafe { std::slice::from_raw_parts(buffer.cast(), len) }
-    };
+    // SAFETY: `buffer` is valid for reading `len` bytes until the request completes (caller
+    // contract), and the request, which holds the slice, is freed when it completes.
+    let data: &'static [u8] = unsafe { send_piece(buffer, len) };
     guard(|| {
         let posted = comm.isend(data, dest, tag)?;
+        // SAFETY: `request` is not null (checked above) and valid for writing (contract).
         unsafe { *request = NicmsgRequest::boxed(posted, dest, tag) };
         Ok(())
     })
@@ -226,19 +261,152 @@ pub unsafe extern "C" fn nicmsg_irecv(
     tag_value: u32,
     request: *mut *mut NicmsgRequest,
 ) -> c_int {
+    // SAFETY: `comm` is null or a live handle (caller contract).
     let Some(comm) = (unsafe { comm_ref(comm) }) else {
         return NICMSG_ERR_ARG;
     };
     if request.is_null() || (buffer.is_null() && len > 0) {
         return NICMSG_ERR_ARG;
     }
-    let data: &'static mut [u8] = if len == 0 {
-        &mut []
-    } else {
-        unsafe { std::slice::from_raw_parts_mut(buffer.cast(), len) }
-    };
+    // SAFETY: `buffer` is valid for writing `len` bytes and touched by nobody else until the
+    // request completes (caller contract); the request holds the slice until then.
+    let data: &'static mut [u8] = unsafe { receive_piece(buffer, len) };
     guard(|| {
         let posted = comm.irecv(data, source(source_rank), tag(tag_value))?;
+        // SAFETY: `request` is not null (checked above) and valid for writing (contract).
+        unsafe { *request = NicmsgRequest::boxed(posted, source_rank, tag_value) };
+        Ok(())
+    })
+}
+
+/// A piece of a message to send as a slice (empty for a length of 0, whatever the address).
+///
+/// # Safety
+/// `base` is valid for reading `len` bytes, unchanged, for as long as the slice is used.
+unsafe fn send_piece(base: *const c_void, len: usize) -> &'static [u8] {
+    if len == 0 {
+        return &[];
+    }
+    // SAFETY: `len > 0`, so by this function's contract `base` is a valid, unchanging range
+    // of `len` bytes for the slice's life.
+    unsafe { std::slice::from_raw_parts(base.cast(), len) }
+}
+
+/// A piece of a receive buffer as a slice (empty for a length of 0, whatever the address).
+///
+/// # Safety
+/// `base` is valid for writing `len` bytes, which nothing else reads or writes (no other piece
+/// of the same receive included), for as long as the slice is used.
+unsafe fn receive_piece(base: *mut c_void, len: usize) -> &'static mut [u8] {
+    if len == 0 {
+        return &mut [];
+    }
+    // SAFETY: `len > 0`, so by this function's contract `base` is a valid range of `len`
+    // bytes, exclusively the slice's for its life.
+    unsafe { std::slice::from_raw_parts_mut(base.cast(), len) }
+}
+
+/// The pieces of a scatter/gather call, after its checks: NULL with a count is an argument
+/// error, more than `NICMSG_IOV_MAX` pieces a buffer error, and so is a piece of non-zero
+/// length at NULL (an argument error).
+///
+/// # Safety
+/// `iov` is null or valid for reading `count` `struct iovec`s.
+unsafe fn iovecs<'a>(iov: *const libc::iovec, count: usize) -> Result<&'a [libc::iovec], c_int> {
+    if count == 0 {
+        return Ok(&[]);
+    }
+    if iov.is_null() {
+        return Err(NICMSG_ERR_ARG);
+    }
+    if count > NICMSG_IOV_MAX {
+        return Err(NICMSG_ERR_BUFFER);
+    }
+    // SAFETY: `iov` is not null and `count > 0`; by this function's contract it points to
+    // `count` initialised `struct iovec`s, which the C side does not change during the call.
+    let pieces = unsafe { std::slice::from_raw_parts(iov, count) };
+    if pieces.iter().any(|p| p.iov_base.is_null() && p.iov_len > 0) {
+        return Err(NICMSG_ERR_ARG);
+    }
+    Ok(pieces)
+}
+
+/// Scatter/gather send: the message is the concatenation of the `count` pieces of `iov`.
+///
+/// # Safety
+/// `iov` is valid for reading `count` `struct iovec`s (during the call only); each piece is
+/// valid for reading `iov_len` bytes, unchanged, until the request completes.
+#[no_mangle]
+pub unsafe extern "C" fn nicmsg_isendv(
+    comm: *mut NicmsgComm,
+    iov: *const libc::iovec,
+    count: usize,
+    dest: u32,
+    tag: u32,
+    request: *mut *mut NicmsgRequest,
+) -> c_int {
+    // SAFETY: `comm` is null or a live handle (caller contract).
+    let Some(comm) = (unsafe { comm_ref(comm) }) else {
+        return NICMSG_ERR_ARG;
+    };
+    if request.is_null() {
+        return NICMSG_ERR_ARG;
+    }
+    // SAFETY: `iov` is null or valid for `count` iovecs (caller contract).
+    let pieces = match unsafe { iovecs(iov, count) } {
+        Ok(pieces) => pieces,
+        Err(code) => return code,
+    };
+    let mut data: [&'static [u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
+    for (slice, piece) in data.iter_mut().zip(pieces) {
+        // SAFETY: every piece is valid for reading its length, unchanged, until the request
+        // completes (caller contract; a NULL base comes only with a length of 0, checked).
+        *slice = unsafe { send_piece(piece.iov_base, piece.iov_len) };
+    }
+    guard(|| {
+        let posted = comm.isend_vectored(&data[..pieces.len()], dest, tag)?;
+        // SAFETY: `request` is not null (checked above) and valid for writing (contract).
+        unsafe { *request = NicmsgRequest::boxed(posted, dest, tag) };
+        Ok(())
+    })
+}
+
+/// Scatter/gather receive: the message fills the `count` pieces of `iov` in order.
+///
+/// # Safety
+/// `iov` is valid for reading `count` `struct iovec`s (during the call only); the pieces do
+/// not overlap, and each is valid for writing `iov_len` bytes and not touched until the
+/// request completes.
+#[no_mangle]
+pub unsafe extern "C" fn nicmsg_irecvv(
+    comm: *mut NicmsgComm,
+    iov: *const libc::iovec,
+    count: usize,
+    source_rank: u32,
+    tag_value: u32,
+    request: *mut *mut NicmsgRequest,
+) -> c_int {
+    // SAFETY: `comm` is null or a live handle (caller contract).
+    let Some(comm) = (unsafe { comm_ref(comm) }) else {
+        return NICMSG_ERR_ARG;
+    };
+    if request.is_null() {
+        return NICMSG_ERR_ARG;
+    }
+    // SAFETY: `iov` is null or valid for `count` iovecs (caller contract).
+    let pieces = match unsafe { iovecs(iov, count) } {
+        Ok(pieces) => pieces,
+        Err(code) => return code,
+    };
+    let data = pieces.iter().map(|piece| {
+        // SAFETY: the pieces do not overlap, and each is valid for writing its length and left
+        // alone until the request completes (caller contract; a NULL base comes only with a
+        // length of 0, checked).
+        unsafe { receive_piece(piece.iov_base, piece.iov_len) }
+    });
+    guard(|| {
+        let posted = comm.irecv_vectored(data, source(source_rank), tag(tag_value))?;
+        // SAFETY: `request` is not null (checked above) and valid for writing (contract).
         unsafe { *request = NicmsgRequest::boxed(posted, source_rank, tag_value) };
         Ok(())
     })
@@ -257,25 +425,24 @@ pub unsafe extern "C" fn nicmsg_wait(
     if request.is_null() {
         return NICMSG_ERR_ARG;
     }
-    let handle = unsafe { *request };
+    // SAFETY: `request` is not null and valid for reading and writing a pointer (contract).
+    let handle = unsafe { request.replace(std::ptr::null_mut()) };
     if handle.is_null() {
         return NICMSG_SUCCESS;
     }
-    unsafe { *request = std::ptr::null_mut() };
+    // SAFETY: a non-null handle was made by `Box::into_raw` (isend/irecv) and is live; the
+    // caller's pointer to it was cleared above, so the box is taken back exactly once.
     let boxed = unsafe { Box::from_raw(handle) };
     let (peer, tag) = (boxed.peer, boxed.tag);
-    let mut code = NICMSG_SUCCESS;
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let result = boxed.request.wait();
-        write_status(status, &result, peer, tag);
-        if let Err(error) = &result {
-            code = error.code();
-        }
+        // SAFETY: `status` is null or valid for writing a status (caller contract).
+        unsafe { write_status(status, &result, peer, tag) };
+        result
+            .err()
+            .map_or(NICMSG_SUCCESS, |error| error.code().into())
     }));
-    if outcome.is_err() {
-        return NICMSG_ERR_INTERNAL;
-    }
-    code
+    outcome.unwrap_or(NICMSG_ERR_PANIC)
 }
 
 /// Sets `*flag` to 1 and completes the request like `nicmsg_wait` if it has finished; else 0.
@@ -291,27 +458,39 @@ pub unsafe extern "C" fn nicmsg_test(
     if request.is_null() || flag.is_null() {
         return NICMSG_ERR_ARG;
     }
+    // SAFETY: `request` is not null and valid for reading a pointer (caller contract).
     let handle = unsafe { *request };
     if handle.is_null() {
+        // SAFETY: `flag` is not null (checked above) and valid for writing (contract).
         unsafe { *flag = 1 };
         return NICMSG_SUCCESS;
     }
-    let outcome = catch_unwind(AssertUnwindSafe(|| unsafe { &mut *handle }.request.test()));
+    // SAFETY: a non-null handle is a live request from isend/irecv (caller contract), used by
+    // this thread only for the duration of this call.
+    let live = unsafe { &mut *handle };
+    let outcome = catch_unwind(AssertUnwindSafe(|| live.request.test()));
     match outcome {
-        Err(_) => NICMSG_ERR_INTERNAL,
+        Err(_) => NICMSG_ERR_PANIC,
         Ok(None) => {
+            // SAFETY: `flag` is not null (checked above) and valid for writing (contract).
             unsafe { *flag = 0 };
             NICMSG_SUCCESS
         }
         Ok(Some(result)) => {
-            let (peer, tag) = unsafe { ((*handle).peer, (*handle).tag) };
+            let (peer, tag) = (live.peer, live.tag);
+            // SAFETY: `flag` and `request` are valid for writing (checked not null above;
+            // contract). The handle came from `Box::into_raw`; the caller's pointer to it is
+            // cleared first, so the box is freed exactly once, and `live` is not used after.
             unsafe {
                 *flag = 1;
                 *request = std::ptr::null_mut();
                 drop(Box::from_raw(handle));
             }
-            write_status(status, &result, peer, tag);
-            result.err().map_or(NICMSG_SUCCESS, |e| e.code())
+            // SAFETY: `status` is null or valid for writing a status (caller contract).
+            unsafe { write_status(status, &result, peer, tag) };
+            result
+                .err()
+                .map_or(NICMSG_SUCCESS, |error| error.code().into())
         }
     }
 }
@@ -335,8 +514,12 @@ pub unsafe extern "C" fn nicmsg_waitall(
         let status = if statuses.is_null() {
             std::ptr::null_mut()
         } else {
+            // SAFETY: `statuses` points to `count` statuses (caller contract) and
+            // `index < count`: the offset stays inside that array.
             unsafe { statuses.add(index) }
         };
+        // SAFETY: `requests` points to `count` request pointers (caller contract), each null
+        // or a live handle, and `index < count`; `status` is null or one of the statuses.
         let code = unsafe { nicmsg_wait(requests.add(index), status) };
         if first_error == NICMSG_SUCCESS {
             first_error = code;
@@ -348,7 +531,8 @@ pub unsafe extern "C" fn nicmsg_waitall(
 /// Waits until one of the non-NULL requests completes; sets `*index` to it and returns its
 /// result code. With no non-NULL request (or `count` 0) it returns success at once with
 /// `*index` = `NICMSG_UNDEFINED` and an empty status (as MPI). Spins briefly, then sleeps
-/// until a completion (no core burnt on a long wait).
+/// until a completion (no core burnt on a long wait). Should the engine fail, a request
+/// completes with `NICMSG_ERR_INTERNAL` (and `*index` names it), as wait would.
 ///
 /// # Safety
 /// As `nicmsg_waitall`; `index` valid.
@@ -362,35 +546,47 @@ pub unsafe extern "C" fn nicmsg_waitany(
     if (requests.is_null() && count > 0) || index.is_null() {
         return NICMSG_ERR_ARG;
     }
-    let Some(first) = (0..count).find(|&i| !unsafe { *requests.add(i) }.is_null()) else {
+    // SAFETY: `requests` points to `count` request pointers (caller contract; not null when
+    // `count > 0`, checked above): every `i < count` reads inside that array.
+    let live = |i: usize| unsafe { *requests.add(i) };
+    let Some(first) = (0..count).find(|&i| !live(i).is_null()) else {
+        // SAFETY: `index` is not null (checked above) and valid for writing (contract).
         unsafe { *index = NICMSG_UNDEFINED };
         let empty = Status {
             source: ANY,
             tag: ANY,
             len: 0,
         };
-        write_status(status, &Ok(empty), ANY, ANY);
+        // SAFETY: `status` is null or valid for writing a status (caller contract).
+        unsafe { write_status(status, &Ok(empty), ANY, ANY) };
         return NICMSG_SUCCESS;
     };
     // Every request of one call belongs to one communicator (as in MPI).
-    let comm = unsafe { &*(*requests.add(first)) }.request.comm();
+    // SAFETY: `live(first)` is not null, so it is a live handle (caller contract); the
+    // communicator it borrows lives at least as long as the request (until finalize).
+    let comm = unsafe { &*live(first) }.request.comm();
     let started = comm.start_waiting();
     loop {
         for i in first..count {
-            if unsafe { *requests.add(i) }.is_null() {
+            if live(i).is_null() {
                 continue;
             }
             let mut flag = 0;
+            // SAFETY: `i < count`, so `requests.add(i)` is one of the caller's request
+            // pointers (a live handle, not null); `status` is null or valid (contract).
             let code = unsafe { nicmsg_test(requests.add(i), &mut flag, status) };
             if flag == 1 {
+                // SAFETY: `index` is not null (checked above) and valid for writing.
                 unsafe { *index = i };
                 return code;
             }
         }
-        let slot = unsafe { &*(*requests.add(first)) }.request.slot();
-        if let Err(error) = comm.wait_a_little(started, slot) {
-            return error.code();
-        }
+        // Nothing completed, so the first request is still live: sleep until a completion.
+        // Should the engine have failed, this returns at once, and the next round's test
+        // reports the failure as that request's result (as wait would).
+        // SAFETY: `live(first)` is not null (no request completed): a live handle.
+        let slot = unsafe { &*live(first) }.request.slot();
+        let _ = comm.wait_a_little(started, slot);
     }
 }
 
@@ -403,11 +599,12 @@ pub unsafe extern "C" fn nicmsg_waitany(
 /// `request` is a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn nicmsg_cancel(request: *mut NicmsgRequest) -> c_int {
+    // SAFETY: `request` is null (`as_ref` gives None) or a live handle (caller contract).
     match unsafe { request.as_ref() } {
-        Some(r) => {
+        Some(r) => guard(|| {
             r.request.cancel();
-            NICMSG_SUCCESS
-        }
+            Ok(())
+        }),
         None => NICMSG_ERR_ARG,
     }
 }
@@ -422,10 +619,11 @@ pub unsafe extern "C" fn nicmsg_test_cancelled(
     status: *const NicmsgStatus,
     flag: *mut c_int,
 ) -> c_int {
-    // SAFETY: caller contract; checked for null.
+    // SAFETY: each pointer is null (giving None) or valid, `status` for reading and `flag` for
+    // writing (caller contract); the two are different objects.
     match unsafe { (status.as_ref(), flag.as_mut()) } {
         (Some(status), Some(flag)) => {
-            *flag = c_int::from(status.error == Error::Cancelled.code());
+            *flag = c_int::from(status.error == NICMSG_ERR_CANCELLED);
             NICMSG_SUCCESS
         }
         _ => NICMSG_ERR_ARG,
@@ -443,10 +641,13 @@ pub unsafe extern "C" fn nicmsg_send(
     tag: u32,
 ) -> c_int {
     let mut request = std::ptr::null_mut();
+    // SAFETY: the caller's contract is `nicmsg_isend`'s; `request` is a local.
     let code = unsafe { nicmsg_isend(comm, buffer, len, dest, tag, &mut request) };
     if code != NICMSG_SUCCESS {
         return code;
     }
+    // SAFETY: `request` holds the handle isend just made; the buffer stays valid throughout
+    // this call, which completes the request before returning.
     unsafe { nicmsg_wait(&mut request, std::ptr::null_mut()) }
 }
 
@@ -462,10 +663,13 @@ pub unsafe extern "C" fn nicmsg_recv(
     status: *mut NicmsgStatus,
 ) -> c_int {
     let mut request = std::ptr::null_mut();
+    // SAFETY: the caller's contract is `nicmsg_irecv`'s; `request` is a local.
     let code = unsafe { nicmsg_irecv(comm, buffer, len, source_rank, tag_value, &mut request) };
     if code != NICMSG_SUCCESS {
         return code;
     }
+    // SAFETY: `request` holds the handle irecv just made, completed before this call returns;
+    // `status` is null or valid (caller contract).
     unsafe { nicmsg_wait(&mut request, status) }
 }
 
@@ -479,6 +683,7 @@ pub unsafe extern "C" fn nicmsg_iprobe(
     flag: *mut c_int,
     status: *mut NicmsgStatus,
 ) -> c_int {
+    // SAFETY: `comm` is null or a live handle (caller contract).
     let Some(comm) = (unsafe { comm_ref(comm) }) else {
         return NICMSG_ERR_ARG;
     };
@@ -487,9 +692,11 @@ pub unsafe extern "C" fn nicmsg_iprobe(
     }
     guard(|| {
         let found = comm.iprobe(source(source_rank), tag(tag_value))?;
+        // SAFETY: `flag` is not null (checked above) and valid for writing (contract).
         unsafe { *flag = c_int::from(found.is_some()) };
         if let Some(s) = found {
-            write_status(status, &Ok(s), source_rank, tag_value);
+            // SAFETY: `status` is null or valid for writing a status (caller contract).
+            unsafe { write_status(status, &Ok(s), source_rank, tag_value) };
         }
         Ok(())
     })
@@ -504,12 +711,14 @@ pub unsafe extern "C" fn nicmsg_probe(
     tag_value: u32,
     status: *mut NicmsgStatus,
 ) -> c_int {
+    // SAFETY: `comm` is null or a live handle (caller contract).
     let Some(comm) = (unsafe { comm_ref(comm) }) else {
         return NICMSG_ERR_ARG;
     };
     guard(|| {
         let found = comm.probe(source(source_rank), tag(tag_value))?;
-        write_status(status, &Ok(found), source_rank, tag_value);
+        // SAFETY: `status` is null or valid for writing a status (caller contract).
+        unsafe { write_status(status, &Ok(found), source_rank, tag_value) };
         Ok(())
     })
 }
@@ -518,31 +727,128 @@ pub unsafe extern "C" fn nicmsg_probe(
 /// Valid handle.
 #[no_mangle]
 pub unsafe extern "C" fn nicmsg_barrier(comm: *mut NicmsgComm) -> c_int {
+    // SAFETY: `comm` is null or a live handle (caller contract).
     let Some(comm) = (unsafe { comm_ref(comm) }) else {
         return NICMSG_ERR_ARG;
     };
     guard(|| comm.barrier())
 }
 
-/// A static, NUL-terminated description of a result code.
+/// A static, NUL-terminated description of a result code (of an unknown value, too).
 #[no_mangle]
 pub extern "C" fn nicmsg_error_string(code: c_int) -> *const c_char {
-    let text: &'static [u8] = match code {
-        0 => b"success\0",
-        1 => b"message truncated: the receive buffer is too short\0",
-        2 => b"peer unreachable\0",
-        3 => b"operation cancelled\0",
-        4 => b"invalid rank\0",
-        5 => b"table full: complete some operations first\0",
-        6 => b"invalid buffer\0",
-        9 => b"invalid tag\0",
-        10 => b"not initialised\0",
-        11 => b"bootstrap failed (see stderr)\0",
-        12 => b"invalid configuration\0",
-        13 => b"I/O error\0",
-        14 => b"invalid argument\0",
-        15 => b"requests still pending\0",
-        _ => b"internal error\0",
-    };
-    text.as_ptr().cast()
+    Code::from_value(code)
+        .map_or(crate::code::UNKNOWN, Code::description)
+        .as_ptr()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    #[test]
+    fn a_caught_panic_has_a_code_of_its_own() {
+        let code = guard(|| panic!("a bug"));
+        assert_eq!(code, NICMSG_ERR_PANIC);
+        assert_ne!(code, NICMSG_ERR_INTERNAL, "engine failure has its own code");
+        assert_eq!(guard(|| Err(Error::EngineFailed)), NICMSG_ERR_INTERNAL);
+        assert_eq!(guard(|| Ok(())), NICMSG_SUCCESS);
+    }
+
+    #[test]
+    fn every_code_has_its_string_and_unknown_values_say_so() {
+        for &code in Code::ALL {
+            // SAFETY: nicmsg_error_string returns a static, NUL-terminated string.
+            let text = unsafe { CStr::from_ptr(nicmsg_error_string(code.into())) };
+            assert_eq!(text, code.description());
+        }
+        for value in [-1, 7, 8, 18, c_int::MAX] {
+            // SAFETY: as above.
+            let text = unsafe { CStr::from_ptr(nicmsg_error_string(value)) };
+            assert_eq!(text, c"unknown result code", "{value}");
+        }
+    }
+
+    #[test]
+    fn scatter_gather_arguments_are_checked_before_anything_is_posted() {
+        let mut request = std::ptr::null_mut();
+        let piece = libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 4,
+        };
+        // A NULL communicator; NULL iov with a count, a NULL piece with a length, too many
+        // pieces: refused before anything is read or posted.
+        // SAFETY: the pointers given are null, or valid for the count given.
+        unsafe {
+            assert_eq!(
+                nicmsg_isendv(std::ptr::null_mut(), &piece, 1, 0, 0, &mut request),
+                NICMSG_ERR_ARG
+            );
+            assert_eq!(
+                nicmsg_irecvv(std::ptr::null_mut(), &piece, 1, 0, 0, &mut request),
+                NICMSG_ERR_ARG
+            );
+            assert_eq!(iovecs(std::ptr::null(), 1).unwrap_err(), NICMSG_ERR_ARG);
+            assert_eq!(iovecs(&piece, 1).unwrap_err(), NICMSG_ERR_ARG);
+            assert!(iovecs(std::ptr::null(), 0).unwrap().is_empty());
+            let many = [libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            }; NICMSG_IOV_MAX + 1];
+            assert_eq!(
+                iovecs(many.as_ptr(), many.len()).unwrap_err(),
+                NICMSG_ERR_BUFFER
+            );
+            assert_eq!(iovecs(many.as_ptr(), NICMSG_IOV_MAX).unwrap().len(), 16);
+        }
+    }
+
+    #[test]
+    fn waitany_names_the_request_a_dead_engine_failed_and_finalize_still_frees() {
+        let comm = Box::into_raw(Box::new(NicmsgComm {
+            comm: crate::comm::tests::solo_thread(),
+        }));
+        let mut inbox = [[0u8; 8]; 2];
+        let mut requests = [std::ptr::null_mut(); 3];
+        let mut status = NicmsgStatus {
+            source: 0,
+            tag: 0,
+            len: 0,
+            error: 0,
+        };
+        let mut index = 0;
+        // SAFETY: `comm` is a live handle; the buffers outlive the requests, which all complete
+        // before the communicator is finalized; every pointer is valid for what it is used for.
+        unsafe {
+            for (i, buffer) in inbox.iter_mut().enumerate() {
+                let code = nicmsg_irecv(
+                    comm,
+                    buffer.as_mut_ptr().cast(),
+                    8,
+                    ANY,
+                    5,
+                    &mut requests[i + 1],
+                );
+                assert_eq!(code, NICMSG_SUCCESS);
+            }
+            (*comm).comm.fail_engine_for_test();
+            for expected in [1, 2] {
+                let code = nicmsg_waitany(3, requests.as_mut_ptr(), &mut index, &mut status);
+                assert_eq!(code, NICMSG_ERR_INTERNAL);
+                assert_eq!(index, expected);
+                assert!(requests[expected].is_null(), "the request named was freed");
+                assert_eq!(
+                    (status.error, status.source, status.tag),
+                    (NICMSG_ERR_INTERNAL, ANY, 5)
+                );
+            }
+            assert_eq!(
+                nicmsg_waitany(3, requests.as_mut_ptr(), &mut index, &mut status),
+                NICMSG_SUCCESS
+            );
+            assert_eq!(index, NICMSG_UNDEFINED);
+            assert_eq!(nicmsg_finalize(comm), NICMSG_SUCCESS);
+        }
+    }
 }

@@ -1,9 +1,8 @@
 //! The communicator: one rank's handle on the job. Operations are descriptors in the engine's
-//! table; buffers are registered (and their pages pinned on demand) for the time they are lent.
+//! table; buffers are registered for the time they are lent.
 
 use crate::backend::Backend;
 use crate::options::{EngineMode, Options};
-use crate::pin::{PinCache, PinStats};
 use crate::request::Request;
 use crate::{Error, Status, MAX_TAG};
 use nicmsg_engine::{
@@ -15,9 +14,7 @@ use nicmsg_udp::{UdpOptions, UdpTransport};
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// Which sender a receive or probe accepts.
 pub use nicmsg_proto::Source;
@@ -41,7 +38,6 @@ pub struct Comm {
     /// The host half of the table protocol: free slots and regions, posting, taking back.
     host: RefCell<HostTable>,
     engine: RefCell<Engine>,
-    pins: RefCell<PinCache>,
     barrier_epoch: Cell<u32>,
     transport_name: &'static str,
     _single_host_thread: PhantomData<Cell<()>>,
@@ -105,7 +101,6 @@ impl Comm {
             rank,
             size,
             host: RefCell::new(HostTable::new(Arc::clone(&table), registry)),
-            pins: RefCell::new(PinCache::new(options.pin_cache_pages)),
             barrier_epoch: Cell::new(0),
             table,
             engine: RefCell::new(engine),
@@ -240,6 +235,7 @@ impl Comm {
     }
 
     /// Waits for all requests; returns each one's result, in order.
+    #[must_use = "each operation's result (an error included) is given only here"]
     pub fn waitall<'a>(
         &self,
         requests: impl IntoIterator<Item = Request<'a>>,
@@ -247,7 +243,11 @@ impl Comm {
         requests.into_iter().map(Request::wait).collect()
     }
 
-    /// Waits until one of `requests` completes; removes it and returns its index and result.
+    /// Waits until one of `requests` completes; removes it and returns its index and result
+    /// (None if `requests` is empty). Should the engine stop, a request is removed and returned
+    /// with `Error::EngineFailed`, as its `wait` would return (and so is each of the others at
+    /// the next calls): the index always names the request the result is for.
+    #[must_use = "the completed request is removed from the list: its result is given only here"]
     pub fn waitany(
         &self,
         requests: &mut Vec<Request<'_>>,
@@ -264,9 +264,9 @@ impl Comm {
                     return Some((index, result));
                 }
             }
-            if let Err(error) = self.wait_a_little(started, requests[0].slot()) {
-                return Some((0, Err(error)));
-            }
+            // Should the engine have failed, this returns at once, and the next round's test
+            // of the first request reports the failure as that request's result.
+            let _ = self.wait_a_little(started, requests[0].slot());
         }
     }
 
@@ -290,35 +290,36 @@ impl Comm {
         Ok(())
     }
 
-    /// Protocol and engine counters (copied from the engine thread on request).
-    pub fn stats(&self) -> Snapshot {
+    /// Protocol and engine counters, as they are now (in thread mode the engine copies them
+    /// at its next turn, within a turn's work or an idle poll). Fails with
+    /// `Error::EngineFailed` if the engine thread is gone: its counters went with it, and
+    /// all-zero counters would read as "nothing happened".
+    pub fn stats(&self) -> Result<Snapshot, Error> {
         match &*self.engine.borrow() {
-            Engine::Inline(engine) => Snapshot::of(&engine.enter()),
-            Engine::Thread(engine) => {
-                let shared = &engine.shared;
-                shared.stats_requested.store(true, Ordering::Release);
-                shared.wake_engine();
-                let deadline = Instant::now() + std::time::Duration::from_secs(1);
-                loop {
-                    if let Some(snapshot) = shared.stats.lock().expect("stats lock").take() {
-                        return snapshot;
-                    }
-                    if Instant::now() > deadline {
-                        return Snapshot::default();
-                    }
-                    std::thread::yield_now();
-                }
-            }
+            Engine::Inline(engine) => Ok(Snapshot::of(&engine.enter())),
+            Engine::Thread(engine) => engine.stats().ok_or(Error::EngineFailed),
         }
     }
 
-    /// Operations posted and not yet completed (and taken).
+    /// Operations posted and not yet completed (and taken). An operation failed because the
+    /// engine stopped counts as completed.
+    #[must_use]
     pub fn outstanding(&self) -> usize {
         self.host.borrow().outstanding()
     }
 
-    pub fn pin_stats(&self) -> PinStats {
-        self.pins.borrow().stats
+    /// The engine stopped before `posted` completed: see [`HostTable::abandon`].
+    pub(crate) fn abandon(&self, posted: Posted) {
+        self.host.borrow_mut().abandon(posted);
+    }
+
+    /// Tests only: behave as if the engine thread had died (it keeps running, but every wait
+    /// and test now sees it failed).
+    #[cfg(test)]
+    pub(crate) fn fail_engine_for_test(&self) {
+        if let Engine::Thread(engine) = &*self.engine.borrow() {
+            engine.declare_failed_for_test();
+        }
     }
 
     // --- internals used by Request ---
@@ -369,11 +370,6 @@ impl Comm {
             HostError::TableFull { table, limit } => Error::TableFull { table, limit },
             HostError::TooManySegments { .. } => Error::BadBuffer("more than 16 segments"),
         })?;
-        let mut pins = self.pins.borrow_mut();
-        for &(base, len) in ranges {
-            pins.pin(base as usize, len);
-        }
-        drop(pins);
         if let Engine::Inline(engine) = &*self.engine.borrow() {
             engine.enter().start_posted();
         }
@@ -475,7 +471,7 @@ impl Comm {
     /// An error if the engine thread is gone (a bug in the engine): nothing will complete.
     pub(crate) fn check_engine(&self) -> Result<(), Error> {
         match &*self.engine.borrow() {
-            Engine::Thread(engine) if engine.shared.failed() => Err(Error::EngineFailed),
+            Engine::Thread(engine) if engine.failed() => Err(Error::EngineFailed),
             _ => Ok(()),
         }
     }
@@ -490,16 +486,7 @@ impl Comm {
                 }
                 driver.idle(&self.options.idle);
             }
-            Engine::Thread(engine) => {
-                let shared = &engine.shared;
-                shared.hosts_waiting.fetch_add(1, Ordering::SeqCst);
-                let seen = self.table.completions.load(Ordering::SeqCst);
-                if !self.is_done(slot) && !shared.failed() {
-                    shared.wake_engine();
-                    atomic_wait::wait(&self.table.completions, seen);
-                }
-                shared.hosts_waiting.fetch_sub(1, Ordering::SeqCst);
-            }
+            Engine::Thread(engine) => engine.block_until(|| self.is_done(slot)),
         }
     }
 }
@@ -516,7 +503,7 @@ impl Drop for Comm {
             }
         };
         if let (true, Some(snapshot)) = (self.options.print_stats, final_stats) {
-            crate::report::print_stats(self.rank, &snapshot, &self.pins.borrow().stats);
+            crate::report::print_stats(self.rank, &snapshot);
         }
     }
 }
@@ -559,5 +546,62 @@ fn tag_word(tag: TagMatch) -> Result<u32, Error> {
     match tag {
         TagMatch::Any => Ok(ANY),
         TagMatch::Tag(tag) => check_tag(tag).map(|()| tag),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A job of one rank with its engine on a thread of its own.
+    pub(crate) fn solo_thread() -> Comm {
+        // Every test sets the same values, so running them in parallel threads is harmless.
+        std::env::set_var("NICMSG_RANK", "0");
+        std::env::set_var("NICMSG_SIZE", "1");
+        let options = Options {
+            engine: EngineMode::Thread,
+            ..Options::default()
+        };
+        Comm::init_with(options).expect("a one-rank job needs no network")
+    }
+
+    #[test]
+    fn stats_come_from_a_live_engine_and_fail_with_a_dead_one() {
+        let comm = solo_thread();
+        let data = [7u8; 100];
+        let mut inbox = [0u8; 100];
+        let receive = comm
+            .irecv(&mut inbox, Source::Rank(0), TagMatch::Tag(1))
+            .unwrap();
+        comm.send(&data, 0, 1).unwrap();
+        receive.wait().unwrap();
+        let stats = comm.stats().expect("a live engine answers");
+        assert!(stats.engine.commands >= 2, "{:?}", stats.engine);
+        comm.fail_engine_for_test();
+        assert!(matches!(comm.stats(), Err(Error::EngineFailed)));
+    }
+
+    #[test]
+    fn waitany_reports_a_dead_engine_as_the_result_of_the_request_it_names() {
+        let comm = solo_thread();
+        let (mut a, mut b) = ([0u8; 8], [0u8; 8]);
+        let mut requests = vec![
+            comm.irecv(&mut a, Source::Any, TagMatch::Tag(1)).unwrap(),
+            comm.irecv(&mut b, Source::Any, TagMatch::Tag(2)).unwrap(),
+        ];
+        assert_eq!(comm.outstanding(), 2);
+        comm.fail_engine_for_test();
+        for left in [1, 0] {
+            let (index, result) = comm.waitany(&mut requests).expect("requests remain");
+            assert_eq!(index, 0);
+            assert!(matches!(result, Err(Error::EngineFailed)), "{result:?}");
+            assert_eq!(requests.len(), left, "the request reported is removed");
+        }
+        assert!(comm.waitany(&mut requests).is_none());
+        assert_eq!(
+            comm.outstanding(),
+            0,
+            "failed operations are no longer outstanding"
+        );
     }
 }

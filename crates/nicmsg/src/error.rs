@@ -1,5 +1,6 @@
 //! Every failure of the API as a typed error with a clear message.
 
+use crate::Code;
 use nicmsg_engine::ResultCode;
 use thiserror::Error;
 
@@ -39,21 +40,21 @@ pub enum Error {
 }
 
 impl Error {
-    /// The C ABI's code for this error (`include/nicmsg.h`).
-    pub fn code(&self) -> i32 {
+    /// The C ABI's result code for this error (`include/nicmsg.h`).
+    pub fn code(&self) -> Code {
         match self {
-            Self::Truncated { .. } => 1,
-            Self::PeerUnreachable { .. } => 2,
-            Self::Cancelled => 3,
-            Self::InvalidRank { .. } => 4,
-            Self::TableFull { .. } => 5,
-            Self::BadBuffer(_) => 6,
-            Self::InvalidTag(_) => 9,
-            Self::NotInitialised(_) => 10,
-            Self::Bootstrap(_) => 11,
-            Self::Config(_) => 12,
-            Self::Io(_) => 13,
-            Self::EngineFailed => 16,
+            Self::Truncated { .. } => Code::Truncate,
+            Self::PeerUnreachable { .. } => Code::PeerUnreachable,
+            Self::Cancelled => Code::Cancelled,
+            Self::InvalidRank { .. } => Code::Rank,
+            Self::TableFull { .. } => Code::TableFull,
+            Self::BadBuffer(_) => Code::Buffer,
+            Self::InvalidTag(_) => Code::Tag,
+            Self::NotInitialised(_) => Code::NotInitialised,
+            Self::Bootstrap(_) => Code::Bootstrap,
+            Self::Config(_) => Code::Config,
+            Self::Io(_) => Code::Io,
+            Self::EngineFailed => Code::EngineFailed,
         }
     }
 }

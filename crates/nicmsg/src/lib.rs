@@ -20,21 +20,21 @@
 
 mod backend;
 pub mod capi;
+mod code;
 mod comm;
 mod error;
 mod logging;
 mod options;
-mod pin;
 mod report;
 mod request;
 
+pub use code::Code;
 pub use comm::{Comm, Source, TagMatch};
 pub use error::Error;
 pub use nicmsg_engine::Snapshot;
 pub use options::{
     settings_markdown, EngineMode, Options, Setting, TransportChoice, Value, Values, SETTINGS,
 };
-pub use pin::PinStats;
 pub use request::Request;
 
 /// Largest user tag (as MPI's `MPI_TAG_UB`); higher tags are reserved for the library.

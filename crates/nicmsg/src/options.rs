@@ -41,8 +41,6 @@ pub struct Options {
     pub idle: IdleConfig,
     /// Host-side spinning in a wait before blocking.
     pub wait_spin_ns: u64,
-    /// Pages kept pinned by the registration cache.
-    pub pin_cache_pages: usize,
     /// How long to wait for the bootstrap exchange.
     pub bootstrap_timeout: std::time::Duration,
     /// Print counters per peer when the communicator ends (`NICMSG_STATS=1`).
@@ -66,7 +64,6 @@ impl Default for Options {
             regions: nicmsg_engine::DEFAULT_REGIONS,
             idle: IdleConfig::default(),
             wait_spin_ns: 50_000,
-            pin_cache_pages: 65_536,
             bootstrap_timeout: std::time::Duration::from_secs(60),
             print_stats: false,
             placement: true,
@@ -637,8 +634,9 @@ pub static SETTINGS: &[Setting] = &[
         name: "NICMSG_LOG",
         values: Values::LogFilter,
         default: "off",
-        meaning: "log through `tracing` on stderr, filtered: `info` (joining the job, peers \
-                  declared unreachable), `debug`, `nicmsg_engine=debug`",
+        meaning: "log through `tracing` on stderr, filtered: `warn` (transport errors with \
+                  their errno: the first, then every 1000th), `info` (also joining the job, \
+                  peers declared unreachable), `debug`, `nicmsg_engine=debug`",
         apply: |_, _| {},
     },
 ];

@@ -4,16 +4,15 @@
 //! the engine's receive buffer to their place), `copied_twice` (unexpected messages: into an
 //! eager buffer first, then into the receive).
 
-use crate::pin::PinStats;
 use nicmsg_engine::Snapshot;
 use nicmsg_proto::{DropCounts, Stats};
 use std::fmt::Write;
 
-pub fn print_stats(rank: u32, snapshot: &Snapshot, pins: &PinStats) {
-    eprint!("{}", render(rank, snapshot, pins));
+pub fn print_stats(rank: u32, snapshot: &Snapshot) {
+    eprint!("{}", render(rank, snapshot));
 }
 
-pub fn render(rank: u32, snapshot: &Snapshot, pins: &PinStats) -> String {
+pub fn render(rank: u32, snapshot: &Snapshot) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -35,7 +34,7 @@ pub fn render(rank: u32, snapshot: &Snapshot, pins: &PinStats) -> String {
     let engine = &snapshot.engine;
     let _ = writeln!(
         out,
-        "nicmsg stats rank {rank}: credit stalls {}, control frames dropped (queue full) {}, liveness probes {}, peers unreachable {}, acks piggybacked {}, express deliveries {}, sends completed early {} (unconfirmed {}), engine turns {}, commands {}, frames predicted {} placed {} refused {}, spoofed frames {}, orphan frames {}, transport errors {}, pages pinned {} (mlock calls {}, failures {}, cache hits {})",
+        "nicmsg stats rank {rank}: credit stalls {}, control frames dropped (queue full) {}, liveness probes {}, peers unreachable {}, acks piggybacked {}, express deliveries {}, sends completed early {} (unconfirmed {}), engine turns {}, commands {}, frames predicted {} placed {} refused {}, spoofed frames {}, orphan frames {}, transport errors {}",
         snapshot.protocol.credit_stalls,
         snapshot.protocol.control_overflows,
         snapshot.protocol.liveness_probes,
@@ -51,11 +50,7 @@ pub fn render(rank: u32, snapshot: &Snapshot, pins: &PinStats) -> String {
         engine.placements_refused,
         engine.spoofed_frames,
         engine.orphan_frames,
-        engine.transport_errors,
-        pins.pinned_pages,
-        pins.mlock_calls,
-        pins.mlock_failures,
-        pins.hits
+        engine.transport_errors
     );
     if !snapshot.transport.is_empty() {
         let _ = writeln!(out, "nicmsg stats rank {rank}: {}", snapshot.transport);
@@ -147,7 +142,7 @@ mod tests {
             peers: vec![Stats::default(), stats],
             transport: String::new(),
         };
-        let text = render(0, &snapshot, &PinStats::default());
+        let text = render(0, &snapshot);
         let printed = drop_counters(&drops);
         assert_eq!(
             printed.iter().map(|(_, count)| count).sum::<u64>(),

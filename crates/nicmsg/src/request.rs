@@ -6,7 +6,8 @@ use crate::comm::Comm;
 use crate::{Error, Status};
 use nicmsg_engine::{Outcome, Posted};
 
-#[must_use = "dropping an unfinished request cancels it and waits for it"]
+#[must_use = "dropping an unfinished Request cancels it and blocks until the engine lets go of \
+              its buffer; complete it with wait or test"]
 pub struct Request<'a> {
     comm: &'a Comm,
     /// The operation's slot, polled while waiting.
@@ -32,7 +33,10 @@ impl<'a> Request<'a> {
         self.comm
     }
 
-    /// The result if the operation has completed (no system call in thread mode).
+    /// The result if the operation has completed (no system call in thread mode). Once it
+    /// returns `Some`, the request is finished: the result is not given again.
+    #[must_use = "a completed operation's result is given once; dropping it loses the status \
+                  and any error"]
     pub fn test(&mut self) -> Option<Result<Status, Error>> {
         if self.posted.is_none() {
             return Some(Err(Error::BadBuffer("request already completed")));
@@ -80,7 +84,9 @@ impl<'a> Request<'a> {
     /// The engine is gone: the slot and its memory can never be handed back, so they are left
     /// registered (the communicator is unusable anyway) and the request is marked finished.
     fn abandon(&mut self) {
-        self.posted = None;
+        if let Some(posted) = self.posted.take() {
+            self.comm.abandon(posted);
+        }
     }
 
     /// Takes the finished operation back (called once its slot is DONE).
@@ -107,6 +113,8 @@ impl Drop for Request<'_> {
         self.cancel();
         if self.comm.wait_done(self.slot).is_ok() {
             self.take();
+        } else {
+            self.abandon();
         }
     }
 }

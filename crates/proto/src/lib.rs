@@ -16,6 +16,9 @@
 //! long ones (RMPP), collection acknowledgements with adaptive retransmission (EMP). See
 //! `docs/protocol.md` for the state machines.
 
+// No unsafe code here: the compiler holds it to that.
+#![forbid(unsafe_code)]
+
 mod cancel;
 mod collections;
 mod config;

@@ -17,6 +17,9 @@
 //!
 //! See `docs/simulator.md`.
 
+// Unsafe code only where the simulated transport stands in for the kernel (placing bytes
+// into planned receive buffers) and the host half posts buffers: each block says why.
+
 pub mod content;
 pub mod invariants;
 pub mod ledger;

@@ -1,5 +1,8 @@
 //! Command line of the simulator: sweeps of many seeds, or the replay of one.
 
+// No unsafe code here: the compiler holds it to that.
+#![forbid(unsafe_code)]
+
 use clap::Parser;
 use nicmsg_proto::UnexpectedPolicy;
 use nicmsg_sim::report::{fmt_ns, render_failure};

@@ -20,7 +20,6 @@ use nicmsg_proto::{
     PostError, Rank, Source, Status, Tag, TagMatch,
 };
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// What a rank runs.
@@ -423,7 +422,7 @@ impl EngineNode {
                 .take_sent()
                 .map(|(dst, bytes)| (dst, Some(bytes))),
         );
-        let completions = self.driver.table().completions.load(Ordering::SeqCst);
+        let completions = self.driver.table().completion_count();
         if completions == self.completions_seen {
             return;
         }

@@ -127,6 +127,8 @@ fn extended_error(msg: &libc::msghdr) -> Option<ExtendedError> {
             // SAFETY: the kernel wrote a `sock_extended_err` there (checked length); it may be
             // unaligned in the buffer.
             let data = unsafe { libc::CMSG_DATA(cmsg) };
+            // SAFETY: `data` points to that `sock_extended_err`, whole inside the control
+            // buffer (length checked above); `read_unaligned`, as the buffer aligns nothing.
             return Some(unsafe { ptr::read_unaligned(data.cast::<ExtendedError>()) });
         }
         // SAFETY: as above.

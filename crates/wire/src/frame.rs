@@ -119,20 +119,28 @@ mod hardware {
         Some(unsafe { checksum_sse42(headers, payload) })
     }
 
+    /// # Safety
+    /// The CPU has SSE 4.2.
     #[target_feature(enable = "sse4.2")]
     unsafe fn checksum_sse42(headers: &[u8], payload: &[&[u8]]) -> u32 {
         let mut state = !0u32;
-        state = update(state, &headers[..field::CRC.start]);
-        state = update(state, &[0u8; 4]);
-        state = update(state, &headers[field::CRC.end..]);
-        for piece in payload {
-            state = update(state, piece);
+        // SAFETY: `update` needs SSE 4.2, which this function's contract guarantees.
+        unsafe {
+            state = update(state, &headers[..field::CRC.start]);
+            state = update(state, &[0u8; 4]);
+            state = update(state, &headers[field::CRC.end..]);
+            for piece in payload {
+                state = update(state, piece);
+            }
         }
         !state
     }
 
     /// Feeds `bytes` into a running CRC32C state (not inverted): eight bytes per instruction,
     /// then the tail byte by byte.
+    ///
+    /// # Safety
+    /// The CPU has SSE 4.2.
     #[target_feature(enable = "sse4.2")]
     #[inline]
     unsafe fn update(state: u32, bytes: &[u8]) -> u32 {

@@ -179,6 +179,8 @@ fn wait_exit_no_reap(pid: u32) -> io::Result<()> {
     loop {
         // SAFETY: `info` is a plain C struct that waitid fills in; pid is our own child.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid writes only into `info`, a valid siginfo_t of ours; WNOWAIT leaves
+        // the child to be reaped by its owner.
         let rc = unsafe {
             libc::waitid(
                 libc::P_PID,
