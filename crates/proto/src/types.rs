@@ -22,6 +22,15 @@ impl Context {
     pub const USER: Self = Self(0);
     /// The library's own messages (collectives).
     pub const LIBRARY: Self = Self(1);
+    /// PANIC: messages to the programs an engine runs (a program's `SEND`, a host's message to
+    /// a program), received by the engine itself; small (a program moves at most a few KiB).
+    pub const PROGRAM_MESSAGES: Self = Self(2);
+    /// PANIC: a host's requests to an engine (load, unload, run, list, output); a load carries
+    /// a whole module, so the engine receives these into larger buffers than messages.
+    pub const PROGRAM_REQUESTS: Self = Self(3);
+    /// PANIC: messages to a host from programs (`REPLY` to a host) and engines (answers to
+    /// requests), received by the host's ordinary receives in this context.
+    pub const PROGRAM_ANSWERS: Self = Self(4);
 }
 
 /// Which sender a receive or probe accepts.

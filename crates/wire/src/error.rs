@@ -27,6 +27,10 @@ pub enum WireError {
     ZeroAckUnit,
     #[error("checksum mismatch: header says {stored:#010x}, computed {computed:#010x}")]
     BadChecksum { stored: u32, computed: u32 },
+    #[error("unknown program operation {0}")]
+    UnknownProgramOp(u8),
+    #[error("program message flags {0:#04x} not defined")]
+    UnknownProgramFlags(u8),
     #[error("output buffer of {have} bytes is too small for {need}")]
     BufferTooSmall { need: usize, have: usize },
 }

@@ -8,12 +8,13 @@
 //! Receive with [`Frame::parse`] (checked, zero-copy, never panics); send with [`emit_headers`]
 //! then [`seal`] (payload gathered from where it lies) or [`emit_frame`] (one buffer). Read or
 //! edit single header fields of raw bytes through [`FrameView`] and [`MsgHeaderView`]; the
-//! field offsets are this crate's alone.
+//! field offsets are this crate's alone. PANIC's messages start with a [`program::ProgramHeader`].
 
 mod error;
 mod frame;
 mod header;
 mod kind;
+pub mod program;
 mod view;
 
 pub use error::WireError;
