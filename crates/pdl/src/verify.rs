@@ -222,7 +222,8 @@ fn apply(module: &Module, pc: u32, instr: &Instr, before: u16) -> Result<u16, Ve
 fn check_data(module: &Module, pc: u32, instr: &Instr) -> Result<(), VerifyError> {
     let (offset, len, fits) = match *instr {
         Instr::Load(offset) | Instr::Store(offset) => {
-            let fits = offset.is_multiple_of(8) && u64::from(offset) + 8 <= u64::from(module.data_len);
+            let fits =
+                offset.is_multiple_of(8) && u64::from(offset) + 8 <= u64::from(module.data_len);
             (offset, 8, fits)
         }
         _ => match instr.region() {
