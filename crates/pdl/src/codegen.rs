@@ -403,10 +403,17 @@ impl Gen<'_> {
     }
 
     fn stmt(&mut self, stmt: &Stmt) {
-        // Statements start and end with an empty stack; resetting keeps the depth right after
-        // an error left an operand behind (no module is produced then anyway).
+        // Statements start and end with an empty stack. After an error an operand may be left
+        // behind (a value computed for an assignment that could not be emitted); resetting at
+        // both ends keeps every path into a label at the same depth, so the emitter's
+        // bookkeeping stays consistent (no module is produced then anyway).
         self.emit.depth = 0;
         self.overflow_reported = false;
+        self.stmt_kind(stmt);
+        self.emit.depth = 0;
+    }
+
+    fn stmt_kind(&mut self, stmt: &Stmt) {
         match &stmt.kind {
             StmtKind::Assign { place, value } => self.assign(place, value),
             StmtKind::If {
