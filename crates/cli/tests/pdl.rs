@@ -124,3 +124,36 @@ fn usage_errors_exit_2() {
         );
     }
 }
+
+/// The examples in examples/pdl, the paper's figures 2 and 4 among them, compile with the
+/// command and list with `disasm`, each trigger block labelled.
+#[test]
+fn every_example_compiles_and_lists_with_the_command() {
+    let dir = scratch("examples");
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/pdl");
+    let mut names: Vec<PathBuf> = fs::read_dir(&examples)
+        .expect("examples/pdl")
+        .map(|e| e.expect("an entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "pdl"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 7, "{names:?}");
+    for source in names {
+        let stem = source.file_stem().unwrap().to_string_lossy().into_owned();
+        let module = dir.join(format!("{stem}.pdlm"));
+        let out = nicmsg(&["pdl", "compile", path(&source), "-o", path(&module)]);
+        assert_eq!(out.status.code(), Some(0), "{stem}: {}", text(&out.stderr));
+        let listing = nicmsg(&["pdl", "disasm", path(&module)]);
+        assert_eq!(listing.status.code(), Some(0), "{stem}");
+        let listing = text(&listing.stdout);
+        assert!(listing.starts_with(&format!("module {stem}:")), "{listing}");
+        let decoded = nicmsg_pdl::Module::decode(&fs::read(&module).unwrap()).unwrap();
+        for t in &decoded.triggers {
+            assert!(
+                listing.contains(&format!("message {}:", t.trigger)),
+                "{stem}: {listing}"
+            );
+        }
+    }
+    let _ = fs::remove_dir_all(&dir);
+}
