@@ -2,14 +2,17 @@
 //! point labelled and each data operand named after its variable.
 //!
 //! ```text
-//! module delivertest: format version 1, default id 0x9b0c1a2e
-//!   data 408 bytes, stack 4 words, code 68 bytes, 1 trigger
+//! module delivertest: format version 1, default id 0x8e309716
+//!   data 408 bytes, stack 4 words, code 89 bytes, 1 trigger
 //! variables:
 //!        0  y
 //!        8  msg[50]
+//! entries:
+//!   init        0000
+//!   message 10  002b
 //! code:
 //! init:
-//!   0000  PUSH 2                    
+//!   0000  PUSH 2
 //!   0009  STORE 8                   msg[0]
 //! ```
 //!

@@ -144,3 +144,22 @@ fn every_example_compiles_and_verifies() {
         );
     }
 }
+
+/// docs/pdl.md shows every example program as its file is, so the reference cannot go stale.
+#[test]
+fn the_language_reference_shows_every_example_as_it_is() {
+    let doc_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/pdl.md");
+    let doc = std::fs::read_to_string(doc_path).expect("docs/pdl.md");
+    for entry in std::fs::read_dir(examples_dir()).expect("examples/pdl") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|x| x == "pdl") {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(&path).expect("read");
+            assert!(
+                doc.contains(&format!("(`{name}`)\n"))
+                    && doc.contains(&format!("```text\n{text}```")),
+                "docs/pdl.md does not show {name} as it is"
+            );
+        }
+    }
+}
