@@ -20,6 +20,9 @@ use crate::host::{Destination, Host, Outgoing, ProgramId, SegmentError, SendRefu
 /// Words of the operand stack (the verifier bounds every module's depth by this).
 const STACK_WORDS: usize = MAX_STACK_DEPTH as usize;
 
+/// The operand stack.
+pub(crate) type Stack = [i64; STACK_WORDS];
+
 /// One instruction, ready to run. Jump targets are instruction indices relative to the start
 /// of the program's code; data operands are byte offsets relative to its data section.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,14 +180,18 @@ pub(crate) struct Context<'m> {
 
 /// Runs `code` from `entry` on `data` until the activation ends; returns how, and how many
 /// instructions ran.
+///
+/// `stack` is the VM's operand stack, kept between activations so that starting one costs no
+/// clearing: the verifier proves every activation starts and ends with it empty, and nothing
+/// is read from it before it is written.
 pub(crate) fn run<H: Host>(
     code: &[Op],
     data: &mut [u8],
+    stack: &mut Stack,
     entry: u32,
     cx: &Context<'_>,
     host: &mut H,
 ) -> (End, u32) {
-    let mut stack = [0i64; STACK_WORDS];
     let mut sp = 0usize;
     let mut pc = entry as usize;
     let mut executed = 0u32;

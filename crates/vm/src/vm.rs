@@ -16,7 +16,7 @@ use nicmsg_pdl::{verify, Module, ModuleError, VerifyError};
 use thiserror::Error;
 
 use crate::host::{Host, ProgramId};
-use crate::interp::{self, Context, End, Op, TrapKind};
+use crate::interp::{self, Context, End, Op, Stack, TrapKind};
 use crate::limits::{
     DEFAULT_BUDGET, DEFAULT_CODE_POOL_INSTRUCTIONS, DEFAULT_DATA_POOL_BYTES, DEFAULT_PROGRAM_SLOTS,
     MAX_MODULE_BYTES,
@@ -284,6 +284,8 @@ pub struct Vm {
     data_used: usize,
     next_generation: u64,
     stats: Stats,
+    /// The operand stack of the running activation (one at a time).
+    stack: Box<Stack>,
 }
 
 impl Vm {
@@ -332,6 +334,7 @@ impl Vm {
             data_used: 0,
             next_generation: 1,
             stats: Stats::default(),
+            stack: Box::new([0; nicmsg_pdl::limits::MAX_STACK_DEPTH as usize]),
             config,
         }
     }
@@ -502,7 +505,7 @@ impl Vm {
             budget: self.config.budget,
             message,
         };
-        let (end, executed) = interp::run(code, data, entry, &cx, host);
+        let (end, executed) = interp::run(code, data, &mut self.stack, entry, &cx, host);
         debug_assert!(executed <= self.config.budget);
         for stats in [&mut s.stats, &mut self.stats] {
             stats.activations += 1;
