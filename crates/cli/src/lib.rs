@@ -9,7 +9,10 @@
 //! * `nicmsg bench [PATTERN...] [--suite papers] ...` runs the benchmarks: the program
 //!   `nicmsg-bench` (crate `nicmsg-bench`) from this executable's directory ([`bench`]), so that
 //!   the launcher links neither the benchmarks nor the plotting library;
-//! * `nicmsg cleanup` removes namespaces left behind by launchers that were killed.
+//! * `nicmsg cleanup` removes namespaces left behind by launchers that were killed;
+//! * `nicmsg pdl compile FILE [-o OUT]` and `nicmsg pdl disasm MODULE` compile PANIC's PDL
+//!   programs and list modules ([`pdl`]; the compiler is crate `nicmsg-pdl`, with no runtime
+//!   dependency).
 //!
 //! The environment given to the ranks, the namespace topology and the cleanup guarantees are
 //! described in `docs/launcher.md`. Linux only.
@@ -19,6 +22,7 @@ pub mod check;
 pub mod limits;
 pub mod netns;
 pub mod output;
+pub mod pdl;
 pub mod run;
 pub mod signals;
 pub mod units;
@@ -31,7 +35,11 @@ pub use run::{run, LaunchError, Outcome, RankStatus, RunArgs};
 
 /// Command line of `nicmsg`.
 #[derive(Debug, Parser)]
-#[command(name = "nicmsg", version, about = "Launch and check nicmsg jobs")]
+#[command(
+    name = "nicmsg",
+    version,
+    about = "Launch and check nicmsg jobs, compile engine programs"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Cmd,
@@ -55,6 +63,8 @@ pub enum Cmd {
     BenchWorker(bench::Forwarded),
     /// Remove network namespaces left behind by launchers that no longer run (needs root).
     Cleanup,
+    /// PANIC's engine programs: compile PDL into modules, list modules (`nicmsg pdl --help`).
+    Pdl(pdl::PdlArgs),
 }
 
 /// Runs `nicmsg` with `args` (the first is the program name) and returns its exit status.
@@ -102,6 +112,7 @@ where
             bench::exec(bench::Subcommand::BenchWorker, &args[0], &forwarded.args)
         }
         Cmd::Cleanup => cleanup(),
+        Cmd::Pdl(args) => pdl::pdl(&args),
     }
 }
 
