@@ -52,10 +52,13 @@ enum nicmsg_result {
     NICMSG_ERR_PENDING = 15,          /* nicmsg_finalize with requests outstanding */
     NICMSG_ERR_INTERNAL = 16,         /* the engine stopped (a bug in nicmsg): pending
                                          operations cannot complete */
-    NICMSG_ERR_PANIC = 17             /* a panic inside the library was caught at this
+    NICMSG_ERR_PANIC = 17,            /* a panic inside the library was caught at this
                                          boundary (a bug in nicmsg; its message is on
                                          stderr): the call did not complete, and the
                                          communicator may be unusable */
+    NICMSG_ERR_PROGRAM = 18           /* an engine refused a request about its PANIC programs
+                                         (module rejected, no such program, turned off, a
+                                         trap): the reason is on stderr */
 };
 
 typedef struct NicmsgComm nicmsg_comm;

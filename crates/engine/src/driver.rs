@@ -4,11 +4,12 @@
 //! inside test/wait (`inline` mode).
 
 use crate::outbox::Outbox;
+use crate::programs::{Post, Programs};
 use crate::registry::{Registry, RegistryMemory};
 use crate::table::{Descriptor, OpCode, ResultCode, Table, ANY, CANCEL_BIT};
 use crate::transport::{PlacementTarget, Received, Transport, MAX_FRAME_PIECES, PLACED_HEADER_LEN};
 use nicmsg_proto::{
-    Completion, Endpoint, Nanos, OpError, OpId, OpKind, PostError, Source, Stats, TagMatch,
+    Completion, Endpoint, Nanos, OpError, OpId, OpKind, PostError, SgList, Source, Stats, TagMatch,
     Transmit,
 };
 use nicmsg_proto::{ExpectedFrame, PlacedOutcome};
@@ -34,6 +35,9 @@ const REFUSAL_CHECK_NS: Nanos = 10_000_000;
 /// Refusals handed to the protocol core per turn: a few declare a peer dead; a burst of frames
 /// refused beyond this says nothing more.
 const MAX_REFUSALS_PER_TURN: usize = 64;
+/// The table slot recorded for operations of the engine's own programs (`crate::programs`):
+/// no host slot is behind them.
+const PROGRAMS_SLOT: u32 = u32::MAX - 1;
 
 /// Engine-side counters beyond the protocol's.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -77,6 +81,8 @@ pub struct Driver<T: Transport> {
     unreachable_reported: u64,
     /// When to look for refusals next, whatever the kernel reported.
     next_refusal_check: Nanos,
+    /// PANIC's programs, if the host gave them ([`Driver::set_programs`]).
+    programs: Option<Programs>,
 }
 
 impl<T: Transport> Driver<T> {
@@ -107,11 +113,21 @@ impl<T: Transport> Driver<T> {
             stats: EngineStats::default(),
             unreachable_reported: 0,
             next_refusal_check: 0,
+            programs: None,
             endpoint,
             transport,
             table,
             registry,
         }
+    }
+
+    /// Hosts PANIC's programs in this engine: it posts their receives at its next turn.
+    pub fn set_programs(&mut self, programs: Programs) {
+        self.programs = Some(programs);
+    }
+
+    pub fn programs(&self) -> Option<&Programs> {
+        self.programs.as_ref()
     }
 
     pub fn endpoint(&self) -> &Endpoint {
@@ -173,8 +189,79 @@ impl<T: Transport> Driver<T> {
         }
         busy |= self.transmit(now);
         busy |= self.hand_back_completions();
+        if self.run_programs(now) {
+            busy = true;
+            self.transmit(now);
+            self.hand_back_completions();
+        }
         self.report_unreachable_peers();
         busy
+    }
+
+    /// Lets PANIC's programs handle what they received, and posts what they asked for.
+    /// Returns true if anything was done.
+    fn run_programs(&mut self, now: Nanos) -> bool {
+        let Some(programs) = self.programs.as_mut() else {
+            return false;
+        };
+        if !programs.has_work() {
+            return false;
+        }
+        programs.handle_received(now);
+        while let Some(post) = self.programs.as_mut().and_then(Programs::poll_post) {
+            self.post_for_programs(now, post);
+            // A send that completed at once freed its protocol index, which the next post may
+            // reuse: hand its completion back first (as `take_commands` does).
+            self.hand_back_completions();
+        }
+        true
+    }
+
+    fn post_for_programs(&mut self, now: Nanos, post: Post) {
+        let mut memory = RegistryMemory(&self.registry);
+        let posted = match post {
+            Post::Recv {
+                context,
+                region,
+                len,
+            } => self.endpoint.post_recv(
+                now,
+                Source::Any,
+                context,
+                TagMatch::Any,
+                &SgList::contiguous(region, 0, len),
+                &mut memory,
+            ),
+            Post::Send {
+                rank,
+                context,
+                tag,
+                region,
+                len,
+            } => self.endpoint.post_send(
+                now,
+                rank,
+                context,
+                tag,
+                &SgList::contiguous(region, 0, len),
+                &mut memory,
+            ),
+        };
+        let programs = self.programs.as_mut().expect("posting for programs");
+        match posted {
+            Ok(op) => {
+                programs.posted(op);
+                let entry = (PROGRAMS_SLOT, op.generation);
+                match op.kind {
+                    OpKind::Send => self.send_slots[op.index as usize] = entry,
+                    OpKind::Recv | OpKind::Probe => self.recv_slots[op.index as usize] = entry,
+                }
+            }
+            Err(error) => {
+                tracing::debug!(?error, "a PANIC post was refused");
+                programs.post_failed();
+            }
+        }
     }
 
     /// The part of a turn a post needs at once: take the commands just posted and send what
@@ -474,11 +561,23 @@ impl<T: Transport> Driver<T> {
         }
         // SAFETY: the slot is ours until `complete` hands it back, which happens after this.
         let regions = unsafe { self.table.descriptor(slot) }.buffer.segments();
+        let mut ids = [nicmsg_proto::RegionId(0); nicmsg_proto::MAX_SEGMENTS];
+        for (id, segment) in ids.iter_mut().zip(regions) {
+            *id = segment.region;
+        }
+        self.forget_frames_in(&ids[..regions.len()]);
+    }
+
+    /// Drops the waiting frames that read any of `regions`.
+    fn forget_frames_in(&mut self, regions: &[nicmsg_proto::RegionId]) {
+        if self.unsent.is_empty() {
+            return;
+        }
         let dropped = self.unsent.retain(|transmit| {
             !transmit
                 .pieces()
                 .iter()
-                .any(|piece| regions.iter().any(|s| s.region == piece.region))
+                .any(|piece| regions.contains(&piece.region))
         });
         self.stats.orphan_frames += dropped as u64;
     }
@@ -585,6 +684,10 @@ impl<T: Transport> Driver<T> {
             generation, op.generation,
             "completion of {op:?} maps to a reused slot"
         );
+        if slot == PROGRAMS_SLOT {
+            self.complete_for_programs(completion);
+            return;
+        }
         self.slot_ops[slot as usize] = None;
         if op.kind == OpKind::Send {
             self.forget_frames_of(slot);
@@ -611,6 +714,25 @@ impl<T: Transport> Driver<T> {
                 Err(OpError::Cancelled) => d.result = ResultCode::Cancelled,
             })
         };
+    }
+}
+
+impl<T: Transport> Driver<T> {
+    /// A completion of one of the programs' operations: frames of a completed send still
+    /// waiting to leave are dropped before its buffer is reused, as for the host's sends.
+    fn complete_for_programs(&mut self, completion: Completion) {
+        let programs = self
+            .programs
+            .as_ref()
+            .expect("programs' operations need programs");
+        if let Some(region) = programs.region_of(completion.op) {
+            if completion.op.kind == OpKind::Send {
+                self.forget_frames_in(&[region]);
+            }
+        }
+        let programs = self.programs.as_mut().expect("checked above");
+        let taken = programs.complete(completion.op, completion.result);
+        debug_assert!(taken, "{:?} is not the programs'", completion.op);
     }
 }
 

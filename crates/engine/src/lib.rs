@@ -22,6 +22,8 @@ pub mod inline;
 mod outbox;
 #[cfg(not(loom))]
 pub mod poller;
+#[cfg(not(loom))]
+pub mod programs;
 pub mod registry;
 #[cfg(not(loom))]
 pub mod runner;

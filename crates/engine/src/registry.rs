@@ -25,6 +25,9 @@ struct Region {
 /// `RegistryMemory` does, under `register`'s contract.)
 pub struct Registry {
     regions: Box<[Region]>,
+    /// Regions `0..host_regions` are the host's to hand out; those after are the engine's own
+    /// (buffers of PANIC's programs, `crate::programs`).
+    host_regions: usize,
 }
 
 // Send and Sync without `unsafe impl`: a region is two atomics. The registry never
@@ -32,18 +35,34 @@ pub struct Registry {
 // for the memory staying valid while registered.
 
 impl Registry {
+    /// A registry of `capacity` regions, all the host's.
     pub fn new(capacity: usize) -> Self {
-        let regions = (0..capacity)
+        Self::with_engine_regions(capacity, 0)
+    }
+
+    /// A registry of `host` regions for the host and `engine` more for the engine's own
+    /// buffers, which the host never hands out.
+    pub fn with_engine_regions(host: usize, engine: usize) -> Self {
+        let regions = (0..host + engine)
             .map(|_| Region {
                 base: AtomicPtr::new(std::ptr::null_mut()),
                 len: AtomicUsize::new(0),
             })
             .collect();
-        Self { regions }
+        Self {
+            regions,
+            host_regions: host,
+        }
     }
 
+    /// The host's regions (ids `0..capacity()`).
     pub fn capacity(&self) -> usize {
-        self.regions.len()
+        self.host_regions
+    }
+
+    /// The engine's own regions.
+    pub fn engine_regions(&self) -> std::ops::Range<u32> {
+        self.host_regions as u32..self.regions.len() as u32
     }
 
     /// Publishes `len` bytes at `base` in slot `id`, which the caller (the one host thread that
@@ -74,6 +93,11 @@ impl Registry {
         let (base, region_len) = self.slice(id)?;
         let end = offset.checked_add(len)?;
         (end <= region_len as u64).then(|| base.wrapping_add(offset as usize))
+    }
+
+    /// Length of a registered region.
+    pub fn size(&self, id: RegionId) -> Option<usize> {
+        self.slice(id).map(|(_, len)| len)
     }
 
     fn slice(&self, id: RegionId) -> Option<(*mut u8, usize)> {

@@ -90,6 +90,9 @@ result_codes! {
     /// A panic inside the library was caught at the C ABI's boundary (a bug in nicmsg; its
     /// message went to stderr). The call did not complete; the communicator may be unusable.
     Panic = 17, NICMSG_ERR_PANIC, c"internal error: a panic was caught at the C ABI boundary (a bug in nicmsg; its message is on stderr)";
+    /// An engine refused a request about its PANIC programs (a module it rejected, no such
+    /// program, programs or remote requests turned off, a trap): the reason is on stderr.
+    Program = 18, NICMSG_ERR_PROGRAM, c"an engine refused the program request (reason on stderr)";
 }
 
 impl From<Code> for std::ffi::c_int {

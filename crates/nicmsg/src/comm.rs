@@ -5,11 +5,16 @@ use crate::backend::Backend;
 use crate::options::{EngineMode, Options};
 use crate::request::Request;
 use crate::{Error, Status, MAX_TAG};
+use nicmsg_engine::programs::{Programs, ProgramsConfig, ProgramsShared};
 use nicmsg_engine::{
     Driver, HostError, HostTable, InlineEngine, OpCode, Outcome, Posted, Registry, Snapshot, Table,
     ThreadEngine, ANY,
 };
 use nicmsg_proto::{Context, Endpoint, MAX_SEGMENTS};
+
+/// How long a host waiting for a program's flag sleeps between looks, once past its spin: a
+/// flag is set by an engine turn, and a nap of this length costs no core.
+const PROGRAM_WAIT_NAP_US: u64 = 20;
 use nicmsg_udp::{UdpOptions, UdpTransport};
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
@@ -39,6 +44,9 @@ pub struct Comm {
     host: RefCell<HostTable>,
     engine: RefCell<Engine>,
     barrier_epoch: Cell<u32>,
+    /// PANIC: shared with the engine's programs.
+    programs_shared: Arc<ProgramsShared>,
+    program_requests: Cell<u32>,
     transport_name: &'static str,
     _single_host_thread: PhantomData<Cell<()>>,
 }
@@ -90,9 +98,25 @@ impl Comm {
         let (rank, size) = (endpoint.rank(), endpoint.size());
         let transport_name = backend.name();
         let table = Arc::new(Table::new(options.slots, size));
-        let registry = Arc::new(Registry::new(options.regions));
+        let registry = Arc::new(Registry::with_engine_regions(
+            options.regions,
+            nicmsg_engine::programs::ENGINE_REGIONS,
+        ));
         let mut driver = Driver::new(endpoint, backend, Arc::clone(&table), Arc::clone(&registry));
         driver.set_placement(options.placement);
+        let programs_shared = Arc::new(ProgramsShared::default());
+        let mut vm = nicmsg_vm::VmConfig::new(rank, size);
+        vm.budget = options.program_budget;
+        let config = ProgramsConfig {
+            enabled: options.programs,
+            remote_requests: options.programs_remote,
+            vm,
+        };
+        driver.set_programs(Programs::new(
+            config,
+            Arc::clone(&programs_shared),
+            Arc::clone(&registry),
+        ));
         let engine = match options.engine {
             EngineMode::Inline => Engine::Inline(InlineEngine::start(driver)?),
             EngineMode::Thread => Engine::Thread(ThreadEngine::spawn(driver, options.idle)?),
@@ -102,6 +126,8 @@ impl Comm {
             size,
             host: RefCell::new(HostTable::new(Arc::clone(&table), registry)),
             barrier_epoch: Cell::new(0),
+            programs_shared,
+            program_requests: Cell::new(0),
             table,
             engine: RefCell::new(engine),
             transport_name,
@@ -351,7 +377,7 @@ impl Comm {
     }
 
     /// Registers the ranges, fills a slot and hands it to the engine.
-    fn post(
+    pub(crate) fn post(
         &self,
         op: OpCode,
         peer: u32,
@@ -401,6 +427,39 @@ impl Comm {
     }
 
     /// One step of waiting: progress in inline mode; in thread mode nothing (the engine works).
+    /// One round of a wait for something no slot stands for (a program's flag): an inline
+    /// engine runs a turn; otherwise the caller spins for `wait_spin_ns` after `started`, then
+    /// naps (the engine thread does the work).
+    pub(crate) fn progress_or_nap(&self, started: u64) {
+        let now = nicmsg_engine::clock::monotonic_ns();
+        if matches!(&*self.engine.borrow(), Engine::Inline(_)) {
+            self.progress_at(now);
+        }
+        let waited = now.saturating_sub(started);
+        if waited < self.options.wait_spin_ns {
+            nicmsg_engine::sharing::relax(waited);
+        } else {
+            std::thread::sleep(std::time::Duration::from_micros(PROGRAM_WAIT_NAP_US));
+        }
+    }
+
+    /// PANIC: this rank's part of the programs' state (segments, signals, display output).
+    pub(crate) fn programs_shared(&self) -> &ProgramsShared {
+        &self.programs_shared
+    }
+
+    /// PANIC: a request number for an engine's answer (below 2^31, see `answer_tag`).
+    pub(crate) fn next_program_request(&self) -> u32 {
+        let request = self.program_requests.get();
+        self.program_requests.set((request + 1) & 0x7fff_ffff);
+        request
+    }
+
+    /// PANIC: the programs of this rank's engine and of the job's other engines.
+    pub fn programs(&self) -> crate::programs::Programs<'_> {
+        crate::programs::Programs::new(self)
+    }
+
     pub(crate) fn progress_once(&self) {
         self.progress_at(nicmsg_engine::clock::monotonic_ns());
     }

@@ -35,6 +35,12 @@ pub enum Error {
     Config(String),
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    #[error("the engine of rank {rank} refused the program request: {reason}")]
+    Program {
+        rank: u32,
+        status: u32,
+        reason: String,
+    },
     #[error("the engine thread stopped unexpectedly (a bug in nicmsg: please report it with NICMSG_LOG=debug output); pending operations cannot complete")]
     EngineFailed,
 }
@@ -55,6 +61,7 @@ impl Error {
             Self::Config(_) => Code::Config,
             Self::Io(_) => Code::Io,
             Self::EngineFailed => Code::EngineFailed,
+            Self::Program { .. } => Code::Program,
         }
     }
 }

@@ -25,6 +25,7 @@ mod comm;
 mod error;
 mod logging;
 mod options;
+pub mod programs;
 mod report;
 mod request;
 
@@ -35,6 +36,7 @@ pub use nicmsg_engine::Snapshot;
 pub use options::{
     settings_markdown, EngineMode, Options, Setting, TransportChoice, Value, Values, SETTINGS,
 };
+pub use programs::{Displayed, ProgramId, Programs, Reply, Segment};
 pub use request::Request;
 
 /// Largest user tag (as MPI's `MPI_TAG_UB`); higher tags are reserved for the library.

@@ -47,6 +47,13 @@ pub struct Options {
     pub print_stats: bool,
     /// Speculative header/payload split on receive (`NICMSG_PLACEMENT=0` turns it off).
     pub placement: bool,
+    /// PANIC: whether the engine runs programs (`NICMSG_PROGRAMS`).
+    pub programs: bool,
+    /// PANIC: whether other ranks may load, unload and start programs here
+    /// (`NICMSG_PROGRAMS_REMOTE`).
+    pub programs_remote: bool,
+    /// PANIC: instructions one activation of a program may execute (`NICMSG_PROGRAM_BUDGET`).
+    pub program_budget: u32,
     /// UDP segmentation offload for runs of frames to one peer (`NICMSG_GSO=0` turns it off).
     pub gso: bool,
     /// UDP receive coalescing (`NICMSG_GRO=0` turns it off).
@@ -67,6 +74,9 @@ impl Default for Options {
             bootstrap_timeout: std::time::Duration::from_secs(60),
             print_stats: false,
             placement: true,
+            programs: true,
+            programs_remote: true,
+            program_budget: nicmsg_vm::limits::DEFAULT_BUDGET,
             gso: true,
             gro: true,
         }
@@ -261,6 +271,10 @@ pub const CTS_WINDOW_MAX: u64 = RX_TRACKED_FRAMES as u64;
 /// `NICMSG_SPIN_US` and `NICMSG_IDLE_POLL_US` at most 1 s: spinning longer only burns the core,
 /// and an idle engine sleeping longer leaves an operation posted meanwhile waiting that long.
 pub const IDLE_US_MAX: u64 = 1_000_000;
+/// A program's budget: at least enough for a loop over a 4 KiB message word by word, at most
+/// about a second of interpretation (a longer activation would stall the engine's messaging).
+pub const PROGRAM_BUDGET_MIN: u64 = 1_000;
+pub const PROGRAM_BUDGET_MAX: u64 = 100_000_000;
 /// `NICMSG_WATCHDOG` at least 1 s: the engine looks at pending operations once a second, so a
 /// shorter threshold reports no sooner, and reports operations that are merely in flight.
 pub const WATCHDOG_MIN_S: f64 = 1.0;
@@ -576,6 +590,34 @@ pub static SETTINGS: &[Setting] = &[
         meaning: "receive the payload of expected frames straight into the receive buffer \
                   (speculative header/payload split)",
         apply: |o, v| o.placement = v.on(),
+    },
+    Setting {
+        name: "NICMSG_PROGRAMS",
+        values: Values::Switch,
+        default: "on",
+        meaning: "the engine runs PANIC programs (`docs/pdl.md`); off: requests to load them \
+                  are answered with a refusal",
+        apply: |o, v| o.programs = v.on(),
+    },
+    Setting {
+        name: "NICMSG_PROGRAMS_REMOTE",
+        values: Values::Switch,
+        default: "on",
+        meaning: "other ranks of the job may load, unload and start programs on this engine \
+                  (its own host always may)",
+        apply: |o, v| o.programs_remote = v.on(),
+    },
+    Setting {
+        name: "NICMSG_PROGRAM_BUDGET",
+        values: Values::Whole {
+            min: PROGRAM_BUDGET_MIN,
+            max: PROGRAM_BUDGET_MAX,
+            unit: "instructions",
+        },
+        default: "100000",
+        meaning: "instructions one activation of a program may execute before it is stopped \
+                  and the program disabled (a runaway loop cannot stall the engine)",
+        apply: |o, v| o.program_budget = v.whole() as u32,
     },
     Setting {
         name: "NICMSG_GSO",

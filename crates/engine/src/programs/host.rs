@@ -1,0 +1,168 @@
+//! What the VM's programs reach through the engine during one activation ([`nicmsg_vm::Host`]):
+//! the engine's clock, its send buffers (a program's `SEND` and `REPLY` are copied into one and
+//! queued for posting), the shared segments, the locks and flags, the display output.
+
+use super::{Buffer, ProgramsShared, ProgramsStats, Queued, MESSAGE_BUFFER_LEN};
+use crate::registry::Registry;
+use nicmsg_proto::{Context, Nanos};
+use nicmsg_vm::{Destination, Host, Outgoing, ProgramId, SegmentError, SegmentId, SendRefused};
+use nicmsg_wire::program::{reply_tag, ProgramHeader, ProgramOp, PROGRAM_HEADER_LEN};
+use std::collections::VecDeque;
+
+pub(super) struct EngineHost<'a> {
+    now: Nanos,
+    rank: u32,
+    shared: &'a ProgramsShared,
+    registry: &'a Registry,
+    buffers: &'a [Buffer],
+    free_sends: &'a mut Vec<usize>,
+    queued: &'a mut VecDeque<Queued>,
+    stats: &'a mut ProgramsStats,
+}
+
+impl<'a> EngineHost<'a> {
+    #[allow(clippy::too_many_arguments)] // the split borrows of `Programs` one activation needs
+    pub(super) fn new(
+        now: Nanos,
+        rank: u32,
+        shared: &'a ProgramsShared,
+        registry: &'a Registry,
+        buffers: &'a [Buffer],
+        free_sends: &'a mut Vec<usize>,
+        queued: &'a mut VecDeque<Queued>,
+        stats: &'a mut ProgramsStats,
+    ) -> Self {
+        Self {
+            now,
+            rank,
+            shared,
+            registry,
+            buffers,
+            free_sends,
+            queued,
+            stats,
+        }
+    }
+}
+
+impl Host for EngineHost<'_> {
+    fn now_ns(&mut self) -> i64 {
+        self.now as i64
+    }
+
+    fn send(&mut self, message: Outgoing<'_>) -> Result<(), SendRefused> {
+        let Some(buffer) = self.free_sends.pop() else {
+            return Err(SendRefused(
+                "all of the engine's send buffers are in flight",
+            ));
+        };
+        let (context, tag, program) = match message.to {
+            Destination::Program(program) => (
+                Context::PROGRAM_MESSAGES,
+                u32::from(message.trigger),
+                program.0,
+            ),
+            Destination::Host => (
+                Context::PROGRAM_ANSWERS,
+                reply_tag(message.trigger),
+                message.from.0,
+            ),
+        };
+        let header = ProgramHeader {
+            op: ProgramOp::Message,
+            trigger: message.trigger,
+            program,
+            source_program: Some(message.from.0),
+            request: 0,
+            origin: self.rank,
+        };
+        let len = PROGRAM_HEADER_LEN + message.payload.len();
+        if len > MESSAGE_BUFFER_LEN {
+            self.free_sends.push(buffer);
+            return Err(SendRefused("message longer than a program may send"));
+        }
+        let address = self
+            .registry
+            .address(self.buffers[buffer].region, 0, len as u64)
+            .expect("engine buffers stay registered");
+        // SAFETY: a free send buffer is not posted, so nothing else reads or writes it.
+        let memory = unsafe { std::slice::from_raw_parts_mut(address, len) };
+        header.emit(memory);
+        memory[PROGRAM_HEADER_LEN..].copy_from_slice(message.payload);
+        self.queued.push_back(Queued {
+            buffer,
+            rank: message.rank,
+            context,
+            tag,
+            len,
+        });
+        Ok(())
+    }
+
+    fn display(&mut self, program: ProgramId, value: i64) {
+        self.shared.display.push(super::Shown {
+            program: program.0,
+            value,
+        });
+    }
+
+    fn deliver(
+        &mut self,
+        _program: ProgramId,
+        segment: SegmentId,
+        offset: u64,
+        bytes: &[u8],
+    ) -> Result<(), SegmentError> {
+        self.shared
+            .with_segment(segment, offset, bytes.len() as u64, |address| {
+                // SAFETY: `with_segment` checked the range lies in the shared segment, which the
+                // host keeps valid until `unshare`, and `unshare` waits for this copy to end.
+                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), address, bytes.len()) }
+            })
+            .map_err(|size| segment_error(segment, offset, bytes.len(), size))
+    }
+
+    fn get(
+        &mut self,
+        _program: ProgramId,
+        segment: SegmentId,
+        offset: u64,
+        into: &mut [u8],
+    ) -> Result<(), SegmentError> {
+        let len = into.len();
+        self.shared
+            .with_segment(segment, offset, len as u64, |address| {
+                // SAFETY: as in `deliver`; `into` is the VM's own memory, apart from segments.
+                unsafe { std::ptr::copy_nonoverlapping(address, into.as_mut_ptr(), len) }
+            })
+            .map_err(|size| segment_error(segment, offset, len, size))
+    }
+
+    fn locked(&mut self, program: ProgramId, lock: u8) -> bool {
+        self.shared.signals.lock(program.0, lock).unwrap_or(false)
+    }
+
+    fn clear_lock(&mut self, program: ProgramId, lock: u8) {
+        if !self.shared.signals.clear_lock(program.0, lock) {
+            self.stats.signals_refused += 1;
+        }
+    }
+
+    fn set_flag(&mut self, program: ProgramId, flag: u8) {
+        if !self.shared.signals.set_flag(program.0, flag) {
+            self.stats.signals_refused += 1;
+        }
+    }
+}
+
+fn segment_error(segment: SegmentId, offset: u64, len: usize, size: Option<u64>) -> SegmentError {
+    match size {
+        None => SegmentError::NoSuchSegment(segment),
+        Some(size) => SegmentError::OutOfBounds {
+            segment,
+            offset,
+            len,
+            size,
+        },
+    }
+}

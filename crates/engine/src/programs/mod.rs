@@ -1,0 +1,629 @@
+//! PANIC on the engine: the protocol VM (`nicmsg-vm`) hosted by the driver.
+//!
+//! PANIC's traffic is ordinary reliable messages of the protocol in contexts of their own
+//! (`Context::PROGRAM_MESSAGES`, `PROGRAM_REQUESTS`, `PROGRAM_ANSWERS`), each starting with a
+//! [`ProgramHeader`]. The engine keeps receives posted in the first two, into buffers of its
+//! own (regions of the registry the host never hands out); when one completes, the driver asks
+//! [`Programs`] to handle it at the end of its turn ([`Programs::handle_received`]): a message
+//! runs its program's trigger in the VM, a request (load, unload, run, list, output) is carried
+//! out and answered. What programs send (`SEND`, `REPLY`, a message passed on to the host) and
+//! the answers are copied into the engine's send buffers and posted as sends
+//! ([`Programs::poll_post`]); a buffer returns to the pool when its send completes.
+//!
+//! So a lost, duplicated or reordered load or trigger is recovered like any message, a peer
+//! that dies fails PANIC's sends like any send, and the simulator's faults reach PANIC through
+//! the same protocol code. The application's side (segments, locks and flags, display output)
+//! is [`ProgramsShared`].
+
+pub mod display;
+mod host;
+pub mod shared;
+pub mod signals;
+
+use crate::registry::Registry;
+use host::EngineHost;
+use nicmsg_proto::{Context, Nanos, OpError, OpId, RegionId, Status};
+use nicmsg_vm::{LoadError, Message, Outcome, ProgramId, Source, Verdict, Vm, VmConfig};
+use nicmsg_wire::program::{
+    answer_tag, reply_tag, Answer, ProgramHeader, ProgramOp, ANSWER_LEN, PROGRAM_HEADER_LEN,
+};
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+pub use display::{Display, Shown, DISPLAY_CAPACITY};
+pub use shared::{ProgramsShared, SegmentRefused, SEGMENTS};
+pub use signals::{SignalError, Signals, SIGNAL_PROGRAMS};
+
+/// Receives kept posted for programs' messages: messages that arrive while all are being
+/// handled wait in the protocol's unexpected queue (flow-controlled by its credits).
+pub const MESSAGE_INBOXES: usize = 8;
+/// Receives kept posted for requests (loads carry whole modules, so these are large; requests
+/// are rare).
+pub const REQUEST_INBOXES: usize = 1;
+/// Send buffers for programs' messages and the engine's answers. A message is handled only
+/// while at least [`SENDS_RESERVED`] are free (so a program's sends are not refused for want of
+/// a buffer in normal operation) and a request only while one is free (for its answer).
+pub const SEND_BUFFERS: usize = 64;
+/// Free send buffers needed before a message is handled: the sends one activation typically
+/// makes (a barrier's fan-out to 8 peers).
+pub const SENDS_RESERVED: usize = 8;
+/// The largest program message: its header and a program's largest transfer.
+pub const MESSAGE_BUFFER_LEN: usize =
+    PROGRAM_HEADER_LEN + nicmsg_pdl::limits::MAX_TRANSFER_BYTES as usize;
+/// The largest request: its header and the largest module.
+pub const REQUEST_BUFFER_LEN: usize = PROGRAM_HEADER_LEN + nicmsg_vm::limits::MAX_MODULE_BYTES;
+/// Registry regions the engine keeps for these buffers.
+pub const ENGINE_REGIONS: usize = MESSAGE_INBOXES + REQUEST_INBOXES + SEND_BUFFERS;
+
+/// An answer's status (`Answer::status`): what became of a request.
+pub mod status {
+    pub const DONE: u32 = 0;
+    /// The engine runs no programs (`NICMSG_PROGRAMS=off`).
+    pub const DISABLED: u32 = 1;
+    /// Loading from other ranks is turned off (`NICMSG_PROGRAMS_REMOTE=off`).
+    pub const REMOTE_REFUSED: u32 = 2;
+    /// The module was rejected (decoding, verification, room): the text says why.
+    pub const LOAD_FAILED: u32 = 3;
+    /// No such program, or the program cannot do that now.
+    pub const REFUSED: u32 = 4;
+    /// The program's initialisation block trapped.
+    pub const TRAPPED: u32 = 5;
+}
+
+/// How the engine's programs are set up.
+#[derive(Debug, Clone)]
+pub struct ProgramsConfig {
+    /// Whether the engine runs programs at all; when not, it still answers requests (with
+    /// [`status::DISABLED`]) so no host waits for an answer forever.
+    pub enabled: bool,
+    /// Whether other ranks may load, unload and start programs here.
+    pub remote_requests: bool,
+    pub vm: VmConfig,
+}
+
+/// Engine-side counts of PANIC's traffic.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProgramsStats {
+    pub messages: u64,
+    pub requests: u64,
+    /// Messages or requests with a header that does not parse, or in the wrong context.
+    pub malformed: u64,
+    /// Requests from other ranks refused (remote requests turned off).
+    pub remote_refused: u64,
+    /// Messages whose program refused them (unknown program or trigger, not started,
+    /// disabled): dropped.
+    pub refused: u64,
+    /// Activations that trapped (the program is disabled; see `nicmsg pdl list`).
+    pub traps: u64,
+    /// Messages programs passed on to their host.
+    pub passed: u64,
+    /// Sends of programs and answers that failed (their peer died, or the post was refused).
+    pub sends_failed: u64,
+    /// Signals (locks, flags) programs could not use: too many programs with signals.
+    pub signals_refused: u64,
+}
+
+/// What the driver posts for the programs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Post {
+    Recv {
+        context: Context,
+        region: RegionId,
+        len: u64,
+    },
+    Send {
+        rank: u32,
+        context: Context,
+        tag: u32,
+        region: RegionId,
+        len: u64,
+    },
+}
+
+/// One engine buffer: registered in the registry, used only through its address there (so no
+/// reference to it is held while the protocol core writes it).
+struct Buffer {
+    memory: Vec<u8>,
+    region: RegionId,
+    /// The operation using it, while posted.
+    op: Option<OpId>,
+    /// An inbox's context (`PROGRAM_MESSAGES` or `PROGRAM_REQUESTS`); sends have `USER`.
+    context: Context,
+}
+
+/// A buffer filled for a send, not yet posted.
+#[derive(Debug, Clone, Copy)]
+struct Queued {
+    buffer: usize,
+    rank: u32,
+    context: Context,
+    tag: u32,
+    len: usize,
+}
+
+/// PANIC's engine side: the VM and the buffers and queues around it.
+pub struct Programs {
+    vm: Option<Vm>,
+    shared: Arc<ProgramsShared>,
+    registry: Arc<Registry>,
+    remote_requests: bool,
+    rank: u32,
+    /// Inboxes first (`MESSAGE_INBOXES` then `REQUEST_INBOXES`), then the send buffers.
+    buffers: Vec<Buffer>,
+    free_sends: Vec<usize>,
+    /// Inboxes whose receive completed, with its status, waiting to be handled.
+    received: VecDeque<(usize, Status)>,
+    /// Inboxes to post (again).
+    unposted: VecDeque<usize>,
+    queued: VecDeque<Queued>,
+    /// The buffer of the post `poll_post` handed out last, until `posted` says its op.
+    posting: Option<usize>,
+    stats: ProgramsStats,
+}
+
+impl Programs {
+    /// The engine's programs, with buffers registered in `registry`'s engine regions (which
+    /// must number [`ENGINE_REGIONS`] at least).
+    pub fn new(
+        config: ProgramsConfig,
+        shared: Arc<ProgramsShared>,
+        registry: Arc<Registry>,
+    ) -> Self {
+        let regions = registry.engine_regions();
+        assert!(
+            regions.len() >= ENGINE_REGIONS,
+            "the registry keeps {} regions for the engine, PANIC needs {ENGINE_REGIONS}",
+            regions.len()
+        );
+        let contexts = std::iter::repeat_n(
+            (Context::PROGRAM_MESSAGES, MESSAGE_BUFFER_LEN),
+            MESSAGE_INBOXES,
+        )
+        .chain(std::iter::repeat_n(
+            (Context::PROGRAM_REQUESTS, REQUEST_BUFFER_LEN),
+            REQUEST_INBOXES,
+        ))
+        .chain(std::iter::repeat_n(
+            (Context::USER, MESSAGE_BUFFER_LEN),
+            SEND_BUFFERS,
+        ));
+        let mut buffers: Vec<Buffer> = contexts
+            .zip(regions)
+            .map(|((context, len), region)| Buffer {
+                memory: vec![0; len],
+                region: RegionId(region),
+                op: None,
+                context,
+            })
+            .collect();
+        for buffer in &mut buffers {
+            // SAFETY: the buffer's heap memory lives until `Drop` unregisters it (moving the
+            // Vec does not move its heap memory), and the engine alone uses it: receives are
+            // written by the protocol core while posted and read here only after they
+            // complete; sends are written here only while not posted.
+            unsafe {
+                registry.register(
+                    buffer.region,
+                    buffer.memory.as_mut_ptr(),
+                    buffer.memory.len(),
+                )
+            };
+        }
+        let inboxes = MESSAGE_INBOXES + REQUEST_INBOXES;
+        Self {
+            rank: config.vm.rank,
+            vm: config.enabled.then(|| Vm::new(config.vm)),
+            shared,
+            registry,
+            remote_requests: config.remote_requests,
+            buffers,
+            free_sends: (inboxes..inboxes + SEND_BUFFERS).rev().collect(),
+            received: VecDeque::new(),
+            unposted: (0..inboxes).collect(),
+            queued: VecDeque::new(),
+            posting: None,
+            stats: ProgramsStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> &ProgramsStats {
+        &self.stats
+    }
+
+    /// The VM (for counters and inspection), if programs are enabled.
+    pub fn vm(&self) -> Option<&Vm> {
+        self.vm.as_ref()
+    }
+
+    /// Whether the driver has something to do for the programs: received buffers to handle
+    /// or posts to make. One branch per turn when PANIC is idle.
+    pub fn has_work(&self) -> bool {
+        !self.unposted.is_empty() || !self.queued.is_empty() || self.can_handle()
+    }
+
+    fn can_handle(&self) -> bool {
+        let Some(&(inbox, _)) = self.received.front() else {
+            return false;
+        };
+        let needed = if self.buffers[inbox].context == Context::PROGRAM_MESSAGES {
+            SENDS_RESERVED
+        } else {
+            1
+        };
+        self.free_sends.len() >= needed
+    }
+
+    /// The next post the driver must make; then it reports the operation with
+    /// [`Programs::posted`] (or the failure with [`Programs::post_failed`]).
+    pub fn poll_post(&mut self) -> Option<Post> {
+        debug_assert!(self.posting.is_none(), "the last post was not reported");
+        if let Some(inbox) = self.unposted.pop_front() {
+            let buffer = &self.buffers[inbox];
+            self.posting = Some(inbox);
+            return Some(Post::Recv {
+                context: buffer.context,
+                region: buffer.region,
+                len: buffer.memory.len() as u64,
+            });
+        }
+        let queued = self.queued.pop_front()?;
+        self.posting = Some(queued.buffer);
+        Some(Post::Send {
+            rank: queued.rank,
+            context: queued.context,
+            tag: queued.tag,
+            region: self.buffers[queued.buffer].region,
+            len: queued.len as u64,
+        })
+    }
+
+    /// The post last handed out is operation `op`.
+    pub fn posted(&mut self, op: OpId) {
+        let buffer = self.posting.take().expect("a post was handed out");
+        self.buffers[buffer].op = Some(op);
+    }
+
+    /// The post last handed out was refused: a send's buffer returns to the pool (counted);
+    /// an inbox is posted again at the next turn.
+    pub fn post_failed(&mut self) {
+        let buffer = self.posting.take().expect("a post was handed out");
+        self.release(buffer);
+    }
+
+    /// The buffer region of one of the programs' operations.
+    pub fn region_of(&self, op: OpId) -> Option<RegionId> {
+        self.buffers
+            .iter()
+            .find(|b| b.op == Some(op))
+            .map(|b| b.region)
+    }
+
+    /// Whether `op` is one of the programs' operations, and if so takes its completion.
+    pub fn complete(&mut self, op: OpId, result: Result<Status, OpError>) -> bool {
+        let Some(buffer) = self.buffers.iter().position(|b| b.op == Some(op)) else {
+            return false;
+        };
+        self.buffers[buffer].op = None;
+        match result {
+            Ok(status) if self.is_inbox(buffer) => self.received.push_back((buffer, status)),
+            Ok(_) => self.free_sends.push(buffer),
+            Err(error) => {
+                tracing::debug!(?error, ?op, "a PANIC operation failed");
+                self.release(buffer);
+            }
+        }
+        true
+    }
+
+    fn is_inbox(&self, buffer: usize) -> bool {
+        buffer < MESSAGE_INBOXES + REQUEST_INBOXES
+    }
+
+    /// A buffer whose operation failed or was refused goes back where it came from.
+    fn release(&mut self, buffer: usize) {
+        if self.is_inbox(buffer) {
+            self.unposted.push_back(buffer);
+        } else {
+            self.stats.sends_failed += 1;
+            self.free_sends.push(buffer);
+        }
+    }
+
+    /// Handles the received messages and requests that send buffers allow, at `now` (the
+    /// engine's clock, for `CLOCK`). Returns true if it handled any.
+    pub fn handle_received(&mut self, now: Nanos) -> bool {
+        let mut any = false;
+        while self.can_handle() {
+            let (inbox, status) = self.received.pop_front().expect("checked by can_handle");
+            self.handle(inbox, status, now);
+            self.unposted.push_back(inbox);
+            any = true;
+        }
+        any
+    }
+
+    fn handle(&mut self, inbox: usize, status: Status, now: Nanos) {
+        let len = (status.len as usize).min(self.buffers[inbox].memory.len());
+        let context = self.buffers[inbox].context;
+        // Copied out: the VM's host writes other buffers while the message is read, and the
+        // inbox is posted again right after. A program message is at most 4 KiB.
+        let bytes = self.inbox_bytes(inbox, len).to_vec();
+        let header = match ProgramHeader::parse(&bytes) {
+            Ok(header)
+                if (header.op == ProgramOp::Message) == (context == Context::PROGRAM_MESSAGES) =>
+            {
+                header
+            }
+            _ => {
+                self.stats.malformed += 1;
+                return;
+            }
+        };
+        let payload = &bytes[PROGRAM_HEADER_LEN..];
+        if header.op == ProgramOp::Message {
+            self.stats.messages += 1;
+            self.run_message(&header, payload, status.peer, now);
+        } else {
+            self.stats.requests += 1;
+            self.run_request(&header, payload, status.peer, now);
+        }
+    }
+
+    /// The first `len` bytes of an inbox whose receive has completed.
+    fn inbox_bytes(&self, inbox: usize, len: usize) -> &[u8] {
+        let buffer = &self.buffers[inbox];
+        let address = self
+            .registry
+            .address(buffer.region, 0, len as u64)
+            .expect("engine buffers stay registered");
+        // SAFETY: the receive completed, so the protocol core no longer writes the buffer;
+        // nothing else does, and it is posted again only after this borrow ends.
+        unsafe { std::slice::from_raw_parts(address, len) }
+    }
+
+    fn run_message(&mut self, header: &ProgramHeader, payload: &[u8], peer: u32, now: Nanos) {
+        let Some(vm) = self.vm.as_mut() else {
+            self.stats.refused += 1;
+            return;
+        };
+        let message = Message {
+            program: ProgramId(header.program),
+            trigger: header.trigger,
+            payload,
+            source: Source {
+                rank: peer,
+                program: header.source_program.map(ProgramId),
+            },
+        };
+        let mut host = EngineHost::new(
+            now,
+            self.rank,
+            &self.shared,
+            &self.registry,
+            &self.buffers,
+            &mut self.free_sends,
+            &mut self.queued,
+            &mut self.stats,
+        );
+        let outcome = vm.dispatch(&message, &mut host);
+        match outcome {
+            Outcome::Refused(refusal) => {
+                tracing::debug!(%refusal, peer, "PANIC message refused");
+                self.stats.refused += 1;
+            }
+            Outcome::Trapped(trap) => self.report_trap(&trap),
+            _ if outcome.verdict() == Verdict::Passed => {
+                self.stats.passed += 1;
+                let passed = ProgramHeader {
+                    origin: peer,
+                    ..*header
+                };
+                self.queue_to_host(self.rank, reply_tag(header.trigger), &passed, &[payload]);
+            }
+            _ => {}
+        }
+    }
+
+    fn report_trap(&mut self, trap: &nicmsg_vm::Trap) {
+        self.stats.traps += 1;
+        tracing::warn!(rank = self.rank, %trap, "PANIC program disabled");
+        eprintln!(
+            "nicmsg: rank {}: {trap}; the program is disabled",
+            self.rank
+        );
+    }
+
+    fn run_request(&mut self, header: &ProgramHeader, payload: &[u8], peer: u32, now: Nanos) {
+        let mut text = String::new();
+        let (code, program) = if peer != self.rank && !self.remote_requests {
+            self.stats.remote_refused += 1;
+            text.push_str("requests from other ranks are turned off here (NICMSG_PROGRAMS_REMOTE)");
+            (status::REMOTE_REFUSED, header.program)
+        } else if self.vm.is_none() {
+            text.push_str("this engine runs no programs (NICMSG_PROGRAMS=off)");
+            (status::DISABLED, header.program)
+        } else {
+            self.carry_out(header, payload, now, &mut text)
+        };
+        let answer = ProgramHeader {
+            op: header.op,
+            trigger: 0,
+            program,
+            source_program: None,
+            request: header.request,
+            origin: self.rank,
+        };
+        let mut fixed = [0u8; ANSWER_LEN];
+        Answer {
+            status: code,
+            program,
+        }
+        .emit(&mut fixed);
+        self.queue_to_host(
+            peer,
+            answer_tag(header.request),
+            &answer,
+            &[&fixed, text.as_bytes()],
+        );
+    }
+
+    /// Carries out a request (programs enabled); returns its status and program, and writes
+    /// what it has to say into `text`.
+    fn carry_out(
+        &mut self,
+        header: &ProgramHeader,
+        payload: &[u8],
+        now: Nanos,
+        text: &mut String,
+    ) -> (u32, u32) {
+        let id = ProgramId(header.program);
+        match header.op {
+            // Trigger 1 asks for the id in `program` (a program others address by number,
+            // as figure 2's `TO 415`); otherwise the module's name gives the id.
+            ProgramOp::Load => self.load((header.trigger == 1).then_some(id), payload, text),
+            ProgramOp::Unload => {
+                let vm = self.vm.as_mut().expect("enabled");
+                match vm.unload(id) {
+                    Ok(()) => (status::DONE, id.0),
+                    Err(refusal) => {
+                        let _ = write!(text, "{refusal}");
+                        (status::REFUSED, id.0)
+                    }
+                }
+            }
+            ProgramOp::Run => {
+                let mut host = EngineHost::new(
+                    now,
+                    self.rank,
+                    &self.shared,
+                    &self.registry,
+                    &self.buffers,
+                    &mut self.free_sends,
+                    &mut self.queued,
+                    &mut self.stats,
+                );
+                let outcome = self.vm.as_mut().expect("enabled").run(id, &mut host);
+                match outcome {
+                    Outcome::Refused(refusal) => {
+                        let _ = write!(text, "{refusal}");
+                        (status::REFUSED, id.0)
+                    }
+                    Outcome::Trapped(trap) => {
+                        let _ = write!(text, "{trap}");
+                        self.report_trap(&trap);
+                        (status::TRAPPED, id.0)
+                    }
+                    _ => (status::DONE, id.0),
+                }
+            }
+            ProgramOp::List => {
+                self.list(text);
+                (status::DONE, 0)
+            }
+            ProgramOp::Output => {
+                let only = (header.trigger != 0).then_some(header.program);
+                self.output(only, text);
+                (status::DONE, header.program)
+            }
+            ProgramOp::Message => unreachable!("messages are not requests"),
+        }
+    }
+
+    fn load(&mut self, id: Option<ProgramId>, module: &[u8], text: &mut String) -> (u32, u32) {
+        let vm = self.vm.as_mut().expect("enabled");
+        let first = match id {
+            Some(id) => vm.load_as(id, module),
+            None => vm.load(module),
+        };
+        let loaded = match first {
+            Err(LoadError::IdInUse(id)) => vm.replace(id, module),
+            other => other,
+        };
+        match loaded {
+            Ok(handle) => {
+                let name = vm
+                    .program(handle.id)
+                    .map(|info| info.name)
+                    .unwrap_or_default();
+                let _ = write!(text, "{name}");
+                (status::DONE, handle.id.0)
+            }
+            Err(error) => {
+                let _ = write!(text, "{error}");
+                (status::LOAD_FAILED, 0)
+            }
+        }
+    }
+
+    fn list(&self, text: &mut String) {
+        let vm = self.vm.as_ref().expect("enabled");
+        for info in vm.programs() {
+            let state = match info.state {
+                nicmsg_vm::ProgramState::Loaded => "loaded".to_string(),
+                nicmsg_vm::ProgramState::Ready => "running".to_string(),
+                nicmsg_vm::ProgramState::Disabled(trap) => format!("disabled: {trap}"),
+            };
+            let _ = writeln!(
+                text,
+                "{} {} {} triggers={:?} instructions={} data={} activations={} executed={}",
+                info.handle.id,
+                info.name,
+                state,
+                info.triggers,
+                info.instructions,
+                info.data_bytes,
+                info.stats.activations,
+                info.stats.instructions,
+            );
+        }
+    }
+
+    /// Display output, one `program value` line each, as much as fits one answer.
+    fn output(&self, only: Option<u32>, text: &mut String) {
+        /// A line is at most 11 + 1 + 20 + 1 bytes.
+        const LINE: usize = 33;
+        let room = (MESSAGE_BUFFER_LEN - PROGRAM_HEADER_LEN - ANSWER_LEN) / LINE;
+        let (shown, _dropped) = self.shared.display.take(only, room);
+        for value in shown {
+            let _ = writeln!(text, "{} {}", ProgramId(value.program), value.value);
+        }
+    }
+
+    /// Queues a message to the host of `rank` in the answers' context: header, then `parts`
+    /// (truncated to one buffer). Only called with a send buffer free (`can_handle`).
+    fn queue_to_host(&mut self, rank: u32, tag: u32, header: &ProgramHeader, parts: &[&[u8]]) {
+        let Some(buffer) = self.free_sends.pop() else {
+            self.stats.sends_failed += 1;
+            return;
+        };
+        let address = self
+            .registry
+            .address(self.buffers[buffer].region, 0, MESSAGE_BUFFER_LEN as u64)
+            .expect("engine buffers stay registered");
+        // SAFETY: a free send buffer is not posted, so nothing else reads or writes it.
+        let memory = unsafe { std::slice::from_raw_parts_mut(address, MESSAGE_BUFFER_LEN) };
+        header.emit(memory);
+        let mut len = PROGRAM_HEADER_LEN;
+        for part in parts {
+            let take = part.len().min(MESSAGE_BUFFER_LEN - len);
+            memory[len..len + take].copy_from_slice(&part[..take]);
+            len += take;
+        }
+        self.queued.push_back(Queued {
+            buffer,
+            rank,
+            context: Context::PROGRAM_ANSWERS,
+            tag,
+            len,
+        });
+    }
+}
+
+impl Drop for Programs {
+    fn drop(&mut self) {
+        for buffer in &self.buffers {
+            self.registry.unregister(buffer.region);
+        }
+    }
+}
