@@ -41,7 +41,7 @@ impl Core {
         if send.completed_early {
             // Its success is reported (or about to be, if still queued): too late to cancel, and
             // once the host has taken the completion the handle is stale.
-            let queued = self.completions.iter().any(|c| c.op == op);
+            let queued = self.outputs.is_completion_queued(op);
             return Err(if queued {
                 CancelError::InProgress
             } else {
@@ -85,7 +85,7 @@ impl Core {
         op.extra_frame = None;
         let request = cancel_frame(op.dst, op.msg_id, op.holds_credit);
         self.queue_control(request);
-        self.stats.cancels_requested += 1;
+        self.counters.record_total(|s| s.cancels_requested += 1);
     }
 
     /// The CANCEL of `index` went unanswered: ask again, backed off.
@@ -120,7 +120,7 @@ impl Core {
         }
         if withdrawn {
             self.queue_control(control(peer, FrameKind::Cleanup, 0, header.msg_id, 0));
-            self.stats.sends_withdrawn += 1;
+            self.counters.record_total(|s| s.sends_withdrawn += 1);
             self.finish_send(index, Err(OpError::Cancelled));
             return;
         }
@@ -212,8 +212,7 @@ impl Core {
         if returns_credit {
             self.return_credit(now, peer);
         }
-        self.stats.messages_withdrawn += 1;
-        self.peer_stats[peer as usize].messages_withdrawn += 1;
+        self.counters.record(peer, |s| s.messages_withdrawn += 1);
     }
 }
 

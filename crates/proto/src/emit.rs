@@ -165,12 +165,12 @@ impl Core {
     }
 
     fn count_sent(&mut self, dst: Rank, bytes: usize, data: bool, retransmit: bool) {
-        for stats in [&mut self.stats, &mut self.peer_stats[dst as usize]] {
+        self.counters.record(dst, |stats| {
             stats.frames_sent += 1;
             stats.bytes_sent += bytes as u64;
             stats.data_frames_sent += u64::from(data);
             stats.frames_retransmitted += u64::from(retransmit);
-        }
+        });
     }
 }
 

@@ -83,14 +83,13 @@ impl Core {
         }
         let state = &mut self.peers[peer as usize];
         state.next_match = state.next_match.wrapping_add(1);
-        self.stats.bytes_placed += len;
-        self.peer_stats[peer as usize].bytes_placed += len;
+        self.counters.record(peer, |s| {
+            s.bytes_placed += len;
+            s.messages_received += 1;
+            s.messages_express += 1;
+        });
         self.owe_ack_all(now, peer, header.msg_id);
         self.peers[peer as usize].recv_window.finish(header.msg_id);
-        self.stats.messages_received += 1;
-        self.peer_stats[peer as usize].messages_received += 1;
-        self.stats.messages_express += 1;
-        self.peer_stats[peer as usize].messages_express += 1;
         let generation = self.recvs.generation(recv);
         self.recvs.remove(recv);
         let status = Status {

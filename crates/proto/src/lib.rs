@@ -22,6 +22,7 @@
 mod cancel;
 mod collections;
 mod config;
+mod counters;
 mod diagnostics;
 mod drain;
 mod emit;
@@ -33,6 +34,7 @@ mod local;
 mod matching;
 mod memory;
 mod ops;
+mod outputs;
 mod peer;
 mod piggyback;
 mod placement;

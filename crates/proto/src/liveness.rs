@@ -127,8 +127,7 @@ impl Core {
         state.probe_retries += 1;
         let wait = state.rto.backed_off_ns(state.probe_retries, max_ns);
         state.probe_deadline_ns = Some(now + wait);
-        self.stats.liveness_probes += 1;
-        self.peer_stats[peer as usize].liveness_probes += 1;
+        self.counters.record(peer, |s| s.liveness_probes += 1);
         self.queue_control(control(peer, FrameKind::Credit, Flags::REQUEST, 0, 0));
     }
 
@@ -140,8 +139,7 @@ impl Core {
         if peer >= self.size || peer == self.rank || self.peers[peer as usize].unreachable {
             return;
         }
-        self.stats.frames_refused += 1;
-        self.peer_stats[peer as usize].frames_refused += 1;
+        self.counters.record(peer, |s| s.frames_refused += 1);
         let state = &mut self.peers[peer as usize];
         state.refusals += 1;
         if state.refusals >= REFUSALS_BEFORE_UNREACHABLE {
@@ -153,8 +151,7 @@ impl Core {
 
     /// RESET: the peer has declared this rank unreachable and dropped everything with it.
     pub(crate) fn on_reset(&mut self, now: Nanos, peer: Rank, memory: &mut impl HostMemory) {
-        self.stats.resets_received += 1;
-        self.peer_stats[peer as usize].resets_received += 1;
+        self.counters.record(peer, |s| s.resets_received += 1);
         self.declare_unreachable(now, peer, memory);
     }
 
@@ -170,8 +167,8 @@ impl Core {
             return;
         }
         self.peers[peer as usize].unreachable = true;
-        self.stats.peers_declared_unreachable += 1;
-        self.peer_stats[peer as usize].peers_declared_unreachable += 1;
+        self.counters
+            .record(peer, |s| s.peers_declared_unreachable += 1);
         let error = OpError::PeerUnreachable { peer };
         self.fail_sends_to(peer, error);
         // Incomplete messages go first, so that releasing the complete ones behind a gap
@@ -186,17 +183,15 @@ impl Core {
         state.ack_owed = None;
         state.credit_owed = false;
         state.owed_deadline_ns = None;
-        self.control.retain(|c| c.dst != peer);
+        self.outputs.drop_control_to(peer);
         self.peers[peer as usize].credit_carriers_queued = 0;
-        self.control_usage.set(self.control.len());
         self.send_reset(peer);
     }
 
     /// Tells `peer` it is declared unreachable here (on declaring it, and in answer to any
     /// frame of it that still arrives).
     pub(crate) fn send_reset(&mut self, peer: Rank) {
-        self.stats.resets_sent += 1;
-        self.peer_stats[peer as usize].resets_sent += 1;
+        self.counters.record(peer, |s| s.resets_sent += 1);
         self.queue_control(control(peer, FrameKind::Reset, 0, 0, 0));
     }
 

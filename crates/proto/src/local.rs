@@ -79,8 +79,7 @@ impl Core {
         let target = self.recvs[recv].buffer;
         let len = source.total_len();
         copy_between(memory, &source, &target, len);
-        self.stats.bytes_copied += len;
-        self.peer_stats[self.rank as usize].bytes_copied += len;
+        self.counters.record(self.rank, |s| s.bytes_copied += len);
         self.finish_recv_ok(recv, incoming);
         self.finish_local(incoming, send);
     }

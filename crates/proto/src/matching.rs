@@ -291,8 +291,7 @@ impl Core {
             (Dest::Buffer(slot), Some(recv)) => {
                 let buffer = &self.recvs[recv].buffer;
                 buffer.write_at(memory, 0, &self.eager_buffer(slot)[..len]);
-                self.stats.bytes_copied += len as u64;
-                self.peer_stats[peer as usize].bytes_copied += len as u64;
+                self.counters.record(peer, |s| s.bytes_copied += len as u64);
                 self.finish_recv_ok(recv, incoming);
             }
             (Dest::Recv(recv), _) => self.finish_recv_ok(recv, incoming),
@@ -312,8 +311,8 @@ impl Core {
         let entry = &mut self.incoming[incoming];
         entry.dest = Dest::Discard;
         entry.recv = None;
-        self.stats.messages_received += 1;
-        self.peer_stats[status.peer as usize].messages_received += 1;
+        self.counters
+            .record(status.peer, |s| s.messages_received += 1);
         let generation = self.recvs.generation(recv);
         self.recvs.remove(recv);
         self.complete(

@@ -77,8 +77,7 @@ impl Core {
         if let Some(msg_id) = state.ack_owed.take() {
             header.flags |= Flags::ACKED;
             header.acked_id = msg_id;
-            self.stats.acks_piggybacked += 1;
-            self.peer_stats[peer as usize].acks_piggybacked += 1;
+            self.counters.record(peer, |s| s.acks_piggybacked += 1);
         }
         self.settle_owed(peer);
     }

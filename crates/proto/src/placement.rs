@@ -147,11 +147,10 @@ impl Core {
         let Some(&index) = self.incoming_index.get(&(parsed.src, parsed.msg_id)) else {
             return PlacedOutcome::NotPredicted;
         };
-        self.stats.frames_received += 1;
-        self.stats.bytes_received += datagram_len as u64;
-        let peer_stats = &mut self.peer_stats[parsed.src as usize];
-        peer_stats.frames_received += 1;
-        peer_stats.bytes_received += datagram_len as u64;
+        self.counters.record(parsed.src, |s| {
+            s.frames_received += 1;
+            s.bytes_received += datagram_len as u64;
+        });
         self.heard_from(now, parsed.src);
         self.place_frame(
             now,

@@ -11,8 +11,10 @@ use nicmsg_wire::{Flags, Frame, FrameHeader, FrameKind, MsgHeader, Protocol, Wir
 
 impl Core {
     pub(crate) fn receive_frame(&mut self, now: Nanos, bytes: &[u8], memory: &mut impl HostMemory) {
-        self.stats.frames_received += 1;
-        self.stats.bytes_received += bytes.len() as u64;
+        self.counters.record_total(|s| {
+            s.frames_received += 1;
+            s.bytes_received += bytes.len() as u64;
+        });
         let frame = match Frame::parse(bytes) {
             Ok(frame) => frame,
             Err(WireError::BadChecksum { .. }) => {
@@ -28,9 +30,10 @@ impl Core {
             return self.count_drop(None, DropReason::WrongRank);
         }
         let peer = header.src;
-        let peer_stats = &mut self.peer_stats[peer as usize];
-        peer_stats.frames_received += 1;
-        peer_stats.bytes_received += bytes.len() as u64;
+        self.counters.record_peer(peer, |s| {
+            s.frames_received += 1;
+            s.bytes_received += bytes.len() as u64;
+        });
         if header.kind.is_reserved() {
             return self.count_drop(Some(peer), DropReason::Unsupported);
         }
@@ -286,20 +289,19 @@ impl Core {
         memory: &mut impl HostMemory,
     ) -> bool {
         let entry = &self.incoming[index];
-        let peer = entry.peer as usize;
+        let peer = entry.peer;
         match (entry.dest, payload) {
             (Dest::Nowhere, _) => false,
             (Dest::Discard, _) => true,
             (Dest::Recv(recv), Payload::Bytes(bytes)) => {
                 let buffer = &self.recvs[recv].buffer;
                 buffer.write_at(memory, offset, bytes);
-                self.stats.bytes_placed += bytes.len() as u64;
-                self.peer_stats[peer].bytes_placed += bytes.len() as u64;
+                self.counters
+                    .record(peer, |s| s.bytes_placed += bytes.len() as u64);
                 true
             }
             (Dest::Recv(_), Payload::InPlace { len }) => {
-                self.stats.bytes_placed_direct += len;
-                self.peer_stats[peer].bytes_placed_direct += len;
+                self.counters.record(peer, |s| s.bytes_placed_direct += len);
                 true
             }
             (Dest::Buffer(slot), Payload::Bytes(bytes)) => {

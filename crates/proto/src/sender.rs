@@ -136,8 +136,7 @@ impl Core {
         op.frames = frames;
         op.collections = crate::collections::Collections::new(op.ack_unit, frames);
         self.send_timers[index].reset(&op.collections);
-        self.stats.credit_stalls += 1;
-        self.peer_stats[dst as usize].credit_stalls += 1;
+        self.counters.record(dst, |s| s.credit_stalls += 1);
     }
 
     pub(crate) fn mark_ready(&mut self, index: SendKey) {
@@ -188,15 +187,14 @@ impl Core {
             self.peers[op.dst as usize].sends_in_flight -= 1;
         }
         if result.is_ok() {
-            self.stats.messages_sent += 1;
-            self.peer_stats[op.dst as usize].messages_sent += 1;
+            self.counters.record(op.dst, |s| s.messages_sent += 1);
         }
         if op.completed_early {
             self.sends_completed_early -= 1;
             if result.is_err() {
                 // Reported sent, but the peer died (or never acknowledged) first.
-                self.stats.early_sends_unconfirmed += 1;
-                self.peer_stats[op.dst as usize].early_sends_unconfirmed += 1;
+                self.counters
+                    .record(op.dst, |s| s.early_sends_unconfirmed += 1);
             }
             return;
         }
@@ -231,8 +229,8 @@ impl Core {
         self.complete_send(index, generation, status, Ok(()));
         self.sends[index].completed_early = true;
         self.sends_completed_early += 1;
-        self.stats.sends_completed_early += 1;
-        self.peer_stats[status.peer as usize].sends_completed_early += 1;
+        self.counters
+            .record(status.peer, |s| s.sends_completed_early += 1);
     }
 
     pub(crate) fn active_send(&self, peer: Rank, msg_id: u32) -> Option<SendKey> {

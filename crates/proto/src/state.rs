@@ -8,7 +8,9 @@ use std::collections::VecDeque;
 use rustc_hash::FxHashMap;
 
 use crate::collections::CollectionTimers;
+use crate::counters::Counters;
 use crate::ops::{Control, Incoming, LatestData, RecvOp, SendOp, ShortCopy};
+use crate::outputs::Outputs;
 use crate::peer::Peer;
 use crate::slab::{IncomingKey, RecvKey, SendKey, SideTable, Slab};
 use crate::transmit::INLINE_PAYLOAD_MAX;
@@ -27,8 +29,8 @@ pub(crate) struct Core {
     pub(crate) rank: Rank,
     pub(crate) size: u32,
     pub(crate) peers: Vec<Peer>,
-    pub(crate) peer_stats: Vec<Stats>,
-    pub(crate) stats: Stats,
+    /// Counters in total and per peer (`counters.rs`).
+    pub(crate) counters: Counters,
     pub(crate) sends: Slab<SendKey, SendOp>,
     /// Retransmission timers of each send's collections, by send index (`collections.rs`).
     pub(crate) send_timers: SideTable<SendKey, CollectionTimers>,
@@ -52,10 +54,8 @@ pub(crate) struct Core {
     /// Unexpected eager data: `eager_credits_per_peer` buffers of `eager_limit` bytes per peer.
     pub(crate) eager_pool: Vec<u8>,
     pub(crate) eager_usage: TableUsage,
-    pub(crate) control: VecDeque<Control>,
-    pub(crate) control_usage: TableUsage,
-    pub(crate) completions: VecDeque<Completion>,
-    pub(crate) completion_usage: TableUsage,
+    /// Control frames to send and completions to hand out (`outputs.rs`).
+    pub(crate) outputs: Outputs,
     /// Sends completed when they started (short copied messages) and not yet acknowledged.
     pub(crate) sends_completed_early: usize,
     /// Where the stream of long-message frames was last (`placement.rs`).
@@ -95,8 +95,7 @@ impl Core {
             rank,
             size,
             peers: vec![Peer::new(config.rto_initial_ns); size as usize],
-            peer_stats: vec![Stats::default(); size as usize],
-            stats: Stats::default(),
+            counters: Counters::new(size),
             sends: Slab::with_capacity(config.max_sends),
             send_timers: SideTable::new(config.max_sends, CollectionTimers::default()),
             send_copies: SideTable::new(config.max_sends, [0; INLINE_PAYLOAD_MAX]),
@@ -114,10 +113,7 @@ impl Core {
             unexpected: VecDeque::with_capacity(config.max_incoming),
             eager_pool: vec![0; pool_len],
             eager_usage: TableUsage::new(size as usize * config.eager_credits_per_peer as usize),
-            control: VecDeque::with_capacity(config.max_control_queue),
-            control_usage: TableUsage::new(config.max_control_queue),
-            completions: VecDeque::with_capacity(completions_limit),
-            completion_usage: TableUsage::new(completions_limit),
+            outputs: Outputs::new(config.max_control_queue, completions_limit),
             sends_completed_early: 0,
             latest_data: None,
             config,
@@ -235,7 +231,7 @@ impl Core {
     /// True if [`poll_transmit_into`](Self::poll_transmit_into) may have a frame (a control frame or a
     /// send with frames to go).
     pub(crate) fn has_transmit(&self) -> bool {
-        !self.control.is_empty() || !self.ready.is_empty()
+        self.outputs.has_control() || !self.ready.is_empty()
     }
 
     fn next_transmit(
@@ -244,8 +240,7 @@ impl Core {
         memory: &impl HostMemory,
         transmit: &mut Transmit,
     ) -> bool {
-        if let Some(control) = self.control.pop_front() {
-            self.control_usage.set(self.control.len());
+        if let Some(control) = self.outputs.pop_control() {
             if carries_credits(control.kind) {
                 self.peers[control.dst as usize].credit_carriers_queued -= 1;
             }
@@ -257,14 +252,12 @@ impl Core {
 
     /// True if [`poll_completion`](Self::poll_completion) has something.
     pub(crate) fn has_completions(&self) -> bool {
-        !self.completions.is_empty()
+        self.outputs.has_completions()
     }
 
     /// Next finished operation, if any.
     pub(crate) fn poll_completion(&mut self) -> Option<Completion> {
-        let completion = self.completions.pop_front();
-        self.completion_usage.set(self.completions.len());
-        completion
+        self.outputs.pop_completion()
     }
 
     /// The earliest timer of any send, incoming message or peer. Plain loops: the chained and
@@ -292,11 +285,11 @@ impl Core {
     }
 
     pub(crate) fn stats(&self) -> &Stats {
-        &self.stats
+        self.counters.total()
     }
 
     pub(crate) fn peer_stats(&self, peer: Rank) -> Option<&Stats> {
-        self.peer_stats.get(peer as usize)
+        self.counters.peer(peer)
     }
 
     pub(crate) fn usage(&self) -> Usage {
@@ -305,8 +298,8 @@ impl Core {
             recvs: self.recvs.usage,
             incoming: self.incoming.usage,
             eager_buffers: self.eager_usage,
-            control_queue: self.control_usage,
-            completions: self.completion_usage,
+            control_queue: self.outputs.control_usage(),
+            completions: self.outputs.completion_usage(),
         }
     }
 
@@ -336,29 +329,23 @@ impl Core {
     }
 
     pub(crate) fn complete(&mut self, op: OpId, result: Result<Status, OpError>) {
-        debug_assert!(self.completions.len() < self.completion_usage.limit);
-        self.completions.push_back(Completion { op, result });
-        self.completion_usage.set(self.completions.len());
+        self.outputs.complete(op, result);
     }
 
     /// Queues a control frame; when the queue is full the frame is dropped and counted (every
     /// control frame is recovered by a retransmission of whatever provoked it).
     pub(crate) fn queue_control(&mut self, control: Control) {
-        if self.control.len() >= self.config.max_control_queue {
-            self.stats.control_overflows += 1;
+        if !self.outputs.has_control_room() {
+            self.counters.record_total(|s| s.control_overflows += 1);
             return;
         }
         if carries_credits(control.kind) {
             self.peers[control.dst as usize].credit_carriers_queued += 1;
         }
-        self.control.push_back(control);
-        self.control_usage.set(self.control.len());
+        self.outputs.push_control(control);
     }
 
     pub(crate) fn count_drop(&mut self, peer: Option<Rank>, reason: DropReason) {
-        self.stats.drops.count(reason);
-        if let Some(stats) = peer.and_then(|p| self.peer_stats.get_mut(p as usize)) {
-            stats.drops.count(reason);
-        }
+        self.counters.drop_frame(peer, reason);
     }
 }
