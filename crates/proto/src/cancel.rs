@@ -76,7 +76,7 @@ impl Core {
     fn request_withdrawal(&mut self, now: Nanos, index: SendKey) {
         let dst = self.sends[index].dst;
         let departure = self.departure(now, dst, FRAME_HEADER_LEN);
-        let rto = self.peers[dst as usize].rto.rto_ns();
+        let rto = self.peers[dst].rto.rto_ns();
         let op = &mut self.sends[index];
         op.cancel = Some(CancelRequest {
             deadline_ns: departure.timer_start() + rto,
@@ -92,7 +92,7 @@ impl Core {
     pub(crate) fn repeat_cancel(&mut self, now: Nanos, index: SendKey) {
         let max_ns = self.config.rto_max_ns;
         let op = &mut self.sends[index];
-        let rto = self.peers[op.dst as usize].rto;
+        let rto = self.peers[op.dst].rto;
         let Some(cancel) = op.cancel.as_mut() else {
             return;
         };
@@ -108,7 +108,7 @@ impl Core {
         let withdrawn = header.has_flag(Flags::CANCELLED);
         let Some(index) = self.active_send(peer, header.msg_id) else {
             // A repeat of an answer already taken: the receiver still holds a tombstone.
-            let window = self.peers[peer as usize].send_window;
+            let window = self.peers[peer].send_window;
             if withdrawn && window.place(header.msg_id) == IdPlace::Finished {
                 self.queue_control(control(peer, FrameKind::Cleanup, 0, header.msg_id, 0));
             }
@@ -142,7 +142,7 @@ impl Core {
             let flags = if cancelled { Flags::CANCELLED } else { 0 };
             control(peer, FrameKind::CancelAck, flags, msg_id, 0)
         };
-        let place = self.peers[peer as usize].recv_window.place(msg_id);
+        let place = self.peers[peer].recv_window.place(msg_id);
         if place == IdPlace::Beyond {
             return self.count_drop(Some(peer), DropReason::Invalid);
         }
@@ -208,7 +208,7 @@ impl Core {
         if let Dest::Buffer(slot) = buffer {
             self.release_eager_buffer(slot);
         }
-        self.peers[peer as usize].recv_window.finish(msg_id);
+        self.peers[peer].recv_window.finish(msg_id);
         if returns_credit {
             self.return_credit(now, peer);
         }

@@ -24,7 +24,7 @@ impl Core {
             "send of {} bytes to rank {} tag {} ({protocol})",
             send.geometry.total_len, send.dst, send.tag
         );
-        let peer = &self.peers[send.dst as usize];
+        let peer = &self.peers[send.dst];
         let state = match send.phase {
             SendPhase::Queued if !peer.window_open() => {
                 format!(

@@ -15,7 +15,7 @@ const FRAMES_PER_TURN: u32 = 64;
 
 impl Core {
     pub(crate) fn emit_control(&mut self, now: Nanos, control: Control, transmit: &mut Transmit) {
-        let peer = &self.peers[control.dst as usize];
+        let peer = &self.peers[control.dst];
         let carries_credits = crate::state::carries_credits(control.kind);
         let aux = if carries_credits {
             peer.credits_given
@@ -39,7 +39,7 @@ impl Core {
             self.credits_carried(control.dst);
         }
         if asks_for_answer(&header) {
-            self.expect_answer(now, control.dst);
+            self.peers.expect_answer(now, control.dst);
         }
         transmit.reset(control.dst);
         let len = emit_headers(&header, None, transmit.headers_buf()).expect("headers fit");
@@ -94,7 +94,7 @@ impl Core {
         let max_ns = self.config.rto_max_ns;
         let dst = self.sends[index].dst;
         let departure = self.departure(now, dst, bytes);
-        let rto = self.peers[dst as usize].rto;
+        let rto = self.peers[dst].rto;
         let op = &mut self.sends[index];
         op.collections.on_frame_sent(
             &mut self.send_timers[index],
@@ -161,7 +161,7 @@ impl Core {
         }
         transmit.seal(memory);
         self.count_sent(header.dst, headers_len + len as usize, true, retransmit);
-        self.expect_answer(now, header.dst);
+        self.peers.expect_answer(now, header.dst);
     }
 
     fn count_sent(&mut self, dst: Rank, bytes: usize, data: bool, retransmit: bool) {

@@ -26,7 +26,7 @@ impl Core {
         let Some(msg) = msg else { return false };
         let peer = header.src;
         if !self.is_whole_eager_message(header, msg, payload.len())
-            || self.peers[peer as usize].next_match != header.msg_id
+            || self.peers[peer].next_match != header.msg_id
             || self.incoming_index.contains_key(&(peer, header.msg_id))
             // A message already waiting behind this one is matched by the general path, in
             // the order that path completes them.
@@ -48,8 +48,8 @@ impl Core {
         self.posted.remove(position);
         self.finish_express(now, header, msg, recv);
         // Ids withdrawn by their sender may lie next, with messages held behind them.
-        let next = self.peers[peer as usize].next_match;
-        if self.peers[peer as usize].recv_window.place(next) == IdPlace::Finished {
+        let next = self.peers[peer].next_match;
+        if self.peers[peer].recv_window.place(next) == IdPlace::Finished {
             self.match_in_order(now, peer, memory);
         }
         true
@@ -79,9 +79,9 @@ impl Core {
         // A receive from a named rank counted as a waiter on it until matched; the message's
         // own waiter count rises and falls again within the general path.
         if let Source::Rank(p) = source {
-            self.remove_waiter(p);
+            self.peers.remove_waiter(p);
         }
-        let state = &mut self.peers[peer as usize];
+        let state = &mut self.peers[peer];
         state.next_match = state.next_match.wrapping_add(1);
         self.counters.record(peer, |s| {
             s.bytes_placed += len;
@@ -89,7 +89,7 @@ impl Core {
             s.messages_express += 1;
         });
         self.owe_ack_all(now, peer, header.msg_id);
-        self.peers[peer as usize].recv_window.finish(header.msg_id);
+        self.peers[peer].recv_window.finish(header.msg_id);
         let generation = self.recvs.generation(recv);
         self.recvs.remove(recv);
         let status = Status {

@@ -35,87 +35,15 @@ use nicmsg_wire::{Flags, FrameKind};
 pub const REFUSALS_BEFORE_UNREACHABLE: u32 = 3;
 
 impl Core {
-    pub(crate) fn heard_from(&mut self, now: Nanos, peer: Rank) {
-        let keepalive = self.config.keepalive_ns;
-        let state = &mut self.peers[peer as usize];
-        state.last_heard_ns = now;
-        state.probe_retries = 0;
-        state.silent_since = None;
-        state.refusals = 0;
-        if state.waiters > 0 {
-            state.probe_deadline_ns = Some(now + keepalive);
-        }
-    }
-
-    /// A frame that asks `peer` for an answer leaves now.
-    pub(crate) fn expect_answer(&mut self, now: Nanos, peer: Rank) {
-        let state = &mut self.peers[peer as usize];
-        if state.silent_since.is_none() {
-            state.silent_since = Some(now);
-        }
-    }
-
-    /// Something is awaited from the peer: silence from it counts against it.
-    fn awaited(&self, peer: Rank) -> bool {
-        let state = &self.peers[peer as usize];
-        state.waiters > 0 || state.sends_in_flight > 0
-    }
-
-    /// An operation with `peer` ended: when nothing is awaited from it any more, an earlier
-    /// unanswered frame no longer counts (a later wait starts its own clock).
-    pub(crate) fn awaited_less(&mut self, peer: Rank) {
-        if !self.awaited(peer) {
-            self.peers[peer as usize].silent_since = None;
-        }
-    }
-
-    pub(crate) fn add_waiter(&mut self, peer: Rank) {
-        if peer == self.rank {
-            return; // no network, nothing to probe
-        }
-        let keepalive = self.config.keepalive_ns;
-        let state = &mut self.peers[peer as usize];
-        state.waiters += 1;
-        if state.probe_deadline_ns.is_none() {
-            // The last time heard stands in for `now`: a probe is due after keepalive silence.
-            state.probe_deadline_ns = Some(state.last_heard_ns + keepalive);
-        }
-    }
-
-    pub(crate) fn remove_waiter(&mut self, peer: Rank) {
-        if peer == self.rank {
-            return;
-        }
-        let state = &mut self.peers[peer as usize];
-        debug_assert!(state.waiters > 0, "waiter count of rank {peer} underflows");
-        state.waiters = state.waiters.saturating_sub(1);
-        if state.waiters == 0 {
-            state.probe_deadline_ns = None;
-            state.probe_retries = 0;
-        }
-        self.awaited_less(peer);
-    }
-
-    /// When `peer`'s silence would make it unreachable.
-    pub(crate) fn silence_deadline(&self, peer: Rank) -> Option<Nanos> {
-        let state = &self.peers[peer as usize];
-        if state.unreachable || !self.awaited(peer) {
-            return None;
-        }
-        Some(state.silent_since? + self.config.peer_timeout_ns)
-    }
-
     pub(crate) fn expire_peers(&mut self, now: Nanos, memory: &mut impl HostMemory) {
         for peer in 0..self.size {
-            if self.silence_deadline(peer).is_some_and(|d| d <= now) {
+            if self.peers.silence_deadline(peer).is_some_and(|d| d <= now) {
                 self.declare_unreachable(now, peer, memory);
                 continue;
             }
-            let state = &self.peers[peer as usize];
-            if state.probe_deadline_ns.is_none_or(|d| d > now) {
-                continue;
+            if self.peers.probe_due(now, peer) {
+                self.probe(now, peer);
             }
-            self.probe(now, peer);
         }
     }
 
@@ -123,10 +51,7 @@ impl Core {
     /// one follows, backed off, while the peer stays silent.
     fn probe(&mut self, now: Nanos, peer: Rank) {
         let max_ns = self.config.rto_max_ns.min(self.config.keepalive_ns);
-        let state = &mut self.peers[peer as usize];
-        state.probe_retries += 1;
-        let wait = state.rto.backed_off_ns(state.probe_retries, max_ns);
-        state.probe_deadline_ns = Some(now + wait);
+        self.peers.probe_sent(now, peer, max_ns);
         self.counters.record(peer, |s| s.liveness_probes += 1);
         self.queue_control(control(peer, FrameKind::Credit, Flags::REQUEST, 0, 0));
     }
@@ -136,11 +61,11 @@ impl Core {
     /// between, declare it unreachable; each one first provokes a probe, so the evidence
     /// builds within round trips, not timeouts.
     pub(crate) fn handle_refused(&mut self, now: Nanos, peer: Rank, memory: &mut impl HostMemory) {
-        if peer >= self.size || peer == self.rank || self.peers[peer as usize].unreachable {
+        if peer >= self.size || peer == self.rank || self.peers[peer].unreachable {
             return;
         }
         self.counters.record(peer, |s| s.frames_refused += 1);
-        let state = &mut self.peers[peer as usize];
+        let state = &mut self.peers[peer];
         state.refusals += 1;
         if state.refusals >= REFUSALS_BEFORE_UNREACHABLE {
             self.declare_unreachable(now, peer, memory);
@@ -163,10 +88,10 @@ impl Core {
         peer: Rank,
         memory: &mut impl HostMemory,
     ) {
-        if self.peers[peer as usize].unreachable {
+        if self.peers[peer].unreachable {
             return;
         }
-        self.peers[peer as usize].unreachable = true;
+        self.peers[peer].unreachable = true;
         self.counters
             .record(peer, |s| s.peers_declared_unreachable += 1);
         let error = OpError::PeerUnreachable { peer };
@@ -176,15 +101,9 @@ impl Core {
         self.fail_incoming_from(peer, error);
         self.release_held_messages(now, peer, memory);
         self.fail_receives_naming(peer, error);
-        let state = &mut self.peers[peer as usize];
-        state.probe_deadline_ns = None;
-        state.waiters = 0;
-        state.silent_since = None;
-        state.ack_owed = None;
-        state.credit_owed = false;
-        state.owed_deadline_ns = None;
+        self.peers.forget_waits(peer);
         self.outputs.drop_control_to(peer);
-        self.peers[peer as usize].credit_carriers_queued = 0;
+        self.peers[peer].credit_carriers_queued = 0;
         self.send_reset(peer);
     }
 
@@ -198,7 +117,7 @@ impl Core {
     /// Complete eager messages of a dead peer that wait behind a message that will now never
     /// arrive: match them (in id order) as if the gap had closed, so nothing that arrived is lost.
     fn release_held_messages(&mut self, now: Nanos, peer: Rank, memory: &mut impl HostMemory) {
-        let next = self.peers[peer as usize].next_match;
+        let next = self.peers[peer].next_match;
         let mut held: Vec<(u32, u32)> = self
             .incoming
             .occupied()
@@ -217,7 +136,7 @@ impl Core {
                 .and_then(|&i| self.incoming.get(i))
                 .is_some_and(|e| !e.matched && !e.in_unexpected);
             if still_waiting {
-                self.peers[peer as usize].next_match = msg_id;
+                self.peers[peer].next_match = msg_id;
                 self.match_in_order(now, peer, memory);
             }
         }
@@ -232,7 +151,7 @@ impl Core {
         for index in doomed {
             self.finish_send(index, Err(error));
         }
-        let state = &mut self.peers[peer as usize];
+        let state = &mut self.peers[peer];
         state.queue_head = None;
         state.queue_tail = None;
         self.ready.retain(|&i| self.sends.get(i).is_some());

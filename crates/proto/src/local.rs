@@ -27,7 +27,7 @@ impl Core {
             protocol: Protocol::Rendezvous,
         };
         let rank = self.rank;
-        let msg_id = self.peers[rank as usize].send_next;
+        let msg_id = self.peers[rank].send_next;
         let ack_unit = self.config.ack_unit;
         let mut op = SendOp::new(
             rank,
@@ -54,7 +54,7 @@ impl Core {
             .incoming
             .insert(entry)
             .expect("room reserved for every send");
-        let peer = &mut self.peers[rank as usize];
+        let peer = &mut self.peers[rank];
         peer.send_next = peer.send_next.wrapping_add(1);
         peer.sends_in_flight += 1;
         self.incoming_index.insert((rank, msg_id), incoming);
@@ -93,7 +93,7 @@ impl Core {
     /// Inserts an entry for a message from another rank, unless `max_incoming` of them are
     /// held already (the rest of the table is kept for messages to self).
     pub(crate) fn insert_remote(&mut self, entry: Incoming) -> Option<IncomingKey> {
-        let local = self.peers[self.rank as usize].sends_in_flight as usize;
+        let local = self.peers[self.rank].sends_in_flight as usize;
         let remote = self.incoming.usage.in_use.saturating_sub(local);
         if remote >= self.config.max_incoming {
             return None;

@@ -18,7 +18,7 @@ impl Core {
         let found = self.find_unexpected(source, context, tag);
         if found.is_none() {
             if let Source::Rank(peer) = source {
-                if self.peers[peer as usize].unreachable {
+                if self.peers[peer].unreachable {
                     return Err(PostError::PeerUnreachable { peer });
                 }
             }
@@ -33,7 +33,7 @@ impl Core {
             None => {
                 self.posted.push_back(index);
                 if let Source::Rank(peer) = source {
-                    self.add_waiter(peer);
+                    self.peers.add_waiter(peer);
                 }
             }
         }
@@ -55,11 +55,11 @@ impl Core {
             return Ok(id);
         }
         if let Source::Rank(peer) = source {
-            if self.peers[peer as usize].unreachable {
+            if self.peers[peer].unreachable {
                 self.recvs.remove(index);
                 return Err(PostError::PeerUnreachable { peer });
             }
-            self.add_waiter(peer);
+            self.peers.add_waiter(peer);
         }
         self.probes.push_back(index);
         Ok(id)
@@ -118,7 +118,7 @@ impl Core {
     /// In `drop` mode a message is only taken if it is the next of its sender and a receive
     /// waits for it.
     pub(crate) fn can_match_now(&self, peer: Rank, msg_id: u32, key: (Context, Tag)) -> bool {
-        self.peers[peer as usize].next_match == msg_id && self.find_posted(peer, key).is_some()
+        self.peers[peer].next_match == msg_id && self.find_posted(peer, key).is_some()
     }
 
     /// The first posted receive (in posting order) that takes a message from `peer` with this
@@ -135,9 +135,9 @@ impl Core {
     /// with no entry (only a withdrawal finishes an id that never arrived).
     pub(crate) fn match_in_order(&mut self, now: Nanos, peer: Rank, memory: &mut impl HostMemory) {
         loop {
-            let next = self.peers[peer as usize].next_match;
+            let next = self.peers[peer].next_match;
             let Some(&incoming) = self.incoming_index.get(&(peer, next)) else {
-                let window = &self.peers[peer as usize].recv_window;
+                let window = &self.peers[peer].recv_window;
                 if peer != self.rank && window.place(next) == IdPlace::Finished {
                     self.step_over_match(peer);
                     continue;
@@ -153,7 +153,7 @@ impl Core {
                 Some(position) => {
                     let recv = self.posted.remove(position).expect("position is valid");
                     if let Source::Rank(p) = self.recvs[recv].source {
-                        self.remove_waiter(p);
+                        self.peers.remove_waiter(p);
                     }
                     self.bind(now, recv, incoming, memory);
                 }
@@ -168,7 +168,7 @@ impl Core {
     }
 
     fn step_over_match(&mut self, peer: Rank) {
-        let state = &mut self.peers[peer as usize];
+        let state = &mut self.peers[peer];
         state.next_match = state.next_match.wrapping_add(1);
     }
 
@@ -266,7 +266,7 @@ impl Core {
         entry.phase = RxPhase::MsgAcked;
         entry.deadline_ns = Some(now + self.config.keepalive_ns);
         let (peer, msg_id) = (entry.peer, entry.msg_id);
-        self.peers[peer as usize].recv_window.finish(msg_id);
+        self.peers[peer].recv_window.finish(msg_id);
         let msg_ack = crate::receiver::control(
             peer,
             nicmsg_wire::FrameKind::MsgAck,
@@ -354,7 +354,7 @@ impl Core {
             }
             self.probes.remove(position);
             if let Source::Rank(p) = op.source {
-                self.remove_waiter(p);
+                self.peers.remove_waiter(p);
             }
             let generation = self.recvs.generation(probe);
             self.recvs.remove(probe);
@@ -389,7 +389,7 @@ impl Core {
         };
         list.retain(|&i| i != key);
         if let Source::Rank(peer) = source {
-            self.remove_waiter(peer);
+            self.peers.remove_waiter(peer);
         }
         self.fail_recv(key, OpError::Cancelled);
         Ok(())

@@ -151,7 +151,7 @@ impl Core {
             s.frames_received += 1;
             s.bytes_received += datagram_len as u64;
         });
-        self.heard_from(now, parsed.src);
+        self.peers.heard_from(now, parsed.src);
         self.place_frame(
             now,
             index,

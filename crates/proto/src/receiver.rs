@@ -37,7 +37,7 @@ impl Core {
         if header.kind.is_reserved() {
             return self.count_drop(Some(peer), DropReason::Unsupported);
         }
-        if self.peers[peer as usize].unreachable {
+        if self.peers[peer].unreachable {
             // It carries on as if this rank still took its frames: tell it again (a RESET
             // itself is not answered, so two ranks that gave up on each other fall silent).
             if header.kind != FrameKind::Reset {
@@ -45,11 +45,11 @@ impl Core {
             }
             return self.count_drop(Some(peer), DropReason::DeadPeer);
         }
-        self.heard_from(now, peer);
+        self.peers.heard_from(now, peer);
         // Receiver-to-sender control frames carry the credit count, and so does an EAGER frame
         // with CREDITS (the only kind the flag is allowed on).
         if crate::state::carries_credits(header.kind) || header.has_flag(Flags::CREDITS) {
-            self.peers[peer as usize].update_credits(header.aux);
+            self.peers[peer].update_credits(header.aux);
         }
         if header.has_flag(Flags::ACKED) {
             self.take_piggybacked_ack(now, &header);
@@ -87,7 +87,7 @@ impl Core {
         memory: &mut impl HostMemory,
     ) {
         let peer = header.src;
-        match self.peers[peer as usize].recv_window.place(header.msg_id) {
+        match self.peers[peer].recv_window.place(header.msg_id) {
             IdPlace::Finished => return self.reacknowledge_finished(header),
             IdPlace::Beyond => return self.count_drop(Some(peer), DropReason::Invalid),
             IdPlace::Open => {}
@@ -186,14 +186,13 @@ impl Core {
     }
 
     fn has_free_eager_buffer(&self, peer: Rank) -> bool {
-        (!self.peers[peer as usize].eager_buffers_used).trailing_zeros()
-            < self.config.eager_credits_per_peer
+        (!self.peers[peer].eager_buffers_used).trailing_zeros() < self.config.eager_credits_per_peer
     }
 
     /// Takes one of the peer's eager buffers for an unmatched eager message. Credits guarantee
     /// one is free unless the sender broke the protocol.
     fn assign_eager_buffer(&mut self, index: IncomingKey) -> bool {
-        let peer = self.incoming[index].peer as usize;
+        let peer = self.incoming[index].peer;
         let credits = self.config.eager_credits_per_peer;
         let used = self.peers[peer].eager_buffers_used;
         let free = (!used).trailing_zeros();
@@ -202,13 +201,13 @@ impl Core {
         }
         self.peers[peer].eager_buffers_used |= 1 << free;
         self.eager_usage.set(self.eager_usage.in_use + 1);
-        self.incoming[index].dest = Dest::Buffer(peer as u32 * credits + free);
+        self.incoming[index].dest = Dest::Buffer(peer * credits + free);
         true
     }
 
     pub(crate) fn release_eager_buffer(&mut self, slot: u32) {
         let credits = self.config.eager_credits_per_peer;
-        let (peer, bit) = ((slot / credits) as usize, slot % credits);
+        let (peer, bit) = (slot / credits, slot % credits);
         self.peers[peer].eager_buffers_used &= !(1 << bit);
         self.eager_usage.set(self.eager_usage.in_use - 1);
     }
@@ -438,7 +437,7 @@ impl Core {
         }
         self.set_waiter(index, false);
         // Finished for duplicate detection now; END and CLEANUP find the entry by its index.
-        self.peers[peer as usize].recv_window.finish(msg_id);
+        self.peers[peer].recv_window.finish(msg_id);
         if eager {
             let entry = &self.incoming[index];
             if entry.matched {
@@ -460,7 +459,7 @@ impl Core {
         let peer = header.src;
         let msg_ack = control(peer, FrameKind::MsgAck, 0, header.msg_id, 0);
         let Some(&index) = self.incoming_index.get(&(peer, header.msg_id)) else {
-            if self.peers[peer as usize].recv_window.place(header.msg_id) == IdPlace::Finished {
+            if self.peers[peer].recv_window.place(header.msg_id) == IdPlace::Finished {
                 self.queue_control(msg_ack);
             }
             return self.count_drop(Some(peer), DropReason::Duplicate);
@@ -544,7 +543,7 @@ impl Core {
         if self.config.unexpected != UnexpectedPolicy::Buffer {
             return;
         }
-        let state = &mut self.peers[peer as usize];
+        let state = &mut self.peers[peer];
         state.credits_given = state.credits_given.wrapping_add(1);
         // Credits are filled in when a frame leaves: a frame to the peer still waiting to leave
         // carries the new count; only otherwise is a CREDIT frame needed (see `piggyback.rs`).
@@ -561,9 +560,9 @@ impl Core {
         entry.waiter = waiting;
         let peer = entry.peer;
         if waiting {
-            self.add_waiter(peer);
+            self.peers.add_waiter(peer);
         } else {
-            self.remove_waiter(peer);
+            self.peers.remove_waiter(peer);
         }
     }
 }

@@ -57,7 +57,7 @@ impl Core {
     }
 
     fn enqueue_for_start(&mut self, dst: Rank, send: SendKey) {
-        let peer = &mut self.peers[dst as usize];
+        let peer = &mut self.peers[dst];
         match peer.queue_tail {
             None => peer.queue_head = Some(send),
             Some(tail) => self.sends[tail].next_queued = Some(send),
@@ -80,12 +80,12 @@ impl Core {
     /// taken), so a message that the receiver waits for is never stuck behind unmatched ones.
     pub(crate) fn start_queued_for(&mut self, _now: Nanos, dst: Rank) {
         loop {
-            let Some(head) = self.peers[dst as usize].queue_head else {
+            let Some(head) = self.peers[dst].queue_head else {
                 return;
             };
             let op = &self.sends[head];
             let eager = op.is_eager();
-            let peer = &self.peers[dst as usize];
+            let peer = &self.peers[dst];
             let needs_credit = eager && self.config.unexpected == UnexpectedPolicy::Buffer;
             let has_credit = peer.credits_available(self.config.eager_credits_per_peer) > 0;
             if !peer.window_open() {
@@ -96,7 +96,7 @@ impl Core {
             }
             let needs_credit = needs_credit && has_credit;
             let eager = self.sends[head].is_eager();
-            let peer = &mut self.peers[dst as usize];
+            let peer = &mut self.peers[dst];
             let msg_id = peer.send_next;
             peer.send_next = peer.send_next.wrapping_add(1);
             peer.sends_in_flight += 1;
@@ -152,7 +152,7 @@ impl Core {
     pub(crate) fn unlink_queued(&mut self, dst: Rank, index: SendKey) {
         let next = self.sends.get(index).and_then(|op| op.next_queued);
         let mut previous = None;
-        let mut cursor = self.peers[dst as usize].queue_head;
+        let mut cursor = self.peers[dst].queue_head;
         while let Some(at) = cursor.filter(|&at| at != index) {
             previous = Some(at);
             cursor = self.sends.get(at).and_then(|op| op.next_queued);
@@ -161,10 +161,10 @@ impl Core {
             return;
         }
         match previous {
-            None => self.peers[dst as usize].queue_head = next,
+            None => self.peers[dst].queue_head = next,
             Some(previous) => self.sends[previous].next_queued = next,
         }
-        let peer = &mut self.peers[dst as usize];
+        let peer = &mut self.peers[dst];
         if peer.queue_tail == Some(index) {
             peer.queue_tail = previous;
         }
@@ -178,13 +178,13 @@ impl Core {
         };
         if matches!(op.phase, SendPhase::Streaming | SendPhase::Ending) {
             self.active_sends.remove(&(op.dst, op.msg_id));
-            let peer = &mut self.peers[op.dst as usize];
+            let peer = &mut self.peers[op.dst];
             peer.send_window.finish(op.msg_id);
             peer.sends_in_flight -= 1;
-            self.awaited_less(op.dst);
+            self.peers.awaited_less(op.dst);
         }
         if op.phase == SendPhase::Local {
-            self.peers[op.dst as usize].sends_in_flight -= 1;
+            self.peers[op.dst].sends_in_flight -= 1;
         }
         if result.is_ok() {
             self.counters.record(op.dst, |s| s.messages_sent += 1);
@@ -244,7 +244,7 @@ impl Core {
             self.count_drop(Some(header.src), DropReason::Duplicate);
             return;
         };
-        let peer = header.src as usize;
+        let peer = header.src;
         let retry_ns = self.config.rto_max_ns;
         let op = &mut self.sends[index];
         let timers = &mut self.send_timers[index];
@@ -307,7 +307,7 @@ impl Core {
             // The END leaves behind every data frame still queued towards the peer (the other
             // messages of a stream): its answer is due a round trip after that, not after now.
             let departure = self.departure(now, control.dst, FRAME_HEADER_LEN);
-            let rto = self.peers[control.dst as usize].rto.rto_ns();
+            let rto = self.peers[control.dst].rto.rto_ns();
             let op = &mut self.sends[index];
             op.wait_deadline_ns = Some(departure.timer_start() + rto);
             self.queue_control(control);
@@ -373,7 +373,7 @@ impl Core {
             }
             Some(_) => self.count_drop(Some(header.src), DropReason::Invalid),
             None => {
-                let window = self.peers[header.src as usize].send_window;
+                let window = self.peers[header.src].send_window;
                 if window.place(header.msg_id) == crate::window::IdPlace::Finished {
                     self.queue_control(cleanup);
                 }
@@ -410,8 +410,8 @@ impl Core {
             }
             let max_ns = self.config.rto_max_ns;
             let dst = self.sends[index].dst;
-            self.peers[dst as usize].rto.on_timeout(now, max_ns);
-            let rto = self.peers[dst as usize].rto;
+            self.peers[dst].rto.on_timeout(now, max_ns);
+            let rto = self.peers[dst].rto;
             let op = &mut self.sends[index];
             op.collections.expire(&mut self.send_timers[index], now);
             if op.wait_deadline_ns.is_some_and(|d| d <= now) {
@@ -446,7 +446,7 @@ impl Core {
         let waiting_for_grant =
             !op.is_eager() && op.next_new >= op.granted && op.granted < op.frames;
         if waiting_for_grant && op.wait_deadline_ns.is_none() {
-            let rto = self.peers[op.dst as usize].rto;
+            let rto = self.peers[op.dst].rto;
             op.wait_deadline_ns =
                 Some(now + rto.backed_off_ns(op.wait_retries, self.config.rto_max_ns));
         }

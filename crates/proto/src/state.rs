@@ -12,7 +12,9 @@ use crate::counters::Counters;
 use crate::ops::{Control, Incoming, LatestData, RecvOp, SendOp, ShortCopy};
 use crate::outputs::Outputs;
 use crate::peer::Peer;
+use crate::peers::Peers;
 use crate::slab::{IncomingKey, RecvKey, SendKey, SideTable, Slab};
+use crate::timers::Earliest;
 use crate::transmit::INLINE_PAYLOAD_MAX;
 use crate::usage::TableUsage;
 use crate::*;
@@ -28,7 +30,8 @@ pub(crate) struct Core {
     pub(crate) job: u32,
     pub(crate) rank: Rank,
     pub(crate) size: u32,
-    pub(crate) peers: Vec<Peer>,
+    /// Every rank's state and liveness (`peers.rs`).
+    pub(crate) peers: Peers,
     /// Counters in total and per peer (`counters.rs`).
     pub(crate) counters: Counters,
     pub(crate) sends: Slab<SendKey, SendOp>,
@@ -94,7 +97,7 @@ impl Core {
             job,
             rank,
             size,
-            peers: vec![Peer::new(config.rto_initial_ns); size as usize],
+            peers: Peers::new(&config, rank, size),
             counters: Counters::new(size),
             sends: Slab::with_capacity(config.max_sends),
             send_timers: SideTable::new(config.max_sends, CollectionTimers::default()),
@@ -242,7 +245,7 @@ impl Core {
     ) -> bool {
         if let Some(control) = self.outputs.pop_control() {
             if carries_credits(control.kind) {
-                self.peers[control.dst as usize].credit_carriers_queued -= 1;
+                self.peers[control.dst].credit_carriers_queued -= 1;
             }
             self.emit_control(now, control, transmit);
             return true;
@@ -264,24 +267,15 @@ impl Core {
     /// flattened iterators this replaces cost three times as many instructions, and this runs
     /// after every state change.
     pub(crate) fn compute_deadline(&self) -> Option<Nanos> {
-        let mut earliest: Option<Nanos> = None;
-        let mut consider = |deadline: Option<Nanos>| {
-            if let Some(at) = deadline {
-                earliest = Some(earliest.map_or(at, |e| e.min(at)));
-            }
-        };
+        let mut earliest = Earliest::default();
         for index in self.sends.occupied() {
-            consider(self.send_deadline(index));
+            earliest.consider(self.send_deadline(index));
         }
         for index in self.incoming.occupied() {
-            consider(self.incoming.get(index).and_then(|e| e.deadline_ns));
+            earliest.consider(self.incoming.get(index).and_then(|e| e.deadline_ns));
         }
-        for (rank, peer) in self.peers.iter().enumerate() {
-            consider(peer.probe_deadline_ns);
-            consider(peer.owed_deadline_ns);
-            consider(self.silence_deadline(rank as Rank));
-        }
-        earliest
+        earliest.consider(self.peers.next_deadline());
+        earliest.get()
     }
 
     pub(crate) fn stats(&self) -> &Stats {
@@ -305,7 +299,7 @@ impl Core {
 
     /// True when the peer has been declared unreachable.
     pub(crate) fn is_peer_unreachable(&self, peer: Rank) -> bool {
-        self.peers.get(peer as usize).is_some_and(|p| p.unreachable)
+        self.peers.is_unreachable(peer)
     }
 
     // --- shared helpers ---
@@ -322,7 +316,7 @@ impl Core {
 
     fn check_peer(&self, rank: Rank) -> Result<(), PostError> {
         self.check_rank(rank)?;
-        if self.peers[rank as usize].unreachable {
+        if self.peers[rank].unreachable {
             return Err(PostError::PeerUnreachable { peer: rank });
         }
         Ok(())
@@ -340,7 +334,7 @@ impl Core {
             return;
         }
         if carries_credits(control.kind) {
-            self.peers[control.dst as usize].credit_carriers_queued += 1;
+            self.peers[control.dst].credit_carriers_queued += 1;
         }
         self.outputs.push_control(control);
     }
