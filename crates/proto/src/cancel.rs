@@ -126,7 +126,7 @@ impl Core {
         }
         op.cancel_refused = true;
         self.after_ack(now, index);
-        self.mark_ready(index);
+        self.sends.mark_ready(index);
     }
 
     /// CANCEL: withdraw the message unless a receive has matched it; answer either way.

@@ -41,6 +41,7 @@ mod piggyback;
 mod placement;
 mod receiver;
 mod rto;
+mod send_side;
 mod sender;
 mod slab;
 mod state;

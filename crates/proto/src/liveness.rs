@@ -154,7 +154,7 @@ impl Core {
         let state = &mut self.peers[peer];
         state.queue_head = None;
         state.queue_tail = None;
-        self.ready.retain(|&i| self.sends.get(i).is_some());
+        self.sends.forget_freed_ready();
     }
 
     fn fail_incoming_from(&mut self, peer: Rank, error: OpError) {

@@ -40,15 +40,13 @@ impl Core {
         );
         op.msg_id = msg_id;
         let limit = self.config.max_sends;
-        let (send, generation) = self.sends.insert(op).ok_or(PostError::TableFull {
+        let (send, generation) = self.sends.insert_with(|| op).ok_or(PostError::TableFull {
             table: "send",
             limit,
         })?;
         let key = (context, tag);
         let mut entry = Incoming::new(rank, msg_id, key, geometry, self.config.ack_unit);
         entry.local_send = Some(send);
-        let op = &self.sends[send];
-        self.send_timers[send].reset(&op.collections);
         // The incoming table keeps an entry per send beyond `max_incoming` for exactly this.
         let (incoming, _) = self
             .incoming

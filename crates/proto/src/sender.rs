@@ -3,7 +3,7 @@
 //! retransmission timers.
 
 use crate::geometry::Geometry;
-use crate::ops::{copy_short, Control, SendOp, SendPhase};
+use crate::ops::{Control, SendOp, SendPhase};
 use crate::state::Core;
 use crate::*;
 use nicmsg_wire::{Flags, FrameHeader, FrameKind, Protocol, FRAME_HEADER_LEN};
@@ -42,10 +42,8 @@ impl Core {
             table: "send",
             limit,
         })?;
-        let op = &mut self.sends[index];
-        self.send_timers[index].reset(&op.collections);
         if protocol == Protocol::Eager && frames == 1 {
-            op.copy = copy_short(&op.data, memory, &mut self.send_copies[index]);
+            self.sends.copy_short(index, memory);
         }
         self.enqueue_for_start(dst, index);
         self.start_queued_for(now, dst);
@@ -112,8 +110,8 @@ impl Core {
             op.holds_credit = needs_credit;
             op.phase = SendPhase::Streaming;
             op.granted = if eager { op.frames } else { 1 };
-            self.active_sends.insert((dst, msg_id), head);
-            self.mark_ready(head);
+            self.sends.activate(dst, msg_id, head);
+            self.sends.mark_ready(head);
             self.complete_early_if_copied(head);
         }
     }
@@ -135,18 +133,8 @@ impl Core {
         op.geometry = geometry;
         op.frames = frames;
         op.collections = crate::collections::Collections::new(op.ack_unit, frames);
-        self.send_timers[index].reset(&op.collections);
+        self.sends.reset_timers(index);
         self.counters.record(dst, |s| s.credit_stalls += 1);
-    }
-
-    pub(crate) fn mark_ready(&mut self, index: SendKey) {
-        let Some(op) = self.sends.get_mut(index) else {
-            return;
-        };
-        if !op.in_ready && op.has_frame_to_send() {
-            op.in_ready = true;
-            self.ready.push_back(index);
-        }
     }
 
     pub(crate) fn unlink_queued(&mut self, dst: Rank, index: SendKey) {
@@ -177,7 +165,7 @@ impl Core {
             return;
         };
         if matches!(op.phase, SendPhase::Streaming | SendPhase::Ending) {
-            self.active_sends.remove(&(op.dst, op.msg_id));
+            self.sends.deactivate(op.dst, op.msg_id);
             let peer = &mut self.peers[op.dst];
             peer.send_window.finish(op.msg_id);
             peer.sends_in_flight -= 1;
@@ -190,7 +178,7 @@ impl Core {
             self.counters.record(op.dst, |s| s.messages_sent += 1);
         }
         if op.completed_early {
-            self.sends_completed_early -= 1;
+            self.sends.early_send_ended();
             if result.is_err() {
                 // Reported sent, but the peer died (or never acknowledged) first.
                 self.counters
@@ -220,21 +208,19 @@ impl Core {
     /// core's copy, so the host's buffer is free, as with BIP's short messages and MPI's eager
     /// sends. Bounded so that sends the host no longer sees fill at most half the send table.
     fn complete_early_if_copied(&mut self, index: SendKey) {
-        let op = &self.sends[index];
-        if op.copy.is_none() || self.sends_completed_early >= self.config.max_early_sends {
+        if !self.sends.may_complete_early(index) {
             return;
         }
-        let status = send_status(op);
+        let status = send_status(&self.sends[index]);
         let generation = self.sends.generation(index);
         self.complete_send(index, generation, status, Ok(()));
-        self.sends[index].completed_early = true;
-        self.sends_completed_early += 1;
+        self.sends.completed_early(index);
         self.counters
             .record(status.peer, |s| s.sends_completed_early += 1);
     }
 
     pub(crate) fn active_send(&self, peer: Rank, msg_id: u32) -> Option<SendKey> {
-        self.active_sends.get(&(peer, msg_id)).copied()
+        self.sends.active(peer, msg_id)
     }
 
     /// ACK from the receiver: a collection (or, with ACK_ALL, the whole message) arrived; with
@@ -246,8 +232,7 @@ impl Core {
         };
         let peer = header.src;
         let retry_ns = self.config.rto_max_ns;
-        let op = &mut self.sends[index];
-        let timers = &mut self.send_timers[index];
+        let (op, timers) = self.sends.with_timers(index);
         if header.has_flag(Flags::WAIT) {
             op.collections.postpone(timers, now + retry_ns);
             if op.wait_deadline_ns.is_some() {
@@ -292,7 +277,7 @@ impl Core {
             return;
         }
         if !op.collections.all_acked() {
-            self.mark_ready(index);
+            self.sends.mark_ready(index);
             return;
         }
         if op.is_eager() {
@@ -332,9 +317,9 @@ impl Core {
         if op.is_eager() {
             // The receiver discarded our frames (`drop` mode) and now has a receive for them.
             if header.has_flag(Flags::FROM_START) {
-                op.collections
-                    .resend_all_sent(&mut self.send_timers[index], op.next_new);
-                self.mark_ready(index);
+                let (op, timers) = self.sends.with_timers(index);
+                op.collections.resend_all_sent(timers, op.next_new);
+                self.sends.mark_ready(index);
             }
             return;
         }
@@ -353,7 +338,7 @@ impl Core {
                 op.extra_frame = None;
             }
         }
-        self.mark_ready(index);
+        self.sends.mark_ready(index);
     }
 
     /// MSG-ACK: the receiver holds the message (or consumed it as truncated). Complete, free,
@@ -382,26 +367,13 @@ impl Core {
         }
     }
 
-    pub(crate) fn send_deadline(&self, index: SendKey) -> Option<Nanos> {
-        let op = self.sends.get(index)?;
-        if let Some(cancel) = op.cancel {
-            // Nothing of the message is resent while the receiver decides.
-            return Some(cancel.deadline_ns);
-        }
-        let collections = op.collections.next_deadline(&self.send_timers[index]);
-        match (collections, op.wait_deadline_ns) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
     /// Retransmits timed-out collections, repeats RTS/RSM/END/CANCEL whose answer is overdue.
     /// Retransmissions go on, backed off up to `rto_max_ns`, until the peer answers or the
     /// liveness rule declares it unreachable (`liveness.rs`).
     pub(crate) fn expire_sends(&mut self, now: Nanos) {
         // Index loop instead of collecting the due entries: the timer path allocates nothing.
         for index in self.sends.slots_in_use_range() {
-            if self.send_deadline(index).is_none_or(|d| d > now) {
+            if self.sends.deadline(index).is_none_or(|d| d > now) {
                 continue;
             }
             if self.sends.get(index).is_some_and(|op| op.cancel.is_some()) {
@@ -412,8 +384,8 @@ impl Core {
             let dst = self.sends[index].dst;
             self.peers[dst].rto.on_timeout(now, max_ns);
             let rto = self.peers[dst].rto;
-            let op = &mut self.sends[index];
-            op.collections.expire(&mut self.send_timers[index], now);
+            let (op, timers) = self.sends.with_timers(index);
+            op.collections.expire(timers, now);
             if op.wait_deadline_ns.is_some_and(|d| d <= now) {
                 op.wait_retries += 1;
                 op.wait_deadline_ns = Some(now + rto.backed_off_ns(op.wait_retries, max_ns));
@@ -425,7 +397,7 @@ impl Core {
                     _ => self.sends[index].extra_frame = self.repeat_frame(index),
                 }
             }
-            self.mark_ready(index);
+            self.sends.mark_ready(index);
         }
     }
 

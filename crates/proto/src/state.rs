@@ -7,15 +7,14 @@ use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap;
 
-use crate::collections::CollectionTimers;
 use crate::counters::Counters;
-use crate::ops::{Control, Incoming, LatestData, RecvOp, SendOp, ShortCopy};
+use crate::ops::{Control, Incoming, LatestData, RecvOp};
 use crate::outputs::Outputs;
 use crate::peer::Peer;
 use crate::peers::Peers;
-use crate::slab::{IncomingKey, RecvKey, SendKey, SideTable, Slab};
+use crate::send_side::SendSide;
+use crate::slab::{IncomingKey, RecvKey, Slab};
 use crate::timers::Earliest;
-use crate::transmit::INLINE_PAYLOAD_MAX;
 use crate::usage::TableUsage;
 use crate::*;
 
@@ -34,17 +33,8 @@ pub(crate) struct Core {
     pub(crate) peers: Peers,
     /// Counters in total and per peer (`counters.rs`).
     pub(crate) counters: Counters,
-    pub(crate) sends: Slab<SendKey, SendOp>,
-    /// Retransmission timers of each send's collections, by send index (`collections.rs`).
-    pub(crate) send_timers: SideTable<SendKey, CollectionTimers>,
-    /// The bytes of each short send, by send index (`SendOp::copy`).
-    pub(crate) send_copies: SideTable<SendKey, ShortCopy>,
-    /// Started sends by (destination, message id). Fx hashing: a lookup on every frame costs a
-    /// few instructions instead of SipHash's ~100; the maps never hold more entries than their
-    /// table, so even keys chosen to collide cost a bounded probe.
-    pub(crate) active_sends: FxHashMap<(Rank, u32), SendKey>,
-    /// Sends with a frame to transmit, served round-robin one frame at a time.
-    pub(crate) ready: VecDeque<SendKey>,
+    /// Sends, their timers and copies, and their scheduling (`send_side.rs`).
+    pub(crate) sends: SendSide,
     pub(crate) recvs: Slab<RecvKey, RecvOp>,
     /// Unmatched receives in the order they were posted.
     pub(crate) posted: VecDeque<RecvKey>,
@@ -59,8 +49,6 @@ pub(crate) struct Core {
     pub(crate) eager_usage: TableUsage,
     /// Control frames to send and completions to hand out (`outputs.rs`).
     pub(crate) outputs: Outputs,
-    /// Sends completed when they started (short copied messages) and not yet acknowledged.
-    pub(crate) sends_completed_early: usize,
     /// Where the stream of long-message frames was last (`placement.rs`).
     pub(crate) latest_data: Option<LatestData>,
 }
@@ -99,11 +87,7 @@ impl Core {
             size,
             peers: Peers::new(&config, rank, size),
             counters: Counters::new(size),
-            sends: Slab::with_capacity(config.max_sends),
-            send_timers: SideTable::new(config.max_sends, CollectionTimers::default()),
-            send_copies: SideTable::new(config.max_sends, [0; INLINE_PAYLOAD_MAX]),
-            active_sends: FxHashMap::with_capacity_and_hasher(config.max_sends, Default::default()),
-            ready: VecDeque::with_capacity(config.max_sends),
+            sends: SendSide::new(config.max_sends, config.max_early_sends),
             recvs: Slab::with_capacity(config.max_recvs),
             posted: VecDeque::with_capacity(config.max_recvs),
             probes: VecDeque::with_capacity(config.max_recvs),
@@ -117,7 +101,6 @@ impl Core {
             eager_pool: vec![0; pool_len],
             eager_usage: TableUsage::new(size as usize * config.eager_credits_per_peer as usize),
             outputs: Outputs::new(config.max_control_queue, completions_limit),
-            sends_completed_early: 0,
             latest_data: None,
             config,
         })
@@ -234,7 +217,7 @@ impl Core {
     /// True if [`poll_transmit_into`](Self::poll_transmit_into) may have a frame (a control frame or a
     /// send with frames to go).
     pub(crate) fn has_transmit(&self) -> bool {
-        self.outputs.has_control() || !self.ready.is_empty()
+        self.outputs.has_control() || self.sends.has_ready()
     }
 
     fn next_transmit(
@@ -268,9 +251,7 @@ impl Core {
     /// after every state change.
     pub(crate) fn compute_deadline(&self) -> Option<Nanos> {
         let mut earliest = Earliest::default();
-        for index in self.sends.occupied() {
-            earliest.consider(self.send_deadline(index));
-        }
+        earliest.consider(self.sends.next_deadline());
         for index in self.incoming.occupied() {
             earliest.consider(self.incoming.get(index).and_then(|e| e.deadline_ns));
         }
@@ -288,7 +269,7 @@ impl Core {
 
     pub(crate) fn usage(&self) -> Usage {
         Usage {
-            sends: self.sends.usage,
+            sends: self.sends.usage(),
             recvs: self.recvs.usage,
             incoming: self.incoming.usage,
             eager_buffers: self.eager_usage,
