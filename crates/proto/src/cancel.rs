@@ -147,9 +147,9 @@ impl Core {
             return self.count_drop(Some(peer), DropReason::Invalid);
         }
         let returns_credit = header.has_flag(Flags::EAGER);
-        match self.incoming_index.get(&(peer, msg_id)).copied() {
+        match self.rx.incoming_by_id(peer, msg_id) {
             Some(index) => {
-                let entry = &self.incoming[index];
+                let entry = &self.rx[index];
                 if entry.phase == RxPhase::Cancelled {
                     return self.queue_control(answer(true));
                 }
@@ -186,7 +186,7 @@ impl Core {
         let key = (Context::USER, 0);
         let entry = Incoming::new(peer, msg_id, key, geometry, self.config.ack_unit);
         let index = self.insert_remote(entry)?;
-        self.incoming_index.insert((peer, msg_id), index);
+        self.rx.index_incoming(peer, msg_id, index);
         Some(index)
     }
 
@@ -195,18 +195,18 @@ impl Core {
     fn withdraw(&mut self, now: Nanos, index: IncomingKey, returns_credit: bool) {
         self.set_waiter(index, false);
         let keepalive = self.config.keepalive_ns;
-        let entry = &mut self.incoming[index];
+        let entry = &mut self.rx[index];
         let (peer, msg_id) = (entry.peer, entry.msg_id);
-        let in_unexpected = std::mem::replace(&mut entry.in_unexpected, false);
+        let in_unexpected = entry.in_unexpected;
         let buffer = std::mem::replace(&mut entry.dest, Dest::Discard);
         entry.phase = RxPhase::Cancelled;
         entry.deadline_ns = Some(now + keepalive);
         entry.retries = 0;
         if in_unexpected {
-            self.unexpected.retain(|&i| i != index);
+            self.rx.remove_unexpected(index);
         }
         if let Dest::Buffer(slot) = buffer {
-            self.release_eager_buffer(slot);
+            self.rx.release_eager_buffer(slot, &mut self.peers);
         }
         self.peers[peer].recv_window.finish(msg_id);
         if returns_credit {

@@ -27,25 +27,26 @@ impl Core {
         let peer = header.src;
         if !self.is_whole_eager_message(header, msg, payload.len())
             || self.peers[peer].next_match != header.msg_id
-            || self.incoming_index.contains_key(&(peer, header.msg_id))
+            || self.rx.incoming_by_id(peer, header.msg_id).is_some()
             // A message already waiting behind this one is matched by the general path, in
             // the order that path completes them.
             || self
-                .incoming_index
-                .contains_key(&(peer, header.msg_id.wrapping_add(1)))
+                .rx
+                .incoming_by_id(peer, header.msg_id.wrapping_add(1))
+                .is_some()
         {
             return false;
         }
-        let Some(position) = self.find_posted(peer, (Context(msg.context), msg.tag)) else {
+        let Some(position) = self.rx.find_posted(peer, (Context(msg.context), msg.tag)) else {
             return false;
         };
-        let recv = self.posted[position];
-        let buffer = &self.recvs[recv].buffer;
+        let recv = self.rx.posted_at(position);
+        let buffer = &self.rx[recv].buffer;
         if buffer.total_len() < msg.total_len {
             return false;
         }
         buffer.write_at(memory, 0, payload);
-        self.posted.remove(position);
+        self.rx.take_posted(position);
         self.finish_express(now, header, msg, recv);
         // Ids withdrawn by their sender may lie next, with messages held behind them.
         let next = self.peers[peer].next_match;
@@ -75,7 +76,7 @@ impl Core {
     fn finish_express(&mut self, now: Nanos, header: &FrameHeader, msg: &MsgHeader, recv: RecvKey) {
         let peer = header.src;
         let len = msg.total_len;
-        let source = self.recvs[recv].source;
+        let source = self.rx[recv].source;
         // A receive from a named rank counted as a waiter on it until matched; the message's
         // own waiter count rises and falls again within the general path.
         if let Source::Rank(p) = source {
@@ -90,8 +91,8 @@ impl Core {
         });
         self.owe_ack_all(now, peer, header.msg_id);
         self.peers[peer].recv_window.finish(header.msg_id);
-        let generation = self.recvs.generation(recv);
-        self.recvs.remove(recv);
+        let generation = self.rx.recv_generation(recv);
+        self.rx.remove_recv(recv);
         let status = Status {
             peer,
             tag: msg.tag,

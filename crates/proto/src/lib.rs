@@ -40,6 +40,7 @@ mod peers;
 mod piggyback;
 mod placement;
 mod receiver;
+mod recv_side;
 mod rto;
 mod send_side;
 mod sender;

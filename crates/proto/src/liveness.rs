@@ -119,10 +119,10 @@ impl Core {
     fn release_held_messages(&mut self, now: Nanos, peer: Rank, memory: &mut impl HostMemory) {
         let next = self.peers[peer].next_match;
         let mut held: Vec<(u32, u32)> = self
-            .incoming
-            .occupied()
+            .rx
+            .incoming_keys()
             .filter_map(|i| {
-                let entry = self.incoming.get(i)?;
+                let entry = self.rx.incoming(i)?;
                 let waiting = entry.peer == peer && !entry.matched && !entry.in_unexpected;
                 let complete = entry.is_eager() && entry.phase == RxPhase::DataComplete;
                 (waiting && complete).then(|| (entry.msg_id.wrapping_sub(next), entry.msg_id))
@@ -131,9 +131,9 @@ impl Core {
         held.sort_unstable();
         for (_, msg_id) in held {
             let still_waiting = self
-                .incoming_index
-                .get(&(peer, msg_id))
-                .and_then(|&i| self.incoming.get(i))
+                .rx
+                .incoming_by_id(peer, msg_id)
+                .and_then(|i| self.rx.incoming(i))
                 .is_some_and(|e| !e.matched && !e.in_unexpected);
             if still_waiting {
                 self.peers[peer].next_match = msg_id;
@@ -159,12 +159,12 @@ impl Core {
 
     fn fail_incoming_from(&mut self, peer: Rank, error: OpError) {
         let from_peer: Vec<IncomingKey> = self
-            .incoming
-            .occupied()
-            .filter(|&i| self.incoming.get(i).is_some_and(|e| e.peer == peer))
+            .rx
+            .incoming_keys()
+            .filter(|&i| self.rx.incoming(i).is_some_and(|e| e.peer == peer))
             .collect();
         for index in from_peer {
-            let entry = &self.incoming[index];
+            let entry = &self.rx[index];
             let deliverable =
                 entry.is_eager() && entry.phase == RxPhase::DataComplete && !entry.matched;
             if deliverable {
@@ -172,28 +172,28 @@ impl Core {
             }
             if entry.phase == RxPhase::Receiving {
                 if let (Dest::Recv(recv), _) | (_, Some(recv)) = (entry.dest, entry.recv) {
-                    self.incoming[index].waiter = false;
+                    self.rx[index].waiter = false;
                     self.fail_recv(recv, error);
                 }
             }
-            self.incoming[index].waiter = false;
+            self.rx[index].waiter = false;
             self.free_incoming(index);
         }
     }
 
     fn fail_receives_naming(&mut self, peer: Rank, error: OpError) {
         let named: Vec<RecvKey> = self
-            .recvs
-            .occupied()
+            .rx
+            .recv_keys()
             .filter(|&i| {
-                self.recvs.get(i).is_some_and(|op| {
+                self.rx.recv(i).is_some_and(|op| {
                     op.source == Source::Rank(peer) && op.state == RecvState::Posted
                 })
             })
             .collect();
         for index in named {
-            self.posted.retain(|&i| i != index);
-            self.probes.retain(|&i| i != index);
+            self.rx.unpost(index);
+            self.rx.unpost_probe(index);
             self.fail_recv(index, error);
         }
     }

@@ -3,19 +3,14 @@
 //! `receiver.rs`, `matching.rs`, `cancel.rs`, `liveness.rs` and `emit.rs`, each an
 //! `impl Core` block of its own.
 
-use std::collections::VecDeque;
-
-use rustc_hash::FxHashMap;
-
 use crate::counters::Counters;
-use crate::ops::{Control, Incoming, LatestData, RecvOp};
+use crate::ops::Control;
 use crate::outputs::Outputs;
 use crate::peer::Peer;
 use crate::peers::Peers;
+use crate::recv_side::RecvSide;
 use crate::send_side::SendSide;
-use crate::slab::{IncomingKey, RecvKey, Slab};
 use crate::timers::Earliest;
-use crate::usage::TableUsage;
 use crate::*;
 
 /// Bytes of per-peer protocol state: message-id windows both ways, credit counters, the start
@@ -35,22 +30,10 @@ pub(crate) struct Core {
     pub(crate) counters: Counters,
     /// Sends, their timers and copies, and their scheduling (`send_side.rs`).
     pub(crate) sends: SendSide,
-    pub(crate) recvs: Slab<RecvKey, RecvOp>,
-    /// Unmatched receives in the order they were posted.
-    pub(crate) posted: VecDeque<RecvKey>,
-    /// Posted (blocking) probes.
-    pub(crate) probes: VecDeque<RecvKey>,
-    pub(crate) incoming: Slab<IncomingKey, Incoming>,
-    pub(crate) incoming_index: FxHashMap<(Rank, u32), IncomingKey>,
-    /// Unexpected messages in matching order.
-    pub(crate) unexpected: VecDeque<IncomingKey>,
-    /// Unexpected eager data: `eager_credits_per_peer` buffers of `eager_limit` bytes per peer.
-    pub(crate) eager_pool: Vec<u8>,
-    pub(crate) eager_usage: TableUsage,
+    /// Receives, probes, incoming messages, matching queues, the eager pool (`recv_side.rs`).
+    pub(crate) rx: RecvSide,
     /// Control frames to send and completions to hand out (`outputs.rs`).
     pub(crate) outputs: Outputs,
-    /// Where the stream of long-message frames was last (`placement.rs`).
-    pub(crate) latest_data: Option<LatestData>,
 }
 
 /// Receiver-to-sender control frames, which carry the cumulative credit count in `aux`.
@@ -78,8 +61,6 @@ impl Core {
         if config.eager_credits_per_peer > MAX_EAGER_CREDITS {
             return Err(ConfigError::ZeroLimit("eager_credits_per_peer <= 64"));
         }
-        let pool_len =
-            size as usize * config.eager_credits_per_peer as usize * config.eager_limit as usize;
         let completions_limit = config.max_sends + config.max_recvs;
         Ok(Self {
             job,
@@ -88,20 +69,8 @@ impl Core {
             peers: Peers::new(&config, rank, size),
             counters: Counters::new(size),
             sends: SendSide::new(config.max_sends, config.max_early_sends),
-            recvs: Slab::with_capacity(config.max_recvs),
-            posted: VecDeque::with_capacity(config.max_recvs),
-            probes: VecDeque::with_capacity(config.max_recvs),
-            // Room for a local message per send beyond the remote ones (`insert_remote`).
-            incoming: Slab::with_capacity(config.max_incoming + config.max_sends),
-            incoming_index: FxHashMap::with_capacity_and_hasher(
-                config.max_incoming,
-                Default::default(),
-            ),
-            unexpected: VecDeque::with_capacity(config.max_incoming),
-            eager_pool: vec![0; pool_len],
-            eager_usage: TableUsage::new(size as usize * config.eager_credits_per_peer as usize),
+            rx: RecvSide::new(&config, size),
             outputs: Outputs::new(config.max_control_queue, completions_limit),
-            latest_data: None,
             config,
         })
     }
@@ -159,8 +128,9 @@ impl Core {
     /// Non-blocking probe: the status of the first matching message in `context` available to
     /// a receive.
     pub(crate) fn iprobe(&self, source: Source, context: Context, tag: TagMatch) -> Option<Status> {
-        self.find_unexpected(source, context, tag)
-            .map(|index| self.status_of(index))
+        self.rx
+            .find_unexpected(source, context, tag)
+            .map(|index| self.rx.status_of(index))
     }
 
     /// Blocking probe as an operation: completes when a matching message is available.
@@ -252,9 +222,7 @@ impl Core {
     pub(crate) fn compute_deadline(&self) -> Option<Nanos> {
         let mut earliest = Earliest::default();
         earliest.consider(self.sends.next_deadline());
-        for index in self.incoming.occupied() {
-            earliest.consider(self.incoming.get(index).and_then(|e| e.deadline_ns));
-        }
+        earliest.consider(self.rx.next_deadline());
         earliest.consider(self.peers.next_deadline());
         earliest.get()
     }
@@ -270,9 +238,9 @@ impl Core {
     pub(crate) fn usage(&self) -> Usage {
         Usage {
             sends: self.sends.usage(),
-            recvs: self.recvs.usage,
-            incoming: self.incoming.usage,
-            eager_buffers: self.eager_usage,
+            recvs: self.rx.recv_usage(),
+            incoming: self.rx.incoming_usage(),
+            eager_buffers: self.rx.eager_usage(),
             control_queue: self.outputs.control_usage(),
             completions: self.outputs.completion_usage(),
         }
