@@ -1,7 +1,10 @@
-//! The protocol state of one rank (`Core`): tables, host commands, and the poll/handle calls the
-//! public [`crate::Endpoint`] forwards to. The protocol logic lives in `sender.rs`,
-//! `receiver.rs`, `matching.rs`, `cancel.rs`, `liveness.rs` and `emit.rs`, each an
-//! `impl Core` block of its own.
+//! The protocol state of one rank (`Core`): the components it is made of, host commands, and
+//! the poll/handle calls the public [`crate::Endpoint`] forwards to. Each component keeps its
+//! state private behind a small API: `SendSide` (`send_side.rs`), `RecvSide` (`recv_side.rs`),
+//! `Peers` (`peers.rs`), `Outputs` (`outputs.rs`), `Counters` (`counters.rs`). The protocol
+//! logic orchestrates them, one concern per file, each an `impl Core` block of its own:
+//! `sender.rs`, `receiver.rs`, `matching.rs`, `express.rs`, `local.rs`, `cancel.rs`,
+//! `liveness.rs`, `piggyback.rs`, `emit.rs`, `placement.rs`, `diagnostics.rs`.
 
 use crate::counters::Counters;
 use crate::ops::Control;
@@ -216,8 +219,9 @@ impl Core {
         self.outputs.pop_completion()
     }
 
-    /// The earliest timer of any send, incoming message or peer. Plain loops: the chained and
-    /// flattened iterators this replaces cost three times as many instructions, and this runs
+    /// The earliest timer of any send, incoming message or peer, derived from the components
+    /// (none stores it, so none can leave it stale; `timers.rs`). Their walks are plain loops:
+    /// chained and flattened iterators cost three times as many instructions, and this runs
     /// after every state change.
     pub(crate) fn compute_deadline(&self) -> Option<Nanos> {
         let mut earliest = Earliest::default();
