@@ -41,7 +41,7 @@ impl Core {
         if send.completed_early {
             // Its success is reported (or about to be, if still queued): too late to cancel, and
             // once the host has taken the completion the handle is stale.
-            let queued = self.completions.iter().any(|c| c.op == op);
+            let queued = self.outputs.is_completion_queued(op);
             return Err(if queued {
                 CancelError::InProgress
             } else {
@@ -76,7 +76,7 @@ impl Core {
     fn request_withdrawal(&mut self, now: Nanos, index: SendKey) {
         let dst = self.sends[index].dst;
         let departure = self.departure(now, dst, FRAME_HEADER_LEN);
-        let rto = self.peers[dst as usize].rto.rto_ns();
+        let rto = self.peers[dst].rto.rto_ns();
         let op = &mut self.sends[index];
         op.cancel = Some(CancelRequest {
             deadline_ns: departure.timer_start() + rto,
@@ -85,14 +85,14 @@ impl Core {
         op.extra_frame = None;
         let request = cancel_frame(op.dst, op.msg_id, op.holds_credit);
         self.queue_control(request);
-        self.stats.cancels_requested += 1;
+        self.counters.record_total(|s| s.cancels_requested += 1);
     }
 
     /// The CANCEL of `index` went unanswered: ask again, backed off.
     pub(crate) fn repeat_cancel(&mut self, now: Nanos, index: SendKey) {
         let max_ns = self.config.rto_max_ns;
         let op = &mut self.sends[index];
-        let rto = self.peers[op.dst as usize].rto;
+        let rto = self.peers[op.dst].rto;
         let Some(cancel) = op.cancel.as_mut() else {
             return;
         };
@@ -108,7 +108,7 @@ impl Core {
         let withdrawn = header.has_flag(Flags::CANCELLED);
         let Some(index) = self.active_send(peer, header.msg_id) else {
             // A repeat of an answer already taken: the receiver still holds a tombstone.
-            let window = self.peers[peer as usize].send_window;
+            let window = self.peers[peer].send_window;
             if withdrawn && window.place(header.msg_id) == IdPlace::Finished {
                 self.queue_control(control(peer, FrameKind::Cleanup, 0, header.msg_id, 0));
             }
@@ -120,13 +120,13 @@ impl Core {
         }
         if withdrawn {
             self.queue_control(control(peer, FrameKind::Cleanup, 0, header.msg_id, 0));
-            self.stats.sends_withdrawn += 1;
+            self.counters.record_total(|s| s.sends_withdrawn += 1);
             self.finish_send(index, Err(OpError::Cancelled));
             return;
         }
         op.cancel_refused = true;
         self.after_ack(now, index);
-        self.mark_ready(index);
+        self.sends.mark_ready(index);
     }
 
     /// CANCEL: withdraw the message unless a receive has matched it; answer either way.
@@ -142,14 +142,14 @@ impl Core {
             let flags = if cancelled { Flags::CANCELLED } else { 0 };
             control(peer, FrameKind::CancelAck, flags, msg_id, 0)
         };
-        let place = self.peers[peer as usize].recv_window.place(msg_id);
+        let place = self.peers[peer].recv_window.place(msg_id);
         if place == IdPlace::Beyond {
             return self.count_drop(Some(peer), DropReason::Invalid);
         }
         let returns_credit = header.has_flag(Flags::EAGER);
-        match self.incoming_index.get(&(peer, msg_id)).copied() {
+        match self.rx.incoming_by_id(peer, msg_id) {
             Some(index) => {
-                let entry = &self.incoming[index];
+                let entry = &self.rx[index];
                 if entry.phase == RxPhase::Cancelled {
                     return self.queue_control(answer(true));
                 }
@@ -186,7 +186,7 @@ impl Core {
         let key = (Context::USER, 0);
         let entry = Incoming::new(peer, msg_id, key, geometry, self.config.ack_unit);
         let index = self.insert_remote(entry)?;
-        self.incoming_index.insert((peer, msg_id), index);
+        self.rx.index_incoming(peer, msg_id, index);
         Some(index)
     }
 
@@ -195,25 +195,24 @@ impl Core {
     fn withdraw(&mut self, now: Nanos, index: IncomingKey, returns_credit: bool) {
         self.set_waiter(index, false);
         let keepalive = self.config.keepalive_ns;
-        let entry = &mut self.incoming[index];
+        let entry = &mut self.rx[index];
         let (peer, msg_id) = (entry.peer, entry.msg_id);
-        let in_unexpected = std::mem::replace(&mut entry.in_unexpected, false);
+        let in_unexpected = entry.in_unexpected;
         let buffer = std::mem::replace(&mut entry.dest, Dest::Discard);
         entry.phase = RxPhase::Cancelled;
         entry.deadline_ns = Some(now + keepalive);
         entry.retries = 0;
         if in_unexpected {
-            self.unexpected.retain(|&i| i != index);
+            self.rx.remove_unexpected(index);
         }
         if let Dest::Buffer(slot) = buffer {
-            self.release_eager_buffer(slot);
+            self.rx.release_eager_buffer(slot, &mut self.peers);
         }
-        self.peers[peer as usize].recv_window.finish(msg_id);
+        self.peers[peer].recv_window.finish(msg_id);
         if returns_credit {
             self.return_credit(now, peer);
         }
-        self.stats.messages_withdrawn += 1;
-        self.peer_stats[peer as usize].messages_withdrawn += 1;
+        self.counters.record(peer, |s| s.messages_withdrawn += 1);
     }
 }
 

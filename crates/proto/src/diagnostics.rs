@@ -24,7 +24,7 @@ impl Core {
             "send of {} bytes to rank {} tag {} ({protocol})",
             send.geometry.total_len, send.dst, send.tag
         );
-        let peer = &self.peers[send.dst as usize];
+        let peer = &self.peers[send.dst];
         let state = match send.phase {
             SendPhase::Queued if !peer.window_open() => {
                 format!(
@@ -59,7 +59,7 @@ impl Core {
     }
 
     fn describe_recv(&self, op: OpId) -> Option<String> {
-        let recv = self.recvs.get_checked(op.index, op.generation)?;
+        let recv = self.rx.recv_checked(op.index, op.generation)?;
         let what = if recv.kind == OpKind::Probe {
             "probe"
         } else {
@@ -79,7 +79,7 @@ impl Core {
         );
         let state = match recv.state {
             RecvState::Posted => "posted, no matching message has arrived".to_string(),
-            RecvState::Bound(index) => match self.incoming.get(index) {
+            RecvState::Bound(index) => match self.rx.incoming(index) {
                 Some(entry) => {
                     let arrived = entry.contiguous;
                     let phase = match entry.phase {

@@ -89,7 +89,7 @@ impl Departure {
 impl crate::state::Core {
     /// Estimated departure of a frame of `bytes` to `dst` handed over at `now`.
     pub(crate) fn departure(&mut self, now: Nanos, dst: Rank, bytes: usize) -> Departure {
-        let at = self.peers[dst as usize].drain.depart(now, bytes);
+        let at = self.peers[dst].drain.depart(now, bytes);
         Departure {
             at,
             slack: (at - now) / 4,

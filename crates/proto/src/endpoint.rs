@@ -3,9 +3,8 @@
 //! have changed: the answer of [`Endpoint::poll_timeout`] is cached between changes and cannot
 //! go stale (every `&mut` entry point passes through one function that forgets it).
 
-use std::cell::Cell;
-
 use crate::state::Core;
+use crate::timers::DeadlineCache;
 use crate::*;
 
 /// The protocol state machine of one rank. A driver calls, in a loop (see the crate
@@ -26,7 +25,7 @@ pub struct Endpoint {
     core: Core,
     /// `poll_timeout`'s answer, computed once after each change: a driver asks for it on every
     /// turn, and computing it walks the tables.
-    deadline: Cell<Option<Option<Nanos>>>,
+    deadline: DeadlineCache,
 }
 
 impl Endpoint {
@@ -35,14 +34,14 @@ impl Endpoint {
     pub fn new(config: Config, job: u32, rank: Rank, size: u32) -> Result<Self, ConfigError> {
         Ok(Self {
             core: Core::new(config, job, rank, size)?,
-            deadline: Cell::new(None),
+            deadline: DeadlineCache::default(),
         })
     }
 
     /// The state, to change: the cached deadline is forgotten. Every `&mut` entry point goes
     /// through here.
     fn changing(&mut self) -> &mut Core {
-        self.deadline.set(None);
+        self.deadline.forget();
         &mut self.core
     }
 
@@ -197,12 +196,8 @@ impl Endpoint {
 
     /// When `handle_timeout` must next be called, if any timer runs.
     pub fn poll_timeout(&self) -> Option<Nanos> {
-        if let Some(cached) = self.deadline.get() {
-            return cached;
-        }
-        let deadline = self.core.compute_deadline();
-        self.deadline.set(Some(deadline));
-        deadline
+        self.deadline
+            .get_or_compute(|| self.core.compute_deadline())
     }
 
     /// Which frames are likely next and where their payload belongs (`placement.rs`).

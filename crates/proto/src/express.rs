@@ -26,30 +26,31 @@ impl Core {
         let Some(msg) = msg else { return false };
         let peer = header.src;
         if !self.is_whole_eager_message(header, msg, payload.len())
-            || self.peers[peer as usize].next_match != header.msg_id
-            || self.incoming_index.contains_key(&(peer, header.msg_id))
+            || self.peers[peer].next_match != header.msg_id
+            || self.rx.incoming_by_id(peer, header.msg_id).is_some()
             // A message already waiting behind this one is matched by the general path, in
             // the order that path completes them.
             || self
-                .incoming_index
-                .contains_key(&(peer, header.msg_id.wrapping_add(1)))
+                .rx
+                .incoming_by_id(peer, header.msg_id.wrapping_add(1))
+                .is_some()
         {
             return false;
         }
-        let Some(position) = self.find_posted(peer, (Context(msg.context), msg.tag)) else {
+        let Some(position) = self.rx.find_posted(peer, (Context(msg.context), msg.tag)) else {
             return false;
         };
-        let recv = self.posted[position];
-        let buffer = &self.recvs[recv].buffer;
+        let recv = self.rx.posted_at(position);
+        let buffer = &self.rx[recv].buffer;
         if buffer.total_len() < msg.total_len {
             return false;
         }
         buffer.write_at(memory, 0, payload);
-        self.posted.remove(position);
+        self.rx.take_posted(position);
         self.finish_express(now, header, msg, recv);
         // Ids withdrawn by their sender may lie next, with messages held behind them.
-        let next = self.peers[peer as usize].next_match;
-        if self.peers[peer as usize].recv_window.place(next) == IdPlace::Finished {
+        let next = self.peers[peer].next_match;
+        if self.peers[peer].recv_window.place(next) == IdPlace::Finished {
             self.match_in_order(now, peer, memory);
         }
         true
@@ -75,24 +76,23 @@ impl Core {
     fn finish_express(&mut self, now: Nanos, header: &FrameHeader, msg: &MsgHeader, recv: RecvKey) {
         let peer = header.src;
         let len = msg.total_len;
-        let source = self.recvs[recv].source;
+        let source = self.rx[recv].source;
         // A receive from a named rank counted as a waiter on it until matched; the message's
         // own waiter count rises and falls again within the general path.
         if let Source::Rank(p) = source {
-            self.remove_waiter(p);
+            self.peers.remove_waiter(p);
         }
-        let state = &mut self.peers[peer as usize];
+        let state = &mut self.peers[peer];
         state.next_match = state.next_match.wrapping_add(1);
-        self.stats.bytes_placed += len;
-        self.peer_stats[peer as usize].bytes_placed += len;
+        self.counters.record(peer, |s| {
+            s.bytes_placed += len;
+            s.messages_received += 1;
+            s.messages_express += 1;
+        });
         self.owe_ack_all(now, peer, header.msg_id);
-        self.peers[peer as usize].recv_window.finish(header.msg_id);
-        self.stats.messages_received += 1;
-        self.peer_stats[peer as usize].messages_received += 1;
-        self.stats.messages_express += 1;
-        self.peer_stats[peer as usize].messages_express += 1;
-        let generation = self.recvs.generation(recv);
-        self.recvs.remove(recv);
+        self.peers[peer].recv_window.finish(header.msg_id);
+        let generation = self.rx.recv_generation(recv);
+        self.rx.remove_recv(recv);
         let status = Status {
             peer,
             tag: msg.tag,

@@ -35,87 +35,15 @@ use nicmsg_wire::{Flags, FrameKind};
 pub const REFUSALS_BEFORE_UNREACHABLE: u32 = 3;
 
 impl Core {
-    pub(crate) fn heard_from(&mut self, now: Nanos, peer: Rank) {
-        let keepalive = self.config.keepalive_ns;
-        let state = &mut self.peers[peer as usize];
-        state.last_heard_ns = now;
-        state.probe_retries = 0;
-        state.silent_since = None;
-        state.refusals = 0;
-        if state.waiters > 0 {
-            state.probe_deadline_ns = Some(now + keepalive);
-        }
-    }
-
-    /// A frame that asks `peer` for an answer leaves now.
-    pub(crate) fn expect_answer(&mut self, now: Nanos, peer: Rank) {
-        let state = &mut self.peers[peer as usize];
-        if state.silent_since.is_none() {
-            state.silent_since = Some(now);
-        }
-    }
-
-    /// Something is awaited from the peer: silence from it counts against it.
-    fn awaited(&self, peer: Rank) -> bool {
-        let state = &self.peers[peer as usize];
-        state.waiters > 0 || state.sends_in_flight > 0
-    }
-
-    /// An operation with `peer` ended: when nothing is awaited from it any more, an earlier
-    /// unanswered frame no longer counts (a later wait starts its own clock).
-    pub(crate) fn awaited_less(&mut self, peer: Rank) {
-        if !self.awaited(peer) {
-            self.peers[peer as usize].silent_since = None;
-        }
-    }
-
-    pub(crate) fn add_waiter(&mut self, peer: Rank) {
-        if peer == self.rank {
-            return; // no network, nothing to probe
-        }
-        let keepalive = self.config.keepalive_ns;
-        let state = &mut self.peers[peer as usize];
-        state.waiters += 1;
-        if state.probe_deadline_ns.is_none() {
-            // The last time heard stands in for `now`: a probe is due after keepalive silence.
-            state.probe_deadline_ns = Some(state.last_heard_ns + keepalive);
-        }
-    }
-
-    pub(crate) fn remove_waiter(&mut self, peer: Rank) {
-        if peer == self.rank {
-            return;
-        }
-        let state = &mut self.peers[peer as usize];
-        debug_assert!(state.waiters > 0, "waiter count of rank {peer} underflows");
-        state.waiters = state.waiters.saturating_sub(1);
-        if state.waiters == 0 {
-            state.probe_deadline_ns = None;
-            state.probe_retries = 0;
-        }
-        self.awaited_less(peer);
-    }
-
-    /// When `peer`'s silence would make it unreachable.
-    pub(crate) fn silence_deadline(&self, peer: Rank) -> Option<Nanos> {
-        let state = &self.peers[peer as usize];
-        if state.unreachable || !self.awaited(peer) {
-            return None;
-        }
-        Some(state.silent_since? + self.config.peer_timeout_ns)
-    }
-
     pub(crate) fn expire_peers(&mut self, now: Nanos, memory: &mut impl HostMemory) {
         for peer in 0..self.size {
-            if self.silence_deadline(peer).is_some_and(|d| d <= now) {
+            if self.peers.silence_deadline(peer).is_some_and(|d| d <= now) {
                 self.declare_unreachable(now, peer, memory);
                 continue;
             }
-            let state = &self.peers[peer as usize];
-            if state.probe_deadline_ns.is_none_or(|d| d > now) {
-                continue;
+            if self.peers.probe_due(now, peer) {
+                self.probe(now, peer);
             }
-            self.probe(now, peer);
         }
     }
 
@@ -123,12 +51,8 @@ impl Core {
     /// one follows, backed off, while the peer stays silent.
     fn probe(&mut self, now: Nanos, peer: Rank) {
         let max_ns = self.config.rto_max_ns.min(self.config.keepalive_ns);
-        let state = &mut self.peers[peer as usize];
-        state.probe_retries += 1;
-        let wait = state.rto.backed_off_ns(state.probe_retries, max_ns);
-        state.probe_deadline_ns = Some(now + wait);
-        self.stats.liveness_probes += 1;
-        self.peer_stats[peer as usize].liveness_probes += 1;
+        self.peers.probe_sent(now, peer, max_ns);
+        self.counters.record(peer, |s| s.liveness_probes += 1);
         self.queue_control(control(peer, FrameKind::Credit, Flags::REQUEST, 0, 0));
     }
 
@@ -137,12 +61,11 @@ impl Core {
     /// between, declare it unreachable; each one first provokes a probe, so the evidence
     /// builds within round trips, not timeouts.
     pub(crate) fn handle_refused(&mut self, now: Nanos, peer: Rank, memory: &mut impl HostMemory) {
-        if peer >= self.size || peer == self.rank || self.peers[peer as usize].unreachable {
+        if peer >= self.size || peer == self.rank || self.peers[peer].unreachable {
             return;
         }
-        self.stats.frames_refused += 1;
-        self.peer_stats[peer as usize].frames_refused += 1;
-        let state = &mut self.peers[peer as usize];
+        self.counters.record(peer, |s| s.frames_refused += 1);
+        let state = &mut self.peers[peer];
         state.refusals += 1;
         if state.refusals >= REFUSALS_BEFORE_UNREACHABLE {
             self.declare_unreachable(now, peer, memory);
@@ -153,8 +76,7 @@ impl Core {
 
     /// RESET: the peer has declared this rank unreachable and dropped everything with it.
     pub(crate) fn on_reset(&mut self, now: Nanos, peer: Rank, memory: &mut impl HostMemory) {
-        self.stats.resets_received += 1;
-        self.peer_stats[peer as usize].resets_received += 1;
+        self.counters.record(peer, |s| s.resets_received += 1);
         self.declare_unreachable(now, peer, memory);
     }
 
@@ -166,12 +88,12 @@ impl Core {
         peer: Rank,
         memory: &mut impl HostMemory,
     ) {
-        if self.peers[peer as usize].unreachable {
+        if self.peers[peer].unreachable {
             return;
         }
-        self.peers[peer as usize].unreachable = true;
-        self.stats.peers_declared_unreachable += 1;
-        self.peer_stats[peer as usize].peers_declared_unreachable += 1;
+        self.peers[peer].unreachable = true;
+        self.counters
+            .record(peer, |s| s.peers_declared_unreachable += 1);
         let error = OpError::PeerUnreachable { peer };
         self.fail_sends_to(peer, error);
         // Incomplete messages go first, so that releasing the complete ones behind a gap
@@ -179,36 +101,28 @@ impl Core {
         self.fail_incoming_from(peer, error);
         self.release_held_messages(now, peer, memory);
         self.fail_receives_naming(peer, error);
-        let state = &mut self.peers[peer as usize];
-        state.probe_deadline_ns = None;
-        state.waiters = 0;
-        state.silent_since = None;
-        state.ack_owed = None;
-        state.credit_owed = false;
-        state.owed_deadline_ns = None;
-        self.control.retain(|c| c.dst != peer);
-        self.peers[peer as usize].credit_carriers_queued = 0;
-        self.control_usage.set(self.control.len());
+        self.peers.forget_waits(peer);
+        self.outputs.drop_control_to(peer);
+        self.peers[peer].credit_carriers_queued = 0;
         self.send_reset(peer);
     }
 
     /// Tells `peer` it is declared unreachable here (on declaring it, and in answer to any
     /// frame of it that still arrives).
     pub(crate) fn send_reset(&mut self, peer: Rank) {
-        self.stats.resets_sent += 1;
-        self.peer_stats[peer as usize].resets_sent += 1;
+        self.counters.record(peer, |s| s.resets_sent += 1);
         self.queue_control(control(peer, FrameKind::Reset, 0, 0, 0));
     }
 
     /// Complete eager messages of a dead peer that wait behind a message that will now never
     /// arrive: match them (in id order) as if the gap had closed, so nothing that arrived is lost.
     fn release_held_messages(&mut self, now: Nanos, peer: Rank, memory: &mut impl HostMemory) {
-        let next = self.peers[peer as usize].next_match;
+        let next = self.peers[peer].next_match;
         let mut held: Vec<(u32, u32)> = self
-            .incoming
-            .occupied()
+            .rx
+            .incoming_keys()
             .filter_map(|i| {
-                let entry = self.incoming.get(i)?;
+                let entry = self.rx.incoming(i)?;
                 let waiting = entry.peer == peer && !entry.matched && !entry.in_unexpected;
                 let complete = entry.is_eager() && entry.phase == RxPhase::DataComplete;
                 (waiting && complete).then(|| (entry.msg_id.wrapping_sub(next), entry.msg_id))
@@ -217,12 +131,12 @@ impl Core {
         held.sort_unstable();
         for (_, msg_id) in held {
             let still_waiting = self
-                .incoming_index
-                .get(&(peer, msg_id))
-                .and_then(|&i| self.incoming.get(i))
+                .rx
+                .incoming_by_id(peer, msg_id)
+                .and_then(|i| self.rx.incoming(i))
                 .is_some_and(|e| !e.matched && !e.in_unexpected);
             if still_waiting {
-                self.peers[peer as usize].next_match = msg_id;
+                self.peers[peer].next_match = msg_id;
                 self.match_in_order(now, peer, memory);
             }
         }
@@ -237,20 +151,20 @@ impl Core {
         for index in doomed {
             self.finish_send(index, Err(error));
         }
-        let state = &mut self.peers[peer as usize];
+        let state = &mut self.peers[peer];
         state.queue_head = None;
         state.queue_tail = None;
-        self.ready.retain(|&i| self.sends.get(i).is_some());
+        self.sends.forget_freed_ready();
     }
 
     fn fail_incoming_from(&mut self, peer: Rank, error: OpError) {
         let from_peer: Vec<IncomingKey> = self
-            .incoming
-            .occupied()
-            .filter(|&i| self.incoming.get(i).is_some_and(|e| e.peer == peer))
+            .rx
+            .incoming_keys()
+            .filter(|&i| self.rx.incoming(i).is_some_and(|e| e.peer == peer))
             .collect();
         for index in from_peer {
-            let entry = &self.incoming[index];
+            let entry = &self.rx[index];
             let deliverable =
                 entry.is_eager() && entry.phase == RxPhase::DataComplete && !entry.matched;
             if deliverable {
@@ -258,28 +172,28 @@ impl Core {
             }
             if entry.phase == RxPhase::Receiving {
                 if let (Dest::Recv(recv), _) | (_, Some(recv)) = (entry.dest, entry.recv) {
-                    self.incoming[index].waiter = false;
+                    self.rx[index].waiter = false;
                     self.fail_recv(recv, error);
                 }
             }
-            self.incoming[index].waiter = false;
+            self.rx[index].waiter = false;
             self.free_incoming(index);
         }
     }
 
     fn fail_receives_naming(&mut self, peer: Rank, error: OpError) {
         let named: Vec<RecvKey> = self
-            .recvs
-            .occupied()
+            .rx
+            .recv_keys()
             .filter(|&i| {
-                self.recvs.get(i).is_some_and(|op| {
+                self.rx.recv(i).is_some_and(|op| {
                     op.source == Source::Rank(peer) && op.state == RecvState::Posted
                 })
             })
             .collect();
         for index in named {
-            self.posted.retain(|&i| i != index);
-            self.probes.retain(|&i| i != index);
+            self.rx.unpost(index);
+            self.rx.unpost_probe(index);
             self.fail_recv(index, error);
         }
     }

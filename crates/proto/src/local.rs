@@ -27,7 +27,7 @@ impl Core {
             protocol: Protocol::Rendezvous,
         };
         let rank = self.rank;
-        let msg_id = self.peers[rank as usize].send_next;
+        let msg_id = self.peers[rank].send_next;
         let ack_unit = self.config.ack_unit;
         let mut op = SendOp::new(
             rank,
@@ -40,24 +40,22 @@ impl Core {
         );
         op.msg_id = msg_id;
         let limit = self.config.max_sends;
-        let (send, generation) = self.sends.insert(op).ok_or(PostError::TableFull {
+        let (send, generation) = self.sends.insert_with(|| op).ok_or(PostError::TableFull {
             table: "send",
             limit,
         })?;
         let key = (context, tag);
         let mut entry = Incoming::new(rank, msg_id, key, geometry, self.config.ack_unit);
         entry.local_send = Some(send);
-        let op = &self.sends[send];
-        self.send_timers[send].reset(&op.collections);
         // The incoming table keeps an entry per send beyond `max_incoming` for exactly this.
-        let (incoming, _) = self
-            .incoming
-            .insert(entry)
+        let incoming = self
+            .rx
+            .insert_incoming(entry)
             .expect("room reserved for every send");
-        let peer = &mut self.peers[rank as usize];
+        let peer = &mut self.peers[rank];
         peer.send_next = peer.send_next.wrapping_add(1);
         peer.sends_in_flight += 1;
-        self.incoming_index.insert((rank, msg_id), incoming);
+        self.rx.index_incoming(rank, msg_id, incoming);
         self.match_in_order(now, rank, memory);
         Ok(OpId {
             kind: OpKind::Send,
@@ -73,14 +71,13 @@ impl Core {
         recv: RecvKey,
         memory: &mut impl HostMemory,
     ) {
-        let entry = &self.incoming[incoming];
+        let entry = &self.rx[incoming];
         let send = entry.local_send.expect("a local message");
         let source = self.sends[send].data;
-        let target = self.recvs[recv].buffer;
+        let target = self.rx[recv].buffer;
         let len = source.total_len();
         copy_between(memory, &source, &target, len);
-        self.stats.bytes_copied += len;
-        self.peer_stats[self.rank as usize].bytes_copied += len;
+        self.counters.record(self.rank, |s| s.bytes_copied += len);
         self.finish_recv_ok(recv, incoming);
         self.finish_local(incoming, send);
     }
@@ -94,18 +91,18 @@ impl Core {
     /// Inserts an entry for a message from another rank, unless `max_incoming` of them are
     /// held already (the rest of the table is kept for messages to self).
     pub(crate) fn insert_remote(&mut self, entry: Incoming) -> Option<IncomingKey> {
-        let local = self.peers[self.rank as usize].sends_in_flight as usize;
-        let remote = self.incoming.usage.in_use.saturating_sub(local);
+        let local = self.peers[self.rank].sends_in_flight as usize;
+        let remote = self.rx.incoming_usage().in_use.saturating_sub(local);
         if remote >= self.config.max_incoming {
             return None;
         }
-        self.incoming.insert(entry).map(|(index, _)| index)
+        self.rx.insert_incoming(entry)
     }
 
     /// Cancels a local send not taken by a receive yet.
     pub(crate) fn cancel_local(&mut self, send: SendKey) {
         let msg_id = self.sends[send].msg_id;
-        if let Some(&incoming) = self.incoming_index.get(&(self.rank, msg_id)) {
+        if let Some(incoming) = self.rx.incoming_by_id(self.rank, msg_id) {
             self.free_incoming(incoming);
         }
         self.finish_send(send, Err(OpError::Cancelled));

@@ -15,10 +15,10 @@ impl Core {
         buffer: &SgList,
         memory: &mut impl HostMemory,
     ) -> Result<OpId, PostError> {
-        let found = self.find_unexpected(source, context, tag);
+        let found = self.rx.find_unexpected(source, context, tag);
         if found.is_none() {
             if let Source::Rank(peer) = source {
-                if self.peers[peer as usize].unreachable {
+                if self.peers[peer].unreachable {
                     return Err(PostError::PeerUnreachable { peer });
                 }
             }
@@ -26,14 +26,13 @@ impl Core {
         let (index, id) = self.insert_recv_op(OpKind::Recv, source, (context, tag), buffer)?;
         match found {
             Some(incoming) => {
-                self.unexpected.retain(|&i| i != incoming);
-                self.incoming[incoming].in_unexpected = false;
+                self.rx.remove_unexpected(incoming);
                 self.bind(now, index, incoming, memory);
             }
             None => {
-                self.posted.push_back(index);
+                self.rx.post(index);
                 if let Source::Rank(peer) = source {
-                    self.add_waiter(peer);
+                    self.peers.add_waiter(peer);
                 }
             }
         }
@@ -48,20 +47,20 @@ impl Core {
     ) -> Result<OpId, PostError> {
         let (index, id) =
             self.insert_recv_op(OpKind::Probe, source, (context, tag), &SgList::default())?;
-        if let Some(found) = self.find_unexpected(source, context, tag) {
-            let status = self.status_of(found);
-            self.recvs.remove(index);
+        if let Some(found) = self.rx.find_unexpected(source, context, tag) {
+            let status = self.rx.status_of(found);
+            self.rx.remove_recv(index);
             self.complete(id, Ok(status));
             return Ok(id);
         }
         if let Source::Rank(peer) = source {
-            if self.peers[peer as usize].unreachable {
-                self.recvs.remove(index);
+            if self.peers[peer].unreachable {
+                self.rx.remove_recv(index);
                 return Err(PostError::PeerUnreachable { peer });
             }
-            self.add_waiter(peer);
+            self.peers.add_waiter(peer);
         }
-        self.probes.push_back(index);
+        self.rx.post_probe(index);
         Ok(id)
     }
 
@@ -85,7 +84,7 @@ impl Core {
             table: "receive",
             limit,
         };
-        let (key, generation) = self.recvs.insert_with(make).ok_or(table_full)?;
+        let (key, generation) = self.rx.insert_recv(make).ok_or(table_full)?;
         let id = OpId {
             kind,
             index: key.slot(),
@@ -94,39 +93,10 @@ impl Core {
         Ok((key, id))
     }
 
-    pub(crate) fn find_unexpected(
-        &self,
-        source: Source,
-        context: Context,
-        tag: TagMatch,
-    ) -> Option<IncomingKey> {
-        self.unexpected.iter().copied().find(|&i| {
-            let entry = &self.incoming[i];
-            entry.context == context && source.matches(entry.peer) && tag.matches(entry.tag)
-        })
-    }
-
-    pub(crate) fn status_of(&self, incoming: IncomingKey) -> Status {
-        let entry = &self.incoming[incoming];
-        Status {
-            peer: entry.peer,
-            tag: entry.tag,
-            len: entry.geometry.total_len,
-        }
-    }
-
     /// In `drop` mode a message is only taken if it is the next of its sender and a receive
     /// waits for it.
     pub(crate) fn can_match_now(&self, peer: Rank, msg_id: u32, key: (Context, Tag)) -> bool {
-        self.peers[peer as usize].next_match == msg_id && self.find_posted(peer, key).is_some()
-    }
-
-    /// The first posted receive (in posting order) that takes a message from `peer` with this
-    /// context and tag.
-    pub(crate) fn find_posted(&self, peer: Rank, (context, tag): (Context, Tag)) -> Option<usize> {
-        self.posted
-            .iter()
-            .position(|&i| self.recvs[i].accepts(peer, context, tag))
+        self.peers[peer].next_match == msg_id && self.rx.find_posted(peer, key).is_some()
     }
 
     /// Matches the peer's messages whose headers have arrived, in message-id order, against
@@ -135,31 +105,30 @@ impl Core {
     /// with no entry (only a withdrawal finishes an id that never arrived).
     pub(crate) fn match_in_order(&mut self, now: Nanos, peer: Rank, memory: &mut impl HostMemory) {
         loop {
-            let next = self.peers[peer as usize].next_match;
-            let Some(&incoming) = self.incoming_index.get(&(peer, next)) else {
-                let window = &self.peers[peer as usize].recv_window;
+            let next = self.peers[peer].next_match;
+            let Some(incoming) = self.rx.incoming_by_id(peer, next) else {
+                let window = &self.peers[peer].recv_window;
                 if peer != self.rank && window.place(next) == IdPlace::Finished {
                     self.step_over_match(peer);
                     continue;
                 }
                 return;
             };
-            let entry = &self.incoming[incoming];
+            let entry = &self.rx[incoming];
             if entry.phase == RxPhase::Cancelled {
                 self.step_over_match(peer);
                 continue;
             }
-            match self.find_posted(peer, (entry.context, entry.tag)) {
+            match self.rx.find_posted(peer, (entry.context, entry.tag)) {
                 Some(position) => {
-                    let recv = self.posted.remove(position).expect("position is valid");
-                    if let Source::Rank(p) = self.recvs[recv].source {
-                        self.remove_waiter(p);
+                    let recv = self.rx.take_posted(position);
+                    if let Source::Rank(p) = self.rx[recv].source {
+                        self.peers.remove_waiter(p);
                     }
                     self.bind(now, recv, incoming, memory);
                 }
                 None => {
-                    self.unexpected.push_back(incoming);
-                    self.incoming[incoming].in_unexpected = true;
+                    self.rx.push_unexpected(incoming);
                     self.complete_probes_for(incoming);
                 }
             }
@@ -168,7 +137,7 @@ impl Core {
     }
 
     fn step_over_match(&mut self, peer: Rank) {
-        let state = &mut self.peers[peer as usize];
+        let state = &mut self.peers[peer];
         state.next_match = state.next_match.wrapping_add(1);
     }
 
@@ -181,8 +150,8 @@ impl Core {
         incoming: IncomingKey,
         memory: &mut impl HostMemory,
     ) {
-        let buffer_len = self.recvs[recv].buffer.total_len();
-        let entry = &mut self.incoming[incoming];
+        let buffer_len = self.rx[recv].buffer.total_len();
+        let entry = &mut self.rx[incoming];
         entry.matched = true;
         let (peer, tag, message_len) = (entry.peer, entry.tag, entry.geometry.total_len);
         if message_len > buffer_len {
@@ -193,19 +162,19 @@ impl Core {
                 buffer_len,
             };
             self.fail_recv(recv, error);
-            if let Some(send) = self.incoming[incoming].local_send {
+            if let Some(send) = self.rx[incoming].local_send {
                 self.finish_local(incoming, send);
                 return;
             }
             self.truncate_incoming(now, incoming, memory);
             return;
         }
-        if self.incoming[incoming].local_send.is_some() {
+        if self.rx[incoming].local_send.is_some() {
             self.deliver_local(incoming, recv, memory);
             return;
         }
-        self.recvs[recv].state = RecvState::Bound(incoming);
-        let entry = &mut self.incoming[incoming];
+        self.rx[recv].state = RecvState::Bound(incoming);
+        let entry = &mut self.rx[incoming];
         entry.recv = Some(recv);
         if entry.is_eager() {
             if entry.phase == RxPhase::DataComplete {
@@ -230,7 +199,7 @@ impl Core {
     /// `drop` mode: the data of this eager message was discarded while no receive waited; now
     /// that one does, ask the sender to resend at once instead of at its next timeout.
     fn request_resend(&mut self, incoming: IncomingKey) {
-        let entry = &self.incoming[incoming];
+        let entry = &self.rx[incoming];
         let cts = crate::receiver::control(
             entry.peer,
             nicmsg_wire::FrameKind::Cts,
@@ -248,13 +217,13 @@ impl Core {
         incoming: IncomingKey,
         memory: &mut impl HostMemory,
     ) {
-        let entry = &mut self.incoming[incoming];
+        let entry = &mut self.rx[incoming];
         entry.truncated = true;
         if let Dest::Buffer(slot) = entry.dest {
             entry.dest = Dest::Discard;
-            self.release_eager_buffer(slot);
+            self.rx.release_eager_buffer(slot, &mut self.peers);
         }
-        let entry = &mut self.incoming[incoming];
+        let entry = &mut self.rx[incoming];
         entry.dest = Dest::Discard;
         if entry.is_eager() {
             if entry.phase == RxPhase::DataComplete {
@@ -266,7 +235,7 @@ impl Core {
         entry.phase = RxPhase::MsgAcked;
         entry.deadline_ns = Some(now + self.config.keepalive_ns);
         let (peer, msg_id) = (entry.peer, entry.msg_id);
-        self.peers[peer as usize].recv_window.finish(msg_id);
+        self.peers[peer].recv_window.finish(msg_id);
         let msg_ack = crate::receiver::control(
             peer,
             nicmsg_wire::FrameKind::MsgAck,
@@ -285,14 +254,13 @@ impl Core {
         incoming: IncomingKey,
         memory: &mut impl HostMemory,
     ) {
-        let entry = &self.incoming[incoming];
+        let entry = &self.rx[incoming];
         let (peer, len) = (entry.peer, entry.geometry.total_len as usize);
         match (entry.dest, entry.recv) {
             (Dest::Buffer(slot), Some(recv)) => {
-                let buffer = &self.recvs[recv].buffer;
-                buffer.write_at(memory, 0, &self.eager_buffer(slot)[..len]);
-                self.stats.bytes_copied += len as u64;
-                self.peer_stats[peer as usize].bytes_copied += len as u64;
+                let buffer = &self.rx[recv].buffer;
+                buffer.write_at(memory, 0, &self.rx.eager_buffer(slot)[..len]);
+                self.counters.record(peer, |s| s.bytes_copied += len as u64);
                 self.finish_recv_ok(recv, incoming);
             }
             (Dest::Recv(recv), _) => self.finish_recv_ok(recv, incoming),
@@ -304,18 +272,18 @@ impl Core {
 
     /// Completes a receive with its message's status.
     pub(crate) fn finish_recv_ok(&mut self, recv: RecvKey, incoming: IncomingKey) {
-        let status = self.status_of(incoming);
-        let entry = &mut self.incoming[incoming];
+        let status = self.rx.status_of(incoming);
+        let entry = &mut self.rx[incoming];
         if let Dest::Buffer(slot) = entry.dest {
-            self.release_eager_buffer(slot);
+            self.rx.release_eager_buffer(slot, &mut self.peers);
         }
-        let entry = &mut self.incoming[incoming];
+        let entry = &mut self.rx[incoming];
         entry.dest = Dest::Discard;
         entry.recv = None;
-        self.stats.messages_received += 1;
-        self.peer_stats[status.peer as usize].messages_received += 1;
-        let generation = self.recvs.generation(recv);
-        self.recvs.remove(recv);
+        self.counters
+            .record(status.peer, |s| s.messages_received += 1);
+        let generation = self.rx.recv_generation(recv);
+        self.rx.remove_recv(recv);
         self.complete(
             OpId {
                 kind: OpKind::Recv,
@@ -327,8 +295,8 @@ impl Core {
     }
 
     pub(crate) fn fail_recv(&mut self, recv: RecvKey, error: OpError) {
-        let generation = self.recvs.generation(recv);
-        let Some(op) = self.recvs.remove(recv) else {
+        let generation = self.rx.recv_generation(recv);
+        let Some(op) = self.rx.remove_recv(recv) else {
             return;
         };
         self.complete(
@@ -343,22 +311,14 @@ impl Core {
 
     /// Completes every posted probe that matches a message just queued as unexpected.
     fn complete_probes_for(&mut self, incoming: IncomingKey) {
-        let status = self.status_of(incoming);
-        let context = self.incoming[incoming].context;
-        let mut position = 0;
-        while position < self.probes.len() {
-            let probe = self.probes[position];
-            let op = &self.recvs[probe];
-            if !op.accepts(status.peer, context, status.tag) {
-                position += 1;
-                continue;
+        let status = self.rx.status_of(incoming);
+        let context = self.rx[incoming].context;
+        while let Some(probe) = self.rx.take_probe_for(status.peer, context, status.tag) {
+            if let Source::Rank(p) = self.rx[probe].source {
+                self.peers.remove_waiter(p);
             }
-            self.probes.remove(position);
-            if let Source::Rank(p) = op.source {
-                self.remove_waiter(p);
-            }
-            let generation = self.recvs.generation(probe);
-            self.recvs.remove(probe);
+            let generation = self.rx.recv_generation(probe);
+            self.rx.remove_recv(probe);
             self.complete(
                 OpId {
                     kind: OpKind::Probe,
@@ -372,10 +332,10 @@ impl Core {
 
     pub(crate) fn cancel_recv(&mut self, op: OpId) -> Result<(), CancelError> {
         let key = self
-            .recvs
-            .key_checked(op.index, op.generation)
+            .rx
+            .recv_key_checked(op.index, op.generation)
             .ok_or(CancelError::UnknownOp)?;
-        let recv = &self.recvs[key];
+        let recv = &self.rx[key];
         if recv.kind != op.kind {
             return Err(CancelError::UnknownOp);
         }
@@ -383,14 +343,13 @@ impl Core {
             return Err(CancelError::InProgress);
         }
         let source = recv.source;
-        let list = if op.kind == OpKind::Probe {
-            &mut self.probes
+        if op.kind == OpKind::Probe {
+            self.rx.unpost_probe(key);
         } else {
-            &mut self.posted
-        };
-        list.retain(|&i| i != key);
+            self.rx.unpost(key);
+        }
         if let Source::Rank(peer) = source {
-            self.remove_waiter(peer);
+            self.peers.remove_waiter(peer);
         }
         self.fail_recv(key, OpError::Cancelled);
         Ok(())

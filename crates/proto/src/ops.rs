@@ -56,7 +56,7 @@ pub(crate) struct SendOp {
     /// Frames sent in the current turn of the ready queue.
     pub turn_frames: u32,
     /// A short message's bytes were copied when it was posted (BIP's bounce buffer), into the
-    /// endpoint's copy of this send (`Endpoint::send_copies`): its frames carry them from
+    /// endpoint's copy of this send (`SendSide::copy`): its frames carry them from
     /// there, so the send can complete as soon as it starts. The copy's length.
     pub copy: Option<u16>,
     /// The send reported success when it started; its later end completes nothing.

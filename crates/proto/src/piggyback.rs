@@ -21,20 +21,20 @@ impl Core {
         if self.config.ack_delay_ns == 0 {
             return self.queue_ack_all(peer, msg_id);
         }
-        let state = &mut self.peers[peer as usize];
+        let state = &mut self.peers[peer];
         if let Some(earlier) = state.ack_owed.take() {
             self.queue_ack_all(peer, earlier);
             self.queue_ack_all(peer, msg_id);
-            self.settle_owed(peer);
+            self.peers.settle_owed(peer);
             return;
         }
         state.ack_owed = Some(msg_id);
-        self.arm_owed(now, peer);
+        self.peers.arm_owed(peer, now + self.config.ack_delay_ns);
     }
 
     /// A credit was returned to `peer` (its `credits_given` grew): make sure a frame carries it.
     pub(crate) fn owe_credit(&mut self, now: Nanos, peer: Rank) {
-        let state = &self.peers[peer as usize];
+        let state = &self.peers[peer];
         // A queued credit carrier or a waiting ACK_ALL reads the count when it leaves.
         if state.credit_carriers_queued > 0 || state.ack_owed.is_some() {
             return;
@@ -42,23 +42,8 @@ impl Core {
         if self.config.ack_delay_ns == 0 {
             return self.queue_control(control(peer, FrameKind::Credit, 0, 0, 0));
         }
-        self.peers[peer as usize].credit_owed = true;
-        self.arm_owed(now, peer);
-    }
-
-    fn arm_owed(&mut self, now: Nanos, peer: Rank) {
-        let delay = self.config.ack_delay_ns;
-        let state = &mut self.peers[peer as usize];
-        if state.owed_deadline_ns.is_none() {
-            state.owed_deadline_ns = Some(now + delay);
-        }
-    }
-
-    fn settle_owed(&mut self, peer: Rank) {
-        let state = &mut self.peers[peer as usize];
-        if state.ack_owed.is_none() && !state.credit_owed {
-            state.owed_deadline_ns = None;
-        }
+        self.peers[peer].credit_owed = true;
+        self.peers.arm_owed(peer, now + self.config.ack_delay_ns);
     }
 
     fn queue_ack_all(&mut self, peer: Rank, msg_id: u32) {
@@ -70,29 +55,28 @@ impl Core {
     /// on the first one.
     pub(crate) fn piggyback_on(&mut self, header: &mut FrameHeader) {
         let peer = header.dst;
-        let state = &mut self.peers[peer as usize];
+        let state = &mut self.peers[peer];
         header.flags |= Flags::CREDITS;
         header.aux = state.credits_given;
         state.credit_owed = false;
         if let Some(msg_id) = state.ack_owed.take() {
             header.flags |= Flags::ACKED;
             header.acked_id = msg_id;
-            self.stats.acks_piggybacked += 1;
-            self.peer_stats[peer as usize].acks_piggybacked += 1;
+            self.counters.record(peer, |s| s.acks_piggybacked += 1);
         }
-        self.settle_owed(peer);
+        self.peers.settle_owed(peer);
     }
 
     /// A control frame that carries the credit count left for `peer`.
     pub(crate) fn credits_carried(&mut self, peer: Rank) {
-        self.peers[peer as usize].credit_owed = false;
-        self.settle_owed(peer);
+        self.peers[peer].credit_owed = false;
+        self.peers.settle_owed(peer);
     }
 
     /// Sends on their own the acknowledgements and credits whose wait is over.
     pub(crate) fn expire_owed(&mut self, now: Nanos) {
         for peer in 0..self.size {
-            let state = &mut self.peers[peer as usize];
+            let state = &mut self.peers[peer];
             if state.owed_deadline_ns.is_none_or(|d| d > now) {
                 continue;
             }

@@ -47,19 +47,15 @@ impl Core {
     /// a run of coalesced frames needs the run's first frame right to place any of it.
     pub(crate) fn predict_frames(&self, out: &mut [ExpectedFrame]) -> usize {
         // Asked before every receive batch: nothing to walk in the common idle case.
-        if self.incoming.usage.in_use == 0 {
+        if self.rx.incoming_usage().in_use == 0 {
             return 0;
         }
-        let latest = self.latest_data.filter(|latest| {
-            self.incoming
-                .get(latest.index)
-                .is_some_and(|e| e.peer == latest.peer && e.msg_id == latest.msg_id)
-        });
+        let latest = self.rx.latest_data();
         let mut count = 0;
         if let Some(latest) = latest {
             count = self.predict_message(latest.index, latest.frame + 1, out, count);
         }
-        for index in self.incoming.occupied() {
+        for index in self.rx.incoming_keys() {
             if latest.is_some_and(|latest| latest.index == index) {
                 continue;
             }
@@ -77,7 +73,7 @@ impl Core {
         out: &mut [ExpectedFrame],
         mut count: usize,
     ) -> usize {
-        let Some(entry) = self.incoming.get(index) else {
+        let Some(entry) = self.rx.incoming(index) else {
             return count;
         };
         let Dest::Recv(recv) = entry.dest else {
@@ -86,7 +82,7 @@ impl Core {
         if entry.is_eager() || entry.phase != RxPhase::Receiving {
             return count;
         }
-        let Some(buffer) = self.recvs.get(recv).map(|r| &r.buffer) else {
+        let Some(buffer) = self.rx.recv(recv).map(|r| &r.buffer) else {
             return count;
         };
         // Frame 0 travels as an RTS with a longer header: never predicted.
@@ -144,15 +140,14 @@ impl Core {
         if !as_expected || !self.intact_in_place(bytes, expected, memory) {
             return PlacedOutcome::NotPredicted;
         }
-        let Some(&index) = self.incoming_index.get(&(parsed.src, parsed.msg_id)) else {
+        let Some(index) = self.rx.incoming_by_id(parsed.src, parsed.msg_id) else {
             return PlacedOutcome::NotPredicted;
         };
-        self.stats.frames_received += 1;
-        self.stats.bytes_received += datagram_len as u64;
-        let peer_stats = &mut self.peer_stats[parsed.src as usize];
-        peer_stats.frames_received += 1;
-        peer_stats.bytes_received += datagram_len as u64;
-        self.heard_from(now, parsed.src);
+        self.counters.record(parsed.src, |s| {
+            s.frames_received += 1;
+            s.bytes_received += datagram_len as u64;
+        });
+        self.peers.heard_from(now, parsed.src);
         self.place_frame(
             now,
             index,

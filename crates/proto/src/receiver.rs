@@ -11,8 +11,10 @@ use nicmsg_wire::{Flags, Frame, FrameHeader, FrameKind, MsgHeader, Protocol, Wir
 
 impl Core {
     pub(crate) fn receive_frame(&mut self, now: Nanos, bytes: &[u8], memory: &mut impl HostMemory) {
-        self.stats.frames_received += 1;
-        self.stats.bytes_received += bytes.len() as u64;
+        self.counters.record_total(|s| {
+            s.frames_received += 1;
+            s.bytes_received += bytes.len() as u64;
+        });
         let frame = match Frame::parse(bytes) {
             Ok(frame) => frame,
             Err(WireError::BadChecksum { .. }) => {
@@ -28,13 +30,14 @@ impl Core {
             return self.count_drop(None, DropReason::WrongRank);
         }
         let peer = header.src;
-        let peer_stats = &mut self.peer_stats[peer as usize];
-        peer_stats.frames_received += 1;
-        peer_stats.bytes_received += bytes.len() as u64;
+        self.counters.record_peer(peer, |s| {
+            s.frames_received += 1;
+            s.bytes_received += bytes.len() as u64;
+        });
         if header.kind.is_reserved() {
             return self.count_drop(Some(peer), DropReason::Unsupported);
         }
-        if self.peers[peer as usize].unreachable {
+        if self.peers[peer].unreachable {
             // It carries on as if this rank still took its frames: tell it again (a RESET
             // itself is not answered, so two ranks that gave up on each other fall silent).
             if header.kind != FrameKind::Reset {
@@ -42,11 +45,11 @@ impl Core {
             }
             return self.count_drop(Some(peer), DropReason::DeadPeer);
         }
-        self.heard_from(now, peer);
+        self.peers.heard_from(now, peer);
         // Receiver-to-sender control frames carry the credit count, and so does an EAGER frame
         // with CREDITS (the only kind the flag is allowed on).
         if crate::state::carries_credits(header.kind) || header.has_flag(Flags::CREDITS) {
-            self.peers[peer as usize].update_credits(header.aux);
+            self.peers[peer].update_credits(header.aux);
         }
         if header.has_flag(Flags::ACKED) {
             self.take_piggybacked_ack(now, &header);
@@ -84,7 +87,7 @@ impl Core {
         memory: &mut impl HostMemory,
     ) {
         let peer = header.src;
-        match self.peers[peer as usize].recv_window.place(header.msg_id) {
+        match self.peers[peer].recv_window.place(header.msg_id) {
             IdPlace::Finished => return self.reacknowledge_finished(header),
             IdPlace::Beyond => return self.count_drop(Some(peer), DropReason::Invalid),
             IdPlace::Open => {}
@@ -92,8 +95,8 @@ impl Core {
         if self.deliver_express(now, header, msg, payload, memory) {
             return;
         }
-        let index = match self.incoming_index.get(&(peer, header.msg_id)) {
-            Some(&index) => index,
+        let index = match self.rx.incoming_by_id(peer, header.msg_id) {
+            Some(index) => index,
             None => match msg {
                 Some(msg) => match self.admit_message(now, header, msg, memory) {
                     Some(index) => index,
@@ -149,7 +152,7 @@ impl Core {
         let eager_needs_buffer = buffering
             && msg.protocol == Protocol::Eager
             && !self.can_match_now(peer, header.msg_id, (Context(msg.context), msg.tag))
-            && !self.has_free_eager_buffer(peer);
+            && !self.rx.has_free_eager_buffer(peer, &self.peers);
         if eager_needs_buffer {
             self.answer_wait(header);
             return None;
@@ -160,11 +163,11 @@ impl Core {
             self.answer_wait(header);
             return None;
         };
-        self.incoming_index.insert((peer, header.msg_id), index);
+        self.rx.index_incoming(peer, header.msg_id, index);
         self.match_in_order(now, peer, memory);
-        let entry = &self.incoming[index];
+        let entry = &self.rx[index];
         if buffering && entry.is_eager() && entry.dest == Dest::Nowhere {
-            let assigned = self.assign_eager_buffer(index);
+            let assigned = self.rx.assign_eager_buffer(index, &mut self.peers);
             debug_assert!(assigned, "checked before admitting");
         }
         Some(index)
@@ -182,39 +185,6 @@ impl Core {
         self.queue_control(wait);
     }
 
-    fn has_free_eager_buffer(&self, peer: Rank) -> bool {
-        (!self.peers[peer as usize].eager_buffers_used).trailing_zeros()
-            < self.config.eager_credits_per_peer
-    }
-
-    /// Takes one of the peer's eager buffers for an unmatched eager message. Credits guarantee
-    /// one is free unless the sender broke the protocol.
-    fn assign_eager_buffer(&mut self, index: IncomingKey) -> bool {
-        let peer = self.incoming[index].peer as usize;
-        let credits = self.config.eager_credits_per_peer;
-        let used = self.peers[peer].eager_buffers_used;
-        let free = (!used).trailing_zeros();
-        if free >= credits {
-            return false;
-        }
-        self.peers[peer].eager_buffers_used |= 1 << free;
-        self.eager_usage.set(self.eager_usage.in_use + 1);
-        self.incoming[index].dest = Dest::Buffer(peer as u32 * credits + free);
-        true
-    }
-
-    pub(crate) fn release_eager_buffer(&mut self, slot: u32) {
-        let credits = self.config.eager_credits_per_peer;
-        let (peer, bit) = ((slot / credits) as usize, slot % credits);
-        self.peers[peer].eager_buffers_used &= !(1 << bit);
-        self.eager_usage.set(self.eager_usage.in_use - 1);
-    }
-
-    pub(crate) fn eager_buffer(&self, slot: u32) -> &[u8] {
-        let start = slot as usize * self.config.eager_limit as usize;
-        &self.eager_pool[start..start + self.config.eager_limit as usize]
-    }
-
     pub(crate) fn place_frame(
         &mut self,
         now: Nanos,
@@ -225,7 +195,7 @@ impl Core {
         memory: &mut impl HostMemory,
     ) {
         let peer = header.src;
-        let entry = &self.incoming[index];
+        let entry = &self.rx[index];
         let consistent = msg.is_none_or(|m| {
             m.tag == entry.tag
                 && Context(m.context) == entry.context
@@ -247,21 +217,21 @@ impl Core {
         }
         if !self.store_payload(index, header.offset, payload, memory) {
             // Header kept, no receive yet: the data is resent once one is posted.
-            self.incoming[index].discarded = true;
+            self.rx[index].discarded = true;
             self.answer_wait(header);
             return;
         }
-        let entry = &mut self.incoming[index];
+        let entry = &mut self.rx[index];
         entry.mark_frame(frame);
         if !entry.is_eager() {
-            self.latest_data = Some(LatestData {
+            self.rx.set_latest_data(LatestData {
                 index,
                 peer,
                 msg_id: header.msg_id,
                 frame,
             });
         }
-        let entry = &mut self.incoming[index];
+        let entry = &mut self.rx[index];
         // The frame that completes the message is answered by the ACK_ALL alone.
         if entry.collection_complete(frame) && !entry.all_frames() {
             let ack = control(peer, FrameKind::Ack, 0, header.msg_id, frame);
@@ -272,7 +242,7 @@ impl Core {
         } else {
             self.extend_grant(index);
         }
-        if self.incoming[index].all_frames() {
+        if self.rx[index].all_frames() {
             self.on_data_complete(now, index, memory);
         }
     }
@@ -285,26 +255,24 @@ impl Core {
         payload: Payload<'_>,
         memory: &mut impl HostMemory,
     ) -> bool {
-        let entry = &self.incoming[index];
-        let peer = entry.peer as usize;
+        let entry = &self.rx[index];
+        let peer = entry.peer;
         match (entry.dest, payload) {
             (Dest::Nowhere, _) => false,
             (Dest::Discard, _) => true,
             (Dest::Recv(recv), Payload::Bytes(bytes)) => {
-                let buffer = &self.recvs[recv].buffer;
+                let buffer = &self.rx[recv].buffer;
                 buffer.write_at(memory, offset, bytes);
-                self.stats.bytes_placed += bytes.len() as u64;
-                self.peer_stats[peer].bytes_placed += bytes.len() as u64;
+                self.counters
+                    .record(peer, |s| s.bytes_placed += bytes.len() as u64);
                 true
             }
             (Dest::Recv(_), Payload::InPlace { len }) => {
-                self.stats.bytes_placed_direct += len;
-                self.peer_stats[peer].bytes_placed_direct += len;
+                self.counters.record(peer, |s| s.bytes_placed_direct += len);
                 true
             }
             (Dest::Buffer(slot), Payload::Bytes(bytes)) => {
-                let start = slot as usize * self.config.eager_limit as usize + offset as usize;
-                self.eager_pool[start..start + bytes.len()].copy_from_slice(bytes);
+                self.rx.write_eager(slot, offset, bytes);
                 true
             }
             // Placed frames are only predicted for messages going straight to a receive.
@@ -315,7 +283,7 @@ impl Core {
     /// A repeated frame: re-acknowledge its collection if complete; a repeated RTS or RSM asks
     /// for the current grant again (its CTS was lost).
     fn answer_duplicate(&mut self, index: IncomingKey, header: &FrameHeader) {
-        let entry = &self.incoming[index];
+        let entry = &self.rx[index];
         let peer = header.src;
         if entry.phase == RxPhase::MsgAcked {
             let flags = if entry.truncated { Flags::TRUNCATED } else { 0 };
@@ -351,7 +319,7 @@ impl Core {
     /// can track.
     fn on_rsm(&mut self, index: IncomingKey, window_end: u32) {
         let window = self.config.cts_window_frames;
-        let entry = &mut self.incoming[index];
+        let entry = &mut self.rx[index];
         let target = window_end.saturating_add(window).min(entry.frames);
         entry.grant_target = entry.grant_target.max(target);
         if !self.extend_grant(index) {
@@ -361,7 +329,7 @@ impl Core {
 
     /// Raises the grant towards its target as far as tracking allows; sends a CTS if it grew.
     fn extend_grant(&mut self, index: IncomingKey) -> bool {
-        let entry = &mut self.incoming[index];
+        let entry = &mut self.rx[index];
         if !entry.matched || entry.dest == Dest::Discard || entry.is_eager() {
             return false;
         }
@@ -377,7 +345,7 @@ impl Core {
 
     /// Sends the current cumulative grant (idempotent: duplicates are harmless).
     pub(crate) fn send_grant(&mut self, index: IncomingKey) {
-        let entry = &self.incoming[index];
+        let entry = &self.rx[index];
         if entry.is_eager() || entry.phase != RxPhase::Receiving {
             return;
         }
@@ -404,7 +372,7 @@ impl Core {
     /// Called when a receive is bound to a rendezvous message: grant the first window.
     pub(crate) fn grant_first_window(&mut self, index: IncomingKey) {
         let window = self.config.cts_window_frames;
-        let entry = &mut self.incoming[index];
+        let entry = &mut self.rx[index];
         // An RTS neither kept nor discarded is the one being admitted: it is placed right
         // after matching, and `place_frame` then sends this grant. Granting now would ask for
         // the RTS again (FROM_START) although its data is about to be kept: one needless
@@ -426,7 +394,7 @@ impl Core {
     }
 
     fn on_data_complete(&mut self, now: Nanos, index: IncomingKey, memory: &mut impl HostMemory) {
-        let entry = &mut self.incoming[index];
+        let entry = &mut self.rx[index];
         entry.phase = RxPhase::DataComplete;
         let (peer, msg_id, eager) = (entry.peer, entry.msg_id, entry.is_eager());
         if eager {
@@ -436,19 +404,19 @@ impl Core {
         }
         self.set_waiter(index, false);
         // Finished for duplicate detection now; END and CLEANUP find the entry by its index.
-        self.peers[peer as usize].recv_window.finish(msg_id);
+        self.peers[peer].recv_window.finish(msg_id);
         if eager {
-            let entry = &self.incoming[index];
+            let entry = &self.rx[index];
             if entry.matched {
                 self.deliver_eager(now, index, memory);
             }
             return;
         }
-        if let Dest::Recv(recv) = self.incoming[index].dest {
+        if let Dest::Recv(recv) = self.rx[index].dest {
             self.finish_recv_ok(recv, index);
         }
         let rto = self.config.keepalive_ns;
-        let entry = &mut self.incoming[index];
+        let entry = &mut self.rx[index];
         entry.deadline_ns = Some(now + rto);
         entry.retries = 0;
     }
@@ -457,14 +425,14 @@ impl Core {
     fn on_end(&mut self, now: Nanos, header: &FrameHeader) {
         let peer = header.src;
         let msg_ack = control(peer, FrameKind::MsgAck, 0, header.msg_id, 0);
-        let Some(&index) = self.incoming_index.get(&(peer, header.msg_id)) else {
-            if self.peers[peer as usize].recv_window.place(header.msg_id) == IdPlace::Finished {
+        let Some(index) = self.rx.incoming_by_id(peer, header.msg_id) else {
+            if self.peers[peer].recv_window.place(header.msg_id) == IdPlace::Finished {
                 self.queue_control(msg_ack);
             }
             return self.count_drop(Some(peer), DropReason::Duplicate);
         };
         let keepalive = self.config.keepalive_ns;
-        let entry = &mut self.incoming[index];
+        let entry = &mut self.rx[index];
         if entry.phase == RxPhase::Receiving || entry.is_eager() {
             return self.count_drop(Some(peer), DropReason::Invalid);
         }
@@ -477,10 +445,10 @@ impl Core {
     /// CLEANUP: the sender knows the message is delivered (or withdrawn); free the receiver's
     /// state.
     fn on_cleanup(&mut self, header: &FrameHeader) {
-        let Some(&index) = self.incoming_index.get(&(header.src, header.msg_id)) else {
+        let Some(index) = self.rx.incoming_by_id(header.src, header.msg_id) else {
             return self.count_drop(Some(header.src), DropReason::Duplicate);
         };
-        let entry = &self.incoming[index];
+        let entry = &self.rx[index];
         if entry.phase == RxPhase::Cancelled {
             return self.free_incoming(index);
         }
@@ -494,14 +462,14 @@ impl Core {
     /// CANCEL-ACK) a bounded number of times, then free the state anyway (the data was
     /// delivered or withdrawn; only the sender's bookkeeping is unconfirmed).
     pub(crate) fn expire_incoming(&mut self, now: Nanos) {
-        for index in self.incoming.slots_in_use_range() {
-            let due = self.incoming.get(index).and_then(|e| e.deadline_ns);
+        for index in self.rx.incoming_slots_in_use_range() {
+            let due = self.rx.incoming(index).and_then(|e| e.deadline_ns);
             if due.is_none_or(|d| d > now) {
                 continue;
             }
             let max_retries = self.config.max_retries;
             let keepalive = self.config.keepalive_ns;
-            let entry = &mut self.incoming[index];
+            let entry = &mut self.rx[index];
             entry.retries += 1;
             let (peer, msg_id, truncated) = (entry.peer, entry.msg_id, entry.truncated);
             if entry.retries > max_retries {
@@ -525,15 +493,11 @@ impl Core {
     /// Forgets an incoming message (its buffer too) without completing anything.
     pub(crate) fn free_incoming(&mut self, index: IncomingKey) {
         self.set_waiter(index, false);
-        let Some(entry) = self.incoming.remove(index) else {
+        let Some(entry) = self.rx.remove_incoming(index) else {
             return;
         };
-        self.incoming_index.remove(&(entry.peer, entry.msg_id));
-        if entry.in_unexpected {
-            self.unexpected.retain(|&i| i != index);
-        }
         if let Dest::Buffer(slot) = entry.dest {
-            self.release_eager_buffer(slot);
+            self.rx.release_eager_buffer(slot, &mut self.peers);
         }
     }
 
@@ -542,7 +506,7 @@ impl Core {
         if self.config.unexpected != UnexpectedPolicy::Buffer {
             return;
         }
-        let state = &mut self.peers[peer as usize];
+        let state = &mut self.peers[peer];
         state.credits_given = state.credits_given.wrapping_add(1);
         // Credits are filled in when a frame leaves: a frame to the peer still waiting to leave
         // carries the new count; only otherwise is a CREDIT frame needed (see `piggyback.rs`).
@@ -550,7 +514,7 @@ impl Core {
     }
 
     pub(crate) fn set_waiter(&mut self, index: IncomingKey, waiting: bool) {
-        let Some(entry) = self.incoming.get_mut(index) else {
+        let Some(entry) = self.rx.incoming_mut(index) else {
             return;
         };
         if entry.waiter == waiting {
@@ -559,9 +523,9 @@ impl Core {
         entry.waiter = waiting;
         let peer = entry.peer;
         if waiting {
-            self.add_waiter(peer);
+            self.peers.add_waiter(peer);
         } else {
-            self.remove_waiter(peer);
+            self.peers.remove_waiter(peer);
         }
     }
 }

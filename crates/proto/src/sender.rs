@@ -3,7 +3,7 @@
 //! retransmission timers.
 
 use crate::geometry::Geometry;
-use crate::ops::{copy_short, Control, SendOp, SendPhase};
+use crate::ops::{Control, SendOp, SendPhase};
 use crate::state::Core;
 use crate::*;
 use nicmsg_wire::{Flags, FrameHeader, FrameKind, Protocol, FRAME_HEADER_LEN};
@@ -42,10 +42,8 @@ impl Core {
             table: "send",
             limit,
         })?;
-        let op = &mut self.sends[index];
-        self.send_timers[index].reset(&op.collections);
         if protocol == Protocol::Eager && frames == 1 {
-            op.copy = copy_short(&op.data, memory, &mut self.send_copies[index]);
+            self.sends.copy_short(index, memory);
         }
         self.enqueue_for_start(dst, index);
         self.start_queued_for(now, dst);
@@ -57,7 +55,7 @@ impl Core {
     }
 
     fn enqueue_for_start(&mut self, dst: Rank, send: SendKey) {
-        let peer = &mut self.peers[dst as usize];
+        let peer = &mut self.peers[dst];
         match peer.queue_tail {
             None => peer.queue_head = Some(send),
             Some(tail) => self.sends[tail].next_queued = Some(send),
@@ -80,12 +78,12 @@ impl Core {
     /// taken), so a message that the receiver waits for is never stuck behind unmatched ones.
     pub(crate) fn start_queued_for(&mut self, _now: Nanos, dst: Rank) {
         loop {
-            let Some(head) = self.peers[dst as usize].queue_head else {
+            let Some(head) = self.peers[dst].queue_head else {
                 return;
             };
             let op = &self.sends[head];
             let eager = op.is_eager();
-            let peer = &self.peers[dst as usize];
+            let peer = &self.peers[dst];
             let needs_credit = eager && self.config.unexpected == UnexpectedPolicy::Buffer;
             let has_credit = peer.credits_available(self.config.eager_credits_per_peer) > 0;
             if !peer.window_open() {
@@ -96,7 +94,7 @@ impl Core {
             }
             let needs_credit = needs_credit && has_credit;
             let eager = self.sends[head].is_eager();
-            let peer = &mut self.peers[dst as usize];
+            let peer = &mut self.peers[dst];
             let msg_id = peer.send_next;
             peer.send_next = peer.send_next.wrapping_add(1);
             peer.sends_in_flight += 1;
@@ -112,8 +110,8 @@ impl Core {
             op.holds_credit = needs_credit;
             op.phase = SendPhase::Streaming;
             op.granted = if eager { op.frames } else { 1 };
-            self.active_sends.insert((dst, msg_id), head);
-            self.mark_ready(head);
+            self.sends.activate(dst, msg_id, head);
+            self.sends.mark_ready(head);
             self.complete_early_if_copied(head);
         }
     }
@@ -135,25 +133,14 @@ impl Core {
         op.geometry = geometry;
         op.frames = frames;
         op.collections = crate::collections::Collections::new(op.ack_unit, frames);
-        self.send_timers[index].reset(&op.collections);
-        self.stats.credit_stalls += 1;
-        self.peer_stats[dst as usize].credit_stalls += 1;
-    }
-
-    pub(crate) fn mark_ready(&mut self, index: SendKey) {
-        let Some(op) = self.sends.get_mut(index) else {
-            return;
-        };
-        if !op.in_ready && op.has_frame_to_send() {
-            op.in_ready = true;
-            self.ready.push_back(index);
-        }
+        self.sends.reset_timers(index);
+        self.counters.record(dst, |s| s.credit_stalls += 1);
     }
 
     pub(crate) fn unlink_queued(&mut self, dst: Rank, index: SendKey) {
         let next = self.sends.get(index).and_then(|op| op.next_queued);
         let mut previous = None;
-        let mut cursor = self.peers[dst as usize].queue_head;
+        let mut cursor = self.peers[dst].queue_head;
         while let Some(at) = cursor.filter(|&at| at != index) {
             previous = Some(at);
             cursor = self.sends.get(at).and_then(|op| op.next_queued);
@@ -162,10 +149,10 @@ impl Core {
             return;
         }
         match previous {
-            None => self.peers[dst as usize].queue_head = next,
+            None => self.peers[dst].queue_head = next,
             Some(previous) => self.sends[previous].next_queued = next,
         }
-        let peer = &mut self.peers[dst as usize];
+        let peer = &mut self.peers[dst];
         if peer.queue_tail == Some(index) {
             peer.queue_tail = previous;
         }
@@ -178,25 +165,24 @@ impl Core {
             return;
         };
         if matches!(op.phase, SendPhase::Streaming | SendPhase::Ending) {
-            self.active_sends.remove(&(op.dst, op.msg_id));
-            let peer = &mut self.peers[op.dst as usize];
+            self.sends.deactivate(op.dst, op.msg_id);
+            let peer = &mut self.peers[op.dst];
             peer.send_window.finish(op.msg_id);
             peer.sends_in_flight -= 1;
-            self.awaited_less(op.dst);
+            self.peers.awaited_less(op.dst);
         }
         if op.phase == SendPhase::Local {
-            self.peers[op.dst as usize].sends_in_flight -= 1;
+            self.peers[op.dst].sends_in_flight -= 1;
         }
         if result.is_ok() {
-            self.stats.messages_sent += 1;
-            self.peer_stats[op.dst as usize].messages_sent += 1;
+            self.counters.record(op.dst, |s| s.messages_sent += 1);
         }
         if op.completed_early {
-            self.sends_completed_early -= 1;
+            self.sends.early_send_ended();
             if result.is_err() {
                 // Reported sent, but the peer died (or never acknowledged) first.
-                self.stats.early_sends_unconfirmed += 1;
-                self.peer_stats[op.dst as usize].early_sends_unconfirmed += 1;
+                self.counters
+                    .record(op.dst, |s| s.early_sends_unconfirmed += 1);
             }
             return;
         }
@@ -222,21 +208,19 @@ impl Core {
     /// core's copy, so the host's buffer is free, as with BIP's short messages and MPI's eager
     /// sends. Bounded so that sends the host no longer sees fill at most half the send table.
     fn complete_early_if_copied(&mut self, index: SendKey) {
-        let op = &self.sends[index];
-        if op.copy.is_none() || self.sends_completed_early >= self.config.max_early_sends {
+        if !self.sends.may_complete_early(index) {
             return;
         }
-        let status = send_status(op);
+        let status = send_status(&self.sends[index]);
         let generation = self.sends.generation(index);
         self.complete_send(index, generation, status, Ok(()));
-        self.sends[index].completed_early = true;
-        self.sends_completed_early += 1;
-        self.stats.sends_completed_early += 1;
-        self.peer_stats[status.peer as usize].sends_completed_early += 1;
+        self.sends.completed_early(index);
+        self.counters
+            .record(status.peer, |s| s.sends_completed_early += 1);
     }
 
     pub(crate) fn active_send(&self, peer: Rank, msg_id: u32) -> Option<SendKey> {
-        self.active_sends.get(&(peer, msg_id)).copied()
+        self.sends.active(peer, msg_id)
     }
 
     /// ACK from the receiver: a collection (or, with ACK_ALL, the whole message) arrived; with
@@ -246,10 +230,9 @@ impl Core {
             self.count_drop(Some(header.src), DropReason::Duplicate);
             return;
         };
-        let peer = header.src as usize;
+        let peer = header.src;
         let retry_ns = self.config.rto_max_ns;
-        let op = &mut self.sends[index];
-        let timers = &mut self.send_timers[index];
+        let (op, timers) = self.sends.with_timers(index);
         if header.has_flag(Flags::WAIT) {
             op.collections.postpone(timers, now + retry_ns);
             if op.wait_deadline_ns.is_some() {
@@ -294,7 +277,7 @@ impl Core {
             return;
         }
         if !op.collections.all_acked() {
-            self.mark_ready(index);
+            self.sends.mark_ready(index);
             return;
         }
         if op.is_eager() {
@@ -309,7 +292,7 @@ impl Core {
             // The END leaves behind every data frame still queued towards the peer (the other
             // messages of a stream): its answer is due a round trip after that, not after now.
             let departure = self.departure(now, control.dst, FRAME_HEADER_LEN);
-            let rto = self.peers[control.dst as usize].rto.rto_ns();
+            let rto = self.peers[control.dst].rto.rto_ns();
             let op = &mut self.sends[index];
             op.wait_deadline_ns = Some(departure.timer_start() + rto);
             self.queue_control(control);
@@ -334,9 +317,9 @@ impl Core {
         if op.is_eager() {
             // The receiver discarded our frames (`drop` mode) and now has a receive for them.
             if header.has_flag(Flags::FROM_START) {
-                op.collections
-                    .resend_all_sent(&mut self.send_timers[index], op.next_new);
-                self.mark_ready(index);
+                let (op, timers) = self.sends.with_timers(index);
+                op.collections.resend_all_sent(timers, op.next_new);
+                self.sends.mark_ready(index);
             }
             return;
         }
@@ -355,7 +338,7 @@ impl Core {
                 op.extra_frame = None;
             }
         }
-        self.mark_ready(index);
+        self.sends.mark_ready(index);
     }
 
     /// MSG-ACK: the receiver holds the message (or consumed it as truncated). Complete, free,
@@ -375,25 +358,12 @@ impl Core {
             }
             Some(_) => self.count_drop(Some(header.src), DropReason::Invalid),
             None => {
-                let window = self.peers[header.src as usize].send_window;
+                let window = self.peers[header.src].send_window;
                 if window.place(header.msg_id) == crate::window::IdPlace::Finished {
                     self.queue_control(cleanup);
                 }
                 self.count_drop(Some(header.src), DropReason::Duplicate);
             }
-        }
-    }
-
-    pub(crate) fn send_deadline(&self, index: SendKey) -> Option<Nanos> {
-        let op = self.sends.get(index)?;
-        if let Some(cancel) = op.cancel {
-            // Nothing of the message is resent while the receiver decides.
-            return Some(cancel.deadline_ns);
-        }
-        let collections = op.collections.next_deadline(&self.send_timers[index]);
-        match (collections, op.wait_deadline_ns) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
         }
     }
 
@@ -403,7 +373,7 @@ impl Core {
     pub(crate) fn expire_sends(&mut self, now: Nanos) {
         // Index loop instead of collecting the due entries: the timer path allocates nothing.
         for index in self.sends.slots_in_use_range() {
-            if self.send_deadline(index).is_none_or(|d| d > now) {
+            if self.sends.deadline(index).is_none_or(|d| d > now) {
                 continue;
             }
             if self.sends.get(index).is_some_and(|op| op.cancel.is_some()) {
@@ -412,10 +382,10 @@ impl Core {
             }
             let max_ns = self.config.rto_max_ns;
             let dst = self.sends[index].dst;
-            self.peers[dst as usize].rto.on_timeout(now, max_ns);
-            let rto = self.peers[dst as usize].rto;
-            let op = &mut self.sends[index];
-            op.collections.expire(&mut self.send_timers[index], now);
+            self.peers[dst].rto.on_timeout(now, max_ns);
+            let rto = self.peers[dst].rto;
+            let (op, timers) = self.sends.with_timers(index);
+            op.collections.expire(timers, now);
             if op.wait_deadline_ns.is_some_and(|d| d <= now) {
                 op.wait_retries += 1;
                 op.wait_deadline_ns = Some(now + rto.backed_off_ns(op.wait_retries, max_ns));
@@ -427,7 +397,7 @@ impl Core {
                     _ => self.sends[index].extra_frame = self.repeat_frame(index),
                 }
             }
-            self.mark_ready(index);
+            self.sends.mark_ready(index);
         }
     }
 
@@ -448,7 +418,7 @@ impl Core {
         let waiting_for_grant =
             !op.is_eager() && op.next_new >= op.granted && op.granted < op.frames;
         if waiting_for_grant && op.wait_deadline_ns.is_none() {
-            let rto = self.peers[op.dst as usize].rto;
+            let rto = self.peers[op.dst].rto;
             op.wait_deadline_ns =
                 Some(now + rto.backed_off_ns(op.wait_retries, self.config.rto_max_ns));
         }

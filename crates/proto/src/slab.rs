@@ -36,15 +36,15 @@ macro_rules! table_key {
 }
 
 table_key!(
-    /// A send's entry in the send table (`Core::sends`).
+    /// A send's entry in the send table (`SendSide`).
     SendKey
 );
 table_key!(
-    /// A receive's or probe's entry in the receive table (`Core::recvs`).
+    /// A receive's or probe's entry in the receive table (`RecvSide`).
     RecvKey
 );
 table_key!(
-    /// An incoming message's entry in the incoming table (`Core::incoming`).
+    /// An incoming message's entry in the incoming table (`RecvSide`).
     IncomingKey
 );
 

@@ -1,18 +1,19 @@
-//! The protocol state of one rank (`Core`): tables, host commands, and the poll/handle calls the
-//! public [`crate::Endpoint`] forwards to. The protocol logic lives in `sender.rs`,
-//! `receiver.rs`, `matching.rs`, `cancel.rs`, `liveness.rs` and `emit.rs`, each an
-//! `impl Core` block of its own.
+//! The protocol state of one rank (`Core`): the components it is made of, host commands, and
+//! the poll/handle calls the public [`crate::Endpoint`] forwards to. Each component keeps its
+//! state private behind a small API: `SendSide` (`send_side.rs`), `RecvSide` (`recv_side.rs`),
+//! `Peers` (`peers.rs`), `Outputs` (`outputs.rs`), `Counters` (`counters.rs`). The protocol
+//! logic orchestrates them, one concern per file, each an `impl Core` block of its own:
+//! `sender.rs`, `receiver.rs`, `matching.rs`, `express.rs`, `local.rs`, `cancel.rs`,
+//! `liveness.rs`, `piggyback.rs`, `emit.rs`, `placement.rs`, `diagnostics.rs`.
 
-use std::collections::VecDeque;
-
-use rustc_hash::FxHashMap;
-
-use crate::collections::CollectionTimers;
-use crate::ops::{Control, Incoming, LatestData, RecvOp, SendOp, ShortCopy};
+use crate::counters::Counters;
+use crate::ops::Control;
+use crate::outputs::Outputs;
 use crate::peer::Peer;
-use crate::slab::{IncomingKey, RecvKey, SendKey, SideTable, Slab};
-use crate::transmit::INLINE_PAYLOAD_MAX;
-use crate::usage::TableUsage;
+use crate::peers::Peers;
+use crate::recv_side::RecvSide;
+use crate::send_side::SendSide;
+use crate::timers::Earliest;
 use crate::*;
 
 /// Bytes of per-peer protocol state: message-id windows both ways, credit counters, the start
@@ -26,40 +27,16 @@ pub(crate) struct Core {
     pub(crate) job: u32,
     pub(crate) rank: Rank,
     pub(crate) size: u32,
-    pub(crate) peers: Vec<Peer>,
-    pub(crate) peer_stats: Vec<Stats>,
-    pub(crate) stats: Stats,
-    pub(crate) sends: Slab<SendKey, SendOp>,
-    /// Retransmission timers of each send's collections, by send index (`collections.rs`).
-    pub(crate) send_timers: SideTable<SendKey, CollectionTimers>,
-    /// The bytes of each short send, by send index (`SendOp::copy`).
-    pub(crate) send_copies: SideTable<SendKey, ShortCopy>,
-    /// Started sends by (destination, message id). Fx hashing: a lookup on every frame costs a
-    /// few instructions instead of SipHash's ~100; the maps never hold more entries than their
-    /// table, so even keys chosen to collide cost a bounded probe.
-    pub(crate) active_sends: FxHashMap<(Rank, u32), SendKey>,
-    /// Sends with a frame to transmit, served round-robin one frame at a time.
-    pub(crate) ready: VecDeque<SendKey>,
-    pub(crate) recvs: Slab<RecvKey, RecvOp>,
-    /// Unmatched receives in the order they were posted.
-    pub(crate) posted: VecDeque<RecvKey>,
-    /// Posted (blocking) probes.
-    pub(crate) probes: VecDeque<RecvKey>,
-    pub(crate) incoming: Slab<IncomingKey, Incoming>,
-    pub(crate) incoming_index: FxHashMap<(Rank, u32), IncomingKey>,
-    /// Unexpected messages in matching order.
-    pub(crate) unexpected: VecDeque<IncomingKey>,
-    /// Unexpected eager data: `eager_credits_per_peer` buffers of `eager_limit` bytes per peer.
-    pub(crate) eager_pool: Vec<u8>,
-    pub(crate) eager_usage: TableUsage,
-    pub(crate) control: VecDeque<Control>,
-    pub(crate) control_usage: TableUsage,
-    pub(crate) completions: VecDeque<Completion>,
-    pub(crate) completion_usage: TableUsage,
-    /// Sends completed when they started (short copied messages) and not yet acknowledged.
-    pub(crate) sends_completed_early: usize,
-    /// Where the stream of long-message frames was last (`placement.rs`).
-    pub(crate) latest_data: Option<LatestData>,
+    /// Every rank's state and liveness (`peers.rs`).
+    pub(crate) peers: Peers,
+    /// Counters in total and per peer (`counters.rs`).
+    pub(crate) counters: Counters,
+    /// Sends, their timers and copies, and their scheduling (`send_side.rs`).
+    pub(crate) sends: SendSide,
+    /// Receives, probes, incoming messages, matching queues, the eager pool (`recv_side.rs`).
+    pub(crate) rx: RecvSide,
+    /// Control frames to send and completions to hand out (`outputs.rs`).
+    pub(crate) outputs: Outputs,
 }
 
 /// Receiver-to-sender control frames, which carry the cumulative credit count in `aux`.
@@ -87,39 +64,16 @@ impl Core {
         if config.eager_credits_per_peer > MAX_EAGER_CREDITS {
             return Err(ConfigError::ZeroLimit("eager_credits_per_peer <= 64"));
         }
-        let pool_len =
-            size as usize * config.eager_credits_per_peer as usize * config.eager_limit as usize;
         let completions_limit = config.max_sends + config.max_recvs;
         Ok(Self {
             job,
             rank,
             size,
-            peers: vec![Peer::new(config.rto_initial_ns); size as usize],
-            peer_stats: vec![Stats::default(); size as usize],
-            stats: Stats::default(),
-            sends: Slab::with_capacity(config.max_sends),
-            send_timers: SideTable::new(config.max_sends, CollectionTimers::default()),
-            send_copies: SideTable::new(config.max_sends, [0; INLINE_PAYLOAD_MAX]),
-            active_sends: FxHashMap::with_capacity_and_hasher(config.max_sends, Default::default()),
-            ready: VecDeque::with_capacity(config.max_sends),
-            recvs: Slab::with_capacity(config.max_recvs),
-            posted: VecDeque::with_capacity(config.max_recvs),
-            probes: VecDeque::with_capacity(config.max_recvs),
-            // Room for a local message per send beyond the remote ones (`insert_remote`).
-            incoming: Slab::with_capacity(config.max_incoming + config.max_sends),
-            incoming_index: FxHashMap::with_capacity_and_hasher(
-                config.max_incoming,
-                Default::default(),
-            ),
-            unexpected: VecDeque::with_capacity(config.max_incoming),
-            eager_pool: vec![0; pool_len],
-            eager_usage: TableUsage::new(size as usize * config.eager_credits_per_peer as usize),
-            control: VecDeque::with_capacity(config.max_control_queue),
-            control_usage: TableUsage::new(config.max_control_queue),
-            completions: VecDeque::with_capacity(completions_limit),
-            completion_usage: TableUsage::new(completions_limit),
-            sends_completed_early: 0,
-            latest_data: None,
+            peers: Peers::new(&config, rank, size),
+            counters: Counters::new(size),
+            sends: SendSide::new(config.max_sends, config.max_early_sends),
+            rx: RecvSide::new(&config, size),
+            outputs: Outputs::new(config.max_control_queue, completions_limit),
             config,
         })
     }
@@ -177,8 +131,9 @@ impl Core {
     /// Non-blocking probe: the status of the first matching message in `context` available to
     /// a receive.
     pub(crate) fn iprobe(&self, source: Source, context: Context, tag: TagMatch) -> Option<Status> {
-        self.find_unexpected(source, context, tag)
-            .map(|index| self.status_of(index))
+        self.rx
+            .find_unexpected(source, context, tag)
+            .map(|index| self.rx.status_of(index))
     }
 
     /// Blocking probe as an operation: completes when a matching message is available.
@@ -235,7 +190,7 @@ impl Core {
     /// True if [`poll_transmit_into`](Self::poll_transmit_into) may have a frame (a control frame or a
     /// send with frames to go).
     pub(crate) fn has_transmit(&self) -> bool {
-        !self.control.is_empty() || !self.ready.is_empty()
+        self.outputs.has_control() || self.sends.has_ready()
     }
 
     fn next_transmit(
@@ -244,10 +199,9 @@ impl Core {
         memory: &impl HostMemory,
         transmit: &mut Transmit,
     ) -> bool {
-        if let Some(control) = self.control.pop_front() {
-            self.control_usage.set(self.control.len());
+        if let Some(control) = self.outputs.pop_control() {
             if carries_credits(control.kind) {
-                self.peers[control.dst as usize].credit_carriers_queued -= 1;
+                self.peers[control.dst].credit_carriers_queued -= 1;
             }
             self.emit_control(now, control, transmit);
             return true;
@@ -257,62 +211,48 @@ impl Core {
 
     /// True if [`poll_completion`](Self::poll_completion) has something.
     pub(crate) fn has_completions(&self) -> bool {
-        !self.completions.is_empty()
+        self.outputs.has_completions()
     }
 
     /// Next finished operation, if any.
     pub(crate) fn poll_completion(&mut self) -> Option<Completion> {
-        let completion = self.completions.pop_front();
-        self.completion_usage.set(self.completions.len());
-        completion
+        self.outputs.pop_completion()
     }
 
-    /// The earliest timer of any send, incoming message or peer. Plain loops: the chained and
-    /// flattened iterators this replaces cost three times as many instructions, and this runs
+    /// The earliest timer of any send, incoming message or peer, derived from the components
+    /// (none stores it, so none can leave it stale; `timers.rs`). Their walks are plain loops:
+    /// chained and flattened iterators cost three times as many instructions, and this runs
     /// after every state change.
     pub(crate) fn compute_deadline(&self) -> Option<Nanos> {
-        let mut earliest: Option<Nanos> = None;
-        let mut consider = |deadline: Option<Nanos>| {
-            if let Some(at) = deadline {
-                earliest = Some(earliest.map_or(at, |e| e.min(at)));
-            }
-        };
-        for index in self.sends.occupied() {
-            consider(self.send_deadline(index));
-        }
-        for index in self.incoming.occupied() {
-            consider(self.incoming.get(index).and_then(|e| e.deadline_ns));
-        }
-        for (rank, peer) in self.peers.iter().enumerate() {
-            consider(peer.probe_deadline_ns);
-            consider(peer.owed_deadline_ns);
-            consider(self.silence_deadline(rank as Rank));
-        }
-        earliest
+        let mut earliest = Earliest::default();
+        earliest.consider(self.sends.next_deadline());
+        earliest.consider(self.rx.next_deadline());
+        earliest.consider(self.peers.next_deadline());
+        earliest.get()
     }
 
     pub(crate) fn stats(&self) -> &Stats {
-        &self.stats
+        self.counters.total()
     }
 
     pub(crate) fn peer_stats(&self, peer: Rank) -> Option<&Stats> {
-        self.peer_stats.get(peer as usize)
+        self.counters.peer(peer)
     }
 
     pub(crate) fn usage(&self) -> Usage {
         Usage {
-            sends: self.sends.usage,
-            recvs: self.recvs.usage,
-            incoming: self.incoming.usage,
-            eager_buffers: self.eager_usage,
-            control_queue: self.control_usage,
-            completions: self.completion_usage,
+            sends: self.sends.usage(),
+            recvs: self.rx.recv_usage(),
+            incoming: self.rx.incoming_usage(),
+            eager_buffers: self.rx.eager_usage(),
+            control_queue: self.outputs.control_usage(),
+            completions: self.outputs.completion_usage(),
         }
     }
 
     /// True when the peer has been declared unreachable.
     pub(crate) fn is_peer_unreachable(&self, peer: Rank) -> bool {
-        self.peers.get(peer as usize).is_some_and(|p| p.unreachable)
+        self.peers.is_unreachable(peer)
     }
 
     // --- shared helpers ---
@@ -329,36 +269,30 @@ impl Core {
 
     fn check_peer(&self, rank: Rank) -> Result<(), PostError> {
         self.check_rank(rank)?;
-        if self.peers[rank as usize].unreachable {
+        if self.peers[rank].unreachable {
             return Err(PostError::PeerUnreachable { peer: rank });
         }
         Ok(())
     }
 
     pub(crate) fn complete(&mut self, op: OpId, result: Result<Status, OpError>) {
-        debug_assert!(self.completions.len() < self.completion_usage.limit);
-        self.completions.push_back(Completion { op, result });
-        self.completion_usage.set(self.completions.len());
+        self.outputs.complete(op, result);
     }
 
     /// Queues a control frame; when the queue is full the frame is dropped and counted (every
     /// control frame is recovered by a retransmission of whatever provoked it).
     pub(crate) fn queue_control(&mut self, control: Control) {
-        if self.control.len() >= self.config.max_control_queue {
-            self.stats.control_overflows += 1;
+        if !self.outputs.has_control_room() {
+            self.counters.record_total(|s| s.control_overflows += 1);
             return;
         }
         if carries_credits(control.kind) {
-            self.peers[control.dst as usize].credit_carriers_queued += 1;
+            self.peers[control.dst].credit_carriers_queued += 1;
         }
-        self.control.push_back(control);
-        self.control_usage.set(self.control.len());
+        self.outputs.push_control(control);
     }
 
     pub(crate) fn count_drop(&mut self, peer: Option<Rank>, reason: DropReason) {
-        self.stats.drops.count(reason);
-        if let Some(stats) = peer.and_then(|p| self.peer_stats.get_mut(p as usize)) {
-            stats.drops.count(reason);
-        }
+        self.counters.drop_frame(peer, reason);
     }
 }

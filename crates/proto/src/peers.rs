@@ -1,0 +1,270 @@
+//! The peers of one endpoint and their liveness: the per-peer state of every rank of the job
+//! (`peer.rs`), and the bookkeeping that decides when a silent peer is probed or given up on
+//! (the rule is in `liveness.rs`). Everything here touches peer state only; what a peer's fate
+//! does to operations is the core's business.
+
+use std::ops::{Index, IndexMut};
+
+use crate::peer::Peer;
+use crate::{Config, Nanos, Rank};
+
+/// Every rank's [`Peer`] state, by rank, with the liveness timers derived from it.
+pub(crate) struct Peers {
+    /// By rank, this rank's own entry included (messages to itself take ids from it).
+    peers: Vec<Peer>,
+    /// This rank: nothing is probed or awaited over the network from itself.
+    rank: Rank,
+    /// Silence before a peer something waits on is probed.
+    keepalive_ns: Nanos,
+    /// Unanswered silence before a peer is declared unreachable.
+    peer_timeout_ns: Nanos,
+}
+
+impl Peers {
+    pub(crate) fn new(config: &Config, rank: Rank, size: u32) -> Self {
+        Self {
+            peers: vec![Peer::new(config.rto_initial_ns); size as usize],
+            rank,
+            keepalive_ns: config.keepalive_ns,
+            peer_timeout_ns: config.peer_timeout_ns,
+        }
+    }
+
+    /// True when `peer` is a rank of the job that has been declared unreachable.
+    pub(crate) fn is_unreachable(&self, peer: Rank) -> bool {
+        self.peers.get(peer as usize).is_some_and(|p| p.unreachable)
+    }
+
+    // --- liveness ---
+
+    /// A frame from `peer` arrived: it is alive, its silence and refusals are forgiven, and
+    /// the next probe (if anything waits on it) is a keepalive away.
+    pub(crate) fn heard_from(&mut self, now: Nanos, peer: Rank) {
+        let keepalive = self.keepalive_ns;
+        let state = &mut self[peer];
+        state.last_heard_ns = now;
+        state.probe_retries = 0;
+        state.silent_since = None;
+        state.refusals = 0;
+        if state.waiters > 0 {
+            state.probe_deadline_ns = Some(now + keepalive);
+        }
+    }
+
+    /// A frame that asks `peer` for an answer leaves now.
+    pub(crate) fn expect_answer(&mut self, now: Nanos, peer: Rank) {
+        let state = &mut self[peer];
+        if state.silent_since.is_none() {
+            state.silent_since = Some(now);
+        }
+    }
+
+    /// Something is awaited from the peer: silence from it counts against it.
+    fn awaited(&self, peer: Rank) -> bool {
+        let state = &self[peer];
+        state.waiters > 0 || state.sends_in_flight > 0
+    }
+
+    /// An operation with `peer` ended: when nothing is awaited from it any more, an earlier
+    /// unanswered frame no longer counts (a later wait starts its own clock).
+    pub(crate) fn awaited_less(&mut self, peer: Rank) {
+        if !self.awaited(peer) {
+            self[peer].silent_since = None;
+        }
+    }
+
+    /// An operation now waits on `peer` without a timer of its own: probe it after silence.
+    pub(crate) fn add_waiter(&mut self, peer: Rank) {
+        if peer == self.rank {
+            return; // no network, nothing to probe
+        }
+        let keepalive = self.keepalive_ns;
+        let state = &mut self[peer];
+        state.waiters += 1;
+        if state.probe_deadline_ns.is_none() {
+            // The last time heard stands in for `now`: a probe is due after keepalive silence.
+            state.probe_deadline_ns = Some(state.last_heard_ns + keepalive);
+        }
+    }
+
+    /// An operation waiting on `peer` ended (matched, completed or failed).
+    pub(crate) fn remove_waiter(&mut self, peer: Rank) {
+        if peer == self.rank {
+            return;
+        }
+        let state = &mut self[peer];
+        debug_assert!(state.waiters > 0, "waiter count of rank {peer} underflows");
+        state.waiters = state.waiters.saturating_sub(1);
+        if state.waiters == 0 {
+            state.probe_deadline_ns = None;
+            state.probe_retries = 0;
+        }
+        self.awaited_less(peer);
+    }
+
+    /// When `peer`'s silence would make it unreachable.
+    pub(crate) fn silence_deadline(&self, peer: Rank) -> Option<Nanos> {
+        let state = &self[peer];
+        if state.unreachable || !self.awaited(peer) {
+            return None;
+        }
+        Some(state.silent_since? + self.peer_timeout_ns)
+    }
+
+    /// True if `peer`'s liveness probe is due at `now`.
+    pub(crate) fn probe_due(&self, now: Nanos, peer: Rank) -> bool {
+        self[peer].probe_deadline_ns.is_some_and(|d| d <= now)
+    }
+
+    /// A probe to `peer` leaves now: the next follows, backed off up to `max_ns`, while the
+    /// peer stays silent.
+    pub(crate) fn probe_sent(&mut self, now: Nanos, peer: Rank, max_ns: Nanos) {
+        let state = &mut self[peer];
+        state.probe_retries += 1;
+        let wait = state.rto.backed_off_ns(state.probe_retries, max_ns);
+        state.probe_deadline_ns = Some(now + wait);
+    }
+
+    /// `peer` has been declared unreachable: nothing is awaited from it or owed to it any more.
+    pub(crate) fn forget_waits(&mut self, peer: Rank) {
+        let state = &mut self[peer];
+        debug_assert!(state.unreachable, "only a dead peer's waits are forgotten");
+        state.probe_deadline_ns = None;
+        state.waiters = 0;
+        state.silent_since = None;
+        state.ack_owed = None;
+        state.credit_owed = false;
+        state.owed_deadline_ns = None;
+    }
+
+    // --- acknowledgements and credits owed (`piggyback.rs`) ---
+
+    /// Something owed to `peer` goes out on its own at `at` unless a frame carries it first
+    /// (an earlier deadline stands).
+    pub(crate) fn arm_owed(&mut self, peer: Rank, at: Nanos) {
+        let state = &mut self[peer];
+        if state.owed_deadline_ns.is_none() {
+            state.owed_deadline_ns = Some(at);
+        }
+    }
+
+    /// Disarms `peer`'s owed deadline once nothing is owed any more.
+    pub(crate) fn settle_owed(&mut self, peer: Rank) {
+        let state = &mut self[peer];
+        if state.ack_owed.is_none() && !state.credit_owed {
+            state.owed_deadline_ns = None;
+        }
+    }
+
+    // --- timers ---
+
+    /// The earliest timer of any peer: a liveness probe, an owed acknowledgement, or the end
+    /// of a silence that would make it unreachable. A plain loop: this runs after every state
+    /// change.
+    pub(crate) fn next_deadline(&self) -> Option<Nanos> {
+        let mut earliest = crate::timers::Earliest::default();
+        for (rank, peer) in self.peers.iter().enumerate() {
+            earliest.consider(peer.probe_deadline_ns);
+            earliest.consider(peer.owed_deadline_ns);
+            earliest.consider(self.silence_deadline(rank as Rank));
+        }
+        earliest.get()
+    }
+}
+
+/// A rank's state. Ranks are checked against the job's size where they enter the core (frame
+/// headers, host commands), so a rank out of range here is a bug and panics.
+impl Index<Rank> for Peers {
+    type Output = Peer;
+
+    fn index(&self, peer: Rank) -> &Peer {
+        &self.peers[peer as usize]
+    }
+}
+
+impl IndexMut<Rank> for Peers {
+    fn index_mut(&mut self, peer: Rank) -> &mut Peer {
+        &mut self.peers[peer as usize]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEEPALIVE: Nanos = 1_000;
+    const TIMEOUT: Nanos = 50_000;
+
+    fn peers() -> Peers {
+        let config = Config {
+            keepalive_ns: KEEPALIVE,
+            peer_timeout_ns: TIMEOUT,
+            ..Config::default()
+        };
+        Peers::new(&config, 0, 3)
+    }
+
+    #[test]
+    fn a_waiter_arms_a_probe_and_the_last_one_disarms_it() {
+        let mut peers = peers();
+        assert_eq!(peers.next_deadline(), None);
+        peers.heard_from(100, 1);
+        peers.add_waiter(1);
+        assert_eq!(peers[1].probe_deadline_ns, Some(100 + KEEPALIVE));
+        assert!(peers.probe_due(100 + KEEPALIVE, 1));
+        peers.probe_sent(100 + KEEPALIVE, 1, KEEPALIVE);
+        assert!(!peers.probe_due(100 + KEEPALIVE, 1));
+        peers.remove_waiter(1);
+        assert_eq!(peers[1].probe_deadline_ns, None);
+        assert_eq!(peers[1].probe_retries, 0);
+        assert_eq!(peers.next_deadline(), None);
+    }
+
+    #[test]
+    fn nothing_waits_on_this_rank_itself() {
+        let mut peers = peers();
+        peers.add_waiter(0);
+        assert_eq!(peers[0].waiters, 0);
+        assert_eq!(peers.next_deadline(), None);
+    }
+
+    #[test]
+    fn silence_counts_only_while_something_is_awaited() {
+        let mut peers = peers();
+        peers.expect_answer(10, 2);
+        assert_eq!(peers.silence_deadline(2), None, "nothing awaited");
+        peers.add_waiter(2);
+        assert_eq!(peers.silence_deadline(2), Some(10 + TIMEOUT));
+        assert_eq!(
+            peers.next_deadline(),
+            Some(KEEPALIVE),
+            "the probe comes first"
+        );
+        peers.heard_from(20, 2);
+        assert_eq!(peers.silence_deadline(2), None, "answered");
+        peers.expect_answer(30, 2);
+        peers.remove_waiter(2);
+        assert_eq!(
+            peers[2].silent_since, None,
+            "the wait ended with the waiter"
+        );
+    }
+
+    #[test]
+    fn an_owed_deadline_stands_until_nothing_is_owed() {
+        let mut peers = peers();
+        peers[1].credit_owed = true;
+        peers.arm_owed(1, 500);
+        peers.arm_owed(1, 900);
+        assert_eq!(peers.next_deadline(), Some(500));
+        peers.settle_owed(1);
+        assert_eq!(
+            peers[1].owed_deadline_ns,
+            Some(500),
+            "a credit is still owed"
+        );
+        peers[1].credit_owed = false;
+        peers.settle_owed(1);
+        assert_eq!(peers.next_deadline(), None);
+    }
+}

@@ -1,0 +1,501 @@
+//! The receive side of one endpoint: posted receives and probes, incoming messages with their
+//! index by message id, the unexpected queue, the eager pool that buffers unexpected eager
+//! data, and where the last long-message frame landed (for placement). The protocol that drives
+//! them (admission, placement, grants, matching in MPI order) is in `receiver.rs` and
+//! `matching.rs`; this module keeps the tables and queues consistent with each other: an
+//! incoming message leaves its index and the unexpected queue when it is removed, a message is
+//! in the unexpected queue exactly when it says so.
+
+use std::collections::VecDeque;
+use std::ops::{Index, IndexMut};
+
+use rustc_hash::FxHashMap;
+
+use crate::ops::{Dest, Incoming, LatestData, RecvOp};
+use crate::peers::Peers;
+use crate::slab::{IncomingKey, RecvKey, Slab};
+use crate::timers::Earliest;
+use crate::usage::TableUsage;
+use crate::{Config, Context, Nanos, Rank, Source, Status, Tag, TagMatch};
+
+/// Receives, probes and incoming messages of one endpoint, and the queues that match them.
+pub(crate) struct RecvSide {
+    recvs: Slab<RecvKey, RecvOp>,
+    /// Unmatched receives in the order they were posted.
+    posted: VecDeque<RecvKey>,
+    /// Posted (blocking) probes.
+    probes: VecDeque<RecvKey>,
+    incoming: Slab<IncomingKey, Incoming>,
+    /// Incoming messages by (sender, message id); Fx hashing as for the send side's index.
+    by_id: FxHashMap<(Rank, u32), IncomingKey>,
+    /// Unexpected messages in matching order.
+    unexpected: VecDeque<IncomingKey>,
+    /// Unexpected eager data: `credits_per_peer` buffers of `eager_limit` bytes per peer. Which
+    /// of a peer's buffers are in use is part of its state (`Peer::eager_buffers_used`).
+    eager_pool: Vec<u8>,
+    eager_usage: TableUsage,
+    eager_limit: usize,
+    credits_per_peer: u32,
+    /// Where the stream of long-message frames was last (`placement.rs`).
+    latest_data: Option<LatestData>,
+}
+
+impl RecvSide {
+    /// The tables of an endpoint in a job of `size` ranks, all allocated here.
+    pub(crate) fn new(config: &Config, size: u32) -> Self {
+        let buffers = size as usize * config.eager_credits_per_peer as usize;
+        Self {
+            recvs: Slab::with_capacity(config.max_recvs),
+            posted: VecDeque::with_capacity(config.max_recvs),
+            probes: VecDeque::with_capacity(config.max_recvs),
+            // Room for a local message per send beyond the remote ones (`insert_remote`).
+            incoming: Slab::with_capacity(config.max_incoming + config.max_sends),
+            by_id: FxHashMap::with_capacity_and_hasher(config.max_incoming, Default::default()),
+            unexpected: VecDeque::with_capacity(config.max_incoming),
+            eager_pool: vec![0; buffers * config.eager_limit as usize],
+            eager_usage: TableUsage::new(buffers),
+            eager_limit: config.eager_limit as usize,
+            credits_per_peer: config.eager_credits_per_peer,
+            latest_data: None,
+        }
+    }
+
+    // --- receives and probes ---
+
+    /// Stores the receive or probe `make` builds; its key and generation, or `None` when full.
+    pub(crate) fn insert_recv(&mut self, make: impl FnOnce() -> RecvOp) -> Option<(RecvKey, u32)> {
+        self.recvs.insert_with(make)
+    }
+
+    /// Removes a receive or probe; the caller took it off the posted queue or probe list.
+    pub(crate) fn remove_recv(&mut self, key: RecvKey) -> Option<RecvOp> {
+        self.recvs.remove(key)
+    }
+
+    pub(crate) fn recv(&self, key: RecvKey) -> Option<&RecvOp> {
+        self.recvs.get(key)
+    }
+
+    pub(crate) fn recv_generation(&self, key: RecvKey) -> u32 {
+        self.recvs.generation(key)
+    }
+
+    /// The key of the receive a host handle names, if it still names one.
+    pub(crate) fn recv_key_checked(&self, index: u32, generation: u32) -> Option<RecvKey> {
+        self.recvs.key_checked(index, generation)
+    }
+
+    /// The receive a host handle names, if it still names one.
+    pub(crate) fn recv_checked(&self, index: u32, generation: u32) -> Option<&RecvOp> {
+        self.recvs.get_checked(index, generation)
+    }
+
+    /// Keys of live receives and probes, in slot order.
+    pub(crate) fn recv_keys(&self) -> impl Iterator<Item = RecvKey> + '_ {
+        self.recvs.occupied()
+    }
+
+    pub(crate) fn recv_usage(&self) -> TableUsage {
+        self.recvs.usage
+    }
+
+    /// Queues an unmatched receive behind those posted before it.
+    pub(crate) fn post(&mut self, key: RecvKey) {
+        self.posted.push_back(key);
+    }
+
+    /// The position in the posted queue of the first receive (in posting order) that takes a
+    /// message from `peer` with this context and tag.
+    pub(crate) fn find_posted(&self, peer: Rank, (context, tag): (Context, Tag)) -> Option<usize> {
+        self.posted
+            .iter()
+            .position(|&i| self.recvs[i].accepts(peer, context, tag))
+    }
+
+    /// The posted receive at `position` (from [`find_posted`](Self::find_posted)).
+    pub(crate) fn posted_at(&self, position: usize) -> RecvKey {
+        self.posted[position]
+    }
+
+    /// Takes the posted receive at `position` off the queue: it matched.
+    pub(crate) fn take_posted(&mut self, position: usize) -> RecvKey {
+        self.posted.remove(position).expect("position is valid")
+    }
+
+    /// Takes a receive off the posted queue, wherever it is (cancelled or failed).
+    pub(crate) fn unpost(&mut self, key: RecvKey) {
+        self.posted.retain(|&i| i != key);
+    }
+
+    /// Lists a blocking probe until a message it matches arrives.
+    pub(crate) fn post_probe(&mut self, key: RecvKey) {
+        self.probes.push_back(key);
+    }
+
+    /// Takes a probe off the list, wherever it is (cancelled or failed).
+    pub(crate) fn unpost_probe(&mut self, key: RecvKey) {
+        self.probes.retain(|&i| i != key);
+    }
+
+    /// Takes off the list the first posted probe (in posting order) that a message from `peer`
+    /// in `context` with `tag` satisfies.
+    pub(crate) fn take_probe_for(
+        &mut self,
+        peer: Rank,
+        context: Context,
+        tag: Tag,
+    ) -> Option<RecvKey> {
+        let position = self
+            .probes
+            .iter()
+            .position(|&i| self.recvs[i].accepts(peer, context, tag))?;
+        self.probes.remove(position)
+    }
+
+    // --- incoming messages ---
+
+    /// Stores an incoming message (not indexed yet: see [`index_incoming`](Self::index_incoming));
+    /// `None` when the table is full.
+    pub(crate) fn insert_incoming(&mut self, entry: Incoming) -> Option<IncomingKey> {
+        self.incoming.insert(entry).map(|(key, _)| key)
+    }
+
+    /// Makes the message `key` findable by its sender and message id.
+    pub(crate) fn index_incoming(&mut self, peer: Rank, msg_id: u32, key: IncomingKey) {
+        debug_assert_eq!(
+            self.incoming.get(key).map(|e| (e.peer, e.msg_id)),
+            Some((peer, msg_id))
+        );
+        self.by_id.insert((peer, msg_id), key);
+    }
+
+    /// The incoming message `msg_id` from `peer`, if this rank holds it.
+    pub(crate) fn incoming_by_id(&self, peer: Rank, msg_id: u32) -> Option<IncomingKey> {
+        self.by_id.get(&(peer, msg_id)).copied()
+    }
+
+    /// Removes an incoming message with its index entry and its place in the unexpected
+    /// queue; the caller releases its eager buffer, if it has one.
+    pub(crate) fn remove_incoming(&mut self, key: IncomingKey) -> Option<Incoming> {
+        let entry = self.incoming.remove(key)?;
+        self.by_id.remove(&(entry.peer, entry.msg_id));
+        if entry.in_unexpected {
+            self.unexpected.retain(|&i| i != key);
+        }
+        Some(entry)
+    }
+
+    pub(crate) fn incoming(&self, key: IncomingKey) -> Option<&Incoming> {
+        self.incoming.get(key)
+    }
+
+    pub(crate) fn incoming_mut(&mut self, key: IncomingKey) -> Option<&mut Incoming> {
+        self.incoming.get_mut(key)
+    }
+
+    /// Keys of live incoming messages, in slot order.
+    pub(crate) fn incoming_keys(&self) -> impl Iterator<Item = IncomingKey> + '_ {
+        self.incoming.occupied()
+    }
+
+    /// Keys that may name a live incoming message, not borrowing the table (for loops that
+    /// free messages).
+    pub(crate) fn incoming_slots_in_use_range(&self) -> impl Iterator<Item = IncomingKey> {
+        self.incoming.slots_in_use_range()
+    }
+
+    pub(crate) fn incoming_usage(&self) -> TableUsage {
+        self.incoming.usage
+    }
+
+    /// What a receive of the message `key` reports.
+    pub(crate) fn status_of(&self, key: IncomingKey) -> Status {
+        let entry = &self.incoming[key];
+        Status {
+            peer: entry.peer,
+            tag: entry.tag,
+            len: entry.geometry.total_len,
+        }
+    }
+
+    // --- unexpected messages ---
+
+    /// Queues a matched-in-order message no receive took.
+    pub(crate) fn push_unexpected(&mut self, key: IncomingKey) {
+        debug_assert!(!self.incoming[key].in_unexpected);
+        self.unexpected.push_back(key);
+        self.incoming[key].in_unexpected = true;
+    }
+
+    /// Takes a message off the unexpected queue (a receive took it, or it was withdrawn).
+    pub(crate) fn remove_unexpected(&mut self, key: IncomingKey) {
+        self.unexpected.retain(|&i| i != key);
+        self.incoming[key].in_unexpected = false;
+    }
+
+    /// The first unexpected message (in matching order) a receive with these criteria takes.
+    pub(crate) fn find_unexpected(
+        &self,
+        source: Source,
+        context: Context,
+        tag: TagMatch,
+    ) -> Option<IncomingKey> {
+        self.unexpected.iter().copied().find(|&i| {
+            let entry = &self.incoming[i];
+            entry.context == context && source.matches(entry.peer) && tag.matches(entry.tag)
+        })
+    }
+
+    // --- the eager pool ---
+
+    /// True if `peer` has an eager buffer free.
+    pub(crate) fn has_free_eager_buffer(&self, peer: Rank, peers: &Peers) -> bool {
+        (!peers[peer].eager_buffers_used).trailing_zeros() < self.credits_per_peer
+    }
+
+    /// Gives the message `key` one of its sender's eager buffers; false if none is free
+    /// (credits guarantee one unless the sender broke the protocol).
+    pub(crate) fn assign_eager_buffer(&mut self, key: IncomingKey, peers: &mut Peers) -> bool {
+        let peer = self.incoming[key].peer;
+        let used = &mut peers[peer].eager_buffers_used;
+        let free = (!*used).trailing_zeros();
+        if free >= self.credits_per_peer {
+            return false;
+        }
+        *used |= 1 << free;
+        self.eager_usage.set(self.eager_usage.in_use + 1);
+        self.incoming[key].dest = Dest::Buffer(peer * self.credits_per_peer + free);
+        true
+    }
+
+    /// Frees an eager buffer (its message was delivered, truncated, withdrawn or dropped).
+    pub(crate) fn release_eager_buffer(&mut self, slot: u32, peers: &mut Peers) {
+        let (peer, bit) = (slot / self.credits_per_peer, slot % self.credits_per_peer);
+        debug_assert!(
+            peers[peer].eager_buffers_used & (1 << bit) != 0,
+            "buffer {slot} not in use"
+        );
+        peers[peer].eager_buffers_used &= !(1 << bit);
+        self.eager_usage.set(self.eager_usage.in_use - 1);
+    }
+
+    /// The bytes of eager buffer `slot`.
+    pub(crate) fn eager_buffer(&self, slot: u32) -> &[u8] {
+        let start = slot as usize * self.eager_limit;
+        &self.eager_pool[start..start + self.eager_limit]
+    }
+
+    /// Stores `bytes` at `offset` of eager buffer `slot`.
+    pub(crate) fn write_eager(&mut self, slot: u32, offset: u64, bytes: &[u8]) {
+        let start = slot as usize * self.eager_limit + offset as usize;
+        self.eager_pool[start..start + bytes.len()].copy_from_slice(bytes);
+    }
+
+    pub(crate) fn eager_usage(&self) -> TableUsage {
+        self.eager_usage
+    }
+
+    // --- placement ---
+
+    /// A frame of a long message arrived: its stream most likely goes on from there.
+    pub(crate) fn set_latest_data(&mut self, latest: LatestData) {
+        self.latest_data = Some(latest);
+    }
+
+    /// Where the last long-message frame arrived, if that message is still held (its entry
+    /// may have been freed and reused since).
+    pub(crate) fn latest_data(&self) -> Option<LatestData> {
+        self.latest_data.filter(|latest| {
+            self.incoming
+                .get(latest.index)
+                .is_some_and(|e| e.peer == latest.peer && e.msg_id == latest.msg_id)
+        })
+    }
+
+    // --- timers ---
+
+    /// The earliest deadline of any incoming message (a CLEANUP overdue).
+    pub(crate) fn next_deadline(&self) -> Option<Nanos> {
+        let mut earliest = Earliest::default();
+        for key in self.incoming.occupied() {
+            earliest.consider(self.incoming.get(key).and_then(|e| e.deadline_ns));
+        }
+        earliest.get()
+    }
+}
+
+/// A live receive or probe by its key (a key that names none is a bug in this crate).
+impl Index<RecvKey> for RecvSide {
+    type Output = RecvOp;
+
+    fn index(&self, key: RecvKey) -> &RecvOp {
+        &self.recvs[key]
+    }
+}
+
+impl IndexMut<RecvKey> for RecvSide {
+    fn index_mut(&mut self, key: RecvKey) -> &mut RecvOp {
+        &mut self.recvs[key]
+    }
+}
+
+/// A live incoming message by its key (a key that names none is a bug in this crate).
+impl Index<IncomingKey> for RecvSide {
+    type Output = Incoming;
+
+    fn index(&self, key: IncomingKey) -> &Incoming {
+        &self.incoming[key]
+    }
+}
+
+impl IndexMut<IncomingKey> for RecvSide {
+    fn index_mut(&mut self, key: IncomingKey) -> &mut Incoming {
+        &mut self.incoming[key]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::geometry::Geometry;
+    use crate::ops::RecvState;
+    use crate::{OpKind, SgList};
+    use nicmsg_wire::Protocol;
+
+    fn config() -> Config {
+        Config {
+            eager_credits_per_peer: 2,
+            ..Config::default()
+        }
+    }
+
+    fn message(peer: Rank, msg_id: u32, tag: Tag) -> Incoming {
+        let geometry = Geometry {
+            total_len: 10,
+            frame_payload: 1000,
+            protocol: Protocol::Eager,
+        };
+        Incoming::new(peer, msg_id, (Context::USER, tag), geometry, 1)
+    }
+
+    fn receive(kind: OpKind, source: Source, tag: TagMatch) -> RecvOp {
+        RecvOp {
+            kind,
+            source,
+            context: Context::USER,
+            tag,
+            buffer: SgList::default(),
+            state: RecvState::Posted,
+        }
+    }
+
+    #[test]
+    fn a_removed_message_leaves_its_index_and_the_unexpected_queue() {
+        let mut side = RecvSide::new(&config(), 3);
+        let key = side.insert_incoming(message(1, 5, 9)).unwrap();
+        side.index_incoming(1, 5, key);
+        side.push_unexpected(key);
+        let any = (Source::Any, Context::USER, TagMatch::Any);
+        assert_eq!(side.find_unexpected(any.0, any.1, any.2), Some(key));
+        assert_eq!(side.incoming_by_id(1, 5), Some(key));
+        assert_eq!(side.status_of(key).len, 10);
+        assert!(side.remove_incoming(key).is_some_and(|e| e.in_unexpected));
+        assert_eq!(side.incoming_by_id(1, 5), None);
+        assert_eq!(side.find_unexpected(any.0, any.1, any.2), None);
+        assert_eq!(side.incoming_usage().in_use, 0);
+    }
+
+    #[test]
+    fn receives_match_in_posting_order() {
+        let mut side = RecvSide::new(&config(), 3);
+        let tagged = receive(OpKind::Recv, Source::Rank(1), TagMatch::Tag(4));
+        let any = receive(OpKind::Recv, Source::Any, TagMatch::Any);
+        let (first, _) = side.insert_recv(|| tagged).unwrap();
+        let (second, _) = side.insert_recv(|| any).unwrap();
+        side.post(first);
+        side.post(second);
+        assert_eq!(side.find_posted(2, (Context::USER, 4)), Some(1));
+        assert_eq!(side.find_posted(1, (Context::USER, 4)), Some(0));
+        assert_eq!(side.take_posted(0), first);
+        assert_eq!(side.posted_at(0), second);
+        side.unpost(second);
+        assert_eq!(side.find_posted(1, (Context::USER, 4)), None);
+    }
+
+    #[test]
+    fn probes_are_satisfied_in_order_and_only_by_matching_messages() {
+        let mut side = RecvSide::new(&config(), 3);
+        let (a, _) = side
+            .insert_recv(|| receive(OpKind::Probe, Source::Rank(2), TagMatch::Any))
+            .unwrap();
+        let (b, _) = side
+            .insert_recv(|| receive(OpKind::Probe, Source::Any, TagMatch::Any))
+            .unwrap();
+        side.post_probe(a);
+        side.post_probe(b);
+        assert_eq!(side.take_probe_for(1, Context::USER, 0), Some(b));
+        assert_eq!(side.take_probe_for(1, Context::USER, 0), None);
+        assert_eq!(side.take_probe_for(2, Context::USER, 0), Some(a));
+    }
+
+    #[test]
+    fn eager_buffers_are_bounded_per_peer_and_hold_their_bytes() {
+        let config = config();
+        let mut peers = Peers::new(&config, 0, 3);
+        let mut side = RecvSide::new(&config, 3);
+        let keys: Vec<_> = (0..3)
+            .map(|id| side.insert_incoming(message(1, id, 0)).unwrap())
+            .collect();
+        assert!(side.assign_eager_buffer(keys[0], &mut peers));
+        assert!(side.assign_eager_buffer(keys[1], &mut peers));
+        assert!(!side.has_free_eager_buffer(1, &peers));
+        assert!(
+            side.has_free_eager_buffer(2, &peers),
+            "buffers are per peer"
+        );
+        assert!(!side.assign_eager_buffer(keys[2], &mut peers));
+        let Dest::Buffer(slot) = side[keys[1]].dest else {
+            panic!("a buffer was assigned")
+        };
+        side.write_eager(slot, 2, b"abc");
+        assert_eq!(&side.eager_buffer(slot)[..5], b"\0\0abc");
+        assert_eq!(side.eager_usage().in_use, 2);
+        side.release_eager_buffer(slot, &mut peers);
+        assert!(side.has_free_eager_buffer(1, &peers));
+        assert_eq!(side.eager_usage().peak, 2);
+    }
+
+    #[test]
+    fn latest_data_of_a_freed_message_is_forgotten() {
+        let mut side = RecvSide::new(&config(), 3);
+        let key = side.insert_incoming(message(1, 5, 0)).unwrap();
+        let latest = LatestData {
+            index: key,
+            peer: 1,
+            msg_id: 5,
+            frame: 3,
+        };
+        side.set_latest_data(latest);
+        assert_eq!(side.latest_data(), Some(latest));
+        side.remove_incoming(key);
+        side.insert_incoming(message(2, 6, 0)).unwrap();
+        assert_eq!(
+            side.latest_data(),
+            None,
+            "the slot was reused by another message"
+        );
+    }
+
+    #[test]
+    fn the_next_deadline_is_the_earliest_incoming_timer() {
+        let mut side = RecvSide::new(&config(), 3);
+        assert_eq!(side.next_deadline(), None);
+        let a = side.insert_incoming(message(1, 1, 0)).unwrap();
+        let b = side.insert_incoming(message(1, 2, 0)).unwrap();
+        side[a].deadline_ns = Some(70);
+        side[b].deadline_ns = Some(40);
+        assert_eq!(side.next_deadline(), Some(40));
+        side.remove_incoming(b);
+        assert_eq!(side.next_deadline(), Some(70));
+    }
+}

@@ -1,0 +1,406 @@
+//! The send side of one endpoint: the send table and what hangs off it (each send's
+//! retransmission timers and short-message copy), the index of started sends by message id,
+//! the ready queue that schedules data frames, and the count of sends completed early. The
+//! protocol that drives sends (start, grants, acknowledgements, END) is in `sender.rs`; this
+//! module keeps their state consistent: a send's side data is reset when it is inserted, and
+//! scheduling never hands out a frame of a send that has none to go.
+
+use std::collections::VecDeque;
+use std::ops::{Index, IndexMut};
+
+use rustc_hash::FxHashMap;
+
+use crate::collections::CollectionTimers;
+use crate::ops::{copy_short, SendOp, SendPhase, ShortCopy};
+use crate::slab::{SendKey, SideTable, Slab};
+use crate::timers::Earliest;
+use crate::transmit::INLINE_PAYLOAD_MAX;
+use crate::usage::TableUsage;
+use crate::{HostMemory, Nanos, Rank};
+
+/// Frames of one send emitted before the next ready send gets its turn: keeps one large message
+/// from starving the others, yet sends each in long runs. A receiver predicts where the next
+/// frames go from the last one that arrived (`placement.rs`) and the kernel coalesces runs of
+/// frames (GRO): frames of several messages interleaved a few at a time defeat both. 64 frames
+/// are about one coalesced 64 KB datagram and a quarter of a CTS window.
+const FRAMES_PER_TURN: u32 = 64;
+
+/// The send operations of one endpoint and their scheduling.
+pub(crate) struct SendSide {
+    sends: Slab<SendKey, SendOp>,
+    /// Retransmission timers of each send's collections (`collections.rs`).
+    timers: SideTable<SendKey, CollectionTimers>,
+    /// The bytes of each short send (`SendOp::copy`).
+    copies: SideTable<SendKey, ShortCopy>,
+    /// Started sends by (destination, message id). Fx hashing: a lookup on every frame costs a
+    /// few instructions instead of SipHash's ~100; the map never holds more entries than the
+    /// table, so even keys chosen to collide cost a bounded probe.
+    active: FxHashMap<(Rank, u32), SendKey>,
+    /// Sends with a frame to transmit, served round-robin, `FRAMES_PER_TURN` frames a turn.
+    ready: VecDeque<SendKey>,
+    /// Sends completed when they started (short copied messages) and not yet acknowledged.
+    completed_early: usize,
+    /// Most such sends at a time (`Config::max_early_sends`).
+    completed_early_limit: usize,
+}
+
+impl SendSide {
+    pub(crate) fn new(max_sends: usize, max_early_sends: usize) -> Self {
+        Self {
+            sends: Slab::with_capacity(max_sends),
+            timers: SideTable::new(max_sends, CollectionTimers::default()),
+            copies: SideTable::new(max_sends, [0; INLINE_PAYLOAD_MAX]),
+            active: FxHashMap::with_capacity_and_hasher(max_sends, Default::default()),
+            ready: VecDeque::with_capacity(max_sends),
+            completed_early: 0,
+            completed_early_limit: max_early_sends,
+        }
+    }
+
+    // --- the table ---
+
+    /// Stores the send `make` builds (built in place) with its timers cleared; its key and
+    /// generation, or `None` when the table is full.
+    #[inline(always)]
+    pub(crate) fn insert_with(&mut self, make: impl FnOnce() -> SendOp) -> Option<(SendKey, u32)> {
+        let (key, generation) = self.sends.insert_with(make)?;
+        self.timers[key].reset(&self.sends[key].collections);
+        Some((key, generation))
+    }
+
+    /// Removes a send; the caller has taken it out of the active index (`deactivate`). A key
+    /// left in the ready queue is skipped when its turn comes.
+    pub(crate) fn remove(&mut self, key: SendKey) -> Option<SendOp> {
+        self.sends.remove(key)
+    }
+
+    pub(crate) fn get(&self, key: SendKey) -> Option<&SendOp> {
+        self.sends.get(key)
+    }
+
+    /// The key of the send a host handle names, if it still names one.
+    pub(crate) fn key_checked(&self, index: u32, generation: u32) -> Option<SendKey> {
+        self.sends.key_checked(index, generation)
+    }
+
+    /// The send a host handle names, if it still names one.
+    pub(crate) fn get_checked(&self, index: u32, generation: u32) -> Option<&SendOp> {
+        self.sends.get_checked(index, generation)
+    }
+
+    pub(crate) fn generation(&self, key: SendKey) -> u32 {
+        self.sends.generation(key)
+    }
+
+    /// Keys of live sends, in slot order.
+    pub(crate) fn occupied(&self) -> impl Iterator<Item = SendKey> + '_ {
+        self.sends.occupied()
+    }
+
+    /// Keys that may name a live send, not borrowing the table (for loops that free sends).
+    pub(crate) fn slots_in_use_range(&self) -> impl Iterator<Item = SendKey> {
+        self.sends.slots_in_use_range()
+    }
+
+    pub(crate) fn usage(&self) -> TableUsage {
+        self.sends.usage
+    }
+
+    /// A send and its collections' timers, to change both.
+    pub(crate) fn with_timers(&mut self, key: SendKey) -> (&mut SendOp, &mut CollectionTimers) {
+        (&mut self.sends[key], &mut self.timers[key])
+    }
+
+    /// Clears a send's timers for its collections as they are now (its geometry changed).
+    pub(crate) fn reset_timers(&mut self, key: SendKey) {
+        self.timers[key].reset(&self.sends[key].collections);
+    }
+
+    // --- short copies ---
+
+    /// Copies a short send's bytes out of host memory into the core (BIP's bounce buffer), if
+    /// they fit in one frame: its frames carry them from there.
+    pub(crate) fn copy_short(&mut self, key: SendKey, memory: &impl HostMemory) {
+        let op = &mut self.sends[key];
+        op.copy = copy_short(&op.data, memory, &mut self.copies[key]);
+    }
+
+    /// The bytes copied for a short send, if it was copied.
+    pub(crate) fn copy(&self, key: SendKey) -> Option<&[u8]> {
+        let len = self.sends[key].copy?;
+        Some(&self.copies[key][..usize::from(len)])
+    }
+
+    // --- started sends by message id ---
+
+    /// The send to `dst` started under `msg_id`.
+    pub(crate) fn activate(&mut self, dst: Rank, msg_id: u32, key: SendKey) {
+        let previous = self.active.insert((dst, msg_id), key);
+        debug_assert!(previous.is_none(), "message id {msg_id} to {dst} reused");
+    }
+
+    /// The send to `dst` under `msg_id` finished.
+    pub(crate) fn deactivate(&mut self, dst: Rank, msg_id: u32) {
+        self.active.remove(&(dst, msg_id));
+    }
+
+    /// The started send to `peer` with `msg_id`, if any.
+    pub(crate) fn active(&self, peer: Rank, msg_id: u32) -> Option<SendKey> {
+        self.active.get(&(peer, msg_id)).copied()
+    }
+
+    // --- scheduling ---
+
+    /// Lists the send in the ready queue if it has a frame to go and is not listed yet.
+    pub(crate) fn mark_ready(&mut self, key: SendKey) {
+        let Some(op) = self.sends.get_mut(key) else {
+            return;
+        };
+        if !op.in_ready && op.has_frame_to_send() {
+            op.in_ready = true;
+            self.ready.push_back(key);
+        }
+    }
+
+    /// True if some send is listed as having a frame to go.
+    pub(crate) fn has_ready(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
+    /// The next data frame to send: the send at the head of the ready queue and its frame, and
+    /// whether the frame is a retransmission. Sends with nothing to go leave the queue. Call
+    /// [`frame_taken`](Self::frame_taken) once the frame is built.
+    pub(crate) fn next_frame(&mut self) -> Option<(SendKey, u32, bool)> {
+        while let Some(&key) = self.ready.front() {
+            let Some(op) = self.sends.get_mut(key) else {
+                self.ready.pop_front();
+                continue;
+            };
+            let Some((frame, retransmit)) = choose_frame(op) else {
+                op.in_ready = false;
+                self.ready.pop_front();
+                continue;
+            };
+            return Some((key, frame, retransmit));
+        }
+        None
+    }
+
+    /// The send at the head of the ready queue sent a frame: it keeps the head for
+    /// `FRAMES_PER_TURN` frames, then moves to the back; a send with nothing more leaves.
+    pub(crate) fn frame_taken(&mut self, key: SendKey) {
+        debug_assert_eq!(self.ready.front(), Some(&key), "frames come from the head");
+        let op = &mut self.sends[key];
+        op.turn_frames += 1;
+        if !op.has_frame_to_send() {
+            op.in_ready = false;
+            op.turn_frames = 0;
+            self.ready.pop_front();
+        } else if op.turn_frames >= FRAMES_PER_TURN {
+            op.turn_frames = 0;
+            self.ready.pop_front();
+            self.ready.push_back(key);
+        }
+    }
+
+    /// Drops the keys of freed sends from the ready queue.
+    pub(crate) fn forget_freed_ready(&mut self) {
+        let sends = &self.sends;
+        self.ready.retain(|&key| sends.get(key).is_some());
+    }
+
+    // --- sends completed early ---
+
+    /// True if the send may report success now: its bytes are the core's copy, and fewer than
+    /// `max_early_sends` sends the host no longer sees wait for their acknowledgement.
+    pub(crate) fn may_complete_early(&self, key: SendKey) -> bool {
+        self.sends[key].copy.is_some() && self.completed_early < self.completed_early_limit
+    }
+
+    /// The send reported success when it started; its later end completes nothing.
+    pub(crate) fn completed_early(&mut self, key: SendKey) {
+        debug_assert!(self.completed_early < self.completed_early_limit);
+        self.sends[key].completed_early = true;
+        self.completed_early += 1;
+    }
+
+    /// A send that completed early ended (acknowledged, or failed after the report).
+    pub(crate) fn early_send_ended(&mut self) {
+        debug_assert!(self.completed_early > 0, "early send count underflows");
+        self.completed_early -= 1;
+    }
+
+    // --- timers ---
+
+    /// When the send needs attention: its CANCEL's answer is overdue, or a collection's
+    /// retransmission or its wait for a CTS or MSG-ACK is due.
+    pub(crate) fn deadline(&self, key: SendKey) -> Option<Nanos> {
+        let op = self.sends.get(key)?;
+        if let Some(cancel) = op.cancel {
+            // Nothing of the message is resent while the receiver decides.
+            return Some(cancel.deadline_ns);
+        }
+        let collections = op.collections.next_deadline(&self.timers[key]);
+        match (collections, op.wait_deadline_ns) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The earliest deadline of any send.
+    pub(crate) fn next_deadline(&self) -> Option<Nanos> {
+        let mut earliest = Earliest::default();
+        for key in self.sends.occupied() {
+            earliest.consider(self.deadline(key));
+        }
+        earliest.get()
+    }
+}
+
+/// A live send by its key (a key that names none is a bug in this crate and panics).
+impl Index<SendKey> for SendSide {
+    type Output = SendOp;
+
+    fn index(&self, key: SendKey) -> &SendOp {
+        &self.sends[key]
+    }
+}
+
+impl IndexMut<SendKey> for SendSide {
+    fn index_mut(&mut self, key: SendKey) -> &mut SendOp {
+        &mut self.sends[key]
+    }
+}
+
+/// Picks the next frame of a send: a resend of a timed-out collection, then a repeated
+/// RTS/RSM/frame 0, then the next new frame the grant and the collection window allow.
+fn choose_frame(op: &mut SendOp) -> Option<(u32, bool)> {
+    if op.phase != SendPhase::Streaming || op.cancel.is_some() {
+        return None;
+    }
+    if let Some(frame) = op
+        .resend_cursor
+        .next_frame(&mut op.collections, op.next_new)
+    {
+        return Some((frame, true));
+    }
+    if let Some(frame) = op.extra_frame.take() {
+        return Some((frame, true));
+    }
+    let limit = op.granted.min(op.collections.window_end_frame());
+    if op.next_new < limit {
+        let frame = op.next_new;
+        op.next_new += 1;
+        return Some((frame, false));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::geometry::Geometry;
+    use crate::slab::Key;
+    use crate::{Context, SgList};
+    use nicmsg_wire::Protocol;
+
+    /// A streaming eager send of `frames` frames, all granted.
+    fn streaming(frames: u32) -> SendOp {
+        let geometry = Geometry {
+            total_len: u64::from(frames) * 1000,
+            frame_payload: 1000,
+            protocol: Protocol::Eager,
+        };
+        let data = SgList::default();
+        let mut op = SendOp::new(
+            1,
+            (Context::USER, 0),
+            &data,
+            geometry,
+            frames,
+            4,
+            SendPhase::Streaming,
+        );
+        op.granted = frames;
+        op
+    }
+
+    #[test]
+    fn frames_go_round_robin_a_turn_at_a_time() {
+        let mut side = SendSide::new(4, 2);
+        let (a, _) = side.insert_with(|| streaming(FRAMES_PER_TURN + 1)).unwrap();
+        let (b, _) = side.insert_with(|| streaming(1)).unwrap();
+        side.mark_ready(a);
+        side.mark_ready(b);
+        side.mark_ready(a);
+        for frame in 0..FRAMES_PER_TURN {
+            assert_eq!(side.next_frame(), Some((a, frame, false)));
+            side.frame_taken(a);
+        }
+        assert_eq!(side.next_frame(), Some((b, 0, false)), "a's turn is over");
+        side.frame_taken(b);
+        assert_eq!(side.next_frame(), Some((a, FRAMES_PER_TURN, false)));
+        side.frame_taken(a);
+        assert_eq!(side.next_frame(), None);
+        assert!(!side.has_ready());
+    }
+
+    #[test]
+    fn a_freed_send_is_skipped_and_forgotten() {
+        let mut side = SendSide::new(2, 1);
+        let (a, _) = side.insert_with(|| streaming(1)).unwrap();
+        let (b, _) = side.insert_with(|| streaming(1)).unwrap();
+        side.mark_ready(a);
+        side.mark_ready(b);
+        side.remove(a);
+        assert_eq!(side.next_frame().map(|(key, ..)| key), Some(b));
+        side.remove(b);
+        side.forget_freed_ready();
+        assert!(!side.has_ready());
+        assert_eq!(side.usage().in_use, 0);
+    }
+
+    #[test]
+    fn started_sends_are_found_by_message_id() {
+        let mut side = SendSide::new(2, 1);
+        let (a, generation) = side.insert_with(|| streaming(1)).unwrap();
+        assert_eq!(side.key_checked(a.slot(), generation), Some(a));
+        side.activate(1, 7, a);
+        assert_eq!(side.active(1, 7), Some(a));
+        assert_eq!(side.active(2, 7), None);
+        side.deactivate(1, 7);
+        assert_eq!(side.active(1, 7), None);
+    }
+
+    #[test]
+    fn early_completions_are_bounded() {
+        let mut side = SendSide::new(3, 1);
+        let (a, _) = side.insert_with(|| streaming(1)).unwrap();
+        let (b, _) = side.insert_with(|| streaming(1)).unwrap();
+        assert!(!side.may_complete_early(a), "not copied");
+        side[a].copy = Some(10);
+        side[b].copy = Some(10);
+        assert_eq!(side.copy(a).map(<[u8]>::len), Some(10));
+        assert!(side.may_complete_early(a));
+        side.completed_early(a);
+        assert!(side[a].completed_early);
+        assert!(!side.may_complete_early(b), "the limit is reached");
+        side.early_send_ended();
+        assert!(side.may_complete_early(b));
+    }
+
+    #[test]
+    fn the_next_deadline_is_the_earliest_send_timer() {
+        let mut side = SendSide::new(3, 1);
+        assert_eq!(side.next_deadline(), None);
+        let (a, _) = side.insert_with(|| streaming(1)).unwrap();
+        let (b, _) = side.insert_with(|| streaming(1)).unwrap();
+        side[a].wait_deadline_ns = Some(500);
+        let (op, timers) = side.with_timers(b);
+        op.collections.on_frame_sent(timers, 0, 100, |_| 200);
+        assert_eq!(side.deadline(b), Some(300));
+        assert_eq!(side.next_deadline(), Some(300));
+        side.remove(b);
+        assert_eq!(side.next_deadline(), Some(500));
+    }
+}
