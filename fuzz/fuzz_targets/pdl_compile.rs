@@ -8,7 +8,8 @@
 //! Bytes that are not UTF-8 become U+FFFD, as `nicmsg pdl compile` reads files.
 //!
 //! Run: `cargo +nightly fuzz run pdl_compile -- -max_total_time=600`
-//! (seed corpus: `mkdir -p fuzz/corpus/pdl_compile && cp examples/pdl/*.pdl fuzz/corpus/pdl_compile/`)
+//! from the repository's root (seed corpus: `mkdir -p fuzz/corpus/pdl_compile &&
+//! cp examples/pdl/*.pdl fuzz/corpus/pdl_compile/`)
 
 #![no_main]
 

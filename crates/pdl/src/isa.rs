@@ -28,8 +28,9 @@
 //!
 //! A run-time check that fails (division by zero, an index or transfer outside its region, a
 //! negative length, a segment, lock, rank, program or trigger that does not exist, the budget
-//! spent) traps: the activation ends, the program is stopped, and the VM reports the trap and
-//! the offset of the instruction to the host.
+//! spent) traps: the activation ends, the program is disabled (it stays loaded but runs no
+//! more until it is unloaded or replaced), and the VM reports the trap and the offset of the
+//! instruction to the engine (docs/vm.md).
 
 use std::fmt;
 

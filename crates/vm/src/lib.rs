@@ -95,6 +95,6 @@ mod vm;
 pub use host::{Destination, Host, Outgoing, ProgramId, SegmentError, SegmentId, SendRefused};
 pub use interp::TrapKind;
 pub use vm::{
-    LoadError, Message, Outcome, ProgramHandle, ProgramInfo, ProgramState, Refusal, Source, Stats,
-    Trap, Verdict, Vm, VmConfig,
+    LoadError, Message, Outcome, ProgramHandle, ProgramInfo, ProgramState, Refusal, Room, Source,
+    Stats, Trap, Verdict, Vm, VmConfig,
 };

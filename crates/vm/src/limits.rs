@@ -15,7 +15,7 @@ pub const DEFAULT_PROGRAM_SLOTS: usize = 32;
 /// Default size of the code pool, in instructions (16 bytes each once decoded, so 2 MiB). A
 /// module of the largest size ([`MAX_CODE_BYTES`], 64 KiB) has at most one instruction per
 /// byte, so the pool holds two programs of the largest size, or hundreds of real ones (figure
-/// 2's ping is 96 instructions).
+/// 2's ping is 51 instructions).
 pub const DEFAULT_CODE_POOL_INSTRUCTIONS: usize = 2 * MAX_CODE_BYTES as usize;
 
 /// Default size of the data pool, in bytes (1 MiB): sixteen programs with the largest data

@@ -200,6 +200,17 @@ pub enum LoadError {
     DataPoolFull { need: usize, free: usize },
 }
 
+/// The room left in the pools and the slots ([`Vm::free`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Room {
+    /// Instructions the code pool can still take.
+    pub instructions: usize,
+    /// Bytes the data pool can still take.
+    pub data_bytes: usize,
+    /// Free program slots.
+    pub slots: usize,
+}
+
 /// Per-program and VM-wide counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -375,8 +386,8 @@ impl Vm {
         let free_data = self.data.len() - self.data_used + old.data_len;
         check_room(&prepared, free_code, free_data)?;
         self.remove(slot);
-        let handle = self.place(id, prepared)?;
-        Ok(handle)
+        // Cannot fail: the id and a slot were just freed, and the room was checked above.
+        self.place(id, prepared)
     }
 
     /// Unloads a program, returning its memory to the pools. Messages for it are refused
@@ -466,13 +477,13 @@ impl Vm {
         self.data.get(s.data_start..s.data_start + s.data_len)
     }
 
-    /// Free room: (instructions in the code pool, bytes in the data pool, program slots).
-    pub fn free(&self) -> (usize, usize, usize) {
-        (
-            self.ops.len() - self.code_used,
-            self.data.len() - self.data_used,
-            self.config.program_slots - self.index.len(),
-        )
+    /// The room left for programs.
+    pub fn free(&self) -> Room {
+        Room {
+            instructions: self.ops.len() - self.code_used,
+            data_bytes: self.data.len() - self.data_used,
+            slots: self.config.program_slots - self.index.len(),
+        }
     }
 
     // ---- internals ----

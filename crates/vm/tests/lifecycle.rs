@@ -114,7 +114,7 @@ fn unload_and_replace_move_nothing_but_the_program_concerned() {
     // code stay intact.
     let free_before = vm.free();
     vm.unload(ids[0]).unwrap();
-    assert_eq!(vm.free().1, free_before.1 + 51 * 8);
+    assert_eq!(vm.free().data_bytes, free_before.data_bytes + 51 * 8);
     assert_eq!(data_of(&vm, ids[1]), b_before);
     assert_eq!(data_of(&vm, ids[2]), c_before);
     for &id in &ids[1..] {

@@ -301,7 +301,7 @@ fn await_stop_drop_and_pass_end_the_activation_with_their_verdict() {
     assert!(matches!(outcome, Outcome::Stopped { .. }), "{outcome:?}");
     assert_eq!(outcome.verdict(), Verdict::Consumed);
     assert!(vm.program(id()).is_none(), "STOP unloads the program");
-    assert_eq!(vm.free().0, vm.config().code_pool_instructions);
+    assert_eq!(vm.free().instructions, vm.config().code_pool_instructions);
 }
 
 #[test]
