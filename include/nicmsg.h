@@ -27,6 +27,8 @@ extern "C" {
 #define NICMSG_TAG_UB 2147483647u
 /* *index of nicmsg_waitany when no request was active (MPI_UNDEFINED). */
 #define NICMSG_UNDEFINED SIZE_MAX
+/* `program` of nicmsg_program_output: every program's values. */
+#define NICMSG_ALL_PROGRAMS UINT32_MAX
 /* Most pieces of a scatter/gather message (nicmsg_isendv, nicmsg_irecvv). */
 #define NICMSG_IOV_MAX 16
 
@@ -134,6 +136,48 @@ int nicmsg_recv(nicmsg_comm *comm, void *buf, size_t len, uint32_t source, uint3
 int nicmsg_iprobe(nicmsg_comm *comm, uint32_t source, uint32_t tag, int *flag, nicmsg_status *status);
 int nicmsg_probe(nicmsg_comm *comm, uint32_t source, uint32_t tag, nicmsg_status *status);
 int nicmsg_barrier(nicmsg_comm *comm);
+
+/* --- Programs (PANIC): user programs in the engines, written in PDL (docs/pdl.md) and
+ *     compiled with `nicmsg pdl compile`. Requests name a rank (this one included) and are
+ *     answered by that rank's engine; a refusal returns NICMSG_ERR_PROGRAM, its reason on
+ *     stderr. See docs/vm.md. */
+
+/* Loads a module into the engine of `rank` (replacing a program of the same id); *program
+ * (if not NULL) receives its id, that of its name. Not started: see nicmsg_program_run. */
+int nicmsg_program_load(nicmsg_comm *comm, uint32_t rank, const void *module, size_t len,
+                        uint32_t *program);
+/* The same under an explicit id (below 2^31), the number other programs send to. */
+int nicmsg_program_load_as(nicmsg_comm *comm, uint32_t rank, uint32_t id, const void *module,
+                           size_t len);
+/* Starts a program (its initialisation block); unloads one. */
+int nicmsg_program_run(nicmsg_comm *comm, uint32_t rank, uint32_t program);
+int nicmsg_program_unload(nicmsg_comm *comm, uint32_t rank, uint32_t program);
+/* Sends `len` bytes (at most 4096) to `program` on the engine of `rank` as `trigger`. */
+int nicmsg_program_send(nicmsg_comm *comm, uint32_t rank, uint32_t program, uint16_t trigger,
+                        const void *payload, size_t len);
+/* Waits for a program's REPLY (or PASS) with `trigger`: its bytes into buf; *origin (the rank
+ * it came from), *program (the sender), *received (bytes written), each if not NULL. */
+int nicmsg_program_receive(nicmsg_comm *comm, uint16_t trigger, void *buf, size_t len,
+                           uint32_t *origin, uint32_t *program, size_t *received);
+/* The programs loaded on the engine of `rank`, one line each, NUL-terminated, cut to
+ * `capacity` bytes. */
+int nicmsg_program_list(nicmsg_comm *comm, uint32_t rank, char *text, size_t capacity);
+/* Takes up to `capacity` values programs DISPLAYed on the engine of `rank` (`program`'s, or
+ * every program's with NICMSG_ALL_PROGRAMS), oldest first, into values[] and (if not NULL)
+ * programs[]; *count says how many. */
+int nicmsg_program_output(nicmsg_comm *comm, uint32_t rank, uint32_t program, int64_t *values,
+                          uint32_t *programs, size_t capacity, size_t *count);
+/* Shares memory with this rank's programs as segment `id` (0 to 255) until unshared: DELIVER
+ * writes it, GET reads it. unshare returns once no copy of the engine is under way. */
+int nicmsg_segment_share(nicmsg_comm *comm, uint16_t id, void *memory, size_t len);
+int nicmsg_segment_unshare(nicmsg_comm *comm, uint16_t id);
+/* The paper's locks and flags (0 to 63 per program): the host sets locks and clears flags,
+ * programs clear locks (CLEARLOCK) and set flags (SETFLAG). wait_flag runs an inline engine
+ * while it waits and fails if the engine stops. */
+int nicmsg_program_set_lock(nicmsg_comm *comm, uint32_t program, uint8_t lock);
+int nicmsg_program_flag(nicmsg_comm *comm, uint32_t program, uint8_t flag, int *set);
+int nicmsg_program_clear_flag(nicmsg_comm *comm, uint32_t program, uint8_t flag);
+int nicmsg_program_wait_flag(nicmsg_comm *comm, uint32_t program, uint8_t flag);
 
 /* A static description of a result code ("unknown result code" for a value no code has). */
 const char *nicmsg_error_string(int code);

@@ -15,6 +15,7 @@ use nicmsg_proto::MAX_SEGMENTS;
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+pub use crate::capi_programs::*;
 pub use crate::code::c::*;
 
 /// `NICMSG_ANY_SOURCE`: a receive or probe from any rank.
@@ -59,7 +60,7 @@ pub struct NicmsgStatus {
 }
 
 /// Runs `body`, turning its error into its code and a panic into `NICMSG_ERR_PANIC`.
-fn guard(body: impl FnOnce() -> Result<(), Error>) -> c_int {
+pub(crate) fn guard(body: impl FnOnce() -> Result<(), Error>) -> c_int {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => NICMSG_SUCCESS,
         Ok(Err(error)) => error.code().into(),
@@ -142,7 +143,7 @@ fn tag(word: u32) -> TagMatch {
 /// `comm` is null or a handle from `nicmsg_init` not yet finalized; the returned reference
 /// must not be used after `nicmsg_finalize` (the C side keeps the communicator alive while
 /// it uses it, as the header's contract says).
-unsafe fn comm_ref(comm: *const NicmsgComm) -> Option<&'static Comm> {
+pub(crate) unsafe fn comm_ref(comm: *const NicmsgComm) -> Option<&'static Comm> {
     // SAFETY: by this function's contract `comm` is null (`as_ref` gives None) or points to a
     // live `NicmsgComm` that outlives every use of the reference.
     unsafe { comm.as_ref().map(|c| &*(&c.comm as *const Comm)) }
@@ -743,9 +744,16 @@ pub extern "C" fn nicmsg_error_string(code: c_int) -> *const c_char {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::ffi::CStr;
+
+    /// A handle on a one-rank job with an engine thread, for tests of the C ABI.
+    pub(crate) fn solo_handle() -> *mut NicmsgComm {
+        Box::into_raw(Box::new(NicmsgComm {
+            comm: crate::comm::tests::solo_thread(),
+        }))
+    }
 
     #[test]
     fn a_caught_panic_has_a_code_of_its_own() {

@@ -20,6 +20,7 @@
 
 mod backend;
 pub mod capi;
+mod capi_programs;
 mod code;
 mod comm;
 mod error;

@@ -37,8 +37,9 @@ fn without_comments(text: &str) -> String {
         .join("\n")
 }
 
+/// The C ABI's Rust side: `capi.rs` and the programs' part, `capi_programs.rs`.
 fn capi_source() -> String {
-    read("src/capi.rs")
+    read("src/capi.rs") + &read("src/capi_programs.rs")
 }
 
 /// The text between `open` at `from` and its matching `close`.
@@ -78,8 +79,11 @@ fn c_type_as_rust(c: &str) -> String {
         "char" => "c_char",
         "int" => "c_int",
         "size_t" => "usize",
+        "uint8_t" => "u8",
+        "uint16_t" => "u16",
         "uint32_t" => "u32",
         "uint64_t" => "u64",
+        "int64_t" => "i64",
         "nicmsg_comm" => "NicmsgComm",
         "nicmsg_request" => "NicmsgRequest",
         "nicmsg_status" => "NicmsgStatus",
@@ -280,6 +284,7 @@ fn every_define_of_the_header_is_the_rust_constant() {
         ("NICMSG_TAG_UB", u64::from(capi::NICMSG_TAG_UB)),
         ("NICMSG_IOV_MAX", capi::NICMSG_IOV_MAX as u64),
         ("NICMSG_UNDEFINED", capi::NICMSG_UNDEFINED as u64),
+        ("NICMSG_ALL_PROGRAMS", u64::from(capi::NICMSG_ALL_PROGRAMS)),
     ]
     .into();
     let header = header();

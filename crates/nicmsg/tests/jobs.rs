@@ -1,7 +1,7 @@
 //! Real multi-process jobs: the examples (Rust and C) under the launcher, over loopback (UDP)
 //! and over network namespaces (AF_XDP) with 5% real packet loss (nftables), in both engine
 //! modes; ranks on AF_XDP and on UDP in one job; and a job whose rank is killed mid-run. Every
-//! example checks every byte it receives.
+//! example checks every byte it receives, and `programs` runs every PANIC example program.
 
 mod common;
 
@@ -29,10 +29,13 @@ fn lossy_netns_args(engine: &str) -> [&str; 10] {
     ]
 }
 
-const EXAMPLES: [(&str, &str); 3] = [
+const EXAMPLES: [(&str, &str); 4] = [
     ("pingpong", "pingpong: all sizes verified"),
     ("ring", "ring: 10 laps verified"),
     ("alltoall", "alltoall: 6 rounds verified"),
+    // PANIC: figure 2's ping (remote load of its pong), figure 4, the key-value look-up, the
+    // filter, the engine-resident barrier and all-reduce.
+    ("programs", "programs: all examples verified"),
 ];
 
 #[test]

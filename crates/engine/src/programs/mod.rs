@@ -152,8 +152,13 @@ pub struct Programs {
     /// Inboxes first (`MESSAGE_INBOXES` then `REQUEST_INBOXES`), then the send buffers.
     buffers: Vec<Buffer>,
     free_sends: Vec<usize>,
-    /// Inboxes whose receive completed, with its status, waiting to be handled.
-    received: VecDeque<(usize, Status)>,
+    /// Each inbox's posted receive, per context (messages, requests), in the order they were
+    /// posted: the protocol matches messages to identical receives in that order, so handling
+    /// inboxes in it handles messages in the order they were sent (a later message may
+    /// complete first when an earlier one lost a frame).
+    in_order: [VecDeque<usize>; 2],
+    /// The status of each inbox whose receive completed, until it is handled.
+    completed: Vec<Option<Status>>,
     /// Inboxes to post (again).
     unposted: VecDeque<usize>,
     queued: VecDeque<Queued>,
@@ -219,7 +224,8 @@ impl Programs {
             remote_requests: config.remote_requests,
             buffers,
             free_sends: (inboxes..inboxes + SEND_BUFFERS).rev().collect(),
-            received: VecDeque::new(),
+            in_order: [VecDeque::new(), VecDeque::new()],
+            completed: vec![None; inboxes],
             unposted: (0..inboxes).collect(),
             queued: VecDeque::new(),
             posting: None,
@@ -243,15 +249,23 @@ impl Programs {
     }
 
     fn can_handle(&self) -> bool {
-        let Some(&(inbox, _)) = self.received.front() else {
-            return false;
-        };
-        let needed = if self.buffers[inbox].context == Context::PROGRAM_MESSAGES {
-            SENDS_RESERVED
-        } else {
-            1
-        };
-        self.free_sends.len() >= needed
+        self.next_to_handle().is_some()
+    }
+
+    /// The inbox to handle next, if its receive completed (oldest first, requests before
+    /// messages) and enough send buffers are free for what handling it sends.
+    fn next_to_handle(&self) -> Option<usize> {
+        [(1, 1), (0, SENDS_RESERVED)]
+            .into_iter()
+            .filter(|&(_, needed)| self.free_sends.len() >= needed)
+            .find_map(|(queue, _)| {
+                let &inbox = self.in_order[queue].front()?;
+                self.completed[inbox].is_some().then_some(inbox)
+            })
+    }
+
+    fn order_queue(&self, inbox: usize) -> usize {
+        usize::from(self.buffers[inbox].context == Context::PROGRAM_REQUESTS)
     }
 
     /// The next post the driver must make; then it reports the operation with
@@ -282,6 +296,10 @@ impl Programs {
     pub fn posted(&mut self, op: OpId) {
         let buffer = self.posting.take().expect("a post was handed out");
         self.buffers[buffer].op = Some(op);
+        if self.is_inbox(buffer) {
+            let queue = self.order_queue(buffer);
+            self.in_order[queue].push_back(buffer);
+        }
     }
 
     /// The post last handed out was refused: a send's buffer returns to the pool (counted);
@@ -306,10 +324,14 @@ impl Programs {
         };
         self.buffers[buffer].op = None;
         match result {
-            Ok(status) if self.is_inbox(buffer) => self.received.push_back((buffer, status)),
+            Ok(status) if self.is_inbox(buffer) => self.completed[buffer] = Some(status),
             Ok(_) => self.free_sends.push(buffer),
             Err(error) => {
                 tracing::debug!(?error, ?op, "a PANIC operation failed");
+                if self.is_inbox(buffer) {
+                    let queue = self.order_queue(buffer);
+                    self.in_order[queue].retain(|&inbox| inbox != buffer);
+                }
                 self.release(buffer);
             }
         }
@@ -334,8 +356,12 @@ impl Programs {
     /// engine's clock, for `CLOCK`). Returns true if it handled any.
     pub fn handle_received(&mut self, now: Nanos) -> bool {
         let mut any = false;
-        while self.can_handle() {
-            let (inbox, status) = self.received.pop_front().expect("checked by can_handle");
+        while let Some(inbox) = self.next_to_handle() {
+            let queue = self.order_queue(inbox);
+            self.in_order[queue].pop_front();
+            let status = self.completed[inbox]
+                .take()
+                .expect("checked by next_to_handle");
             self.handle(inbox, status, now);
             self.unposted.push_back(inbox);
             any = true;
