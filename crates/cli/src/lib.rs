@@ -12,7 +12,8 @@
 //! * `nicmsg cleanup` removes namespaces left behind by launchers that were killed;
 //! * `nicmsg pdl compile FILE [-o OUT]` and `nicmsg pdl disasm MODULE` compile PANIC's PDL
 //!   programs and list modules ([`pdl`]; the compiler is crate `nicmsg-pdl`, with no runtime
-//!   dependency).
+//!   dependency); `nicmsg pdl load|unload|run|send|list|output --job ID --rank R` act on a
+//!   running rank's programs through its engine's control socket ([`pdl_control`]).
 //!
 //! The environment given to the ranks, the namespace topology and the cleanup guarantees are
 //! described in `docs/launcher.md`. Linux only.
@@ -23,6 +24,7 @@ pub mod limits;
 pub mod netns;
 pub mod output;
 pub mod pdl;
+pub mod pdl_control;
 pub mod run;
 pub mod signals;
 pub mod units;

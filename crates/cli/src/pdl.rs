@@ -1,6 +1,8 @@
 //! `nicmsg pdl compile FILE [-o OUT]` and `nicmsg pdl disasm MODULE`: the host side of PANIC
 //! that needs no engine (the compiler and the disassembler of crate `nicmsg-pdl`, which has no
-//! runtime dependency, so the launcher stays free of the library).
+//! runtime dependency, so the launcher stays free of the library); and `nicmsg pdl
+//! load|unload|run|send|list|output --job ID --rank R`, which act on the programs of a running
+//! rank's engine through its control socket ([`control`](crate::pdl_control)).
 //!
 //! Exit status: 0 on success, [`EXIT_FAILED`] when the program has errors (printed to stderr in
 //! the manner of rustc), the module is malformed or a file cannot be read or written, and 2 for
@@ -39,13 +41,74 @@ pub enum PdlCmd {
         /// A compiled module.
         module: PathBuf,
     },
+    /// Load a module (or a .pdl program, compiled first) into a rank's engine.
+    Load {
+        #[command(flatten)]
+        at: crate::pdl_control::Target,
+        /// A module (`nicmsg pdl compile`) or a PDL program.
+        module: PathBuf,
+        /// Load it under this id (below 2^31) instead of its name's.
+        #[arg(long = "as", value_name = "ID")]
+        id: Option<u32>,
+    },
+    /// Start a loaded program: run its initialisation block.
+    Run {
+        #[command(flatten)]
+        at: crate::pdl_control::Target,
+        /// The program: its name or its id.
+        program: String,
+    },
+    /// Unload a program.
+    Unload {
+        #[command(flatten)]
+        at: crate::pdl_control::Target,
+        program: String,
+    },
+    /// Send a message to a program (runs one of its triggers).
+    Send {
+        #[command(flatten)]
+        at: crate::pdl_control::Target,
+        program: String,
+        trigger: u16,
+        /// The message's bytes, as text (default: empty).
+        #[arg(default_value = "")]
+        text: String,
+    },
+    /// List the programs of a rank's engine.
+    List {
+        #[command(flatten)]
+        at: crate::pdl_control::Target,
+    },
+    /// Print (and take) what programs of a rank's engine displayed.
+    Output {
+        #[command(flatten)]
+        at: crate::pdl_control::Target,
+        /// Only this program's values (its name or id).
+        program: Option<String>,
+    },
 }
 
 /// Runs `nicmsg pdl ...` and returns the exit status.
 pub fn pdl(args: &PdlArgs) -> i32 {
+    use crate::pdl_control as control;
     let result = match &args.command {
         PdlCmd::Compile { file, output } => compile_file(file, output.as_deref()),
         PdlCmd::Disasm { module } => disasm_file(module),
+        PdlCmd::Load { at, module, id } => control::load(at, module, *id),
+        PdlCmd::Run { at, program } => {
+            control::simple(at, nicmsg_wire::program::ProgramOp::Run, program)
+        }
+        PdlCmd::Unload { at, program } => {
+            control::simple(at, nicmsg_wire::program::ProgramOp::Unload, program)
+        }
+        PdlCmd::Send {
+            at,
+            program,
+            trigger,
+            text,
+        } => control::send(at, program, *trigger, text.as_bytes()),
+        PdlCmd::List { at } => control::list(at),
+        PdlCmd::Output { at, program } => control::output(at, program.as_deref()),
     };
     match result {
         Ok(()) => 0,

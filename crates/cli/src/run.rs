@@ -82,6 +82,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
     pub timeout: Option<Duration>,
 
+    /// The job's id (NICMSG_JOB; default: random): `nicmsg pdl ... --job ID` reaches its ranks'
+    /// engines.
+    #[arg(long = "job", value_name = "ID", value_parser = clap::value_parser!(u32).range(1..))]
+    pub job: Option<u32>,
+
     /// Engine the ranks should use (passed as NICMSG_ENGINE). Default: the library's (thread),
     /// or inline when 2 x ranks exceeds the cores of this machine.
     #[arg(long, value_enum)]
@@ -311,7 +316,7 @@ pub fn run(args: &RunArgs) -> Result<Outcome, LaunchError> {
         Some(t) => t.bootstrap_addr(),
         None => free_loopback_port().map_err(LaunchError::Port)?,
     };
-    let job = random_job_id();
+    let job = args.job.unwrap_or_else(random_job_id);
 
     let mut job_state = Job::new(args.ranks);
     for rank in 0..args.ranks {

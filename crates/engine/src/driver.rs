@@ -4,6 +4,7 @@
 //! inside test/wait (`inline` mode).
 
 use crate::outbox::Outbox;
+use crate::programs::control::{ControlSocket, CONTROL_CHECK_NS};
 use crate::programs::{Post, Programs};
 use crate::registry::{Registry, RegistryMemory};
 use crate::table::{Descriptor, OpCode, ResultCode, Table, ANY, CANCEL_BIT};
@@ -55,6 +56,8 @@ pub struct EngineStats {
     pub frames_predicted: u64,
     pub frames_placed: u64,
     pub placements_refused: u64,
+    /// Datagrams on the control socket (`nicmsg pdl`) that were not requests.
+    pub malformed_control: u64,
 }
 
 pub struct Driver<T: Transport> {
@@ -83,6 +86,9 @@ pub struct Driver<T: Transport> {
     next_refusal_check: Nanos,
     /// PANIC's programs, if the host gave them ([`Driver::set_programs`]).
     programs: Option<Programs>,
+    /// The socket `nicmsg pdl` reaches the programs through, and when to look at it next.
+    control: Option<ControlSocket>,
+    next_control_check: Nanos,
 }
 
 impl<T: Transport> Driver<T> {
@@ -114,6 +120,8 @@ impl<T: Transport> Driver<T> {
             unreachable_reported: 0,
             next_refusal_check: 0,
             programs: None,
+            control: None,
+            next_control_check: 0,
             endpoint,
             transport,
             table,
@@ -124,6 +132,11 @@ impl<T: Transport> Driver<T> {
     /// Hosts PANIC's programs in this engine: it posts their receives at its next turn.
     pub fn set_programs(&mut self, programs: Programs) {
         self.programs = Some(programs);
+    }
+
+    /// Serves `nicmsg pdl` requests from this socket (looked at every `CONTROL_CHECK_NS`).
+    pub fn set_control(&mut self, control: ControlSocket) {
+        self.control = Some(control);
     }
 
     pub fn programs(&self) -> Option<&Programs> {
@@ -204,6 +217,14 @@ impl<T: Transport> Driver<T> {
         let Some(programs) = self.programs.as_mut() else {
             return false;
         };
+        if now >= self.next_control_check {
+            self.next_control_check = now + CONTROL_CHECK_NS;
+            if let Some(control) = self.control.as_mut() {
+                let malformed =
+                    control.serve(|header, payload| programs.control(header, payload, now));
+                self.stats.malformed_control += malformed as u64;
+            }
+        }
         if !programs.has_work() {
             return false;
         }

@@ -5,6 +5,7 @@ use crate::backend::Backend;
 use crate::options::{EngineMode, Options};
 use crate::request::Request;
 use crate::{Error, Status, MAX_TAG};
+use nicmsg_engine::programs::control::{self, ControlSocket};
 use nicmsg_engine::programs::{Programs, ProgramsConfig, ProgramsShared};
 use nicmsg_engine::{
     Driver, HostError, HostTable, InlineEngine, OpCode, Outcome, Posted, Registry, Snapshot, Table,
@@ -95,7 +96,7 @@ impl Comm {
     }
 
     fn start(options: Options, endpoint: Endpoint, backend: Backend) -> Result<Self, Error> {
-        let (rank, size) = (endpoint.rank(), endpoint.size());
+        let (rank, size, job) = (endpoint.rank(), endpoint.size(), endpoint.job());
         let transport_name = backend.name();
         let table = Arc::new(Table::new(options.slots, size));
         let registry = Arc::new(Registry::with_engine_regions(
@@ -117,6 +118,14 @@ impl Comm {
             Arc::clone(&programs_shared),
             Arc::clone(&registry),
         ));
+        if options.programs {
+            // `nicmsg pdl` from a shell: without the socket, programs still work through the
+            // API, so a failure to bind is only reported.
+            match ControlSocket::bind(&control::control_socket_dir(), job, rank) {
+                Ok(control) => driver.set_control(control),
+                Err(error) => tracing::warn!(%error, "no control socket for nicmsg pdl"),
+            }
+        }
         let engine = match options.engine {
             EngineMode::Inline => Engine::Inline(InlineEngine::start(driver)?),
             EngineMode::Thread => Engine::Thread(ThreadEngine::spawn(driver, options.idle)?),

@@ -404,3 +404,86 @@ fn wait_with_deadline(mut child: std::process::Child, limit: Duration) -> Output
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// `nicmsg pdl` from a shell acts on a running job's engines: load a program (from its source)
+/// into both ranks, start it, list it, read its output, unload a second program, and send the
+/// trigger that lets both ranks finish. Over namespaces when available (the control sockets
+/// are files, reached from outside the job's namespaces), else over loopback.
+#[test]
+fn nicmsg_pdl_manages_the_programs_of_a_running_job() {
+    let netns = netns_available().is_none();
+    let job = (std::process::id() % 1_000_000 + 1000).to_string();
+    let control_dir = std::env::temp_dir().join(format!("nicmsg-pdl-test-{job}"));
+    std::fs::create_dir_all(&control_dir).unwrap();
+    let hello = control_dir.join("hello.pdl");
+    std::fs::write(
+        &hello,
+        "PROGRAM hello: TRIGGERS 1;\nBEGIN DISPLAY 42 END;\nMESSAGE 1: BEGIN SETFLAG 0 END;\nEND.\n",
+    )
+    .unwrap();
+    let idle = control_dir.join("idle.pdl");
+    std::fs::write(&idle, "PROGRAM idle: BEGIN END; END.\n").unwrap();
+    let mut args = vec!["run", "-n", "2", "--timeout", "150", "--job", &job];
+    if netns {
+        args.push("--netns");
+    }
+    let job_process = Command::new(launcher())
+        .args(&args)
+        .arg("--")
+        .arg(example("program_host"))
+        .env("NICMSG_CONTROL_DIR", &control_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the job");
+    let pdl = |words: &[&str]| -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let output = Command::new(launcher())
+                .arg("pdl")
+                .args(words)
+                .env("NICMSG_CONTROL_DIR", &control_dir)
+                .output()
+                .expect("run nicmsg pdl");
+            let text = String::from_utf8_lossy(&output.stdout).into_owned();
+            if output.status.success() {
+                return text;
+            }
+            let error = String::from_utf8_lossy(&output.stderr);
+            // The ranks may not have started yet: their sockets appear when they join.
+            assert!(
+                Instant::now() < deadline && error.contains("no engine"),
+                "nicmsg pdl {words:?}: {error}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let (hello, idle) = (hello.to_str().unwrap(), idle.to_str().unwrap());
+    for rank in ["0", "1"] {
+        let at = ["--job", job.as_str(), "--rank", rank];
+        let loaded = pdl(&[&["load"][..], &at, &[hello]].concat());
+        assert!(loaded.contains("loaded hello"), "{loaded}");
+        pdl(&[&["run"][..], &at, &["hello"]].concat());
+        pdl(&[&["load"][..], &at, &[idle, "--as", "77"]].concat());
+        let listing = pdl(&[&["list"][..], &at].concat());
+        assert!(
+            listing.contains("hello running") && listing.contains("77 idle loaded"),
+            "{listing}"
+        );
+        pdl(&[&["unload"][..], &at, &["77"]].concat());
+        let output = pdl(&[&["output"][..], &at, &["hello"]].concat());
+        assert!(output.trim_end().ends_with(" 42"), "{output}");
+        pdl(&[&["send"][..], &at, &["hello", "1"]].concat());
+    }
+    let output = wait_with_deadline(job_process, Duration::from_secs(120));
+    let _ = std::fs::remove_dir_all(&control_dir);
+    assert_job_ok(&output, "program_host", "saw hello's flag");
+    // A rank that is not running says so, without a hang.
+    let refused = Command::new(launcher())
+        .args(["pdl", "list", "--job", &job, "--rank", "5"])
+        .env("NICMSG_CONTROL_DIR", std::env::temp_dir())
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("no engine"));
+}

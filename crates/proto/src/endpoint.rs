@@ -49,6 +49,11 @@ impl Endpoint {
         self.core.rank()
     }
 
+    /// The job's id: frames of other jobs are dropped.
+    pub fn job(&self) -> u32 {
+        self.core.job
+    }
+
     pub fn size(&self) -> u32 {
         self.core.size()
     }

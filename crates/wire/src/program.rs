@@ -22,6 +22,7 @@
 //! [`answer_tag`]); an answer's payload is an [`Answer`].
 
 use crate::WireError;
+use std::path::{Path, PathBuf};
 
 /// Length of [`ProgramHeader`] on the wire.
 pub const PROGRAM_HEADER_LEN: usize = 20;
@@ -196,6 +197,18 @@ impl Answer {
         into[0..4].copy_from_slice(&self.status.to_le_bytes());
         into[4..8].copy_from_slice(&self.program.to_le_bytes());
     }
+}
+
+/// Where the engine of rank `rank` of job `job` takes `nicmsg pdl` requests: a Unix datagram
+/// socket `DIR/nicmsg-JOB-RANK.sock`. A request is a [`ProgramHeader`] and its payload, the
+/// answer an [`Answer`] and its text.
+pub fn control_socket_path(dir: &Path, job: u32, rank: u32) -> PathBuf {
+    dir.join(format!("nicmsg-{job}-{rank}.sock"))
+}
+
+/// The directory of control sockets: `NICMSG_CONTROL_DIR`, else the temporary directory.
+pub fn control_socket_dir() -> PathBuf {
+    std::env::var_os("NICMSG_CONTROL_DIR").map_or_else(std::env::temp_dir, PathBuf::from)
 }
 
 #[cfg(test)]

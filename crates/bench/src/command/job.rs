@@ -112,6 +112,7 @@ fn run_args(plan: &SeriesPlan, args: &BenchArgs, progress: &Path, result: &Path)
         }),
         loss: args.loss,
         timeout: Some(args.job_timeout()),
+        job: None,
         engine: plan.engine,
         command,
     }

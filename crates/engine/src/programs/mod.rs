@@ -15,6 +15,7 @@
 //! the same protocol code. The application's side (segments, locks and flags, display output)
 //! is [`ProgramsShared`].
 
+pub mod control;
 pub mod display;
 mod host;
 pub mod shared;
@@ -462,16 +463,7 @@ impl Programs {
 
     fn run_request(&mut self, header: &ProgramHeader, payload: &[u8], peer: u32, now: Nanos) {
         let mut text = String::new();
-        let (code, program) = if peer != self.rank && !self.remote_requests {
-            self.stats.remote_refused += 1;
-            text.push_str("requests from other ranks are turned off here (NICMSG_PROGRAMS_REMOTE)");
-            (status::REMOTE_REFUSED, header.program)
-        } else if self.vm.is_none() {
-            text.push_str("this engine runs no programs (NICMSG_PROGRAMS=off)");
-            (status::DISABLED, header.program)
-        } else {
-            self.carry_out(header, payload, now, &mut text)
-        };
+        let (code, program) = self.decide(header, payload, peer, now, &mut text);
         let answer = ProgramHeader {
             op: header.op,
             trigger: 0,
@@ -492,6 +484,53 @@ impl Programs {
             &answer,
             &[&fixed, text.as_bytes()],
         );
+    }
+
+    /// What a request from `peer` comes to: its status and program, with what it has to say
+    /// written into `text`.
+    fn decide(
+        &mut self,
+        header: &ProgramHeader,
+        payload: &[u8],
+        peer: u32,
+        now: Nanos,
+        text: &mut String,
+    ) -> (u32, u32) {
+        if peer != self.rank && !self.remote_requests {
+            self.stats.remote_refused += 1;
+            text.push_str("requests from other ranks are turned off here (NICMSG_PROGRAMS_REMOTE)");
+            (status::REMOTE_REFUSED, header.program)
+        } else if self.vm.is_none() {
+            text.push_str("this engine runs no programs (NICMSG_PROGRAMS=off)");
+            (status::DISABLED, header.program)
+        } else {
+            self.carry_out(header, payload, now, text)
+        }
+    }
+
+    /// A request from this rank's control socket (`nicmsg pdl`, `control.rs`), carried out as
+    /// if this rank's host had sent it; a message (`nicmsg pdl send`) runs its trigger at once.
+    /// Returns the answer's bytes: an [`Answer`] and its text.
+    pub fn control(&mut self, header: &ProgramHeader, payload: &[u8], now: Nanos) -> Vec<u8> {
+        let mut text = String::new();
+        let (code, program) = if header.op != ProgramOp::Message {
+            self.decide(header, payload, self.rank, now, &mut text)
+        } else if self.free_sends.len() < SENDS_RESERVED {
+            text.push_str("the engine's send buffers are busy: try again");
+            (status::REFUSED, header.program)
+        } else {
+            self.stats.messages += 1;
+            self.run_message(header, payload, self.rank, now);
+            (status::DONE, header.program)
+        };
+        let mut answer = vec![0u8; ANSWER_LEN];
+        Answer {
+            status: code,
+            program,
+        }
+        .emit(&mut answer);
+        answer.extend_from_slice(text.as_bytes());
+        answer
     }
 
     /// Carries out a request (programs enabled); returns its status and program, and writes
