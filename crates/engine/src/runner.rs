@@ -92,6 +92,8 @@ pub struct Snapshot {
     pub peers: Vec<nicmsg_proto::Stats>,
     /// The transport's own line (`Transport::summary`).
     pub transport: String,
+    /// PANIC: the engine's counts of programs' traffic and the VM's, if it hosts programs.
+    pub programs: Option<(crate::programs::ProgramsStats, nicmsg_vm::Stats)>,
 }
 
 impl Snapshot {
@@ -101,6 +103,10 @@ impl Snapshot {
             engine: *driver.stats(),
             peers: driver.peer_stats(),
             transport: driver.transport().summary(),
+            programs: driver.programs().map(|programs| {
+                let vm = programs.vm().map(nicmsg_vm::Vm::stats).unwrap_or_default();
+                (*programs.stats(), vm)
+            }),
         }
     }
 }

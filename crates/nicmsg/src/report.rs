@@ -55,6 +55,26 @@ pub fn render(rank: u32, snapshot: &Snapshot) -> String {
     if !snapshot.transport.is_empty() {
         let _ = writeln!(out, "nicmsg stats rank {rank}: {}", snapshot.transport);
     }
+    if let Some((programs, vm)) = &snapshot.programs {
+        if programs.messages + programs.requests > 0 {
+            let _ = writeln!(
+                out,
+                "nicmsg stats rank {rank}: programs: {} messages, {} requests, {} malformed, {} remote requests refused, {} refused by programs, {} passed to the host, {} traps, {} sends failed, {} signals refused; VM: {} activations, {} instructions, {} dropped",
+                programs.messages,
+                programs.requests,
+                programs.malformed,
+                programs.remote_refused,
+                programs.refused,
+                programs.passed,
+                programs.traps,
+                programs.sends_failed,
+                programs.signals_refused,
+                vm.activations,
+                vm.instructions,
+                vm.dropped
+            );
+        }
+    }
     out
 }
 
@@ -141,6 +161,7 @@ mod tests {
             },
             peers: vec![Stats::default(), stats],
             transport: String::new(),
+            programs: None,
         };
         let text = render(0, &snapshot);
         let printed = drop_counters(&drops);
