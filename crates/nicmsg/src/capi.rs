@@ -771,7 +771,7 @@ pub(crate) mod tests {
             let text = unsafe { CStr::from_ptr(nicmsg_error_string(code.into())) };
             assert_eq!(text, code.description());
         }
-        for value in [-1, 7, 8, 18, c_int::MAX] {
+        for value in [-1, 7, 8, 19, c_int::MAX] {
             // SAFETY: as above.
             let text = unsafe { CStr::from_ptr(nicmsg_error_string(value)) };
             assert_eq!(text, c"unknown result code", "{value}");
