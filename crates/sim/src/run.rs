@@ -582,7 +582,23 @@ impl Sim {
             }
             let endpoint = world.nodes[r].endpoint();
             add_stats(&mut stats, endpoint.stats());
-            let usage = endpoint.usage();
+            let mut usage = endpoint.usage();
+            if let Some(node) = world.nodes[r].engine() {
+                // The engine keeps its programs' inboxes posted: an idle engine holds exactly
+                // these receives, and nothing else of the programs'.
+                let held = node.engine_receives();
+                if world.deaths[r].is_none() && all_completed && usage.recvs.in_use < held {
+                    world.violations.push(
+                        now,
+                        "leftover-state",
+                        format!(
+                            "rank {rank}: the engine keeps {} receive(s) posted, but its programs' {held} inboxes must stay posted",
+                            usage.recvs.in_use
+                        ),
+                    );
+                }
+                usage.recvs.in_use = usage.recvs.in_use.saturating_sub(held);
+            }
             max_peaks(&mut peak, &usage);
             if !usage.within_limits() {
                 world.violations.push(
