@@ -11,7 +11,7 @@
 
 use crate::content::mix;
 use crate::invariants::Violation;
-use crate::ledger::dead_by;
+use crate::ledger::{dead_by, engine_context};
 use crate::net::{Event, NetConfig, NetStats, Network};
 use crate::node::{EngineTotals, Node, Output, SimMode};
 use crate::report::{add_stats, fmt_ns};
@@ -228,6 +228,16 @@ struct Sim {
 /// Runs one simulation. Panics inside the endpoint propagate; see [`crate::sweep::run_catching`].
 pub fn run(spec: &RunSpec) -> RunResult {
     let ranks = spec.workload.ranks(spec.ranks);
+    if spec.workload.needs_engine() && spec.mode != SimMode::Engine {
+        return RunResult::failed(
+            spec,
+            "config",
+            format!(
+                "workload {} runs programs in the engine: it needs --mode engine",
+                spec.workload.name()
+            ),
+        );
+    }
     let config = spec.proto.config(spec.net.mtu, spec.unexpected);
     if let Err(error) = config.validate() {
         return RunResult::failed(
@@ -686,6 +696,8 @@ impl Sim {
             match (msg.consumed, ledger.ops[msg.send_op].result) {
                 (Some(c), _) if c.truncated => counts.truncated += 1,
                 (Some(_), _) => counts.delivered += 1,
+                // A message to an engine, which took it (the workload checks its answer).
+                (None, Some(Ok(_))) if engine_context(msg.context) => counts.delivered += 1,
                 (None, Some(Err(nicmsg_proto::OpError::Cancelled))) => counts.cancelled += 1,
                 (None, _) => counts.failed += 1,
             }
