@@ -1084,7 +1084,13 @@ fn check_reply(
                 status.peer,
                 got.len().saturating_sub(PROGRAM_HEADER_LEN),
                 bytes.len(),
-                if got.get(PROGRAM_HEADER_LEN..).map(<[u8]>::len) == Some(bytes.len()) { " (which differ)" } else { "" }
+                match got.get(PROGRAM_HEADER_LEN..) {
+                    Some(payload) if payload.len() == bytes.len() && bytes.len() <= 16 => {
+                        format!(": got {payload:?}, expected {bytes:?}")
+                    }
+                    Some(payload) if payload.len() == bytes.len() => " (which differ)".to_string(),
+                    _ => String::new(),
+                }
             ),
         );
     }
