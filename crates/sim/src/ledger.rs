@@ -7,7 +7,7 @@
 
 use crate::content::Pattern;
 use crate::invariants::Violations;
-use crate::memory::{check_recv, holds_message, Arena, Buffer, Expect};
+use crate::memory::{check_recv, holds_message, read_message, Arena, Buffer, Expect};
 use nicmsg_proto::{
     CancelError, CancelOutcome, Completion, Context, Nanos, OpError, OpId, OpKind, Rank, Source,
     Status, Tag, TagMatch,
@@ -68,6 +68,9 @@ pub struct OpRecord {
     pub completed_at: Option<Nanos>,
     /// Receive: the message it consumed (delivered or truncated).
     pub got: Option<MsgRef>,
+    /// Receive in an engine's context ([`engine_context`]): the bytes it delivered, for the
+    /// workload to check.
+    pub received: Option<Vec<u8>>,
 }
 
 impl OpRecord {
@@ -221,6 +224,17 @@ fn op_key(id: OpId) -> (u8, u32, u32) {
     (kind, id.index, id.generation)
 }
 
+/// Whether messages in `context` are PANIC's: to or from an engine's programs rather than
+/// between applications. A host's sends there are consumed by an engine, and what a host
+/// receives there was sent by one, so their bytes are not the ledger's patterns: the workload
+/// checks them (every request answered once, replies' bytes), and the ledger checks the rest
+/// (completions, matching, guard bytes, truncation).
+pub fn engine_context(context: Context) -> bool {
+    context == Context::PROGRAM_MESSAGES
+        || context == Context::PROGRAM_REQUESTS
+        || context == Context::PROGRAM_ANSWERS
+}
+
 /// Death times of ranks, as they happen.
 pub fn dead_by(deaths: &[Option<Nanos>], rank: Rank, now: Nanos) -> bool {
     deaths
@@ -342,6 +356,7 @@ impl Ledger {
             result: None,
             completed_at: None,
             got: None,
+            received: None,
         });
         op
     }
@@ -669,7 +684,8 @@ impl Ledger {
         let describe = self.ops[op].describe();
         match result {
             Ok(status) => {
-                if status.peer >= self.size || status.peer == rank {
+                // A host's own engine answers it: only PANIC's messages may come from this rank.
+                if status.peer >= self.size || (status.peer == rank && !engine_context(context)) {
                     v.push(
                         now,
                         "status",
@@ -689,6 +705,15 @@ impl Ledger {
                 }
                 if status.len > capacity {
                     v.push(now, "truncation", format!("receive completed Ok with {status:?} longer than its buffer: {describe}"));
+                    return;
+                }
+                if engine_context(context) {
+                    if let Err(problem) =
+                        check_recv(arena, &buffer, Expect::Opaque { len: status.len })
+                    {
+                        v.push(now, "memory", format!("{problem}: {describe}"));
+                    }
+                    self.ops[op].received = read_message(arena, &buffer, status.len);
                     return;
                 }
                 let open: Vec<MsgRef> = self.open_msgs(status.peer, rank).collect();
@@ -804,14 +829,16 @@ impl Ledger {
                         format!("truncated receive wrote its buffer: {problem}: {describe}"),
                     );
                 }
-                if source_rank >= self.size || source_rank == rank {
-                    v.push(
-                        now,
-                        "status",
-                        format!(
-                            "truncated receive names impossible rank {source_rank}: {describe}"
-                        ),
-                    );
+                if source_rank >= self.size || source_rank == rank || engine_context(context) {
+                    if !engine_context(context) {
+                        v.push(
+                            now,
+                            "status",
+                            format!(
+                                "truncated receive names impossible rank {source_rank}: {describe}"
+                            ),
+                        );
+                    }
                     return;
                 }
                 // Which message it consumed is settled at the end of the run: a truncated receive
@@ -858,8 +885,11 @@ impl Ledger {
         context: Context,
         status: Status,
     ) -> Result<(), String> {
-        if status.peer >= self.size || status.peer == rank {
+        if status.peer >= self.size || (status.peer == rank && !engine_context(context)) {
             return Err(format!("rank {} cannot have sent it", status.peer));
+        }
+        if engine_context(context) {
+            return Ok(()); // an engine's message, which the ledger does not know
         }
         let pair = self.pair(status.peer, rank);
         let exists = self.pair_msgs[pair].iter().any(|&m| {
@@ -957,6 +987,7 @@ impl Ledger {
             let ends_alive =
                 deaths[msg.src as usize].is_none() && deaths[msg.dst as usize].is_none();
             match send.result {
+                Some(Ok(_)) if engine_context(msg.context) => {} // an engine took it
                 Some(Ok(_)) if ends_alive && msg.consumed.is_none() => lost.push(msg),
                 Some(Err(OpError::Cancelled)) if msg.consumed.is_some() => v.push(
                     now,

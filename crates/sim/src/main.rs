@@ -31,7 +31,8 @@ struct Cli {
     /// First seed of the sweep.
     #[arg(long, default_value_t = 0)]
     seed_start: u64,
-    /// Workload name, comma-separated names, or `all` (seed s then runs workload s mod count).
+    /// Workload name, comma-separated names, or `all` (seed s then runs workload s mod count;
+    /// in core mode, `all` leaves out the workloads that need the engine).
     #[arg(long, default_value = "all")]
     workload: String,
     /// Ranks for the workloads that take a rank count (ping-pong, cancel, truncation use 2).
@@ -122,19 +123,27 @@ struct Cli {
     list: bool,
 }
 
-fn parse_workloads(text: &str) -> Result<Vec<WorkloadKind>, String> {
+/// The workloads named; `all` is every workload the mode can run (PANIC's need the engine).
+fn parse_workloads(text: &str, mode: SimMode) -> Result<Vec<WorkloadKind>, String> {
     if text == "all" {
-        return Ok(WorkloadKind::ALL.to_vec());
+        return Ok(WorkloadKind::for_mode(mode));
     }
     text.split(',')
         .map(|name| {
-            WorkloadKind::from_name(name.trim()).ok_or_else(|| {
+            let kind = WorkloadKind::from_name(name.trim()).ok_or_else(|| {
                 let names: Vec<&str> = WorkloadKind::ALL.iter().map(|k| k.name()).collect();
                 format!(
                     "unknown workload {name:?}; known: {} or all",
                     names.join(", ")
                 )
-            })
+            })?;
+            if kind.needs_engine() && mode != SimMode::Engine {
+                return Err(format!(
+                    "workload {} runs programs in the engine: it needs --mode engine",
+                    kind.name()
+                ));
+            }
+            Ok(kind)
         })
         .collect()
 }
@@ -155,7 +164,7 @@ fn main() -> ExitCode {
     if cli.list {
         for kind in WorkloadKind::ALL {
             println!(
-                "{:<12} {:>2} ranks  {}",
+                "{:<14} {:>2} ranks  {}",
                 kind.name(),
                 kind.default_ranks(),
                 kind.description()
@@ -164,7 +173,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let (workloads, policies) = match (
-        parse_workloads(&cli.workload),
+        parse_workloads(&cli.workload, cli.mode),
         parse_policies(&cli.unexpected),
     ) {
         (Ok(w), Ok(p)) => (w, p),

@@ -217,6 +217,39 @@ pub fn send_buffer(
     store(arena, bytes, region_number, &placed)
 }
 
+/// Allocates a send buffer holding `message` (bytes the workload chose, such as a PANIC request:
+/// a header and a module); everything outside the segments is poison.
+pub fn send_buffer_bytes(
+    arena: &mut Arena,
+    rng: &mut SimRng,
+    layout: Layout,
+    message: &[u8],
+) -> Buffer {
+    let (region_len, placed) = place(rng, layout, message.len() as u64, 0);
+    let region_number = arena.regions.len() as u32;
+    let mut bytes = vec![0u8; region_len as usize];
+    Pattern::poison(arena.rank(), region_number).fill_into(0, &mut bytes);
+    let mut at = 0usize;
+    for &(offset, seg_len) in &placed {
+        let (offset, seg_len) = (offset as usize, seg_len as usize);
+        bytes[offset..offset + seg_len].copy_from_slice(&message[at..at + seg_len]);
+        at += seg_len;
+    }
+    store(arena, bytes, region_number, &placed)
+}
+
+/// The first `len` bytes of a buffer, in segment order (what a receive delivered).
+pub fn read_message(arena: &Arena, buffer: &Buffer, len: u64) -> Option<Vec<u8>> {
+    let bytes = arena.bytes(buffer.region)?;
+    let mut out = Vec::with_capacity(len as usize);
+    for segment in buffer.sg.segments() {
+        let take = segment.len.min(len - out.len() as u64) as usize;
+        let start = segment.offset as usize;
+        out.extend_from_slice(&bytes[start..start + take]);
+    }
+    (out.len() as u64 == len).then_some(out)
+}
+
 /// Stores `bytes` as region `region_number` of `arena` (the next one) and describes the
 /// buffer placed in it.
 fn store(arena: &mut Arena, bytes: Vec<u8>, region_number: u32, placed: &[(u64, u64)]) -> Buffer {
@@ -250,6 +283,9 @@ pub enum Expect {
     Delivered { pattern: Pattern, len: u64 },
     /// Segments may hold anything (a receive that failed part way); guards and gaps untouched.
     OutsideOnly,
+    /// The first `len` bytes (in segment order) may hold anything (a message whose bytes the
+    /// workload checks); everything else is untouched.
+    Opaque { len: u64 },
 }
 
 /// Checks a receive buffer against `expect`; describes the first discrepancy.
@@ -285,6 +321,10 @@ pub fn check_recv(arena: &Arena, buffer: &Buffer, expect: Expect) -> Result<(), 
                 untouched(offset, end, "buffer of a receive that must write nothing")?
             }
             Expect::OutsideOnly => {}
+            Expect::Opaque { len: delivered } => {
+                let data_len = delivered.clamp(msg_start, msg_start + len) - msg_start;
+                untouched(offset + data_len, end, "buffer beyond the message length")?;
+            }
             Expect::Delivered {
                 pattern,
                 len: delivered,

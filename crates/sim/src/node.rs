@@ -4,7 +4,9 @@
 //!   posts descriptors through a real [`HostTable`], and a real [`Driver`] takes them, runs the
 //!   protocol core, and talks to the network through a [`SimTransport`]. The driver's own logic
 //!   (slot/operation mapping, dropping frames of completed sends, placement planning, the
-//!   source check, refusals, back-pressure) runs under every seeded fault.
+//!   source check, refusals, back-pressure) runs under every seeded fault. The engine hosts
+//!   PANIC's programs as a process's does ([`nicmsg_engine::programs`]): their inboxes are
+//!   posted at the first turn and stay posted, and `CLOCK` reads the virtual time.
 //! * `core`: the simulator calls the protocol core directly. Faster, and a cancel is answered
 //!   at once, so the ledger checks the core's cancel answers exactly (in `engine` mode a cancel
 //!   is a request whose answer is the completion, as for an application).
@@ -12,6 +14,9 @@
 use crate::memory::{Arena, Buffer};
 use crate::rng::SimRng;
 use crate::transport::SimTransport;
+use nicmsg_engine::programs::{
+    Programs, ProgramsConfig, ProgramsShared, ENGINE_REGIONS, MESSAGE_INBOXES, REQUEST_INBOXES,
+};
 use nicmsg_engine::{
     Driver, HostError, HostTable, OpCode, Outcome, Posted, Registry, ResultCode, Table, ANY,
 };
@@ -81,6 +86,9 @@ pub enum Node {
 pub struct EngineNode {
     driver: Driver<SimTransport>,
     host: HostTable,
+    /// What the rank's application shares with its engine's programs (display output, signals,
+    /// segments).
+    programs_shared: Arc<ProgramsShared>,
     size: u32,
     /// Operations posted and not yet taken back, by slot: the host's handle, and the id the
     /// ledger knows the operation by (kind, slot, posts of that slot so far).
@@ -269,12 +277,34 @@ impl EngineNode {
         let mtu = config.mtu as usize;
         let table = Arc::new(Table::new(slots.max(1), size));
         // Every segment of every slot: the simulator's buffers use up to all 16.
-        let registry = Arc::new(Registry::new(slots.max(1) * nicmsg_proto::MAX_SEGMENTS));
+        // And the regions the engine keeps for PANIC's buffers, as a process's registry.
+        let registry = Arc::new(Registry::with_engine_regions(
+            slots.max(1) * nicmsg_proto::MAX_SEGMENTS,
+            ENGINE_REGIONS,
+        ));
         let host = HostTable::new(Arc::clone(&table), Arc::clone(&registry));
-        let driver = Driver::new(endpoint, SimTransport::new(mtu, rng), table, registry);
+        let rank = endpoint.rank();
+        let mut driver = Driver::new(
+            endpoint,
+            SimTransport::new(mtu, rng),
+            table,
+            Arc::clone(&registry),
+        );
+        let programs_shared = Arc::new(ProgramsShared::default());
+        let config = ProgramsConfig {
+            enabled: true,
+            remote_requests: true,
+            vm: nicmsg_vm::VmConfig::new(rank, size),
+        };
+        driver.set_programs(Programs::new(
+            config,
+            Arc::clone(&programs_shared),
+            registry,
+        ));
         Self {
             driver,
             host,
+            programs_shared,
             size,
             pending: BTreeMap::new(),
             posts_per_slot: vec![0; slots.max(1)],
@@ -284,6 +314,24 @@ impl EngineNode {
 
     pub fn driver(&self) -> &Driver<SimTransport> {
         &self.driver
+    }
+
+    /// The engine's programs (always hosted in engine mode).
+    pub fn programs(&self) -> &Programs {
+        self.driver
+            .programs()
+            .expect("the simulator's engines host programs")
+    }
+
+    /// What the rank's application shares with its programs: the display log, signals.
+    pub fn programs_shared(&self) -> &ProgramsShared {
+        &self.programs_shared
+    }
+
+    /// Receives the engine itself keeps posted (PANIC's inboxes), which the endpoint counts
+    /// among its receives: an idle engine has exactly these.
+    pub fn engine_receives(&self) -> usize {
+        MESSAGE_INBOXES + REQUEST_INBOXES
     }
 
     pub fn totals(&self) -> EngineTotals {

@@ -11,7 +11,7 @@
 
 use crate::content::mix;
 use crate::invariants::Violation;
-use crate::ledger::dead_by;
+use crate::ledger::{dead_by, engine_context};
 use crate::net::{Event, NetConfig, NetStats, Network};
 use crate::node::{EngineTotals, Node, Output, SimMode};
 use crate::report::{add_stats, fmt_ns};
@@ -228,6 +228,16 @@ struct Sim {
 /// Runs one simulation. Panics inside the endpoint propagate; see [`crate::sweep::run_catching`].
 pub fn run(spec: &RunSpec) -> RunResult {
     let ranks = spec.workload.ranks(spec.ranks);
+    if spec.workload.needs_engine() && spec.mode != SimMode::Engine {
+        return RunResult::failed(
+            spec,
+            "config",
+            format!(
+                "workload {} runs programs in the engine: it needs --mode engine",
+                spec.workload.name()
+            ),
+        );
+    }
     let config = spec.proto.config(spec.net.mtu, spec.unexpected);
     if let Err(error) = config.validate() {
         return RunResult::failed(
@@ -582,7 +592,23 @@ impl Sim {
             }
             let endpoint = world.nodes[r].endpoint();
             add_stats(&mut stats, endpoint.stats());
-            let usage = endpoint.usage();
+            let mut usage = endpoint.usage();
+            if let Some(node) = world.nodes[r].engine() {
+                // The engine keeps its programs' inboxes posted: an idle engine holds exactly
+                // these receives, and nothing else of the programs'.
+                let held = node.engine_receives();
+                if world.deaths[r].is_none() && all_completed && usage.recvs.in_use < held {
+                    world.violations.push(
+                        now,
+                        "leftover-state",
+                        format!(
+                            "rank {rank}: the engine keeps {} receive(s) posted, but its programs' {held} inboxes must stay posted",
+                            usage.recvs.in_use
+                        ),
+                    );
+                }
+                usage.recvs.in_use = usage.recvs.in_use.saturating_sub(held);
+            }
             max_peaks(&mut peak, &usage);
             if !usage.within_limits() {
                 world.violations.push(
@@ -670,6 +696,8 @@ impl Sim {
             match (msg.consumed, ledger.ops[msg.send_op].result) {
                 (Some(c), _) if c.truncated => counts.truncated += 1,
                 (Some(_), _) => counts.delivered += 1,
+                // A message to an engine, which took it (the workload checks its answer).
+                (None, Some(Ok(_))) if engine_context(msg.context) => counts.delivered += 1,
                 (None, Some(Err(nicmsg_proto::OpError::Cancelled))) => counts.cancelled += 1,
                 (None, _) => counts.failed += 1,
             }

@@ -4,6 +4,7 @@
 //! received, so the ledger can demand exactly that.
 
 use crate::ledger::OpRef;
+use crate::node::SimMode;
 use crate::rng::SimRng;
 use crate::workloads;
 use crate::world::World;
@@ -86,10 +87,30 @@ pub enum WorkloadKind {
     PeerDeath,
     Library,
     Credits,
+    Programs,
+    ProgramsDeath,
 }
 
 impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 11] = [
+    /// Every workload; the last two need engine mode ([`WorkloadKind::needs_engine`]).
+    pub const ALL: [WorkloadKind; 13] = [
+        WorkloadKind::PingPong,
+        WorkloadKind::Streams,
+        WorkloadKind::AllToAll,
+        WorkloadKind::AnySource,
+        WorkloadKind::Probe,
+        WorkloadKind::Cancel,
+        WorkloadKind::Truncation,
+        WorkloadKind::Scatter,
+        WorkloadKind::PeerDeath,
+        WorkloadKind::Library,
+        WorkloadKind::Credits,
+        WorkloadKind::Programs,
+        WorkloadKind::ProgramsDeath,
+    ];
+
+    /// The messaging workloads, which run in both modes.
+    pub const MESSAGING: [WorkloadKind; 11] = [
         WorkloadKind::PingPong,
         WorkloadKind::Streams,
         WorkloadKind::AllToAll,
@@ -116,6 +137,8 @@ impl WorkloadKind {
             WorkloadKind::PeerDeath => "peer-death",
             WorkloadKind::Library => "library",
             WorkloadKind::Credits => "credits",
+            WorkloadKind::Programs => "programs",
+            WorkloadKind::ProgramsDeath => "programs-death",
         }
     }
 
@@ -156,6 +179,12 @@ impl WorkloadKind {
             WorkloadKind::Credits => {
                 "bursts beyond the eager credits, then a later tag and a barrier waited for first"
             }
+            WorkloadKind::Programs => {
+                "PANIC: PDL programs loaded, run, messaged and unloaded on every engine (engine mode)"
+            }
+            WorkloadKind::ProgramsDeath => {
+                "PANIC with a rank dying mid-run: requests to it fail, not hang (engine mode)"
+            }
         }
     }
 
@@ -167,6 +196,7 @@ impl WorkloadKind {
             WorkloadKind::Credits => 3,
             WorkloadKind::PeerDeath => 6,
             WorkloadKind::AllToAll => 16,
+            WorkloadKind::Programs | WorkloadKind::ProgramsDeath => 4,
         }
     }
 
@@ -176,6 +206,9 @@ impl WorkloadKind {
         match self {
             WorkloadKind::PingPong | WorkloadKind::Cancel | WorkloadKind::Truncation => 2,
             WorkloadKind::PeerDeath => requested.unwrap_or(6).max(3),
+            WorkloadKind::Programs | WorkloadKind::ProgramsDeath => {
+                requested.unwrap_or(4).clamp(4, 64)
+            }
             other => requested.unwrap_or(other.default_ranks()).max(2),
         }
     }
@@ -205,6 +238,27 @@ impl WorkloadKind {
             WorkloadKind::Cancel => Box::new(workloads::cancel::Cancel::new(params, rng)),
             WorkloadKind::Library => Box::new(workloads::library::Library::new(params, rng)),
             WorkloadKind::Credits => Box::new(workloads::credits::Credits::new(params, rng)),
+            WorkloadKind::Programs => {
+                Box::new(workloads::programs::Programs::new(params, rng, false))
+            }
+            WorkloadKind::ProgramsDeath => {
+                Box::new(workloads::programs::Programs::new(params, rng, true))
+            }
+        }
+    }
+
+    /// Whether the workload needs the engine (`--mode engine`): PANIC's programs run in the
+    /// engine, which core mode does not have.
+    pub fn needs_engine(self) -> bool {
+        matches!(self, WorkloadKind::Programs | WorkloadKind::ProgramsDeath)
+    }
+
+    /// The workloads `all` means in `mode`: every one in engine mode, the messaging ones in
+    /// core mode.
+    pub fn for_mode(mode: SimMode) -> Vec<WorkloadKind> {
+        match mode {
+            SimMode::Engine => Self::ALL.to_vec(),
+            SimMode::Core => Self::MESSAGING.to_vec(),
         }
     }
 }

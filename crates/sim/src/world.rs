@@ -6,7 +6,7 @@
 use crate::content::Pattern;
 use crate::invariants::Violations;
 use crate::ledger::{dead_by, Ledger, OpRecord, OpRef};
-use crate::memory::{recv_buffer, send_buffer, Arena, Layout};
+use crate::memory::{recv_buffer, send_buffer, send_buffer_bytes, Arena, Layout};
 use crate::net::{Event, Network};
 use crate::node::{Node, SimMode};
 use crate::rng::SimRng;
@@ -171,6 +171,56 @@ impl World {
             Err(error) => {
                 self.arenas[r].release(buffer.region);
                 self.check_refusal(rank, &format!("send to {dst} tag {tag} len {len}"), error);
+                Err(error)
+            }
+        }
+    }
+
+    /// Posts a send of `bytes` chosen by the workload, in one of PANIC's contexts (a request or
+    /// a message to an engine's programs, which the engine consumes: see
+    /// [`crate::ledger::engine_context`]).
+    pub fn send_bytes(
+        &mut self,
+        rank: Rank,
+        dst: Rank,
+        (context, tag): (Context, Tag),
+        bytes: &[u8],
+        layout: Layout,
+    ) -> Result<OpRef, PostError> {
+        assert!(
+            crate::ledger::engine_context(context),
+            "only messages to engines carry bytes the ledger does not generate"
+        );
+        if self.is_dead(rank) {
+            return Err(PostError::PeerUnreachable { peer: rank });
+        }
+        let r = rank as usize;
+        let buffer = send_buffer_bytes(&mut self.arenas[r], &mut self.layout_rng, layout, bytes);
+        self.dirty.insert(rank);
+        let posted =
+            self.nodes[r].post_send(self.now, dst, (context, tag), &buffer, &mut self.arenas[r]);
+        match posted {
+            Ok(id) => {
+                if self.trace {
+                    trace::line(self.now, format!("rank {rank} post_send dst {dst} context {} tag {tag} len {} (to the engine) -> {id:?}", context.0, bytes.len()));
+                }
+                Ok(self.ledger.add_send(
+                    &mut self.violations,
+                    self.now,
+                    rank,
+                    id,
+                    dst,
+                    (context, tag),
+                    buffer,
+                ))
+            }
+            Err(error) => {
+                self.arenas[r].release(buffer.region);
+                self.check_refusal(
+                    rank,
+                    &format!("send to engine {dst} context {} tag {tag}", context.0),
+                    error,
+                );
                 Err(error)
             }
         }

@@ -1,8 +1,9 @@
 //! A sweep over every workload, several loss rates and both unexpected-message policies, with
 //! duplication, reordering, corruption and random partitions: no run may break an invariant.
 //! The ranks run the whole engine (table, driver, core); a smaller sweep runs the protocol core
-//! alone, whose cancel answers the ledger checks exactly. Sized for well under two minutes on
-//! two cores in the test profile.
+//! alone, whose cancel answers the ledger checks exactly; PANIC's workloads (programs in the
+//! engines) have a sweep of their own. Sized for well under two minutes on two cores in the
+//! test profile.
 
 use nicmsg_proto::UnexpectedPolicy;
 use nicmsg_sim::{sweep, NetConfig, RunSpec, SimMode, SweepOptions, SweepPlan, WorkloadKind};
@@ -35,7 +36,7 @@ fn every_workload_under_loss_has_no_violations() {
         // Seed s runs workload s mod 11, so each workload gets 24 seeds x 4 loss rates x 2
         // policies.
         seeds: (0..264).collect(),
-        workloads: WorkloadKind::ALL.to_vec(),
+        workloads: WorkloadKind::MESSAGING.to_vec(),
         losses: vec![0.0, 0.02, 0.1, 0.2],
         policies: vec![UnexpectedPolicy::Buffer, UnexpectedPolicy::Drop],
         template: faulty_template(),
@@ -51,7 +52,7 @@ fn every_workload_under_loss_has_no_violations() {
         },
     );
     assert_eq!(summary.runs, 2112);
-    for kind in WorkloadKind::ALL {
+    for kind in WorkloadKind::MESSAGING {
         assert!(
             summary
                 .per_workload
@@ -88,7 +89,7 @@ fn the_protocol_core_alone_under_loss_has_no_violations() {
     template.mode = SimMode::Core;
     let plan = SweepPlan {
         seeds: (1000..1088).collect(),
-        workloads: WorkloadKind::ALL.to_vec(),
+        workloads: WorkloadKind::for_mode(SimMode::Core),
         losses: vec![0.0, 0.05, 0.2],
         policies: vec![UnexpectedPolicy::Buffer, UnexpectedPolicy::Drop],
         template,
@@ -109,6 +110,61 @@ fn the_protocol_core_alone_under_loss_has_no_violations() {
         "invariant violations:\n{}",
         summary.render()
     );
+}
+
+#[test]
+fn panic_programs_under_loss_duplication_reordering_and_deaths_have_no_violations() {
+    // Requests, answers, programs' messages and replies lost, duplicated, reordered and
+    // corrupted; every other seed kills a rank mid-run (programs-death).
+    let plan = SweepPlan {
+        seeds: (0..300).collect(),
+        workloads: vec![WorkloadKind::Programs, WorkloadKind::ProgramsDeath],
+        losses: vec![0.0, 0.05, 0.1, 0.2],
+        policies: vec![UnexpectedPolicy::Buffer, UnexpectedPolicy::Drop],
+        template: faulty_template(),
+    };
+    let summary = sweep(
+        &plan,
+        &SweepOptions {
+            jobs: jobs(),
+            keep_failures: 30,
+            ..SweepOptions::default()
+        },
+    );
+    assert_eq!(summary.runs, 2400);
+    let net = &summary.net;
+    assert!(
+        net.lost > 0
+            && net.duplicated > 0
+            && net.reordered > 0
+            && net.corrupted_delivered > 0
+            && net.dead_drops > 0,
+        "faults not exercised: {net:?}"
+    );
+    assert!(
+        summary.messages.delivered > 100_000 && summary.stats.peers_declared_unreachable > 0,
+        "{}",
+        summary.render()
+    );
+    assert_eq!(
+        summary.violations,
+        0,
+        "invariant violations:\n{}",
+        summary.render()
+    );
+}
+
+#[test]
+fn panic_workloads_need_the_engine() {
+    let mut spec = RunSpec::new(1, WorkloadKind::Programs);
+    spec.mode = SimMode::Core;
+    let result = nicmsg_sim::run_catching(&spec);
+    assert_eq!(result.violation_count, 1);
+    assert_eq!(result.violations[0].kind, "config");
+    assert!(WorkloadKind::for_mode(SimMode::Core)
+        .iter()
+        .all(|kind| !kind.needs_engine()));
+    assert!(WorkloadKind::for_mode(SimMode::Engine).contains(&WorkloadKind::Programs));
 }
 
 #[test]

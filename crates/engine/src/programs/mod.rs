@@ -692,3 +692,176 @@ impl Drop for Programs {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nicmsg_proto::OpKind;
+
+    const COUNTER: &str = "PROGRAM counter: VAR v; TRIGGERS 1;
+        BEGIN v = 0 END;
+        MESSAGE 1: BEGIN RECEIVE v LEN 8; DISPLAY v END;
+        END.";
+
+    /// Programs of rank 0 of 2, with the driver's part played by the test: it makes the posts
+    /// (made-up operation ids), and completes sends at once.
+    struct Engine {
+        programs: Programs,
+        shared: Arc<ProgramsShared>,
+        registry: Arc<Registry>,
+        next_op: u32,
+        /// Receives posted, in post order: (op, region, context).
+        inboxes: VecDeque<(OpId, RegionId, Context)>,
+    }
+
+    impl Engine {
+        fn new() -> Self {
+            let registry = Arc::new(Registry::with_engine_regions(4, ENGINE_REGIONS));
+            let shared = Arc::new(ProgramsShared::default());
+            let config = ProgramsConfig {
+                enabled: true,
+                remote_requests: true,
+                vm: VmConfig::new(0, 2),
+            };
+            let programs = Programs::new(config, Arc::clone(&shared), Arc::clone(&registry));
+            let mut engine = Self {
+                programs,
+                shared,
+                registry,
+                next_op: 0,
+                inboxes: VecDeque::new(),
+            };
+            engine.turn();
+            engine
+        }
+
+        /// The end of a driver's turn: handle what arrived, make the posts.
+        fn turn(&mut self) {
+            self.programs.handle_received(0);
+            while let Some(post) = self.programs.poll_post() {
+                self.next_op += 1;
+                let (kind, inbox) = match post {
+                    Post::Recv {
+                        context, region, ..
+                    } => (OpKind::Recv, Some((region, context))),
+                    Post::Send { .. } => (OpKind::Send, None),
+                };
+                let op = OpId {
+                    kind,
+                    index: self.next_op,
+                    generation: 1,
+                };
+                self.programs.posted(op);
+                match inbox {
+                    Some((region, context)) => self.inboxes.push_back((op, region, context)),
+                    None => {
+                        let sent = Status {
+                            peer: 1,
+                            tag: 0,
+                            len: 0,
+                        };
+                        assert!(self.programs.complete(op, Ok(sent)));
+                    }
+                }
+            }
+        }
+
+        /// The receive posted `nth` among those of `context` still posted.
+        fn inbox(&mut self, context: Context, nth: usize) -> (OpId, RegionId) {
+            let at = self
+                .inboxes
+                .iter()
+                .enumerate()
+                .filter(|(_, inbox)| inbox.2 == context)
+                .nth(nth)
+                .map(|(at, _)| at)
+                .expect("posted");
+            let (op, region, _) = self.inboxes.remove(at).expect("listed");
+            (op, region)
+        }
+
+        /// The protocol core writes a message from rank 1 into a receive and completes it.
+        fn arrive(
+            &mut self,
+            (op, region): (OpId, RegionId),
+            header: ProgramHeader,
+            payload: &[u8],
+        ) {
+            let len = PROGRAM_HEADER_LEN + payload.len();
+            let address = self.registry.address(region, 0, len as u64).expect("inbox");
+            // SAFETY: the inbox's receive is posted and the test plays the protocol core, the
+            // only writer of a posted inbox.
+            let memory = unsafe { std::slice::from_raw_parts_mut(address, len) };
+            header.emit(memory);
+            memory[PROGRAM_HEADER_LEN..].copy_from_slice(payload);
+            let status = Status {
+                peer: 1,
+                tag: u32::from(header.trigger),
+                len: len as u64,
+            };
+            assert!(self.programs.complete(op, Ok(status)));
+        }
+
+        fn request(&mut self, op: ProgramOp, program: u32, payload: &[u8]) {
+            let inbox = self.inbox(Context::PROGRAM_REQUESTS, 0);
+            let header = ProgramHeader {
+                op,
+                trigger: 0,
+                program,
+                source_program: None,
+                request: 1,
+                origin: 1,
+            };
+            self.arrive(inbox, header, payload);
+            self.turn();
+        }
+
+        fn displayed(&self) -> Vec<i64> {
+            let (shown, _) = self.shared.display.take(None, usize::MAX);
+            shown.iter().map(|s| s.value).collect()
+        }
+    }
+
+    fn message(value: i64) -> (ProgramHeader, [u8; 8]) {
+        let header = ProgramHeader {
+            op: ProgramOp::Message,
+            trigger: 1,
+            program: nicmsg_pdl::program_id("counter"),
+            source_program: None,
+            request: 0,
+            origin: 1,
+        };
+        (header, value.to_le_bytes())
+    }
+
+    #[test]
+    fn messages_are_handled_in_the_order_their_inboxes_were_posted() {
+        let mut engine = Engine::new();
+        let module = nicmsg_pdl::compile(COUNTER).unwrap().encode().unwrap();
+        engine.request(ProgramOp::Load, 0, &module);
+        engine.request(ProgramOp::Run, nicmsg_pdl::program_id("counter"), &[]);
+        assert_eq!(engine.programs.stats().requests, 2);
+        // Rank 1 sends 0 then 1: the protocol matches them to the first two inboxes in post
+        // order, and completes the second first (a frame of the first was lost).
+        let first = engine.inbox(Context::PROGRAM_MESSAGES, 0);
+        let second = engine.inbox(Context::PROGRAM_MESSAGES, 0);
+        let (header, payload) = message(1);
+        engine.arrive(second, header, &payload);
+        engine.turn();
+        assert_eq!(engine.displayed(), [0i64; 0], "the later message waits");
+        let (header, payload) = message(0);
+        engine.arrive(first, header, &payload);
+        engine.turn();
+        assert_eq!(engine.displayed(), [0, 1], "in the order rank 1 sent them");
+        // The inboxes went back in the order they were handled, and keep working.
+        for value in 2..2 + MESSAGE_INBOXES as i64 {
+            let inbox = engine.inbox(Context::PROGRAM_MESSAGES, 0);
+            let (header, payload) = message(value);
+            engine.arrive(inbox, header, &payload);
+        }
+        engine.turn();
+        let rest: Vec<i64> = (2..2 + MESSAGE_INBOXES as i64).collect();
+        assert_eq!(engine.displayed(), rest);
+        assert_eq!(engine.programs.stats().messages, 2 + MESSAGE_INBOXES as u64);
+    }
+}

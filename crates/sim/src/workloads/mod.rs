@@ -7,4 +7,5 @@ pub mod credits;
 pub mod library;
 pub mod pingpong;
 pub mod probe;
+pub mod programs;
 pub mod streams;
