@@ -1,8 +1,7 @@
 //! # nicmsg benchmarks
 //!
-//! The measurements of the papers nicmsg descends from (EMP, RMPP, BIP; LM and PANIC share the
-//! latency method, their own mechanisms are not built yet), run for nicmsg and, in the same
-//! run, for the baselines: TCP and raw UDP written here, and
+//! The measurements of the papers nicmsg descends from (EMP, RMPP, BIP, PANIC; LM shares the
+//! latency method), run for nicmsg and, in the same run, for the baselines: TCP and raw UDP written here, and
 //! NetPIPE, libfabric and UCX when installed; see `docs/benchmarks.md`. The crate's program,
 //! `nicmsg-bench`, is `nicmsg bench` ([`command`]): the `nicmsg` launcher runs it from its own
 //! directory, so that the launcher links none of this.
@@ -11,6 +10,8 @@
 //!   library (`nicmsg-cli`), the live table, the files written;
 //! * [`model`]: the results, as written to JSON;
 //! * [`patterns`]: the papers' loops, written once against [`messenger::Messenger`];
+//! * [`panic`]: PANIC's figures 3 and 5, and the engine's collectives and look-up against the
+//!   hosts', through `Comm::programs`;
 //! * [`messenger`]: nicmsg, TCP (blocking, busy-polling) and raw UDP behind that interface;
 //! * [`external`]: NetPIPE, libfabric `fi_pingpong` and `ucx_perftest`, run as installed;
 //! * [`worker`]: what each rank of a benchmark job runs (`nicmsg-bench bench-worker`);
@@ -23,6 +24,7 @@ mod error;
 pub mod external;
 pub mod messenger;
 pub mod model;
+pub mod panic;
 pub mod patterns;
 pub mod plot;
 pub mod report;

@@ -52,11 +52,25 @@ pub enum Pattern {
     Overhead,
     Overlap,
     Offload,
+    /// PANIC figure 3: round trips engine to engine, host memory to host memory by programs,
+    /// host and program together, and the plain API.
+    #[serde(rename = "panic-rtt")]
+    PanicRtt,
+    /// PANIC figure 5: the engine's handling of a program message, by phase, against the
+    /// statements the activation executes.
+    #[serde(rename = "panic-cost")]
+    PanicCost,
+    /// Barrier and all-reduce completed on the engines against the same over the plain API.
+    #[serde(rename = "panic-collectives")]
+    PanicCollectives,
+    /// A key-value look-up answered by the engine against one answered by the host.
+    #[serde(rename = "panic-kv")]
+    PanicKv,
 }
 
 impl Pattern {
     /// Every pattern, in the order of the papers' sections (the report's order: latency first).
-    pub const ALL: [Pattern; 7] = [
+    pub const ALL: [Pattern; 11] = [
         Pattern::Latency,
         Pattern::Bw,
         Pattern::Bibw,
@@ -64,7 +78,19 @@ impl Pattern {
         Pattern::Overhead,
         Pattern::Overlap,
         Pattern::Offload,
+        Pattern::PanicRtt,
+        Pattern::PanicCost,
+        Pattern::PanicCollectives,
+        Pattern::PanicKv,
     ];
+
+    /// PANIC's patterns: nicmsg's programs alone, no baselines.
+    pub fn is_panic(self) -> bool {
+        matches!(
+            self,
+            Pattern::PanicRtt | Pattern::PanicCost | Pattern::PanicCollectives | Pattern::PanicKv
+        )
+    }
 
     /// The name used on the command line, in `results.json` and for file names.
     pub fn name(self) -> &'static str {
@@ -76,6 +102,10 @@ impl Pattern {
             Pattern::Overhead => "overhead",
             Pattern::Overlap => "overlap",
             Pattern::Offload => "offload",
+            Pattern::PanicRtt => "panic-rtt",
+            Pattern::PanicCost => "panic-cost",
+            Pattern::PanicCollectives => "panic-collectives",
+            Pattern::PanicKv => "panic-kv",
         }
     }
 
@@ -141,6 +171,21 @@ pub struct Point {
     /// `overlap`: what the computation got and what the network got.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlap: Option<Overlap>,
+    /// `panic-cost`: statements the activation executed (the x axis of PANIC's figure 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub statements: Option<u64>,
+    /// `panic-cost`: the engine's handling of one message, by phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phases: Option<Phases>,
+    /// `panic-rtt`, `mcp2mcp` and `getdeliver` (timed by the programs' `CLOCK`): the timed
+    /// run's time on rank 0's host over its round trips, which also counts starting the run
+    /// and seeing its end once, in microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_timed_us: Option<f64>,
+    /// `panic-collectives`: CPU time of the host's thread per operation (`time_us` is its
+    /// latency), in microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_cpu_us: Option<Summary>,
     /// Repetitions behind the summary.
     pub repetitions: u64,
     /// Every sample in microseconds, in measurement order (may be thinned to at most
@@ -182,6 +227,22 @@ pub struct Overlap {
     pub availability: f64,
     /// availability x throughput (RMPP figure 11), MB/s.
     pub effective_mbytes_per_sec: f64,
+}
+
+/// PANIC figure 5: where the engine's time for one program message goes, in microseconds
+/// (per-message samples summarised; `Point::time_us` is the whole handling).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct Phases {
+    /// Copy out of the inbox, header parsed and checked: the engine's demultiplexing.
+    pub demux_us: Summary,
+    /// The VM's dispatch and activation, segment copies excluded.
+    pub interpret_us: Summary,
+    /// The activation's `DELIVER` into the host's segment.
+    pub deliver_us: Summary,
+    /// Instructions the activation executed.
+    pub instructions: u32,
+    /// One read of the monotonic clock (each phase includes about one), median.
+    pub clock_read_us: f64,
 }
 
 #[cfg(test)]

@@ -13,6 +13,10 @@
 //! | `overlap-availability` | processor availability vs computation (RMPP figure 10) |
 //! | `overlap-effective` | availability x throughput vs computation (RMPP figure 11) |
 //! | `offload` | bandwidth vs size, one line per offload variant |
+//! | `panic-rtt` | round trip vs size per PANIC mechanism and engine mode (PANIC figure 3) |
+//! | `panic-cost` | the engine's time per phase vs statements executed (PANIC figure 5) |
+//! | `panic-collectives` | latency and host CPU per barrier / all-reduce, engine vs host (bars) |
+//! | `panic-kv` | look-up time, engine vs host (bars) |
 //!
 //! A chart without data (no series of its pattern measured) is not written.
 //!
@@ -287,6 +291,10 @@ fn charts(report: &Report) -> Vec<Chart> {
         let bodies = match pattern {
             Pattern::Overhead => overhead_chart(report).into_iter().collect(),
             Pattern::Overlap => overlap_charts(report),
+            Pattern::PanicCost => panic_cost_chart(report).into_iter().collect(),
+            Pattern::PanicCollectives | Pattern::PanicKv => {
+                panic_bar_chart(report, pattern).into_iter().collect()
+            }
             _ => size_chart(report, pattern).into_iter().collect(),
         };
         for (stem, title, body) in bodies {
@@ -322,6 +330,10 @@ fn size_chart(report: &Report, pattern: Pattern) -> Option<Titled> {
             "both directions (MB/s)",
         ),
         Pattern::Msgrate => ("message rate vs message size", "messages per second"),
+        Pattern::PanicRtt => (
+            "round trip vs message size (PANIC figure 3)",
+            "round trip (us)",
+        ),
         _ => (
             "bandwidth per RSM position vs message size",
             "bandwidth (MB/s)",
@@ -436,6 +448,83 @@ fn overlap_lines(
     }
     lines.retain(|l| !l.points.is_empty());
     lines
+}
+
+/// PANIC figure 5: the engine's time per phase against the statements executed.
+fn panic_cost_chart(report: &Report) -> Option<Titled> {
+    let series = view::measured(report, Pattern::PanicCost);
+    type Phase = fn(&Point) -> Option<f64>;
+    let phases: [(&str, Phase); 4] = [
+        ("demultiplex", |p| Some(p.phases?.demux_us.median)),
+        ("interpret", |p| Some(p.phases?.interpret_us.median)),
+        ("deliver", |p| Some(p.phases?.deliver_us.median)),
+        ("total handling", |p| Some(p.time_us.median)),
+    ];
+    let lines: Vec<Line> = phases
+        .iter()
+        .enumerate()
+        .map(|(i, (label, value))| Line {
+            label: (*label).to_string(),
+            look: look(label, i),
+            points: sorted_points(series.iter().flat_map(|s| {
+                s.points
+                    .iter()
+                    .filter_map(|p| Some((p.statements? as f64, value(p)?)))
+            })),
+        })
+        .filter(|line| !line.points.is_empty())
+        .collect();
+    if lines.is_empty() {
+        return None;
+    }
+    let descs = ("statements executed", "time per message, median (us)");
+    let chart = LineChart::fitted(lines, descs, Axis::linear, Axis::linear);
+    Some((
+        "panic-cost",
+        "engine time per phase vs statements (PANIC figure 5)",
+        chart,
+    ))
+}
+
+/// Collectives and look-ups: one group per series, bars for the median and p99 latency and
+/// (collectives) the host's CPU time per operation, or (look-up) the minimum.
+fn panic_bar_chart(report: &Report, pattern: Pattern) -> Option<Titled> {
+    let series = view::measured(report, pattern);
+    let mut groups = Vec::new();
+    let mut values = Vec::new();
+    for s in series {
+        let Some(p) = s.points.first() else { continue };
+        groups.push(s.system.trim_start_matches("nicmsg-").to_string());
+        let third = match pattern {
+            Pattern::PanicCollectives => p.host_cpu_us.map_or(0.0, |c| c.median),
+            _ => p.time_us.min,
+        };
+        values.push([p.time_us.median, p.time_us.p99, third]);
+    }
+    if groups.is_empty() {
+        return None;
+    }
+    let ys: Vec<f64> = values.iter().flatten().copied().collect();
+    let (stem, title, parts) = match pattern {
+        Pattern::PanicCollectives => (
+            "panic-collectives",
+            "engine vs host barrier and all-reduce: latency and host CPU",
+            ["latency, median", "latency, p99", "host CPU, median"],
+        ),
+        _ => (
+            "panic-kv",
+            "key-value look-up answered by the engine vs by the host",
+            ["median", "p99", "min"],
+        ),
+    };
+    let chart = BarChart {
+        y_desc: "time per operation (us)",
+        x: Axis::categories(groups),
+        y: Axis::linear(&ys),
+        parts,
+        values,
+    };
+    Some((stem, title, Body::Bars(chart)))
 }
 
 /// EMP table 2 as grouped bars; systems without a per-call breakdown are left out.

@@ -189,6 +189,27 @@ fn pattern_table(series: &[&Series], pattern: Pattern) -> Option<(String, Table)
             "one row per amount of computation per iteration".to_string(),
             overlap_table(series),
         )),
+        Pattern::PanicCost => Some((
+            "the engine's handling of one program message, by phase, in us (medians; each \
+             phase includes about one clock read)"
+                .to_string(),
+            panic_cost_table(series),
+        )),
+        Pattern::PanicRtt | Pattern::PanicCollectives | Pattern::PanicKv => Some((
+            format!(
+                "{} in us; (0.50x) = median / the same engine mode's {}",
+                match pattern {
+                    Pattern::PanicRtt => "round trip",
+                    _ => "time per operation",
+                },
+                match pattern {
+                    Pattern::PanicRtt => "plain API ping-pong (api)",
+                    Pattern::PanicKv => "host-answered look-up (host)",
+                    _ => "host-driven operation (host-...)",
+                }
+            ),
+            panic_table(series, pattern),
+        )),
         _ => {
             let headline = view::headline(pattern)?;
             let caption = format!(
@@ -268,6 +289,87 @@ fn overhead_table(series: &[&Series], reference: Option<&str>) -> Table {
         header: header.map(String::from).to_vec(),
         rows,
     }
+}
+
+/// PANIC's size-swept and single-point patterns: one row per series and size, with the
+/// summary, the host's CPU time per operation or the host-timed mean where measured, and the
+/// ratio to the same engine mode's reference series ([`view::panic_reference`]).
+fn panic_table(series: &[&Series], pattern: Pattern) -> Table {
+    let extra = match pattern {
+        Pattern::PanicCollectives => "host CPU (median)",
+        Pattern::PanicRtt => "host-timed mean",
+        _ => "",
+    };
+    let mut header = ["series", "size", "median", "min", "p99", "max"]
+        .map(String::from)
+        .to_vec();
+    if !extra.is_empty() {
+        header.push(extra.to_string());
+    }
+    header.push("ratio".to_string());
+    let mut rows = Vec::new();
+    for s in series {
+        let reference = view::panic_reference(pattern, &s.system)
+            .and_then(|name| series.iter().find(|r| r.system == name));
+        for p in &s.points {
+            let t = p.time_us;
+            let mut row = vec![
+                s.system.clone(),
+                format_size(p.size),
+                format_value(t.median),
+                format_value(t.min),
+                format_value(t.p99),
+                format_value(t.max),
+            ];
+            if !extra.is_empty() {
+                let value = p.host_cpu_us.map(|c| c.median).or(p.host_timed_us);
+                row.push(value.map(format_value).unwrap_or_else(|| "-".into()));
+            }
+            let base = reference
+                .and_then(|r| view::point_at(r, p.size))
+                .map(|r| r.time_us.median);
+            row.push(
+                format_ratio(t.median, base)
+                    .map(|r| r.to_string())
+                    .unwrap_or_else(|| "-".into()),
+            );
+            rows.push(row);
+        }
+    }
+    Table { header, rows }
+}
+
+/// PANIC figure 5 as numbers: one row per statement count.
+fn panic_cost_table(series: &[&Series]) -> Table {
+    let header = [
+        "statements",
+        "instructions",
+        "size",
+        "total",
+        "demultiplex",
+        "interpret",
+        "deliver",
+        "clock read",
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut rows = Vec::new();
+    for s in series {
+        for p in &s.points {
+            let Some(phases) = p.phases else { continue };
+            rows.push(vec![
+                p.statements.map(|n| n.to_string()).unwrap_or_default(),
+                phases.instructions.to_string(),
+                format_size(p.size),
+                format_value(p.time_us.median),
+                format_value(phases.demux_us.median),
+                format_value(phases.interpret_us.median),
+                format_value(phases.deliver_us.median),
+                format_value(phases.clock_read_us),
+            ]);
+        }
+    }
+    Table { header, rows }
 }
 
 /// EMP figure 6 / RMPP figures 10-11 as numbers: one row per system, size and computation.
@@ -378,11 +480,17 @@ fn pattern_section<'a>(
 /// `latency` and `overlap`.
 fn plot_pattern(plot: &Path) -> Option<&str> {
     let stem = plot.file_stem()?.to_str()?;
-    let pattern = stem.split('-').next()?;
+    // The longest name that is the stem or begins it before a '-' (`panic-rtt`, not `panic`).
     Pattern::ALL
         .iter()
         .map(|p| p.name())
-        .find(|name| *name == pattern)
+        .filter(|name| {
+            stem == *name
+                || stem
+                    .strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with('-'))
+        })
+        .max_by_key(|name| name.len())
 }
 
 /// PNGs as images (every markdown viewer shows them), each followed by a link to its SVG.

@@ -78,7 +78,153 @@ pub fn evaluate(report: &Report) -> Vec<TargetCheck> {
     checks.extend(overhead_checks(report));
     checks.push(overlap_check(report));
     checks.extend(cliff_checks(report));
+    checks.extend(panic_checks(report));
     checks
+}
+
+/// Issue 17's goals for PANIC, per engine mode: engine-to-engine round trips beat the plain
+/// API's at every size measured; an engine-answered look-up takes at most 0.8x a
+/// host-answered one; and the interpreter takes at most 10 ns per simple instruction.
+fn panic_checks(report: &Report) -> Vec<TargetCheck> {
+    let mut checks = Vec::new();
+    for mode in ["inline", "thread"] {
+        let ours = format!("nicmsg-{mode}-mcp2mcp");
+        let api = format!("nicmsg-{mode}-api");
+        checks.push(panic_ratio_check(
+            report,
+            Pattern::PanicRtt,
+            (&ours, &api),
+            format!("PANIC mcp2mcp vs API ({mode})"),
+            "< api at every size".to_string(),
+            1.0,
+            false,
+        ));
+        let ours = format!("nicmsg-{mode}-engine");
+        let host = format!("nicmsg-{mode}-host");
+        checks.push(panic_ratio_check(
+            report,
+            Pattern::PanicKv,
+            (&ours, &host),
+            format!("PANIC look-up vs host ({mode})"),
+            "<= 0.8 x host".to_string(),
+            0.8,
+            true,
+        ));
+    }
+    checks.push(interpreter_check(report));
+    checks
+}
+
+/// `ours` against `reference` at every size both measured: holds when every ratio of medians
+/// is below `bound` (or at most `bound` when `inclusive`).
+fn panic_ratio_check(
+    report: &Report,
+    pattern: Pattern,
+    (ours, reference): (&str, &str),
+    name: String,
+    goal: String,
+    bound: f64,
+    inclusive: bool,
+) -> TargetCheck {
+    let (Some(a), Some(b)) = (
+        view::find(report, pattern, ours),
+        view::find(report, pattern, reference),
+    ) else {
+        return TargetCheck {
+            name,
+            goal,
+            measured: format!("no {} series", pattern.name()),
+            verdict: Verdict::NotMeasured,
+        };
+    };
+    let ratios: Vec<(u64, f64, f64, f64)> = a
+        .points
+        .iter()
+        .filter_map(|p| {
+            let base = view::point_at(b, p.size)?.time_us.median;
+            Some((p.size, p.time_us.median, base, p.time_us.median / base))
+        })
+        .collect();
+    if ratios.is_empty() {
+        return TargetCheck {
+            name,
+            goal,
+            measured: format!("{ours} and {reference} share no size"),
+            verdict: Verdict::NotMeasured,
+        };
+    }
+    let holds = ratios
+        .iter()
+        .all(|r| if inclusive { r.3 <= bound } else { r.3 < bound });
+    let worst = ratios
+        .iter()
+        .max_by(|x, y| x.3.total_cmp(&y.3))
+        .expect("not empty");
+    let best = ratios
+        .iter()
+        .min_by(|x, y| x.3.total_cmp(&y.3))
+        .expect("not empty");
+    let measured = if ratios.len() == 1 {
+        format!(
+            "{} us vs {} us ({:.2}x)",
+            format_value(worst.1),
+            format_value(worst.2),
+            worst.3
+        )
+    } else {
+        format!(
+            "{:.2}x to {:.2}x; worst at {}: {} us vs {} us",
+            best.3,
+            worst.3,
+            size_in_words(worst.0),
+            format_value(worst.1),
+            format_value(worst.2)
+        )
+    };
+    TargetCheck {
+        name,
+        goal,
+        measured,
+        verdict: Verdict::from_holds(holds),
+    }
+}
+
+/// The interpreter's time per instruction: the slope of `panic-cost`'s interpreting phase
+/// between its fewest and most statements (`x = x + 1`: four simple instructions each), so
+/// the activation's fixed costs and the clock reads cancel.
+fn interpreter_check(report: &Report) -> TargetCheck {
+    let name = "PANIC interpreter per instruction".to_string();
+    let goal = "<= 10 ns per simple instruction".to_string();
+    let points: Vec<(u32, f64)> = view::measured(report, Pattern::PanicCost)
+        .iter()
+        .flat_map(|s| s.points.iter())
+        .filter_map(|p| Some((p.phases?.instructions, p.phases?.interpret_us.median)))
+        .collect();
+    let fewest = points.iter().min_by_key(|p| p.0);
+    let most = points.iter().max_by_key(|p| p.0);
+    match (fewest, most) {
+        (Some(a), Some(b)) if b.0 > a.0 => {
+            let ns = (b.1 - a.1) * 1e3 / f64::from(b.0 - a.0);
+            TargetCheck {
+                name,
+                goal,
+                measured: format!(
+                    "{ns:.2} ns ({} to {} instructions: {} to {} us)",
+                    a.0,
+                    b.0,
+                    format_value(a.1),
+                    format_value(b.1)
+                ),
+                verdict: Verdict::from_holds(ns <= 10.0),
+            }
+        }
+        _ => TargetCheck {
+            name,
+            goal,
+            measured: "no panic-cost series".to_string(),
+            verdict: Verdict::NotMeasured,
+        },
+    }
 }
 
 /// A number with who measured it, for the `measured` column.

@@ -65,6 +65,20 @@ pub(crate) fn reference<'a>(series: &[&'a Series]) -> Option<&'a Series> {
         .copied()
 }
 
+/// The series a PANIC series is compared with: the same engine mode's plain API (`panic-rtt`),
+/// host-driven operation (`panic-collectives`) or host-answered look-up (`panic-kv`).
+pub(crate) fn panic_reference(pattern: Pattern, system: &str) -> Option<String> {
+    let (mode, variant) = system.strip_prefix("nicmsg-")?.split_once('-')?;
+    let reference = match (pattern, variant) {
+        (Pattern::PanicRtt, "api") => return None,
+        (Pattern::PanicRtt, _) => "api".to_string(),
+        (Pattern::PanicKv, "engine") => "host".to_string(),
+        (Pattern::PanicCollectives, v) => format!("host-{}", v.strip_prefix("engine-")?),
+        _ => return None,
+    };
+    Some(format!("nicmsg-{mode}-{reference}"))
+}
+
 pub(crate) fn point_at(series: &Series, size: u64) -> Option<&Point> {
     series.points.iter().find(|p| p.size == size)
 }
@@ -121,7 +135,17 @@ pub(crate) fn headline(pattern: Pattern) -> Option<Headline> {
             unit: "msgs/s",
             value: |p| p.msgs_per_sec,
         }),
-        Pattern::Overhead | Pattern::Overlap => None,
+        Pattern::PanicRtt => Some(Headline {
+            what: "round trip",
+            unit: "us",
+            value: |p| Some(p.time_us.median),
+        }),
+        Pattern::PanicCollectives | Pattern::PanicKv => Some(Headline {
+            what: "time per operation",
+            unit: "us",
+            value: |p| Some(p.time_us.median),
+        }),
+        Pattern::Overhead | Pattern::Overlap | Pattern::PanicCost => None,
     }
 }
 

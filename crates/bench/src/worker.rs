@@ -51,6 +51,9 @@ pub struct WorkerArgs {
     /// process's environment before the communicator starts.
     #[arg(long = "env", value_name = "NAME=VALUE")]
     pub env: Vec<String>,
+    /// PANIC patterns: the mechanism measured (`mcp2mcp`, `engine-barrier`, ...).
+    #[arg(long)]
+    pub variant: Option<String>,
     /// The command that started the job, recorded in the series.
     #[arg(long, default_value = "")]
     pub command: String,
@@ -103,6 +106,9 @@ fn run(args: &WorkerArgs) -> Result<(), BenchError> {
         pin_to_own_core(job.rank);
     }
     let plan = plan_for(args);
+    if args.pattern.is_panic() {
+        return run_panic(args, &plan, series);
+    }
     let max_len = args.sizes.0.iter().copied().max().unwrap_or(0) as usize;
     let (mut messenger, rank) = connect(args, &job, max_len)?;
     let mut progress = open_progress(args, rank)?;
@@ -126,6 +132,42 @@ fn run(args: &WorkerArgs) -> Result<(), BenchError> {
             };
             break;
         }
+    }
+    if rank == 0 {
+        write_result(args, &series)?;
+    }
+    drop(messenger);
+    match series.outcome {
+        Outcome::Failed { error } => Err(BenchError::Usage(error)),
+        _ => Ok(()),
+    }
+}
+
+/// PANIC's patterns: nicmsg's programs through `Comm::programs` (see [`crate::panic`]).
+fn run_panic(args: &WorkerArgs, plan: &Plan, mut series: Series) -> Result<(), BenchError> {
+    let messenger = NicmsgMessenger::new(0)?;
+    let comm = messenger.comm();
+    let rank = comm.rank();
+    let mut progress = open_progress(args, rank)?;
+    let variant = args.variant.as_deref().unwrap_or_default();
+    let mut report = |point: Point| {
+        if let Some(file) = progress.as_mut() {
+            append_point(file, &point);
+        }
+        series.points.push(point);
+    };
+    let result = crate::panic::run(
+        args.pattern,
+        variant,
+        comm,
+        &args.sizes.0,
+        plan,
+        &mut report,
+    );
+    if let Err(error) = result {
+        series.outcome = Outcome::Failed {
+            error: error.to_string(),
+        };
     }
     if rank == 0 {
         write_result(args, &series)?;

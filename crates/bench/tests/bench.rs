@@ -131,6 +131,27 @@ fn papers_suite_quick_runs_every_pattern_and_writes_every_file() {
             );
         }
     }
+    // PANIC's patterns: every mechanism in both engine modes, the engine's handling once.
+    let panic = [
+        (Pattern::PanicRtt, "nicmsg-inline-mcp2mcp"),
+        (Pattern::PanicRtt, "nicmsg-thread-getdeliver"),
+        (Pattern::PanicRtt, "nicmsg-thread-app2app"),
+        (Pattern::PanicRtt, "nicmsg-inline-api"),
+        (Pattern::PanicCost, "nicmsg-engine-handling"),
+        (Pattern::PanicCollectives, "nicmsg-thread-engine-allreduce"),
+        (Pattern::PanicCollectives, "nicmsg-inline-host-barrier"),
+        (Pattern::PanicKv, "nicmsg-inline-engine"),
+        (Pattern::PanicKv, "nicmsg-thread-host"),
+    ];
+    for (pattern, system) in panic {
+        assert!(
+            report
+                .series
+                .iter()
+                .any(|s| s.pattern == pattern && s.system == system),
+            "{system} missing from {pattern:?}"
+        );
+    }
     assert!(report.environment.quick);
     assert!(!report.environment.kernel.is_empty());
     for file in [
@@ -139,6 +160,10 @@ fn papers_suite_quick_runs_every_pattern_and_writes_every_file() {
         "latency.svg",
         "bw.png",
         "bw.svg",
+        "panic-rtt.png",
+        "panic-cost.png",
+        "panic-collectives.png",
+        "panic-kv.png",
     ] {
         let path = out.join(file);
         let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);

@@ -510,19 +510,29 @@ impl Comm {
     }
 
     /// Inline: this thread is the engine for the whole wait (the standby stays away). Spins
-    /// turns for `wait_spin_ns`, then sleeps in the poller until a datagram or the next
-    /// deadline; reports hangs as the engine thread does when `NICMSG_WATCHDOG` is set.
+    /// turns until `wait_spin_ns` have passed since the last turn that did work (the engine
+    /// thread's idle rule), then sleeps in the poller until a datagram or the next deadline;
+    /// reports hangs as the engine thread does when `NICMSG_WATCHDOG` is set.
+    ///
+    /// Counting from the last work rather than from the start of the wait matters to long
+    /// waits that serve traffic meanwhile (a rank whose engine answers PANIC programs while
+    /// its host waits): counted from the start, every message after the first 50 us found
+    /// the engine asleep in the poller and paid a wake-up.
     fn wait_inline(&self, engine: &InlineEngine<Backend>, slot: u32) {
         let mut driver = engine.enter();
         let spin_start = driver.now();
         let mut last_watchdog = spin_start;
+        let mut last_work = spin_start;
         loop {
             let now = driver.now();
             let busy = driver.turn(now);
             if self.is_done(slot) {
                 return;
             }
-            if busy || now - spin_start < self.options.wait_spin_ns {
+            if busy {
+                last_work = now;
+            }
+            if busy || now - last_work < self.options.wait_spin_ns {
                 std::hint::spin_loop();
                 continue;
             }

@@ -14,8 +14,8 @@ use crate::worker::parse_pattern;
 /// Sets of patterns that reproduce a paper's figures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Suite {
-    /// Every pattern: the measurements of EMP, RMPP and BIP (LM and PANIC share only the latency
-    /// method: their mechanisms are not built yet); writes bench-report.md.
+    /// Every pattern: the measurements of EMP, RMPP, BIP and PANIC (LM shares only the latency
+    /// method); writes bench-report.md.
     Papers,
 }
 
@@ -32,7 +32,8 @@ pub enum Link {
     nicmsg bench --suite papers --quick --out bench-quick\n  \
     sudo nicmsg bench --suite papers --netns --out bench-netns\n  \
     sudo nicmsg bench bw --link gige --baselines tcp-busy,netpipe\n\n\
-    Patterns: latency bw bibw msgrate overhead overlap offload.\n\
+    Patterns: latency bw bibw msgrate overhead overlap offload\n\
+    \x20         panic-rtt panic-cost panic-collectives panic-kv.\n\
     Baselines: udp-busy tcp-busy tcp-blocking netpipe fi-udp-rxd fi-tcp-rxm ucx-tcp (or all, none).\n\
     See docs/benchmarks.md for what each pattern measures.")]
 pub struct BenchArgs {

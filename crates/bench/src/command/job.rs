@@ -99,6 +99,10 @@ fn run_args(plan: &SeriesPlan, args: &BenchArgs, progress: &Path, result: &Path)
         command.push("--reps".into());
         command.push(reps.to_string().into());
     }
+    if let Some(variant) = plan.variant {
+        command.push("--variant".into());
+        command.push(variant.into());
+    }
     for setting in &plan.env {
         command.push("--env".into());
         command.push(setting.into());

@@ -171,6 +171,8 @@ fn planned_points(plan: &SeriesPlan, args: &BenchArgs) -> u64 {
             crate::patterns::Plan::full()
         };
         plan.computes_us.len() as u64
+    } else if plan.pattern == Pattern::PanicCost {
+        crate::panic::cost_points_per_size(args.quick, args.reps) as u64
     } else {
         1
     };

@@ -12,6 +12,22 @@ use crate::system::System;
 /// RMPP figure 8's positions of the RSM before the end of a window of cleared frames, plus the
 /// defaults' neighbourhood; the window is RMPP's 16 frames.
 pub const RSM_POSITIONS: [u32; 9] = [0, 1, 2, 4, 5, 8, 11, 14, 15];
+/// PANIC figure 3's sizes: 0 B to 4 KiB, a program's largest transfer.
+pub const PANIC_RTT_SIZES: [u64; 8] = [0, 64, 256, 512, 1024, 1500, 2048, 4096];
+/// PANIC figure 3's mechanisms, the plain API first (the others' reference).
+pub const PANIC_RTT_VARIANTS: [&str; 4] = ["api", "mcp2mcp", "getdeliver", "app2app"];
+/// Collectives: each host-driven one before its engine-resident counterpart.
+pub const PANIC_COLLECTIVE_VARIANTS: [&str; 4] = [
+    "host-barrier",
+    "engine-barrier",
+    "host-allreduce",
+    "engine-allreduce",
+];
+/// Key-value look-up: answered by the host, then by the engine.
+pub const PANIC_KV_VARIANTS: [&str; 2] = ["host", "engine"];
+/// The one series of `panic-cost`: the engine's handling, in-process (no engine mode).
+pub const PANIC_COST_SERIES: &str = "nicmsg-engine-handling";
+
 /// RMPP's CTS window: one RSM/CTS pair per 16 data frames.
 pub const RMPP_WINDOW: u32 = 16;
 /// EMP's overhead and overlap message size ("10 kB").
@@ -29,6 +45,8 @@ pub struct SeriesPlan {
     /// nicmsg settings, `NAME=VALUE`.
     pub env: Vec<String>,
     pub sizes: Vec<u64>,
+    /// PANIC patterns: which mechanism the series measures (`mcp2mcp`, `engine-barrier`, ...).
+    pub variant: Option<&'static str>,
     /// Set when the series cannot run here (not installed, unsupported): recorded as is.
     pub skip: Option<Outcome>,
 }
@@ -39,6 +57,9 @@ pub fn series_for(pattern: Pattern, args: &BenchArgs) -> Result<Vec<SeriesPlan>,
     let mut plans = Vec::new();
     if pattern == Pattern::Offload {
         return Ok(offload_series(args, &sizes));
+    }
+    if pattern.is_panic() {
+        return Ok(panic_series(pattern, args, &sizes));
     }
     for system in baselines(args)? {
         plans.push(baseline(pattern, system, &sizes));
@@ -75,6 +96,12 @@ pub fn sizes_for(pattern: Pattern, args: &BenchArgs) -> Vec<u64> {
             .into_iter()
             .filter(|&s| s >= 16 << 10)
             .collect(),
+        Pattern::PanicRtt if quick => vec![0, 1024],
+        Pattern::PanicRtt => PANIC_RTT_SIZES.to_vec(),
+        // Figure 4's DELIVER of 64 bytes; the statements are swept inside the point.
+        Pattern::PanicCost => vec![64],
+        Pattern::PanicCollectives => vec![8],
+        Pattern::PanicKv => vec![8],
     }
 }
 
@@ -109,6 +136,7 @@ fn baseline(pattern: Pattern, system: System, sizes: &[u64]) -> SeriesPlan {
         engine: None,
         env: Vec::new(),
         sizes: sizes.to_vec(),
+        variant: None,
         skip,
     }
 }
@@ -144,8 +172,35 @@ fn nicmsg(
         engine: Some(engine),
         env,
         sizes: sizes.to_vec(),
+        variant: None,
         skip: None,
     }
+}
+
+/// PANIC's series: in each engine mode, one per mechanism (named `nicmsg-MODE-VARIANT`);
+/// `panic-cost` measures the engine's code in-process, the same in both modes, so it has one.
+fn panic_series(pattern: Pattern, args: &BenchArgs, sizes: &[u64]) -> Vec<SeriesPlan> {
+    if pattern == Pattern::PanicCost {
+        let mut plan = nicmsg(pattern, Engine::Inline, sizes, Vec::new(), None);
+        plan.name = PANIC_COST_SERIES.to_owned();
+        plan.label = "engine handling a program message (in-process)".to_owned();
+        plan.variant = Some("cost");
+        return vec![plan];
+    }
+    let variants: &[&'static str] = match pattern {
+        Pattern::PanicRtt => &PANIC_RTT_VARIANTS,
+        Pattern::PanicCollectives => &PANIC_COLLECTIVE_VARIANTS,
+        _ => &PANIC_KV_VARIANTS,
+    };
+    let mut plans = Vec::new();
+    for &engine in &args.engines {
+        for &variant in variants {
+            let mut plan = nicmsg(pattern, engine, sizes, Vec::new(), Some(variant.to_owned()));
+            plan.variant = Some(variant);
+            plans.push(plan);
+        }
+    }
+    plans
 }
 
 /// RMPP's steps: protocol on the host's thread (inline) against an offload engine (thread), then

@@ -39,6 +39,8 @@ pub fn supports(pattern: Pattern) -> Result<(), String> {
         }
         Pattern::Overlap => Err("fi_pingpong has no computation to overlap".into()),
         Pattern::Offload => Err("fi_pingpong has no protocol-offload variants".into()),
+        p if p.is_panic() => Err("PANIC measures nicmsg\'s programs, which only nicmsg has".into()),
+        _ => unreachable!("every pattern is listed"),
     }
 }
 

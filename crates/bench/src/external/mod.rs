@@ -286,6 +286,8 @@ fn port(base: u16, peer: ExternalPeer, pattern: Pattern, index: usize) -> u16 {
         Pattern::Overhead => 4,
         Pattern::Overlap => 5,
         Pattern::Offload => 6,
+        // No external peer runs PANIC's patterns (`supports` refuses them).
+        _ => 7,
     };
     let within = (index % usize::from(PORTS_PER_PATTERN)) as u16;
     base + peer.index() * PORTS_PER_PEER + pattern_index * PORTS_PER_PATTERN + within

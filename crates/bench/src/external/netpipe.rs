@@ -47,6 +47,8 @@ pub fn supports(pattern: Pattern) -> Result<(), String> {
         Pattern::Overhead => Err("NetPIPE times whole transfers, not the post/wait calls".into()),
         Pattern::Overlap => Err("NetPIPE has no computation to overlap".into()),
         Pattern::Offload => Err("NetPIPE has no protocol-offload variants".into()),
+        p if p.is_panic() => Err("PANIC measures nicmsg\'s programs, which only nicmsg has".into()),
+        _ => unreachable!("every pattern is listed"),
     }
 }
 

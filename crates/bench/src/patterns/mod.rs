@@ -140,12 +140,19 @@ pub fn run(
                 )?);
             }
         }
+        // Through `Comm::programs`, not the messenger: see `crate::panic`.
+        other => {
+            return Err(BenchError::Usage(format!(
+                "{} runs through crate::panic",
+                other.name()
+            )))
+        }
     }
     Ok(())
 }
 
 /// A point from per-repetition samples in microseconds.
-fn point(size: u64, samples: &[f64]) -> Point {
+pub(crate) fn point(size: u64, samples: &[f64]) -> Point {
     Point {
         size,
         time_us: summarize(samples),

@@ -18,6 +18,10 @@ pub(super) struct EngineHost<'a> {
     free_sends: &'a mut Vec<usize>,
     queued: &'a mut VecDeque<Queued>,
     stats: &'a mut ProgramsStats,
+    /// Whether segment copies are timed ([`super::Programs::set_phase_timing`]), and their
+    /// time so far in this activation.
+    time_copies: bool,
+    copy_ns: u64,
 }
 
 impl<'a> EngineHost<'a> {
@@ -41,7 +45,30 @@ impl<'a> EngineHost<'a> {
             free_sends,
             queued,
             stats,
+            time_copies: false,
+            copy_ns: 0,
         }
+    }
+
+    /// Times the segment copies of this activation from now on.
+    pub(super) fn time_copies(&mut self, on: bool) {
+        self.time_copies = on;
+    }
+
+    /// Nanoseconds spent in segment copies while they were timed.
+    pub(super) fn copy_ns(&self) -> u64 {
+        self.copy_ns
+    }
+
+    /// Runs `copy`, adding its time to `copy_ns` when copies are timed.
+    fn timed<R>(&mut self, copy: impl FnOnce(&Self) -> R) -> R {
+        if !self.time_copies {
+            return copy(self);
+        }
+        let started = crate::clock::monotonic_ns();
+        let result = copy(self);
+        self.copy_ns += crate::clock::monotonic_ns() - started;
+        result
     }
 }
 
@@ -113,13 +140,16 @@ impl Host for EngineHost<'_> {
         offset: u64,
         bytes: &[u8],
     ) -> Result<(), SegmentError> {
-        self.shared
-            .with_segment(segment, offset, bytes.len() as u64, |address| {
-                // SAFETY: `with_segment` checked the range lies in the shared segment, which the
-                // host keeps valid until `unshare`, and `unshare` waits for this copy to end.
-                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), address, bytes.len()) }
-            })
-            .map_err(|size| segment_error(segment, offset, bytes.len(), size))
+        self.timed(|host| {
+            host.shared
+                .with_segment(segment, offset, bytes.len() as u64, |address| {
+                    // SAFETY: `with_segment` checked the range lies in the shared segment, which
+                    // the host keeps valid until `unshare`, and `unshare` waits for this copy
+                    // to end.
+                    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), address, bytes.len()) }
+                })
+        })
+        .map_err(|size| segment_error(segment, offset, bytes.len(), size))
     }
 
     fn get(
@@ -130,12 +160,14 @@ impl Host for EngineHost<'_> {
         into: &mut [u8],
     ) -> Result<(), SegmentError> {
         let len = into.len();
-        self.shared
-            .with_segment(segment, offset, len as u64, |address| {
-                // SAFETY: as in `deliver`; `into` is the VM's own memory, apart from segments.
-                unsafe { std::ptr::copy_nonoverlapping(address, into.as_mut_ptr(), len) }
-            })
-            .map_err(|size| segment_error(segment, offset, len, size))
+        self.timed(|host| {
+            host.shared
+                .with_segment(segment, offset, len as u64, |address| {
+                    // SAFETY: as in `deliver`; `into` is the VM's own memory, apart from segments.
+                    unsafe { std::ptr::copy_nonoverlapping(address, into.as_mut_ptr(), len) }
+                })
+        })
+        .map_err(|size| segment_error(segment, offset, len, size))
     }
 
     fn locked(&mut self, program: ProgramId, lock: u8) -> bool {

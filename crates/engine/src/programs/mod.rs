@@ -105,6 +105,23 @@ pub struct ProgramsStats {
     pub signals_refused: u64,
 }
 
+/// Where the time of the last program message went, when [`Programs::set_phase_timing`] is
+/// on (PANIC's figure 5: demultiplexing, interpreting, delivering). Each interval is read
+/// from the monotonic clock, so each includes about one clock read (some 20 ns with the TSC).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PhaseTimes {
+    /// From the start of the message's handling to the VM's call: the copy out of its inbox,
+    /// the header parsed and checked against its context (the engine's demultiplexing).
+    pub demux_ns: u64,
+    /// The VM's dispatch (finding the program and the trigger, running the activation), less
+    /// `deliver_ns`.
+    pub interpret_ns: u64,
+    /// Inside the activation's copies into and out of host segments (`DELIVER`, `GET`).
+    pub deliver_ns: u64,
+    /// Instructions the activation executed.
+    pub instructions: u32,
+}
+
 /// What the driver posts for the programs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Post {
@@ -166,6 +183,10 @@ pub struct Programs {
     /// The buffer of the post `poll_post` handed out last, until `posted` says its op.
     posting: Option<usize>,
     stats: ProgramsStats,
+    /// Whether message handling reads the clock around its phases (off in normal operation:
+    /// one branch per message).
+    phase_timing: bool,
+    phases: PhaseTimes,
 }
 
 impl Programs {
@@ -231,7 +252,20 @@ impl Programs {
             queued: VecDeque::new(),
             posting: None,
             stats: ProgramsStats::default(),
+            phase_timing: false,
+            phases: PhaseTimes::default(),
         }
+    }
+
+    /// Times the phases of every program message from now on (for benchmarks: it costs four
+    /// clock reads per message); [`Programs::phases`] has the last message's.
+    pub fn set_phase_timing(&mut self, on: bool) {
+        self.phase_timing = on;
+    }
+
+    /// The phases of the last program message handled while phase timing was on.
+    pub fn phases(&self) -> PhaseTimes {
+        self.phases
     }
 
     pub fn stats(&self) -> &ProgramsStats {
@@ -371,6 +405,7 @@ impl Programs {
     }
 
     fn handle(&mut self, inbox: usize, status: Status, now: Nanos) {
+        let started = self.phase_timing.then(crate::clock::monotonic_ns);
         let len = (status.len as usize).min(self.buffers[inbox].memory.len());
         let context = self.buffers[inbox].context;
         // Copied out: the VM's host writes other buffers while the message is read, and the
@@ -390,7 +425,7 @@ impl Programs {
         let payload = &bytes[PROGRAM_HEADER_LEN..];
         if header.op == ProgramOp::Message {
             self.stats.messages += 1;
-            self.run_message(&header, payload, status.peer, now);
+            self.run_message(&header, payload, status.peer, now, started);
         } else {
             self.stats.requests += 1;
             self.run_request(&header, payload, status.peer, now);
@@ -409,7 +444,15 @@ impl Programs {
         unsafe { std::slice::from_raw_parts(address, len) }
     }
 
-    fn run_message(&mut self, header: &ProgramHeader, payload: &[u8], peer: u32, now: Nanos) {
+    /// Runs a program message; `started` is when its handling began, if phases are timed.
+    fn run_message(
+        &mut self,
+        header: &ProgramHeader,
+        payload: &[u8],
+        peer: u32,
+        now: Nanos,
+        started: Option<Nanos>,
+    ) {
         let Some(vm) = self.vm.as_mut() else {
             self.stats.refused += 1;
             return;
@@ -433,7 +476,19 @@ impl Programs {
             &mut self.queued,
             &mut self.stats,
         );
+        host.time_copies(started.is_some());
+        let dispatched = started.map(|_| crate::clock::monotonic_ns());
         let outcome = vm.dispatch(&message, &mut host);
+        if let (Some(started), Some(dispatched)) = (started, dispatched) {
+            let done = crate::clock::monotonic_ns();
+            let copies = host.copy_ns();
+            self.phases = PhaseTimes {
+                demux_ns: dispatched - started,
+                interpret_ns: (done - dispatched).saturating_sub(copies),
+                deliver_ns: copies,
+                instructions: outcome.instructions(),
+            };
+        }
         match outcome {
             Outcome::Refused(refusal) => {
                 tracing::debug!(%refusal, peer, "PANIC message refused");
