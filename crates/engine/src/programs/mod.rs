@@ -575,7 +575,7 @@ impl Programs {
             (status::REFUSED, header.program)
         } else {
             self.stats.messages += 1;
-            self.run_message(header, payload, self.rank, now);
+            self.run_message(header, payload, self.rank, now, None);
             (status::DONE, header.program)
         };
         let mut answer = vec![0u8; ANSWER_LEN];
