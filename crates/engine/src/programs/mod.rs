@@ -408,10 +408,10 @@ impl Programs {
         let started = self.phase_timing.then(crate::clock::monotonic_ns);
         let len = (status.len as usize).min(self.buffers[inbox].memory.len());
         let context = self.buffers[inbox].context;
-        // Copied out: the VM's host writes other buffers while the message is read, and the
-        // inbox is posted again right after. A program message is at most 4 KiB.
-        let bytes = self.inbox_bytes(inbox, len).to_vec();
-        let header = match ProgramHeader::parse(&bytes) {
+        // SAFETY: the inbox's receive completed and the inbox is posted again only after this
+        // handling (`handle_received`); meanwhile only send buffers and segments are written.
+        let bytes = unsafe { self.inbox_bytes(inbox, len) };
+        let header = match ProgramHeader::parse(bytes) {
             Ok(header)
                 if (header.op == ProgramOp::Message) == (context == Context::PROGRAM_MESSAGES) =>
             {
@@ -432,15 +432,21 @@ impl Programs {
         }
     }
 
-    /// The first `len` bytes of an inbox whose receive has completed.
-    fn inbox_bytes(&self, inbox: usize, len: usize) -> &[u8] {
+    /// The first `len` bytes of an inbox whose receive has completed, read in place (no copy:
+    /// the message is handled straight from where the protocol core wrote it). The slice is not
+    /// tied to `self`, so the handling may change `self` while it reads the message.
+    ///
+    /// # Safety
+    /// The inbox must not be posted again (nor otherwise written) while the slice is used.
+    unsafe fn inbox_bytes<'m>(&self, inbox: usize, len: usize) -> &'m [u8] {
         let buffer = &self.buffers[inbox];
         let address = self
             .registry
             .address(buffer.region, 0, len as u64)
             .expect("engine buffers stay registered");
-        // SAFETY: the receive completed, so the protocol core no longer writes the buffer;
-        // nothing else does, and it is posted again only after this borrow ends.
+        // SAFETY: the receive completed, so the protocol core no longer writes the buffer; its
+        // heap memory lives as long as `self` (the `Vec` is never resized), and the caller
+        // keeps it unposted while the slice is used.
         unsafe { std::slice::from_raw_parts(address, len) }
     }
 
