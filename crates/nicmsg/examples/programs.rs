@@ -138,9 +138,8 @@ fn key_value_lookup(comm: &Comm, programs: &Programs<'_>) -> Result<(), Error> {
     if comm.rank() != 1 {
         let kv = ProgramId::of_name("kvlookup");
         for key in [1i64, 250, 500, 501, 9999] {
-            programs.send(1, kv, 20, &key.to_le_bytes())?;
             let mut answer = [0u8; 16];
-            let reply = programs.receive(21, &mut answer)?;
+            let reply = programs.call((1, kv, 20), &key.to_le_bytes(), 21, &mut answer)?;
             let found = (1..=500).contains(&key);
             assert_eq!(reply.len, if found { 16 } else { 8 }, "key {key}");
             assert_eq!(i64::from_le_bytes(answer[..8].try_into().unwrap()), key);

@@ -137,61 +137,96 @@ impl<'a> Programs<'a> {
         trigger: u16,
         payload: &[u8],
     ) -> Result<(), Error> {
+        let mut head = [0u8; PROGRAM_HEADER_LEN];
+        let sent = self
+            .post_message(rank, program, trigger, payload, &mut head)?
+            .wait();
+        sent.map(drop)
+    }
+
+    /// Posts the send of a message to a program; `head` holds its header until it completes.
+    fn post_message<'r>(
+        &'r self,
+        rank: u32,
+        program: ProgramId,
+        trigger: u16,
+        payload: &'r [u8],
+        head: &'r mut [u8; PROGRAM_HEADER_LEN],
+    ) -> Result<crate::Request<'r>, Error> {
         if payload.len() > MESSAGE_BUFFER_LEN - PROGRAM_HEADER_LEN {
             return Err(Error::BadBuffer(
                 "message longer than a program can take (4 KiB)",
             ));
         }
-        let header = ProgramHeader {
+        ProgramHeader {
             op: ProgramOp::Message,
             trigger,
             program: program.0,
             source_program: None,
             request: 0,
             origin: self.comm.rank(),
-        };
-        let mut head = [0u8; PROGRAM_HEADER_LEN];
-        header.emit(&mut head);
+        }
+        .emit(head);
         let pieces = [
             (head.as_mut_ptr(), head.len()),
             (payload.as_ptr().cast_mut(), payload.len()),
         ];
-        self.comm
-            .post(
-                OpCode::Send,
-                rank,
-                (Context::PROGRAM_MESSAGES, u32::from(trigger)),
-                &pieces,
-            )?
-            .wait()
-            .map(drop)
+        self.comm.post(
+            OpCode::Send,
+            rank,
+            (Context::PROGRAM_MESSAGES, u32::from(trigger)),
+            &pieces,
+        )
     }
 
     /// Waits for a program's `REPLY` (or a message passed on with `PASS`) with `trigger`, and
     /// writes its payload into `buffer`.
     pub fn receive(&self, trigger: u16, buffer: &mut [u8]) -> Result<Reply, Error> {
         let mut head = [0u8; PROGRAM_HEADER_LEN];
+        let receive = self.post_receive(trigger, buffer, &mut head)?;
+        finish_receive(receive.wait()?, &head)
+    }
+
+    /// A request and its answer in one call: sends `payload` to `program` on the engine of
+    /// `rank` as `trigger` and waits for the `REPLY` with `reply_trigger`, whose receive is
+    /// posted first (so the answer lands in `buffer` at once, and the send and the answer
+    /// overlap) — an engine-answered look-up in one round trip.
+    pub fn call(
+        &self,
+        (rank, program, trigger): (u32, ProgramId, u16),
+        payload: &[u8],
+        reply_trigger: u16,
+        buffer: &mut [u8],
+    ) -> Result<Reply, Error> {
+        let mut reply_head = [0u8; PROGRAM_HEADER_LEN];
+        let receive = self.post_receive(reply_trigger, buffer, &mut reply_head)?;
+        let mut head = [0u8; PROGRAM_HEADER_LEN];
+        let sent = self
+            .post_message(rank, program, trigger, payload, &mut head)
+            .and_then(crate::Request::wait);
+        let received = receive.wait();
+        sent?;
+        finish_receive(received?, &reply_head)
+    }
+
+    /// Posts the receive of a program's reply: its header into `head`, its payload into
+    /// `buffer`.
+    fn post_receive<'r>(
+        &'r self,
+        trigger: u16,
+        buffer: &'r mut [u8],
+        head: &'r mut [u8; PROGRAM_HEADER_LEN],
+    ) -> Result<crate::Request<'r>, Error> {
         let pieces = [
             (head.as_mut_ptr(), head.len()),
             (buffer.as_mut_ptr(), buffer.len()),
         ];
-        let status = self
-            .comm
-            .post(
-                OpCode::Recv,
-                nicmsg_engine::ANY,
-                (Context::PROGRAM_ANSWERS, reply_tag(trigger)),
-                &pieces,
-            )?
-            .wait()?;
-        let header = ProgramHeader::parse(&head)
-            .map_err(|_| Error::BadBuffer("a program's reply without a valid header"))?;
-        Ok(Reply {
-            origin: header.origin,
-            program: ProgramId(header.source_program.unwrap_or(header.program)),
-            trigger: header.trigger,
-            len: (status.len as usize).saturating_sub(PROGRAM_HEADER_LEN),
-        })
+        self.comm.post(
+            OpCode::Recv,
+            nicmsg_engine::ANY,
+            (Context::PROGRAM_ANSWERS, reply_tag(trigger)),
+            &pieces,
+        )
     }
 
     /// Shares `memory` with the programs of this rank's engine as segment `id` (0 to
@@ -368,6 +403,18 @@ impl Drop for Segment<'_> {
     fn drop(&mut self) {
         self.shared.unshare(self.id);
     }
+}
+
+/// The reply a completed receive holds, from its header.
+fn finish_receive(status: Status, head: &[u8; PROGRAM_HEADER_LEN]) -> Result<Reply, Error> {
+    let header = ProgramHeader::parse(head)
+        .map_err(|_| Error::BadBuffer("a program's reply without a valid header"))?;
+    Ok(Reply {
+        origin: header.origin,
+        program: ProgramId(header.source_program.unwrap_or(header.program)),
+        trigger: header.trigger,
+        len: (status.len as usize).saturating_sub(PROGRAM_HEADER_LEN),
+    })
 }
 
 fn signal_error(error: SignalError) -> Error {

@@ -129,6 +129,11 @@ fn replies_reach_the_host_and_flags_wake_it() {
         assert_eq!((reply.origin, reply.program, reply.trigger), (0, echo, 2));
         programs.clear_flag(echo, 5).unwrap();
         assert!(!programs.flag(echo, 5).unwrap());
+        // A request and its reply in one call (the reply's receive is posted first).
+        let reply = programs
+            .call((0, echo, 1), b"again", 2, &mut buffer)
+            .unwrap();
+        assert_eq!(&buffer[..reply.len], b"again", "{mode:?}");
     }
 }
 

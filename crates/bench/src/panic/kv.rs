@@ -88,8 +88,9 @@ pub fn run(
         let key = next % KEYS + 1;
         next += 1;
         let len = if engine {
-            programs.send(1, kv, LOOKUP, &key.to_le_bytes())?;
-            programs.receive(ANSWER, &mut answer)?.len
+            programs
+                .call((1, kv, LOOKUP), &key.to_le_bytes(), ANSWER, &mut answer)?
+                .len
         } else {
             let reply = comm.irecv(&mut answer, Source::Rank(1), TagMatch::Tag(ANSWER_TAG))?;
             comm.send(&key.to_le_bytes(), 1, KEY_TAG)?;
