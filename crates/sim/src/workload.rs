@@ -4,7 +4,7 @@
 //! received, so the ledger can demand exactly that.
 
 use crate::ledger::OpRef;
-use crate::node::SimMode;
+use crate::node::{ProgramsSetup, SimMode};
 use crate::rng::SimRng;
 use crate::workloads;
 use crate::world::World;
@@ -89,11 +89,12 @@ pub enum WorkloadKind {
     Credits,
     Programs,
     ProgramsDeath,
+    ProgramsHost,
 }
 
 impl WorkloadKind {
-    /// Every workload; the last two need engine mode ([`WorkloadKind::needs_engine`]).
-    pub const ALL: [WorkloadKind; 13] = [
+    /// Every workload; the last three need engine mode ([`WorkloadKind::needs_engine`]).
+    pub const ALL: [WorkloadKind; 14] = [
         WorkloadKind::PingPong,
         WorkloadKind::Streams,
         WorkloadKind::AllToAll,
@@ -107,6 +108,7 @@ impl WorkloadKind {
         WorkloadKind::Credits,
         WorkloadKind::Programs,
         WorkloadKind::ProgramsDeath,
+        WorkloadKind::ProgramsHost,
     ];
 
     /// The messaging workloads, which run in both modes.
@@ -139,6 +141,7 @@ impl WorkloadKind {
             WorkloadKind::Credits => "credits",
             WorkloadKind::Programs => "programs",
             WorkloadKind::ProgramsDeath => "programs-death",
+            WorkloadKind::ProgramsHost => "programs-host",
         }
     }
 
@@ -185,6 +188,9 @@ impl WorkloadKind {
             WorkloadKind::ProgramsDeath => {
                 "PANIC with a rank dying mid-run: requests to it fail, not hang (engine mode)"
             }
+            WorkloadKind::ProgramsHost => {
+                "PANIC with its host: segments, locks, flags, PASS/DROP, barrier, all-reduce, replace, programs off (engine mode)"
+            }
         }
     }
 
@@ -196,7 +202,7 @@ impl WorkloadKind {
             WorkloadKind::Credits => 3,
             WorkloadKind::PeerDeath => 6,
             WorkloadKind::AllToAll => 16,
-            WorkloadKind::Programs | WorkloadKind::ProgramsDeath => 4,
+            WorkloadKind::Programs | WorkloadKind::ProgramsDeath | WorkloadKind::ProgramsHost => 4,
         }
     }
 
@@ -206,7 +212,7 @@ impl WorkloadKind {
         match self {
             WorkloadKind::PingPong | WorkloadKind::Cancel | WorkloadKind::Truncation => 2,
             WorkloadKind::PeerDeath => requested.unwrap_or(6).max(3),
-            WorkloadKind::Programs | WorkloadKind::ProgramsDeath => {
+            WorkloadKind::Programs | WorkloadKind::ProgramsDeath | WorkloadKind::ProgramsHost => {
                 requested.unwrap_or(4).clamp(4, 64)
             }
             other => requested.unwrap_or(other.default_ranks()).max(2),
@@ -244,13 +250,31 @@ impl WorkloadKind {
             WorkloadKind::ProgramsDeath => {
                 Box::new(workloads::programs::Programs::new(params, rng, true))
             }
+            WorkloadKind::ProgramsHost => {
+                Box::new(workloads::programs_host::ProgramsHost::new(params, rng))
+            }
+        }
+    }
+
+    /// How rank `rank` of `ranks` hosts programs in a run of `seed`: as a process does by
+    /// default, except in `programs-host`, whose last rank has programs turned off (odd seeds)
+    /// or requests from other ranks refused (even seeds).
+    pub fn programs_setup(self, rank: Rank, ranks: u32, seed: u64) -> ProgramsSetup {
+        match self {
+            WorkloadKind::ProgramsHost if rank + 1 == ranks => {
+                workloads::programs_host::setup_of_last(seed)
+            }
+            _ => ProgramsSetup::default(),
         }
     }
 
     /// Whether the workload needs the engine (`--mode engine`): PANIC's programs run in the
     /// engine, which core mode does not have.
     pub fn needs_engine(self) -> bool {
-        matches!(self, WorkloadKind::Programs | WorkloadKind::ProgramsDeath)
+        matches!(
+            self,
+            WorkloadKind::Programs | WorkloadKind::ProgramsDeath | WorkloadKind::ProgramsHost
+        )
     }
 
     /// The workloads `all` means in `mode`: every one in engine mode, the messaging ones in
