@@ -90,11 +90,12 @@ pub enum WorkloadKind {
     Programs,
     ProgramsDeath,
     ProgramsHost,
+    ProgramsHostDeath,
 }
 
 impl WorkloadKind {
     /// Every workload; the last three need engine mode ([`WorkloadKind::needs_engine`]).
-    pub const ALL: [WorkloadKind; 14] = [
+    pub const ALL: [WorkloadKind; 15] = [
         WorkloadKind::PingPong,
         WorkloadKind::Streams,
         WorkloadKind::AllToAll,
@@ -109,6 +110,7 @@ impl WorkloadKind {
         WorkloadKind::Programs,
         WorkloadKind::ProgramsDeath,
         WorkloadKind::ProgramsHost,
+        WorkloadKind::ProgramsHostDeath,
     ];
 
     /// The messaging workloads, which run in both modes.
@@ -142,6 +144,7 @@ impl WorkloadKind {
             WorkloadKind::Programs => "programs",
             WorkloadKind::ProgramsDeath => "programs-death",
             WorkloadKind::ProgramsHost => "programs-host",
+            WorkloadKind::ProgramsHostDeath => "programs-host-death",
         }
     }
 
@@ -188,6 +191,9 @@ impl WorkloadKind {
             WorkloadKind::ProgramsDeath => {
                 "PANIC with a rank dying mid-run: requests to it fail, not hang (engine mode)"
             }
+            WorkloadKind::ProgramsHostDeath => {
+                "programs-host with a rank dying before the last barrier: the others wait, unharmed (engine mode)"
+            }
             WorkloadKind::ProgramsHost => {
                 "PANIC with its host: segments, locks, flags, PASS/DROP, barrier, all-reduce, replace, programs off (engine mode)"
             }
@@ -202,7 +208,10 @@ impl WorkloadKind {
             WorkloadKind::Credits => 3,
             WorkloadKind::PeerDeath => 6,
             WorkloadKind::AllToAll => 16,
-            WorkloadKind::Programs | WorkloadKind::ProgramsDeath | WorkloadKind::ProgramsHost => 4,
+            WorkloadKind::Programs
+            | WorkloadKind::ProgramsDeath
+            | WorkloadKind::ProgramsHost
+            | WorkloadKind::ProgramsHostDeath => 4,
         }
     }
 
@@ -212,9 +221,10 @@ impl WorkloadKind {
         match self {
             WorkloadKind::PingPong | WorkloadKind::Cancel | WorkloadKind::Truncation => 2,
             WorkloadKind::PeerDeath => requested.unwrap_or(6).max(3),
-            WorkloadKind::Programs | WorkloadKind::ProgramsDeath | WorkloadKind::ProgramsHost => {
-                requested.unwrap_or(4).clamp(4, 64)
-            }
+            WorkloadKind::Programs
+            | WorkloadKind::ProgramsDeath
+            | WorkloadKind::ProgramsHost
+            | WorkloadKind::ProgramsHostDeath => requested.unwrap_or(4).clamp(4, 64),
             other => requested.unwrap_or(other.default_ranks()).max(2),
         }
     }
@@ -250,9 +260,12 @@ impl WorkloadKind {
             WorkloadKind::ProgramsDeath => {
                 Box::new(workloads::programs::Programs::new(params, rng, true))
             }
-            WorkloadKind::ProgramsHost => {
-                Box::new(workloads::programs_host::ProgramsHost::new(params, rng))
-            }
+            WorkloadKind::ProgramsHost => Box::new(workloads::programs_host::ProgramsHost::new(
+                params, rng, false,
+            )),
+            WorkloadKind::ProgramsHostDeath => Box::new(
+                workloads::programs_host::ProgramsHost::new(params, rng, true),
+            ),
         }
     }
 
@@ -262,7 +275,10 @@ impl WorkloadKind {
     pub fn programs_setup(self, rank: Rank, ranks: u32, seed: u64) -> ProgramsSetup {
         match self {
             WorkloadKind::ProgramsHost if rank + 1 == ranks => {
-                workloads::programs_host::setup_of_last(seed)
+                workloads::programs_host::setup_of_last(seed, false)
+            }
+            WorkloadKind::ProgramsHostDeath if rank + 1 == ranks => {
+                workloads::programs_host::setup_of_last(seed, true)
             }
             _ => ProgramsSetup::default(),
         }
@@ -273,7 +289,10 @@ impl WorkloadKind {
     pub fn needs_engine(self) -> bool {
         matches!(
             self,
-            WorkloadKind::Programs | WorkloadKind::ProgramsDeath | WorkloadKind::ProgramsHost
+            WorkloadKind::Programs
+                | WorkloadKind::ProgramsDeath
+                | WorkloadKind::ProgramsHost
+                | WorkloadKind::ProgramsHostDeath
         )
     }
 
