@@ -73,11 +73,11 @@ END.
 const RELAY_SOURCE: &str = "
 PROGRAM relay:
 VAR v;
-TRIGGERS 82;
+TRIGGERS 80;
 BEGIN
   v = 0
 END;
-MESSAGE 82: BEGIN
+MESSAGE 80: BEGIN
   v = 0 - 1;
   SEND v LEN 8 AS 1 TO tally AT 1
 END;
@@ -149,7 +149,9 @@ const FILTER_GUARDED: u16 = 30;
 const BARRIER_ENTER: u16 = 50;
 const ALLREDUCE_START: u16 = 40;
 const BURST_TRIGGER: u16 = 80;
-const RELAY_TRIGGER: u16 = 82;
+/// The burst's trigger: the host's two messages have the same tag, so the relay's is never
+/// handled first.
+const RELAY_TRIGGER: u16 = BURST_TRIGGER;
 const GATE_ASK: u16 = 60;
 const GATE_OPEN: u16 = 61;
 const GATE_STATE: u16 = 62;
@@ -300,6 +302,8 @@ enum Action {
     },
     /// The host dies (its engine with it).
     Die,
+    /// Two messages without replies, sent at once.
+    Both(Box<Action>, Box<Action>),
     /// Waits until the data of the own engine's `barrier` counts `count` arrivals (rank 0, the
     /// barrier's root, with deaths: every live rank's arrival handled, the dead one's awaited).
     WaitArrivals {
@@ -528,10 +532,12 @@ impl ProgramsHost {
         });
         // The burst: out of send buffers, trapped. The relay's message waits for free send
         // buffers, then ends the series tally displays; rank 1 waits for it.
-        phases[1][0].extend([
-            message(0, burst, BURST_TRIGGER, Vec::new(), None),
-            message(0, relay, RELAY_TRIGGER, Vec::new(), None),
-        ]);
+        // Sent together, so that the relay's message arrives while the burst holds every
+        // buffer.
+        phases[1][0].push(Action::Both(
+            Box::new(message(0, burst, BURST_TRIGGER, Vec::new(), None)),
+            Box::new(message(0, relay, RELAY_TRIGGER, Vec::new(), None)),
+        ));
         phases[1][1].push(Action::WaitFlag {
             program: tally,
             flag: 0,
@@ -998,6 +1004,10 @@ impl ProgramsHost {
                 w.wake_after(0, 1, CHECK_PHASE);
             }
             Action::WaitArrivals { .. } => {}
+            Action::Both(first, second) => {
+                self.post(w, rank, first, running);
+                self.post(w, rank, second, running);
+            }
             Action::WaitFlag { .. } => {}
         }
     }
