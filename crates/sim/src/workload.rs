@@ -270,8 +270,9 @@ impl WorkloadKind {
     }
 
     /// How rank `rank` of `ranks` hosts programs in a run of `seed`: as a process does by
-    /// default, except in `programs-host`, whose last rank has programs turned off (odd seeds)
-    /// or requests from other ranks refused (even seeds).
+    /// default, except in `programs-host`, whose last rank has programs turned off or requests
+    /// from other ranks refused (half of the seeds each), and `programs-host-death`, whose last
+    /// rank refuses requests from other ranks.
     pub fn programs_setup(self, rank: Rank, ranks: u32, seed: u64) -> ProgramsSetup {
         match self {
             WorkloadKind::ProgramsHost if rank + 1 == ranks => {
