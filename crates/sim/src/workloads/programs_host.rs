@@ -498,6 +498,8 @@ impl ProgramsHost {
         // The filter: rank 1 sends good and bad messages to engine 0, rank 0 gets the good.
         let mut passed = Vec::new();
         let (mut good, mut bad) = (0i64, 0i64);
+        let mut first_kinds = [0, 1, 2];
+        rng.shuffle(&mut first_kinds);
         for seq in 0..rng.range(3, 10) {
             let header = ProgramHeader {
                 op: ProgramOp::Message,
@@ -508,7 +510,11 @@ impl ProgramsHost {
                 origin: 1,
             };
             // With the token, with a wrong one, or too short to hold one.
-            let kind = rng.below(4);
+            // Each kind at least once, in a random order.
+            let kind = match first_kinds.get(seq as usize) {
+                Some(&kind) => kind,
+                None => rng.below(4),
+            };
             let mut payload = match kind {
                 0 => (token ^ 1).to_le_bytes().to_vec(),
                 1 => vec![0xA5; rng.below(8) as usize],
