@@ -1151,16 +1151,11 @@ impl ProgramsHost {
             Action::Die => return,
             _ => {}
         }
-        let received: Vec<(Option<Result<Status, OpError>>, Vec<u8>)> = running
+        let received: Vec<Received> = running
             .receives
             .iter()
             .zip(&running.results)
-            .map(|(&op, result)| {
-                (
-                    result.clone(),
-                    w.op(op).received.clone().unwrap_or_default(),
-                )
-            })
+            .map(|(&op, result)| (*result, w.op(op).received.clone().unwrap_or_default()))
             .collect();
         match &action {
             Action::Request { to, op, want, .. } => {
@@ -1205,6 +1200,9 @@ impl ProgramsHost {
     }
 }
 
+/// A receive's result (once completed) and the bytes it delivered.
+type Received = (Option<Result<Status, OpError>>, Vec<u8>);
+
 fn with_header(header: &ProgramHeader, payload: &[u8]) -> Vec<u8> {
     let mut bytes = vec![0u8; PROGRAM_HEADER_LEN];
     header.emit(&mut bytes);
@@ -1219,7 +1217,7 @@ fn answer(
     to: Rank,
     op: ProgramOp,
     request: u32,
-    (result, bytes): &(Option<Result<Status, OpError>>, Vec<u8>),
+    (result, bytes): &Received,
 ) -> Option<(Answer, String)> {
     let Some(Ok(status)) = result else {
         w.violation(
@@ -1287,7 +1285,7 @@ fn check_received(
     from: Rank,
     want: &ProgramHeader,
     payload: &[u8],
-    (result, got): &(Option<Result<Status, OpError>>, Vec<u8>),
+    (result, got): &Received,
 ) {
     let Some(Ok(status)) = result else {
         w.violation(
