@@ -38,7 +38,7 @@ pub mod world;
 
 pub use invariants::Violation;
 pub use net::{NetConfig, NetStats, Partition};
-pub use node::SimMode;
+pub use node::{ProgramsSetup, SimMode};
 pub use report::Summary;
 pub use run::{run, Limits, MessageCounts, ProtoParams, RunResult, RunSpec};
 pub use sweep::{run_catching, sweep, SweepOptions, SweepPlan};

@@ -83,6 +83,24 @@ pub enum Node {
     Engine(Box<EngineNode>),
 }
 
+/// How a rank's engine hosts programs (`ProgramsConfig::enabled` and `remote_requests`, what
+/// `NICMSG_PROGRAMS` and `NICMSG_PROGRAMS_REMOTE` set in a process): both on unless a workload
+/// says otherwise ([`crate::WorkloadKind::programs_setup`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProgramsSetup {
+    pub enabled: bool,
+    pub remote_requests: bool,
+}
+
+impl Default for ProgramsSetup {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            remote_requests: true,
+        }
+    }
+}
+
 pub struct EngineNode {
     driver: Driver<SimTransport>,
     host: HostTable,
@@ -111,10 +129,11 @@ pub struct Output {
 }
 
 impl Node {
-    pub fn new(mode: SimMode, endpoint: Endpoint, rng: SimRng) -> Self {
+    /// A rank's node; in engine mode its programs are set up as `programs` says.
+    pub fn new(mode: SimMode, endpoint: Endpoint, rng: SimRng, programs: ProgramsSetup) -> Self {
         match mode {
             SimMode::Core => Self::Core(Box::new(endpoint)),
-            SimMode::Engine => Self::Engine(Box::new(EngineNode::new(endpoint, rng))),
+            SimMode::Engine => Self::Engine(Box::new(EngineNode::new(endpoint, rng, programs))),
         }
     }
 
@@ -269,7 +288,7 @@ impl Node {
 }
 
 impl EngineNode {
-    fn new(endpoint: Endpoint, rng: SimRng) -> Self {
+    fn new(endpoint: Endpoint, rng: SimRng, programs: ProgramsSetup) -> Self {
         let config = endpoint.config();
         // Room for every operation the core takes: the table never refuses first.
         let slots = config.max_sends + config.max_recvs;
@@ -292,8 +311,8 @@ impl EngineNode {
         );
         let programs_shared = Arc::new(ProgramsShared::default());
         let config = ProgramsConfig {
-            enabled: true,
-            remote_requests: true,
+            enabled: programs.enabled,
+            remote_requests: programs.remote_requests,
             vm: nicmsg_vm::VmConfig::new(rank, size),
         };
         driver.set_programs(Programs::new(

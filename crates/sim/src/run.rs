@@ -251,7 +251,10 @@ pub fn run(spec: &RunSpec) -> RunResult {
     for rank in 0..ranks {
         let rng = SimRng::new(spec.seed, stream::ENGINE + u64::from(rank));
         match Endpoint::new(config.clone(), job, rank, ranks) {
-            Ok(endpoint) => nodes.push(Node::new(spec.mode, endpoint, rng)),
+            Ok(endpoint) => {
+                let programs = spec.workload.programs_setup(rank, ranks, spec.seed);
+                nodes.push(Node::new(spec.mode, endpoint, rng, programs))
+            }
             Err(error) => {
                 return RunResult::failed(
                     spec,

@@ -4,7 +4,7 @@
 //! received, so the ledger can demand exactly that.
 
 use crate::ledger::OpRef;
-use crate::node::SimMode;
+use crate::node::{ProgramsSetup, SimMode};
 use crate::rng::SimRng;
 use crate::workloads;
 use crate::world::World;
@@ -89,11 +89,13 @@ pub enum WorkloadKind {
     Credits,
     Programs,
     ProgramsDeath,
+    ProgramsHost,
+    ProgramsHostDeath,
 }
 
 impl WorkloadKind {
-    /// Every workload; the last two need engine mode ([`WorkloadKind::needs_engine`]).
-    pub const ALL: [WorkloadKind; 13] = [
+    /// Every workload; the last three need engine mode ([`WorkloadKind::needs_engine`]).
+    pub const ALL: [WorkloadKind; 15] = [
         WorkloadKind::PingPong,
         WorkloadKind::Streams,
         WorkloadKind::AllToAll,
@@ -107,6 +109,8 @@ impl WorkloadKind {
         WorkloadKind::Credits,
         WorkloadKind::Programs,
         WorkloadKind::ProgramsDeath,
+        WorkloadKind::ProgramsHost,
+        WorkloadKind::ProgramsHostDeath,
     ];
 
     /// The messaging workloads, which run in both modes.
@@ -139,6 +143,8 @@ impl WorkloadKind {
             WorkloadKind::Credits => "credits",
             WorkloadKind::Programs => "programs",
             WorkloadKind::ProgramsDeath => "programs-death",
+            WorkloadKind::ProgramsHost => "programs-host",
+            WorkloadKind::ProgramsHostDeath => "programs-host-death",
         }
     }
 
@@ -185,6 +191,12 @@ impl WorkloadKind {
             WorkloadKind::ProgramsDeath => {
                 "PANIC with a rank dying mid-run: requests to it fail, not hang (engine mode)"
             }
+            WorkloadKind::ProgramsHostDeath => {
+                "programs-host with a rank dying before the last barrier: the others wait, unharmed (engine mode)"
+            }
+            WorkloadKind::ProgramsHost => {
+                "PANIC with its host: segments, locks, flags, PASS/DROP, barrier, all-reduce, replace, programs off (engine mode)"
+            }
         }
     }
 
@@ -196,7 +208,10 @@ impl WorkloadKind {
             WorkloadKind::Credits => 3,
             WorkloadKind::PeerDeath => 6,
             WorkloadKind::AllToAll => 16,
-            WorkloadKind::Programs | WorkloadKind::ProgramsDeath => 4,
+            WorkloadKind::Programs
+            | WorkloadKind::ProgramsDeath
+            | WorkloadKind::ProgramsHost
+            | WorkloadKind::ProgramsHostDeath => 4,
         }
     }
 
@@ -206,9 +221,10 @@ impl WorkloadKind {
         match self {
             WorkloadKind::PingPong | WorkloadKind::Cancel | WorkloadKind::Truncation => 2,
             WorkloadKind::PeerDeath => requested.unwrap_or(6).max(3),
-            WorkloadKind::Programs | WorkloadKind::ProgramsDeath => {
-                requested.unwrap_or(4).clamp(4, 64)
-            }
+            WorkloadKind::Programs
+            | WorkloadKind::ProgramsDeath
+            | WorkloadKind::ProgramsHost
+            | WorkloadKind::ProgramsHostDeath => requested.unwrap_or(4).clamp(4, 64),
             other => requested.unwrap_or(other.default_ranks()).max(2),
         }
     }
@@ -244,13 +260,41 @@ impl WorkloadKind {
             WorkloadKind::ProgramsDeath => {
                 Box::new(workloads::programs::Programs::new(params, rng, true))
             }
+            WorkloadKind::ProgramsHost => Box::new(workloads::programs_host::ProgramsHost::new(
+                params, rng, false,
+            )),
+            WorkloadKind::ProgramsHostDeath => Box::new(
+                workloads::programs_host::ProgramsHost::new(params, rng, true),
+            ),
+        }
+    }
+
+    /// How rank `rank` of `ranks` hosts programs in a run of `seed`: as a process does by
+    /// default, except in `programs-host`, whose last rank has programs turned off or requests
+    /// from other ranks refused (half of the seeds each), and `programs-host-death`, whose last
+    /// rank refuses requests from other ranks.
+    pub fn programs_setup(self, rank: Rank, ranks: u32, seed: u64) -> ProgramsSetup {
+        match self {
+            WorkloadKind::ProgramsHost if rank + 1 == ranks => {
+                workloads::programs_host::setup_of_last(seed, false)
+            }
+            WorkloadKind::ProgramsHostDeath if rank + 1 == ranks => {
+                workloads::programs_host::setup_of_last(seed, true)
+            }
+            _ => ProgramsSetup::default(),
         }
     }
 
     /// Whether the workload needs the engine (`--mode engine`): PANIC's programs run in the
     /// engine, which core mode does not have.
     pub fn needs_engine(self) -> bool {
-        matches!(self, WorkloadKind::Programs | WorkloadKind::ProgramsDeath)
+        matches!(
+            self,
+            WorkloadKind::Programs
+                | WorkloadKind::ProgramsDeath
+                | WorkloadKind::ProgramsHost
+                | WorkloadKind::ProgramsHostDeath
+        )
     }
 
     /// The workloads `all` means in `mode`: every one in engine mode, the messaging ones in

@@ -155,6 +155,44 @@ fn panic_programs_under_loss_duplication_reordering_and_deaths_have_no_violation
 }
 
 #[test]
+fn panic_host_side_under_loss_duplication_reordering_and_deaths_has_no_violations() {
+    // Segments, locks and flags, PASS/DROP, the engine-resident barrier and all-reduce,
+    // replace, send buffers running out, programs and remote requests off (alternate seeds of
+    // programs-host), and a barrier waiting on a dead rank (programs-host-death).
+    let plan = SweepPlan {
+        seeds: (0..64).collect(),
+        workloads: vec![WorkloadKind::ProgramsHost, WorkloadKind::ProgramsHostDeath],
+        losses: vec![0.0, 0.05, 0.1, 0.2],
+        policies: vec![UnexpectedPolicy::Buffer, UnexpectedPolicy::Drop],
+        template: faulty_template(),
+    };
+    let summary = sweep(
+        &plan,
+        &SweepOptions {
+            jobs: jobs(),
+            keep_failures: 30,
+            ..SweepOptions::default()
+        },
+    );
+    assert_eq!(summary.runs, 512);
+    let net = &summary.net;
+    assert!(
+        net.lost > 0
+            && net.duplicated > 0
+            && net.reordered > 0
+            && net.corrupted_delivered > 0
+            && net.dead_drops > 0,
+        "faults not exercised: {net:?}"
+    );
+    assert_eq!(
+        summary.violations,
+        0,
+        "invariant violations:\n{}",
+        summary.render()
+    );
+}
+
+#[test]
 fn panic_workloads_need_the_engine() {
     let mut spec = RunSpec::new(1, WorkloadKind::Programs);
     spec.mode = SimMode::Core;

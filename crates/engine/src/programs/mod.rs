@@ -463,6 +463,9 @@ impl Programs {
             self.stats.refused += 1;
             return;
         };
+        // The buffer a `PASS` needs, kept from the program's sends: without it, a program that
+        // sends as many messages as there are free buffers and passes would lose the message.
+        let for_pass = self.free_sends.pop();
         let message = Message {
             program: ProgramId(header.program),
             trigger: header.trigger,
@@ -495,6 +498,7 @@ impl Programs {
                 instructions: outcome.instructions(),
             };
         }
+        self.free_sends.extend(for_pass);
         match outcome {
             Outcome::Refused(refusal) => {
                 tracing::debug!(%refusal, peer, "PANIC message refused");
@@ -524,7 +528,11 @@ impl Programs {
 
     fn run_request(&mut self, header: &ProgramHeader, payload: &[u8], peer: u32, now: Nanos) {
         let mut text = String::new();
+        // The answer's buffer, kept from what a started program's initialisation block sends:
+        // otherwise it could take the last one and the host would wait for the answer forever.
+        let for_answer = self.free_sends.pop();
         let (code, program) = self.decide(header, payload, peer, now, &mut text);
+        self.free_sends.extend(for_answer);
         let answer = ProgramHeader {
             op: header.op,
             trigger: 0,
@@ -773,6 +781,10 @@ mod tests {
         next_op: u32,
         /// Receives posted, in post order: (op, region, context).
         inboxes: VecDeque<(OpId, RegionId, Context)>,
+        /// Whether sends stay in flight (not completed) once posted, and those posted so far:
+        /// (op, context, tag).
+        hold_sends: bool,
+        sends: Vec<(OpId, Context, u32)>,
     }
 
     impl Engine {
@@ -791,6 +803,8 @@ mod tests {
                 registry,
                 next_op: 0,
                 inboxes: VecDeque::new(),
+                hold_sends: false,
+                sends: Vec::new(),
             };
             engine.turn();
             engine
@@ -801,11 +815,11 @@ mod tests {
             self.programs.handle_received(0);
             while let Some(post) = self.programs.poll_post() {
                 self.next_op += 1;
-                let (kind, inbox) = match post {
+                let (kind, inbox, send) = match post {
                     Post::Recv {
                         context, region, ..
-                    } => (OpKind::Recv, Some((region, context))),
-                    Post::Send { .. } => (OpKind::Send, None),
+                    } => (OpKind::Recv, Some((region, context)), None),
+                    Post::Send { context, tag, .. } => (OpKind::Send, None, Some((context, tag))),
                 };
                 let op = OpId {
                     kind,
@@ -813,8 +827,12 @@ mod tests {
                     generation: 1,
                 };
                 self.programs.posted(op);
+                if let Some((context, tag)) = send {
+                    self.sends.push((op, context, tag));
+                }
                 match inbox {
                     Some((region, context)) => self.inboxes.push_back((op, region, context)),
+                    None if self.hold_sends => {}
                     None => {
                         let sent = Status {
                             peer: 1,
@@ -864,13 +882,17 @@ mod tests {
         }
 
         fn request(&mut self, op: ProgramOp, program: u32, payload: &[u8]) {
+            self.numbered_request(op, program, payload, 1);
+        }
+
+        fn numbered_request(&mut self, op: ProgramOp, program: u32, payload: &[u8], request: u32) {
             let inbox = self.inbox(Context::PROGRAM_REQUESTS, 0);
             let header = ProgramHeader {
                 op,
                 trigger: 0,
                 program,
                 source_program: None,
-                request: 1,
+                request,
                 origin: 1,
             };
             self.arrive(inbox, header, payload);
@@ -924,5 +946,78 @@ mod tests {
         let rest: Vec<i64> = (2..2 + MESSAGE_INBOXES as i64).collect();
         assert_eq!(engine.displayed(), rest);
         assert_eq!(engine.programs.stats().messages, 2 + MESSAGE_INBOXES as u64);
+    }
+
+    /// Sends `n` messages (the 8 bytes of the message) then passes the message on to the host.
+    const FAN: &str = "PROGRAM fan: VAR i, n; TRIGGERS 1;
+        BEGIN i = 0 END;
+        MESSAGE 1: BEGIN
+          RECEIVE n LEN 8; i = 0;
+          WHILE i < n DO BEGIN SEND i LEN 8 AS 2 TO 77 AT 1; i = i + 1 END;
+          PASS
+        END;
+        END.";
+    /// Sends a message in its initialisation block.
+    const INITSEND: &str = "PROGRAM initsend: VAR v; TRIGGERS 1;
+        BEGIN v = 0; SEND v LEN 8 AS 2 TO 77 AT 1 END;
+        MESSAGE 1: BEGIN v = 1 END;
+        END.";
+
+    /// An engine with `fan` and `initsend` loaded, `fan` started, and sends held in flight.
+    fn fan_engine() -> Engine {
+        let mut engine = Engine::new();
+        for (source, request) in [(FAN, 1), (INITSEND, 2)] {
+            let module = nicmsg_pdl::compile(source).unwrap().encode().unwrap();
+            engine.numbered_request(ProgramOp::Load, 0, &module, request);
+        }
+        engine.numbered_request(ProgramOp::Run, nicmsg_pdl::program_id("fan"), &[], 3);
+        engine.hold_sends = true;
+        engine
+    }
+
+    /// Makes `fan` send `n` messages and pass its message on.
+    fn fan(engine: &mut Engine, n: usize) {
+        let header = ProgramHeader {
+            op: ProgramOp::Message,
+            trigger: 1,
+            program: nicmsg_pdl::program_id("fan"),
+            source_program: None,
+            request: 0,
+            origin: 1,
+        };
+        let inbox = engine.inbox(Context::PROGRAM_MESSAGES, 0);
+        engine.arrive(inbox, header, &(n as i64).to_le_bytes());
+        engine.turn();
+    }
+
+    #[test]
+    fn a_passed_message_is_never_lost_for_want_of_a_send_buffer() {
+        let mut engine = fan_engine();
+        // Every send buffer but SENDS_RESERVED in flight, one of them the message passed on.
+        fan(&mut engine, SEND_BUFFERS - SENDS_RESERVED - 1);
+        assert_eq!(engine.programs.free_sends.len(), SENDS_RESERVED);
+        // Sends as many as are free, then passes: the program must trap at a send rather than
+        // the pass find no buffer and the message vanish.
+        fan(&mut engine, SENDS_RESERVED);
+        let stats = *engine.programs.stats();
+        assert_eq!(stats.sends_failed, 0, "{stats:?}");
+        assert_eq!((stats.passed, stats.traps), (1, 1), "{stats:?}");
+    }
+
+    #[test]
+    fn a_start_is_answered_even_when_its_initialisation_block_takes_the_last_send_buffer() {
+        let mut engine = fan_engine();
+        fan(&mut engine, SEND_BUFFERS - SENDS_RESERVED - 1);
+        // 6 sends and the pass leave one buffer free: enough for a request to be handled.
+        fan(&mut engine, SENDS_RESERVED - 2);
+        assert_eq!(engine.programs.free_sends.len(), 1);
+        engine.numbered_request(ProgramOp::Run, nicmsg_pdl::program_id("initsend"), &[], 4);
+        let answered = engine
+            .sends
+            .iter()
+            .any(|&(_, context, tag)| context == Context::PROGRAM_ANSWERS && tag == answer_tag(4));
+        let stats = *engine.programs.stats();
+        assert!(answered, "the start was not answered: {stats:?}");
+        assert_eq!(stats.sends_failed, 0, "{stats:?}");
     }
 }

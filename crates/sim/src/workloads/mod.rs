@@ -8,4 +8,5 @@ pub mod library;
 pub mod pingpong;
 pub mod probe;
 pub mod programs;
+pub mod programs_host;
 pub mod streams;
