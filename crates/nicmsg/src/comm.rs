@@ -111,6 +111,7 @@ impl Comm {
         let config = ProgramsConfig {
             enabled: options.programs,
             remote_requests: options.programs_remote,
+            traps_on_stderr: true,
             vm,
         };
         driver.set_programs(Programs::new(

@@ -313,6 +313,7 @@ impl EngineNode {
         let config = ProgramsConfig {
             enabled: programs.enabled,
             remote_requests: programs.remote_requests,
+            traps_on_stderr: false,
             vm: nicmsg_vm::VmConfig::new(rank, size),
         };
         driver.set_programs(Programs::new(

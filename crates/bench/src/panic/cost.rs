@@ -146,6 +146,7 @@ impl Engine {
             ProgramsConfig {
                 enabled: true,
                 remote_requests: true,
+                traps_on_stderr: false,
                 vm: VmConfig::new(0, 1),
             },
             shared.clone(),

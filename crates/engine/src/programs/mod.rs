@@ -80,6 +80,10 @@ pub struct ProgramsConfig {
     pub enabled: bool,
     /// Whether other ranks may load, unload and start programs here.
     pub remote_requests: bool,
+    /// Whether a trap is also printed on stderr (a process: the place a user looks), beside
+    /// the log and the counts. The simulator, which runs thousands of traps on purpose, counts
+    /// them instead.
+    pub traps_on_stderr: bool,
     pub vm: VmConfig,
 }
 
@@ -166,6 +170,7 @@ pub struct Programs {
     shared: Arc<ProgramsShared>,
     registry: Arc<Registry>,
     remote_requests: bool,
+    traps_on_stderr: bool,
     rank: u32,
     /// Inboxes first (`MESSAGE_INBOXES` then `REQUEST_INBOXES`), then the send buffers.
     buffers: Vec<Buffer>,
@@ -244,6 +249,7 @@ impl Programs {
             shared,
             registry,
             remote_requests: config.remote_requests,
+            traps_on_stderr: config.traps_on_stderr,
             buffers,
             free_sends: (inboxes..inboxes + SEND_BUFFERS).rev().collect(),
             in_order: [VecDeque::new(), VecDeque::new()],
@@ -520,6 +526,9 @@ impl Programs {
     fn report_trap(&mut self, trap: &nicmsg_vm::Trap) {
         self.stats.traps += 1;
         tracing::warn!(rank = self.rank, %trap, "PANIC program disabled");
+        if !self.traps_on_stderr {
+            return;
+        }
         eprintln!(
             "nicmsg: rank {}: {trap}; the program is disabled",
             self.rank
@@ -794,6 +803,7 @@ mod tests {
             let config = ProgramsConfig {
                 enabled: true,
                 remote_requests: true,
+                traps_on_stderr: false,
                 vm: VmConfig::new(0, 2),
             };
             let programs = Programs::new(config, Arc::clone(&shared), Arc::clone(&registry));
