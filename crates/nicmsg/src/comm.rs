@@ -436,7 +436,6 @@ impl Comm {
         crate::error::from_outcome(descriptor, self.size, table, limit)
     }
 
-    /// One step of waiting: progress in inline mode; in thread mode nothing (the engine works).
     /// One round of a wait for something no slot stands for (a program's flag): an inline
     /// engine runs a turn; otherwise the caller spins for `wait_spin_ns` after `started`, then
     /// naps (the engine thread does the work).
