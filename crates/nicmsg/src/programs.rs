@@ -119,7 +119,11 @@ impl<'a> Programs<'a> {
         }
         let (filter, only) = program.map_or((0, 0), |p| (p.0, 1));
         let (_, text) = self.request(rank, ProgramOp::Output, (filter, only), &[])?;
-        Ok(text.lines().filter_map(parse_displayed).collect())
+        Ok(text
+            .lines()
+            .filter_map(Shown::parse)
+            .map(displayed)
+            .collect())
     }
 
     /// This engine's display output, taken without a message (at most `max` values).
@@ -426,17 +430,4 @@ fn displayed(shown: Shown) -> Displayed {
         program: ProgramId(shown.program),
         value: shown.value,
     }
-}
-
-/// Reads a `program value` line of an engine's output answer.
-fn parse_displayed(line: &str) -> Option<Displayed> {
-    let (program, value) = line.split_once(' ')?;
-    let program = match program.strip_prefix("0x") {
-        Some(hex) => u32::from_str_radix(hex, 16).ok()?,
-        None => program.parse().ok()?,
-    };
-    Some(Displayed {
-        program: ProgramId(program),
-        value: value.parse().ok()?,
-    })
 }

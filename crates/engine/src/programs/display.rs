@@ -15,6 +15,29 @@ pub struct Shown {
     pub value: i64,
 }
 
+/// The line an `Output` answer carries for a value: `program value`, the program as
+/// `nicmsg pdl` prints ids (decimal if given at load, hexadecimal if from its name).
+impl std::fmt::Display for Shown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", nicmsg_vm::ProgramId(self.program), self.value)
+    }
+}
+
+impl Shown {
+    /// Reads a line written by `Display`.
+    pub fn parse(line: &str) -> Option<Self> {
+        let (program, value) = line.split_once(' ')?;
+        let program = match program.strip_prefix("0x") {
+            Some(hex) => u32::from_str_radix(hex, 16).ok()?,
+            None => program.parse().ok()?,
+        };
+        Some(Self {
+            program,
+            value: value.parse().ok()?,
+        })
+    }
+}
+
 #[derive(Default)]
 struct Log {
     shown: VecDeque<Shown>,
@@ -64,6 +87,18 @@ impl Display {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_line_reads_back_as_written() {
+        for program in [415, 0x8e30_9716] {
+            let shown = Shown {
+                program,
+                value: -42,
+            };
+            assert_eq!(Shown::parse(&shown.to_string()), Some(shown));
+        }
+        assert_eq!(Shown::parse("nonsense"), None);
+    }
 
     #[test]
     fn values_are_taken_in_order_per_program_and_the_oldest_dropped() {

@@ -729,7 +729,7 @@ impl Programs {
         let room = (MESSAGE_BUFFER_LEN - PROGRAM_HEADER_LEN - ANSWER_LEN) / LINE;
         let (shown, _dropped) = self.shared.display.take(only, room);
         for value in shown {
-            let _ = writeln!(text, "{} {}", ProgramId(value.program), value.value);
+            let _ = writeln!(text, "{value}");
         }
     }
 

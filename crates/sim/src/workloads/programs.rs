@@ -47,7 +47,7 @@ use crate::memory::Layout;
 use crate::rng::SimRng;
 use crate::workload::{scaled, Workload, WorkloadParams};
 use crate::world::World;
-use nicmsg_engine::programs::{status, MESSAGE_BUFFER_LEN};
+use nicmsg_engine::programs::{status, Shown, MESSAGE_BUFFER_LEN};
 use nicmsg_proto::{Context, Nanos, OpError, Rank, Source, Status, TagMatch};
 use nicmsg_wire::program::{
     answer_tag, reply_tag, Answer, ProgramHeader, ProgramOp, ANSWER_LEN, PROGRAM_HEADER_LEN,
@@ -786,8 +786,8 @@ impl Programs {
                     let values = self.collected.entry(*from).or_default();
                     let before = values.len();
                     for line in text.lines() {
-                        match parse_displayed(line) {
-                            Some((p, value)) if p == *program => values.push(value),
+                        match Shown::parse(line) {
+                            Some(shown) if shown.program == *program => values.push(shown.value),
                             _ => w.violation(
                                 "programs",
                                 format!("rank {rank}: output of engine {from} for program {program:#x} has line {line:?}"),
@@ -1094,16 +1094,6 @@ fn check_reply(
             ),
         );
     }
-}
-
-/// A `program value` line of an output answer (the program in hexadecimal or decimal).
-fn parse_displayed(line: &str) -> Option<(u32, i64)> {
-    let (program, value) = line.split_once(' ')?;
-    let program = match program.strip_prefix("0x") {
-        Some(hex) => u32::from_str_radix(hex, 16).ok()?,
-        None => program.parse().ok()?,
-    };
-    Some((program, value.parse().ok()?))
 }
 
 impl Workload for Programs {
