@@ -10,56 +10,21 @@ use nicmsg_wire::program::{reply_tag, ProgramHeader, ProgramOp, PROGRAM_HEADER_L
 use std::collections::VecDeque;
 
 pub(super) struct EngineHost<'a> {
-    now: Nanos,
-    rank: u32,
-    shared: &'a ProgramsShared,
-    registry: &'a Registry,
-    buffers: &'a [Buffer],
-    free_sends: &'a mut Vec<usize>,
-    queued: &'a mut VecDeque<Queued>,
-    stats: &'a mut ProgramsStats,
+    pub(super) now: Nanos,
+    pub(super) rank: u32,
+    pub(super) shared: &'a ProgramsShared,
+    pub(super) registry: &'a Registry,
+    pub(super) buffers: &'a [Buffer],
+    pub(super) free_sends: &'a mut Vec<usize>,
+    pub(super) queued: &'a mut VecDeque<Queued>,
+    pub(super) stats: &'a mut ProgramsStats,
     /// Whether segment copies are timed ([`super::Programs::set_phase_timing`]), and their
     /// time so far in this activation.
-    time_copies: bool,
-    copy_ns: u64,
+    pub(super) time_copies: bool,
+    pub(super) copy_ns: u64,
 }
 
-impl<'a> EngineHost<'a> {
-    #[allow(clippy::too_many_arguments)] // the split borrows of `Programs` one activation needs
-    pub(super) fn new(
-        now: Nanos,
-        rank: u32,
-        shared: &'a ProgramsShared,
-        registry: &'a Registry,
-        buffers: &'a [Buffer],
-        free_sends: &'a mut Vec<usize>,
-        queued: &'a mut VecDeque<Queued>,
-        stats: &'a mut ProgramsStats,
-    ) -> Self {
-        Self {
-            now,
-            rank,
-            shared,
-            registry,
-            buffers,
-            free_sends,
-            queued,
-            stats,
-            time_copies: false,
-            copy_ns: 0,
-        }
-    }
-
-    /// Times the segment copies of this activation from now on.
-    pub(super) fn time_copies(&mut self, on: bool) {
-        self.time_copies = on;
-    }
-
-    /// Nanoseconds spent in segment copies while they were timed.
-    pub(super) fn copy_ns(&self) -> u64 {
-        self.copy_ns
-    }
-
+impl EngineHost<'_> {
     /// Runs `copy`, adding its time to `copy_ns` when copies are timed.
     fn timed<R>(&mut self, copy: impl FnOnce(&Self) -> R) -> R {
         if !self.time_copies {

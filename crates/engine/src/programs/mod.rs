@@ -456,6 +456,24 @@ impl Programs {
         unsafe { std::slice::from_raw_parts(address, len) }
     }
 
+    /// The VM and what one activation of it reaches through the engine (split borrows of
+    /// `self`).
+    fn activation(&mut self, now: Nanos) -> (Option<&mut Vm>, EngineHost<'_>) {
+        let host = EngineHost {
+            now,
+            rank: self.rank,
+            shared: &self.shared,
+            registry: &self.registry,
+            buffers: &self.buffers,
+            free_sends: &mut self.free_sends,
+            queued: &mut self.queued,
+            stats: &mut self.stats,
+            time_copies: false,
+            copy_ns: 0,
+        };
+        (self.vm.as_mut(), host)
+    }
+
     /// Runs a program message; `started` is when its handling began, if phases are timed.
     fn run_message(
         &mut self,
@@ -465,10 +483,10 @@ impl Programs {
         now: Nanos,
         started: Option<Nanos>,
     ) {
-        let Some(vm) = self.vm.as_mut() else {
+        if self.vm.is_none() {
             self.stats.refused += 1;
             return;
-        };
+        }
         // The buffer a `PASS` needs, kept from the program's sends: without it, a program that
         // sends as many messages as there are free buffers and passes would lose the message.
         let for_pass = self.free_sends.pop();
@@ -481,22 +499,14 @@ impl Programs {
                 program: header.source_program.map(ProgramId),
             },
         };
-        let mut host = EngineHost::new(
-            now,
-            self.rank,
-            &self.shared,
-            &self.registry,
-            &self.buffers,
-            &mut self.free_sends,
-            &mut self.queued,
-            &mut self.stats,
-        );
-        host.time_copies(started.is_some());
+        let (vm, mut host) = self.activation(now);
+        let vm = vm.expect("checked above");
+        host.time_copies = started.is_some();
         let dispatched = started.map(|_| crate::clock::monotonic_ns());
         let outcome = vm.dispatch(&message, &mut host);
         if let (Some(started), Some(dispatched)) = (started, dispatched) {
             let done = crate::clock::monotonic_ns();
-            let copies = host.copy_ns();
+            let copies = host.copy_ns;
             self.phases = PhaseTimes {
                 demux_ns: dispatched - started,
                 interpret_ns: (done - dispatched).saturating_sub(copies),
@@ -636,17 +646,8 @@ impl Programs {
                 }
             }
             ProgramOp::Run => {
-                let mut host = EngineHost::new(
-                    now,
-                    self.rank,
-                    &self.shared,
-                    &self.registry,
-                    &self.buffers,
-                    &mut self.free_sends,
-                    &mut self.queued,
-                    &mut self.stats,
-                );
-                let outcome = self.vm.as_mut().expect("enabled").run(id, &mut host);
+                let (vm, mut host) = self.activation(now);
+                let outcome = vm.expect("enabled").run(id, &mut host);
                 match outcome {
                     Outcome::Refused(refusal) => {
                         let _ = write!(text, "{refusal}");
