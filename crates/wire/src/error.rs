@@ -31,6 +31,8 @@ pub enum WireError {
     UnknownProgramOp(u8),
     #[error("program message flags {0:#04x} not defined")]
     UnknownProgramFlags(u8),
+    #[error("unknown admission operation {0}")]
+    UnknownAdmissionOp(u32),
     #[error("output buffer of {have} bytes is too small for {need}")]
     BufferTooSmall { need: usize, have: usize },
 }

@@ -41,10 +41,13 @@ pub enum FrameKind {
     PdlProgram = 0x40,
     /// Reserved for PANIC: a message addressed to a running protocol program.
     PdlMessage = 0x41,
-    /// Reserved for LM admission control: a request to send.
-    AdmitRequest = 0x50,
-    /// Reserved for LM admission control: the grant.
-    AdmitGrant = 0x51,
+    /// LM admission control: one of its messages (request, accept, reject, end, busy, free and
+    /// their answers), in the header's fields ([`crate::admission`]). Carries no payload.
+    Admission = 0x50,
+    /// LM: frame `frame_index` of an admitted transfer, tagged with the receiver's transfer key
+    /// in `aux` so a packet filter can land it in its own place (`msg_id` is the sender's
+    /// transfer number, `offset` the payload's place in the transfer).
+    LmData = 0x51,
 }
 
 impl FrameKind {
@@ -65,8 +68,8 @@ impl FrameKind {
             12 => Self::Reset,
             0x40 => Self::PdlProgram,
             0x41 => Self::PdlMessage,
-            0x50 => Self::AdmitRequest,
-            0x51 => Self::AdmitGrant,
+            0x50 => Self::Admission,
+            0x51 => Self::LmData,
             other => return Err(WireError::UnknownKind(other)),
         })
     }
@@ -80,7 +83,12 @@ impl FrameKind {
     pub fn may_carry_payload(self) -> bool {
         matches!(
             self,
-            Self::Eager | Self::Rts | Self::Data | Self::PdlProgram | Self::PdlMessage
+            Self::Eager
+                | Self::Rts
+                | Self::Data
+                | Self::PdlProgram
+                | Self::PdlMessage
+                | Self::LmData
         )
     }
 
@@ -99,16 +107,17 @@ impl FrameKind {
             Self::Cancel => Flags::EAGER,
             Self::CancelAck => Flags::CANCELLED,
             Self::Reset => 0,
-            Self::PdlProgram | Self::PdlMessage | Self::AdmitRequest | Self::AdmitGrant => 0,
+            Self::LmData => retransmit,
+            Self::PdlProgram | Self::PdlMessage | Self::Admission => 0,
         }
     }
 
-    /// Reserved kinds are parsed (so a later engine can route them) but the current protocol
-    /// core does not act on them.
+    /// Kinds the protocol core does not act on: parsed (so the engine can route them to their
+    /// consumer, LM's admission control and placement) and dropped by the core.
     pub fn is_reserved(self) -> bool {
         matches!(
             self,
-            Self::PdlProgram | Self::PdlMessage | Self::AdmitRequest | Self::AdmitGrant
+            Self::PdlProgram | Self::PdlMessage | Self::Admission | Self::LmData
         )
     }
 }

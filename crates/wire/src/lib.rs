@@ -8,8 +8,10 @@
 //! Receive with [`Frame::parse`] (checked, zero-copy, never panics); send with [`emit_headers`]
 //! then [`seal`] (payload gathered from where it lies) or [`emit_frame`] (one buffer). Read or
 //! edit single header fields of raw bytes through [`FrameView`] and [`MsgHeaderView`]; the
-//! field offsets are this crate's alone. PANIC's messages start with a [`program::ProgramHeader`].
+//! field offsets are this crate's alone. PANIC's messages start with a [`program::ProgramHeader`];
+//! LM's admission control messages are ADMISSION frames ([`admission::AdmissionRepr`]).
 
+pub mod admission;
 mod error;
 mod frame;
 mod header;

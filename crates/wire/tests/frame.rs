@@ -92,12 +92,12 @@ fn kind_properties() {
         );
         assert_eq!(
             kind.may_carry_payload(),
-            matches!(kind, Eager | Rts | Data | PdlProgram | PdlMessage),
+            matches!(kind, Eager | Rts | Data | PdlProgram | PdlMessage | LmData),
             "{kind:?}"
         );
         assert_eq!(
             kind.is_reserved(),
-            matches!(kind, PdlProgram | PdlMessage | AdmitRequest | AdmitGrant),
+            matches!(kind, PdlProgram | PdlMessage | Admission | LmData),
             "{kind:?}"
         );
         let expected_len = if kind.has_msg_header() { 72 } else { 48 };
@@ -140,8 +140,8 @@ fn flag_bits_and_allowed_flags_are_stable() {
         (Reset, 0),
         (PdlProgram, 0),
         (PdlMessage, 0),
-        (AdmitRequest, 0),
-        (AdmitGrant, 0),
+        (Admission, 0),
+        (LmData, Flags::RETRANSMIT),
     ];
     for (kind, allowed) in table {
         assert_eq!(kind.allowed_flags(), allowed, "{kind:?}");

@@ -23,8 +23,8 @@ pub const ALL_KINDS: [FrameKind; 16] = [
     FrameKind::Reset,
     FrameKind::PdlProgram,
     FrameKind::PdlMessage,
-    FrameKind::AdmitRequest,
-    FrameKind::AdmitGrant,
+    FrameKind::Admission,
+    FrameKind::LmData,
 ];
 
 /// The protocol a message header must name on a frame of `kind`.
