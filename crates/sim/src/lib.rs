@@ -23,6 +23,7 @@
 pub mod content;
 pub mod invariants;
 pub mod ledger;
+pub mod lm;
 pub mod memory;
 pub mod net;
 pub mod node;

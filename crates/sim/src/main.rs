@@ -5,6 +5,7 @@
 
 use clap::Parser;
 use nicmsg_proto::UnexpectedPolicy;
+use nicmsg_sim::lm::{sweep_lm, LmSpec};
 use nicmsg_sim::report::{fmt_ns, render_failure};
 use nicmsg_sim::{
     run_catching, sweep, Limits, NetConfig, ProtoParams, RunSpec, SimMode, SweepOptions, SweepPlan,
@@ -121,6 +122,14 @@ struct Cli {
     /// List the workloads and exit.
     #[arg(long)]
     list: bool,
+    /// Run LM's admission control and in-place placement (`nicmsg-lm`) instead of the engine's
+    /// workloads: nodes send transfers of 1 to 300 frames, placed where admitted (see
+    /// docs/simulator.md, "LM"). Takes the seeds, the network options and --ranks (nodes).
+    #[arg(long)]
+    lm: bool,
+    /// With --lm: probability that one node dies during a run.
+    #[arg(long, default_value_t = 0.0)]
+    death: f64,
 }
 
 /// The workloads named; `all` is every workload the mode can run (PANIC's need the engine).
@@ -196,6 +205,9 @@ fn main() -> ExitCode {
         Some(seed) => vec![seed],
         None => (cli.seed_start..cli.seed_start.saturating_add(cli.seeds)).collect(),
     };
+    if cli.lm {
+        return run_lm_sweep(&cli, &seeds);
+    }
     let mut template = RunSpec::new(0, workloads[0]);
     template.ranks = cli.ranks;
     template.scale = cli.scale;
@@ -294,5 +306,72 @@ fn main() -> ExitCode {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// `--lm`: LM's sweep, each seed with each loss rate, one after another.
+fn run_lm_sweep(cli: &Cli, seeds: &[u64]) -> ExitCode {
+    let mut specs = Vec::new();
+    for &seed in seeds {
+        for &loss in &cli.loss {
+            let net = NetConfig {
+                loss,
+                dup: cli.dup,
+                reorder: cli.reorder,
+                reorder_max_ns: cli.reorder_max_ns,
+                corrupt: cli.corrupt,
+                delay_ns: cli.delay_ns,
+                jitter_ns: cli.jitter_ns,
+                bandwidth_bps: cli.bandwidth_bps,
+                mtu: cli.mtu,
+                partition: cli.partition,
+                partition_max_ns: cli.partition_max_ns,
+                partitions: Vec::new(),
+            };
+            let mut spec = LmSpec::new(seed, net);
+            spec.nodes = cli.ranks.unwrap_or(spec.nodes).max(2);
+            spec.transfers = ((spec.transfers as f64 * cli.scale).round() as u32).max(1);
+            spec.death = cli.death;
+            specs.push(spec);
+        }
+    }
+    eprintln!("nicmsg-sim --lm: {} runs", specs.len());
+    let started = std::time::Instant::now();
+    let mut done = 0usize;
+    let mut last = std::time::Instant::now();
+    let (failures, total) = sweep_lm(&specs, &mut |_| {
+        done += 1;
+        if cli.progress > 0.0 && last.elapsed().as_secs_f64() >= cli.progress {
+            last = std::time::Instant::now();
+            eprintln!("  {done}/{} runs", specs.len());
+        }
+    });
+    println!(
+        "{} runs, {} violations, {:.1} s: {} transfers ({} placed, {} one-copy); frames: {} placed, {} copied ({} held for their slot, {} damaged landings); bytes of placed transfers: {} placed, {} copied, {} restored from shadows; {} admitted transfers on clean networks copied nothing",
+        specs.len(),
+        failures.len(),
+        started.elapsed().as_secs_f64(),
+        total.transfers,
+        total.placed_transfers,
+        total.one_copy_transfers,
+        total.placed_frames,
+        total.copied_frames,
+        total.held_for_slot,
+        total.damaged_landings,
+        total.placed_bytes,
+        total.copied_bytes_placed,
+        total.restored_bytes,
+        total.clean_admitted,
+    );
+    for failure in failures.iter().take(cli.show) {
+        println!("FAILED: {}", failure.spec.replay_command());
+        for violation in failure.violations.list() {
+            println!("  {violation}");
+        }
+    }
+    if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }

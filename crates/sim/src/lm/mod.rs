@@ -1,0 +1,441 @@
+//! LM in the simulator: admission control and in-place placement (`nicmsg_lm`) between nodes
+//! over the seeded network, under loss, duplication, reordering, corruption and a death.
+//!
+//! Each node sends transfers of random sizes (one frame to a few hundred) to random others.
+//! A transfer of two frames or more asks its receiver to be placed; admitted, it is sent last
+//! frame first as the receiver grants slots, and the receiver's device lands each frame at the
+//! address at the head of its fill queue whenever the steering rule lets it, else the frame
+//! goes the ordinary way and is copied. The engine sees landed frames later than the device
+//! wrote them (a random number of events later), as a real engine polls its ring.
+//!
+//! Checked after every run ([`Violations`]): every transfer between live nodes is delivered
+//! exactly once with every byte right; no frame wrote outside its slot; the fill queue's mirror
+//! never lost step with the device; when the network is clean and no ordinary chunk stood in
+//! the queue, admitted transfers copied no byte; at the end no receiver is placing, no
+//! placement slot waits in a queue, every admission message was answered, and no node thinks a
+//! live receiver busy. Runs are a pure function of their seed.
+
+mod frames;
+mod node;
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use nicmsg_lm::Geometry;
+use nicmsg_proto::Nanos;
+
+use crate::content::mix;
+use crate::net::{Event, Network};
+use crate::rng::SimRng;
+use crate::NetConfig;
+use node::{Node, Outgoing};
+
+/// The longest virtual time of one run: far more than any run needs (a dead receiver's
+/// transfers are given up within about a second, an expired lease frees a receiver in two).
+pub const MAX_VIRTUAL_NS: Nanos = 30_000_000_000;
+/// Events of one run before it is called a hang.
+pub const MAX_EVENTS: u64 = 20_000_000;
+
+/// One LM run.
+#[derive(Debug, Clone)]
+pub struct LmSpec {
+    pub seed: u64,
+    pub nodes: u32,
+    /// Transfers each node sends.
+    pub transfers: u32,
+    pub net: NetConfig,
+    /// Probability that one node dies during the run.
+    pub death: f64,
+}
+
+impl LmSpec {
+    pub fn new(seed: u64, net: NetConfig) -> Self {
+        Self {
+            seed,
+            nodes: 3,
+            transfers: 6,
+            net,
+            death: 0.0,
+        }
+    }
+
+    fn is_clean(&self) -> bool {
+        let n = &self.net;
+        n.loss == 0.0
+            && n.dup == 0.0
+            && n.reorder == 0.0
+            && n.corrupt == 0.0
+            && n.partition == 0.0
+            && n.partitions.is_empty()
+    }
+
+    /// The command that replays this run.
+    pub fn replay_command(&self) -> String {
+        let n = &self.net;
+        format!(
+            "cargo run --release -p nicmsg-sim -- --lm --seed {} --ranks {} --loss {} --dup {} --reorder {} --corrupt {} --partition {} --death {}",
+            self.seed, self.nodes, n.loss, n.dup, n.reorder, n.corrupt, n.partition, self.death
+        )
+    }
+}
+
+/// What the runs did, added up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LmStats {
+    pub transfers: u64,
+    pub placed_transfers: u64,
+    pub one_copy_transfers: u64,
+    pub placed_frames: u64,
+    pub copied_frames: u64,
+    pub placed_bytes: u64,
+    /// Bytes of placed transfers that came by copy (reordered, lost or ahead of their slot).
+    pub copied_bytes_placed: u64,
+    pub restored_bytes: u64,
+    pub ring_frames: u64,
+    pub kernel_frames: u64,
+    pub held_for_slot: u64,
+    pub damaged_landings: u64,
+    pub dropped_damaged: u64,
+    pub duplicates: u64,
+    /// Admitted transfers of clean runs with no ordinary chunk ahead, and the bytes they copied.
+    pub clean_admitted: u64,
+    pub events: u64,
+    pub virtual_ns: Nanos,
+}
+
+impl LmStats {
+    pub fn add(&mut self, o: &LmStats) {
+        self.transfers += o.transfers;
+        self.placed_transfers += o.placed_transfers;
+        self.one_copy_transfers += o.one_copy_transfers;
+        self.placed_frames += o.placed_frames;
+        self.copied_frames += o.copied_frames;
+        self.placed_bytes += o.placed_bytes;
+        self.copied_bytes_placed += o.copied_bytes_placed;
+        self.restored_bytes += o.restored_bytes;
+        self.ring_frames += o.ring_frames;
+        self.kernel_frames += o.kernel_frames;
+        self.held_for_slot += o.held_for_slot;
+        self.damaged_landings += o.damaged_landings;
+        self.dropped_damaged += o.dropped_damaged;
+        self.duplicates += o.duplicates;
+        self.clean_admitted += o.clean_admitted;
+        self.events += o.events;
+        self.virtual_ns = self.virtual_ns.max(o.virtual_ns);
+    }
+}
+
+/// What went wrong in a run, one sentence each.
+#[derive(Debug, Default)]
+pub struct Violations(Vec<String>);
+
+impl Violations {
+    pub fn push(&mut self, what: String) {
+        // A broken run can repeat one fault thousands of times: the first few tell it.
+        if self.0.len() < 20 {
+            self.0.push(what);
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn list(&self) -> &[String] {
+        &self.0
+    }
+}
+
+/// The outcome of one run.
+#[derive(Debug)]
+pub struct LmResult {
+    pub spec: LmSpec,
+    pub violations: Violations,
+    pub stats: LmStats,
+}
+
+/// Every transfer's length, and its bytes (a function of sender, number and offset).
+#[derive(Debug, Default)]
+pub struct Catalogue {
+    lengths: BTreeMap<(u32, u32), usize>,
+}
+
+impl Catalogue {
+    pub fn len_of(&self, from: u32, number: u32) -> Option<usize> {
+        self.lengths.get(&(from, number)).copied()
+    }
+
+    fn byte(from: u32, number: u32, offset: usize) -> u8 {
+        let word = mix(u64::from(from) << 40 ^ u64::from(number) << 20 ^ (offset / 8) as u64);
+        (word >> ((offset % 8) * 8)) as u8
+    }
+
+    /// Bytes `range` of transfer `number` from `from`.
+    pub fn bytes_range(from: u32, number: u32, range: std::ops::Range<usize>) -> Vec<u8> {
+        range.map(|i| Self::byte(from, number, i)).collect()
+    }
+
+    pub fn first_wrong_byte(from: u32, number: u32, message: &[u8]) -> Option<usize> {
+        message
+            .iter()
+            .enumerate()
+            .find(|&(i, &b)| b != Self::byte(from, number, i))
+            .map(|(i, _)| i)
+    }
+}
+
+/// Transfer sizes, in frames of the run's payload and a few bytes more or less: one frame
+/// (ordinary), the edges of two, and up to a few hundred frames.
+fn transfer_len(rng: &mut SimRng, payload: usize) -> usize {
+    match rng.below(8) {
+        0 => rng.below(payload as u64 + 1) as usize,
+        1 => payload + 1,
+        2 => 2 * payload,
+        3 => 2 * payload - 1,
+        4 => rng.range(3, 12) as usize * payload + rng.below(payload as u64) as usize,
+        5 => 47 * payload,
+        6 => rng.range(100, 300) as usize * payload - rng.below(payload as u64) as usize,
+        _ => rng.range(2, 40) as usize * payload,
+    }
+}
+
+/// Runs one seed.
+pub fn run_lm(spec: &LmSpec) -> LmResult {
+    let mut rng = SimRng::new(spec.seed, 0x4c4d);
+    let header_len = frames::HEADER_LEN;
+    let payload = spec.net.mtu as usize - header_len;
+    let geometry = Geometry::new(header_len, payload).expect("the simulation's MTU fits LM");
+    let window = [1, 2, 8, 32, 128][rng.below(5) as usize];
+    let ordinary_chunks = [0, 0, 4, 16][rng.below(4) as usize];
+    let mut catalogue = Catalogue::default();
+    let mut plans = Vec::new();
+    for from in 0..spec.nodes {
+        for number in 1..=spec.transfers {
+            let to = (from + 1 + rng.below(u64::from(spec.nodes - 1)) as u32) % spec.nodes;
+            let len = transfer_len(&mut rng, payload);
+            let start = rng.below(2_000_000);
+            catalogue.lengths.insert((from, number), len);
+            plans.push(Outgoing::new(to, len, number, start));
+        }
+    }
+    let catalogue = Rc::new(catalogue);
+    let mut nodes: Vec<Node> = (0..spec.nodes)
+        .map(|me| {
+            Node::new(
+                me,
+                spec.nodes,
+                geometry,
+                window,
+                ordinary_chunks,
+                catalogue.clone(),
+            )
+        })
+        .collect();
+    for (at, plan) in plans.into_iter().enumerate() {
+        nodes[at / spec.transfers as usize].outgoing.push(plan);
+    }
+    let mut network = Network::new(spec.net.clone(), spec.nodes, spec.seed);
+    let death = rng.chance(spec.death).then(|| {
+        (
+            rng.below(u64::from(spec.nodes)) as u32,
+            rng.below(3_000_000),
+        )
+    });
+    let mut world = World {
+        nodes,
+        network,
+        rng,
+        stats: LmStats::default(),
+        violations: Violations::default(),
+        now: 0,
+    };
+    if let Some((rank, at)) = death {
+        world.network.schedule(at, Event::Death { rank });
+    }
+    world.run();
+    world.check_end(spec, ordinary_chunks);
+    network = world.network;
+    let _ = network;
+    LmResult {
+        spec: spec.clone(),
+        violations: world.violations,
+        stats: world.stats,
+    }
+}
+
+struct World {
+    nodes: Vec<Node>,
+    network: Network,
+    rng: SimRng,
+    stats: LmStats,
+    violations: Violations,
+    now: Nanos,
+}
+
+impl World {
+    fn run(&mut self) {
+        loop {
+            let timer = self
+                .nodes
+                .iter()
+                .filter(|n| n.alive)
+                .filter_map(|n| n.next_timer().map(|t| (t, n.me)))
+                .min();
+            let next = match (self.network.peek_time(), timer) {
+                (None, None) => return,
+                (Some(t), None) => t,
+                (None, Some((t, _))) => t,
+                (Some(a), Some((b, _))) => a.min(b),
+            };
+            self.now = self.now.max(next);
+            self.stats.events += 1;
+            if self.now > MAX_VIRTUAL_NS || self.stats.events > MAX_EVENTS {
+                self.violations.push(format!(
+                    "hang: still busy after {} events and {} ns",
+                    self.stats.events, self.now
+                ));
+                return;
+            }
+            if self.network.peek_time() == Some(next) {
+                let (_, event) = self.network.pop().expect("peeked");
+                self.handle_event(event);
+            } else if let Some((_, me)) = timer {
+                self.nodes[me as usize].timers(self.now);
+                self.flush(me);
+            }
+        }
+    }
+
+    fn handle_event(&mut self, event: Event) {
+        match event {
+            Event::Frame(frame) => {
+                let dst = frame.dst as usize;
+                if !self.nodes[dst].alive {
+                    return;
+                }
+                let node = &mut self.nodes[dst];
+                node.arrive(
+                    self.now,
+                    frame.src,
+                    &frame.bytes,
+                    &mut self.stats,
+                    &mut self.violations,
+                );
+                self.maybe_engine_turn(frame.dst);
+                self.flush(frame.dst);
+            }
+            Event::Wake { rank, .. } => {
+                if self.nodes[rank as usize].alive {
+                    self.nodes[rank as usize].engine_turn(
+                        self.now,
+                        &mut self.stats,
+                        &mut self.violations,
+                    );
+                    self.flush(rank);
+                }
+            }
+            Event::Death { rank } => self.nodes[rank as usize].alive = false,
+            // This simulation's nodes are told nothing by a dead host's kernel: a dead receiver
+            // is found by its silence (retransmissions given up, leases expired).
+            Event::Refused { .. } => {}
+        }
+    }
+
+    /// The engine runs now, or a little later (a wake-up is then due), so that landed frames
+    /// and frames copied the ordinary way interleave as they do on a machine.
+    fn maybe_engine_turn(&mut self, me: u32) {
+        if self.rng.chance(0.7) {
+            let node = &mut self.nodes[me as usize];
+            node.engine_turn(self.now, &mut self.stats, &mut self.violations);
+        } else if self.nodes[me as usize].has_ring_work() {
+            let later = self.now + self.rng.range(200, 20_000);
+            self.network
+                .schedule(later, Event::Wake { rank: me, token: 0 });
+        }
+    }
+
+    /// Puts what `me` has to send on the network.
+    fn flush(&mut self, me: u32) {
+        let out = std::mem::take(&mut self.nodes[me as usize].out);
+        for (to, bytes) in out {
+            let _ = self.network.send(self.now, me, to, bytes);
+        }
+    }
+
+    fn check_end(&mut self, spec: &LmSpec, ordinary_chunks: u32) {
+        self.stats.virtual_ns = self.now;
+        let alive: Vec<bool> = self.nodes.iter().map(|n| n.alive).collect();
+        for node in &self.nodes {
+            for out in &node.outgoing {
+                self.stats.transfers += 1;
+                let both_alive = alive[node.me as usize] && alive[out.to as usize];
+                if !both_alive {
+                    continue;
+                }
+                if !out.is_delivered()
+                    || !self.nodes[out.to as usize].is_delivered(node.me, out.number)
+                {
+                    self.violations.push(format!(
+                        "transfer {}/{} of {} B to {} not delivered (gave up: {})",
+                        node.me,
+                        out.number,
+                        out.len,
+                        out.to,
+                        out.gave_up()
+                    ));
+                }
+            }
+        }
+        for node in self.nodes.iter().filter(|n| n.alive) {
+            if node.active_placements() > 0 || node.admission().placing().is_some() {
+                self.violations
+                    .push(format!("node {} still places a transfer", node.me));
+            }
+            if node.placement_slots_waiting() > 0 {
+                self.violations.push(format!(
+                    "node {}: placement slots left in its fill queue",
+                    node.me
+                ));
+            }
+            if node.admission().poll_timeout().is_some() {
+                self.violations.push(format!(
+                    "node {}: admission messages unanswered at the end",
+                    node.me
+                ));
+            }
+            for peer in (0..spec.nodes).filter(|&p| p != node.me && alive[p as usize]) {
+                if node.admission().is_busy(peer) {
+                    self.violations.push(format!(
+                        "node {} thinks node {peer} busy at the end",
+                        node.me
+                    ));
+                }
+            }
+        }
+        if spec.is_clean() && ordinary_chunks == 0 {
+            self.stats.clean_admitted += self.stats.placed_transfers;
+            if self.stats.copied_bytes_placed > 0 {
+                self.violations.push(format!(
+                    "clean network: admitted transfers copied {} B",
+                    self.stats.copied_bytes_placed
+                ));
+            }
+        }
+    }
+}
+
+/// Runs many seeds (each with each loss rate), one after another; returns the failures and the
+/// totals. `progress` is called after every run.
+pub fn sweep_lm(specs: &[LmSpec], progress: &mut dyn FnMut(&LmResult)) -> (Vec<LmResult>, LmStats) {
+    let mut failures = Vec::new();
+    let mut total = LmStats::default();
+    for spec in specs {
+        let result = run_lm(spec);
+        total.add(&result.stats);
+        progress(&result);
+        if !result.violations.is_empty() {
+            failures.push(result);
+        }
+    }
+    (failures, total)
+}
