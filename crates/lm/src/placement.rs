@@ -180,9 +180,15 @@ impl Placement {
     }
 
     /// Posts slots for the highest frames still missing until `window` wait in the queue (or
-    /// the queue is full). `region` is read for the shadows of tails already in place.
-    /// Returns how many were posted.
-    pub fn post_slots(&mut self, fill: &mut FillQueue, region: &[u8]) -> Result<u32, FillError> {
+    /// the queue is full), to the mirror and, through `device`, to the device (which must take
+    /// them in the order given). `region` is read for the shadows of tails already in place,
+    /// always before the slot that covers them reaches the device. Returns how many were posted.
+    pub fn post_slots(
+        &mut self,
+        fill: &mut FillQueue,
+        region: &[u8],
+        device: &mut dyn FnMut(Slot),
+    ) -> Result<u32, FillError> {
         assert_eq!(region.len(), self.region_len(), "the transfer's region");
         fill.open(self.key)?;
         let mut posted = 0;
@@ -204,6 +210,7 @@ impl Placement {
             self.in_queue.set(index);
             self.in_queue_count += 1;
             self.stats.slots_posted += 1;
+            device(slot);
             posted += 1;
         }
         debug_assert!(self.in_queue_count <= self.window);
@@ -402,7 +409,7 @@ mod tests {
                 placement.arrived_by_copy(index, &frame[H..], region);
             }
         }
-        placement.post_slots(fill, region).unwrap();
+        placement.post_slots(fill, region, &mut |_| {}).unwrap();
     }
 
     fn message(len: usize) -> Vec<u8> {
@@ -416,7 +423,9 @@ mod tests {
         let mut placement = Placement::new(KEY, g, 200, 4).unwrap();
         let mut fill = FillQueue::new(16);
         let mut region = vec![0u8; placement.region_len()];
-        placement.post_slots(&mut fill, &region).unwrap();
+        placement
+            .post_slots(&mut fill, &region, &mut |_| {})
+            .unwrap();
         for index in g.send_order(200) {
             deliver(&mut placement, &mut fill, &mut region, &data, index);
         }
@@ -435,7 +444,9 @@ mod tests {
         let mut placement = Placement::new(KEY, g, 300, 3).unwrap();
         let mut fill = FillQueue::new(16);
         let mut region = vec![0u8; placement.region_len()];
-        placement.post_slots(&mut fill, &region).unwrap();
+        placement
+            .post_slots(&mut fill, &region, &mut |_| {})
+            .unwrap();
         // First first: the low frames are copied; the high ones wait for their slots, so the
         // sender sends them again (last first this time).
         let mut rounds = 0;
@@ -467,7 +478,9 @@ mod tests {
         let mut fill = FillQueue::new(4);
         let mut region = vec![0u8; placement.region_len()];
         // Frame 1 first by copy (its slot is not posted: window 1 holds frame 2's).
-        placement.post_slots(&mut fill, &region).unwrap();
+        placement
+            .post_slots(&mut fill, &region, &mut |_| {})
+            .unwrap();
         assert_eq!(
             placement.arrived_by_copy(1, &data[32..64], &mut region),
             Copied::Copied
@@ -480,7 +493,9 @@ mod tests {
         assert_eq!(placement.landed(2, false, &mut region), Landed::Damaged);
         assert_eq!(&region[H + 32..H + 64], &data[32..64]);
         assert!(!placement.is_received(2));
-        placement.post_slots(&mut fill, &region).unwrap();
+        placement
+            .post_slots(&mut fill, &region, &mut |_| {})
+            .unwrap();
         for index in [2, 0] {
             deliver(&mut placement, &mut fill, &mut region, &data, index);
         }
@@ -494,7 +509,12 @@ mod tests {
         let mut placement = Placement::new(KEY, g, 1024, 8).unwrap();
         let mut fill = FillQueue::new(16);
         let region = vec![0u8; placement.region_len()];
-        assert_eq!(placement.post_slots(&mut fill, &region).unwrap(), 8);
+        assert_eq!(
+            placement
+                .post_slots(&mut fill, &region, &mut |_| {})
+                .unwrap(),
+            8
+        );
         assert_eq!(placement.abort(&mut fill), 8);
         assert_eq!(fill.steer(Arrival::Ordinary { len: 40 }), Steer::Ring);
         assert_eq!(fill.steer(Arrival::Ordinary { len: 41 }), Steer::Kernel);

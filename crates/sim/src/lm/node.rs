@@ -448,7 +448,7 @@ impl Node {
             let key = TransferKey(*next_key);
             let mut placement = Placement::new(key, geometry, request.len, window).ok()?;
             let region = region_fill(me, key, placement.region_len());
-            if placement.post_slots(fill, &region).is_err() {
+            if placement.post_slots(fill, &region, &mut |_| {}).is_err() {
                 return None;
             }
             placed.insert(
@@ -647,7 +647,7 @@ impl Node {
         }
         let posted = placed
             .placement
-            .post_slots(&mut self.fill, &placed.region)
+            .post_slots(&mut self.fill, &placed.region, &mut |_| {})
             .unwrap_or(0);
         if posted > 0 {
             let floor = grant_floor(&placed.placement);
