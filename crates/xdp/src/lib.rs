@@ -32,5 +32,7 @@ pub use bpf::{AttachMode, Counter, Link, Program, SocketMap};
 pub use interface::Interface;
 pub use packet::{parse, Datagram, HeaderTemplate, NotOurs, Station, HEADERS_LEN};
 pub use program::{redirect_program, Steering};
-pub use socket::{XskSocket, CHUNK_BYTES, MAX_FRAME_BYTES, RX_CHUNKS, TX_CHUNKS};
+pub use socket::{
+    ReceiveMode, XskSocket, CHUNK_BYTES, KERNEL_HEADROOM, MAX_FRAME_BYTES, RX_CHUNKS, TX_CHUNKS,
+};
 pub use transport::{OpenError, XdpStats, XdpTransport, RECEIVE_BATCH, RING_MAX_PAYLOAD};

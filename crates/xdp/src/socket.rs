@@ -11,8 +11,9 @@ use crate::ring::Ring;
 
 /// Bytes per chunk: one page, the size copy mode and every driver accept.
 pub const CHUNK_BYTES: usize = 4096;
-/// Headroom the kernel leaves before a received frame in its chunk (`XDP_PACKET_HEADROOM`).
-const KERNEL_HEADROOM: usize = 256;
+/// Headroom the kernel leaves before a received frame in its chunk (`XDP_PACKET_HEADROOM`):
+/// a frame lands this many bytes after its fill address.
+pub const KERNEL_HEADROOM: usize = 256;
 /// Largest frame (Ethernet header included) a chunk holds after the kernel's headroom.
 pub const MAX_FRAME_BYTES: usize = CHUNK_BYTES - KERNEL_HEADROOM;
 /// Chunks for receiving and entries of the fill and rx rings (16 MiB): a rank that does not
@@ -64,6 +65,18 @@ impl Drop for Umem {
     }
 }
 
+/// How the receiving part of the UMEM is used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReceiveMode {
+    /// Fixed chunks, every one in the fill ring, each given back as soon as its frame was
+    /// delivered (the transport's mode).
+    Chunks,
+    /// LM's in-place placement: the UMEM in unaligned-chunk mode with `bytes` of it for
+    /// receiving, and the caller posts fill addresses itself, anywhere in those bytes
+    /// ([`XskSocket::post_fill`]), so each frame lands where the caller chose.
+    Placing { bytes: usize },
+}
+
 /// A bound AF_XDP socket on one receive queue of one interface.
 pub struct XskSocket {
     // Field order is drop order: rings, then the socket, then the memory it used.
@@ -75,6 +88,7 @@ pub struct XskSocket {
     umem: Umem,
     /// Send chunks not in the tx or completion ring.
     free_tx: Vec<u64>,
+    mode: ReceiveMode,
 }
 
 // SAFETY: every raw pointer is into mappings the socket owns; one thread drives it at a time.
@@ -84,6 +98,11 @@ impl XskSocket {
     /// Opens a socket in copy mode on `queue` of interface `ifindex`, with its UMEM and rings,
     /// and gives the kernel every receive chunk.
     pub fn open(ifindex: u32, queue: u32) -> io::Result<Self> {
+        Self::open_with(ifindex, queue, ReceiveMode::Chunks)
+    }
+
+    /// Opens a socket in copy mode whose receive memory is used as `mode` says.
+    pub fn open_with(ifindex: u32, queue: u32, mode: ReceiveMode) -> io::Result<Self> {
         // SAFETY: plain system call; the descriptor is owned right after.
         let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
         if raw < 0 {
@@ -91,14 +110,21 @@ impl XskSocket {
         }
         // SAFETY: a fresh descriptor nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let chunks = (RX_CHUNKS + TX_CHUNKS) as usize;
-        let umem = Umem::map(chunks * CHUNK_BYTES)?;
+        let (rx_bytes, flags) = match mode {
+            ReceiveMode::Chunks => (RX_CHUNKS as usize * CHUNK_BYTES, 0),
+            ReceiveMode::Placing { bytes } => (
+                bytes.next_multiple_of(CHUNK_BYTES),
+                libc::XDP_UMEM_UNALIGNED_CHUNK_FLAG,
+            ),
+        };
+        let tx_start = rx_bytes as u64;
+        let umem = Umem::map(rx_bytes + TX_CHUNKS as usize * CHUNK_BYTES)?;
         let registration = libc::xdp_umem_reg {
             addr: umem.area.as_ptr() as u64,
             len: umem.len as u64,
             chunk_size: CHUNK_BYTES as u32,
             headroom: 0,
-            flags: 0,
+            flags,
             tx_metadata_len: 0,
         };
         set_option(raw, libc::XDP_UMEM_REG, &registration)?;
@@ -142,15 +168,18 @@ impl XskSocket {
             completion,
             fd,
             umem,
-            free_tx: (RX_CHUNKS..RX_CHUNKS + TX_CHUNKS)
+            free_tx: (0..TX_CHUNKS)
                 .rev()
-                .map(|chunk| u64::from(chunk) * CHUNK_BYTES as u64)
+                .map(|chunk| tx_start + u64::from(chunk) * CHUNK_BYTES as u64)
                 .collect(),
+            mode,
         };
-        for chunk in 0..RX_CHUNKS {
-            socket.fill.push(u64::from(chunk) * CHUNK_BYTES as u64);
+        if mode == ReceiveMode::Chunks {
+            for chunk in 0..RX_CHUNKS {
+                socket.fill.push(u64::from(chunk) * CHUNK_BYTES as u64);
+            }
+            socket.fill.publish();
         }
-        socket.fill.publish();
         socket.bind(ifindex, queue)?;
         Ok(socket)
     }
@@ -193,6 +222,11 @@ impl XskSocket {
     /// Calls `deliver` with up to `limit` received frames, then gives their chunks back to the
     /// kernel. Returns how many there were.
     pub fn receive(&mut self, limit: u32, mut deliver: impl FnMut(&[u8])) -> u32 {
+        assert_eq!(
+            self.mode,
+            ReceiveMode::Chunks,
+            "placing sockets take what landed"
+        );
         let count = self.rx.ready(limit);
         if count == 0 {
             return 0;
@@ -211,6 +245,61 @@ impl XskSocket {
         self.rx.release(count);
         self.fill.publish();
         count
+    }
+
+    /// Placing mode: gives the kernel `address` (an offset in the receiving part of the UMEM);
+    /// the next frame steered to this socket lands [`KERNEL_HEADROOM`] bytes after it. False if
+    /// the fill ring is full. Takes effect at [`publish_fill`](Self::publish_fill).
+    pub fn post_fill(&mut self, address: u64) -> bool {
+        assert!(
+            matches!(self.mode, ReceiveMode::Placing { .. }),
+            "chunk sockets fill themselves"
+        );
+        assert!(
+            address as usize + CHUNK_BYTES <= self.free_tx_start(),
+            "fill address {address} leaves no chunk's room in the receiving memory"
+        );
+        if self.fill.free(1) == 0 {
+            return false;
+        }
+        self.fill.push(address);
+        true
+    }
+
+    pub fn publish_fill(&self) {
+        self.fill.publish();
+    }
+
+    /// Placing mode: calls `landed(position, len)` for up to `limit` frames that landed, in the
+    /// order the kernel took their fill addresses (`position` is where the frame's first byte
+    /// is in the UMEM), and releases their receive entries. Returns how many there were.
+    pub fn take_landed(&mut self, limit: u32, mut landed: impl FnMut(usize, usize)) -> u32 {
+        let count = self.rx.ready(limit);
+        for i in 0..count {
+            let desc = self.rx.peek(i);
+            // Unaligned mode: the base address in the low 48 bits, the data's offset above.
+            let base = desc.addr & libc::XSK_UNALIGNED_BUF_ADDR_MASK;
+            let offset = desc.addr >> libc::XSK_UNALIGNED_BUF_OFFSET_SHIFT;
+            landed((base + offset) as usize, desc.len as usize);
+        }
+        self.rx.release(count);
+        count
+    }
+
+    /// Placing mode: the receiving part of the UMEM. Bytes that a posted fill address covers
+    /// may change under the caller (the kernel writes them when a frame lands); read only
+    /// bytes no posted address covers, or that landed and are known to stay.
+    pub fn receiving_memory(&mut self) -> &mut [u8] {
+        let len = self.free_tx_start();
+        // SAFETY: inside the UMEM, which lives as long as `self`; the kernel writes only where
+        // a posted fill address points, which the caller tracks (see above), and the caller
+        // holds `&mut self`, so no other slice of it exists.
+        unsafe { std::slice::from_raw_parts_mut(self.umem.area.as_ptr(), len) }
+    }
+
+    /// Where the send chunks begin: the end of the receiving memory.
+    fn free_tx_start(&self) -> usize {
+        self.umem.len - TX_CHUNKS as usize * CHUNK_BYTES
     }
 
     /// True if frames wait in the rx ring.

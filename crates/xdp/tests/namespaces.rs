@@ -7,9 +7,10 @@
 //! interface lookup and the program's attachment all happen in the namespace of the thread that
 //! makes them.
 
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::os::fd::AsRawFd;
-use std::process::Command;
+mod common;
+
+use common::{address_of, enter, Pair};
+use std::net::{SocketAddr, SocketAddrV4};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -19,76 +20,6 @@ use nicmsg_xdp::{XdpTransport, RING_MAX_PAYLOAD};
 
 const PORT: u16 = 7471;
 const DEADLINE: Duration = Duration::from_secs(5);
-
-/// Two namespaces `<prefix>-0` and `<prefix>-1` with a veth pair between them; removed on drop.
-struct Pair {
-    names: [String; 2],
-}
-
-impl Pair {
-    fn create(prefix: &str) -> Option<Pair> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: needs root (network namespaces, BPF)");
-            return None;
-        }
-        let names = [format!("{prefix}-0"), format!("{prefix}-1")];
-        let pair = Pair {
-            names: names.clone(),
-        };
-        pair.remove();
-        let ok = ip(&["netns", "add", &names[0]])
-            && ip(&["netns", "add", &names[1]])
-            && ip(&[
-                "-n", &names[0], "link", "add", "eth0", "type", "veth", "peer", "name", "eth0",
-                "netns", &names[1],
-            ]);
-        if !ok {
-            eprintln!("skipped: `ip` cannot make namespaces and veth pairs here");
-            return None;
-        }
-        for (rank, name) in names.iter().enumerate() {
-            let address = format!("{}/24", address_of(rank));
-            assert!(ip(&["-n", name, "link", "set", "eth0", "up"]));
-            assert!(ip(&["-n", name, "addr", "add", &address, "dev", "eth0"]));
-        }
-        Some(pair)
-    }
-
-    fn remove(&self) {
-        for name in &self.names {
-            Command::new("ip")
-                .args(["netns", "delete", name])
-                .output()
-                .ok();
-        }
-    }
-}
-
-impl Drop for Pair {
-    fn drop(&mut self) {
-        self.remove();
-    }
-}
-
-fn ip(args: &[&str]) -> bool {
-    Command::new("ip")
-        .args(args)
-        .output()
-        .is_ok_and(|out| out.status.success())
-}
-
-fn address_of(rank: usize) -> Ipv4Addr {
-    Ipv4Addr::new(10, 214, 9, rank as u8 + 1)
-}
-
-/// Moves the calling thread into namespace `name`.
-fn enter(name: &str) {
-    let file = std::fs::File::open(format!("/var/run/netns/{name}")).expect("namespace file");
-    // SAFETY: setns on an open namespace descriptor; only this thread changes namespace.
-    let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-    assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
-}
 
 fn bind(rank: usize) -> UdpTransport {
     UdpTransport::bind(UdpOptions {
