@@ -157,6 +157,24 @@ fn parse_workloads(text: &str, mode: SimMode) -> Result<Vec<WorkloadKind>, Strin
         .collect()
 }
 
+/// The network the options describe, with `loss`.
+fn net_config(cli: &Cli, loss: f64) -> NetConfig {
+    NetConfig {
+        loss,
+        dup: cli.dup,
+        reorder: cli.reorder,
+        reorder_max_ns: cli.reorder_max_ns,
+        corrupt: cli.corrupt,
+        delay_ns: cli.delay_ns,
+        jitter_ns: cli.jitter_ns,
+        bandwidth_bps: cli.bandwidth_bps,
+        mtu: cli.mtu,
+        partition: cli.partition,
+        partition_max_ns: cli.partition_max_ns,
+        partitions: Vec::new(),
+    }
+}
+
 fn parse_policies(text: &str) -> Result<Vec<UnexpectedPolicy>, String> {
     match text {
         "buffer" => Ok(vec![UnexpectedPolicy::Buffer]),
@@ -212,20 +230,7 @@ fn main() -> ExitCode {
     template.ranks = cli.ranks;
     template.scale = cli.scale;
     template.mode = cli.mode;
-    template.net = NetConfig {
-        loss: 0.0,
-        dup: cli.dup,
-        reorder: cli.reorder,
-        reorder_max_ns: cli.reorder_max_ns,
-        corrupt: cli.corrupt,
-        delay_ns: cli.delay_ns,
-        jitter_ns: cli.jitter_ns,
-        bandwidth_bps: cli.bandwidth_bps,
-        mtu: cli.mtu,
-        partition: cli.partition,
-        partition_max_ns: cli.partition_max_ns,
-        partitions: Vec::new(),
-    };
+    template.net = net_config(&cli, 0.0);
     template.proto = ProtoParams {
         rto_initial_ns: cli.rto_initial_ns,
         rto_min_ns: cli.rto_min_ns,
@@ -314,21 +319,7 @@ fn run_lm_sweep(cli: &Cli, seeds: &[u64]) -> ExitCode {
     let mut specs = Vec::new();
     for &seed in seeds {
         for &loss in &cli.loss {
-            let net = NetConfig {
-                loss,
-                dup: cli.dup,
-                reorder: cli.reorder,
-                reorder_max_ns: cli.reorder_max_ns,
-                corrupt: cli.corrupt,
-                delay_ns: cli.delay_ns,
-                jitter_ns: cli.jitter_ns,
-                bandwidth_bps: cli.bandwidth_bps,
-                mtu: cli.mtu,
-                partition: cli.partition,
-                partition_max_ns: cli.partition_max_ns,
-                partitions: Vec::new(),
-            };
-            let mut spec = LmSpec::new(seed, net);
+            let mut spec = LmSpec::new(seed, net_config(cli, loss));
             spec.nodes = cli.ranks.unwrap_or(spec.nodes).max(2);
             spec.transfers = ((spec.transfers as f64 * cli.scale).round() as u32).max(1);
             spec.death = cli.death;
