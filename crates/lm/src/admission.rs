@@ -208,6 +208,9 @@ pub struct Admission {
     views: Vec<(u32, bool)>,
     events: VecDeque<Event>,
     transmit: VecDeque<(PeerId, Control)>,
+    /// The most messages `transmit` holds: a notice to every peer and a message per outgoing
+    /// transfer, twice over.
+    transmit_bound: usize,
     stats: AdmissionStats,
 }
 
@@ -261,7 +264,8 @@ impl Admission {
             notices: vec![None; n],
             views: vec![(0, false); n],
             events: VecDeque::with_capacity(MAX_OUTGOING + 2),
-            transmit: VecDeque::with_capacity(2 * n + MAX_OUTGOING),
+            transmit: VecDeque::with_capacity(2 * (n + MAX_OUTGOING)),
+            transmit_bound: 2 * (n + MAX_OUTGOING),
             stats: AdmissionStats::default(),
         }
     }
@@ -345,7 +349,7 @@ impl Admission {
         }
         match message {
             Control::Request { transfer, len } => self.on_request(now, from, transfer, len, admit),
-            Control::Accept { transfer, key } => self.on_accept(now, from, transfer, key),
+            Control::Accept { transfer, key } => self.on_accept(from, transfer, key),
             Control::Reject { transfer } => self.on_reject(from, transfer),
             Control::End { transfer } => self.on_end(now, from, transfer),
             Control::EndAck { transfer } => self.on_end_ack(from, transfer),
@@ -411,7 +415,7 @@ impl Admission {
     fn send(&mut self, to: PeerId, message: Control) {
         // Bounded: a full queue drops the message, which its retransmission (or the peer's)
         // replaces.
-        if self.transmit.len() < self.transmit.capacity().max(1) {
+        if self.transmit.len() < self.transmit_bound {
             self.transmit.push_back((to, message));
         }
     }
@@ -466,7 +470,7 @@ impl Admission {
         self.send(from, Control::Accept { transfer, key });
     }
 
-    fn on_accept(&mut self, now: Nanos, from: PeerId, transfer: u32, key: TransferKey) {
+    fn on_accept(&mut self, from: PeerId, transfer: u32, key: TransferKey) {
         let found = self
             .outgoing
             .iter_mut()
@@ -480,7 +484,6 @@ impl Admission {
             None => {
                 // Accepted after it was given up: the receiver holds a placement nobody will
                 // fill. End it (the receiver answers an unknown end too).
-                let _ = now;
                 self.send(from, Control::End { transfer });
             }
         }
