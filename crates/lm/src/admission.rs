@@ -302,7 +302,7 @@ impl Admission {
             len,
             state: OutgoingState::Asking,
             tries: 1,
-            deadline: now + RETRY_NS,
+            deadline: retry_deadline(now, 1),
         });
         self.stats.requests_sent += 1;
         self.send(to, Control::Request { transfer, len });
@@ -322,7 +322,7 @@ impl Admission {
         );
         out.state = OutgoingState::Ending;
         out.tries = 1;
-        out.deadline = now + RETRY_NS;
+        out.deadline = retry_deadline(now, 1);
         let to = out.to;
         self.send(to, Control::End { transfer });
     }
@@ -361,24 +361,22 @@ impl Admission {
 
     /// `peer` is gone (the protocol declared it dead): nothing more is asked of it or sent to it,
     /// and a transfer it was sending is given up.
-    pub fn peer_gone(&mut self, peer: PeerId) {
+    pub fn peer_gone(&mut self, now: Nanos, peer: PeerId) {
         self.notices[peer as usize] = None;
-        self.views[peer as usize] = (self.views[peer as usize].0, false);
-        let mut refused = Vec::new();
-        self.outgoing.retain(|o| {
-            if o.to != peer {
-                return true;
+        self.views[peer as usize].1 = false;
+        // Backwards, so that swap_remove moves only entries already looked at.
+        for at in (0..self.outgoing.len()).rev() {
+            let out = self.outgoing[at];
+            if out.to != peer {
+                continue;
             }
-            if o.state != OutgoingState::Ending {
-                refused.push(o.transfer);
+            self.outgoing.swap_remove(at);
+            if out.state != OutgoingState::Ending {
+                self.refuse(out.transfer, Refusal::NoAnswer);
             }
-            false
-        });
-        for transfer in refused {
-            self.refuse(transfer, Refusal::NoAnswer);
         }
         if self.placing.is_some_and(|p| p.peer == peer) {
-            self.end_placing(0);
+            self.end_placing(now, Some(peer));
         }
     }
 
@@ -400,7 +398,7 @@ impl Admission {
         self.retry_notices(now);
         if self.placing.is_some_and(|p| p.lease_deadline <= now) {
             self.stats.leases_expired += 1;
-            self.end_placing(now);
+            self.end_placing(now, None);
         }
     }
 
@@ -504,7 +502,7 @@ impl Admission {
             .placing
             .is_some_and(|p| p.peer == from && p.transfer == transfer)
         {
-            self.end_placing(now);
+            self.end_placing(now, None);
         }
         self.send(from, Control::EndAck { transfer });
     }
@@ -531,18 +529,20 @@ impl Admission {
         }
     }
 
-    /// Receiver: the placed transfer is over (ended, given up, or its sender gone).
-    fn end_placing(&mut self, now: Nanos) {
+    /// Receiver: the placed transfer is over (ended, given up, or its sender gone); every node
+    /// but `gone` hears it.
+    fn end_placing(&mut self, now: Nanos, gone: Option<PeerId>) {
         let placing = self.placing.take().expect("ending a placement");
         self.events.push_back(Event::Ended {
             peer: placing.peer,
             key: placing.key,
         });
-        self.notify_all(now, false, None);
+        self.notify_all(now, false, gone);
     }
 
-    /// Tells every other node (but `except`, which learns it from the answer to its request)
-    /// that this receiver is busy or free, until each answers.
+    /// Tells every other node but `except` (the admitted sender, which learns it from the answer
+    /// to its request, or a sender that is gone) that this receiver is busy or free, until each
+    /// answers.
     fn notify_all(&mut self, now: Nanos, busy: bool, except: Option<PeerId>) {
         let epoch = self.epoch;
         for peer in 0..self.peers {
@@ -553,7 +553,7 @@ impl Admission {
                 epoch,
                 busy,
                 tries: 1,
-                deadline: now + RETRY_NS,
+                deadline: retry_deadline(now, 1),
             });
             self.send(peer, Self::notice_message(epoch, busy));
         }
@@ -568,34 +568,34 @@ impl Admission {
     }
 
     fn retry_outgoing(&mut self, now: Nanos) {
-        let mut given_up = Vec::new();
-        let mut resend = Vec::new();
-        self.outgoing.retain_mut(|o| {
-            if o.state == OutgoingState::Sending || o.deadline > now {
-                return true;
+        // Backwards, so that swap_remove moves only entries already looked at.
+        for at in (0..self.outgoing.len()).rev() {
+            let out = self.outgoing[at];
+            if out.state == OutgoingState::Sending || out.deadline > now {
+                continue;
             }
-            if o.tries >= MAX_TRIES {
-                if o.state == OutgoingState::Asking {
-                    given_up.push(o.transfer);
+            if out.tries >= MAX_TRIES {
+                self.outgoing.swap_remove(at);
+                if out.state == OutgoingState::Asking {
+                    self.stats.no_answer += 1;
+                    self.refuse(out.transfer, Refusal::NoAnswer);
                 }
-                return false;
+                continue;
             }
-            o.tries += 1;
-            o.deadline = now + (RETRY_NS << (o.tries - 1).min(16));
-            resend.push((o.to, o.transfer, o.len, o.state));
-            true
-        });
-        for (to, transfer, len, state) in resend {
+            let entry = &mut self.outgoing[at];
+            entry.tries += 1;
+            entry.deadline = retry_deadline(now, entry.tries);
             self.stats.retransmissions += 1;
-            let message = match state {
-                OutgoingState::Asking => Control::Request { transfer, len },
-                _ => Control::End { transfer },
+            let message = match out.state {
+                OutgoingState::Asking => Control::Request {
+                    transfer: out.transfer,
+                    len: out.len,
+                },
+                _ => Control::End {
+                    transfer: out.transfer,
+                },
             };
-            self.send(to, message);
-        }
-        for transfer in given_up {
-            self.stats.no_answer += 1;
-            self.refuse(transfer, Refusal::NoAnswer);
+            self.send(out.to, message);
         }
     }
 
@@ -614,7 +614,7 @@ impl Admission {
                 continue;
             }
             notice.tries += 1;
-            notice.deadline = now + (RETRY_NS << (notice.tries - 1).min(16));
+            notice.deadline = retry_deadline(now, notice.tries);
             self.notices[peer as usize] = Some(notice);
             self.stats.retransmissions += 1;
             self.send(peer, Self::notice_message(notice.epoch, notice.busy));
@@ -624,6 +624,12 @@ impl Admission {
     fn refuse(&mut self, transfer: u32, why: Refusal) {
         self.events.push_back(Event::Refused { transfer, why });
     }
+}
+
+/// When the `tries`-th send of a message is given up on: [`RETRY_NS`] after the first,
+/// doubling after each.
+fn retry_deadline(now: Nanos, tries: u32) -> Nanos {
+    now + (RETRY_NS << (tries - 1).min(16))
 }
 
 #[cfg(test)]
@@ -762,6 +768,34 @@ mod tests {
             let repr = AdmissionRepr::from_header(&header).unwrap();
             assert_eq!(Control::from_repr(repr), message);
         }
+    }
+
+    #[test]
+    fn a_sender_gone_mid_transfer_frees_its_receiver_from_then_on() {
+        let mut receiver = Admission::new(1, 3);
+        receiver.handle(
+            0,
+            0,
+            Control::Request {
+                transfer: 1,
+                len: 1,
+            },
+            &mut |_| Some(TransferKey(1)),
+        );
+        while receiver.poll_transmit().is_some() {}
+        let now = 5 * LEASE_NS;
+        receiver.peer_gone(now, 0);
+        assert_eq!(receiver.placing(), None);
+        assert_eq!(
+            receiver.poll_transmit(),
+            Some((2, Control::Free { epoch: 1 })),
+            "the other node hears it is free"
+        );
+        assert_eq!(
+            receiver.poll_timeout(),
+            Some(now + RETRY_NS),
+            "retried from now on"
+        );
     }
 
     #[test]

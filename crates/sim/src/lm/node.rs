@@ -796,7 +796,7 @@ impl Node {
             out.state = SendState::GaveUp;
             out.asked = None;
             let to = out.to;
-            self.admission.peer_gone(to);
+            self.admission.peer_gone(now, to);
             self.take_admission_events(now);
             return;
         }
