@@ -80,6 +80,9 @@ pub struct Placement {
     in_queue_count: u32,
     /// The highest frame index not yet considered for a slot (posting goes downwards).
     next_to_post: Option<u32>,
+    /// The lowest frame a slot was posted for (`frames` before the first): every frame from
+    /// here up is in or has its slot, since slots are posted strictly downwards.
+    lowest_posted: u32,
     /// Tails of placed payloads that a waiting slot's frame will cover: (covering frame, bytes).
     shadows: Vec<(u32, [u8; MAX_HEADER_LEN])>,
     stats: PlacementStats,
@@ -125,6 +128,7 @@ impl Placement {
             received_count: 0,
             in_queue_count: 0,
             next_to_post: Some(frames - 1),
+            lowest_posted: frames,
             shadows: Vec::with_capacity(window as usize),
             stats: PlacementStats::default(),
         })
@@ -169,9 +173,10 @@ impl Placement {
         self.received.get(index)
     }
 
-    /// Whether frame `index` has a slot in the fill queue (waiting, or taken and not yet seen).
-    pub fn has_slot(&self, index: u32) -> bool {
-        self.in_queue.get(index)
+    /// The lowest frame the sender may send now, last first from the top: every frame from
+    /// here up is in or has a slot posted (what a grant tells the sender).
+    pub fn grant_floor(&self) -> u32 {
+        self.lowest_posted
     }
 
     /// Slots of this transfer in the fill queue, waiting or taken and not yet seen.
@@ -209,6 +214,7 @@ impl Placement {
             }
             self.in_queue.set(index);
             self.in_queue_count += 1;
+            self.lowest_posted = index;
             self.stats.slots_posted += 1;
             device(slot);
             posted += 1;
@@ -423,9 +429,19 @@ mod tests {
         let mut placement = Placement::new(KEY, g, 200, 4).unwrap();
         let mut fill = FillQueue::new(16);
         let mut region = vec![0u8; placement.region_len()];
+        assert_eq!(
+            placement.grant_floor(),
+            placement.frames(),
+            "nothing granted yet"
+        );
         placement
             .post_slots(&mut fill, &region, &mut |_| {})
             .unwrap();
+        assert_eq!(
+            placement.grant_floor(),
+            placement.frames() - 4,
+            "a window of 4"
+        );
         for index in g.send_order(200) {
             deliver(&mut placement, &mut fill, &mut region, &data, index);
         }

@@ -192,9 +192,7 @@ fn post_and_grant(
     }
     socket.publish_fill();
     if posted > 0 {
-        let floor = (0..placement.frames())
-            .find(|&index| placement.has_slot(index))
-            .expect("a posted slot");
+        let floor = placement.grant_floor();
         grants.send((len, floor)).expect("sender listens");
     }
 }

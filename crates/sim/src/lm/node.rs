@@ -468,7 +468,7 @@ impl Node {
         self.take_admission_events(now);
         if let Some(key) = admitted {
             // The window is posted: the sender may send it (after the Accept, sent above).
-            let floor = grant_floor(&self.placed[&key].placement);
+            let floor = self.placed[&key].placement.grant_floor();
             self.out
                 .push((src, frames::grant(self.me, src, key, floor)));
         }
@@ -650,7 +650,7 @@ impl Node {
             .post_slots(&mut self.fill, &placed.region, &mut |_| {})
             .unwrap_or(0);
         if posted > 0 {
-            let floor = grant_floor(&placed.placement);
+            let floor = placed.placement.grant_floor();
             let to = placed.from;
             self.out.push((to, frames::grant(me, to, key, floor)));
         }
@@ -846,13 +846,6 @@ impl Node {
             self.take_admission_events(now);
         }
     }
-}
-
-/// The lowest frame a placed transfer's sender may send now: the lowest with a slot posted.
-fn grant_floor(placement: &Placement) -> u32 {
-    (0..placement.frames())
-        .find(|&index| !placement.is_received(index) && placement.has_slot(index))
-        .unwrap_or(placement.frames())
 }
 
 /// A retransmission interval that covers the transfer's time on a 10 Gbit/s link twice.
