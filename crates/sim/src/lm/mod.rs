@@ -234,7 +234,7 @@ pub fn run_lm(spec: &LmSpec) -> LmResult {
     for (at, plan) in plans.into_iter().enumerate() {
         nodes[at / spec.transfers as usize].outgoing.push(plan);
     }
-    let mut network = Network::new(spec.net.clone(), spec.nodes, spec.seed);
+    let network = Network::new(spec.net.clone(), spec.nodes, spec.seed);
     let death = rng.chance(spec.death).then(|| {
         (
             rng.below(u64::from(spec.nodes)) as u32,
@@ -254,8 +254,6 @@ pub fn run_lm(spec: &LmSpec) -> LmResult {
     }
     world.run();
     world.check_end(spec, ordinary_chunks);
-    network = world.network;
-    let _ = network;
     LmResult {
         spec: spec.clone(),
         violations: world.violations,

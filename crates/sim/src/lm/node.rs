@@ -315,7 +315,7 @@ impl Node {
             }
             self.take_from_ring(now, entry, stats, v);
         }
-        self.refill(now);
+        self.refill();
     }
 
     fn take_from_ring(
@@ -401,7 +401,7 @@ impl Node {
             Landed::Placed => {
                 stats.placed_frames += 1;
                 self.admission.progress(now, key);
-                self.after_progress(now, key, stats, v);
+                self.after_progress(key, stats, v);
             }
             Landed::Damaged => stats.damaged_landings += 1,
         }
@@ -497,10 +497,8 @@ impl Node {
         };
         if placed.state == PlacedState::Active {
             placed.placement.abort(&mut self.fill);
-            placed.state = PlacedState::Quarantined;
-        } else if placed.state == PlacedState::Delivered {
-            placed.state = PlacedState::Quarantined;
         }
+        placed.state = PlacedState::Quarantined;
         self.free_if_drained(key);
     }
 
@@ -559,7 +557,7 @@ impl Node {
                 Copied::HeldForSlot => stats.held_for_slot += 1,
             }
             self.admission.progress(now, TransferKey(key));
-            self.after_progress(now, TransferKey(key), stats, v);
+            self.after_progress(TransferKey(key), stats, v);
             return;
         }
         self.one_copy_frame(src, number, index, payload, stats, v);
@@ -614,13 +612,7 @@ impl Node {
     }
 
     /// After a frame of a placed transfer: deliver it if complete, post more slots, grant.
-    fn after_progress(
-        &mut self,
-        _now: Nanos,
-        key: TransferKey,
-        stats: &mut LmStats,
-        v: &mut Violations,
-    ) {
+    fn after_progress(&mut self, key: TransferKey, stats: &mut LmStats, v: &mut Violations) {
         let me = self.me;
         let placed = self
             .placed
@@ -676,7 +668,7 @@ impl Node {
 
     /// Ordinary chunks come back to the fill queue only while nothing is placed, so the
     /// placement slots of the next admitted transfer find few ordinary slots ahead of them.
-    fn refill(&mut self, _now: Nanos) {
+    fn refill(&mut self) {
         if self.active_placements() > 0 {
             return;
         }
