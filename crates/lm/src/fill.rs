@@ -128,11 +128,6 @@ impl FillQueue {
         self.capacity - self.slots.len()
     }
 
-    /// Slots posted and not yet taken by the device.
-    pub fn waiting(&self) -> usize {
-        self.slots.len() - self.taken
-    }
-
     /// Posts a slot behind the others.
     pub fn post(&mut self, slot: Slot) -> Result<(), FillError> {
         if self.slots.len() == self.capacity {

@@ -134,10 +134,6 @@ impl Placement {
         })
     }
 
-    pub fn key(&self) -> TransferKey {
-        self.key
-    }
-
     pub fn len(&self) -> usize {
         self.len
     }
