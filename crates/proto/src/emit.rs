@@ -15,12 +15,13 @@ impl Core {
         } else {
             0
         };
+        let (src, dst) = self.wire_names(control.dst);
         let header = FrameHeader {
             kind: control.kind,
             flags: control.flags,
             job: self.job,
-            src: self.rank,
-            dst: control.dst,
+            src,
+            dst,
             msg_id: control.msg_id,
             frame_index: control.frame_index,
             offset: 0,
@@ -82,6 +83,7 @@ impl Core {
         transmit: &mut Transmit,
     ) {
         let op = &self.sends[index];
+        let peer = op.dst;
         let kind = op.kind_of(frame);
         let offset = op.geometry.offset(frame);
         let len = op.geometry.len(frame);
@@ -91,12 +93,13 @@ impl Core {
             flags |= Flags::RSM;
             aux = op.rsm_window_end;
         }
+        let (src, dst) = self.wire_names(op.dst);
         let mut header = FrameHeader {
             kind,
             flags,
             job: self.job,
-            src: self.rank,
-            dst: op.dst,
+            src,
+            dst,
             msg_id: op.msg_id,
             frame_index: frame,
             offset,
@@ -113,9 +116,9 @@ impl Core {
             context: op.context.0,
         });
         if kind == FrameKind::Eager {
-            self.piggyback_on(&mut header);
+            self.piggyback_on(peer, &mut header);
         }
-        transmit.reset(header.dst);
+        transmit.reset(peer);
         let headers_len =
             emit_headers(&header, msg.as_ref(), transmit.headers_buf()).expect("headers fit");
         transmit.set_headers_len(headers_len);
@@ -126,8 +129,8 @@ impl Core {
                 .for_each_piece(offset, len, |piece| transmit.push_piece(piece)),
         }
         transmit.seal(memory);
-        self.count_sent(header.dst, headers_len + len as usize, true, retransmit);
-        self.peers.expect_answer(now, header.dst);
+        self.count_sent(peer, headers_len + len as usize, true, retransmit);
+        self.peers.expect_answer(now, peer);
     }
 
     fn count_sent(&mut self, dst: Rank, bytes: usize, data: bool, retransmit: bool) {

@@ -38,6 +38,57 @@ impl Endpoint {
         })
     }
 
+    /// An *open* endpoint: no job of ranks, but up to `capacity` peers added by address as
+    /// they are sent to ([`peer_for_address`](Self::peer_for_address)) or heard from
+    /// ([`handle_frame_from`](Self::handle_frame_from)), each a rank (slot) from 1; this
+    /// endpoint is rank 0. `incarnation` (nonzero, random) names this endpoint's life on the
+    /// wire, so a restarted peer is told from the one before (`directory.rs`). `job` tags
+    /// every frame, as in a job: open endpoints of one service share it.
+    pub fn new_open(
+        config: Config,
+        job: u32,
+        incarnation: u32,
+        capacity: u32,
+    ) -> Result<Self, ConfigError> {
+        Ok(Self {
+            core: Core::new_open(config, job, incarnation, capacity)?,
+            deadline: DeadlineCache::default(),
+        })
+    }
+
+    /// True for an endpoint whose peers are added by address.
+    pub fn is_open(&self) -> bool {
+        self.core.directory.is_some()
+    }
+
+    /// Open mode: this endpoint's own address (sends to it stay local).
+    pub fn set_own_address(&mut self, address: std::net::SocketAddr) {
+        if let Some(directory) = self.changing().directory.as_mut() {
+            directory.set_own_address(address);
+        }
+    }
+
+    /// Open mode: the rank to send to `address` through, made if new (an error when every
+    /// slot is in use, or in a job).
+    pub fn peer_for_address(
+        &mut self,
+        now: Nanos,
+        address: std::net::SocketAddr,
+    ) -> Result<Rank, PostError> {
+        self.changing().peer_for_address(now, address)
+    }
+
+    /// Open mode: the address the slot `peer` is bound to.
+    pub fn peer_address(&self, peer: Rank) -> Option<std::net::SocketAddr> {
+        self.core.directory.as_ref().and_then(|d| d.address(peer))
+    }
+
+    /// Open mode: the next slot bound to a new address since the last call, for the transport
+    /// to send that slot's frames to.
+    pub fn poll_binding(&mut self) -> Option<(Rank, std::net::SocketAddr)> {
+        self.core.directory.as_mut().and_then(|d| d.poll_binding())
+    }
+
     /// The state, to change: the cached deadline is forgotten. Every `&mut` entry point goes
     /// through here.
     fn changing(&mut self) -> &mut Core {
@@ -128,7 +179,19 @@ impl Endpoint {
 
     /// Feeds one received datagram. Anything malformed is dropped and counted.
     pub fn handle_frame(&mut self, now: Nanos, bytes: &[u8], memory: &mut impl HostMemory) {
-        self.changing().handle_frame(now, bytes, memory);
+        self.changing().handle_frame(now, None, bytes, memory);
+    }
+
+    /// A datagram from the socket address `from`: in open mode, how frames reach the endpoint
+    /// (the address decides the peer); in a job, the same as [`handle_frame`](Self::handle_frame).
+    pub fn handle_frame_from(
+        &mut self,
+        now: Nanos,
+        from: std::net::SocketAddr,
+        bytes: &[u8],
+        memory: &mut impl HostMemory,
+    ) {
+        self.changing().handle_frame(now, Some(from), bytes, memory);
     }
 
     /// A frame the transport placed at a predicted place ([`predict_frames`](Self::predict_frames)):

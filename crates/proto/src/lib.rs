@@ -24,6 +24,7 @@ mod collections;
 mod config;
 mod counters;
 mod diagnostics;
+mod directory;
 mod drain;
 mod emit;
 mod endpoint;
@@ -33,6 +34,7 @@ mod liveness;
 mod local;
 mod matching;
 mod memory;
+mod open;
 mod ops;
 mod outputs;
 mod peer;
@@ -57,6 +59,7 @@ pub use config::{
     Config, ConfigError, UnexpectedPolicy, MAX_ACK_UNIT, MAX_INFLIGHT_COLLECTIONS, MAX_RANKS,
     MSG_WINDOW, RX_TRACKED_FRAMES,
 };
+pub use directory::MAX_OPEN_PEERS;
 pub use endpoint::Endpoint;
 pub use memory::{HostMemory, RegionId, Segment, SgList, MAX_SEGMENTS};
 pub use placement::{ExpectedFrame, PlacedOutcome};

@@ -92,6 +92,9 @@ impl Core {
             return;
         }
         self.peers[peer].unreachable = true;
+        if let Some(directory) = self.directory.as_mut() {
+            directory.retire(peer);
+        }
         self.counters
             .record(peer, |s| s.peers_declared_unreachable += 1);
         let error = OpError::PeerUnreachable { peer };

@@ -30,6 +30,12 @@ impl Peers {
         }
     }
 
+    /// Open mode: the slot `peer` starts a conversation with a new peer (the core holds nothing
+    /// for it any more); its last-heard time is left for liveness to restart from.
+    pub(crate) fn restart(&mut self, peer: Rank, config: &Config) {
+        self[peer] = Peer::new(config.rto_initial_ns);
+    }
+
     /// True when `peer` is a rank of the job that has been declared unreachable.
     pub(crate) fn is_unreachable(&self, peer: Rank) -> bool {
         self.peers.get(peer as usize).is_some_and(|p| p.unreachable)

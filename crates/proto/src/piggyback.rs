@@ -50,11 +50,10 @@ impl Core {
         self.queue_control(control(peer, FrameKind::Ack, Flags::ACK_ALL, msg_id, 0));
     }
 
-    /// An EAGER frame to `header.dst` is being built: let it carry what is owed to the peer.
+    /// An EAGER frame to `peer` is being built: let it carry what is owed to the peer.
     /// Every EAGER frame carries the credit count (it costs nothing); a waiting ACK_ALL rides
     /// on the first one.
-    pub(crate) fn piggyback_on(&mut self, header: &mut FrameHeader) {
-        let peer = header.dst;
+    pub(crate) fn piggyback_on(&mut self, peer: Rank, header: &mut FrameHeader) {
         let state = &mut self.peers[peer];
         header.flags |= Flags::CREDITS;
         header.aux = state.credits_given;

@@ -128,7 +128,8 @@ impl Core {
         let Ok(parsed) = FrameHeader::parse(bytes) else {
             return PlacedOutcome::NotPredicted;
         };
-        let as_expected = parsed.kind == FrameKind::Data
+        let as_expected = self.directory.is_none()
+            && parsed.kind == FrameKind::Data
             && parsed.job == self.job
             && parsed.dst == self.rank
             && parsed.src == expected.peer

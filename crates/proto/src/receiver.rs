@@ -10,7 +10,13 @@ use crate::*;
 use nicmsg_wire::{Flags, Frame, FrameHeader, FrameKind, MsgHeader, Protocol, WireError};
 
 impl Core {
-    pub(crate) fn receive_frame(&mut self, now: Nanos, bytes: &[u8], memory: &mut impl HostMemory) {
+    pub(crate) fn receive_frame(
+        &mut self,
+        now: Nanos,
+        from: Option<std::net::SocketAddr>,
+        bytes: &[u8],
+        memory: &mut impl HostMemory,
+    ) {
         self.counters.record_total(|s| {
             s.frames_received += 1;
             s.bytes_received += bytes.len() as u64;
@@ -22,14 +28,16 @@ impl Core {
             }
             Err(_) => return self.count_drop(None, DropReason::Malformed),
         };
-        let header = frame.header;
+        let mut header = frame.header;
         if header.job != self.job {
             return self.count_drop(None, DropReason::WrongJob);
         }
-        if header.dst != self.rank || header.src >= self.size || header.src == self.rank {
-            return self.count_drop(None, DropReason::WrongRank);
-        }
-        let peer = header.src;
+        let Some(peer) = self.frame_source(now, &header, from, memory) else {
+            return;
+        };
+        // From here on the header speaks in ranks (in open mode it named incarnations).
+        header.src = peer;
+        header.dst = self.rank;
         self.counters.record_peer(peer, |s| {
             s.frames_received += 1;
             s.bytes_received += bytes.len() as u64;

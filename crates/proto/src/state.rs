@@ -37,6 +37,8 @@ pub(crate) struct Core {
     pub(crate) rx: RecvSide,
     /// Control frames to send and completions to hand out (`outputs.rs`).
     pub(crate) outputs: Outputs,
+    /// Open mode: peers added by address (`directory.rs`, `open.rs`); `None` in a job.
+    pub(crate) directory: Option<crate::directory::Directory>,
 }
 
 /// Receiver-to-sender control frames, which carry the cumulative credit count in `aux`.
@@ -74,6 +76,7 @@ impl Core {
             sends: SendSide::new(config.max_sends, config.max_early_sends),
             rx: RecvSide::new(&config, size),
             outputs: Outputs::new(config.max_control_queue, completions_limit),
+            directory: None,
             config,
         })
     }
@@ -163,8 +166,14 @@ impl Core {
     }
 
     /// Feeds one received datagram. Anything malformed is dropped and counted.
-    pub(crate) fn handle_frame(&mut self, now: Nanos, bytes: &[u8], memory: &mut impl HostMemory) {
-        self.receive_frame(now, bytes, memory);
+    pub(crate) fn handle_frame(
+        &mut self,
+        now: Nanos,
+        from: Option<std::net::SocketAddr>,
+        bytes: &[u8],
+        memory: &mut impl HostMemory,
+    ) {
+        self.receive_frame(now, from, bytes, memory);
     }
 
     /// Runs every timer due at `now`. Memory is lent because a timeout can declare a peer
@@ -269,7 +278,11 @@ impl Core {
 
     fn check_peer(&self, rank: Rank) -> Result<(), PostError> {
         self.check_rank(rank)?;
-        if self.peers[rank].unreachable {
+        let unbound = self
+            .directory
+            .as_ref()
+            .is_some_and(|d| rank != self.rank && !d.is_active(rank));
+        if self.peers[rank].unreachable || unbound {
             return Err(PostError::PeerUnreachable { peer: rank });
         }
         Ok(())

@@ -23,6 +23,8 @@ pub enum DropReason {
     DeadPeer,
     /// A reserved frame type this core does not act on (PANIC, admission control).
     Unsupported,
+    /// Open mode: from a new peer while every peer slot is in use.
+    PeerTableFull,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -36,6 +38,7 @@ pub struct DropCounts {
     pub invalid: u64,
     pub dead_peer: u64,
     pub unsupported: u64,
+    pub peer_table_full: u64,
 }
 
 impl DropCounts {
@@ -50,6 +53,7 @@ impl DropCounts {
             DropReason::Invalid => &mut self.invalid,
             DropReason::DeadPeer => &mut self.dead_peer,
             DropReason::Unsupported => &mut self.unsupported,
+            DropReason::PeerTableFull => &mut self.peer_table_full,
         };
         *counter += 1;
     }
@@ -64,6 +68,7 @@ impl DropCounts {
             + self.invalid
             + self.dead_peer
             + self.unsupported
+            + self.peer_table_full
     }
 }
 
@@ -94,6 +99,9 @@ pub struct Stats {
     pub bytes_copied: u64,
     pub liveness_probes: u64,
     pub peers_declared_unreachable: u64,
+    /// Open mode: the peer at this slot's address came back as a new process (its old
+    /// conversation was given up on).
+    pub peers_restarted: u64,
     /// Acknowledgements of whole eager messages carried by an EAGER frame instead of a
     /// datagram of their own.
     pub acks_piggybacked: u64,

@@ -129,6 +129,8 @@ pub enum PostError {
     PeerUnreachable { peer: Rank },
     #[error("message of {len} bytes needs more than 2^32 frames")]
     TooLong { len: u64 },
+    #[error("peers are added by address only on an open endpoint")]
+    NotOpen,
 }
 
 /// What a cancel did.
