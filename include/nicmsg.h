@@ -31,6 +31,8 @@ extern "C" {
 #define NICMSG_ALL_PROGRAMS UINT32_MAX
 /* Most pieces of a scatter/gather message (nicmsg_isendv, nicmsg_irecvv). */
 #define NICMSG_IOV_MAX 16
+/* Room for a socket address as text with its NUL ("10.0.0.2:7000", "[fd00::2]:7000"). */
+#define NICMSG_ADDRESS_MAX 64
 
 enum nicmsg_result {
     NICMSG_SUCCESS = 0,
@@ -178,6 +180,32 @@ int nicmsg_program_set_lock(nicmsg_comm *comm, uint32_t program, uint8_t lock);
 int nicmsg_program_flag(nicmsg_comm *comm, uint32_t program, uint8_t flag, int *set);
 int nicmsg_program_clear_flag(nicmsg_comm *comm, uint32_t program, uint8_t flag);
 int nicmsg_program_wait_flag(nicmsg_comm *comm, uint32_t program, uint8_t flag);
+
+/* --- Datagram sockets: reliable datagrams addressed by IP address and port, with no job, no
+ *     launcher and no ranks (a server binds, any client sends). Every datagram arrives once,
+ *     whole, in order per sender, or its send fails (NICMSG_ERR_PEER_UNREACHABLE: the peer
+ *     stopped answering or restarted). Up to 2^30 bytes each. The engine runs on its own
+ *     thread (NICMSG_ENGINE), keeps state for NICMSG_DGRAM_PEERS peers at once and reuses a
+ *     quiet peer's. Addresses are text: "ip:port". See docs/dgram.md. */
+typedef struct NicmsgDgram nicmsg_dgram;
+
+/* Binds to `address` ("0.0.0.0:7000"; port 0: any free port). */
+int nicmsg_dgram_bind(const char *address, nicmsg_dgram **socket);
+/* Stops the socket's engine and frees it. */
+int nicmsg_dgram_close(nicmsg_dgram *socket);
+/* The socket's own address as text (NICMSG_ADDRESS_MAX bytes always suffice). */
+int nicmsg_dgram_local_address(const nicmsg_dgram *socket, char *text, size_t capacity);
+/* Sends `len` bytes as one datagram to `address`; returns once delivered (a short datagram:
+ * once the engine holds a copy). */
+int nicmsg_dgram_send_to(nicmsg_dgram *socket, const void *buf, size_t len, const char *address);
+/* Waits for the next datagram from anyone: its bytes into buf, *len its length, `from` (if not
+ * NULL) its sender as text. A datagram longer than `capacity` is consumed and reported as
+ * NICMSG_ERR_TRUNCATE with *len its length (size buffers with nicmsg_dgram_peek_from). */
+int nicmsg_dgram_recv_from(nicmsg_dgram *socket, void *buf, size_t capacity, size_t *len,
+                           char *from, size_t from_capacity);
+/* Waits until a datagram is there: *len its length, `from` (if not NULL) its sender; the next
+ * nicmsg_dgram_recv_from takes it. */
+int nicmsg_dgram_peek_from(nicmsg_dgram *socket, size_t *len, char *from, size_t from_capacity);
 
 /* A static description of a result code ("unknown result code" for a value no code has). */
 const char *nicmsg_error_string(int code);

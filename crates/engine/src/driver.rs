@@ -8,7 +8,9 @@ use crate::programs::control::{ControlSocket, CONTROL_CHECK_NS};
 use crate::programs::{Post, Programs};
 use crate::registry::{Registry, RegistryMemory};
 use crate::table::{Descriptor, OpCode, ResultCode, Table, ANY, CANCEL_BIT};
-use crate::transport::{PlacementTarget, Received, Transport, MAX_FRAME_PIECES, PLACED_HEADER_LEN};
+use crate::transport::{
+    Origin, PlacementTarget, Received, Transport, MAX_FRAME_PIECES, PLACED_HEADER_LEN,
+};
 use nicmsg_proto::{
     Completion, Endpoint, Nanos, OpError, OpId, OpKind, PostError, SgList, Source, Stats, TagMatch,
     Transmit,
@@ -362,14 +364,21 @@ impl<T: Transport> Driver<T> {
         let context = descriptor.context;
         let mut memory = RegistryMemory(&self.registry);
         let posted = match descriptor.op {
-            OpCode::Send => self.endpoint.post_send(
-                now,
-                descriptor.peer,
-                descriptor.context,
-                descriptor.tag,
-                &descriptor.buffer,
-                &mut memory,
-            ),
+            OpCode::Send => match descriptor.address {
+                // Open mode: the peer slot bound to that address, made if new.
+                Some(address) => self.endpoint.peer_for_address(now, address),
+                None => Ok(descriptor.peer),
+            }
+            .and_then(|dst| {
+                self.endpoint.post_send(
+                    now,
+                    dst,
+                    descriptor.context,
+                    descriptor.tag,
+                    &descriptor.buffer,
+                    &mut memory,
+                )
+            }),
             OpCode::Recv => {
                 self.endpoint
                     .post_recv(now, source, context, tag, &descriptor.buffer, &mut memory)
@@ -377,10 +386,14 @@ impl<T: Transport> Driver<T> {
             OpCode::Probe => self.endpoint.post_probe(now, source, context, tag),
             OpCode::IProbe => {
                 let found = self.endpoint.iprobe(source, context, tag);
+                let address = found.and_then(|status| self.endpoint.peer_address(status.peer));
                 // SAFETY: the slot is ours (POSTED) until this hands it back.
                 unsafe {
                     self.table.complete(slot, |d| match found {
-                        Some(status) => fill_status(d, status.peer, status.tag, status.len),
+                        Some(status) => {
+                            fill_status(d, status.peer, status.tag, status.len);
+                            d.address = address;
+                        }
                         None => d.result = ResultCode::NotFound,
                     })
                 };
@@ -454,7 +467,22 @@ impl<T: Transport> Driver<T> {
             let expected = &self.expected[..planned];
             let looks_expected =
                 |slot: usize, head: &[u8], len: usize| looks_like(&expected[slot], head, len);
-            let mut deliver = |source: Option<u32>, received: Received<'_>| -> bool {
+            let open = endpoint.is_open();
+            let mut deliver = |origin: Origin, received: Received<'_>| -> bool {
+                let mut memory = RegistryMemory(registry);
+                if open {
+                    // Peers are added by address: the endpoint's directory decides who sent
+                    // it (nothing is placed for them).
+                    match (origin.address, received) {
+                        (Some(from), Received::Bytes(bytes)) => {
+                            endpoint.handle_frame_from(now, from, bytes, &mut memory)
+                        }
+                        // Offered again as bytes.
+                        (_, Received::Placed { .. }) => {}
+                        (None, _) => stats.spoofed_frames += 1,
+                    }
+                    return false;
+                }
                 let bytes_or_head = match received {
                     Received::Bytes(bytes) => bytes,
                     Received::Placed { header, .. } => header,
@@ -462,11 +490,10 @@ impl<T: Transport> Driver<T> {
                 let claimed = nicmsg_wire::FrameView::new_checked(bytes_or_head)
                     .ok()
                     .map(|frame| frame.src());
-                if source.is_none() || claimed != source {
+                if origin.rank.is_none() || claimed != origin.rank {
                     stats.spoofed_frames += 1;
                     return true;
                 }
-                let mut memory = RegistryMemory(registry);
                 match received {
                     Received::Bytes(bytes) => {
                         endpoint.handle_frame(now, bytes, &mut memory);
@@ -550,6 +577,7 @@ impl<T: Transport> Driver<T> {
     }
 
     fn transmit(&mut self, now: Nanos) -> bool {
+        self.bind_new_peers();
         let mut any = false;
         for _ in 0..MAX_SEND_BATCHES_PER_TURN {
             let memory = RegistryMemory(&self.registry);
@@ -673,6 +701,19 @@ impl<T: Transport> Driver<T> {
         true
     }
 
+    /// Open mode: tells the transport where the endpoint's newly bound peer slots are, before
+    /// any frame to them leaves. A transport that cannot send to addresses refuses; the frames
+    /// to such a slot are then dropped by the transport (and the peer declared unreachable).
+    fn bind_new_peers(&mut self) {
+        while let Some((peer, address)) = self.endpoint.poll_binding() {
+            if let Err(error) = self.transport.bind_peer(peer, address) {
+                self.stats.transport_errors += 1;
+                let count = self.stats.transport_errors;
+                crate::errors::log_transport_error(count, "bind a peer", &error);
+            }
+        }
+    }
+
     /// When peers were declared unreachable since the last look: tells the host (which then
     /// refuses sends to them) and the log, once.
     fn report_unreachable_peers(&mut self) {
@@ -681,6 +722,15 @@ impl<T: Transport> Driver<T> {
             return;
         }
         self.unreachable_reported = declared;
+        if self.endpoint.is_open() {
+            // Slots are reused for other peers: the host's per-rank refusal does not apply
+            // (a send to the address again starts a new conversation).
+            tracing::info!(
+                declared,
+                "peer(s) given up on: they stopped answering or restarted"
+            );
+            return;
+        }
         let rank = self.endpoint.rank();
         let dead: Vec<u32> = (0..self.endpoint.size())
             .filter(|&p| self.endpoint.is_peer_unreachable(p))
@@ -713,9 +763,34 @@ impl<T: Transport> Driver<T> {
         if op.kind == OpKind::Send {
             self.forget_frames_of(slot);
         }
+        let address = match completion.result {
+            Ok(status) if self.endpoint.is_open() => self.endpoint.peer_address(status.peer),
+            Err(OpError::Truncated { source_rank, .. }) if self.endpoint.is_open() => {
+                self.endpoint.peer_address(source_rank)
+            }
+            _ => None,
+        };
         // SAFETY: the slot has been ours since it was posted.
         unsafe {
-            self.table.complete(slot, |d| match completion.result {
+            self.table.complete(slot, |d| {
+                if d.address.is_none() {
+                    d.address = address;
+                }
+                complete_descriptor(d, op, completion.result)
+            })
+        };
+    }
+}
+
+/// Writes an operation's result into its descriptor.
+fn complete_descriptor(
+    d: &mut Descriptor,
+    op: OpId,
+    result: Result<nicmsg_proto::Status, OpError>,
+) {
+    {
+        {
+            match result {
                 Ok(status) => fill_status(d, status.peer, status.tag, status.len),
                 Err(OpError::Truncated {
                     source_rank,
@@ -733,8 +808,8 @@ impl<T: Transport> Driver<T> {
                     d.result = ResultCode::PeerUnreachable;
                 }
                 Err(OpError::Cancelled) => d.result = ResultCode::Cancelled,
-            })
-        };
+            }
+        }
     }
 }
 
@@ -786,6 +861,7 @@ fn post_error_code(error: PostError) -> ResultCode {
         | PostError::TooManySegments { .. }
         | PostError::TooLong { .. } => ResultCode::BadBuffer,
         PostError::PeerUnreachable { .. } => ResultCode::PeerUnreachable,
+        PostError::NotOpen => ResultCode::InvalidRank,
     }
 }
 

@@ -102,6 +102,22 @@ impl HostTable {
         (context, tag): (Context, u32),
         ranges: &[(*mut u8, usize)],
     ) -> Result<Posted, HostError> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.post_to(op, (peer, None), (context, tag), ranges) }
+    }
+
+    /// [`post`](Self::post) with, for a send on an open endpoint, the address it goes to
+    /// (the engine finds or makes the peer slot for it).
+    ///
+    /// # Safety
+    /// As for [`post`](Self::post).
+    pub unsafe fn post_to(
+        &mut self,
+        op: OpCode,
+        (peer, address): (u32, Option<std::net::SocketAddr>),
+        (context, tag): (Context, u32),
+        ranges: &[(*mut u8, usize)],
+    ) -> Result<Posted, HostError> {
         if ranges.len() > MAX_SEGMENTS {
             return Err(HostError::TooManySegments {
                 count: ranges.len(),
@@ -132,6 +148,7 @@ impl HostTable {
         let fill = |d: &mut Descriptor| {
             d.op = op;
             d.peer = peer;
+            d.address = address;
             d.context = context;
             d.tag = tag;
             d.result = ResultCode::Success;

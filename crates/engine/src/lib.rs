@@ -48,4 +48,4 @@ pub use registry::{Registry, RegistryMemory, DEFAULT_REGIONS};
 pub use runner::{IdleConfig, Snapshot, ThreadEngine};
 pub use table::{Descriptor, OpCode, Outcome, ResultCode, Table, ANY, DEFAULT_SLOTS};
 #[cfg(not(loom))]
-pub use transport::{PlacementTarget, Received, Transport, PLACED_HEADER_LEN};
+pub use transport::{Origin, PlacementTarget, Received, Transport, PLACED_HEADER_LEN};

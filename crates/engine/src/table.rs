@@ -11,6 +11,7 @@
 
 use crate::sync::{AtomicU32, AtomicU64, AtomicUsize, Ordering, SharedRef, UnsafeCell};
 use nicmsg_proto::{Context, SgList};
+use std::net::SocketAddr;
 
 /// EMP's descriptor count: enough outstanding operations for typical MPI codes.
 pub const DEFAULT_SLOTS: usize = 640;
@@ -76,6 +77,9 @@ pub struct Descriptor {
     pub status_len: u64,
     /// For truncation: the receive buffer's length.
     pub buffer_len: u64,
+    /// Open mode (peers by address): for a send, where it goes (`peer` is then ignored); for
+    /// a receive, written by the engine: where the message came from.
+    pub address: Option<SocketAddr>,
 }
 
 /// What the host reads back from a completed slot: the result and what describes it, without
@@ -90,6 +94,8 @@ pub struct Outcome {
     pub status_tag: u32,
     pub status_len: u64,
     pub buffer_len: u64,
+    /// Open mode: the source of a received message.
+    pub address: Option<SocketAddr>,
 }
 
 impl Outcome {
@@ -102,6 +108,7 @@ impl Outcome {
             status_tag: d.status_tag,
             status_len: d.status_len,
             buffer_len: d.buffer_len,
+            address: d.address,
         }
     }
 }

@@ -5,6 +5,7 @@
 //! `docs/architecture.md`.
 
 use std::io;
+use std::net::SocketAddr;
 use std::os::fd::RawFd;
 
 /// Most pieces of one outgoing frame: its headers plus one payload piece per buffer segment.
@@ -34,6 +35,24 @@ pub enum Received<'a> {
     },
 }
 
+/// Who sent a datagram, as the transport knows it: the job's rank its source address belongs
+/// to (`None`: not a member), and the source address itself where the transport has it (an
+/// open endpoint, whose peers are added by address, needs it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Origin {
+    pub rank: Option<u32>,
+    pub address: Option<SocketAddr>,
+}
+
+impl Origin {
+    pub fn rank(rank: Option<u32>) -> Self {
+        Self {
+            rank,
+            address: None,
+        }
+    }
+}
+
 /// Header bytes kept in the transport's buffer for a placed datagram (a DATA frame's header).
 pub const PLACED_HEADER_LEN: usize = nicmsg_wire::FRAME_HEADER_LEN;
 
@@ -46,9 +65,8 @@ pub trait Transport: Send {
     /// caller offers the rest again later.
     fn send(&mut self, frames: &[(u32, &[&[u8]])]) -> io::Result<usize>;
 
-    /// Receives one batch without blocking; calls `deliver(source_rank, bytes)` for each
-    /// datagram, with the rank the source address belongs to (`None`: not a member of the job).
-    fn receive(&mut self, deliver: &mut dyn FnMut(Option<u32>, &[u8])) -> io::Result<usize>;
+    /// Receives one batch without blocking; calls `deliver(origin, bytes)` for each datagram.
+    fn receive(&mut self, deliver: &mut dyn FnMut(Origin, &[u8])) -> io::Result<usize>;
 
     /// Like `receive`, but the payload of the datagram landing in receive slot `i` (for
     /// `i < plan.len()`) is scattered straight to `plan[i]` (speculative header/payload split).
@@ -64,7 +82,7 @@ pub trait Transport: Send {
         &mut self,
         plan: &[PlacementTarget],
         looks_expected: &dyn Fn(usize, &[u8], usize) -> bool,
-        deliver: &mut dyn FnMut(Option<u32>, Received<'_>) -> bool,
+        deliver: &mut dyn FnMut(Origin, Received<'_>) -> bool,
     ) -> io::Result<usize> {
         let _ = (plan, looks_expected);
         self.receive(&mut |source, bytes| {
@@ -78,6 +96,16 @@ pub trait Transport: Send {
 
     /// Largest frame the backend carries.
     fn max_frame(&self) -> usize;
+
+    /// Frames to `rank` go to `address` from now on (an open endpoint binding a peer slot).
+    /// A transport that cannot reach peers by address refuses.
+    fn bind_peer(&mut self, rank: u32, address: SocketAddr) -> io::Result<()> {
+        let _ = (rank, address);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("the {} transport takes no peers by address", self.name()),
+        ))
+    }
 
     /// The poller saw an error condition on the backend's descriptors (`EPOLLERR`), or it is
     /// time for a periodic look: read the error queue at the next `take_refused`.
@@ -113,7 +141,7 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
         (**self).send(frames)
     }
 
-    fn receive(&mut self, deliver: &mut dyn FnMut(Option<u32>, &[u8])) -> io::Result<usize> {
+    fn receive(&mut self, deliver: &mut dyn FnMut(Origin, &[u8])) -> io::Result<usize> {
         (**self).receive(deliver)
     }
 
@@ -121,7 +149,7 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
         &mut self,
         plan: &[PlacementTarget],
         looks_expected: &dyn Fn(usize, &[u8], usize) -> bool,
-        deliver: &mut dyn FnMut(Option<u32>, Received<'_>) -> bool,
+        deliver: &mut dyn FnMut(Origin, Received<'_>) -> bool,
     ) -> io::Result<usize> {
         // SAFETY: forwarded from this function's contract.
         unsafe { (**self).receive_placed(plan, looks_expected, deliver) }
@@ -133,6 +161,10 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
 
     fn max_frame(&self) -> usize {
         (**self).max_frame()
+    }
+
+    fn bind_peer(&mut self, rank: u32, address: SocketAddr) -> io::Result<()> {
+        (**self).bind_peer(rank, address)
     }
 
     fn note_socket_error(&mut self) {

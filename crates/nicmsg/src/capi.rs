@@ -15,6 +15,7 @@ use nicmsg_proto::MAX_SEGMENTS;
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+pub use crate::capi_dgram::*;
 pub use crate::capi_programs::*;
 pub use crate::code::c::*;
 
@@ -557,6 +558,7 @@ pub unsafe extern "C" fn nicmsg_waitany(
             source: ANY,
             tag: ANY,
             len: 0,
+            address: None,
         };
         // SAFETY: `status` is null or valid for writing a status (caller contract).
         unsafe { write_status(status, &Ok(empty), ANY, ANY) };

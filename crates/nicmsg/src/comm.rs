@@ -49,6 +49,8 @@ pub struct Comm {
     programs_shared: Arc<ProgramsShared>,
     program_requests: Cell<u32>,
     transport_name: &'static str,
+    /// Open mode: the bound address.
+    local_address: Option<SocketAddr>,
     _single_host_thread: PhantomData<Cell<()>>,
 }
 
@@ -93,6 +95,70 @@ impl Comm {
         let endpoint = Endpoint::new(options.protocol.clone(), job.job, job.rank, job.size)
             .map_err(|e| Error::Config(e.to_string()))?;
         Self::start(options, endpoint, backend)
+    }
+
+    /// An *open* communicator at `bind`: no job, peers added by address as they are sent to or
+    /// heard from, up to `capacity` at once (the datagram socket, `crate::dgram`, stands on
+    /// it). Rank 0 is this endpoint; every peer is a slot rank whose address a completion
+    /// reports. Over UDP (the AF_XDP transport needs each peer's Ethernet address, which a
+    /// peer known only by its IP address does not give). PANIC's programs are off.
+    pub(crate) fn open(
+        mut options: Options,
+        bind: SocketAddr,
+        capacity: u32,
+    ) -> Result<Self, Error> {
+        crate::logging::init();
+        // Every open endpoint of a service must agree on the eager limit (a receiver refuses
+        // larger eager messages), whatever its capacity: the protocol's default, not one
+        // sized for a job.
+        if options.eager_limit_auto {
+            options.protocol.eager_limit = nicmsg_proto::Config::default().eager_limit;
+        }
+        options.check_for_job(capacity + 1)?;
+        options.size_protocol_tables();
+        options.programs = false;
+        let udp_options = UdpOptions {
+            bind,
+            max_frame: options.protocol.mtu as usize,
+            gso: options.gso,
+            gro: options.gro,
+            ..UdpOptions::default()
+        };
+        let udp = UdpTransport::bind(udp_options)?;
+        let local = udp.local_addr();
+        let mut endpoint = Endpoint::new_open(
+            options.protocol.clone(),
+            OPEN_JOB,
+            fresh_incarnation(local),
+            capacity,
+        )
+        .map_err(|e| Error::Config(e.to_string()))?;
+        endpoint.set_own_address(local);
+        tracing::info!(address = %local, capacity, engine = ?options.engine, "open endpoint bound");
+        let mut comm = Self::start(options, endpoint, Box::new(udp))?;
+        comm.local_address = Some(local);
+        Ok(comm)
+    }
+
+    /// Open mode: the address this endpoint is bound to.
+    pub(crate) fn local_address(&self) -> Option<SocketAddr> {
+        self.local_address
+    }
+
+    /// Open mode: starts sending the concatenation of `pieces` to the endpoint at `address`.
+    pub(crate) fn isend_to_address<'a>(
+        &'a self,
+        pieces: &[&'a [u8]],
+        address: SocketAddr,
+        tag: u32,
+    ) -> Result<Request<'a>, Error> {
+        let ranges = ranges(pieces.iter().map(|p| (p.as_ptr() as *mut u8, p.len())))?;
+        self.post_to(
+            OpCode::Send,
+            (0, Some(address)),
+            (Context::USER, tag),
+            ranges.as_slice(),
+        )
     }
 
     fn start(options: Options, endpoint: Endpoint, backend: Backend) -> Result<Self, Error> {
@@ -142,6 +208,7 @@ impl Comm {
             engine: RefCell::new(engine),
             transport_name,
             options,
+            local_address: None,
             _single_host_thread: PhantomData,
         })
     }
@@ -394,13 +461,24 @@ impl Comm {
         (context, tag): (Context, u32),
         ranges: &[(*mut u8, usize)],
     ) -> Result<Request<'_>, Error> {
+        self.post_to(op, (peer, None), (context, tag), ranges)
+    }
+
+    /// [`post`](Self::post), with the address of a send on an open endpoint.
+    fn post_to(
+        &self,
+        op: OpCode,
+        (peer, address): (u32, Option<SocketAddr>),
+        (context, tag): (Context, u32),
+        ranges: &[(*mut u8, usize)],
+    ) -> Result<Request<'_>, Error> {
         // SAFETY: the ranges are a buffer borrowed by the Request for its whole life (shared
         // for a send, exclusive for a receive); it takes the operation back, which unregisters
         // them, before it releases the borrow.
         let posted = unsafe {
             self.host
                 .borrow_mut()
-                .post(op, peer, (context, tag), ranges)
+                .post_to(op, (peer, address), (context, tag), ranges)
         }
         .map_err(|error| match error {
             HostError::TableFull { table, limit } => Error::TableFull { table, limit },
@@ -625,6 +703,23 @@ fn tag_word(tag: TagMatch) -> Result<u32, Error> {
         TagMatch::Any => Ok(ANY),
         TagMatch::Tag(tag) => check_tag(tag).map(|()| tag),
     }
+}
+
+/// The job id every open endpoint's frames carry: open endpoints talk to each other, and
+/// frames of a launched job (whose ids are random) are dropped.
+pub(crate) const OPEN_JOB: u32 = 0x6F70_656E;
+
+/// A nonzero number naming this endpoint's life on the wire, different for every process and
+/// every open (the time, the process and the address hashed with the standard library's
+/// randomly keyed hasher).
+fn fresh_incarnation(local: SocketAddr) -> u32 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    std::time::SystemTime::now().hash(&mut hasher);
+    std::process::id().hash(&mut hasher);
+    local.hash(&mut hasher);
+    let word = hasher.finish();
+    ((word >> 32) as u32 ^ word as u32).max(1)
 }
 
 #[cfg(test)]

@@ -20,9 +20,11 @@
 
 mod backend;
 pub mod capi;
+mod capi_dgram;
 mod capi_programs;
 mod code;
 mod comm;
+pub mod dgram;
 mod error;
 mod logging;
 mod options;
@@ -50,6 +52,9 @@ pub struct Status {
     pub source: u32,
     pub tag: u32,
     pub len: u64,
+    /// On a datagram socket ([`dgram::DgramSocket`]): the sender's address (a receive) or the
+    /// destination (a send). `None` in a job.
+    pub address: Option<std::net::SocketAddr>,
 }
 
 impl From<&nicmsg_engine::Outcome> for Status {
@@ -58,6 +63,7 @@ impl From<&nicmsg_engine::Outcome> for Status {
             source: descriptor.status_peer,
             tag: descriptor.status_tag,
             len: descriptor.status_len,
+            address: descriptor.address,
         }
     }
 }

@@ -36,6 +36,8 @@ pub struct Options {
     pub eager_limit_auto: bool,
     /// Descriptor table slots (EMP: 640).
     pub slots: usize,
+    /// Datagram sockets: peers kept at once (`crate::dgram::DEFAULT_PEERS`).
+    pub dgram_peers: u32,
     /// Registered memory regions.
     pub regions: usize,
     pub idle: IdleConfig,
@@ -68,6 +70,7 @@ impl Default for Options {
             protocol: Config::default(),
             eager_limit_auto: true,
             slots: nicmsg_engine::DEFAULT_SLOTS,
+            dgram_peers: crate::dgram::DEFAULT_PEERS,
             regions: nicmsg_engine::DEFAULT_REGIONS,
             idle: IdleConfig::default(),
             wait_spin_ns: 50_000,
@@ -543,6 +546,18 @@ pub static SETTINGS: &[Setting] = &[
         meaning: "frames per acknowledged collection (EMP: 3); at most 8, which with 64 \
                   collections in flight is what a receiver tracks",
         apply: |o, v| o.protocol.ack_unit = v.whole() as u8,
+    },
+    Setting {
+        name: "NICMSG_DGRAM_PEERS",
+        values: Values::Whole {
+            min: 1,
+            max: nicmsg_proto::MAX_OPEN_PEERS as u64,
+            unit: "peers",
+        },
+        default: "64",
+        meaning: "datagram sockets: peers a socket keeps state for at once (each costs a few \
+                  hundred bytes and a share of the eager pool); a quiet peer's slot is reused",
+        apply: |o, v| o.dgram_peers = v.whole() as u32,
     },
     Setting {
         name: "NICMSG_SLOTS",

@@ -81,7 +81,7 @@ pub fn render(rank: u32, snapshot: &Snapshot) -> String {
 /// Every drop counter with the name it is printed under. `DropCounts` is taken apart without
 /// `..`, so a counter added to it does not compile until it is printed here (frames of the
 /// reserved kinds, `unsupported`, were counted but never printed).
-fn drop_counters(drops: &DropCounts) -> [(&'static str, u64); 9] {
+fn drop_counters(drops: &DropCounts) -> [(&'static str, u64); 10] {
     let DropCounts {
         malformed,
         bad_checksum,
@@ -92,6 +92,7 @@ fn drop_counters(drops: &DropCounts) -> [(&'static str, u64); 9] {
         invalid,
         dead_peer,
         unsupported,
+        peer_table_full,
     } = *drops;
     [
         ("bad_crc", bad_checksum),
@@ -103,6 +104,7 @@ fn drop_counters(drops: &DropCounts) -> [(&'static str, u64); 9] {
         ("invalid", invalid),
         ("dead_peer", dead_peer),
         ("unsupported", unsupported),
+        ("peer_table_full", peer_table_full),
     ]
 }
 
@@ -146,6 +148,7 @@ mod tests {
             invalid: 64,
             dead_peer: 128,
             unsupported: 256,
+            peer_table_full: 512,
         };
         let stats = Stats {
             frames_received: 1,

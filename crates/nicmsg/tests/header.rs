@@ -37,9 +37,10 @@ fn without_comments(text: &str) -> String {
         .join("\n")
 }
 
-/// The C ABI's Rust side: `capi.rs` and the programs' part, `capi_programs.rs`.
+/// The C ABI's Rust side: `capi.rs`, the programs' part, `capi_programs.rs`, and the
+/// datagram sockets' part, `capi_dgram.rs`.
 fn capi_source() -> String {
-    read("src/capi.rs") + &read("src/capi_programs.rs")
+    read("src/capi.rs") + &read("src/capi_programs.rs") + &read("src/capi_dgram.rs")
 }
 
 /// The text between `open` at `from` and its matching `close`.
@@ -86,6 +87,7 @@ fn c_type_as_rust(c: &str) -> String {
         "int64_t" => "i64",
         "nicmsg_comm" => "NicmsgComm",
         "nicmsg_request" => "NicmsgRequest",
+        "nicmsg_dgram" => "NicmsgDgram",
         "nicmsg_status" => "NicmsgStatus",
         "struct iovec" => "libc::iovec",
         other => panic!("no Rust type known for the C type {other:?} (in {c:?})"),
@@ -285,6 +287,7 @@ fn every_define_of_the_header_is_the_rust_constant() {
         ("NICMSG_IOV_MAX", capi::NICMSG_IOV_MAX as u64),
         ("NICMSG_UNDEFINED", capi::NICMSG_UNDEFINED as u64),
         ("NICMSG_ALL_PROGRAMS", u64::from(capi::NICMSG_ALL_PROGRAMS)),
+        ("NICMSG_ADDRESS_MAX", capi::NICMSG_ADDRESS_MAX as u64),
     ]
     .into();
     let header = header();
@@ -326,6 +329,7 @@ fn every_structure_has_the_same_fields_in_the_header() {
     for (c_name, rust_name) in [
         ("nicmsg_comm", "NicmsgComm"),
         ("nicmsg_request", "NicmsgRequest"),
+        ("nicmsg_dgram", "NicmsgDgram"),
     ] {
         assert!(
             header.contains(&format!("typedef struct {rust_name} {c_name};")),

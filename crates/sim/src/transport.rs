@@ -8,7 +8,7 @@
 //! unreachable) queued until the engine asks.
 
 use crate::rng::SimRng;
-use nicmsg_engine::{PlacementTarget, Received, Transport, PLACED_HEADER_LEN};
+use nicmsg_engine::{Origin, PlacementTarget, Received, Transport, PLACED_HEADER_LEN};
 use nicmsg_proto::Rank;
 use std::collections::VecDeque;
 use std::io;
@@ -103,10 +103,10 @@ impl Transport for SimTransport {
         Ok(taken)
     }
 
-    fn receive(&mut self, deliver: &mut dyn FnMut(Option<u32>, &[u8])) -> io::Result<usize> {
+    fn receive(&mut self, deliver: &mut dyn FnMut(Origin, &[u8])) -> io::Result<usize> {
         let count = self.inbox.len().min(RECEIVE_BATCH);
         for (source, bytes) in self.inbox.drain(..count) {
-            deliver(Some(source), &bytes);
+            deliver(Origin::rank(Some(source)), &bytes);
         }
         Ok(count)
     }
@@ -115,7 +115,7 @@ impl Transport for SimTransport {
         &mut self,
         plan: &[PlacementTarget],
         looks_expected: &dyn Fn(usize, &[u8], usize) -> bool,
-        deliver: &mut dyn FnMut(Option<u32>, Received<'_>) -> bool,
+        deliver: &mut dyn FnMut(Origin, Received<'_>) -> bool,
     ) -> io::Result<usize> {
         let count = self.inbox.len().min(RECEIVE_BATCH);
         let batch: Vec<(Rank, Vec<u8>)> = self.inbox.drain(..count).collect();
@@ -135,12 +135,12 @@ impl Transport for SimTransport {
                     header,
                     len: bytes.len(),
                 };
-                if deliver(Some(*source), offered) {
+                if deliver(Origin::rank(Some(*source)), offered) {
                     continue;
                 }
             }
             // A wrong guess, or refused: the datagram put back together (here: never apart).
-            deliver(Some(*source), Received::Bytes(bytes));
+            deliver(Origin::rank(Some(*source)), Received::Bytes(bytes));
         }
         Ok(count)
     }

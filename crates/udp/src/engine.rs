@@ -3,7 +3,7 @@
 //! user memory; wrong guesses are put back together before anyone reads them).
 
 use crate::{Placement, UdpTransport, RECV_BATCH};
-use nicmsg_engine::{PlacementTarget, Received, Transport, PLACED_HEADER_LEN};
+use nicmsg_engine::{Origin, PlacementTarget, Received, Transport, PLACED_HEADER_LEN};
 use std::io;
 use std::os::fd::RawFd;
 
@@ -16,12 +16,16 @@ impl Transport for UdpTransport {
         self.send_batch(frames)
     }
 
-    fn receive(&mut self, deliver: &mut dyn FnMut(Option<u32>, &[u8])) -> io::Result<usize> {
+    fn receive(&mut self, deliver: &mut dyn FnMut(Origin, &[u8])) -> io::Result<usize> {
         let count = self.recv_batch()?;
         for index in 0..count {
             let rank = self.received_rank(index);
-            let (_, bytes) = self.received(index);
-            deliver(rank, bytes);
+            let (address, bytes) = self.received(index);
+            let origin = Origin {
+                rank,
+                address: Some(address),
+            };
+            deliver(origin, bytes);
         }
         Ok(count)
     }
@@ -30,7 +34,7 @@ impl Transport for UdpTransport {
         &mut self,
         plan: &[PlacementTarget],
         looks_expected: &dyn Fn(usize, &[u8], usize) -> bool,
-        deliver: &mut dyn FnMut(Option<u32>, Received<'_>) -> bool,
+        deliver: &mut dyn FnMut(Origin, Received<'_>) -> bool,
     ) -> io::Result<usize> {
         let mut placements = [Placement {
             header_len: PLACED_HEADER_LEN,
@@ -56,7 +60,10 @@ impl Transport for UdpTransport {
             }
         }
         for index in 0..count {
-            let rank = self.received_rank(index);
+            let origin = Origin {
+                rank: self.received_rank(index),
+                address: Some(self.received(index).0),
+            };
             if let Some((entry, _, len)) = self.placed(index) {
                 let header = self.received_head(index);
                 let placed = Received::Placed {
@@ -64,14 +71,14 @@ impl Transport for UdpTransport {
                     header,
                     len,
                 };
-                if deliver(rank, placed) {
+                if deliver(origin, placed) {
                     continue;
                 }
                 // SAFETY: as above; refused (not intact): handle it the ordinary way.
                 unsafe { self.gather_placed(index) };
             }
             let (_, bytes) = self.received(index);
-            deliver(rank, Received::Bytes(bytes));
+            deliver(origin, Received::Bytes(bytes));
         }
         Ok(count)
     }
@@ -82,6 +89,11 @@ impl Transport for UdpTransport {
 
     fn max_frame(&self) -> usize {
         UdpTransport::max_frame(self)
+    }
+
+    fn bind_peer(&mut self, rank: u32, address: std::net::SocketAddr) -> io::Result<()> {
+        UdpTransport::bind_peer(self, rank, address);
+        Ok(())
     }
 
     fn note_socket_error(&mut self) {

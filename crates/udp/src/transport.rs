@@ -369,6 +369,30 @@ impl UdpTransport {
         self.by_addr = by_addr;
     }
 
+    /// Frames to `rank` go to `address` from now on: an open endpoint binding a peer slot (a
+    /// new peer, or a slot reused for another). Grows the table up to `rank` (ranks in between
+    /// stay without an address); runs when a peer is new, not per frame.
+    pub fn bind_peer(&mut self, rank: u32, address: SocketAddr) {
+        let index = rank as usize;
+        if self.peers.len() <= index {
+            let unbound = Peer {
+                raw: RawAddr::zeroed(),
+                len: 0,
+            };
+            self.peers.resize(index + 1, unbound);
+        }
+        let (raw, len) = RawAddr::from_socket_addr(address, self.ipv6);
+        self.peers[index] = Peer { raw, len };
+        self.by_addr.retain(|entry| entry.1 != rank);
+        let key = canonical(address);
+        let at = self.by_addr.partition_point(|entry| entry.0 < key);
+        if self.by_addr.get(at).is_none_or(|entry| entry.0 != key) {
+            self.by_addr.insert(at, (key, rank));
+        } else {
+            self.by_addr[at].1 = rank;
+        }
+    }
+
     /// Number of ranks in the peer table.
     pub fn peer_count(&self) -> usize {
         self.peers.len()
@@ -762,6 +786,7 @@ impl<'a> SendBatch<'_, 'a> {
         let len = pieces.iter().map(|p| p.len()).sum::<usize>();
         let rejected = match transport.peers.get(rank as usize) {
             None => Some(Reject::UnknownPeer),
+            Some(peer) if peer.len == 0 => Some(Reject::UnknownPeer),
             Some(_) if pieces.len() > MAX_PIECES => Some(Reject::TooManyPieces),
             Some(_) if len > transport.max_frame => Some(Reject::Oversize),
             Some(_) => None,

@@ -3,7 +3,7 @@
 //! program passed on, and peers on this host); refusals come back to that socket.
 
 use crate::XdpTransport;
-use nicmsg_engine::{PlacementTarget, Received, Transport};
+use nicmsg_engine::{Origin, PlacementTarget, Received, Transport};
 use std::io;
 use std::os::fd::RawFd;
 
@@ -16,7 +16,7 @@ impl Transport for XdpTransport {
         XdpTransport::send(self, frames)
     }
 
-    fn receive(&mut self, deliver: &mut dyn FnMut(Option<u32>, &[u8])) -> io::Result<usize> {
+    fn receive(&mut self, deliver: &mut dyn FnMut(Origin, &[u8])) -> io::Result<usize> {
         XdpTransport::receive(self, deliver)
     }
 
@@ -24,7 +24,7 @@ impl Transport for XdpTransport {
         &mut self,
         plan: &[PlacementTarget],
         looks_expected: &dyn Fn(usize, &[u8], usize) -> bool,
-        deliver: &mut dyn FnMut(Option<u32>, Received<'_>) -> bool,
+        deliver: &mut dyn FnMut(Origin, Received<'_>) -> bool,
     ) -> io::Result<usize> {
         // The kernel's socket first, with the plan: the plan's targets are for frames not
         // received yet, which a frame from the ring, placed by copying, could otherwise be.

@@ -376,7 +376,7 @@ impl XdpTransport {
     /// Sends what still waits in the transmit ring first.
     pub fn receive_ring(
         &mut self,
-        deliver: &mut dyn FnMut(Option<u32>, &[u8]),
+        deliver: &mut dyn FnMut(nicmsg_engine::Origin, &[u8]),
     ) -> io::Result<usize> {
         if self.socket.has_unsent() {
             self.socket.flush()?;
@@ -389,7 +389,11 @@ impl XdpTransport {
                 Ok(datagram) => {
                     stats.frames_received += 1;
                     delivered += 1;
-                    deliver(ranks.get(&datagram.source).copied(), datagram.payload);
+                    let origin = nicmsg_engine::Origin {
+                        rank: ranks.get(&datagram.source).copied(),
+                        address: Some(datagram.source.into()),
+                    };
+                    deliver(origin, datagram.payload);
                 }
                 Err(_) => stats.malformed += 1,
             });
@@ -442,14 +446,21 @@ impl XdpTransport {
     }
 
     /// Both paths: the UDP socket when due, then the ring. Returns the count.
-    pub fn receive(&mut self, deliver: &mut dyn FnMut(Option<u32>, &[u8])) -> io::Result<usize> {
+    pub fn receive(
+        &mut self,
+        deliver: &mut dyn FnMut(nicmsg_engine::Origin, &[u8]),
+    ) -> io::Result<usize> {
         let mut delivered = 0;
         if self.kernel_due() {
             let count = self.udp.recv_batch()?;
             for index in 0..count {
                 let rank = self.udp.received_rank(index);
-                let (_, bytes) = self.udp.received(index);
-                deliver(rank, bytes);
+                let (address, bytes) = self.udp.received(index);
+                let origin = nicmsg_engine::Origin {
+                    rank,
+                    address: Some(address),
+                };
+                deliver(origin, bytes);
             }
             self.kernel_read(count);
             delivered += count;

@@ -49,8 +49,8 @@ impl Side {
         let start = Instant::now();
         let mut out = Vec::new();
         while out.len() < want && start.elapsed() < DEADLINE {
-            let mut deliver = |rank: Option<u32>, bytes: &[u8]| {
-                assert_eq!(rank, Some(from), "frame from an unknown source");
+            let mut deliver = |origin: nicmsg_engine::Origin, bytes: &[u8]| {
+                assert_eq!(origin.rank, Some(from), "frame from an unknown source");
                 out.push(bytes.to_vec());
             };
             match self {
@@ -58,7 +58,7 @@ impl Side {
                 Side::Udp(t) => {
                     let n = t.recv_batch().expect("receive");
                     for i in 0..n {
-                        deliver(t.received_rank(i), t.received(i).1);
+                        deliver(nicmsg_engine::Origin::rank(t.received_rank(i)), t.received(i).1);
                     }
                     n
                 }

@@ -1,0 +1,240 @@
+//! The C ABI of the datagram socket (`include/nicmsg.h`, "Datagram sockets"): the operations
+//! of [`crate::dgram::DgramSocket`] with C types. Addresses travel as text ("10.0.0.2:7000",
+//! "[fd00::2]:7000"), which C programs print, parse and pass on the command line as they are.
+//! Same contract as the rest of the C ABI (`capi.rs`): null pointers and bad arguments return
+//! `NICMSG_ERR_ARG`, and nothing panics across the boundary.
+
+use crate::capi::{guard, NICMSG_ERR_ARG, NICMSG_SUCCESS};
+use crate::dgram::DgramSocket;
+use crate::Error;
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::net::SocketAddr;
+
+/// Room for an address as text with its terminating NUL: "[" + 45 characters of IPv6 (IPv4
+/// mapped) + "%" + scope + "]:65535" fits in 64.
+pub const NICMSG_ADDRESS_MAX: usize = 64;
+
+/// A datagram socket handle.
+pub struct NicmsgDgram {
+    socket: DgramSocket,
+}
+
+/// The address text at `text`, or `None` (null, not UTF-8, not an address).
+///
+/// # Safety
+/// `text` is null or a NUL-terminated string.
+unsafe fn address(text: *const c_char) -> Option<SocketAddr> {
+    if text.is_null() {
+        return None;
+    }
+    // SAFETY: not null, NUL-terminated (the caller's contract).
+    let text = unsafe { CStr::from_ptr(text) }.to_str().ok()?;
+    text.parse().ok()
+}
+
+/// Writes `address` as NUL-terminated text to `out` (of `capacity` bytes) if `out` is not null;
+/// false if it does not fit.
+///
+/// # Safety
+/// `out` is null or valid for writing `capacity` bytes.
+unsafe fn write_address(address: SocketAddr, out: *mut c_char, capacity: usize) -> bool {
+    if out.is_null() {
+        return true;
+    }
+    let text = address.to_string();
+    if text.len() + 1 > capacity {
+        return false;
+    }
+    // SAFETY: `out` is valid for `capacity` bytes (contract), and text + NUL fits (checked).
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr(), out.cast(), text.len());
+        *out.add(text.len()) = 0;
+    }
+    true
+}
+
+/// The socket behind a handle, or `None` for null.
+///
+/// # Safety
+/// `socket` is null or a live handle from `nicmsg_dgram_bind`.
+unsafe fn socket_ref<'a>(socket: *const NicmsgDgram) -> Option<&'a DgramSocket> {
+    // SAFETY: the caller's contract.
+    unsafe { socket.as_ref() }.map(|handle| &handle.socket)
+}
+
+/// Binds a datagram socket to `address` ("ip:port"; port 0 for any free port), with options
+/// from `NICMSG_*`.
+///
+/// # Safety
+/// `address` is a NUL-terminated string; `socket` is valid for writing a handle.
+#[no_mangle]
+pub unsafe extern "C" fn nicmsg_dgram_bind(
+    address_text: *const c_char,
+    socket: *mut *mut NicmsgDgram,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    let Some(bind) = (unsafe { address(address_text) }) else {
+        return NICMSG_ERR_ARG;
+    };
+    if socket.is_null() {
+        return NICMSG_ERR_ARG;
+    }
+    guard(|| {
+        let handle = Box::new(NicmsgDgram {
+            socket: DgramSocket::bind(bind)?,
+        });
+        // SAFETY: not null (checked above), valid for writing (contract).
+        unsafe { socket.write(Box::into_raw(handle)) };
+        Ok(())
+    })
+}
+
+/// Closes the socket (its engine stops) and frees the handle.
+///
+/// # Safety
+/// `socket` comes from `nicmsg_dgram_bind` and is not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn nicmsg_dgram_close(socket: *mut NicmsgDgram) -> c_int {
+    if socket.is_null() {
+        return NICMSG_ERR_ARG;
+    }
+    // SAFETY: made by `Box::into_raw` in `nicmsg_dgram_bind`, not used after (contract).
+    let boxed = unsafe { Box::from_raw(socket) };
+    guard(move || {
+        drop(boxed);
+        Ok(())
+    })
+}
+
+/// Writes the socket's own address as text (at most `capacity` bytes with the NUL;
+/// `NICMSG_ADDRESS_MAX` always suffices).
+///
+/// # Safety
+/// Valid handle; `text` valid for writing `capacity` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn nicmsg_dgram_local_address(
+    socket: *const NicmsgDgram,
+    text: *mut c_char,
+    capacity: usize,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    let Some(socket) = (unsafe { socket_ref(socket) }) else {
+        return NICMSG_ERR_ARG;
+    };
+    // SAFETY: the caller's contract.
+    if text.is_null() || !unsafe { write_address(socket.local_addr(), text, capacity) } {
+        return NICMSG_ERR_ARG;
+    }
+    NICMSG_SUCCESS
+}
+
+/// Sends `len` bytes at `buf` as one datagram to `address` and waits until it is delivered
+/// (or, for a short one, until the engine holds a copy of it).
+///
+/// # Safety
+/// Valid handle; `buf` valid for reading `len` bytes; `address` NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn nicmsg_dgram_send_to(
+    socket: *mut NicmsgDgram,
+    buf: *const c_void,
+    len: usize,
+    address_text: *const c_char,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    let (Some(socket), Some(to)) = (unsafe { socket_ref(socket) }, unsafe {
+        address(address_text)
+    }) else {
+        return NICMSG_ERR_ARG;
+    };
+    if buf.is_null() && len > 0 {
+        return NICMSG_ERR_ARG;
+    }
+    let data: &[u8] = if len == 0 {
+        &[]
+    } else {
+        // SAFETY: not null, valid for `len` bytes (contract).
+        unsafe { std::slice::from_raw_parts(buf.cast(), len) }
+    };
+    guard(|| socket.send_to(data, to))
+}
+
+/// Waits for the next datagram and copies it to `buf` (of `capacity` bytes); `*len` receives
+/// its length and `from` (if not null, `from_capacity` bytes) its sender's address. A longer
+/// datagram is consumed and reported as `NICMSG_ERR_TRUNCATE` with `*len` its length.
+///
+/// # Safety
+/// Valid handle; `buf` valid for writing `capacity` bytes; `len` valid for writing; `from`
+/// null or valid for writing `from_capacity` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn nicmsg_dgram_recv_from(
+    socket: *mut NicmsgDgram,
+    buf: *mut c_void,
+    capacity: usize,
+    len: *mut usize,
+    from: *mut c_char,
+    from_capacity: usize,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    let Some(socket) = (unsafe { socket_ref(socket) }) else {
+        return NICMSG_ERR_ARG;
+    };
+    if len.is_null() || (buf.is_null() && capacity > 0) {
+        return NICMSG_ERR_ARG;
+    }
+    let buffer: &mut [u8] = if capacity == 0 {
+        &mut []
+    } else {
+        // SAFETY: not null, valid for `capacity` bytes (contract).
+        unsafe { std::slice::from_raw_parts_mut(buf.cast(), capacity) }
+    };
+    guard(|| match socket.recv_from(buffer) {
+        Ok((received, sender)) => {
+            // SAFETY: `len` not null (checked), valid for writing; `from` per contract.
+            unsafe { len.write(received) };
+            // SAFETY: `from` is null or valid for `from_capacity` bytes (contract).
+            if unsafe { write_address(sender, from, from_capacity) } {
+                Ok(())
+            } else {
+                Err(Error::BadBuffer("the sender's address does not fit `from`"))
+            }
+        }
+        Err(error @ Error::Truncated { message_len, .. }) => {
+            // SAFETY: as above.
+            unsafe { len.write(message_len as usize) };
+            Err(error)
+        }
+        Err(error) => Err(error),
+    })
+}
+
+/// Waits until a datagram is there; `*len` receives its length and `from` (if not null) its
+/// sender, without taking it: the next `nicmsg_dgram_recv_from` gets it.
+///
+/// # Safety
+/// Valid handle; `len` valid for writing; `from` null or valid for `from_capacity` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn nicmsg_dgram_peek_from(
+    socket: *mut NicmsgDgram,
+    len: *mut usize,
+    from: *mut c_char,
+    from_capacity: usize,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    let Some(socket) = (unsafe { socket_ref(socket) }) else {
+        return NICMSG_ERR_ARG;
+    };
+    if len.is_null() {
+        return NICMSG_ERR_ARG;
+    }
+    guard(|| {
+        let (waiting, sender) = socket.peek_from()?;
+        // SAFETY: `len` not null (checked), valid for writing; `from` per contract.
+        unsafe { len.write(waiting) };
+        // SAFETY: `from` is null or valid for `from_capacity` bytes (contract).
+        if unsafe { write_address(sender, from, from_capacity) } {
+            Ok(())
+        } else {
+            Err(Error::BadBuffer("the sender's address does not fit `from`"))
+        }
+    })
+}
