@@ -204,6 +204,12 @@ impl Directory {
         }
     }
 
+    /// True when a frame from `from` naming `src` belongs to a slot (active or retired): a
+    /// frame that must not open a conversation (a RESET) is dropped otherwise.
+    pub(crate) fn knows(&self, from: SocketAddr, src: u32) -> bool {
+        self.retired.contains_key(&(from, src)) || self.by_address.contains_key(&from)
+    }
+
     /// The core gave up on `peer` (unreachable, RESET, restarted): its address is free for a
     /// new conversation, and late frames of its incarnation find the retired slot.
     pub(crate) fn retire(&mut self, peer: Rank) {

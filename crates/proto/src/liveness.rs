@@ -113,6 +113,9 @@ impl Core {
     /// Tells `peer` it is declared unreachable here (on declaring it, and in answer to any
     /// frame of it that still arrives).
     pub(crate) fn send_reset(&mut self, peer: Rank) {
+        if !self.may_reset(peer) {
+            return;
+        }
         self.counters.record(peer, |s| s.resets_sent += 1);
         self.queue_control(control(peer, FrameKind::Reset, 0, 0, 0));
     }

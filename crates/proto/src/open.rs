@@ -66,6 +66,12 @@ impl Core {
             self.count_drop(None, DropReason::WrongRank);
             return None;
         };
+        if header.kind == nicmsg_wire::FrameKind::Reset && !directory.knows(from, header.src) {
+            // A RESET never opens a conversation: from a peer this endpoint does not know,
+            // there is nothing to give up.
+            self.count_drop(None, DropReason::DeadPeer);
+            return None;
+        }
         let arrival = {
             let (sends, rx, peers) = (&self.sends, &self.rx, &self.peers);
             let idle = |peer: Rank| slot_is_idle(sends, rx, peers, peer);
@@ -96,6 +102,14 @@ impl Core {
                 None
             }
         }
+    }
+
+    /// Open mode: false when `peer` never spoke to this endpoint (its incarnation is unknown):
+    /// a RESET to it would read as a new conversation, and it holds nothing to give up.
+    pub(crate) fn may_reset(&self, peer: Rank) -> bool {
+        self.directory
+            .as_ref()
+            .is_none_or(|directory| directory.wire_name(peer) != 0)
     }
 
     /// The slot to send to `address` through (made if new).

@@ -430,3 +430,26 @@ fn sends_to_a_full_table_and_in_a_job_are_refused_clearly() {
     );
     assert!(Endpoint::new_open(config(), 1, 5, MAX_OPEN_PEERS + 1).is_err());
 }
+
+#[test]
+fn giving_up_on_a_peer_that_never_answered_does_not_reach_its_successor() {
+    // The server's address has no process: the client gives up (no answer at all). A server
+    // then starts there: the client's RESET for the old, silent peer must not reach it as a
+    // new conversation; the client's next send starts one and is served.
+    let mut net = OpenNet::new(2, 4, 21);
+    let server = net.nodes[0].take();
+    let lost = net.send(1, address(0), message(1, 0, 20_000)).unwrap();
+    net.run(net.now + 5_000_000_000);
+    assert!(matches!(
+        net.result(1, lost),
+        Some(Err(OpError::PeerUnreachable { .. }))
+    ));
+    assert_eq!(net.node(1).endpoint.stats().resets_sent, 0);
+    net.nodes[0] = server;
+    let (recv, _) = net.recv(0, 20_000);
+    let sent = net.send(1, address(0), message(1, 1, 20_000)).unwrap();
+    net.run(net.now + 1_000_000_000);
+    assert!(net.result(1, sent).expect("sent").is_ok());
+    assert!(net.result(0, recv).expect("received").is_ok());
+    assert_eq!(net.node(0).endpoint.stats().peers_declared_unreachable, 0);
+}

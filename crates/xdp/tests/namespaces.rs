@@ -58,7 +58,10 @@ impl Side {
                 Side::Udp(t) => {
                     let n = t.recv_batch().expect("receive");
                     for i in 0..n {
-                        deliver(nicmsg_engine::Origin::rank(t.received_rank(i)), t.received(i).1);
+                        deliver(
+                            nicmsg_engine::Origin::rank(t.received_rank(i)),
+                            t.received(i).1,
+                        );
                     }
                     n
                 }

@@ -1,0 +1,220 @@
+//! Datagram sockets: in one process over loopback, and the example programs (Rust and C,
+//! `dgram_echo` and `dgram_copy`) across network namespaces under 5% real loss, with two
+//! clients of one server at the same time and each language on either side.
+
+mod common;
+
+use common::{assert_job_ok, compile_c, example, launcher, netns_available};
+use nicmsg::dgram::DgramSocket;
+use nicmsg::Error;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+use std::thread;
+
+fn pattern(len: usize, seed: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i.wrapping_mul(31).wrapping_add(seed * 131) >> 1) as u8)
+        .collect()
+}
+
+const SIZES: [usize; 9] = [0, 1, 100, 1472, 8192, 8193, 65_536, 200_000, 1 << 20];
+
+#[test]
+fn clients_and_a_server_by_address_over_loopback() {
+    let server = DgramSocket::bind("127.0.0.1:0").expect("bind the server");
+    let address = server.local_addr();
+    let clients: Vec<_> = (0..3)
+        .map(|client| {
+            thread::spawn(move || -> Result<(), Error> {
+                let socket = DgramSocket::bind("127.0.0.1:0")?;
+                let mut reply = vec![0u8; 1 << 20];
+                for (index, &len) in SIZES.iter().enumerate() {
+                    let data = pattern(len, client * 100 + index);
+                    socket.send_to(&data, address)?;
+                    let (got, from) = socket.recv_from(&mut reply)?;
+                    assert_eq!(from, address);
+                    assert_eq!(&reply[..got], &data[..], "client {client}, {len} B");
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for _ in 0..3 * SIZES.len() {
+        let (len, from) = server.peek_from().expect("peek");
+        let datagram = server.recv_lent().expect("receive");
+        assert_eq!((datagram.len(), datagram.from()), (len, from));
+        server.send_to(&datagram, from).expect("echo");
+    }
+    for client in clients {
+        client.join().expect("client thread").expect("client");
+    }
+    assert!(server.try_peek_from().expect("peek").is_none());
+}
+
+#[test]
+fn a_long_datagram_for_a_short_buffer_is_reported_not_cut() {
+    let server = DgramSocket::bind("127.0.0.1:0").expect("bind");
+    let client = DgramSocket::bind("127.0.0.1:0").expect("bind");
+    client
+        .send_to(&pattern(5000, 1), server.local_addr())
+        .expect("send");
+    client
+        .send_to(&pattern(10, 2), server.local_addr())
+        .expect("send");
+    let mut short = [0u8; 100];
+    match server.recv_from(&mut short) {
+        Err(Error::Truncated {
+            message_len: 5000,
+            buffer_len: 100,
+            ..
+        }) => {}
+        other => panic!("expected truncation, got {other:?}"),
+    }
+    // The next datagram is the next one sent.
+    let (len, from) = server.recv_from(&mut short).expect("receive");
+    assert_eq!((len, from), (10, client.local_addr()));
+    assert_eq!(&short[..10], &pattern(10, 2)[..]);
+}
+
+#[test]
+fn a_datagram_to_a_closed_socket_fails_instead_of_hanging() {
+    let gone: SocketAddr = {
+        let socket = DgramSocket::bind("127.0.0.1:0").expect("bind");
+        socket.local_addr()
+    };
+    let client = DgramSocket::bind("127.0.0.1:0").expect("bind");
+    // Long enough to need the peer's answer (a short one completes from the engine's copy).
+    let result = client.send_to(&pattern(100_000, 3), gone);
+    assert!(
+        matches!(result, Err(Error::PeerUnreachable { .. })),
+        "{result:?}"
+    );
+    // A socket at that address again is a new peer: reached.
+    let back = DgramSocket::bind(gone);
+    if let Ok(back) = back {
+        let data = pattern(100_000, 4);
+        // A long datagram completes when the receiver takes it: start it, then receive.
+        let sending = client.isend_to(&data, gone).expect("send");
+        let datagram = back.recv_lent().expect("receive");
+        assert_eq!(&datagram[..], &data[..]);
+        sending.wait().expect("the new socket took it");
+    }
+}
+
+#[test]
+fn bad_addresses_and_sizes_are_refused_clearly() {
+    assert!(DgramSocket::bind("no-such-host.invalid:1").is_err());
+    let socket = DgramSocket::bind("127.0.0.1:0").expect("bind");
+    assert!(socket.send_to(b"x", "not an address").is_err());
+}
+
+/// A job of `ranks` ranks over namespaces with 5% loss where rank 0 runs `server` with
+/// `server_args` at port 7000 of its address and every other rank runs `client` with
+/// `client_args` against it. Returns the job's output.
+fn server_and_clients(
+    ranks: u32,
+    (server, server_args): (&Path, &str),
+    (client, client_args): (&Path, &str),
+) -> std::process::Output {
+    let script = format!(
+        "server=\"${{NICMSG_BIND_IP%.*}}.1:7000\"; \
+         if [ \"$NICMSG_RANK\" = 0 ]; then exec {} server \"$NICMSG_BIND_IP:7000\" {server_args}; fi; \
+         sleep 0.5; exec {} client \"$server\" {client_args}",
+        server.display(),
+        client.display()
+    );
+    let ranks = ranks.to_string();
+    Command::new(launcher())
+        .args([
+            "run",
+            "-n",
+            &ranks,
+            "--netns",
+            "--loss",
+            "5%",
+            "--timeout",
+            "300",
+        ])
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .expect("run the launcher")
+}
+
+#[test]
+fn echo_and_copy_examples_across_namespaces_under_loss_in_rust_and_c() {
+    if let Some(reason) = netns_available() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let rust_echo = example("dgram_echo");
+    let rust_copy = example("dgram_copy");
+    let c_echo = compile_c("examples/c/dgram_echo.c", "c-dgram-echo");
+    let c_copy = compile_c("examples/c/dgram_copy.c", "c-dgram-copy");
+    // Rust sizes 0 B..1 MiB: 41 per round; C: 22.
+    let output = server_and_clients(
+        3,
+        (&rust_echo, "--count 82"),
+        (&rust_echo, "--rounds 1 --max 1048576"),
+    );
+    assert_job_ok(&output, "Rust echo, two clients", "echoed whole and equal");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        stdout.matches("echoed whole and equal").count(),
+        2,
+        "{stdout}"
+    );
+
+    let output = server_and_clients(
+        2,
+        (&c_echo, "--count 41"),
+        (&rust_echo, "--rounds 1 --max 1048576"),
+    );
+    assert_job_ok(&output, "C echo server, Rust client", "echoed 41 datagrams");
+    let output = server_and_clients(2, (&rust_echo, "--count 44"), (&c_echo, "--rounds 2"));
+    assert_job_ok(
+        &output,
+        "Rust echo server, C client",
+        "(C): 44 datagrams echoed",
+    );
+
+    // Files: a Rust server takes two clients at once (one Rust, one C); a C server one.
+    let dir = tempdir();
+    let input = dir.join("in");
+    let output_dir = dir.join("out");
+    std::fs::create_dir_all(&input).unwrap();
+    std::fs::create_dir_all(&output_dir).unwrap();
+    let file = input.join("data.bin");
+    std::fs::write(&file, pattern(3_000_001, 9)).unwrap();
+    let output = server_and_clients(
+        3,
+        (&rust_copy, &format!("{} --files 2", output_dir.display())),
+        (&rust_copy, &format!("{} --chunk 250000", file.display())),
+    );
+    assert_job_ok(&output, "Rust copy, two clients", "server says OK");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(stdout.matches("server says OK").count(), 2, "{stdout}");
+    assert_eq!(
+        std::fs::read(output_dir.join("data.bin")).unwrap(),
+        pattern(3_000_001, 9)
+    );
+    let output = server_and_clients(
+        2,
+        (&c_copy, &format!("{} --files 1", output_dir.display())),
+        (&rust_copy, &file.display().to_string()),
+    );
+    assert_job_ok(&output, "C copy server, Rust client", "server says OK");
+    let output = server_and_clients(
+        2,
+        (&rust_copy, &format!("{} --files 1", output_dir.display())),
+        (&c_copy, &format!("{} --chunk 70000", file.display())),
+    );
+    assert_job_ok(&output, "Rust copy server, C client", "server says OK");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn tempdir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("nicmsg-dgram-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
