@@ -27,6 +27,7 @@ pub mod lm;
 pub mod memory;
 pub mod net;
 pub mod node;
+pub mod open;
 pub mod report;
 pub mod rng;
 pub mod run;

@@ -6,6 +6,7 @@
 use clap::Parser;
 use nicmsg_proto::UnexpectedPolicy;
 use nicmsg_sim::lm::{sweep_lm, LmSpec};
+use nicmsg_sim::open::{run_open, OpenSpec};
 use nicmsg_sim::report::{fmt_ns, render_failure};
 use nicmsg_sim::{
     run_catching, sweep, Limits, NetConfig, ProtoParams, RunSpec, SimMode, SweepOptions, SweepPlan,
@@ -130,6 +131,17 @@ struct Cli {
     /// With --lm: probability that one node dies during a run.
     #[arg(long, default_value_t = 0.0)]
     death: f64,
+    /// Run open endpoints (peers added by address, as the datagram sockets use them) instead
+    /// of the engine's workloads: clients send datagrams by address to a server (see
+    /// docs/simulator.md, "Open endpoints"). Takes the seeds, the network options and --ranks.
+    #[arg(long)]
+    open: bool,
+    /// With --open: probability that each node restarts once (a new process at its address).
+    #[arg(long, default_value_t = 0.0)]
+    restart: f64,
+    /// With --open: the server's peer slots (fewer than the clients makes them share).
+    #[arg(long, default_value_t = 8)]
+    open_slots: u32,
 }
 
 /// The workloads named; `all` is every workload the mode can run (PANIC's need the engine).
@@ -226,6 +238,9 @@ fn main() -> ExitCode {
     if cli.lm {
         return run_lm_sweep(&cli, &seeds);
     }
+    if cli.open {
+        return run_open_sweep(&cli, &seeds);
+    }
     let mut template = RunSpec::new(0, workloads[0]);
     template.ranks = cli.ranks;
     template.scale = cli.scale;
@@ -311,6 +326,45 @@ fn main() -> ExitCode {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// `--open`: open endpoints, each seed with each loss rate, one after another.
+fn run_open_sweep(cli: &Cli, seeds: &[u64]) -> ExitCode {
+    let started = std::time::Instant::now();
+    let (mut runs, mut failed, mut received, mut ok, mut errors, mut restarts) = (0, 0, 0, 0, 0, 0);
+    for &seed in seeds {
+        for &loss in &cli.loss {
+            let mut spec = OpenSpec::new(seed, net_config(cli, loss));
+            spec.clients = cli.ranks.map_or(spec.clients, |r| r.max(2) - 1);
+            spec.datagrams = ((spec.datagrams as f64 * cli.scale).round() as u32).max(1);
+            spec.restart = cli.restart;
+            spec.server_slots = cli.open_slots.max(1);
+            let result = run_open(&spec);
+            runs += 1;
+            received += result.received;
+            ok += result.sends_ok;
+            errors += result.sends_failed;
+            restarts += result.restarts;
+            if !result.violations.is_empty() {
+                failed += 1;
+                if failed <= cli.show {
+                    println!("FAILED: {}", spec.replay_command());
+                    for violation in &result.violations {
+                        println!("  {violation}");
+                    }
+                }
+            }
+        }
+    }
+    println!(
+        "{runs} runs, {failed} with violations, {:.1} s: {received} datagrams received, {ok} sends succeeded, {errors} failed, {restarts} restarts",
+        started.elapsed().as_secs_f64()
+    );
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 
