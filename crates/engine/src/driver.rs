@@ -477,7 +477,8 @@ impl<T: Transport> Driver<T> {
                         (Some(from), Received::Bytes(bytes)) => {
                             endpoint.handle_frame_from(now, from, bytes, &mut memory)
                         }
-                        // Offered again as bytes.
+                        // Never planned for an open endpoint (it predicts no frames); were
+                        // one offered, refusing it has it offered again as bytes.
                         (_, Received::Placed { .. }) => {}
                         (None, _) => stats.spoofed_frames += 1,
                     }

@@ -46,8 +46,10 @@ impl Core {
     /// the other messages in progress, from their first missing frame. A transport that places
     /// a run of coalesced frames needs the run's first frame right to place any of it.
     pub(crate) fn predict_frames(&self, out: &mut [ExpectedFrame]) -> usize {
-        // Asked before every receive batch: nothing to walk in the common idle case.
-        if self.rx.incoming_usage().in_use == 0 {
+        // Asked before every receive batch: nothing to walk in the common idle case. An open
+        // endpoint's frames name incarnations, not the ranks a prediction holds, so no guess
+        // could be confirmed: none is made (the transport then scatters nothing in vain).
+        if self.rx.incoming_usage().in_use == 0 || self.directory.is_some() {
             return 0;
         }
         let latest = self.rx.latest_data();
@@ -128,8 +130,7 @@ impl Core {
         let Ok(parsed) = FrameHeader::parse(bytes) else {
             return PlacedOutcome::NotPredicted;
         };
-        let as_expected = self.directory.is_none()
-            && parsed.kind == FrameKind::Data
+        let as_expected = parsed.kind == FrameKind::Data
             && parsed.job == self.job
             && parsed.dst == self.rank
             && parsed.src == expected.peer
