@@ -161,13 +161,14 @@ impl Directory {
     }
 
     /// Classifies a frame from `from` whose header names `src` (the sender's incarnation) and
-    /// `dst` (this endpoint's, as the sender knows it).
+    /// `dst` (this endpoint's, as the sender knows it). A frame that may not open a
+    /// conversation (`opens` false: a RESET, which gives up on one) never takes a slot: from a
+    /// peer without one it is stale.
     pub(crate) fn resolve_arrival(
         &mut self,
         now: Nanos,
-        from: SocketAddr,
-        src: u32,
-        dst: u32,
+        (from, src, dst): (SocketAddr, u32, u32),
+        opens: bool,
         is_idle: &dyn Fn(Rank) -> bool,
     ) -> Arrival {
         if src == 0 || (dst != 0 && dst != self.me) {
@@ -183,7 +184,7 @@ impl Directory {
                 slot.last_heard_ns = now;
                 return Arrival::Peer(peer);
             }
-            if dst != 0 {
+            if dst != 0 || !opens {
                 // It knows this endpoint, yet is not the incarnation it talks with: a frame
                 // of an earlier life of that peer that outlived its slot.
                 return Arrival::Stale;
@@ -191,6 +192,9 @@ impl Directory {
             self.retire(peer);
             let new = self.allocate(now, from, src, SlotState::Active, is_idle);
             return Arrival::Restarted { old: peer, new };
+        }
+        if !opens {
+            return Arrival::Stale;
         }
         if dst == self.me {
             return match self.allocate(now, from, src, SlotState::Retired, is_idle) {
@@ -202,12 +206,6 @@ impl Directory {
             Some(peer) => Arrival::Peer(peer),
             None => Arrival::Full,
         }
-    }
-
-    /// True when a frame from `from` naming `src` belongs to a slot (active or retired): a
-    /// frame that must not open a conversation (a RESET) is dropped otherwise.
-    pub(crate) fn knows(&self, from: SocketAddr, src: u32) -> bool {
-        self.retired.contains_key(&(from, src)) || self.by_address.contains_key(&from)
     }
 
     /// The core gave up on `peer` (unreachable, RESET, restarted): its address is free for a
@@ -348,10 +346,10 @@ mod tests {
     #[test]
     fn a_new_peer_gets_a_slot_and_keeps_it() {
         let mut d = Directory::new(ME, 4, QUIET);
-        let a = d.resolve_arrival(1, addr(1), 7, 0, &idle);
+        let a = d.resolve_arrival(1, (addr(1), 7, 0), true, &idle);
         assert_eq!(a, Arrival::Peer(1));
         assert_eq!(
-            d.resolve_arrival(2, addr(1), 7, ME, &idle),
+            d.resolve_arrival(2, (addr(1), 7, ME), true, &idle),
             Arrival::Peer(1)
         );
         assert_eq!(d.wire_name(1), 7);
@@ -366,7 +364,7 @@ mod tests {
         assert_eq!(d.resolve_send(1, addr(5), &idle), Some(1));
         assert_eq!(d.wire_name(1), 0);
         assert_eq!(
-            d.resolve_arrival(2, addr(5), 9, ME, &idle),
+            d.resolve_arrival(2, (addr(5), 9, ME), true, &idle),
             Arrival::Peer(1)
         );
         assert_eq!(d.wire_name(1), 9);
@@ -376,17 +374,23 @@ mod tests {
     fn frames_for_an_earlier_life_are_stale() {
         let mut d = Directory::new(ME, 4, QUIET);
         assert_eq!(
-            d.resolve_arrival(1, addr(1), 7, 0x55, &idle),
+            d.resolve_arrival(1, (addr(1), 7, 0x55), true, &idle),
             Arrival::Stale
         );
-        assert_eq!(d.resolve_arrival(1, addr(1), 0, 0, &idle), Arrival::Stale);
+        assert_eq!(
+            d.resolve_arrival(1, (addr(1), 0, 0), true, &idle),
+            Arrival::Stale
+        );
     }
 
     #[test]
     fn a_restarted_peer_retires_its_old_slot() {
         let mut d = Directory::new(ME, 4, QUIET);
-        assert_eq!(d.resolve_arrival(1, addr(1), 7, 0, &idle), Arrival::Peer(1));
-        let a = d.resolve_arrival(2, addr(1), 8, 0, &busy);
+        assert_eq!(
+            d.resolve_arrival(1, (addr(1), 7, 0), true, &idle),
+            Arrival::Peer(1)
+        );
+        let a = d.resolve_arrival(2, (addr(1), 8, 0), true, &busy);
         assert_eq!(
             a,
             Arrival::Restarted {
@@ -395,10 +399,13 @@ mod tests {
             }
         );
         // A late frame of the old life reaches the retired slot (the core answers RESET).
-        assert_eq!(d.resolve_arrival(3, addr(1), 7, 0, &idle), Arrival::Peer(1));
+        assert_eq!(
+            d.resolve_arrival(3, (addr(1), 7, 0), true, &idle),
+            Arrival::Peer(1)
+        );
         // The old life, knowing this endpoint, is not mistaken for another restart.
         assert_eq!(
-            d.resolve_arrival(3, addr(1), 7, ME, &idle),
+            d.resolve_arrival(3, (addr(1), 7, ME), true, &idle),
             Arrival::Peer(1)
         );
         assert_eq!(d.resolve_send(4, addr(1), &idle), Some(2));
@@ -408,13 +415,13 @@ mod tests {
     fn a_forgotten_peer_is_told() {
         let mut d = Directory::new(ME, 4, QUIET);
         assert_eq!(
-            d.resolve_arrival(1, addr(3), 7, ME, &idle),
+            d.resolve_arrival(1, (addr(3), 7, ME), true, &idle),
             Arrival::Forgotten(1)
         );
         assert!(!d.is_active(1));
         // Its next frames find the retired slot; a fresh send makes a new one.
         assert_eq!(
-            d.resolve_arrival(2, addr(3), 7, ME, &idle),
+            d.resolve_arrival(2, (addr(3), 7, ME), true, &idle),
             Arrival::Peer(1)
         );
         assert_eq!(d.resolve_send(3, addr(3), &busy), Some(2));
@@ -423,22 +430,31 @@ mod tests {
     #[test]
     fn slots_are_reused_only_when_idle_and_quiet() {
         let mut d = Directory::new(ME, 2, QUIET);
-        assert_eq!(d.resolve_arrival(0, addr(1), 7, 0, &idle), Arrival::Peer(1));
-        assert_eq!(d.resolve_arrival(0, addr(2), 8, 0, &idle), Arrival::Peer(2));
+        assert_eq!(
+            d.resolve_arrival(0, (addr(1), 7, 0), true, &idle),
+            Arrival::Peer(1)
+        );
+        assert_eq!(
+            d.resolve_arrival(0, (addr(2), 8, 0), true, &idle),
+            Arrival::Peer(2)
+        );
         // Full: nobody quiet long enough.
-        assert_eq!(d.resolve_arrival(10, addr(3), 9, 0, &idle), Arrival::Full);
+        assert_eq!(
+            d.resolve_arrival(10, (addr(3), 9, 0), true, &idle),
+            Arrival::Full
+        );
         // Quiet but busy: still full.
         assert_eq!(
-            d.resolve_arrival(QUIET + 5, addr(3), 9, 0, &busy),
+            d.resolve_arrival(QUIET + 5, (addr(3), 9, 0), true, &busy),
             Arrival::Full
         );
         // Peer 2 spoke late; peer 1 is quiet and idle: it goes.
         assert_eq!(
-            d.resolve_arrival(500, addr(2), 8, ME, &idle),
+            d.resolve_arrival(500, (addr(2), 8, ME), true, &idle),
             Arrival::Peer(2)
         );
         assert_eq!(
-            d.resolve_arrival(QUIET + 5, addr(3), 9, 0, &idle),
+            d.resolve_arrival(QUIET + 5, (addr(3), 9, 0), true, &idle),
             Arrival::Peer(1)
         );
         assert_eq!(d.resolve_send(QUIET + 6, addr(1), &busy), None);
@@ -462,6 +478,33 @@ mod tests {
         );
         assert_eq!(d.resolve_send(2, addr(2), &idle), Some(1));
         assert_eq!(d.poll_binding(), Some((1, addr(2))));
+    }
+
+    #[test]
+    fn a_reset_never_takes_a_slot() {
+        let mut d = Directory::new(ME, 4, QUIET);
+        assert_eq!(
+            d.resolve_arrival(1, (addr(1), 7, 0), false, &idle),
+            Arrival::Stale
+        );
+        assert_eq!(
+            d.resolve_arrival(1, (addr(1), 7, ME), false, &idle),
+            Arrival::Stale
+        );
+        assert_eq!(
+            d.resolve_arrival(1, (addr(1), 7, 0), true, &idle),
+            Arrival::Peer(1)
+        );
+        // From its peer it is the peer's; from a restarted one it retires nothing.
+        assert_eq!(
+            d.resolve_arrival(2, (addr(1), 7, ME), false, &idle),
+            Arrival::Peer(1)
+        );
+        assert_eq!(
+            d.resolve_arrival(2, (addr(1), 8, 0), false, &idle),
+            Arrival::Stale
+        );
+        assert!(d.is_active(1));
     }
 
     #[test]

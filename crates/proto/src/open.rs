@@ -66,16 +66,13 @@ impl Core {
             self.count_drop(None, DropReason::WrongRank);
             return None;
         };
-        if header.kind == nicmsg_wire::FrameKind::Reset && !directory.knows(from, header.src) {
-            // A RESET never opens a conversation: from a peer this endpoint does not know,
-            // there is nothing to give up.
-            self.count_drop(None, DropReason::DeadPeer);
-            return None;
-        }
+        // A RESET gives up on a conversation: it never opens one.
+        let opens = header.kind != nicmsg_wire::FrameKind::Reset;
         let arrival = {
             let (sends, rx, peers) = (&self.sends, &self.rx, &self.peers);
             let idle = |peer: Rank| slot_is_idle(sends, rx, peers, peer);
-            directory.resolve_arrival(now, from, header.src, header.dst, &idle)
+            let names = (from, header.src, header.dst);
+            directory.resolve_arrival(now, names, opens, &idle)
         };
         self.reset_rebound_slots();
         match arrival {
