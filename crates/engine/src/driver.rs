@@ -764,13 +764,13 @@ impl<T: Transport> Driver<T> {
         if op.kind == OpKind::Send {
             self.forget_frames_of(slot);
         }
-        let address = match completion.result {
-            Ok(status) if self.endpoint.is_open() => self.endpoint.peer_address(status.peer),
-            Err(OpError::Truncated { source_rank, .. }) if self.endpoint.is_open() => {
-                self.endpoint.peer_address(source_rank)
-            }
-            _ => None,
+        // Open mode: the peer's address for the host (no address in a job).
+        let peer = match completion.result {
+            Ok(status) => Some(status.peer),
+            Err(OpError::Truncated { source_rank, .. }) => Some(source_rank),
+            Err(_) => None,
         };
+        let address = peer.and_then(|peer| self.endpoint.peer_address(peer));
         // SAFETY: the slot has been ours since it was posted.
         unsafe {
             self.table.complete(slot, |d| {
@@ -789,28 +789,24 @@ fn complete_descriptor(
     op: OpId,
     result: Result<nicmsg_proto::Status, OpError>,
 ) {
-    {
-        {
-            match result {
-                Ok(status) => fill_status(d, status.peer, status.tag, status.len),
-                Err(OpError::Truncated {
-                    source_rank,
-                    tag,
-                    message_len,
-                    buffer_len,
-                }) => {
-                    fill_status(d, source_rank, tag, message_len);
-                    d.buffer_len = buffer_len;
-                    d.result = ResultCode::Truncated;
-                }
-                Err(OpError::PeerUnreachable { peer }) => {
-                    tracing::debug!(peer, ?op, "operation failed: peer unreachable");
-                    d.status_peer = peer;
-                    d.result = ResultCode::PeerUnreachable;
-                }
-                Err(OpError::Cancelled) => d.result = ResultCode::Cancelled,
-            }
+    match result {
+        Ok(status) => fill_status(d, status.peer, status.tag, status.len),
+        Err(OpError::Truncated {
+            source_rank,
+            tag,
+            message_len,
+            buffer_len,
+        }) => {
+            fill_status(d, source_rank, tag, message_len);
+            d.buffer_len = buffer_len;
+            d.result = ResultCode::Truncated;
         }
+        Err(OpError::PeerUnreachable { peer }) => {
+            tracing::debug!(peer, ?op, "operation failed: peer unreachable");
+            d.status_peer = peer;
+            d.result = ResultCode::PeerUnreachable;
+        }
+        Err(OpError::Cancelled) => d.result = ResultCode::Cancelled,
     }
 }
 
