@@ -71,14 +71,7 @@ impl Comm {
         options.check_for_job(job.size)?;
         options.size_protocol_tables();
         let bind_ip = job.bind_ip.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
-        let udp_options = UdpOptions {
-            bind: SocketAddr::new(bind_ip, 0),
-            max_frame: options.protocol.mtu as usize,
-            gso: options.gso,
-            gro: options.gro,
-            ..UdpOptions::default()
-        };
-        let udp = UdpTransport::bind(udp_options)?;
+        let udp = UdpTransport::bind(udp_options(&options, SocketAddr::new(bind_ip, 0)))?;
         let opened = crate::backend::open(udp, options.transport)?;
         let me = opened.address();
         let peers = nicmsg_bootstrap::exchange_addresses(&job, me, options.bootstrap_timeout)?;
@@ -117,14 +110,7 @@ impl Comm {
         options.check_for_job(capacity + 1)?;
         options.size_protocol_tables();
         options.programs = false;
-        let udp_options = UdpOptions {
-            bind,
-            max_frame: options.protocol.mtu as usize,
-            gso: options.gso,
-            gro: options.gro,
-            ..UdpOptions::default()
-        };
-        let udp = UdpTransport::bind(udp_options)?;
+        let udp = UdpTransport::bind(udp_options(&options, bind))?;
         let local = udp.local_addr();
         let mut endpoint = Endpoint::new_open(
             options.protocol.clone(),
@@ -702,6 +688,17 @@ fn tag_word(tag: TagMatch) -> Result<u32, Error> {
     match tag {
         TagMatch::Any => Ok(ANY),
         TagMatch::Tag(tag) => check_tag(tag).map(|()| tag),
+    }
+}
+
+/// The UDP socket the options ask for, at `bind`.
+fn udp_options(options: &Options, bind: SocketAddr) -> UdpOptions {
+    UdpOptions {
+        bind,
+        max_frame: options.protocol.mtu as usize,
+        gso: options.gso,
+        gro: options.gro,
+        ..UdpOptions::default()
     }
 }
 

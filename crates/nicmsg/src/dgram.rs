@@ -47,7 +47,6 @@ const DATAGRAM_TAG: u32 = 0;
 /// like [`Comm`]; it may be moved to another thread.
 pub struct DgramSocket {
     comm: Comm,
-    local: SocketAddr,
     /// Buffers given back by [`Lent`], for the next lending.
     pool: RefCell<Vec<Vec<u8>>>,
 }
@@ -66,17 +65,17 @@ impl DgramSocket {
             .ok_or_else(|| Error::Config("no address to bind to".into()))?;
         let capacity = options.dgram_peers;
         let comm = Comm::open(options, address, capacity)?;
-        let local = comm.local_address().expect("an open communicator is bound");
         Ok(Self {
             comm,
-            local,
             pool: RefCell::new(Vec::with_capacity(LENT_POOL)),
         })
     }
 
     /// The address peers send to.
     pub fn local_addr(&self) -> SocketAddr {
-        self.local
+        self.comm
+            .local_address()
+            .expect("an open communicator is bound")
     }
 
     /// Sends `buffer` to `to` and waits until it is delivered (or, for a short datagram, until
@@ -174,7 +173,7 @@ impl DgramSocket {
 
     fn sender(&self, status: &Status) -> SocketAddr {
         // A datagram to its own address stays inside the endpoint (no address recorded).
-        status.address.unwrap_or(self.local)
+        status.address.unwrap_or_else(|| self.local_addr())
     }
 }
 
