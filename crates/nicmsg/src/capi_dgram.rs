@@ -5,6 +5,7 @@
 //! `NICMSG_ERR_ARG`, and nothing panics across the boundary.
 
 use crate::capi::{guard, NICMSG_ERR_ARG, NICMSG_SUCCESS};
+use crate::capi_programs::bytes;
 use crate::dgram::DgramSocket;
 use crate::Error;
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -32,25 +33,29 @@ unsafe fn address(text: *const c_char) -> Option<SocketAddr> {
     text.parse().ok()
 }
 
-/// Writes `address` as NUL-terminated text to `out` (of `capacity` bytes) if `out` is not null;
-/// false if it does not fit.
+/// Writes `address` as NUL-terminated text to `out` (of `capacity` bytes) if `out` is not
+/// null; an error if it does not fit.
 ///
 /// # Safety
 /// `out` is null or valid for writing `capacity` bytes.
-unsafe fn write_address(address: SocketAddr, out: *mut c_char, capacity: usize) -> bool {
+unsafe fn write_address(
+    address: SocketAddr,
+    out: *mut c_char,
+    capacity: usize,
+) -> Result<(), Error> {
     if out.is_null() {
-        return true;
+        return Ok(());
     }
     let text = address.to_string();
     if text.len() + 1 > capacity {
-        return false;
+        return Err(Error::BadBuffer("the address does not fit its buffer"));
     }
     // SAFETY: `out` is valid for `capacity` bytes (contract), and text + NUL fits (checked).
     unsafe {
         std::ptr::copy_nonoverlapping(text.as_ptr(), out.cast(), text.len());
         *out.add(text.len()) = 0;
     }
-    true
+    Ok(())
 }
 
 /// The socket behind a handle, or `None` for null.
@@ -122,7 +127,7 @@ pub unsafe extern "C" fn nicmsg_dgram_local_address(
         return NICMSG_ERR_ARG;
     };
     // SAFETY: the caller's contract.
-    if text.is_null() || !unsafe { write_address(socket.local_addr(), text, capacity) } {
+    if text.is_null() || unsafe { write_address(socket.local_addr(), text, capacity) }.is_err() {
         return NICMSG_ERR_ARG;
     }
     NICMSG_SUCCESS
@@ -141,19 +146,9 @@ pub unsafe extern "C" fn nicmsg_dgram_send_to(
     address_text: *const c_char,
 ) -> c_int {
     // SAFETY: the caller's contract.
-    let (Some(socket), Some(to)) = (unsafe { socket_ref(socket) }, unsafe {
-        address(address_text)
-    }) else {
+    let found = unsafe { (socket_ref(socket), address(address_text), bytes(buf, len)) };
+    let (Some(socket), Some(to), Some(data)) = found else {
         return NICMSG_ERR_ARG;
-    };
-    if buf.is_null() && len > 0 {
-        return NICMSG_ERR_ARG;
-    }
-    let data: &[u8] = if len == 0 {
-        &[]
-    } else {
-        // SAFETY: not null, valid for `len` bytes (contract).
-        unsafe { std::slice::from_raw_parts(buf.cast(), len) }
     };
     guard(|| socket.send_to(data, to))
 }
@@ -192,11 +187,7 @@ pub unsafe extern "C" fn nicmsg_dgram_recv_from(
             // SAFETY: `len` not null (checked), valid for writing; `from` per contract.
             unsafe { len.write(received) };
             // SAFETY: `from` is null or valid for `from_capacity` bytes (contract).
-            if unsafe { write_address(sender, from, from_capacity) } {
-                Ok(())
-            } else {
-                Err(Error::BadBuffer("the sender's address does not fit `from`"))
-            }
+            unsafe { write_address(sender, from, from_capacity) }
         }
         Err(error @ Error::Truncated { message_len, .. }) => {
             // SAFETY: as above.
@@ -231,10 +222,6 @@ pub unsafe extern "C" fn nicmsg_dgram_peek_from(
         // SAFETY: `len` not null (checked), valid for writing; `from` per contract.
         unsafe { len.write(waiting) };
         // SAFETY: `from` is null or valid for `from_capacity` bytes (contract).
-        if unsafe { write_address(sender, from, from_capacity) } {
-            Ok(())
-        } else {
-            Err(Error::BadBuffer("the sender's address does not fit `from`"))
-        }
+        unsafe { write_address(sender, from, from_capacity) }
     })
 }

@@ -33,7 +33,7 @@ fn with_programs(
 ///
 /// # Safety
 /// `data` is null or valid for reading `len` bytes for the call.
-unsafe fn bytes<'a>(data: *const c_void, len: usize) -> Option<&'a [u8]> {
+pub(crate) unsafe fn bytes<'a>(data: *const c_void, len: usize) -> Option<&'a [u8]> {
     match (data.is_null(), len) {
         (_, 0) => Some(&[]),
         (true, _) => None,
