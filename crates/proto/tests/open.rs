@@ -198,11 +198,7 @@ impl OpenNet {
             if next_frame == Some(next) {
                 let position = self.in_flight.iter().position(|f| f.0 == next).unwrap();
                 let (_, from, to, bytes) = self.in_flight.swap_remove(position);
-                let target = self
-                    .nodes
-                    .iter()
-                    .position(|_| true)
-                    .and_then(|_| (0..self.nodes.len()).find(|&i| address(i) == to));
+                let target = (0..self.nodes.len()).find(|&i| address(i) == to);
                 if let Some(Some(node)) = target.map(|i| self.nodes[i].as_mut()) {
                     node.endpoint
                         .handle_frame_from(self.now, from, &bytes, &mut node.memory);

@@ -92,6 +92,14 @@ fn address(node: usize) -> SocketAddr {
     SocketAddr::from(([10, 0, 0, 1 + node as u8], 7000))
 }
 
+/// The node at `address` (the inverse of [`address`]).
+fn node_at(address: SocketAddr) -> Option<usize> {
+    match address {
+        SocketAddr::V4(v4) if v4.port() == 7000 => Some(v4.ip().octets()[3] as usize - 1),
+        _ => None,
+    }
+}
+
 /// The bytes of datagram `number` of `client`'s `life`.
 fn datagram(client: u32, life: u32, number: u32, len: usize) -> Vec<u8> {
     let mut bytes: Vec<u8> = (0..len)
@@ -334,9 +342,7 @@ fn flush(lives: &mut [Life], node: usize, now: Nanos, net: &mut Network, ledger:
             ));
             continue;
         };
-        let dst = (0..64)
-            .find(|&n| address(n) == *to)
-            .expect("a node's address");
+        let dst = node_at(*to).expect("a node's address");
         net.send(now, node as Rank, dst as Rank, bytes);
     }
     while let Some(completion) = life.endpoint.poll_completion() {
