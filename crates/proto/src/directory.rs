@@ -3,23 +3,34 @@
 //! when they go (the socket-like datagram API, and a libfabric address vector, stand on it).
 //!
 //! A slot is a rank of the protocol core like any other (slot 0 is the endpoint itself), so
-//! reliability, ordering, credits and liveness apply unchanged. What open mode adds is who a
-//! slot is: each process picks a random nonzero *incarnation* when it opens, and its frames
-//! carry it in the header's `src` field, and in `dst` the incarnation of the receiver as the
-//! sender knows it (0 before it has heard from it). That tells apart, without a handshake:
+//! reliability, ordering, credits and liveness apply unchanged. What open mode adds is a name
+//! for each *conversation*: every time a slot is bound, its endpoint names the conversation
+//! with a fresh nonzero 32-bit number, carried in the `src` field of its frames; `dst` carries
+//! the peer's name for it as last heard (0 before it has heard anything). Conversations, not
+//! processes, are named, because a process that gives up on a peer and later sends to it again
+//! starts over (message numbers from the start): were it still known by the old name, the peer
+//! would take the new conversation's first message for a duplicate of the old one's, or its
+//! answers would reach the old, given-up slot. Names tell apart, without a handshake:
 //!
 //! * a new peer (unknown address, `dst` 0): a fresh slot;
-//! * a restarted peer (known address, another incarnation, `dst` 0): the old slot is retired
-//!   (its operations fail as unreachable, as for a dead peer) and a fresh slot starts;
-//! * a frame meant for an earlier incarnation of this endpoint (`dst` neither 0 nor this
-//!   endpoint's incarnation): dropped, so a restarted receiver never takes the middle of a
-//!   conversation its previous life began;
-//! * a peer this endpoint forgot (unknown address, `dst` this endpoint's incarnation): it is
-//!   told with RESET, so its pending operations fail at once and its next send starts afresh.
+//! * a new conversation of a known peer, because it restarted or gave up on the old one (known
+//!   address, another name, `dst` 0): the old slot is retired (its operations fail as
+//!   unreachable, as for a dead peer) and a fresh slot starts;
+//! * a frame of a conversation this endpoint has no record of (`dst` names none of its slots:
+//!   it forgot it, or an earlier life of this process held it): the sender is told with RESET,
+//!   so its pending operations fail at once and its next send starts afresh.
+//!
+//! A name is the endpoint's random `incarnation` XOR (slot number, and the slot's binding
+//! count above it), so names of one endpoint never collide, frames find their slot from `dst`
+//! in one step, and another life of the process at that address names its conversations
+//! differently.
 //!
 //! Slots are reused only when the protocol core holds nothing for them (no send, no message,
-//! no receive naming them): retired slots, or active ones silent for `quiet_ns` (longer than a
-//! peer keeps retransmitting unanswered frames, so a live sender never loses its slot).
+//! no receive naming them), and only after `quiet_ns` (longer than a peer keeps retransmitting
+//! unanswered frames): active slots silent that long, so a live sender never loses its slot;
+//! slots retired from a conversation the peer took part in that long after, so every late
+//! frame of it is answered with RESET. Were the record gone sooner, a late retransmission of a message the endpoint
+//! took (its acknowledgement lost) would read as a new conversation and be taken again.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -31,6 +42,12 @@ use crate::{Nanos, Rank};
 /// clients come and go, and the slot number fits the descriptor table's peer field.
 pub const MAX_OPEN_PEERS: u32 = 4096;
 
+/// Low bits of a conversation name (after removing the incarnation) that hold the slot number:
+/// slots 0..=MAX_OPEN_PEERS.
+const SLOT_BITS: u32 = 13;
+const SLOT_MASK: u32 = (1 << SLOT_BITS) - 1;
+const _: () = assert!(MAX_OPEN_PEERS <= SLOT_MASK);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SlotState {
     /// Never used, or reclaimed.
@@ -38,8 +55,8 @@ enum SlotState {
     /// Bound to an address that sends or is sent to.
     Active,
     /// Given up on (unreachable, restarted, forgotten): kept until the core holds nothing for
-    /// it, so late frames of that incarnation are answered with RESET instead of starting a
-    /// conversation.
+    /// it and its peer has stopped retransmitting, so late frames of that conversation are
+    /// answered with RESET instead of starting another.
     Retired,
 }
 
@@ -47,32 +64,41 @@ enum SlotState {
 struct Slot {
     state: SlotState,
     address: Option<SocketAddr>,
-    /// The peer's incarnation; 0 until a frame of it arrives.
-    incarnation: u32,
-    /// Last frame heard, or the slot's creation.
+    /// This endpoint's name for the conversation (the frames' `src`).
+    mine: u32,
+    /// The peer's name for it (the frames' `dst`); 0 until a frame of it arrives.
+    theirs: u32,
+    /// How many times the slot was bound: the high bits of its next name.
+    bindings: u32,
+    /// Last frame heard, or the slot's binding.
     last_heard_ns: Nanos,
+    /// Retired slots: not reused before this instant.
+    reusable_at_ns: Nanos,
 }
 
 const FREE_SLOT: Slot = Slot {
     state: SlotState::Free,
     address: None,
-    incarnation: 0,
+    mine: 0,
+    theirs: 0,
+    bindings: 0,
     last_heard_ns: 0,
+    reusable_at_ns: 0,
 };
 
 /// What to do with a frame from a socket address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Arrival {
-    /// A frame of the peer in this slot (active or retired; the core answers retired ones
-    /// with RESET).
+    /// A frame of the conversation in this slot (active or retired; the core answers retired
+    /// ones with RESET).
     Peer(Rank),
-    /// The peer at this address restarted: `old` is retired and must be given up on; the frame
-    /// belongs to `new` (none if the table is full).
+    /// The peer at this address started a new conversation: `old` is retired and must be given
+    /// up on; the frame belongs to `new` (none if the table is full).
     Restarted { old: Rank, new: Option<Rank> },
-    /// A peer that knows this endpoint, which forgot it: the slot was made for telling it so
-    /// (give it up, which sends RESET), and the frame is dropped.
+    /// A frame of a conversation this endpoint has no record of: the slot was made for telling
+    /// its sender so (give it up, which sends RESET), and the frame is dropped.
     Forgotten(Rank),
-    /// Meant for an earlier incarnation of this endpoint, or with no incarnation: dropped.
+    /// With no name, or a RESET of nothing known: dropped.
     Stale,
     /// No slot free for a new peer: dropped (the peer retransmits, and gets one when a slot
     /// frees, or gives up on this endpoint).
@@ -81,13 +107,13 @@ pub(crate) enum Arrival {
 
 /// The slots of an open endpoint and the addresses they are bound to.
 pub(crate) struct Directory {
-    /// This endpoint's incarnation.
-    me: u32,
+    /// This endpoint's incarnation: the random part of its conversation names.
+    incarnation: u32,
     /// By rank; slot 0 is this endpoint.
     slots: Vec<Slot>,
     /// Active slots by address (one per address).
     by_address: HashMap<SocketAddr, Rank>,
-    /// Retired slots by address and incarnation.
+    /// Retired slots by address and the peer's name for the conversation.
     retired: HashMap<(SocketAddr, u32), Rank>,
     /// Slots bound to a new address since the driver last looked, for the transport (each
     /// rank at most once: `binding_queued`).
@@ -103,11 +129,12 @@ pub(crate) struct Directory {
 }
 
 impl Directory {
-    /// A directory of `capacity` peer slots (ranks 1..=capacity) for the incarnation `me`.
-    pub(crate) fn new(me: u32, capacity: u32, quiet_ns: Nanos) -> Self {
+    /// A directory of `capacity` peer slots (ranks 1..=capacity) for the incarnation
+    /// `incarnation` (random, nonzero).
+    pub(crate) fn new(incarnation: u32, capacity: u32, quiet_ns: Nanos) -> Self {
         let slots = capacity as usize + 1;
         Self {
-            me,
+            incarnation,
             slots: vec![FREE_SLOT; slots],
             by_address: HashMap::with_capacity(slots),
             retired: HashMap::with_capacity(slots),
@@ -119,17 +146,21 @@ impl Directory {
         }
     }
 
-    pub(crate) fn incarnation(&self) -> u32 {
-        self.me
-    }
-
     pub(crate) fn set_own_address(&mut self, address: SocketAddr) {
         self.own_address = Some(address);
     }
 
-    /// The incarnation frames to `peer` name in their `dst` field (0: not heard from yet).
-    pub(crate) fn wire_name(&self, peer: Rank) -> u32 {
-        self.slots.get(peer as usize).map_or(0, |s| s.incarnation)
+    /// The header's (`src`, `dst`) for a frame to `peer`: this endpoint's name for the
+    /// conversation and the peer's (0: not heard from yet).
+    pub(crate) fn wire_names(&self, peer: Rank) -> (u32, u32) {
+        self.slots
+            .get(peer as usize)
+            .map_or((0, 0), |s| (s.mine, s.theirs))
+    }
+
+    /// The peer's name for the conversation in `peer` (0: not heard from yet).
+    pub(crate) fn peer_name(&self, peer: Rank) -> u32 {
+        self.wire_names(peer).1
     }
 
     pub(crate) fn address(&self, peer: Rank) -> Option<SocketAddr> {
@@ -160,10 +191,10 @@ impl Directory {
         self.allocate(now, address, 0, SlotState::Active, is_idle)
     }
 
-    /// Classifies a frame from `from` whose header names `src` (the sender's incarnation) and
-    /// `dst` (this endpoint's, as the sender knows it). A frame that may not open a
-    /// conversation (`opens` false: a RESET, which gives up on one) never takes a slot: from a
-    /// peer without one it is stale.
+    /// Classifies a frame from `from` whose header names `src` (the sender's name for the
+    /// conversation) and `dst` (this endpoint's, as the sender knows it). A frame that may not
+    /// open a conversation (`opens` false: a RESET, which gives up on one) never takes a slot:
+    /// from a peer without one it is stale.
     pub(crate) fn resolve_arrival(
         &mut self,
         now: Nanos,
@@ -171,46 +202,72 @@ impl Directory {
         opens: bool,
         is_idle: &dyn Fn(Rank) -> bool,
     ) -> Arrival {
-        if src == 0 || (dst != 0 && dst != self.me) {
+        if src == 0 {
             return Arrival::Stale;
+        }
+        if dst != 0 {
+            if let Some(peer) = self.slot_named(dst, from) {
+                self.heard(now, peer, src, opens);
+                return Arrival::Peer(peer);
+            }
         }
         if let Some(&peer) = self.retired.get(&(from, src)) {
             return Arrival::Peer(peer);
         }
-        if let Some(&peer) = self.by_address.get(&from) {
-            let slot = &mut self.slots[peer as usize];
-            if slot.incarnation == 0 || slot.incarnation == src {
-                slot.incarnation = src;
-                slot.last_heard_ns = now;
-                return Arrival::Peer(peer);
-            }
-            if dst != 0 || !opens {
-                // It knows this endpoint, yet is not the incarnation it talks with: a frame
-                // of an earlier life of that peer that outlived its slot.
-                return Arrival::Stale;
-            }
-            self.retire(peer);
-            let new = self.allocate(now, from, src, SlotState::Active, is_idle);
-            return Arrival::Restarted { old: peer, new };
-        }
         if !opens {
             return Arrival::Stale;
         }
-        if dst == self.me {
+        if dst != 0 {
             return match self.allocate(now, from, src, SlotState::Retired, is_idle) {
                 Some(peer) => Arrival::Forgotten(peer),
                 None => Arrival::Full,
             };
         }
-        match self.allocate(now, from, src, SlotState::Active, is_idle) {
-            Some(peer) => Arrival::Peer(peer),
-            None => Arrival::Full,
+        let Some(&peer) = self.by_address.get(&from) else {
+            return match self.allocate(now, from, src, SlotState::Active, is_idle) {
+                Some(peer) => Arrival::Peer(peer),
+                None => Arrival::Full,
+            };
+        };
+        let theirs = self.slots[peer as usize].theirs;
+        if theirs == 0 || theirs == src {
+            self.heard(now, peer, src, opens);
+            return Arrival::Peer(peer);
         }
+        self.retire(now, peer);
+        let new = self.allocate(now, from, src, SlotState::Active, is_idle);
+        Arrival::Restarted { old: peer, new }
+    }
+
+    /// The slot whose conversation this endpoint named `name`, bound to `from`.
+    fn slot_named(&self, name: u32, from: SocketAddr) -> Option<Rank> {
+        let peer = (name ^ self.incarnation) & SLOT_MASK;
+        let slot = self.slots.get(peer as usize)?;
+        let named = slot.state != SlotState::Free
+            && slot.mine == name
+            && slot.address == Some(from)
+            && peer != 0;
+        named.then_some(peer)
+    }
+
+    /// A frame of the conversation in the active slot `peer` arrived, naming the peer's side
+    /// `src`. The latest name wins: a frame that names this endpoint's side knows the
+    /// conversation, so its `src` is the peer's name even if a stray frame was taken for it
+    /// first. A RESET renames nothing: it ends the conversation.
+    fn heard(&mut self, now: Nanos, peer: Rank, src: u32, opens: bool) {
+        let slot = &mut self.slots[peer as usize];
+        if slot.state != SlotState::Active {
+            return;
+        }
+        if opens {
+            slot.theirs = src;
+        }
+        slot.last_heard_ns = now;
     }
 
     /// The core gave up on `peer` (unreachable, RESET, restarted): its address is free for a
-    /// new conversation, and late frames of its incarnation find the retired slot.
-    pub(crate) fn retire(&mut self, peer: Rank) {
+    /// new conversation, and late frames of the old one find the retired slot.
+    pub(crate) fn retire(&mut self, now: Nanos, peer: Rank) {
         let Some(slot) = self.slots.get_mut(peer as usize) else {
             return;
         };
@@ -218,11 +275,16 @@ impl Directory {
             return;
         }
         slot.state = SlotState::Retired;
+        // A peer that never answered sent nothing that could arrive late: no need to wait.
+        let linger = if slot.theirs == 0 { 1 } else { self.quiet_ns };
+        slot.reusable_at_ns = now.saturating_add(linger);
         if let Some(address) = slot.address {
             if self.by_address.get(&address) == Some(&peer) {
                 self.by_address.remove(&address);
             }
-            self.retired.insert((address, slot.incarnation), peer);
+            if slot.theirs != 0 {
+                self.retired.insert((address, slot.theirs), peer);
+            }
         }
     }
 
@@ -242,30 +304,36 @@ impl Directory {
         self.rebound.pop()
     }
 
-    /// Binds a slot (free, or the most reusable one) to `address`; the caller resets the
-    /// core's state of the returned rank.
+    /// Binds a slot (free, or the most reusable one) to `address` under a fresh name; the
+    /// caller resets the core's state of the returned rank.
     fn allocate(
         &mut self,
         now: Nanos,
         address: SocketAddr,
-        incarnation: u32,
+        theirs: u32,
         state: SlotState,
         is_idle: &dyn Fn(Rank) -> bool,
     ) -> Option<Rank> {
         let peer = self.reusable_slot(now, is_idle)?;
         self.unbind(peer);
+        let (mine, bindings) = self.fresh_name(peer);
         self.slots[peer as usize] = Slot {
             state,
             address: Some(address),
-            incarnation,
+            mine,
+            theirs,
+            bindings,
             last_heard_ns: now,
+            // A slot made only to answer a forgotten conversation took nothing in; it may go
+            // the moment after.
+            reusable_at_ns: now.saturating_add(1),
         };
         match state {
             SlotState::Active => {
                 self.by_address.insert(address, peer);
             }
             _ => {
-                self.retired.insert((address, incarnation), peer);
+                self.retired.insert((address, theirs), peer);
             }
         }
         self.rebound.push(peer);
@@ -276,7 +344,20 @@ impl Directory {
         Some(peer)
     }
 
-    /// A free slot; else a retired one the core is done with; else the active one silent
+    /// The name of the slot's next conversation and the slot's binding count after it: never
+    /// 0, and distinct from every other slot's (the slot number is in its low bits).
+    fn fresh_name(&self, peer: Rank) -> (u32, u32) {
+        let next = |bindings: u32| bindings.wrapping_add(1) & (u32::MAX >> SLOT_BITS);
+        let name = |bindings: u32| self.incarnation ^ (peer | bindings << SLOT_BITS);
+        let mut bindings = next(self.slots[peer as usize].bindings);
+        if name(bindings) == 0 {
+            // One binding count at most gives 0; the next does not.
+            bindings = next(bindings);
+        }
+        (name(bindings), bindings)
+    }
+
+    /// A free slot; else a retired one the core and its peer are done with; else the active one silent
     /// longest, if silent for `quiet_ns` and idle. A linear scan: it runs when a peer is new,
     /// not per frame.
     fn reusable_slot(&self, now: Nanos, is_idle: &dyn Fn(Rank) -> bool) -> Option<Rank> {
@@ -289,7 +370,7 @@ impl Directory {
         }
         if let Some(peer) = peers.clone().find(|&p| {
             self.slots[p as usize].state == SlotState::Retired
-                && self.slots[p as usize].last_heard_ns < now
+                && now >= self.slots[p as usize].reusable_at_ns
                 && is_idle(p)
         }) {
             return Some(peer);
@@ -317,7 +398,9 @@ impl Directory {
                 }
             }
             SlotState::Retired => {
-                self.retired.remove(&(address, slot.incarnation));
+                if self.retired.get(&(address, slot.theirs)) == Some(&peer) {
+                    self.retired.remove(&(address, slot.theirs));
+                }
             }
             SlotState::Free => {}
         }
@@ -328,7 +411,7 @@ impl Directory {
 mod tests {
     use super::*;
 
-    const ME: u32 = 0xA1;
+    const ME: u32 = 0xA1_0000;
     const QUIET: Nanos = 1_000;
 
     fn addr(port: u16) -> SocketAddr {
@@ -343,16 +426,22 @@ mod tests {
         false
     }
 
+    /// This endpoint's name for the conversation in `peer`.
+    fn mine(d: &Directory, peer: Rank) -> u32 {
+        d.wire_names(peer).0
+    }
+
     #[test]
     fn a_new_peer_gets_a_slot_and_keeps_it() {
         let mut d = Directory::new(ME, 4, QUIET);
         let a = d.resolve_arrival(1, (addr(1), 7, 0), true, &idle);
         assert_eq!(a, Arrival::Peer(1));
+        let name = mine(&d, 1);
         assert_eq!(
-            d.resolve_arrival(2, (addr(1), 7, ME), true, &idle),
+            d.resolve_arrival(2, (addr(1), 7, name), true, &idle),
             Arrival::Peer(1)
         );
-        assert_eq!(d.wire_name(1), 7);
+        assert_eq!(d.wire_names(1), (name, 7));
         assert_eq!(d.poll_binding(), Some((1, addr(1))));
         assert_eq!(d.poll_binding(), None);
         assert_eq!(d.resolve_send(3, addr(1), &idle), Some(1));
@@ -362,34 +451,55 @@ mod tests {
     fn a_send_names_the_peer_once_it_answers() {
         let mut d = Directory::new(ME, 4, QUIET);
         assert_eq!(d.resolve_send(1, addr(5), &idle), Some(1));
-        assert_eq!(d.wire_name(1), 0);
+        assert_eq!(d.peer_name(1), 0);
         assert_eq!(
-            d.resolve_arrival(2, (addr(5), 9, ME), true, &idle),
+            d.resolve_arrival(2, (addr(5), 9, mine(&d, 1)), true, &idle),
             Arrival::Peer(1)
         );
-        assert_eq!(d.wire_name(1), 9);
+        assert_eq!(d.peer_name(1), 9);
     }
 
     #[test]
-    fn frames_for_an_earlier_life_are_stale() {
+    fn names_are_nonzero_and_distinct_per_slot_and_binding() {
+        // The incarnation that would make slot 1's first name 0.
+        let mut d = Directory::new(1 | 1 << SLOT_BITS, 3, QUIET);
+        let mut seen = std::collections::HashSet::new();
+        for round in 0..4u16 {
+            for port in 1..=3 {
+                let now = Nanos::from(round) * QUIET; // retired slots are reused after QUIET
+                let peer = d.resolve_send(now, addr(round * 3 + port), &idle).unwrap();
+                let name = mine(&d, peer);
+                assert_ne!(name, 0);
+                assert!(seen.insert(name), "name {name:#x} given twice");
+            }
+            for peer in 1..=3 {
+                d.retire(Nanos::from(round) * QUIET, peer);
+            }
+        }
+    }
+
+    #[test]
+    fn frames_without_a_name_are_stale_and_unknown_names_are_told() {
         let mut d = Directory::new(ME, 4, QUIET);
-        assert_eq!(
-            d.resolve_arrival(1, (addr(1), 7, 0x55), true, &idle),
-            Arrival::Stale
-        );
         assert_eq!(
             d.resolve_arrival(1, (addr(1), 0, 0), true, &idle),
             Arrival::Stale
         );
+        // It names a conversation of this endpoint it has no record of (an earlier life's).
+        assert_eq!(
+            d.resolve_arrival(1, (addr(1), 7, 0x55), true, &idle),
+            Arrival::Forgotten(1)
+        );
     }
 
     #[test]
-    fn a_restarted_peer_retires_its_old_slot() {
+    fn a_new_conversation_of_a_known_peer_retires_the_old_slot() {
         let mut d = Directory::new(ME, 4, QUIET);
         assert_eq!(
             d.resolve_arrival(1, (addr(1), 7, 0), true, &idle),
             Arrival::Peer(1)
         );
+        let old_name = mine(&d, 1);
         let a = d.resolve_arrival(2, (addr(1), 8, 0), true, &busy);
         assert_eq!(
             a,
@@ -398,30 +508,55 @@ mod tests {
                 new: Some(2)
             }
         );
-        // A late frame of the old life reaches the retired slot (the core answers RESET).
+        assert_ne!(mine(&d, 2), old_name);
+        // A late frame of the old conversation reaches the retired slot (the core answers
+        // RESET), whether it knew this side's name or not.
         assert_eq!(
             d.resolve_arrival(3, (addr(1), 7, 0), true, &idle),
             Arrival::Peer(1)
         );
-        // The old life, knowing this endpoint, is not mistaken for another restart.
         assert_eq!(
-            d.resolve_arrival(3, (addr(1), 7, ME), true, &idle),
+            d.resolve_arrival(3, (addr(1), 7, old_name), true, &idle),
             Arrival::Peer(1)
         );
         assert_eq!(d.resolve_send(4, addr(1), &idle), Some(2));
     }
 
     #[test]
+    fn answers_to_a_given_up_conversation_do_not_reach_the_next_one() {
+        // This endpoint gave up on a peer and sends to it again: the peer's answers to the
+        // new conversation name the new slot, its late answers to the old one the old slot.
+        let mut d = Directory::new(ME, 4, QUIET);
+        assert_eq!(d.resolve_send(1, addr(1), &idle), Some(1));
+        let old_name = mine(&d, 1);
+        d.resolve_arrival(2, (addr(1), 7, old_name), true, &idle);
+        d.retire(2, 1);
+        assert_eq!(d.resolve_send(3, addr(1), &busy), Some(2));
+        let new_name = mine(&d, 2);
+        assert_ne!(new_name, old_name);
+        assert_eq!(
+            d.resolve_arrival(4, (addr(1), 9, new_name), true, &idle),
+            Arrival::Peer(2)
+        );
+        assert_eq!(
+            d.resolve_arrival(4, (addr(1), 7, old_name), true, &idle),
+            Arrival::Peer(1)
+        );
+        assert_eq!(d.peer_name(2), 9);
+    }
+
+    #[test]
     fn a_forgotten_peer_is_told() {
         let mut d = Directory::new(ME, 4, QUIET);
         assert_eq!(
-            d.resolve_arrival(1, (addr(3), 7, ME), true, &idle),
+            d.resolve_arrival(1, (addr(3), 7, 0x1234), true, &idle),
             Arrival::Forgotten(1)
         );
         assert!(!d.is_active(1));
+        assert_eq!(d.peer_name(1), 7, "the RESET names its conversation");
         // Its next frames find the retired slot; a fresh send makes a new one.
         assert_eq!(
-            d.resolve_arrival(2, (addr(3), 7, ME), true, &idle),
+            d.resolve_arrival(2, (addr(3), 7, 0x1234), true, &idle),
             Arrival::Peer(1)
         );
         assert_eq!(d.resolve_send(3, addr(3), &busy), Some(2));
@@ -450,7 +585,7 @@ mod tests {
         );
         // Peer 2 spoke late; peer 1 is quiet and idle: it goes.
         assert_eq!(
-            d.resolve_arrival(500, (addr(2), 8, ME), true, &idle),
+            d.resolve_arrival(500, (addr(2), 8, mine(&d, 2)), true, &idle),
             Arrival::Peer(2)
         );
         assert_eq!(
@@ -462,22 +597,46 @@ mod tests {
     }
 
     #[test]
-    fn a_retired_slot_is_reused_once_the_core_is_done_with_it() {
+    fn a_retired_slot_is_reused_once_the_core_and_its_peer_are_done_with_it() {
         let mut d = Directory::new(ME, 1, QUIET);
         assert_eq!(d.resolve_send(1, addr(1), &idle), Some(1));
-        d.retire(1);
+        d.resolve_arrival(2, (addr(1), 7, mine(&d, 1)), true, &idle);
+        d.retire(10, 1);
         assert_eq!(
-            d.resolve_send(1, addr(2), &idle),
+            d.resolve_send(10 + QUIET - 1, addr(2), &idle),
             None,
-            "not in the same instant"
+            "not while its peer may still retransmit"
+        );
+        // Until then its late frames are answered (RESET), not taken as a new conversation.
+        assert_eq!(
+            d.resolve_arrival(10 + QUIET - 1, (addr(1), 7, 0), true, &idle),
+            Arrival::Peer(1)
         );
         assert_eq!(
-            d.resolve_send(2, addr(2), &busy),
+            d.resolve_send(10 + QUIET, addr(2), &busy),
             None,
             "not while the core holds it"
         );
-        assert_eq!(d.resolve_send(2, addr(2), &idle), Some(1));
+        assert_eq!(d.resolve_send(10 + QUIET, addr(2), &idle), Some(1));
         assert_eq!(d.poll_binding(), Some((1, addr(2))));
+    }
+
+    #[test]
+    fn a_slot_whose_peer_never_answered_is_reused_at_once() {
+        let mut d = Directory::new(ME, 1, QUIET);
+        assert_eq!(d.resolve_send(1, addr(1), &idle), Some(1));
+        d.retire(10, 1);
+        assert_eq!(d.resolve_send(11, addr(2), &idle), Some(1));
+    }
+
+    #[test]
+    fn a_restarted_peer_never_gets_the_slot_just_retired() {
+        let mut d = Directory::new(ME, 1, QUIET);
+        d.resolve_arrival(1, (addr(1), 7, 0), true, &idle);
+        assert_eq!(
+            d.resolve_arrival(5 * QUIET, (addr(1), 8, 0), true, &idle),
+            Arrival::Restarted { old: 1, new: None }
+        );
     }
 
     #[test]
@@ -488,16 +647,16 @@ mod tests {
             Arrival::Stale
         );
         assert_eq!(
-            d.resolve_arrival(1, (addr(1), 7, ME), false, &idle),
+            d.resolve_arrival(1, (addr(1), 7, 0x55), false, &idle),
             Arrival::Stale
         );
         assert_eq!(
             d.resolve_arrival(1, (addr(1), 7, 0), true, &idle),
             Arrival::Peer(1)
         );
-        // From its peer it is the peer's; from a restarted one it retires nothing.
+        // Naming the conversation it is the peer's; from a new one it retires nothing.
         assert_eq!(
-            d.resolve_arrival(2, (addr(1), 7, ME), false, &idle),
+            d.resolve_arrival(2, (addr(1), 7, mine(&d, 1)), false, &idle),
             Arrival::Peer(1)
         );
         assert_eq!(
@@ -505,6 +664,18 @@ mod tests {
             Arrival::Stale
         );
         assert!(d.is_active(1));
+    }
+
+    #[test]
+    fn a_name_from_another_address_is_not_its_slot() {
+        let mut d = Directory::new(ME, 4, QUIET);
+        d.resolve_arrival(1, (addr(1), 7, 0), true, &idle);
+        let name = mine(&d, 1);
+        assert_eq!(
+            d.resolve_arrival(2, (addr(2), 7, name), false, &idle),
+            Arrival::Stale
+        );
+        assert_eq!(d.peer_name(1), 7);
     }
 
     #[test]

@@ -93,7 +93,7 @@ impl Core {
         }
         self.peers[peer].unreachable = true;
         if let Some(directory) = self.directory.as_mut() {
-            directory.retire(peer);
+            directory.retire(now, peer);
         }
         self.counters
             .record(peer, |s| s.peers_declared_unreachable += 1);

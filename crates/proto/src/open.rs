@@ -16,7 +16,7 @@ const QUIET_PEER_TIMEOUTS: u64 = 2;
 
 impl Core {
     /// An endpoint with `capacity` peer slots added by address; `incarnation` (nonzero, chosen
-    /// at random by the caller) names this endpoint's life on the wire.
+    /// at random by the caller) makes the names of this life's conversations its own.
     pub(crate) fn new_open(
         config: Config,
         job: u32,
@@ -35,12 +35,12 @@ impl Core {
         Ok(core)
     }
 
-    /// The header's `src` and `dst` for a frame to `peer`: ranks in a job, incarnations in
-    /// open mode.
+    /// The header's `src` and `dst` for a frame to `peer`: ranks in a job, the conversation's
+    /// names in open mode.
     pub(crate) fn wire_names(&self, peer: Rank) -> (u32, u32) {
         match &self.directory {
             None => (self.rank, peer),
-            Some(directory) => (directory.incarnation(), directory.wire_name(peer)),
+            Some(directory) => directory.wire_names(peer),
         }
     }
 
@@ -101,12 +101,12 @@ impl Core {
         }
     }
 
-    /// Open mode: false when `peer` never spoke to this endpoint (its incarnation is unknown):
+    /// Open mode: false when `peer` never spoke to this endpoint (its name is unknown):
     /// a RESET to it would read as a new conversation, and it holds nothing to give up.
     pub(crate) fn may_reset(&self, peer: Rank) -> bool {
         self.directory
             .as_ref()
-            .is_none_or(|directory| directory.wire_name(peer) != 0)
+            .is_none_or(|directory| directory.peer_name(peer) != 0)
     }
 
     /// The slot to send to `address` through (made if new).

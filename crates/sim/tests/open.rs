@@ -59,3 +59,16 @@ fn more_clients_than_server_slots() {
         "some clients wait out a full table: {ok} ok, {failed} failed"
     );
 }
+
+/// Clients that give up on a server still holding their slot, and then send to it again, start
+/// a new conversation: it must not be taken for the old one (the server took a datagram twice
+/// when conversations were named by process, 5 runs of 400 here).
+#[test]
+fn restarts_and_shared_slots_together() {
+    let (ok, _) = sweep(80, |spec| {
+        spec.clients = 5;
+        spec.server_slots = 2;
+        spec.restart = 0.3;
+    });
+    assert!(ok > 0);
+}
