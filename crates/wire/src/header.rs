@@ -44,6 +44,14 @@ pub(crate) mod msg_field {
     pub const RESERVED: Range<usize> = 20..24;
 }
 
+/// Where a packet filter (AF_XDP's placing filter, which runs before any parser) reads the
+/// fields it steers by: byte offsets in the frame header, each a little-endian word but `KIND`.
+pub mod filter_fields {
+    pub const KIND: usize = super::field::KIND;
+    pub const FRAME_INDEX: usize = super::field::FRAME_INDEX.start;
+    pub const AUX: usize = super::field::AUX.start;
+}
+
 const _: () = assert!(field::CRC.end == FRAME_HEADER_LEN);
 const _: () = assert!(msg_field::RESERVED.end == MSG_HEADER_LEN);
 

@@ -22,7 +22,8 @@ mod view;
 pub use error::WireError;
 pub use frame::{checksum, emit_frame, emit_headers, seal, Frame, MAX_HEADERS_LEN};
 pub use header::{
-    frame_len, headers_len, FrameHeader, MsgHeader, FRAME_HEADER_LEN, MSG_HEADER_LEN, VERSION,
+    filter_fields, frame_len, headers_len, FrameHeader, MsgHeader, FRAME_HEADER_LEN,
+    MSG_HEADER_LEN, VERSION,
 };
 pub use kind::{Flags, FrameKind, Protocol};
 pub use view::{FrameView, MsgHeaderView};

@@ -231,6 +231,71 @@ impl Drop for Counter {
     }
 }
 
+/// One value of `len` bytes that a program and user space share: an mmapable array map of one
+/// entry, mapped read-write, so neither side needs a system call to read or write it.
+#[derive(Debug)]
+pub struct MappedArray {
+    fd: OwnedFd,
+    bytes: std::ptr::NonNull<u8>,
+    map_len: usize,
+}
+
+// SAFETY: the mapping is process-wide; callers access it only through atomics or copies.
+unsafe impl Send for MappedArray {}
+
+impl MappedArray {
+    pub fn create(len: usize, name: &str) -> io::Result<Self> {
+        let mut attr = MapCreateAttr {
+            map_type: BPF_MAP_TYPE_ARRAY,
+            key_size: 4,
+            value_size: len as u32,
+            max_entries: 1,
+            map_flags: BPF_F_MMAPABLE,
+            map_name: name16(name),
+            ..MapCreateAttr::default()
+        };
+        let fd = owned(bpf(BPF_MAP_CREATE, &mut attr)?);
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        let map_len = len.next_multiple_of(page);
+        // SAFETY: a shared mapping of the map's value area, `len` bytes rounded to pages.
+        let mapped = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if mapped == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self {
+            fd,
+            bytes: std::ptr::NonNull::new(mapped.cast()).expect("mmap returned a mapping"),
+            map_len,
+        })
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// The value's first byte (page-aligned; the program may write any byte at any time).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.bytes.as_ptr()
+    }
+}
+
+impl Drop for MappedArray {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `create`.
+        unsafe { libc::munmap(self.bytes.as_ptr().cast(), self.map_len) };
+    }
+}
+
 /// A loaded XDP program.
 #[derive(Debug)]
 pub struct Program {

@@ -23,14 +23,18 @@ mod bpf;
 mod engine;
 mod interface;
 mod packet;
+mod placing;
 mod program;
 mod ring;
 mod socket;
 mod transport;
 
-pub use bpf::{AttachMode, Counter, Link, Program, SocketMap};
+pub use bpf::{AttachMode, Counter, Link, MappedArray, Program, SocketMap};
 pub use interface::Interface;
 pub use packet::{parse, Datagram, HeaderTemplate, NotOurs, Station, HEADERS_LEN};
+pub use placing::{
+    placing_program, PlacingSteering, PlacingTable, KEPT_HEADERS_LEN, PLACING_POSITIONS,
+};
 pub use program::{redirect_program, Steering};
 pub use socket::{
     ReceiveMode, XskSocket, CHUNK_BYTES, KERNEL_HEADROOM, MAX_FRAME_BYTES, RX_CHUNKS, TX_CHUNKS,

@@ -22,68 +22,77 @@ use std::net::Ipv4Addr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C)]
 pub struct Insn {
-    code: u8,
+    pub(crate) code: u8,
     /// Destination register in the low nibble, source register in the high one.
     regs: u8,
-    off: i16,
+    pub(crate) off: i16,
     imm: i32,
 }
 
 // Instruction classes and fields (linux/bpf_common.h, linux/bpf.h).
-const CLASS_LD: u8 = 0x00;
-const CLASS_LDX: u8 = 0x01;
-const CLASS_STX: u8 = 0x03;
-const CLASS_ALU: u8 = 0x04;
-const CLASS_JMP: u8 = 0x05;
-const CLASS_JMP32: u8 = 0x06;
-const CLASS_ALU64: u8 = 0x07;
-const SIZE_W: u8 = 0x00;
-const SIZE_H: u8 = 0x08;
-const SIZE_B: u8 = 0x10;
-const SIZE_DW: u8 = 0x18;
-const MODE_IMM: u8 = 0x00;
-const MODE_MEM: u8 = 0x60;
-const MODE_ATOMIC: u8 = 0xc0;
-const SOURCE_IMM: u8 = 0x00;
-const SOURCE_REG: u8 = 0x08;
-const OP_ADD: u8 = 0x00;
-const OP_AND: u8 = 0x50;
-const OP_MOV: u8 = 0xb0;
-const OP_END: u8 = 0xd0;
+pub(crate) const CLASS_LD: u8 = 0x00;
+pub(crate) const CLASS_LDX: u8 = 0x01;
+pub(crate) const CLASS_ST: u8 = 0x02;
+pub(crate) const CLASS_STX: u8 = 0x03;
+pub(crate) const CLASS_ALU: u8 = 0x04;
+pub(crate) const CLASS_JMP: u8 = 0x05;
+pub(crate) const CLASS_JMP32: u8 = 0x06;
+pub(crate) const CLASS_ALU64: u8 = 0x07;
+pub(crate) const SIZE_W: u8 = 0x00;
+pub(crate) const SIZE_H: u8 = 0x08;
+pub(crate) const SIZE_B: u8 = 0x10;
+pub(crate) const SIZE_DW: u8 = 0x18;
+pub(crate) const MODE_IMM: u8 = 0x00;
+pub(crate) const MODE_MEM: u8 = 0x60;
+pub(crate) const MODE_ATOMIC: u8 = 0xc0;
+pub(crate) const SOURCE_IMM: u8 = 0x00;
+pub(crate) const SOURCE_REG: u8 = 0x08;
+pub(crate) const OP_ADD: u8 = 0x00;
+pub(crate) const OP_SUB: u8 = 0x10;
+pub(crate) const OP_MUL: u8 = 0x20;
+pub(crate) const OP_AND: u8 = 0x50;
+pub(crate) const OP_LSH: u8 = 0x60;
+pub(crate) const OP_MOV: u8 = 0xb0;
+pub(crate) const OP_END: u8 = 0xd0;
 /// With `OP_END`: convert to big endian (from the little-endian host: a byte swap).
-const END_TO_BE: u8 = 0x08;
+pub(crate) const END_TO_BE: u8 = 0x08;
 /// Atomic operation in the immediate of an atomic store: add.
-const ATOMIC_ADD: i32 = 0x00;
-const JUMP_GT: u8 = 0x20;
-const JUMP_NE: u8 = 0x50;
-const JUMP_CALL: u8 = 0x80;
-const JUMP_EXIT: u8 = 0x90;
+pub(crate) const ATOMIC_ADD: i32 = 0x00;
+pub(crate) const JUMP_ALWAYS: u8 = 0x00;
+pub(crate) const JUMP_EQ: u8 = 0x10;
+pub(crate) const JUMP_GT: u8 = 0x20;
+pub(crate) const JUMP_NE: u8 = 0x50;
+pub(crate) const JUMP_CALL: u8 = 0x80;
+pub(crate) const JUMP_EXIT: u8 = 0x90;
 /// `src_reg` of a 64-bit immediate load whose value is a map's file descriptor.
-const PSEUDO_MAP_FD: u8 = 1;
+pub(crate) const PSEUDO_MAP_FD: u8 = 1;
 /// `src_reg` of a 64-bit immediate load whose value is the address of a map's value.
-const PSEUDO_MAP_VALUE: u8 = 2;
+pub(crate) const PSEUDO_MAP_VALUE: u8 = 2;
 
 /// Helper `bpf_redirect_map(map, key, flags)`; the low bits of `flags` are the action taken when
 /// the key has no entry.
-const HELPER_REDIRECT_MAP: i32 = 51;
+pub(crate) const HELPER_REDIRECT_MAP: i32 = 51;
 /// `XDP_PASS`: hand the frame to the kernel's stack.
 pub const XDP_PASS: i32 = 2;
 
 /// Registers.
 #[derive(Debug, Clone, Copy)]
 #[repr(u8)]
-enum Reg {
+pub(crate) enum Reg {
     R0 = 0,
     R1,
     R2,
     R3,
     R4,
     R5,
-    R6 = 6,
+    R6,
+    R7,
+    R8,
+    R9,
 }
 
 impl Insn {
-    fn new(code: u8, dst: Reg, src: Reg, off: i16, imm: i32) -> Self {
+    pub(crate) fn new(code: u8, dst: Reg, src: Reg, off: i16, imm: i32) -> Self {
         Self {
             code,
             regs: (src as u8) << 4 | dst as u8,
@@ -93,49 +102,49 @@ impl Insn {
     }
 
     /// `dst = *(size *)(src + off)`.
-    fn load(size: u8, dst: Reg, src: Reg, off: i16) -> Self {
+    pub(crate) fn load(size: u8, dst: Reg, src: Reg, off: i16) -> Self {
         Self::new(CLASS_LDX | MODE_MEM | size, dst, src, off, 0)
     }
 
-    fn mov_reg(dst: Reg, src: Reg) -> Self {
+    pub(crate) fn mov_reg(dst: Reg, src: Reg) -> Self {
         Self::new(CLASS_ALU64 | OP_MOV | SOURCE_REG, dst, src, 0, 0)
     }
 
-    fn mov_imm(dst: Reg, imm: i32) -> Self {
+    pub(crate) fn mov_imm(dst: Reg, imm: i32) -> Self {
         Self::new(CLASS_ALU64 | OP_MOV | SOURCE_IMM, dst, Reg::R0, 0, imm)
     }
 
-    fn add_imm(dst: Reg, imm: i32) -> Self {
+    pub(crate) fn add_imm(dst: Reg, imm: i32) -> Self {
         Self::new(CLASS_ALU64 | OP_ADD | SOURCE_IMM, dst, Reg::R0, 0, imm)
     }
 
-    fn and_imm(dst: Reg, imm: i32) -> Self {
+    pub(crate) fn and_imm(dst: Reg, imm: i32) -> Self {
         Self::new(CLASS_ALU64 | OP_AND | SOURCE_IMM, dst, Reg::R0, 0, imm)
     }
 
     /// `if dst > src (unsigned, 64 bits) skip off instructions`.
-    fn jump_gt_reg(dst: Reg, src: Reg, off: i16) -> Self {
+    pub(crate) fn jump_gt_reg(dst: Reg, src: Reg, off: i16) -> Self {
         Self::new(CLASS_JMP | JUMP_GT | SOURCE_REG, dst, src, off, 0)
     }
 
     /// `if dst > imm (unsigned, 64 bits) skip off instructions`.
-    fn jump_gt_imm(dst: Reg, imm: i32, off: i16) -> Self {
+    pub(crate) fn jump_gt_imm(dst: Reg, imm: i32, off: i16) -> Self {
         Self::new(CLASS_JMP | JUMP_GT | SOURCE_IMM, dst, Reg::R0, off, imm)
     }
 
     /// `dst = be16(dst)`: a 16-bit field loaded from the frame, in host order.
-    fn be16(dst: Reg) -> Self {
+    pub(crate) fn be16(dst: Reg) -> Self {
         Self::new(CLASS_ALU | OP_END | END_TO_BE, dst, Reg::R0, 0, 16)
     }
 
     /// `lock *(u64 *)(dst + off) += src`.
-    fn atomic_add64(dst: Reg, src: Reg, off: i16) -> Self {
+    pub(crate) fn atomic_add64(dst: Reg, src: Reg, off: i16) -> Self {
         Self::new(CLASS_STX | MODE_ATOMIC | SIZE_DW, dst, src, off, ATOMIC_ADD)
     }
 
     /// `if (u32)dst != imm skip off instructions`: a 32-bit compare, so an address or port
     /// whose top bit is set is not sign-extended into a mismatch.
-    fn jump_ne32_imm(dst: Reg, imm: u32, off: i16) -> Self {
+    pub(crate) fn jump_ne32_imm(dst: Reg, imm: u32, off: i16) -> Self {
         Self::new(
             CLASS_JMP32 | JUMP_NE | SOURCE_IMM,
             dst,
@@ -145,47 +154,93 @@ impl Insn {
         )
     }
 
-    fn call(helper: i32) -> Self {
+    pub(crate) fn call(helper: i32) -> Self {
         Self::new(CLASS_JMP | JUMP_CALL, Reg::R0, Reg::R0, 0, helper)
     }
 
-    fn exit() -> Self {
+    pub(crate) fn exit() -> Self {
         Self::new(CLASS_JMP | JUMP_EXIT, Reg::R0, Reg::R0, 0, 0)
     }
 
     /// `dst = map` (a 64-bit immediate load: two instruction slots).
-    fn load_map_fd(dst: Reg, map_fd: i32) -> [Self; 2] {
+    pub(crate) fn load_map_fd(dst: Reg, map_fd: i32) -> [Self; 2] {
         let mut first = Self::new(CLASS_LD | MODE_IMM | SIZE_DW, dst, Reg::R0, 0, map_fd);
         first.regs |= PSEUDO_MAP_FD << 4;
         [first, Self::new(0, Reg::R0, Reg::R0, 0, 0)]
     }
 
     /// `dst = &value[0] of map` (an array map's first value; two instruction slots).
-    fn load_map_value(dst: Reg, map_fd: i32) -> [Self; 2] {
+    pub(crate) fn load_map_value(dst: Reg, map_fd: i32) -> [Self; 2] {
         let mut first = Self::new(CLASS_LD | MODE_IMM | SIZE_DW, dst, Reg::R0, 0, map_fd);
         first.regs |= PSEUDO_MAP_VALUE << 4;
         [first, Self::new(0, Reg::R0, Reg::R0, 0, 0)]
     }
+
+    /// `*(size *)(dst + off) = src`.
+    pub(crate) fn store(size: u8, dst: Reg, off: i16, src: Reg) -> Self {
+        Self::new(CLASS_STX | MODE_MEM | size, dst, src, off, 0)
+    }
+
+    /// `*(size *)(dst + off) = imm`.
+    pub(crate) fn store_imm(size: u8, dst: Reg, off: i16, imm: i32) -> Self {
+        Self::new(CLASS_ST | MODE_MEM | size, dst, Reg::R0, off, imm)
+    }
+
+    pub(crate) fn add_reg(dst: Reg, src: Reg) -> Self {
+        Self::new(CLASS_ALU64 | OP_ADD | SOURCE_REG, dst, src, 0, 0)
+    }
+
+    pub(crate) fn sub_reg(dst: Reg, src: Reg) -> Self {
+        Self::new(CLASS_ALU64 | OP_SUB | SOURCE_REG, dst, src, 0, 0)
+    }
+
+    pub(crate) fn mul_imm(dst: Reg, imm: i32) -> Self {
+        Self::new(CLASS_ALU64 | OP_MUL | SOURCE_IMM, dst, Reg::R0, 0, imm)
+    }
+
+    pub(crate) fn lsh_imm(dst: Reg, imm: i32) -> Self {
+        Self::new(CLASS_ALU64 | OP_LSH | SOURCE_IMM, dst, Reg::R0, 0, imm)
+    }
+
+    /// `if dst == imm (64 bits) skip off instructions`.
+    pub(crate) fn jump_eq_imm(dst: Reg, imm: i32, off: i16) -> Self {
+        Self::new(CLASS_JMP | JUMP_EQ | SOURCE_IMM, dst, Reg::R0, off, imm)
+    }
+
+    /// `if dst != src (64 bits) skip off instructions`.
+    pub(crate) fn jump_ne_reg(dst: Reg, src: Reg, off: i16) -> Self {
+        Self::new(CLASS_JMP | JUMP_NE | SOURCE_REG, dst, src, off, 0)
+    }
+
+    /// `skip off instructions`.
+    pub(crate) fn jump(off: i16) -> Self {
+        Self::new(CLASS_JMP | JUMP_ALWAYS, Reg::R0, Reg::R0, off, 0)
+    }
+
+    /// The jump offset of this instruction, to be set once its target is known.
+    pub(crate) fn set_offset(&mut self, off: i16) {
+        self.off = off;
+    }
 }
 
 // Offsets in the frame: Ethernet II (14 bytes), IPv4 without options (20), UDP (8).
-const ETHER_TYPE: i16 = 12;
-const IP_VERSION_IHL: i16 = 14;
-const IP_FRAGMENT: i16 = 20;
-const IP_PROTOCOL: i16 = 23;
-const IP_DESTINATION: i16 = 30;
-const UDP_DESTINATION_PORT: i16 = 36;
-const UDP_LENGTH: i16 = 38;
+pub(crate) const ETHER_TYPE: i16 = 12;
+pub(crate) const IP_VERSION_IHL: i16 = 14;
+pub(crate) const IP_FRAGMENT: i16 = 20;
+pub(crate) const IP_PROTOCOL: i16 = 23;
+pub(crate) const IP_DESTINATION: i16 = 30;
+pub(crate) const UDP_DESTINATION_PORT: i16 = 36;
+pub(crate) const UDP_LENGTH: i16 = 38;
 /// Bytes the program reads: up to the end of the UDP header.
-const HEADERS_LEN: i32 = 42;
+pub(crate) const HEADERS_LEN: i32 = 42;
 
 // `struct xdp_md` fields.
-const MD_DATA: i16 = 0;
-const MD_DATA_END: i16 = 4;
-const MD_RX_QUEUE_INDEX: i16 = 16;
+pub(crate) const MD_DATA: i16 = 0;
+pub(crate) const MD_DATA_END: i16 = 4;
+pub(crate) const MD_RX_QUEUE_INDEX: i16 = 16;
 
 /// A 16-bit field in network order as a little-endian load of it reads.
-fn be16_as_loaded(value: u16) -> u32 {
+pub(crate) fn be16_as_loaded(value: u16) -> u32 {
     u32::from(u16::from_le_bytes(value.to_be_bytes()))
 }
 
@@ -213,57 +268,65 @@ enum Target {
     Pass,
 }
 
-/// The steering program (see the module documentation).
-pub fn redirect_program(steering: &Steering) -> Vec<Insn> {
+/// The program's opening, shared with LM's placing filter: `R6` = the context, `R2` = the
+/// frame's first byte, `R3` = its end; then the checks that the frame is Ethernet II, IPv4
+/// without options, not a fragment, UDP, to `ip`:`port`. Each instruction comes with whether
+/// it jumps to "not ours, pass it" (its offset is set once the layout is known).
+pub(crate) fn frame_is_ours(ip: Ipv4Addr, port: u16) -> Vec<(Insn, bool)> {
     use Reg::*;
-    use Target::*;
     const ETHER_TYPE_IPV4: u16 = 0x0800;
     const IPV4_NO_OPTIONS: u32 = 0x45;
     /// More-fragments flag and fragment offset: a fragment's bytes after the IP header are not a
     /// UDP header (or not ours alone).
     const FRAGMENT_BITS: u16 = 0x3fff;
     const PROTOCOL_UDP: u32 = 17;
+    let mut checks = Vec::with_capacity(24);
+    checks.push((Insn::mov_reg(R6, R1), false));
+    checks.push((Insn::load(SIZE_W, R2, R6, MD_DATA), false));
+    checks.push((Insn::load(SIZE_W, R3, R6, MD_DATA_END), false));
+    checks.push((Insn::mov_reg(R4, R2), false));
+    checks.push((Insn::add_imm(R4, HEADERS_LEN), false));
+    checks.push((Insn::jump_gt_reg(R4, R3, 0), true));
+    let field_is = |offset: i16, size: u8, value: u32| {
+        [
+            (Insn::load(size, R5, R2, offset), false),
+            (Insn::jump_ne32_imm(R5, value, 0), true),
+        ]
+    };
+    checks.extend(field_is(
+        ETHER_TYPE,
+        SIZE_H,
+        be16_as_loaded(ETHER_TYPE_IPV4),
+    ));
+    checks.extend(field_is(IP_VERSION_IHL, SIZE_B, IPV4_NO_OPTIONS));
+    checks.push((Insn::load(SIZE_H, R5, R2, IP_FRAGMENT), false));
+    checks.push((
+        Insn::and_imm(R5, be16_as_loaded(FRAGMENT_BITS) as i32),
+        false,
+    ));
+    checks.push((Insn::jump_ne32_imm(R5, 0, 0), true));
+    checks.extend(field_is(IP_PROTOCOL, SIZE_B, PROTOCOL_UDP));
+    checks.extend(field_is(
+        IP_DESTINATION,
+        SIZE_W,
+        u32::from_le_bytes(ip.octets()),
+    ));
+    checks.extend(field_is(UDP_DESTINATION_PORT, SIZE_H, be16_as_loaded(port)));
+    checks
+}
+
+/// The steering program (see the module documentation).
+pub fn redirect_program(steering: &Steering) -> Vec<Insn> {
+    use Reg::*;
+    use Target::*;
 
     // Instructions with the target of their jump, if they have one; offsets are filled in once
     // the layout is known.
-    let mut layout: Vec<(Insn, Option<Target>)> = Vec::with_capacity(40);
+    let mut layout: Vec<(Insn, Option<Target>)> = frame_is_ours(steering.ip, steering.port)
+        .into_iter()
+        .map(|(insn, jumps)| (insn, jumps.then_some(Pass)))
+        .collect();
     let mut emit = |insn: Insn, target: Option<Target>| layout.push((insn, target));
-    emit(Insn::mov_reg(R6, R1), None);
-    emit(Insn::load(SIZE_W, R2, R6, MD_DATA), None);
-    emit(Insn::load(SIZE_W, R3, R6, MD_DATA_END), None);
-    emit(Insn::mov_reg(R4, R2), None);
-    emit(Insn::add_imm(R4, HEADERS_LEN), None);
-    emit(Insn::jump_gt_reg(R4, R3, 0), Some(Pass));
-    let field_is = |offset: i16, size: u8, value: u32| {
-        [
-            (Insn::load(size, R5, R2, offset), None),
-            (Insn::jump_ne32_imm(R5, value, 0), Some(Pass)),
-        ]
-    };
-    for (insn, target) in field_is(ETHER_TYPE, SIZE_H, be16_as_loaded(ETHER_TYPE_IPV4))
-        .into_iter()
-        .chain(field_is(IP_VERSION_IHL, SIZE_B, IPV4_NO_OPTIONS))
-    {
-        emit(insn, target);
-    }
-    emit(Insn::load(SIZE_H, R5, R2, IP_FRAGMENT), None);
-    emit(
-        Insn::and_imm(R5, be16_as_loaded(FRAGMENT_BITS) as i32),
-        None,
-    );
-    emit(Insn::jump_ne32_imm(R5, 0, 0), Some(Pass));
-    let address = u32::from_le_bytes(steering.ip.octets());
-    for (insn, target) in field_is(IP_PROTOCOL, SIZE_B, PROTOCOL_UDP)
-        .into_iter()
-        .chain(field_is(IP_DESTINATION, SIZE_W, address))
-        .chain(field_is(
-            UDP_DESTINATION_PORT,
-            SIZE_H,
-            be16_as_loaded(steering.port),
-        ))
-    {
-        emit(insn, target);
-    }
     emit(Insn::load(SIZE_H, R5, R2, UDP_LENGTH), None);
     emit(Insn::be16(R5), None);
     let ring_max = i32::from(steering.ring_max_udp_len);

@@ -9,11 +9,20 @@
 //! The sender is a kernel UDP socket (its frames are those of any sender); the grants travel
 //! over a channel between the two threads, standing for the protocol's CTS. Needs root and
 //! `ip`; skips itself (saying why) otherwise.
+//!
+//! Two filters: the plain steering program (every frame for the port to the ring: only the
+//! admitted sender may send, the paper's condition), and LM's placing filter
+//! (`nicmsg_xdp::placing_program`), which lets a frame take the head address only if it is
+//! that address's frame and keeps its headers; a third sender then floods the same port with
+//! frames that look almost right (another transfer, a wrong index, a short copy, another kind)
+//! while transfers are placed, and every one of them must go the ordinary way (the kernel's
+//! socket) with no placed byte touched.
 
 mod common;
 
 use std::net::{SocketAddrV4, UdpSocket};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -23,8 +32,9 @@ use nicmsg_lm::send_buffer::HoleBuffer;
 use nicmsg_lm::{Geometry, Placement};
 use nicmsg_wire::{emit_headers, seal, FrameHeader, FrameKind, FRAME_HEADER_LEN};
 use nicmsg_xdp::{
-    redirect_program, AttachMode, Counter, Interface, Program, ReceiveMode, SocketMap, Steering,
-    XskSocket, HEADERS_LEN, KERNEL_HEADROOM,
+    placing_program, redirect_program, AttachMode, Counter, Interface, PlacingSteering,
+    PlacingTable, Program, ReceiveMode, SocketMap, Steering, XskSocket, HEADERS_LEN,
+    KERNEL_HEADROOM,
 };
 
 const PORT: u16 = 7481;
@@ -46,23 +56,63 @@ fn message(len: usize, seed: usize) -> Vec<u8> {
 
 #[test]
 fn frames_sent_last_first_land_in_place_through_an_unaligned_umem() {
-    let Some(pair) = Pair::create("nmlm") else {
+    run_pair("nmlm", Filter::Plain);
+}
+
+#[test]
+fn the_placing_filter_sends_a_third_senders_frames_the_ordinary_way() {
+    run_pair("nmls", Filter::Placing);
+}
+
+/// Which XDP program steers the receiver's frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Filter {
+    /// Every frame for the port to the ring.
+    Plain,
+    /// LM's rule, with a third sender flooding the port meanwhile.
+    Placing,
+}
+
+/// Frames the third sender sent, and whether it should stop.
+#[derive(Default)]
+struct Intruder {
+    sent: AtomicU64,
+    stop: AtomicBool,
+    /// The transfer being placed (the intruder forges frames of it).
+    transfer: AtomicU64,
+}
+
+fn run_pair(prefix: &str, filter: Filter) {
+    let Some(pair) = Pair::create(prefix) else {
         return;
     };
     let (grants_tx, grants_rx) = mpsc::channel::<(usize, u32)>();
     let (ready_tx, ready_rx) = mpsc::channel::<()>();
+    let intruder = Arc::new(Intruder::default());
     let receiver_ns = pair.names[0].clone();
+    let receiver_intruder = Arc::clone(&intruder);
     let receiver = thread::spawn(move || {
         enter(&receiver_ns);
-        receive_all(&grants_tx, &ready_tx)
+        receive_all(filter, &grants_tx, &ready_tx, &receiver_intruder)
     });
     let sender_ns = pair.names[1].clone();
     let sender = thread::spawn(move || {
         enter(&sender_ns);
         send_all(&grants_rx, &ready_rx);
     });
+    let third = (filter == Filter::Placing).then(|| {
+        let ns = pair.names[1].clone();
+        let intruder = Arc::clone(&intruder);
+        thread::spawn(move || {
+            enter(&ns);
+            intrude(&intruder);
+        })
+    });
     sender.join().expect("sender");
     let report = receiver.join().expect("receiver");
+    if let Some(third) = third {
+        third.join().expect("third sender");
+    }
     for line in &report {
         eprintln!("{line}");
     }
@@ -70,38 +120,65 @@ fn frames_sent_last_first_land_in_place_through_an_unaligned_umem() {
 }
 
 /// The receiving side: one socket, one transfer after another into the same region.
-fn receive_all(grants: &mpsc::Sender<(usize, u32)>, ready: &mpsc::Sender<()>) -> Vec<String> {
+fn receive_all(
+    filter: Filter,
+    grants: &mpsc::Sender<(usize, u32)>,
+    ready: &mpsc::Sender<()>,
+    intruder: &Intruder,
+) -> Vec<String> {
     let local = address_of(0);
     let interface = Interface::with_address(local)
         .expect("interfaces")
         .expect("eth0 holds the address");
-    let _port = UdpSocket::bind(SocketAddrV4::new(local, PORT)).expect("port");
+    let ordinary = UdpSocket::bind(SocketAddrV4::new(local, PORT)).expect("port");
+    ordinary.set_nonblocking(true).expect("nonblocking");
+    force_receive_buffer(&ordinary, 32 << 20);
     let geometry = Geometry::new(HEADERS_LEN + FRAME_HEADER_LEN, PAYLOAD).expect("geometry");
     let bytes = REGION_AT + geometry.receive_region_len(LARGEST) + 2 * nicmsg_xdp::CHUNK_BYTES;
-    let mut socket = XskSocket::open_with(interface.index, 0, ReceiveMode::Placing { bytes })
+    let socket = XskSocket::open_with(interface.index, 0, ReceiveMode::Placing { bytes })
         .expect("an unaligned-chunk AF_XDP socket");
     let map = SocketMap::create(1).expect("xskmap");
     map.insert(0, socket.fd()).expect("socket in the map");
     let passed = Counter::create().expect("counter");
-    let steering = Steering {
-        ip: local,
-        port: PORT,
-        sockets_map_fd: map.fd(),
-        ring_max_udp_len: u16::MAX,
-        passed_counter_fd: passed.fd(),
+    let table = PlacingTable::create().expect("placing table");
+    let program = match filter {
+        Filter::Plain => redirect_program(&Steering {
+            ip: local,
+            port: PORT,
+            sockets_map_fd: map.fd(),
+            ring_max_udp_len: u16::MAX,
+            passed_counter_fd: passed.fd(),
+        }),
+        Filter::Placing => placing_program(&PlacingSteering {
+            ip: local,
+            port: PORT,
+            sockets_map_fd: map.fd(),
+            table_fd: table.fd(),
+            passed_counter_fd: passed.fd(),
+        }),
     };
-    let program = Program::load(&redirect_program(&steering), "nicmsg_lm").expect("load");
+    let program = Program::load(&program, "nicmsg_lm").expect("load");
+    // Native: the placing filter's cursor needs one queue's frames one at a time.
     let _link = program
-        .attach(interface.index, AttachMode::Generic)
+        .attach(interface.index, AttachMode::Native)
         .expect("attach");
     ready.send(()).expect("sender waits");
+    let mut receiver = Receiver {
+        socket,
+        table: (filter == Filter::Placing).then_some(table),
+        posted: 0,
+        taken: 0,
+        ordinary,
+        ordinary_received: 0,
+    };
     let mut report = Vec::new();
     for (seed, &len) in SIZES.iter().enumerate() {
         let key = TransferKey(seed as u32 + 1);
+        intruder.transfer.store(u64::from(key.0), Ordering::Release);
         let started = Instant::now();
-        let stats = place_one(&mut socket, geometry, key, len, grants);
-        let region =
-            &socket.receiving_memory()[REGION_AT..REGION_AT + geometry.receive_region_len(len)];
+        let stats = receiver.place_one(geometry, key, len, grants);
+        let region = &receiver.socket.receiving_memory()
+            [REGION_AT..REGION_AT + geometry.receive_region_len(len)];
         let expected = message(len, seed);
         let got = &region[geometry.receive_payload_range(len)];
         let wrong = got.iter().zip(&expected).position(|(a, b)| a != b);
@@ -114,86 +191,195 @@ fn receive_all(grants: &mpsc::Sender<(usize, u32)>, ready: &mpsc::Sender<()>) ->
             started.elapsed().as_secs_f64() * 1e3
         ));
     }
-    assert_eq!(passed.read(), 0, "every frame went to the ring");
+    intruder.stop.store(true, Ordering::Release);
     grants.send((usize::MAX, 0)).ok();
+    match filter {
+        Filter::Plain => assert_eq!(passed.read(), 0, "every frame went to the ring"),
+        Filter::Placing => {
+            let sent = wait_for_passed(&passed, intruder);
+            receiver.drain_ordinary();
+            assert!(sent > 0, "the third sender sent nothing");
+            assert_eq!(
+                receiver.ordinary_received, sent,
+                "the kernel's socket has every frame the filter passed"
+            );
+            report.push(format!(
+                "third sender: {sent} frames, all {} passed to the kernel by the filter, \
+                 {} read from the kernel socket, none taken into the ring",
+                passed.read(),
+                receiver.ordinary_received
+            ));
+        }
+    }
     report
 }
 
-/// Places one transfer: posts a window of slots (mirror and fill ring together), grants them,
-/// and checks every landing against the slot it took.
-fn place_one(
-    socket: &mut XskSocket,
-    geometry: Geometry,
-    key: TransferKey,
-    len: usize,
-    grants: &mpsc::Sender<(usize, u32)>,
-) -> nicmsg_lm::placement::PlacementStats {
-    let mut placement = Placement::new(key, geometry, len as u64, WINDOW).expect("placement");
-    let mut fill = FillQueue::new(4096);
-    let region_len = placement.region_len();
-    let started = Instant::now();
-    post_and_grant(socket, &mut placement, &mut fill, len, grants);
-    while !placement.is_complete() {
-        assert!(
-            started.elapsed() < DEADLINE,
-            "{len} B: frames stopped landing"
-        );
-        let mut landed = Vec::new();
-        socket.take_landed(64, |position, bytes| landed.push((position, bytes)));
-        for (position, bytes) in landed {
-            let slot = fill.device_take();
-            assert_eq!(fill.engine_take(), Some(slot));
-            let Slot::Placement {
-                index,
-                len: slot_len,
-                ..
-            } = slot
-            else {
-                panic!("only placement slots were posted");
-            };
-            let expected_at = REGION_AT + geometry.landing_offset(index);
-            assert_eq!(
-                (position, bytes),
-                (expected_at, slot_len as usize),
-                "{len} B: frame {index} landed elsewhere"
-            );
-            let memory = socket.receiving_memory();
-            let region = &mut memory[REGION_AT..REGION_AT + region_len];
-            placement.landed(index, true, region);
-        }
-        post_and_grant(socket, &mut placement, &mut fill, len, grants);
-    }
-    placement.finish(&mut fill);
-    *placement.stats()
+/// Room for every frame the third sender sends, so the kernel's socket drops none of them.
+fn force_receive_buffer(socket: &UdpSocket, bytes: libc::c_int) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: setsockopt with a c_int option value of the size given.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            std::ptr::from_ref(&bytes).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "SO_RCVBUFFORCE: {}", std::io::Error::last_os_error());
 }
 
-fn post_and_grant(
-    socket: &mut XskSocket,
-    placement: &mut Placement,
-    fill: &mut FillQueue,
-    len: usize,
-    grants: &mpsc::Sender<(usize, u32)>,
-) {
-    let geometry = *placement.geometry();
-    let region_len = placement.region_len();
-    let mut addresses = Vec::new();
-    let memory = socket.receiving_memory();
-    let region = &memory[REGION_AT..REGION_AT + region_len];
-    let posted = placement
-        .post_slots(fill, region, &mut |slot| {
-            if let Slot::Placement { index, .. } = slot {
-                addresses
-                    .push((REGION_AT + geometry.landing_offset(index) - KERNEL_HEADROOM) as u64);
-            }
-        })
-        .expect("fill queue room");
-    for address in addresses {
-        assert!(socket.post_fill(address), "fill ring room");
+/// Waits until the filter has passed every frame the third sender sent (it stopped), and
+/// returns how many that was: none of them may have taken a placing address.
+fn wait_for_passed(passed: &Counter, intruder: &Intruder) -> u64 {
+    let started = Instant::now();
+    loop {
+        let sent = intruder.sent.load(Ordering::Acquire);
+        let done = intruder.stop.load(Ordering::Acquire) && passed.read() == sent;
+        if done && started.elapsed() > Duration::from_millis(100) {
+            return sent;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the filter passed {} of {sent} intruding frames",
+            passed.read()
+        );
+        thread::sleep(Duration::from_millis(10));
     }
-    socket.publish_fill();
-    if posted > 0 {
-        let floor = placement.grant_floor();
-        grants.send((len, floor)).expect("sender listens");
+}
+
+/// The receiving socket and what it has posted.
+struct Receiver {
+    socket: XskSocket,
+    /// The placing filter's table (none with the plain program).
+    table: Option<PlacingTable>,
+    /// Fill addresses posted and taken so far: the positions the table is indexed by.
+    posted: u64,
+    taken: u64,
+    /// The port's kernel socket: frames the filter passed arrive here.
+    ordinary: UdpSocket,
+    ordinary_received: u64,
+}
+
+impl Receiver {
+    /// Places one transfer: posts a window of slots (mirror and fill ring together), grants
+    /// them, and checks every landing against the slot it took (and, with the placing filter,
+    /// against the headers the filter kept).
+    fn place_one(
+        &mut self,
+        geometry: Geometry,
+        key: TransferKey,
+        len: usize,
+        grants: &mpsc::Sender<(usize, u32)>,
+    ) -> nicmsg_lm::placement::PlacementStats {
+        let mut placement = Placement::new(key, geometry, len as u64, WINDOW).expect("placement");
+        let mut fill = FillQueue::new(4096);
+        let region_len = placement.region_len();
+        let started = Instant::now();
+        self.post_and_grant(&mut placement, &mut fill, len, grants);
+        while !placement.is_complete() {
+            assert!(
+                started.elapsed() < DEADLINE,
+                "{len} B: frames stopped landing"
+            );
+            self.drain_ordinary();
+            let mut landed = Vec::new();
+            self.socket
+                .take_landed(64, |position, bytes| landed.push((position, bytes)));
+            for (position, bytes) in landed {
+                let slot = fill.device_take();
+                assert_eq!(fill.engine_take(), Some(slot));
+                let Slot::Placement {
+                    index,
+                    len: slot_len,
+                    ..
+                } = slot
+                else {
+                    panic!("only placement slots were posted");
+                };
+                let expected_at = REGION_AT + geometry.landing_offset(index);
+                assert_eq!(
+                    (position, bytes),
+                    (expected_at, slot_len as usize),
+                    "{len} B: frame {index} landed elsewhere"
+                );
+                self.check_kept_headers(key, index);
+                self.taken += 1;
+                let memory = self.socket.receiving_memory();
+                let region = &mut memory[REGION_AT..REGION_AT + region_len];
+                placement.landed(index, true, region);
+            }
+            self.post_and_grant(&mut placement, &mut fill, len, grants);
+        }
+        placement.finish(&mut fill);
+        *placement.stats()
+    }
+
+    /// With the placing filter: the frame that took position `taken` was frame `index` of
+    /// `key`, by the headers the filter kept (its own were overwritten by the next landing).
+    fn check_kept_headers(&self, key: TransferKey, index: u32) {
+        let Some(table) = &self.table else {
+            return;
+        };
+        assert!(
+            table.cursor() > self.taken,
+            "a landing the filter did not count"
+        );
+        let kept = table.kept_headers(self.taken);
+        let header: &[u8; FRAME_HEADER_LEN] =
+            kept[HEADERS_LEN..].try_into().expect("a frame header");
+        let header = FrameHeader::parse(header).expect("kept headers parse");
+        assert_eq!(
+            (header.kind, header.aux, header.frame_index),
+            (FrameKind::LmData, key.0, index),
+            "kept headers of position {}",
+            self.taken
+        );
+    }
+
+    fn post_and_grant(
+        &mut self,
+        placement: &mut Placement,
+        fill: &mut FillQueue,
+        len: usize,
+        grants: &mpsc::Sender<(usize, u32)>,
+    ) {
+        let geometry = *placement.geometry();
+        let region_len = placement.region_len();
+        let mut slots = Vec::new();
+        let memory = self.socket.receiving_memory();
+        let region = &memory[REGION_AT..REGION_AT + region_len];
+        let posted = placement
+            .post_slots(fill, region, &mut |slot| slots.push(slot))
+            .expect("fill queue room");
+        for slot in &slots {
+            let Slot::Placement { index, .. } = *slot else {
+                continue;
+            };
+            let address = REGION_AT + geometry.landing_offset(index) - KERNEL_HEADROOM;
+            assert!(self.socket.post_fill(address as u64), "fill ring room");
+        }
+        // Addresses first, then their records: a record the filter sees has its address.
+        self.socket.publish_fill();
+        for slot in &slots {
+            if let Some(table) = &self.table {
+                table.record(self.posted, slot);
+            }
+            self.posted += 1;
+        }
+        if posted > 0 {
+            let floor = placement.grant_floor();
+            grants.send((len, floor)).expect("sender listens");
+        }
+    }
+
+    /// Reads what the kernel's socket holds: frames the filter passed.
+    fn drain_ordinary(&mut self) {
+        let mut buffer = [0u8; 2048];
+        while self.ordinary.recv(&mut buffer).is_ok() {
+            self.ordinary_received += 1;
+        }
     }
 }
 
@@ -220,6 +406,68 @@ fn send_all(grants: &mpsc::Receiver<(usize, u32)>, ready: &mpsc::Receiver<()>) {
             }
         }
     }
+}
+
+/// The third sender: floods the receiver's port with frames that must not take a placing
+/// address: ordinary datagrams, LM-DATA of another transfer, of the placed transfer with an
+/// index beyond its frames or a short payload, and a frame of the right transfer and index
+/// with another kind. Paced so the kernel's socket keeps up.
+fn intrude(intruder: &Intruder) {
+    let socket = UdpSocket::bind(SocketAddrV4::new(address_of(1), PORT + 1)).expect("bind");
+    socket
+        .connect(SocketAddrV4::new(address_of(0), PORT))
+        .expect("connect");
+    // Only once the filter is attached (the first transfer is named), so each frame is counted.
+    let started = Instant::now();
+    while intruder.transfer.load(Ordering::Acquire) == 0 {
+        assert!(started.elapsed() < DEADLINE, "no transfer began");
+        thread::sleep(Duration::from_millis(1));
+    }
+    let mut round = 0u32;
+    while !intruder.stop.load(Ordering::Acquire) {
+        let key = intruder.transfer.load(Ordering::Relaxed) as u32;
+        let frame = forged_frame(round, key);
+        if socket.send(&frame).is_ok() {
+            intruder.sent.fetch_add(1, Ordering::Release);
+        }
+        round = round.wrapping_add(1);
+        if round.is_multiple_of(8) {
+            thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
+fn forged_frame(round: u32, key: u32) -> Vec<u8> {
+    // Indices across the placed transfer's frames, so forgeries meet its head slots.
+    let frames = Geometry::new(FRAME_HEADER_LEN, PAYLOAD)
+        .expect("geometry")
+        .frames(SIZES[key as usize - 1]);
+    let index = round.wrapping_mul(7919) % frames;
+    let (kind, aux, payload) = match round % 4 {
+        0 => return vec![0xEE; 1 + (round as usize * 37) % PAYLOAD],
+        1 => (FrameKind::LmData, key.wrapping_add(1000), PAYLOAD),
+        2 => (FrameKind::LmData, key, PAYLOAD - 1),
+        _ => (FrameKind::Data, key, PAYLOAD),
+    };
+    let header = FrameHeader {
+        kind,
+        flags: 0,
+        job: 1,
+        src: 2,
+        dst: 0,
+        msg_id: aux,
+        frame_index: index,
+        offset: u64::from(index) * PAYLOAD as u64,
+        payload_len: payload as u32,
+        aux,
+        acked_id: 0,
+    };
+    let mut frame = vec![0x5A; FRAME_HEADER_LEN + payload];
+    let (head, body) = frame.split_at_mut(FRAME_HEADER_LEN);
+    let head: &mut [u8; FRAME_HEADER_LEN] = head.try_into().expect("header room");
+    emit_headers(&header, None, head).expect("valid header");
+    seal(head, &[body]);
+    frame
 }
 
 /// Writes frame `index`'s header into its hole and returns the frame as one piece.

@@ -1,0 +1,336 @@
+//! LM's steering rule on the packet path: the XDP program that lets a frame take the next
+//! address of a placing socket's fill ring only if that address is meant for it, and the table
+//! it reads the rule from (`nicmsg_lm::fill` says why and what the rule is).
+//!
+//! The kernel hands a socket's fill addresses out first in, first out, to whatever frame is
+//! redirected to the socket. So the engine writes, for every address it posts, a *record* of
+//! who may take it into a table shared with the program (an mmapable array map), and the program
+//! keeps a *cursor*: the number of addresses taken so far, i.e. the position of the next one.
+//! For every frame to the rank's address and port:
+//!
+//! ```text
+//! record at the cursor             frame                                   action
+//! none (nothing posted there yet)  any                                     pass to the kernel
+//! ordinary chunk / void place      at most `capacity` bytes                take it
+//! place of frame i of transfer k   exactly `len` bytes, LM-DATA, aux = k,  keep its headers,
+//!                                  frame index = i                         take it
+//! anything else                                                            pass to the kernel
+//! ```
+//!
+//! Taking an address clears its record, advances the cursor and redirects the frame to the
+//! socket; passing counts the frame and leaves it to the kernel's UDP socket (the ordinary path,
+//! one copy). Because the next frame to land overwrites a placed frame's headers (LM's whole
+//! point), the program keeps a copy of them, by position, in the table; the engine checks the
+//! landing with those.
+//!
+//! The cursor is plain memory the program reads and writes: frames of one receive queue must
+//! reach the program one at a time, which they do when it is attached in native (driver) mode,
+//! where each queue is served by its own NAPI poll. Generic mode on veth may run it for one
+//! queue on two CPUs at once; [`Program::attach`](crate::Program::attach) the filter natively.
+//!
+//! The engine must publish an address in the fill ring *before* writing its record, so that a
+//! record the program sees always has its address behind it.
+
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use nicmsg_lm::fill::Slot;
+use nicmsg_wire::{filter_fields as field, FrameKind};
+
+use crate::bpf::MappedArray;
+use crate::packet::HEADERS_LEN;
+use crate::program::*;
+
+/// Records in the table: AF_XDP's fill ring in the placing socket holds at most this many
+/// addresses (`nicmsg_lm::fill::MAX_FILL_SLOTS`), so positions modulo it never collide.
+pub const PLACING_POSITIONS: usize = nicmsg_lm::fill::MAX_FILL_SLOTS;
+/// Bytes of a frame's headers the program keeps: Ethernet, IPv4, UDP and the frame header.
+pub const KEPT_HEADERS_LEN: usize = HEADERS_LEN + nicmsg_wire::FRAME_HEADER_LEN;
+
+const _: () = assert!(PLACING_POSITIONS.is_power_of_two());
+
+/// Table layout: the cursor, then the records, then the kept headers.
+const CURSOR_AT: usize = 0;
+const RECORDS_AT: usize = 8;
+const RECORD_LEN: usize = 16;
+const KEPT_AT: usize = RECORDS_AT + PLACING_POSITIONS * RECORD_LEN;
+/// A kept header's room: its 90 bytes rounded up to whole 8-byte words.
+const KEPT_STRIDE: usize = KEPT_HEADERS_LEN.next_multiple_of(8);
+const TABLE_LEN: usize = KEPT_AT + PLACING_POSITIONS * KEPT_STRIDE;
+
+// A record: kind, transfer, frame index, length (or capacity), each a u32.
+const RECORD_KIND: i16 = 0;
+const RECORD_TRANSFER: i16 = 4;
+const RECORD_INDEX: i16 = 8;
+const RECORD_LEN_FIELD: i16 = 12;
+const KIND_NONE: u32 = 0;
+const KIND_CHUNK: u32 = 1;
+const KIND_PLACE: u32 = 2;
+
+/// The table the engine and the filter share.
+pub struct PlacingTable {
+    map: MappedArray,
+}
+
+impl PlacingTable {
+    pub fn create() -> io::Result<Self> {
+        Ok(Self {
+            map: MappedArray::create(TABLE_LEN, "nicmsg_placing")?,
+        })
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.map.fd()
+    }
+
+    /// How many addresses the device has taken (the position of the next one).
+    pub fn cursor(&self) -> u64 {
+        self.atomic_u64(CURSOR_AT).load(Ordering::Acquire)
+    }
+
+    /// Records who may take the address posted at `position` (the number of addresses posted
+    /// before it). Call after the address is published in the fill ring.
+    pub fn record(&self, position: u64, slot: &Slot) {
+        let (kind, transfer, index, len) = match *slot {
+            Slot::Ordinary { capacity, .. } | Slot::Void { capacity, .. } => {
+                (KIND_CHUNK, 0, 0, capacity)
+            }
+            Slot::Placement {
+                transfer,
+                index,
+                len,
+            } => (KIND_PLACE, transfer.0, index, len),
+        };
+        let at = record_at(position);
+        for (field, value) in [
+            (RECORD_TRANSFER, transfer),
+            (RECORD_INDEX, index),
+            (RECORD_LEN_FIELD, len),
+        ] {
+            self.atomic_u32(at + field as usize)
+                .store(value, Ordering::Relaxed);
+        }
+        // The kind last, released: the program sees a whole record or none.
+        self.atomic_u32(at + RECORD_KIND as usize)
+            .store(kind, Ordering::Release);
+    }
+
+    /// The headers of the frame that took the address at `position`, as it arrived (valid once
+    /// its landing is seen in the receive ring, until the position is posted again).
+    pub fn kept_headers(&self, position: u64) -> [u8; KEPT_HEADERS_LEN] {
+        let at = KEPT_AT + (position as usize % PLACING_POSITIONS) * KEPT_STRIDE;
+        let mut out = [0u8; KEPT_HEADERS_LEN];
+        // SAFETY: inside the mapping (TABLE_LEN bytes); the program wrote these bytes before
+        // it advanced the cursor past this position and writes them again only once the
+        // position is posted again.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.map.as_ptr().add(at),
+                out.as_mut_ptr(),
+                KEPT_HEADERS_LEN,
+            );
+        }
+        out
+    }
+
+    fn atomic_u32(&self, at: usize) -> &AtomicU32 {
+        debug_assert!(at.is_multiple_of(4) && at + 4 <= TABLE_LEN);
+        // SAFETY: inside the mapping, 4-byte aligned (the mapping is page-aligned); the program
+        // writes these words only with single aligned stores.
+        unsafe { &*self.map.as_ptr().add(at).cast::<AtomicU32>() }
+    }
+
+    fn atomic_u64(&self, at: usize) -> &AtomicU64 {
+        debug_assert!(at.is_multiple_of(8) && at + 8 <= TABLE_LEN);
+        // SAFETY: as `atomic_u32`, 8-byte aligned.
+        unsafe { &*self.map.as_ptr().add(at).cast::<AtomicU64>() }
+    }
+}
+
+fn record_at(position: u64) -> usize {
+    RECORDS_AT + (position as usize % PLACING_POSITIONS) * RECORD_LEN
+}
+
+/// What the placing filter is built from.
+#[derive(Debug, Clone, Copy)]
+pub struct PlacingSteering {
+    /// The rank's address and port: only frames to them are looked at.
+    pub ip: Ipv4Addr,
+    pub port: u16,
+    /// The `XSKMAP` holding the placing socket at its receive queue.
+    pub sockets_map_fd: i32,
+    /// The [`PlacingTable`].
+    pub table_fd: i32,
+    /// Counts the rank's frames passed to the kernel (not allowed the head address).
+    pub passed_counter_fd: i32,
+}
+
+/// Labels of the placing program's jumps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Label {
+    /// Not the rank's: pass, uncounted.
+    Pass,
+    /// The rank's, but not for the head address: count, pass.
+    Kernel,
+    /// The head is a frame's place: check the frame is that one.
+    Place,
+    /// Take the head address.
+    Take,
+}
+
+/// The placing filter (see the module documentation).
+pub fn placing_program(steering: &PlacingSteering) -> Vec<Insn> {
+    use Label::*;
+    use Reg::*;
+    let kept_len = KEPT_HEADERS_LEN as i32;
+    let at_header = |offset: usize| (HEADERS_LEN + offset) as i16;
+    let mut code: Vec<(Insn, Option<Label>)> = frame_is_ours(steering.ip, steering.port)
+        .into_iter()
+        .map(|(insn, jumps)| (insn, jumps.then_some(Pass)))
+        .collect();
+    let mut labels: Vec<(Label, usize)> = Vec::with_capacity(4);
+    let mut emit = |insn: Insn, to: Option<Label>| code.push((insn, to));
+
+    // R7 = the table, R8 = the cursor, R9 = the record at the cursor, R4 = the frame's length.
+    for insn in Insn::load_map_value(R7, steering.table_fd) {
+        emit(insn, None);
+    }
+    emit(Insn::load(SIZE_DW, R8, R7, CURSOR_AT as i16), None);
+    emit(Insn::mov_reg(R9, R8), None);
+    emit(Insn::and_imm(R9, PLACING_POSITIONS as i32 - 1), None);
+    emit(Insn::lsh_imm(R9, RECORD_LEN.trailing_zeros() as i32), None);
+    emit(Insn::add_reg(R9, R7), None);
+    emit(Insn::add_imm(R9, RECORDS_AT as i32), None);
+    emit(Insn::mov_reg(R4, R3), None);
+    emit(Insn::sub_reg(R4, R2), None);
+    emit(Insn::load(SIZE_W, R5, R9, RECORD_KIND), None);
+    emit(Insn::load(SIZE_W, R0, R9, RECORD_LEN_FIELD), None);
+    emit(Insn::jump_eq_imm(R5, KIND_NONE as i32, 0), Some(Kernel));
+    emit(Insn::jump_eq_imm(R5, KIND_PLACE as i32, 0), Some(Place));
+    // An ordinary chunk or a void place: any frame that fits.
+    emit(Insn::jump_gt_reg(R4, R0, 0), Some(Kernel));
+    emit(Insn::jump(0), Some(Take));
+
+    let mut code_len = code.len();
+    labels.push((Place, code_len));
+    let mut emit = |insn: Insn, to: Option<Label>| code.push((insn, to));
+    // Exactly the place's length, and headers that are there to read and keep.
+    emit(Insn::jump_ne_reg(R4, R0, 0), Some(Kernel));
+    emit(Insn::mov_reg(R4, R2), None);
+    emit(Insn::add_imm(R4, kept_len), None);
+    emit(Insn::jump_gt_reg(R4, R3, 0), Some(Kernel));
+    emit(Insn::load(SIZE_B, R5, R2, at_header(field::KIND)), None);
+    emit(
+        Insn::jump_ne32_imm(R5, FrameKind::LmData as u32, 0),
+        Some(Kernel),
+    );
+    for (frame_field, record_field) in [
+        (field::AUX, RECORD_TRANSFER),
+        (field::FRAME_INDEX, RECORD_INDEX),
+    ] {
+        emit(Insn::load(SIZE_W, R5, R2, at_header(frame_field)), None);
+        emit(Insn::load(SIZE_W, R0, R9, record_field), None);
+        emit(Insn::jump_ne_reg(R5, R0, 0), Some(Kernel));
+    }
+    // Keep its headers: R1 = where they go.
+    emit(Insn::mov_reg(R1, R8), None);
+    emit(Insn::and_imm(R1, PLACING_POSITIONS as i32 - 1), None);
+    emit(Insn::mul_imm(R1, KEPT_STRIDE as i32), None);
+    emit(Insn::add_reg(R1, R7), None);
+    emit(Insn::add_imm(R1, KEPT_AT as i32), None);
+    let words = KEPT_HEADERS_LEN / 8;
+    for word in 0..words as i16 {
+        emit(Insn::load(SIZE_DW, R5, R2, word * 8), None);
+        emit(Insn::store(SIZE_DW, R1, word * 8, R5), None);
+    }
+    let tail = (words * 8) as i16;
+    emit(Insn::load(SIZE_H, R5, R2, tail), None);
+    emit(Insn::store(SIZE_H, R1, tail, R5), None);
+    const _: () = assert!(KEPT_HEADERS_LEN - KEPT_HEADERS_LEN / 8 * 8 == 2);
+
+    code_len = code.len();
+    labels.push((Take, code_len));
+    let mut emit = |insn: Insn, to: Option<Label>| code.push((insn, to));
+    emit(
+        Insn::store_imm(SIZE_W, R9, RECORD_KIND, KIND_NONE as i32),
+        None,
+    );
+    emit(Insn::add_imm(R8, 1), None);
+    emit(Insn::store(SIZE_DW, R7, CURSOR_AT as i16, R8), None);
+    for insn in Insn::load_map_fd(R1, steering.sockets_map_fd) {
+        emit(insn, None);
+    }
+    emit(Insn::load(SIZE_W, R2, R6, MD_RX_QUEUE_INDEX), None);
+    // No socket at the queue: drop (XDP_ABORTED), since its address counts as taken.
+    emit(Insn::mov_imm(R3, 0), None);
+    emit(Insn::call(HELPER_REDIRECT_MAP), None);
+    emit(Insn::exit(), None);
+
+    labels.push((Kernel, code.len()));
+    for insn in Insn::load_map_value(R1, steering.passed_counter_fd) {
+        code.push((insn, None));
+    }
+    code.push((Insn::mov_imm(R2, 1), None));
+    code.push((Insn::atomic_add64(R1, R2, 0), None));
+    labels.push((Pass, code.len()));
+    code.push((Insn::mov_imm(R0, XDP_PASS), None));
+    code.push((Insn::exit(), None));
+
+    let position = |label: Label| {
+        labels
+            .iter()
+            .find(|(l, _)| *l == label)
+            .map(|&(_, at)| at)
+            .expect("every label is placed")
+    };
+    code.into_iter()
+        .enumerate()
+        .map(|(at, (mut insn, to))| {
+            if let Some(label) = to {
+                insn.set_offset((position(label) - at - 1) as i16);
+            }
+            insn
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn steering() -> PlacingSteering {
+        PlacingSteering {
+            ip: Ipv4Addr::new(10, 0, 0, 1),
+            port: 7000,
+            sockets_map_fd: 3,
+            table_fd: 4,
+            passed_counter_fd: 5,
+        }
+    }
+
+    #[test]
+    fn every_jump_lands_inside_the_program_and_forward() {
+        let program = placing_program(&steering());
+        for (at, insn) in program.iter().enumerate() {
+            let class = insn.code & 0x07;
+            let op = insn.code & 0xf0;
+            let jumps =
+                (class == CLASS_JMP || class == CLASS_JMP32) && op != JUMP_CALL && op != JUMP_EXIT;
+            if jumps {
+                let to = at as i64 + 1 + i64::from(insn.off);
+                assert!(insn.off >= 0, "jump at {at} goes back");
+                assert!((to as usize) < program.len(), "jump at {at} leaves");
+            }
+        }
+        assert!(program.len() < 128, "{} instructions", program.len());
+    }
+
+    #[test]
+    fn the_table_fits_one_map_value() {
+        // Array map values are allocated in one piece; keep well under the kernel's limit.
+        const _: () = assert!(TABLE_LEN < 1 << 20);
+        assert_eq!(record_at(PLACING_POSITIONS as u64 + 3), record_at(3));
+    }
+}
