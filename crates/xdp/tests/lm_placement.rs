@@ -73,6 +73,20 @@ enum Filter {
     Placing,
 }
 
+/// A volley the receiver asks the third sender for: frames aimed at the head slot (frame
+/// `index` of `transfer`, `payload` bytes), each wrong in one way only.
+#[derive(Debug)]
+struct Aim {
+    transfer: u32,
+    index: u32,
+    payload: usize,
+    /// Told how many frames the third sender had sent once the volley was out.
+    sent: mpsc::Sender<u64>,
+}
+
+/// Frames aimed at a head slot per volley (`aimed_volley`).
+const VOLLEY: u64 = 5;
+
 /// Frames the third sender sent, and whether it should stop.
 #[derive(Default)]
 struct Intruder {
@@ -88,12 +102,13 @@ fn run_pair(prefix: &str, filter: Filter) {
     };
     let (grants_tx, grants_rx) = mpsc::channel::<(usize, u32)>();
     let (ready_tx, ready_rx) = mpsc::channel::<()>();
+    let (aim_tx, aim_rx) = mpsc::channel::<Aim>();
     let intruder = Arc::new(Intruder::default());
     let receiver_ns = pair.names[0].clone();
     let receiver_intruder = Arc::clone(&intruder);
     let receiver = thread::spawn(move || {
         enter(&receiver_ns);
-        receive_all(filter, &grants_tx, &ready_tx, &receiver_intruder)
+        receive_all(filter, (&grants_tx, &ready_tx, &aim_tx), &receiver_intruder)
     });
     let sender_ns = pair.names[1].clone();
     let sender = thread::spawn(move || {
@@ -105,7 +120,7 @@ fn run_pair(prefix: &str, filter: Filter) {
         let intruder = Arc::clone(&intruder);
         thread::spawn(move || {
             enter(&ns);
-            intrude(&intruder);
+            intrude(&intruder, &aim_rx);
         })
     });
     sender.join().expect("sender");
@@ -122,8 +137,11 @@ fn run_pair(prefix: &str, filter: Filter) {
 /// The receiving side: one socket, one transfer after another into the same region.
 fn receive_all(
     filter: Filter,
-    grants: &mpsc::Sender<(usize, u32)>,
-    ready: &mpsc::Sender<()>,
+    (grants, ready, aim): (
+        &mpsc::Sender<(usize, u32)>,
+        &mpsc::Sender<()>,
+        &mpsc::Sender<Aim>,
+    ),
     intruder: &Intruder,
 ) -> Vec<String> {
     let local = address_of(0);
@@ -170,6 +188,9 @@ fn receive_all(
         taken: 0,
         ordinary,
         ordinary_received: 0,
+        aim: (filter == Filter::Placing).then(|| aim.clone()),
+        passed,
+        volleys: 0,
     };
     let mut report = Vec::new();
     for (seed, &len) in SIZES.iter().enumerate() {
@@ -194,9 +215,9 @@ fn receive_all(
     intruder.stop.store(true, Ordering::Release);
     grants.send((usize::MAX, 0)).ok();
     match filter {
-        Filter::Plain => assert_eq!(passed.read(), 0, "every frame went to the ring"),
+        Filter::Plain => assert_eq!(receiver.passed.read(), 0, "every frame went to the ring"),
         Filter::Placing => {
-            let sent = wait_for_passed(&passed, intruder);
+            let sent = wait_for_passed(&receiver.passed, intruder);
             receiver.drain_ordinary();
             assert!(sent > 0, "the third sender sent nothing");
             assert_eq!(
@@ -204,9 +225,11 @@ fn receive_all(
                 "the kernel's socket has every frame the filter passed"
             );
             report.push(format!(
-                "third sender: {sent} frames, all {} passed to the kernel by the filter, \
-                 {} read from the kernel socket, none taken into the ring",
-                passed.read(),
+                "third sender: {sent} frames ({} of them in volleys aimed at a head slot), \
+                 all {} passed to the kernel by the filter, {} read from the kernel socket, \
+                 none taken into the ring",
+                receiver.volleys * VOLLEY,
+                receiver.passed.read(),
                 receiver.ordinary_received
             ));
         }
@@ -260,6 +283,11 @@ struct Receiver {
     /// The port's kernel socket: frames the filter passed arrive here.
     ordinary: UdpSocket,
     ordinary_received: u64,
+    /// With the placing filter: asks the third sender for aimed volleys.
+    aim: Option<mpsc::Sender<Aim>>,
+    /// Frames of the port the program passed to the kernel.
+    passed: Counter,
+    volleys: u64,
 }
 
 impl Receiver {
@@ -277,7 +305,9 @@ impl Receiver {
         let mut fill = FillQueue::new(4096);
         let region_len = placement.region_len();
         let started = Instant::now();
-        self.post_and_grant(&mut placement, &mut fill, len, grants);
+        let posted = self.post(&mut placement, &mut fill);
+        self.aim_at_head(&fill, key);
+        self.grant(&placement, posted, len, grants);
         while !placement.is_complete() {
             assert!(
                 started.elapsed() < DEADLINE,
@@ -345,6 +375,48 @@ impl Receiver {
         len: usize,
         grants: &mpsc::Sender<(usize, u32)>,
     ) {
+        let posted = self.post(placement, fill);
+        self.grant(placement, posted, len, grants);
+    }
+
+    /// With the placing filter, before the sender may send: has the third sender aim a volley
+    /// at the head slot, and checks that every frame of it went to the kernel and none took
+    /// the slot.
+    fn aim_at_head(&mut self, fill: &FillQueue, key: TransferKey) {
+        let Some(aim) = &self.aim else {
+            return;
+        };
+        let Some(&Slot::Placement { index, len, .. }) = fill.head() else {
+            panic!("a placement slot heads the queue");
+        };
+        let payload = len as usize - HEADERS_LEN - FRAME_HEADER_LEN;
+        let (sent_tx, sent_rx) = mpsc::channel();
+        aim.send(Aim {
+            transfer: key.0,
+            index,
+            payload,
+            sent: sent_tx,
+        })
+        .expect("third sender listens");
+        let sent = sent_rx.recv_timeout(DEADLINE).expect("the volley was sent");
+        let started = Instant::now();
+        // Every frame the third sender sent, the volley included, is passed or took a slot.
+        while self.passed.read() < sent {
+            assert!(started.elapsed() < DEADLINE, "the volley was not passed");
+            self.drain_ordinary();
+            thread::sleep(Duration::from_micros(100));
+        }
+        let table = self.table.as_ref().expect("the placing filter's table");
+        assert_eq!(
+            table.cursor(),
+            self.taken,
+            "a forged frame took the head slot"
+        );
+        self.volleys += 1;
+    }
+
+    /// Posts the placement's next slots: fill addresses, then (placing filter) their records.
+    fn post(&mut self, placement: &mut Placement, fill: &mut FillQueue) -> u32 {
         let geometry = *placement.geometry();
         let region_len = placement.region_len();
         let mut slots = Vec::new();
@@ -368,6 +440,16 @@ impl Receiver {
             }
             self.posted += 1;
         }
+        posted
+    }
+
+    fn grant(
+        &self,
+        placement: &Placement,
+        posted: u32,
+        len: usize,
+        grants: &mpsc::Sender<(usize, u32)>,
+    ) {
         if posted > 0 {
             let floor = placement.grant_floor();
             grants.send((len, floor)).expect("sender listens");
@@ -412,7 +494,7 @@ fn send_all(grants: &mpsc::Receiver<(usize, u32)>, ready: &mpsc::Receiver<()>) {
 /// address: ordinary datagrams, LM-DATA of another transfer, of the placed transfer with an
 /// index beyond its frames or a short payload, and a frame of the right transfer and index
 /// with another kind. Paced so the kernel's socket keeps up.
-fn intrude(intruder: &Intruder) {
+fn intrude(intruder: &Intruder, aims: &mpsc::Receiver<Aim>) {
     let socket = UdpSocket::bind(SocketAddrV4::new(address_of(1), PORT + 1)).expect("bind");
     socket
         .connect(SocketAddrV4::new(address_of(0), PORT))
@@ -426,9 +508,14 @@ fn intrude(intruder: &Intruder) {
     let mut round = 0u32;
     while !intruder.stop.load(Ordering::Acquire) {
         let key = intruder.transfer.load(Ordering::Relaxed) as u32;
-        let frame = forged_frame(round, key);
-        if socket.send(&frame).is_ok() {
-            intruder.sent.fetch_add(1, Ordering::Release);
+        socket.send(&flood_frame(round, key)).expect("send");
+        intruder.sent.fetch_add(1, Ordering::Release);
+        if let Ok(aim) = aims.try_recv() {
+            for frame in aimed_volley(&aim) {
+                socket.send(&frame).expect("send");
+                intruder.sent.fetch_add(1, Ordering::Release);
+            }
+            aim.sent.send(intruder.sent.load(Ordering::Acquire)).ok();
         }
         round = round.wrapping_add(1);
         if round.is_multiple_of(8) {
@@ -437,18 +524,48 @@ fn intrude(intruder: &Intruder) {
     }
 }
 
-fn forged_frame(round: u32, key: u32) -> Vec<u8> {
-    // Indices across the placed transfer's frames, so forgeries meet its head slots.
+/// One frame of the flood: indices across the placed transfer's frames, so forgeries meet its
+/// head slots.
+fn flood_frame(round: u32, key: u32) -> Vec<u8> {
     let frames = Geometry::new(FRAME_HEADER_LEN, PAYLOAD)
         .expect("geometry")
         .frames(SIZES[key as usize - 1]);
     let index = round.wrapping_mul(7919) % frames;
-    let (kind, aux, payload) = match round % 4 {
-        0 => return vec![0xEE; 1 + (round as usize * 37) % PAYLOAD],
-        1 => (FrameKind::LmData, key.wrapping_add(1000), PAYLOAD),
-        2 => (FrameKind::LmData, key, PAYLOAD - 1),
-        _ => (FrameKind::Data, key, PAYLOAD),
-    };
+    match round % 4 {
+        0 => vec![0xEE; 1 + (round as usize * 37) % PAYLOAD],
+        1 => forged(FrameKind::LmData, key.wrapping_add(1000), index, PAYLOAD),
+        2 => forged(FrameKind::LmData, key, index, PAYLOAD - 1),
+        _ => forged(FrameKind::Data, key, index, PAYLOAD),
+    }
+}
+
+/// Frames that match the aimed-at slot in everything but one thing each (transfer, length,
+/// kind, index, being a frame at all): a filter that skips any one check lets one through.
+fn aimed_volley(aim: &Aim) -> Vec<Vec<u8>> {
+    let &Aim {
+        transfer,
+        index,
+        payload,
+        ..
+    } = aim;
+    let other_index = if index > 0 { index - 1 } else { index + 1 };
+    let volley = vec![
+        forged(
+            FrameKind::LmData,
+            transfer.wrapping_add(1000),
+            index,
+            payload,
+        ),
+        forged(FrameKind::LmData, transfer, index, payload - 1),
+        forged(FrameKind::Data, transfer, index, payload),
+        forged(FrameKind::LmData, transfer, other_index, payload),
+        vec![0xEE; FRAME_HEADER_LEN + payload],
+    ];
+    assert_eq!(volley.len() as u64, VOLLEY);
+    volley
+}
+
+fn forged(kind: FrameKind, aux: u32, index: u32, payload: usize) -> Vec<u8> {
     let header = FrameHeader {
         kind,
         flags: 0,
