@@ -21,9 +21,10 @@
 //!   so its pending operations fail at once and its next send starts afresh.
 //!
 //! A name is the endpoint's random `incarnation` XOR (slot number, and the slot's binding
-//! count above it), so names of one endpoint never collide, frames find their slot from `dst`
-//! in one step, and another life of the process at that address names its conversations
-//! differently.
+//! count above it, 19 bits), so no two slots of one endpoint share a name (one slot repeats
+//! its names only after 2^19 bindings), frames find their slot from `dst` in one step, and
+//! another life of the process at that address names its conversations differently (but for
+//! the chance of a 32-bit coincidence).
 //!
 //! Slots are reused only when the protocol core holds nothing for them (no send, no message,
 //! no receive naming them), and only after `quiet_ns` (longer than a peer keeps retransmitting
@@ -205,14 +206,17 @@ impl Directory {
         if src == 0 {
             return Arrival::Stale;
         }
+        // A conversation given up on stays given up, even if its peer, never having heard
+        // this side, took the name of this side's next conversation with it for its own:
+        // its retransmissions must be answered with RESET, not taken again by the new slot.
+        if let Some(&peer) = self.retired.get(&(from, src)) {
+            return Arrival::Peer(peer);
+        }
         if dst != 0 {
             if let Some(peer) = self.slot_named(dst, from) {
                 self.heard(now, peer, src, opens);
                 return Arrival::Peer(peer);
             }
-        }
-        if let Some(&peer) = self.retired.get(&(from, src)) {
-            return Arrival::Peer(peer);
         }
         if !opens {
             return Arrival::Stale;
@@ -543,6 +547,26 @@ mod tests {
             Arrival::Peer(1)
         );
         assert_eq!(d.peer_name(2), 9);
+    }
+
+    #[test]
+    fn a_given_up_conversation_stays_given_up_when_its_peer_names_the_next_one() {
+        // This side took a message of conversation 7 and gave it up before the peer heard
+        // anything; the peer's conversation 7, still alive, then took this side's next
+        // conversation's name for its own and retransmits under it.
+        let mut d = Directory::new(ME, 4, QUIET);
+        assert_eq!(
+            d.resolve_arrival(1, (addr(1), 7, 0), true, &idle),
+            Arrival::Peer(1)
+        );
+        d.retire(2, 1);
+        assert_eq!(d.resolve_send(3, addr(1), &busy), Some(2));
+        assert_eq!(
+            d.resolve_arrival(4, (addr(1), 7, mine(&d, 2)), true, &idle),
+            Arrival::Peer(1),
+            "answered from the retired slot (RESET), not taken by the new one"
+        );
+        assert_eq!(d.peer_name(2), 0);
     }
 
     #[test]

@@ -47,7 +47,7 @@ impl Core {
     /// a run of coalesced frames needs the run's first frame right to place any of it.
     pub(crate) fn predict_frames(&self, out: &mut [ExpectedFrame]) -> usize {
         // Asked before every receive batch: nothing to walk in the common idle case. An open
-        // endpoint's frames name incarnations, not the ranks a prediction holds, so no guess
+        // endpoint's frames name conversations, not the ranks a prediction holds, so no guess
         // could be confirmed: none is made (the transport then scatters nothing in vain).
         if self.rx.incoming_usage().in_use == 0 || self.directory.is_some() {
             return 0;

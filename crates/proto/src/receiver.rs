@@ -35,7 +35,7 @@ impl Core {
         let Some(peer) = self.frame_source(now, &header, from, memory) else {
             return;
         };
-        // From here on the header speaks in ranks (in open mode it named incarnations).
+        // From here on the header speaks in ranks (in open mode it named conversations).
         header.src = peer;
         header.dst = self.rank;
         self.counters.record_peer(peer, |s| {
