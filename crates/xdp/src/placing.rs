@@ -23,13 +23,23 @@
 //! point), the program keeps a copy of them, by position, in the table; the engine checks the
 //! landing with those.
 //!
-//! The cursor is plain memory the program reads and writes: frames of one receive queue must
-//! reach the program one at a time, which they do when it is attached in native (driver) mode,
-//! where each queue is served by its own NAPI poll. Generic mode on veth may run it for one
-//! queue on two CPUs at once; [`Program::attach`](crate::Program::attach) the filter natively.
+//! What keeps the cursor equal to the kernel's own count of addresses taken:
 //!
-//! The engine must publish an address in the fill ring *before* writing its record, so that a
-//! record the program sees always has its address behind it.
+//! * The cursor is plain memory the program reads and writes, so frames of the socket's queue
+//!   must reach the program one at a time: they do when it is attached in native (driver)
+//!   mode, where each queue is served by its own NAPI poll (generic mode on veth may run one
+//!   queue's frames on two CPUs at once). Frames of other queues never touch the table.
+//! * Every frame the program redirects must be taken: the engine publishes an address in the
+//!   fill ring *before* writing its record, so a record the program sees has its address
+//!   behind it; only frames in one buffer are taken (a socket bound without scatter-gather
+//!   drops a longer one); the receive ring is as large as the fill ring, and the engine posts
+//!   an address only while fewer than the fill ring's size are posted and not yet seen, so the
+//!   receive ring has room for every landing. A redirect that fails anyway (the socket taken
+//!   out of the map) leaves the cursor one ahead; the engine sees it as a landing at another
+//!   address than its slot's, which it checks for every frame.
+//! * The program reads a record's words with plain loads after its kind: on x86-64 (stores are
+//!   seen in order) the kind, stored last with release ordering, guarantees the rest. A weakly
+//!   ordered machine needs BPF's load-acquire, which older kernels lack.
 
 use std::io;
 use std::net::Ipv4Addr;
@@ -50,6 +60,9 @@ pub const PLACING_POSITIONS: usize = nicmsg_lm::fill::MAX_FILL_SLOTS;
 pub const KEPT_HEADERS_LEN: usize = HEADERS_LEN + nicmsg_wire::FRAME_HEADER_LEN;
 
 const _: () = assert!(PLACING_POSITIONS.is_power_of_two());
+// The fill and receive rings are this size: positions never wrap onto an address in flight,
+// and the receive ring has room for every address the fill ring can hold.
+const _: () = assert!(PLACING_POSITIONS == crate::socket::RX_CHUNKS as usize);
 
 /// Table layout: the cursor, then the records, then the kept headers.
 const CURSOR_AT: usize = 0;
@@ -66,6 +79,13 @@ const RECORD_TRANSFER: i16 = 4;
 const RECORD_INDEX: i16 = 8;
 const RECORD_LEN_FIELD: i16 = 12;
 const KIND_NONE: u32 = 0;
+/// Helper `bpf_xdp_get_buff_len(ctx)`: a frame's length over all its buffers.
+const HELPER_XDP_GET_BUFF_LEN: i32 = 188;
+/// Where the program keeps the frame's length across the helper call (below the frame pointer).
+const LENGTH_ON_STACK: i16 = -8;
+/// Longest frame looked at: larger than any Ethernet frame, and a bound the verifier needs
+/// before the length is added to a packet pointer.
+const MAX_FRAME_LEN: i32 = 0xffff;
 const KIND_CHUNK: u32 = 1;
 const KIND_PLACE: u32 = 2;
 
@@ -161,6 +181,8 @@ pub struct PlacingSteering {
     pub port: u16,
     /// The `XSKMAP` holding the placing socket at its receive queue.
     pub sockets_map_fd: i32,
+    /// That queue: the cursor counts its frames only.
+    pub queue: u32,
     /// The [`PlacingTable`].
     pub table_fd: i32,
     /// Counts the rank's frames passed to the kernel (not allowed the head address).
@@ -193,7 +215,24 @@ pub fn placing_program(steering: &PlacingSteering) -> Vec<Insn> {
     let mut labels: Vec<(Label, usize)> = Vec::with_capacity(4);
     let mut emit = |insn: Insn, to: Option<Label>| code.push((insn, to));
 
-    // R7 = the table, R8 = the cursor, R9 = the record at the cursor, R4 = the frame's length.
+    // Only the placing socket's queue has a cursor here: frames of other queues are ordinary.
+    emit(Insn::load(SIZE_W, R5, R6, MD_RX_QUEUE_INDEX), None);
+    emit(Insn::jump_ne32_imm(R5, steering.queue, 0), Some(Kernel));
+    // The frame's whole length (all its buffers), kept on the stack across the call.
+    emit(Insn::mov_reg(R1, R6), None);
+    emit(Insn::call(HELPER_XDP_GET_BUFF_LEN), None);
+    emit(Insn::store(SIZE_DW, R10, LENGTH_ON_STACK, R0), None);
+    emit(Insn::load(SIZE_W, R2, R6, MD_DATA), None);
+    emit(Insn::load(SIZE_W, R3, R6, MD_DATA_END), None);
+    // R4 = the length, and only a frame in one buffer (its length all before `data_end`) may
+    // be taken: a socket bound without scatter-gather would drop a longer one after the
+    // cursor counted it.
+    emit(Insn::load(SIZE_DW, R4, R10, LENGTH_ON_STACK), None);
+    emit(Insn::jump_gt_imm(R4, MAX_FRAME_LEN, 0), Some(Kernel));
+    emit(Insn::mov_reg(R5, R2), None);
+    emit(Insn::add_reg(R5, R4), None);
+    emit(Insn::jump_gt_reg(R5, R3, 0), Some(Kernel));
+    // R7 = the table, R8 = the cursor, R9 = the record at the cursor.
     for insn in Insn::load_map_value(R7, steering.table_fd) {
         emit(insn, None);
     }
@@ -203,8 +242,6 @@ pub fn placing_program(steering: &PlacingSteering) -> Vec<Insn> {
     emit(Insn::lsh_imm(R9, RECORD_LEN.trailing_zeros() as i32), None);
     emit(Insn::add_reg(R9, R7), None);
     emit(Insn::add_imm(R9, RECORDS_AT as i32), None);
-    emit(Insn::mov_reg(R4, R3), None);
-    emit(Insn::sub_reg(R4, R2), None);
     emit(Insn::load(SIZE_W, R5, R9, RECORD_KIND), None);
     emit(Insn::load(SIZE_W, R0, R9, RECORD_LEN_FIELD), None);
     emit(Insn::jump_eq_imm(R5, KIND_NONE as i32, 0), Some(Kernel));
@@ -305,6 +342,7 @@ mod tests {
             ip: Ipv4Addr::new(10, 0, 0, 1),
             port: 7000,
             sockets_map_fd: 3,
+            queue: 0,
             table_fd: 4,
             passed_counter_fd: 5,
         }

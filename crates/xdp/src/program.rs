@@ -48,7 +48,6 @@ pub(crate) const MODE_ATOMIC: u8 = 0xc0;
 pub(crate) const SOURCE_IMM: u8 = 0x00;
 pub(crate) const SOURCE_REG: u8 = 0x08;
 pub(crate) const OP_ADD: u8 = 0x00;
-pub(crate) const OP_SUB: u8 = 0x10;
 pub(crate) const OP_MUL: u8 = 0x20;
 pub(crate) const OP_AND: u8 = 0x50;
 pub(crate) const OP_LSH: u8 = 0x60;
@@ -89,6 +88,8 @@ pub(crate) enum Reg {
     R7,
     R8,
     R9,
+    /// The read-only frame pointer: the stack is below it.
+    R10,
 }
 
 impl Insn {
@@ -188,10 +189,6 @@ impl Insn {
 
     pub(crate) fn add_reg(dst: Reg, src: Reg) -> Self {
         Self::new(CLASS_ALU64 | OP_ADD | SOURCE_REG, dst, src, 0, 0)
-    }
-
-    pub(crate) fn sub_reg(dst: Reg, src: Reg) -> Self {
-        Self::new(CLASS_ALU64 | OP_SUB | SOURCE_REG, dst, src, 0, 0)
     }
 
     pub(crate) fn mul_imm(dst: Reg, imm: i32) -> Self {

@@ -171,6 +171,7 @@ fn receive_all(
             ip: local,
             port: PORT,
             sockets_map_fd: map.fd(),
+            queue: 0,
             table_fd: table.fd(),
             passed_counter_fd: passed.fd(),
         }),
