@@ -164,73 +164,6 @@ impl SocketMap {
     }
 }
 
-/// A 64-bit counter the program increments and user space reads from mapped memory, with no
-/// system call: an mmapable array map of one `u64`.
-#[derive(Debug)]
-pub struct Counter {
-    fd: OwnedFd,
-    value: std::ptr::NonNull<u64>,
-    map_len: usize,
-}
-
-// SAFETY: the mapping is process-wide and only read, atomically.
-unsafe impl Send for Counter {}
-
-impl Counter {
-    pub fn create() -> io::Result<Self> {
-        let mut attr = MapCreateAttr {
-            map_type: BPF_MAP_TYPE_ARRAY,
-            key_size: 4,
-            value_size: 8,
-            max_entries: 1,
-            map_flags: BPF_F_MMAPABLE,
-            map_name: name16("nicmsg_passed"),
-            ..MapCreateAttr::default()
-        };
-        let fd = owned(bpf(BPF_MAP_CREATE, &mut attr)?);
-        // SAFETY: sysconf has no preconditions.
-        let map_len = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
-        // SAFETY: a shared read-only mapping of the map's value area (one page).
-        let mapped = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if mapped == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Self {
-            fd,
-            value: std::ptr::NonNull::new(mapped.cast()).expect("mmap returned a mapping"),
-            map_len,
-        })
-    }
-
-    pub fn fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
-    }
-
-    /// The current count.
-    pub fn read(&self) -> u64 {
-        // SAFETY: the first value of the mapped array, 8-byte aligned (page start); the program
-        // changes it only with atomic adds.
-        unsafe { &*self.value.as_ptr().cast::<std::sync::atomic::AtomicU64>() }
-            .load(std::sync::atomic::Ordering::Acquire)
-    }
-}
-
-impl Drop for Counter {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `create`.
-        unsafe { libc::munmap(self.value.as_ptr().cast(), self.map_len) };
-    }
-}
-
 /// One value of `len` bytes that a program and user space share: an mmapable array map of one
 /// entry, mapped read-write, so neither side needs a system call to read or write it.
 #[derive(Debug)]
@@ -293,6 +226,33 @@ impl Drop for MappedArray {
     fn drop(&mut self) {
         // SAFETY: the mapping made in `create`.
         unsafe { libc::munmap(self.bytes.as_ptr().cast(), self.map_len) };
+    }
+}
+
+/// A 64-bit counter the program increments and user space reads from mapped memory, with no
+/// system call: a shared array value of one `u64`.
+#[derive(Debug)]
+pub struct Counter {
+    value: MappedArray,
+}
+
+impl Counter {
+    pub fn create() -> io::Result<Self> {
+        Ok(Self {
+            value: MappedArray::create(8, "nicmsg_passed")?,
+        })
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.value.fd()
+    }
+
+    /// The current count.
+    pub fn read(&self) -> u64 {
+        // SAFETY: the value's first 8 bytes, 8-byte aligned (page start); the program changes
+        // them only with atomic adds.
+        unsafe { &*self.value.as_ptr().cast::<std::sync::atomic::AtomicU64>() }
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 }
 
