@@ -19,6 +19,7 @@
 //! [`MAX_FRAME_BYTES`], and the privilege to load BPF programs (root or `CAP_BPF` +
 //! `CAP_NET_ADMIN`).
 
+mod assembly;
 mod bpf;
 mod engine;
 mod interface;

@@ -49,6 +49,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use nicmsg_lm::fill::Slot;
 use nicmsg_wire::{filter_fields as field, FrameKind};
 
+use crate::assembly::Assembly;
 use crate::bpf::MappedArray;
 use crate::packet::HEADERS_LEN;
 use crate::program::*;
@@ -205,61 +206,70 @@ enum Label {
 /// The placing filter (see the module documentation).
 pub fn placing_program(steering: &PlacingSteering) -> Vec<Insn> {
     use Label::*;
-    use Reg::*;
-    let kept_len = KEPT_HEADERS_LEN as i32;
-    let at_header = |offset: usize| (HEADERS_LEN + offset) as i16;
-    let mut code: Vec<(Insn, Option<Label>)> = frame_is_ours(steering.ip, steering.port)
-        .into_iter()
-        .map(|(insn, jumps)| (insn, jumps.then_some(Pass)))
-        .collect();
-    let mut labels: Vec<(Label, usize)> = Vec::with_capacity(4);
-    let mut emit = |insn: Insn, to: Option<Label>| code.push((insn, to));
-
-    // Only the placing socket's queue has a cursor here: frames of other queues are ordinary.
-    emit(Insn::load(SIZE_W, R5, R6, MD_RX_QUEUE_INDEX), None);
-    emit(Insn::jump_ne32_imm(R5, steering.queue, 0), Some(Kernel));
-    // The frame's whole length (all its buffers), kept on the stack across the call.
-    emit(Insn::mov_reg(R1, R6), None);
-    emit(Insn::call(HELPER_XDP_GET_BUFF_LEN), None);
-    emit(Insn::store(SIZE_DW, R10, LENGTH_ON_STACK, R0), None);
-    emit(Insn::load(SIZE_W, R2, R6, MD_DATA), None);
-    emit(Insn::load(SIZE_W, R3, R6, MD_DATA_END), None);
-    // R4 = the length, and only a frame in one buffer (its length all before `data_end`) may
-    // be taken: a socket bound without scatter-gather would drop a longer one after the
-    // cursor counted it.
-    emit(Insn::load(SIZE_DW, R4, R10, LENGTH_ON_STACK), None);
-    emit(Insn::jump_gt_imm(R4, MAX_FRAME_LEN, 0), Some(Kernel));
-    emit(Insn::mov_reg(R5, R2), None);
-    emit(Insn::add_reg(R5, R4), None);
-    emit(Insn::jump_gt_reg(R5, R3, 0), Some(Kernel));
-    // R7 = the table, R8 = the cursor, R9 = the record at the cursor.
-    for insn in Insn::load_map_value(R7, steering.table_fd) {
-        emit(insn, None);
+    let mut program = Assembly::new();
+    for (insn, jumps) in frame_is_ours(steering.ip, steering.port) {
+        program.emit(insn, jumps.then_some(Pass));
     }
-    emit(Insn::load(SIZE_DW, R8, R7, CURSOR_AT as i16), None);
-    emit(Insn::mov_reg(R9, R8), None);
-    emit(Insn::and_imm(R9, PLACING_POSITIONS as i32 - 1), None);
-    emit(Insn::lsh_imm(R9, RECORD_LEN.trailing_zeros() as i32), None);
-    emit(Insn::add_reg(R9, R7), None);
-    emit(Insn::add_imm(R9, RECORDS_AT as i32), None);
-    emit(Insn::load(SIZE_W, R5, R9, RECORD_KIND), None);
-    emit(Insn::load(SIZE_W, R0, R9, RECORD_LEN_FIELD), None);
-    emit(Insn::jump_eq_imm(R5, KIND_NONE as i32, 0), Some(Kernel));
-    emit(Insn::jump_eq_imm(R5, KIND_PLACE as i32, 0), Some(Place));
-    // An ordinary chunk or a void place: any frame that fits.
-    emit(Insn::jump_gt_reg(R4, R0, 0), Some(Kernel));
-    emit(Insn::jump(0), Some(Take));
+    emit_length_and_record(&mut program, steering);
+    program.place(Place);
+    emit_place_checks(&mut program);
+    program.place(Take);
+    emit_take(&mut program, steering.sockets_map_fd);
+    program.end_with_kernel_and_pass(Kernel, Pass, steering.passed_counter_fd);
+    program.finish()
+}
 
-    let mut code_len = code.len();
-    labels.push((Place, code_len));
-    let mut emit = |insn: Insn, to: Option<Label>| code.push((insn, to));
-    // Exactly the place's length, and headers that are there to read and keep.
-    emit(Insn::jump_ne_reg(R4, R0, 0), Some(Kernel));
-    emit(Insn::mov_reg(R4, R2), None);
-    emit(Insn::add_imm(R4, kept_len), None);
-    emit(Insn::jump_gt_reg(R4, R3, 0), Some(Kernel));
-    emit(Insn::load(SIZE_B, R5, R2, at_header(field::KIND)), None);
-    emit(
+/// Leaves `R4` = the frame's length, `R7` = the table, `R8` = the cursor, `R9` = the record
+/// at the cursor, `R0` = its length field; goes to `Kernel` for a frame of another queue, in
+/// several buffers, or with no record at the cursor, to `Take` for a chunk it fits, to `Place`
+/// for a place (`R2`, `R3` = the frame's bounds again).
+fn emit_length_and_record(program: &mut Assembly<Label>, steering: &PlacingSteering) {
+    use Label::*;
+    use Reg::*;
+    // Only the placing socket's queue has a cursor here: frames of other queues are ordinary.
+    program.emit(Insn::load(SIZE_W, R5, R6, MD_RX_QUEUE_INDEX), None);
+    program.emit(Insn::jump_ne32_imm(R5, steering.queue, 0), Some(Kernel));
+    // The frame's whole length (all its buffers), kept on the stack across the call.
+    program.emit(Insn::mov_reg(R1, R6), None);
+    program.emit(Insn::call(HELPER_XDP_GET_BUFF_LEN), None);
+    program.emit(Insn::store(SIZE_DW, R10, LENGTH_ON_STACK, R0), None);
+    program.emit(Insn::load(SIZE_W, R2, R6, MD_DATA), None);
+    program.emit(Insn::load(SIZE_W, R3, R6, MD_DATA_END), None);
+    // Only a frame in one buffer (its length all before `data_end`) may be taken: a socket
+    // bound without scatter-gather would drop a longer one after the cursor counted it.
+    program.emit(Insn::load(SIZE_DW, R4, R10, LENGTH_ON_STACK), None);
+    program.emit(Insn::jump_gt_imm(R4, MAX_FRAME_LEN, 0), Some(Kernel));
+    program.emit(Insn::mov_reg(R5, R2), None);
+    program.emit(Insn::add_reg(R5, R4), None);
+    program.emit(Insn::jump_gt_reg(R5, R3, 0), Some(Kernel));
+    program.emit_all(Insn::load_map_value(R7, steering.table_fd));
+    program.emit(Insn::load(SIZE_DW, R8, R7, CURSOR_AT as i16), None);
+    program.emit(Insn::mov_reg(R9, R8), None);
+    program.emit(Insn::and_imm(R9, PLACING_POSITIONS as i32 - 1), None);
+    program.emit(Insn::lsh_imm(R9, RECORD_LEN.trailing_zeros() as i32), None);
+    program.emit(Insn::add_reg(R9, R7), None);
+    program.emit(Insn::add_imm(R9, RECORDS_AT as i32), None);
+    program.emit(Insn::load(SIZE_W, R5, R9, RECORD_KIND), None);
+    program.emit(Insn::load(SIZE_W, R0, R9, RECORD_LEN_FIELD), None);
+    program.emit(Insn::jump_eq_imm(R5, KIND_NONE as i32, 0), Some(Kernel));
+    program.emit(Insn::jump_eq_imm(R5, KIND_PLACE as i32, 0), Some(Place));
+    // An ordinary chunk or a void place: any frame that fits.
+    program.emit(Insn::jump_gt_reg(R4, R0, 0), Some(Kernel));
+    program.emit(Insn::jump(0), Some(Take));
+}
+
+/// The head is a frame's place: the frame must be exactly that one (length, kind, transfer,
+/// index), else `Kernel`; then its headers are kept at the cursor's position.
+fn emit_place_checks(program: &mut Assembly<Label>) {
+    use Label::*;
+    use Reg::*;
+    let at_header = |offset: usize| (HEADERS_LEN + offset) as i16;
+    program.emit(Insn::jump_ne_reg(R4, R0, 0), Some(Kernel));
+    program.emit(Insn::mov_reg(R4, R2), None);
+    program.emit(Insn::add_imm(R4, KEPT_HEADERS_LEN as i32), None);
+    program.emit(Insn::jump_gt_reg(R4, R3, 0), Some(Kernel));
+    program.emit(Insn::load(SIZE_B, R5, R2, at_header(field::KIND)), None);
+    program.emit(
         Insn::jump_ne32_imm(R5, FrameKind::LmData as u32, 0),
         Some(Kernel),
     );
@@ -267,70 +277,42 @@ pub fn placing_program(steering: &PlacingSteering) -> Vec<Insn> {
         (field::AUX, RECORD_TRANSFER),
         (field::FRAME_INDEX, RECORD_INDEX),
     ] {
-        emit(Insn::load(SIZE_W, R5, R2, at_header(frame_field)), None);
-        emit(Insn::load(SIZE_W, R0, R9, record_field), None);
-        emit(Insn::jump_ne_reg(R5, R0, 0), Some(Kernel));
+        program.emit(Insn::load(SIZE_W, R5, R2, at_header(frame_field)), None);
+        program.emit(Insn::load(SIZE_W, R0, R9, record_field), None);
+        program.emit(Insn::jump_ne_reg(R5, R0, 0), Some(Kernel));
     }
-    // Keep its headers: R1 = where they go.
-    emit(Insn::mov_reg(R1, R8), None);
-    emit(Insn::and_imm(R1, PLACING_POSITIONS as i32 - 1), None);
-    emit(Insn::mul_imm(R1, KEPT_STRIDE as i32), None);
-    emit(Insn::add_reg(R1, R7), None);
-    emit(Insn::add_imm(R1, KEPT_AT as i32), None);
-    let words = KEPT_HEADERS_LEN / 8;
-    for word in 0..words as i16 {
-        emit(Insn::load(SIZE_DW, R5, R2, word * 8), None);
-        emit(Insn::store(SIZE_DW, R1, word * 8, R5), None);
+    // R1 = where its headers go.
+    program.emit(Insn::mov_reg(R1, R8), None);
+    program.emit(Insn::and_imm(R1, PLACING_POSITIONS as i32 - 1), None);
+    program.emit(Insn::mul_imm(R1, KEPT_STRIDE as i32), None);
+    program.emit(Insn::add_reg(R1, R7), None);
+    program.emit(Insn::add_imm(R1, KEPT_AT as i32), None);
+    const WORDS: usize = KEPT_HEADERS_LEN / 8;
+    const _: () = assert!(KEPT_HEADERS_LEN - WORDS * 8 == 2, "a half-word tail");
+    for word in 0..WORDS as i16 {
+        program.emit(Insn::load(SIZE_DW, R5, R2, word * 8), None);
+        program.emit(Insn::store(SIZE_DW, R1, word * 8, R5), None);
     }
-    let tail = (words * 8) as i16;
-    emit(Insn::load(SIZE_H, R5, R2, tail), None);
-    emit(Insn::store(SIZE_H, R1, tail, R5), None);
-    const _: () = assert!(KEPT_HEADERS_LEN - KEPT_HEADERS_LEN / 8 * 8 == 2);
+    let tail = (WORDS * 8) as i16;
+    program.emit(Insn::load(SIZE_H, R5, R2, tail), None);
+    program.emit(Insn::store(SIZE_H, R1, tail, R5), None);
+}
 
-    code_len = code.len();
-    labels.push((Take, code_len));
-    let mut emit = |insn: Insn, to: Option<Label>| code.push((insn, to));
-    emit(
+/// Clears the record, advances the cursor and redirects the frame to the socket.
+fn emit_take(program: &mut Assembly<Label>, sockets_map_fd: i32) {
+    use Reg::*;
+    program.emit(
         Insn::store_imm(SIZE_W, R9, RECORD_KIND, KIND_NONE as i32),
         None,
     );
-    emit(Insn::add_imm(R8, 1), None);
-    emit(Insn::store(SIZE_DW, R7, CURSOR_AT as i16, R8), None);
-    for insn in Insn::load_map_fd(R1, steering.sockets_map_fd) {
-        emit(insn, None);
-    }
-    emit(Insn::load(SIZE_W, R2, R6, MD_RX_QUEUE_INDEX), None);
+    program.emit(Insn::add_imm(R8, 1), None);
+    program.emit(Insn::store(SIZE_DW, R7, CURSOR_AT as i16, R8), None);
+    program.emit_all(Insn::load_map_fd(R1, sockets_map_fd));
+    program.emit(Insn::load(SIZE_W, R2, R6, MD_RX_QUEUE_INDEX), None);
     // No socket at the queue: drop (XDP_ABORTED), since its address counts as taken.
-    emit(Insn::mov_imm(R3, 0), None);
-    emit(Insn::call(HELPER_REDIRECT_MAP), None);
-    emit(Insn::exit(), None);
-
-    labels.push((Kernel, code.len()));
-    for insn in Insn::load_map_value(R1, steering.passed_counter_fd) {
-        code.push((insn, None));
-    }
-    code.push((Insn::mov_imm(R2, 1), None));
-    code.push((Insn::atomic_add64(R1, R2, 0), None));
-    labels.push((Pass, code.len()));
-    code.push((Insn::mov_imm(R0, XDP_PASS), None));
-    code.push((Insn::exit(), None));
-
-    let position = |label: Label| {
-        labels
-            .iter()
-            .find(|(l, _)| *l == label)
-            .map(|&(_, at)| at)
-            .expect("every label is placed")
-    };
-    code.into_iter()
-        .enumerate()
-        .map(|(at, (mut insn, to))| {
-            if let Some(label) = to {
-                insn.set_offset((position(label) - at - 1) as i16);
-            }
-            insn
-        })
-        .collect()
+    program.emit(Insn::mov_imm(R3, 0), None);
+    program.emit(Insn::call(HELPER_REDIRECT_MAP), None);
+    program.emit(Insn::exit(), None);
 }
 
 #[cfg(test)]

@@ -18,6 +18,8 @@
 
 use std::net::Ipv4Addr;
 
+use crate::assembly::Assembly;
+
 /// One eBPF instruction, as the kernel reads it (`struct bpf_insn`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C)]
@@ -316,45 +318,21 @@ pub(crate) fn frame_is_ours(ip: Ipv4Addr, port: u16) -> Vec<(Insn, bool)> {
 pub fn redirect_program(steering: &Steering) -> Vec<Insn> {
     use Reg::*;
     use Target::*;
-
-    // Instructions with the target of their jump, if they have one; offsets are filled in once
-    // the layout is known.
-    let mut layout: Vec<(Insn, Option<Target>)> = frame_is_ours(steering.ip, steering.port)
-        .into_iter()
-        .map(|(insn, jumps)| (insn, jumps.then_some(Pass)))
-        .collect();
-    let mut emit = |insn: Insn, target: Option<Target>| layout.push((insn, target));
-    emit(Insn::load(SIZE_H, R5, R2, UDP_LENGTH), None);
-    emit(Insn::be16(R5), None);
+    let mut program = Assembly::new();
+    for (insn, jumps) in frame_is_ours(steering.ip, steering.port) {
+        program.emit(insn, jumps.then_some(Pass));
+    }
+    program.emit(Insn::load(SIZE_H, R5, R2, UDP_LENGTH), None);
+    program.emit(Insn::be16(R5), None);
     let ring_max = i32::from(steering.ring_max_udp_len);
-    emit(Insn::jump_gt_imm(R5, ring_max, 0), Some(Kernel));
-    for insn in Insn::load_map_fd(R1, steering.sockets_map_fd) {
-        emit(insn, None);
-    }
-    emit(Insn::load(SIZE_W, R2, R6, MD_RX_QUEUE_INDEX), None);
-    emit(Insn::mov_imm(R3, XDP_PASS), None);
-    emit(Insn::call(HELPER_REDIRECT_MAP), None);
-    emit(Insn::exit(), None);
-    let kernel = layout.len();
-    for insn in Insn::load_map_value(R1, steering.passed_counter_fd) {
-        layout.push((insn, None));
-    }
-    layout.push((Insn::mov_imm(R2, 1), None));
-    layout.push((Insn::atomic_add64(R1, R2, 0), None));
-    let pass = layout.len();
-    layout.push((Insn::mov_imm(R0, XDP_PASS), None));
-    layout.push((Insn::exit(), None));
-    layout
-        .into_iter()
-        .enumerate()
-        .map(|(at, (mut insn, target))| {
-            if let Some(target) = target {
-                let to = if target == Kernel { kernel } else { pass };
-                insn.off = (to - at - 1) as i16;
-            }
-            insn
-        })
-        .collect()
+    program.emit(Insn::jump_gt_imm(R5, ring_max, 0), Some(Kernel));
+    program.emit_all(Insn::load_map_fd(R1, steering.sockets_map_fd));
+    program.emit(Insn::load(SIZE_W, R2, R6, MD_RX_QUEUE_INDEX), None);
+    program.emit(Insn::mov_imm(R3, XDP_PASS), None);
+    program.emit(Insn::call(HELPER_REDIRECT_MAP), None);
+    program.emit(Insn::exit(), None);
+    program.end_with_kernel_and_pass(Kernel, Pass, steering.passed_counter_fd);
+    program.finish()
 }
 
 #[cfg(test)]
