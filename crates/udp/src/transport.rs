@@ -259,9 +259,7 @@ impl UdpTransport {
         // SAFETY: `fd` is a fresh descriptor nothing else owns; closed on every exit path.
         let socket = unsafe { OwnedFd::from_raw_fd(fd) };
         if options.socket_buffer_bytes > 0 {
-            let bytes = options.socket_buffer_bytes.min(i32::MAX as usize / 2) as libc::c_int;
-            set_buffer_size(fd, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, bytes);
-            set_buffer_size(fd, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, bytes);
+            force_buffer_sizes(fd, options.socket_buffer_bytes);
         }
         let (raw, len) = RawAddr::from_socket_addr(options.bind, ipv6);
         // SAFETY: `raw` holds a valid address of `len` bytes.
@@ -851,9 +849,18 @@ impl Drop for SendBatch<'_, '_> {
 
 /// Requests a buffer size, forcibly if the process may exceed `net.core.*mem_max`, otherwise
 /// with the plain option (capped by the kernel). Failures are ignored: the default still works.
-fn set_buffer_size(fd: RawFd, force: libc::c_int, plain: libc::c_int, bytes: libc::c_int) {
-    if set_int_option(fd, libc::SOL_SOCKET, force, bytes).is_err() {
-        let _ = set_int_option(fd, libc::SOL_SOCKET, plain, bytes);
+/// Sets a socket's send and receive buffers to `bytes` each, past the system's limits where
+/// the process may (`SO_*BUFFORCE`, root or `CAP_NET_ADMIN`), else as far as the limits allow.
+/// Best effort: a socket keeps working with smaller buffers, it only drops sooner under bursts.
+pub fn force_buffer_sizes(fd: RawFd, bytes: usize) {
+    let bytes = bytes.min(i32::MAX as usize / 2) as libc::c_int;
+    for (force, plain) in [
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+    ] {
+        if set_int_option(fd, libc::SOL_SOCKET, force, bytes).is_err() {
+            let _ = set_int_option(fd, libc::SOL_SOCKET, plain, bytes);
+        }
     }
 }
 

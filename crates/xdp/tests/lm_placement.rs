@@ -150,7 +150,8 @@ fn receive_all(
         .expect("eth0 holds the address");
     let ordinary = UdpSocket::bind(SocketAddrV4::new(local, PORT)).expect("port");
     ordinary.set_nonblocking(true).expect("nonblocking");
-    force_receive_buffer(&ordinary, 32 << 20);
+    // Room for every frame the third sender sends, so the kernel's socket drops none.
+    nicmsg_udp::force_buffer_sizes(std::os::fd::AsRawFd::as_raw_fd(&ordinary), 32 << 20);
     let geometry = Geometry::new(HEADERS_LEN + FRAME_HEADER_LEN, PAYLOAD).expect("geometry");
     let bytes = REGION_AT + geometry.receive_region_len(LARGEST) + 2 * nicmsg_xdp::CHUNK_BYTES;
     let socket = XskSocket::open_with(interface.index, 0, ReceiveMode::Placing { bytes })
@@ -236,22 +237,6 @@ fn receive_all(
         }
     }
     report
-}
-
-/// Room for every frame the third sender sends, so the kernel's socket drops none of them.
-fn force_receive_buffer(socket: &UdpSocket, bytes: libc::c_int) {
-    use std::os::fd::AsRawFd;
-    // SAFETY: setsockopt with a c_int option value of the size given.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUFFORCE,
-            std::ptr::from_ref(&bytes).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(rc, 0, "SO_RCVBUFFORCE: {}", std::io::Error::last_os_error());
 }
 
 /// Waits until the filter has passed every frame the third sender sent (it stopped), and

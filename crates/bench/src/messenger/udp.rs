@@ -19,7 +19,7 @@ pub const IP_UDP_HEADERS: usize = 28;
 /// datagrams of a window on a working link.
 const LOSS_LIMIT: Duration = Duration::from_secs(2);
 /// Socket buffers forced (as root) so that a window of large messages fits in flight.
-const SOCKET_BUFFER: libc::c_int = 32 << 20;
+const SOCKET_BUFFER: usize = 32 << 20;
 
 struct Incoming {
     slot: usize,
@@ -42,7 +42,8 @@ impl UdpMessenger {
         socket
             .set_nonblocking(true)
             .map_err(BenchError::io("making the socket non-blocking"))?;
-        force_buffers(&socket);
+        // Large buffers, forced past the sysctl limits when running as root.
+        nicmsg_udp::force_buffer_sizes(socket.as_raw_fd(), SOCKET_BUFFER);
         Ok(Self {
             socket,
             datagram: datagram.max(1),
@@ -132,30 +133,6 @@ fn send_datagram(socket: &UdpSocket, bytes: &[u8]) -> Result<(), BenchError> {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::hint::spin_loop(),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(BenchError::io("sending a datagram")(e)),
-        }
-    }
-}
-
-/// Large buffers, forced past the sysctl limits when running as root (best effort otherwise).
-fn force_buffers(socket: &UdpSocket) {
-    for (forced, plain) in [
-        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
-        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
-    ] {
-        for option in [forced, plain] {
-            // SAFETY: a valid socket and an int option value of the right size.
-            let rc = unsafe {
-                libc::setsockopt(
-                    socket.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    option,
-                    (&SOCKET_BUFFER as *const libc::c_int).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            if rc == 0 {
-                break;
-            }
         }
     }
 }
