@@ -206,17 +206,22 @@ impl Directory {
         if src == 0 {
             return Arrival::Stale;
         }
-        // A conversation given up on stays given up, even if its peer, never having heard
-        // this side, took the name of this side's next conversation with it for its own:
-        // its retransmissions must be answered with RESET, not taken again by the new slot.
-        if let Some(&peer) = self.retired.get(&(from, src)) {
-            return Arrival::Peer(peer);
-        }
         if dst != 0 {
             if let Some(peer) = self.slot_named(dst, from) {
-                self.heard(now, peer, src, opens);
-                return Arrival::Peer(peer);
+                // The slot's own peer (every frame once the conversation is under way: no
+                // lookup), or a new name for it that no conversation given up on holds. A
+                // conversation given up on stays given up even if its peer, never having
+                // heard this side, took the name of this side's next conversation for its
+                // own: its retransmissions are answered with RESET, not taken again.
+                let renames = self.slots[peer as usize].theirs != src;
+                if !renames || !self.retired.contains_key(&(from, src)) {
+                    self.heard(now, peer, src, opens);
+                    return Arrival::Peer(peer);
+                }
             }
+        }
+        if let Some(&peer) = self.retired.get(&(from, src)) {
+            return Arrival::Peer(peer);
         }
         if !opens {
             return Arrival::Stale;
