@@ -185,12 +185,14 @@ fn receive_all(
     ready.send(()).expect("sender waits");
     let mut receiver = Receiver {
         socket,
-        table: (filter == Filter::Placing).then_some(table),
+        placing: (filter == Filter::Placing).then(|| PlacingSide {
+            table,
+            aim: aim.clone(),
+        }),
         posted: 0,
         taken: 0,
         ordinary,
         ordinary_received: 0,
-        aim: (filter == Filter::Placing).then(|| aim.clone()),
         passed,
         volleys: 0,
     };
@@ -258,19 +260,24 @@ fn wait_for_passed(passed: &Counter, intruder: &Intruder) -> u64 {
     }
 }
 
+/// What the receiver has only with the placing filter.
+struct PlacingSide {
+    table: PlacingTable,
+    /// Asks the third sender for aimed volleys.
+    aim: mpsc::Sender<Aim>,
+}
+
 /// The receiving socket and what it has posted.
 struct Receiver {
     socket: XskSocket,
-    /// The placing filter's table (none with the plain program).
-    table: Option<PlacingTable>,
+    /// None with the plain program.
+    placing: Option<PlacingSide>,
     /// Fill addresses posted and taken so far: the positions the table is indexed by.
     posted: u64,
     taken: u64,
     /// The port's kernel socket: frames the filter passed arrive here.
     ordinary: UdpSocket,
     ordinary_received: u64,
-    /// With the placing filter: asks the third sender for aimed volleys.
-    aim: Option<mpsc::Sender<Aim>>,
     /// Frames of the port the program passed to the kernel.
     passed: Counter,
     volleys: u64,
@@ -335,7 +342,7 @@ impl Receiver {
     /// With the placing filter: the frame that took position `taken` was frame `index` of
     /// `key`, by the headers the filter kept (its own were overwritten by the next landing).
     fn check_kept_headers(&self, key: TransferKey, index: u32) {
-        let Some(table) = &self.table else {
+        let Some(PlacingSide { table, .. }) = &self.placing else {
             return;
         };
         assert!(
@@ -369,7 +376,7 @@ impl Receiver {
     /// at the head slot, and checks that every frame of it went to the kernel and none took
     /// the slot.
     fn aim_at_head(&mut self, fill: &FillQueue, key: TransferKey) {
-        let Some(aim) = &self.aim else {
+        let Some(PlacingSide { aim, .. }) = &self.placing else {
             return;
         };
         let Some(&Slot::Placement { index, len, .. }) = fill.head() else {
@@ -392,7 +399,9 @@ impl Receiver {
             self.drain_ordinary();
             thread::sleep(Duration::from_micros(100));
         }
-        let table = self.table.as_ref().expect("the placing filter's table");
+        let Some(PlacingSide { table, .. }) = &self.placing else {
+            unreachable!("aimed only with the placing filter");
+        };
         assert_eq!(
             table.cursor(),
             self.taken,
@@ -421,7 +430,7 @@ impl Receiver {
         // Addresses first, then their records: a record the filter sees has its address.
         self.socket.publish_fill();
         for slot in &slots {
-            if let Some(table) = &self.table {
+            if let Some(PlacingSide { table, .. }) = &self.placing {
                 table.record(self.posted, slot);
             }
             self.posted += 1;
