@@ -106,10 +106,12 @@ impl Control {
         }
     }
 
-    /// The message an ADMISSION frame says (already checked by `AdmissionRepr::from_header`).
-    pub fn from_repr(repr: AdmissionRepr) -> Self {
+    /// The admission control message an ADMISSION frame says (already checked by
+    /// `AdmissionRepr::from_header`); `None` for the transfer flow's operations (Grant,
+    /// Resend, Delivered), which are the station's (`crate::station`).
+    pub fn from_repr(repr: AdmissionRepr) -> Option<Self> {
         let number = repr.number;
-        match repr.op {
+        Some(match repr.op {
             AdmissionOp::Request => Control::Request {
                 transfer: number,
                 len: repr.len,
@@ -131,7 +133,8 @@ impl Control {
                 epoch: number,
                 busy: false,
             },
-        }
+            AdmissionOp::Grant | AdmissionOp::Resend | AdmissionOp::Delivered => return None,
+        })
     }
 }
 
@@ -766,7 +769,7 @@ mod tests {
         for message in messages {
             let header = message.to_repr().to_header(1, 0, 1).unwrap();
             let repr = AdmissionRepr::from_header(&header).unwrap();
-            assert_eq!(Control::from_repr(repr), message);
+            assert_eq!(Control::from_repr(repr), Some(message));
         }
     }
 

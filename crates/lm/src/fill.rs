@@ -237,6 +237,11 @@ impl FillQueue {
         voided
     }
 
+    /// Every slot in the queue, oldest first, taken by the device or not.
+    pub fn slots(&self) -> impl Iterator<Item = &Slot> {
+        self.slots.iter()
+    }
+
     /// Slots in the queue (taken by the device or not) that point into `transfer`'s region.
     pub fn slots_of(&self, transfer: TransferKey) -> usize {
         self.slots

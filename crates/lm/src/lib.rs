@@ -15,14 +15,18 @@
 //! * [`admission`]: the admission control of the paper's table 1 and figure 3 (request, accept,
 //!   reject, end, and telling the other nodes which receiver is busy), made reliable with
 //!   retransmission and idempotent messages.
+//! * [`station`]: all of it put together for one node: transfers sent and received end to
+//!   end, placed when admitted and by copy otherwise, paced and made reliable.
 
 #![forbid(unsafe_code)]
 
 pub mod admission;
+mod bits;
 pub mod fill;
 pub mod geometry;
 pub mod placement;
 pub mod send_buffer;
+pub mod station;
 
 pub use fill::{Arrival, FillQueue, Slot, Steer, TransferKey};
 pub use geometry::{Geometry, GeometryError};

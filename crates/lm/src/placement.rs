@@ -25,6 +25,7 @@
 //! waiting slots void, so ordinary frames drain them; its region is not reused until
 //! [`crate::fill::FillQueue::slots_of`] is 0.
 
+use crate::bits::Bits;
 use crate::fill::{FillError, FillQueue, Slot, TransferKey};
 use crate::geometry::{Geometry, GeometryError, MAX_HEADER_LEN};
 
@@ -340,28 +341,6 @@ impl Placement {
         let len = range.len();
         region[range].copy_from_slice(&kept[..len]);
         self.stats.restored_bytes += len as u64;
-    }
-}
-
-/// A fixed set of frame indices (allocated once per transfer).
-#[derive(Debug)]
-struct Bits(Vec<u64>);
-
-impl Bits {
-    fn new(count: u32) -> Self {
-        Self(vec![0; (count as usize).div_ceil(64)])
-    }
-
-    fn get(&self, index: u32) -> bool {
-        self.0[index as usize / 64] & (1 << (index % 64)) != 0
-    }
-
-    fn set(&mut self, index: u32) {
-        self.0[index as usize / 64] |= 1 << (index % 64);
-    }
-
-    fn clear(&mut self, index: u32) {
-        self.0[index as usize / 64] &= !(1 << (index % 64));
     }
 }
 

@@ -72,9 +72,13 @@ fn transfers_under_loss_duplication_reordering_and_corruption_arrive_intact() {
     let stats = run(&specs(0..120, &[0.01, 0.05, 0.2], faulty(), 3, 0.0));
     assert!(stats.placed_transfers > 100, "{stats:?}");
     assert!(stats.placed_frames > 1000, "{stats:?}");
+    // The station sends an admitted transfer's frames only as far as granted, so a frame
+    // comes by copy ahead of its neighbour's waiting slot (the shadows' case, covered by
+    // the placement's own tests) only after a damaged landing; losses are recovered by
+    // receivers asking and senders resending.
     assert!(
-        stats.restored_bytes > 0,
-        "a landing covered a copied tail: {stats:?}"
+        stats.resends_asked > 0 && stats.frames_resent > 0,
+        "losses were asked for again: {stats:?}"
     );
     assert!(
         stats.held_for_slot > 0 && stats.damaged_landings > 0,

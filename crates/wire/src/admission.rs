@@ -5,12 +5,19 @@
 //!
 //! ```text
 //! field        use
-//! aux          the operation (AdmissionOp), 1..=9
-//! msg_id       the sender's transfer number (Request, Accept, Reject, End, EndAck)
-//!              or the receiver's admission epoch (Busy, Free and their answers)
-//! offset       Request: the transfer's length in bytes; 0 otherwise
-//! frame_index  Accept: the receiver's key for the transfer's frames; 0 otherwise
+//! aux          the operation (AdmissionOp), 1..=12
+//! msg_id       admission's transfer number (Request, Accept, Reject, End, EndAck),
+//!              the receiver's admission epoch (Busy, Free and their answers), or the
+//!              sender's transfer number (Grant, Resend, Delivered)
+//! offset       Request: the transfer's length in bytes; Grant and Resend: the frame range
+//!              (low 32 bits the lowest frame, high 32 bits the highest); 0 otherwise
+//! frame_index  Accept, Grant, Resend: the receiver's key for the transfer's frames (0 on
+//!              Grant and Resend for a transfer received by copy); 0 otherwise
 //! ```
+//!
+//! Grant, Resend and Delivered are not admission control but the flow of one transfer's frames
+//! (`nicmsg_lm::station`): they travel in ADMISSION frames so that everything of LM is two
+//! frame kinds, routed past the protocol core together.
 //!
 //! Unused fields must be zero ([`AdmissionRepr::from_header`] refuses anything else), so a
 //! frame means one thing only.
@@ -39,6 +46,13 @@ pub enum AdmissionOp {
     BusyAck = 8,
     /// The answer to Free.
     FreeAck = 9,
+    /// The receiver of a transfer: send its frames from the top of the range down to its
+    /// bottom (they have places, or a buffer, waiting).
+    Grant = 10,
+    /// The receiver of a transfer: frames of the range are missing; send them again.
+    Resend = 11,
+    /// The receiver of a transfer: every byte is in, and handed to the application.
+    Delivered = 12,
 }
 
 impl AdmissionOp {
@@ -53,6 +67,9 @@ impl AdmissionOp {
             7 => Self::Free,
             8 => Self::BusyAck,
             9 => Self::FreeAck,
+            10 => Self::Grant,
+            11 => Self::Resend,
+            12 => Self::Delivered,
             _ => return None,
         })
     }
@@ -64,9 +81,9 @@ pub struct AdmissionRepr {
     pub op: AdmissionOp,
     /// The transfer number or the epoch.
     pub number: u32,
-    /// Request: the transfer's length.
+    /// Request: the transfer's length; Grant and Resend: the frame range (see the module).
     pub len: u64,
-    /// Accept: the receiver's key.
+    /// Accept, Grant and Resend: the receiver's key.
     pub key: u32,
 }
 
@@ -106,10 +123,12 @@ impl AdmissionRepr {
         })
     }
 
-    /// Only a request has a length and only an accept a key.
+    /// Only a request, grant or resend has a length (or range), and only an accept, grant or
+    /// resend a key.
     fn check(&self) -> Result<(), WireError> {
-        let stray_len = self.len != 0 && self.op != AdmissionOp::Request;
-        let stray_key = self.key != 0 && self.op != AdmissionOp::Accept;
+        use AdmissionOp::{Accept, Grant, Request, Resend};
+        let stray_len = self.len != 0 && !matches!(self.op, Request | Grant | Resend);
+        let stray_key = self.key != 0 && !matches!(self.op, Accept | Grant | Resend);
         if stray_len || stray_key {
             return Err(WireError::ReservedNotZero);
         }
@@ -132,17 +151,22 @@ mod tests {
 
     #[test]
     fn every_operation_round_trips() {
-        for op in 1..=9 {
+        use AdmissionOp::{Accept, Grant, Request, Resend};
+        for op in 1..=12 {
             let op = AdmissionOp::from_u32(op).unwrap();
             let repr = AdmissionRepr {
                 op,
                 number: 41,
-                len: if op == AdmissionOp::Request {
+                len: if matches!(op, Request | Grant | Resend) {
                     1 << 33
                 } else {
                     0
                 },
-                key: if op == AdmissionOp::Accept { 5 } else { 0 },
+                key: if matches!(op, Accept | Grant | Resend) {
+                    5
+                } else {
+                    0
+                },
             };
             assert_eq!(round_trip(repr), repr);
         }
@@ -158,10 +182,10 @@ mod tests {
         }
         .to_header(1, 0, 1)
         .unwrap();
-        header.aux = 10;
+        header.aux = 13;
         assert_eq!(
             AdmissionRepr::from_header(&header),
-            Err(WireError::UnknownAdmissionOp(10))
+            Err(WireError::UnknownAdmissionOp(13))
         );
         header.aux = AdmissionOp::End as u32;
         header.offset = 3;

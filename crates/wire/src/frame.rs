@@ -24,13 +24,7 @@ impl<'a> Frame<'a> {
     /// Parses and verifies any byte string: returns a frame or an error, never panics and never
     /// reads out of bounds.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, WireError> {
-        let Some(frame_header) = bytes.first_chunk::<FRAME_HEADER_LEN>() else {
-            return Err(WireError::Truncated {
-                len: bytes.len(),
-                need: FRAME_HEADER_LEN,
-            });
-        };
-        let header = FrameHeader::parse(frame_header)?;
+        let header = Self::parse_header(bytes)?;
         let headers_len = header.headers_len();
         if bytes.len() < headers_len {
             return Err(WireError::Truncated {
@@ -38,25 +32,60 @@ impl<'a> Frame<'a> {
                 need: headers_len,
             });
         }
-        let payload = &bytes[headers_len..];
+        let (headers, payload) = bytes.split_at(headers_len);
+        Self::check_parts(header, headers, payload)
+    }
+
+    /// Parses and verifies a frame whose header block and payload lie in two places: a frame
+    /// LM placed, whose headers were kept aside before the next landing covered them and whose
+    /// payload is where it landed. `headers` is exactly the header block.
+    pub fn parse_parts(headers: &'a [u8], payload: &'a [u8]) -> Result<Self, WireError> {
+        let header = Self::parse_header(headers)?;
+        if headers.len() != header.headers_len() {
+            return Err(WireError::LengthMismatch {
+                declared: header.headers_len() as u32,
+                actual: headers.len(),
+            });
+        }
+        Self::check_parts(header, headers, payload)
+    }
+
+    fn parse_header(bytes: &[u8]) -> Result<FrameHeader, WireError> {
+        let Some(frame_header) = bytes.first_chunk::<FRAME_HEADER_LEN>() else {
+            return Err(WireError::Truncated {
+                len: bytes.len(),
+                need: FRAME_HEADER_LEN,
+            });
+        };
+        FrameHeader::parse(frame_header)
+    }
+
+    /// The checks after the frame header: lengths, checksum, message header. `headers` is the
+    /// whole header block of `header`.
+    fn check_parts(
+        header: FrameHeader,
+        headers: &'a [u8],
+        payload: &'a [u8],
+    ) -> Result<Self, WireError> {
         if payload.len() != header.payload_len as usize {
             return Err(WireError::LengthMismatch {
                 declared: header.payload_len,
                 actual: payload.len(),
             });
         }
-        let stored = read_u32(frame_header, field::CRC);
-        let computed = checksum(&bytes[..headers_len], &[payload]);
+        let stored = read_u32(&headers[..FRAME_HEADER_LEN], field::CRC);
+        let computed = checksum(headers, &[payload]);
         if stored != computed {
             return Err(WireError::BadChecksum { stored, computed });
         }
         let msg = if header.kind.has_msg_header() {
-            let msg_bytes: &[u8; MSG_HEADER_LEN] = bytes[FRAME_HEADER_LEN..headers_len]
-                .try_into()
-                .map_err(|_| WireError::Truncated {
-                    len: bytes.len(),
-                    need: headers_len,
-                })?;
+            let msg_bytes: &[u8; MSG_HEADER_LEN] =
+                headers[FRAME_HEADER_LEN..]
+                    .try_into()
+                    .map_err(|_| WireError::Truncated {
+                        len: headers.len(),
+                        need: header.headers_len(),
+                    })?;
             let msg = MsgHeader::parse(msg_bytes)?;
             if msg.protocol != protocol_of(header.kind) {
                 return Err(WireError::ProtocolMismatch);

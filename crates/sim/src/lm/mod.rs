@@ -18,9 +18,6 @@
 mod frames;
 mod node;
 
-use std::collections::BTreeMap;
-use std::rc::Rc;
-
 use nicmsg_lm::Geometry;
 use nicmsg_proto::Nanos;
 
@@ -97,6 +94,8 @@ pub struct LmStats {
     pub damaged_landings: u64,
     pub dropped_damaged: u64,
     pub duplicates: u64,
+    pub resends_asked: u64,
+    pub frames_resent: u64,
     /// Admitted transfers of clean runs with no ordinary chunk ahead, and the bytes they copied.
     pub clean_admitted: u64,
     pub events: u64,
@@ -119,6 +118,8 @@ impl LmStats {
         self.damaged_landings += o.damaged_landings;
         self.dropped_damaged += o.dropped_damaged;
         self.duplicates += o.duplicates;
+        self.resends_asked += o.resends_asked;
+        self.frames_resent += o.frames_resent;
         self.clean_admitted += o.clean_admitted;
         self.events += o.events;
         self.virtual_ns = self.virtual_ns.max(o.virtual_ns);
@@ -154,32 +155,25 @@ pub struct LmResult {
     pub stats: LmStats,
 }
 
-/// Every transfer's length, and its bytes (a function of sender, number and offset).
+/// Every transfer's bytes: a function of sender, receiver, the sender's number for it at
+/// that receiver, and offset.
 #[derive(Debug, Default)]
-pub struct Catalogue {
-    lengths: BTreeMap<(u32, u32), usize>,
-}
+pub struct Catalogue;
 
 impl Catalogue {
-    pub fn len_of(&self, from: u32, number: u32) -> Option<usize> {
-        self.lengths.get(&(from, number)).copied()
-    }
-
-    fn byte(from: u32, number: u32, offset: usize) -> u8 {
-        let word = mix(u64::from(from) << 40 ^ u64::from(number) << 20 ^ (offset / 8) as u64);
+    pub fn byte(from: u32, to: u32, number: u32, offset: usize) -> u8 {
+        let word = mix(u64::from(from) << 48
+            ^ u64::from(to) << 40
+            ^ u64::from(number) << 20
+            ^ (offset / 8) as u64);
         (word >> ((offset % 8) * 8)) as u8
     }
 
-    /// Bytes `range` of transfer `number` from `from`.
-    pub fn bytes_range(from: u32, number: u32, range: std::ops::Range<usize>) -> Vec<u8> {
-        range.map(|i| Self::byte(from, number, i)).collect()
-    }
-
-    pub fn first_wrong_byte(from: u32, number: u32, message: &[u8]) -> Option<usize> {
+    pub fn first_wrong_byte(from: u32, to: u32, number: u32, message: &[u8]) -> Option<usize> {
         message
             .iter()
             .enumerate()
-            .find(|&(i, &b)| b != Self::byte(from, number, i))
+            .find(|&(i, &b)| b != Self::byte(from, to, number, i))
             .map(|(i, _)| i)
     }
 }
@@ -207,29 +201,17 @@ pub fn run_lm(spec: &LmSpec) -> LmResult {
     let geometry = Geometry::new(header_len, payload).expect("the simulation's MTU fits LM");
     let window = [1, 2, 8, 32, 128][rng.below(5) as usize];
     let ordinary_chunks = [0, 0, 4, 16][rng.below(4) as usize];
-    let mut catalogue = Catalogue::default();
     let mut plans = Vec::new();
     for from in 0..spec.nodes {
-        for number in 1..=spec.transfers {
+        for _ in 0..spec.transfers {
             let to = (from + 1 + rng.below(u64::from(spec.nodes - 1)) as u32) % spec.nodes;
             let len = transfer_len(&mut rng, payload);
             let start = rng.below(2_000_000);
-            catalogue.lengths.insert((from, number), len);
-            plans.push(Outgoing::new(to, len, number, start));
+            plans.push(Outgoing::new(to, len, start));
         }
     }
-    let catalogue = Rc::new(catalogue);
     let mut nodes: Vec<Node> = (0..spec.nodes)
-        .map(|me| {
-            Node::new(
-                me,
-                spec.nodes,
-                geometry,
-                window,
-                ordinary_chunks,
-                catalogue.clone(),
-            )
-        })
+        .map(|me| Node::new(me, spec.nodes, geometry, window, ordinary_chunks))
         .collect();
     for (at, plan) in plans.into_iter().enumerate() {
         nodes[at / spec.transfers as usize].outgoing.push(plan);
@@ -298,7 +280,7 @@ impl World {
                 let (_, event) = self.network.pop().expect("peeked");
                 self.handle_event(event);
             } else if let Some((_, me)) = timer {
-                self.nodes[me as usize].timers(self.now);
+                self.nodes[me as usize].timers(self.now, &mut self.violations);
                 self.flush(me);
             }
         }
@@ -324,11 +306,7 @@ impl World {
             }
             Event::Wake { rank, .. } => {
                 if self.nodes[rank as usize].alive {
-                    self.nodes[rank as usize].engine_turn(
-                        self.now,
-                        &mut self.stats,
-                        &mut self.violations,
-                    );
+                    self.nodes[rank as usize].engine_turn(self.now, &mut self.violations);
                     self.flush(rank);
                 }
             }
@@ -344,7 +322,7 @@ impl World {
     fn maybe_engine_turn(&mut self, me: u32) {
         if self.rng.chance(0.7) {
             let node = &mut self.nodes[me as usize];
-            node.engine_turn(self.now, &mut self.stats, &mut self.violations);
+            node.engine_turn(self.now, &mut self.violations);
         } else if self.nodes[me as usize].has_ring_work() {
             let later = self.now + self.rng.range(200, 20_000);
             self.network
@@ -362,53 +340,36 @@ impl World {
 
     fn check_end(&mut self, spec: &LmSpec, ordinary_chunks: u32) {
         self.stats.virtual_ns = self.now;
+        self.add_station_stats();
         let alive: Vec<bool> = self.nodes.iter().map(|n| n.alive).collect();
         for node in &self.nodes {
             for out in &node.outgoing {
                 self.stats.transfers += 1;
-                let both_alive = alive[node.me as usize] && alive[out.to as usize];
-                if !both_alive {
+                if !(alive[node.me as usize] && alive[out.to as usize]) {
                     continue;
                 }
-                if !out.is_delivered()
-                    || !self.nodes[out.to as usize].is_delivered(node.me, out.number)
-                {
+                let received = out
+                    .delivered_as()
+                    .and_then(|number| self.nodes[out.to as usize].received_len(node.me, number));
+                if received != Some(out.len) {
                     self.violations.push(format!(
-                        "transfer {}/{} of {} B to {} not delivered (gave up: {})",
-                        node.me,
-                        out.number,
+                        "transfer of {} B from {} to {} not delivered (gave up: {}, received: {received:?})",
                         out.len,
+                        node.me,
                         out.to,
                         out.gave_up()
                     ));
                 }
             }
         }
-        for node in self.nodes.iter().filter(|n| n.alive) {
-            if node.active_placements() > 0 || node.admission().placing().is_some() {
-                self.violations
-                    .push(format!("node {} still places a transfer", node.me));
-            }
-            if node.placement_slots_waiting() > 0 {
-                self.violations.push(format!(
-                    "node {}: placement slots left in its fill queue",
-                    node.me
-                ));
-            }
-            if node.admission().poll_timeout().is_some() {
-                self.violations.push(format!(
-                    "node {}: admission messages unanswered at the end",
-                    node.me
-                ));
-            }
-            for peer in (0..spec.nodes).filter(|&p| p != node.me && alive[p as usize]) {
-                if node.admission().is_busy(peer) {
-                    self.violations.push(format!(
-                        "node {} thinks node {peer} busy at the end",
-                        node.me
-                    ));
-                }
-            }
+        let found: Vec<String> = self
+            .nodes
+            .iter()
+            .filter(|n| n.alive)
+            .flat_map(|node| node_at_end(node, spec, &alive))
+            .collect();
+        for what in found {
+            self.violations.push(what);
         }
         if spec.is_clean() && ordinary_chunks == 0 {
             self.stats.clean_admitted += self.stats.placed_transfers;
@@ -420,6 +381,64 @@ impl World {
             }
         }
     }
+
+    /// The stations' counters, added up into the run's.
+    fn add_station_stats(&mut self) {
+        for node in &self.nodes {
+            let s = node.station().stats();
+            let t = &mut self.stats;
+            t.placed_transfers += s.placed_transfers;
+            t.one_copy_transfers += s.one_copy_transfers;
+            t.placed_frames += s.placed_frames;
+            t.copied_frames += s.copied_frames;
+            t.placed_bytes += s.placed_bytes;
+            t.copied_bytes_placed += s.copied_bytes_placed;
+            t.restored_bytes += s.restored_bytes;
+            t.held_for_slot += s.held_for_slot;
+            t.damaged_landings += s.damaged_landings;
+            t.dropped_damaged += s.dropped_malformed;
+            t.duplicates += s.duplicates;
+            t.resends_asked += s.resends_asked;
+            t.frames_resent += s.frames_resent;
+        }
+    }
+}
+
+/// What is wrong with a live node at the end of a run.
+fn node_at_end(node: &Node, spec: &LmSpec, alive: &[bool]) -> Vec<String> {
+    let station = node.station();
+    let mut found = Vec::new();
+    if station.active_placements() > 0 || station.admission().placing().is_some() {
+        found.push(format!("node {} still places a transfer", node.me));
+    }
+    if station.placement_slots_waiting() > 0 {
+        found.push(format!(
+            "node {}: placement slots left in its fill queue",
+            node.me
+        ));
+    }
+    if station.admission().poll_timeout().is_some() {
+        found.push(format!(
+            "node {}: admission messages unanswered at the end",
+            node.me
+        ));
+    }
+    if spec.net.corrupt == 0.0 && station.stats().dropped_malformed > 0 {
+        found.push(format!(
+            "node {}: {} frames dropped as malformed with no corruption",
+            node.me,
+            station.stats().dropped_malformed
+        ));
+    }
+    for peer in (0..spec.nodes).filter(|&p| p != node.me && alive[p as usize]) {
+        if station.admission().is_busy(peer) {
+            found.push(format!(
+                "node {} thinks node {peer} busy at the end",
+                node.me
+            ));
+        }
+    }
+    found
 }
 
 /// Runs many seeds (each with each loss rate), one after another; returns the failures and the

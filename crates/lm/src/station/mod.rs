@@ -1,0 +1,445 @@
+//! # A station: LM transfers between nodes, end to end
+//!
+//! The other modules of this crate are LM's mechanisms one by one; a station puts them
+//! together into what a node runs: it sends transfers from send buffers with header holes,
+//! asks admission for each transfer of two frames or more, places admitted transfers in
+//! receive regions by the fill queue it mirrors, receives everything else by copy, and makes
+//! it all reliable. Sans-I/O like the rest: time is an argument, frames come in as bytes and
+//! leave through [`Station::poll_transmit`], fill slots leave through [`Station::poll_fill`],
+//! so the simulator (`nicmsg-sim --lm`) runs the code a process runs over AF_XDP.
+//!
+//! ## The flow of one transfer
+//!
+//! Frames are sent last first, admitted or not, each frame of a transfer once unless asked
+//! again. The receiver paces the sender and asks for what is missing, in ADMISSION frames
+//! (`nicmsg_wire::admission`):
+//!
+//! | message | receiver says | the sender |
+//! |---|---|---|
+//! | GRANT (top, bottom) | frames from `bottom` up have a place waiting (a placement slot, or room in the copy buffer) | sends the frames not sent yet down to `bottom` |
+//! | RESEND (top, bottom) | frame `top` is missing (a lower frame came first, a landing was damaged, or a frame came twice) | sends again the frames it had sent in that range |
+//! | DELIVERED | every byte is in, and handed to the application | completes the send; an admitted transfer ends its admission |
+//!
+//! An admitted sender sends the top frame at once (admission posts its slot first) and the
+//! rest as grants come; one sent by copy sends a window at once. A sender that hears nothing
+//! for its retry interval sends again what may be missing; [`MAX_SILENT_RETRIES`] silent
+//! intervals in a row and the receiver is taken for gone (the send fails, admission forgets it).
+//!
+//! Calls, in order, like the protocol endpoint's: [`Station::send`] from the host;
+//! [`Station::arrive`] for every frame from the ordinary path (the kernel's socket);
+//! [`Station::next_landing`] then [`Station::take_landed`] for every entry of the receive
+//! ring; [`Station::handle_timeout`] at [`Station::poll_timeout`]; then
+//! [`Station::poll_fill`], [`Station::poll_transmit`] and [`Station::poll_event`] until
+//! they return `None`.
+
+mod dedup;
+mod frames;
+mod receiving;
+mod regions;
+mod sending;
+
+use std::collections::{BTreeMap, VecDeque};
+
+use nicmsg_wire::admission::AdmissionRepr;
+use nicmsg_wire::FRAME_HEADER_LEN;
+
+use crate::admission::{Admission, Event as AdmissionEvent, Nanos, PeerId};
+use crate::fill::{FillQueue, Slot, TransferKey, MAX_FILL_SLOTS};
+use crate::geometry::{Geometry, MAX_HEADER_LEN};
+use crate::placement::MAX_WINDOW;
+use crate::send_buffer::HoleBuffer;
+
+pub use dedup::DEDUP_WINDOW;
+pub use receiving::{Landing, LandingError, Received};
+pub use regions::{HeapRegions, RegionId, Regions};
+pub use sending::{SendError, SendFailed, SendId};
+
+use dedup::DeliveredWindow;
+use frames::Flow;
+use receiving::{OneCopy, Placed};
+use sending::Sending;
+
+/// Transfers a station sends at once: admission's table of outgoing transfers is this size.
+pub const MAX_SENDING: usize = crate::admission::MAX_OUTGOING;
+/// Unfinished transfers to one receiver: half the receiver's window of remembered numbers,
+/// so a number it forgets is always of a finished transfer (`dedup`).
+pub const MAX_IN_FLIGHT_PER_PEER: u32 = DEDUP_WINDOW / 2;
+/// Retry intervals in a row with nothing heard from a receiver before it is taken for gone:
+/// with the interval growing to eight times its start, about half a second at 2 ms.
+pub const MAX_SILENT_RETRIES: u32 = 40;
+/// Transfers received by copy at once, and the bytes their buffers may take: a sender that
+/// would need more is dropped and counted, and retransmits later.
+pub const MAX_ONE_COPY: usize = 64;
+pub const MAX_ONE_COPY_BYTES: usize = 256 << 20;
+/// Control frames waiting to leave; more are dropped (every one is repeated if it matters).
+pub const MAX_QUEUED_CONTROL: usize = 1024;
+/// Transfers of fewer frames are sent by copy without asking: one frame has nothing to
+/// defragment.
+pub const MIN_PLACED_FRAMES: u32 = 2;
+
+/// How a station runs.
+#[derive(Debug, Clone, Copy)]
+pub struct StationConfig {
+    pub me: PeerId,
+    pub peers: u32,
+    /// The job number every frame carries.
+    pub job: u32,
+    /// Frame cut and header length (link headers and the frame header).
+    pub geometry: Geometry,
+    /// Placement slots waiting at once, and frames a sender by copy may have ahead.
+    pub window: u32,
+    /// The device's fill queue.
+    pub fill_slots: usize,
+    /// Ordinary chunks kept in the fill queue while nothing is placed, for a device that
+    /// has no other way for frames (the simulator's); 0 where the packet filter sends every
+    /// other frame to the kernel's socket.
+    pub ordinary_chunks: u32,
+    pub chunk_capacity: u32,
+    /// A sender's first retry interval; it grows while the receiver stays silent.
+    pub retry_ns: Nanos,
+    /// A receiver asks again for the same missing frame only after this long.
+    pub resend_gap_ns: Nanos,
+}
+
+impl StationConfig {
+    pub fn new(me: PeerId, peers: u32, job: u32, geometry: Geometry) -> Self {
+        Self {
+            me,
+            peers,
+            job,
+            geometry,
+            window: MAX_WINDOW,
+            fill_slots: MAX_FILL_SLOTS,
+            ordinary_chunks: 0,
+            chunk_capacity: 2048,
+            retry_ns: 2_000_000,
+            resend_gap_ns: 500_000,
+        }
+    }
+}
+
+/// What the station's host must act on.
+#[derive(Debug)]
+pub enum Event {
+    /// A whole transfer from `from`, its sender's number `number`.
+    Received {
+        from: PeerId,
+        number: u32,
+        message: Received,
+    },
+    /// A send finished; its buffer comes back.
+    Sent {
+        id: SendId,
+        buffer: HoleBuffer,
+        outcome: Result<(), SendFailed>,
+    },
+    /// Placement slots of `key` not taken yet became void: a packet filter that holds records
+    /// of the queue must rewrite them ([`Station::fill_slots`]).
+    Voided { key: TransferKey },
+}
+
+/// A fill slot to post to the device, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Posted {
+    pub slot: Slot,
+    /// The region a placement slot points into; its place there is the geometry's landing
+    /// offset of the slot's frame.
+    pub region: Option<RegionId>,
+}
+
+/// What the station did, counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StationStats {
+    pub transfers_sent: u64,
+    pub transfers_failed: u64,
+    pub placed_transfers: u64,
+    pub one_copy_transfers: u64,
+    /// Payload bytes that landed in place.
+    pub placed_bytes: u64,
+    /// Payload bytes copied in user space into the region of a placed transfer (frames that
+    /// came the ordinary way: ahead of their slot, retransmitted, or after a damaged landing).
+    /// The admitted path's goal is 0.
+    pub copied_bytes_placed: u64,
+    /// Payload bytes copied in user space into the buffers of transfers received by copy.
+    pub copied_bytes_one_copy: u64,
+    /// Bytes of a frame's tail kept aside and written back after the next landing.
+    pub restored_bytes: u64,
+    pub placed_frames: u64,
+    pub copied_frames: u64,
+    pub duplicates: u64,
+    pub held_for_slot: u64,
+    pub damaged_landings: u64,
+    pub frames_sent: u64,
+    pub frames_resent: u64,
+    pub grants_sent: u64,
+    pub resends_asked: u64,
+    pub dropped_malformed: u64,
+    pub dropped_not_lm: u64,
+    pub dropped_no_memory: u64,
+    pub dropped_control: u64,
+    pub one_copy_expired: u64,
+    pub mirror_desyncs: u64,
+}
+
+/// A frame waiting to leave.
+#[derive(Debug, Clone, Copy)]
+enum Pending {
+    Control {
+        to: PeerId,
+        repr: AdmissionRepr,
+    },
+    /// Frames `top` down to `bottom` of a transfer being sent.
+    Frames {
+        id: SendId,
+        top: u32,
+        bottom: u32,
+    },
+}
+
+/// The next frame [`Station::poll_transmit`] writes.
+enum Next {
+    Control { to: PeerId, repr: AdmissionRepr },
+    Data { at: usize, index: u32 },
+}
+
+/// One node's LM: sender and receiver of transfers.
+pub struct Station<R: Regions> {
+    config: StationConfig,
+    /// Bytes in front of the frame header in every frame.
+    link_len: usize,
+    admission: Admission,
+    fill: FillQueue,
+    regions: R,
+    sending: Vec<Sending>,
+    /// Per receiver, the next transfer number.
+    next_number: Vec<u32>,
+    placed: BTreeMap<TransferKey, Placed>,
+    next_key: u32,
+    one_copy: BTreeMap<(PeerId, u32), OneCopy>,
+    one_copy_bytes: usize,
+    delivered: Vec<DeliveredWindow>,
+    free_chunks: Vec<u32>,
+    transmit: VecDeque<Pending>,
+    /// Control frames in `transmit`.
+    queued_controls: usize,
+    scratch: [u8; MAX_HEADER_LEN],
+    fill_out: VecDeque<Posted>,
+    events: VecDeque<Event>,
+    stats: StationStats,
+}
+
+impl<R: Regions> Station<R> {
+    /// A station; its ordinary chunks are posted at once.
+    pub fn new(config: StationConfig, regions: R) -> Self {
+        let header_len = config.geometry.header_len();
+        assert!(
+            header_len >= FRAME_HEADER_LEN,
+            "headers of {header_len} B hold no frame header"
+        );
+        assert!(
+            config.me < config.peers,
+            "node {} of {}",
+            config.me,
+            config.peers
+        );
+        let peers = config.peers as usize;
+        let mut station = Self {
+            config,
+            link_len: header_len - FRAME_HEADER_LEN,
+            admission: Admission::new(config.me, config.peers),
+            fill: FillQueue::new(config.fill_slots),
+            regions,
+            sending: Vec::with_capacity(MAX_SENDING),
+            next_number: vec![1; peers],
+            placed: BTreeMap::new(),
+            next_key: 0,
+            one_copy: BTreeMap::new(),
+            one_copy_bytes: 0,
+            delivered: vec![DeliveredWindow::default(); peers],
+            free_chunks: (0..config.ordinary_chunks).rev().collect(),
+            transmit: VecDeque::new(),
+            queued_controls: 0,
+            scratch: [0; MAX_HEADER_LEN],
+            fill_out: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: StationStats::default(),
+        };
+        station.refill();
+        station
+    }
+
+    pub fn config(&self) -> &StationConfig {
+        &self.config
+    }
+
+    pub fn stats(&self) -> &StationStats {
+        &self.stats
+    }
+
+    pub fn admission(&self) -> &Admission {
+        &self.admission
+    }
+
+    pub fn regions(&mut self) -> &mut R {
+        &mut self.regions
+    }
+
+    /// The fill queue's mirror. The device's side of it ([`FillQueue::steer`],
+    /// [`FillQueue::device_take`]) is for a simulated device; a real one is the packet filter.
+    pub fn fill_queue_mut(&mut self) -> &mut FillQueue {
+        &mut self.fill
+    }
+
+    /// Slots in the fill queue, oldest first (taken by the device or not).
+    pub fn fill_slots(&self) -> impl Iterator<Item = &Slot> {
+        self.fill.slots()
+    }
+
+    /// The bytes of the region of `key`'s transfer (where a simulated device writes).
+    pub fn region_of(&mut self, key: TransferKey) -> Option<&mut [u8]> {
+        let region = self.placed.get(&key)?.region;
+        Some(self.regions.bytes(region))
+    }
+
+    /// A region lent with [`Received::Placed`] comes back.
+    pub fn release(&mut self, region: RegionId) {
+        self.regions.free(region);
+    }
+
+    /// Transfers placed now (admitted and not given up).
+    pub fn active_placements(&self) -> usize {
+        self.placed.values().filter(|p| p.is_active()).count()
+    }
+
+    /// Placement slots of active transfers still in the fill queue.
+    pub fn placement_slots_waiting(&self) -> usize {
+        self.placed
+            .values()
+            .filter(|p| p.is_active())
+            .map(|p| p.placement.slots_in_queue() as usize)
+            .sum()
+    }
+
+    /// Transfers being sent or asking.
+    pub fn sending(&self) -> usize {
+        self.sending.len()
+    }
+
+    /// The earliest time [`handle_timeout`](Self::handle_timeout) has work.
+    pub fn poll_timeout(&self) -> Option<Nanos> {
+        let sends = self.sending.iter().filter_map(Sending::deadline).min();
+        let one_copy = self.one_copy.values().map(OneCopy::lease_deadline).min();
+        [sends, one_copy, self.admission.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    pub fn handle_timeout(&mut self, now: Nanos) {
+        self.admission.handle_timeout(now);
+        self.take_admission_events(now);
+        self.retry_sends(now);
+        self.expire_one_copy(now);
+        self.take_admission_events(now);
+    }
+
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    pub fn poll_fill(&mut self) -> Option<Posted> {
+        self.fill_out.pop_front()
+    }
+
+    /// The next frame to send, to the peer given: `link_len` bytes for the link headers, then
+    /// the frame. A data frame is its place in the send buffer (headers written into its hole,
+    /// the payload not copied).
+    pub fn poll_transmit(&mut self) -> Option<(PeerId, &[u8])> {
+        let (me, job, link_len) = (self.config.me, self.config.job, self.link_len);
+        match self.next_transmission()? {
+            Next::Control { to, repr } => {
+                let len = frames::write_control(&mut self.scratch, link_len, job, (me, to), repr);
+                Some((to, &self.scratch[..len]))
+            }
+            Next::Data { at, index } => {
+                self.stats.frames_sent += 1;
+                let sending = &mut self.sending[at];
+                let (id, key) = (sending.id(), sending.key());
+                let frame = frames::write_data(
+                    sending.buffer_mut(),
+                    link_len,
+                    job,
+                    (me, id.to),
+                    (id.number, key, index),
+                );
+                Some((id.to, frame))
+            }
+        }
+    }
+
+    /// Pops the next frame to send off the queue (ranges one frame at a time, skipping
+    /// transfers finished meanwhile).
+    fn next_transmission(&mut self) -> Option<Next> {
+        loop {
+            match self.transmit.pop_front()? {
+                Pending::Control { to, repr } => {
+                    self.queued_controls -= 1;
+                    return Some(Next::Control { to, repr });
+                }
+                Pending::Frames { id, top, bottom } => {
+                    if top > bottom {
+                        self.transmit.push_front(Pending::Frames {
+                            id,
+                            top: top - 1,
+                            bottom,
+                        });
+                    }
+                    match self.sending_at(id) {
+                        Some(at) if top < self.sending[at].frames() => {
+                            return Some(Next::Data { at, index: top })
+                        }
+                        _ => continue,
+                    }
+                }
+            }
+        }
+    }
+
+    fn send_control(&mut self, to: PeerId, repr: AdmissionRepr) {
+        if self.queued_controls >= MAX_QUEUED_CONTROL {
+            self.stats.dropped_control += 1;
+            return;
+        }
+        self.queued_controls += 1;
+        self.transmit.push_back(Pending::Control { to, repr });
+    }
+
+    fn send_flow(&mut self, to: PeerId, flow: Flow) {
+        match flow {
+            Flow::Grant { .. } => self.stats.grants_sent += 1,
+            Flow::Resend { .. } => self.stats.resends_asked += 1,
+            Flow::Delivered { .. } => {}
+        }
+        self.send_control(to, flow.to_repr());
+    }
+
+    /// Acts on what admission control decided, and queues its messages.
+    fn take_admission_events(&mut self, now: Nanos) {
+        while let Some(event) = self.admission.poll_event() {
+            match event {
+                AdmissionEvent::Admitted { transfer, key } => {
+                    self.start_admitted(now, transfer, key)
+                }
+                AdmissionEvent::Refused { transfer, .. } => self.start_refused(now, transfer),
+                AdmissionEvent::Ended { key, .. } => self.placement_ended(key),
+            }
+        }
+        while let Some((to, message)) = self.admission.poll_transmit() {
+            self.send_control(to, message.to_repr());
+        }
+    }
+
+    fn is_peer(&self, peer: PeerId) -> bool {
+        peer < self.config.peers && peer != self.config.me
+    }
+}

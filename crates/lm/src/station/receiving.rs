@@ -1,0 +1,641 @@
+//! The receiving side of a station: admitted transfers placed in their regions, everything
+//! else received by copy, and what the receiver tells the sender (grants, resends, delivered).
+
+use std::ops::Range;
+
+use nicmsg_wire::Frame;
+
+use crate::admission::{Admit, Nanos, PeerId, LEASE_NS};
+use crate::bits::Bits;
+use crate::fill::{Slot, TransferKey, MAX_OPEN_TRANSFERS};
+use crate::placement::{Copied, Landed, Placement};
+
+use super::frames::{self, DataFrame, Dropped, Flow, Parsed};
+use super::{
+    Event, Posted, RegionId, Regions, Station, MAX_ONE_COPY, MAX_ONE_COPY_BYTES, MIN_PLACED_FRAMES,
+};
+
+/// A transfer received whole.
+#[derive(Debug)]
+pub enum Received {
+    /// Placed: the message is `range` of the region, lent until [`Station::release`].
+    Placed {
+        region: RegionId,
+        range: Range<usize>,
+    },
+    /// Received by copy into a buffer of its own.
+    Copied(Vec<u8>),
+}
+
+/// A frame the device put on the receive ring, as the host read it there.
+#[derive(Debug, Clone, Copy)]
+pub enum Landing<'a> {
+    /// In an ordinary chunk: the frame from its frame header on.
+    Chunk(&'a [u8]),
+    /// In a region: the frame header the packet filter kept (the next landing may have
+    /// covered it in the region), and the frame's length from its frame header on.
+    Region { kept: &'a [u8], frame_len: usize },
+}
+
+/// A receive ring entry that does not match the mirror of the fill queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum LandingError {
+    #[error("the receive ring's entry does not match the fill queue's mirror")]
+    Desync,
+}
+
+/// An admitted transfer at its receiver.
+#[derive(Debug)]
+pub(crate) struct Placed {
+    from: PeerId,
+    pub(crate) placement: Placement,
+    pub(crate) region: RegionId,
+    /// The sender's number, learnt from the first intact frame.
+    number: Option<u32>,
+    /// Given up with slots left in the queue: the region waits until they drain.
+    quarantined: bool,
+    asks: Asks,
+}
+
+impl Placed {
+    pub(crate) fn is_active(&self) -> bool {
+        !self.quarantined
+    }
+}
+
+/// A transfer received by copy.
+#[derive(Debug)]
+pub(crate) struct OneCopy {
+    buffer: Vec<u8>,
+    got: Bits,
+    count: u32,
+    frames: u32,
+    /// The highest frame not in yet.
+    top_missing: u32,
+    /// The sender may send from here up.
+    granted: u32,
+    last_heard: Nanos,
+    asks: Asks,
+}
+
+impl OneCopy {
+    pub(crate) fn lease_deadline(&self) -> Nanos {
+        self.last_heard + LEASE_NS
+    }
+}
+
+/// When a receiver last asked for a missing frame, so it asks once per gap.
+#[derive(Debug, Default, Clone, Copy)]
+struct Asks {
+    last: Option<(u32, Nanos)>,
+}
+
+impl Asks {
+    fn may_ask(&mut self, now: Nanos, top: u32, gap: Nanos) -> bool {
+        if let Some((asked, at)) = self.last {
+            if asked == top && now < at + gap {
+                return false;
+            }
+        }
+        self.last = Some((top, now));
+        true
+    }
+}
+
+/// What admitting a transfer touches, borrowed apart from admission control, which decides.
+struct PlaceTable<'a, R: Regions> {
+    config: &'a super::StationConfig,
+    fill: &'a mut crate::fill::FillQueue,
+    regions: &'a mut R,
+    placed: &'a mut std::collections::BTreeMap<TransferKey, Placed>,
+    next_key: &'a mut u32,
+    fill_out: &'a mut std::collections::VecDeque<Posted>,
+}
+
+impl<R: Regions> PlaceTable<'_, R> {
+    /// Admits a request if nothing else is placed and a region and slots are there for it.
+    fn try_admit(&mut self, request: Admit) -> Option<TransferKey> {
+        let geometry = self.config.geometry;
+        let len = geometry.check_len(request.len).ok()?;
+        let busy = self.placed.values().any(Placed::is_active);
+        if geometry.frames(len) < MIN_PLACED_FRAMES
+            || busy
+            || self.placed.len() >= MAX_OPEN_TRANSFERS
+        {
+            return None;
+        }
+        let key = TransferKey(self.next_key.wrapping_add(1).max(1));
+        let mut placement = Placement::new(key, geometry, len as u64, self.config.window).ok()?;
+        let region = self.regions.allocate(placement.region_len())?;
+        let fill_out = &mut *self.fill_out;
+        let posted = placement.post_slots(self.fill, self.regions.bytes(region), &mut |slot| {
+            fill_out.push_back(Posted {
+                slot,
+                region: Some(region),
+            })
+        });
+        if posted.is_err() {
+            self.regions.free(region);
+            return None;
+        }
+        *self.next_key = key.0;
+        self.placed.insert(
+            key,
+            Placed {
+                from: request.peer,
+                placement,
+                region,
+                number: None,
+                quarantined: false,
+                asks: Asks::default(),
+            },
+        );
+        Some(key)
+    }
+}
+
+impl<R: Regions> Station<R> {
+    /// A frame from `from` that came the ordinary way (the kernel's socket), from its frame
+    /// header on. Anything malformed is dropped and counted.
+    pub fn arrive(&mut self, now: Nanos, from: PeerId, frame: &[u8]) {
+        match Frame::parse(frame) {
+            Ok(frame) => self.take_frame(now, from, frame),
+            Err(_) => self.stats.dropped_malformed += 1,
+        }
+    }
+
+    fn take_frame(&mut self, now: Nanos, from: PeerId, frame: Frame<'_>) {
+        if !self.is_peer(from) {
+            self.stats.dropped_malformed += 1;
+            return;
+        }
+        let who = (from, self.config.me, self.config.job);
+        match frames::check(frame, who, &self.config.geometry) {
+            Ok(Parsed::Control(control)) => self.handle_control(now, from, control),
+            Ok(Parsed::Flow(flow)) => self.handle_flow(now, from, flow),
+            Ok(Parsed::Data(data, payload)) => self.data_by_copy(now, from, data, payload),
+            Err(Dropped::Malformed) => self.stats.dropped_malformed += 1,
+            Err(Dropped::NotLm) => self.stats.dropped_not_lm += 1,
+        }
+    }
+
+    fn handle_flow(&mut self, now: Nanos, from: PeerId, flow: Flow) {
+        match flow {
+            Flow::Grant {
+                number,
+                key,
+                top,
+                bottom,
+            } => self.on_grant(now, from, number, key, (top, bottom)),
+            Flow::Resend {
+                number,
+                key,
+                top,
+                bottom,
+            } => self.on_resend(now, from, number, key, (top, bottom)),
+            Flow::Delivered { number } => self.on_delivered(now, from, number),
+        }
+    }
+
+    fn handle_control(&mut self, now: Nanos, from: PeerId, control: crate::admission::Control) {
+        let mut admitted = None;
+        let mut table = PlaceTable {
+            config: &self.config,
+            fill: &mut self.fill,
+            regions: &mut self.regions,
+            placed: &mut self.placed,
+            next_key: &mut self.next_key,
+            fill_out: &mut self.fill_out,
+        };
+        let mut admit = |request: Admit| {
+            let key = table.try_admit(request)?;
+            admitted = Some(key);
+            Some(key)
+        };
+        self.admission.handle(now, from, control, &mut admit);
+        self.take_admission_events(now);
+        if let Some(key) = admitted {
+            // The window is posted: the sender may send it (after the Accept, sent above).
+            self.grant_placed(key);
+        }
+    }
+
+    pub(super) fn placement_ended(&mut self, key: TransferKey) {
+        let Some(placed) = self.placed.get_mut(&key) else {
+            return;
+        };
+        if placed.is_active() {
+            placed.placement.abort(&mut self.fill);
+            placed.quarantined = true;
+            self.events.push_back(Event::Voided { key });
+        }
+        self.free_if_drained(key);
+        self.refill();
+    }
+
+    fn free_if_drained(&mut self, key: TransferKey) {
+        let drained =
+            self.fill.slots_of(key) == 0 && self.placed.get(&key).is_some_and(|p| p.quarantined);
+        if drained {
+            let placed = self.placed.remove(&key).expect("checked above");
+            self.regions.free(placed.region);
+        }
+    }
+
+    /// A frame of a transfer that came the ordinary way.
+    fn data_by_copy(&mut self, now: Nanos, from: PeerId, data: DataFrame, payload: &[u8]) {
+        if self.delivered[from as usize].contains(data.number) {
+            self.stats.duplicates += 1;
+            self.send_flow(
+                from,
+                Flow::Delivered {
+                    number: data.number,
+                },
+            );
+            return;
+        }
+        let key = TransferKey(data.key);
+        let placed = self
+            .placed
+            .get(&key)
+            .filter(|p| p.is_active() && p.from == from && p.placement.len() == data.len);
+        if data.key != 0 && placed.is_some() {
+            self.copy_into_region(now, from, key, data, payload);
+        } else {
+            self.copy_into_buffer(now, from, data, payload);
+        }
+    }
+
+    fn copy_into_region(
+        &mut self,
+        now: Nanos,
+        from: PeerId,
+        key: TransferKey,
+        data: DataFrame,
+        payload: &[u8],
+    ) {
+        let placed = self.placed.get_mut(&key).expect("checked by the caller");
+        if *placed.number.get_or_insert(data.number) != data.number {
+            self.stats.dropped_malformed += 1;
+            return;
+        }
+        let region = self.regions.bytes(placed.region);
+        let copied = placed
+            .placement
+            .arrived_by_copy(data.index, payload, region);
+        match copied {
+            Copied::Copied => {
+                self.stats.copied_frames += 1;
+                self.stats.copied_bytes_placed += payload.len() as u64;
+            }
+            Copied::Duplicate => self.stats.duplicates += 1,
+            Copied::HeldForSlot => self.stats.held_for_slot += 1,
+        }
+        self.admission.progress(now, key);
+        // Held for its slot: a frame above it, whose slot is ahead, is missing. Twice: the
+        // sender sends again, so it has not heard the last grant.
+        self.after_placed_progress(now, from, key, copied != Copied::Copied);
+    }
+
+    /// A frame took the placement slot of frame `index` of `key`; its payload is in the
+    /// region, its frame header in `kept`.
+    fn take_placed(
+        &mut self,
+        now: Nanos,
+        from: PeerId,
+        key: TransferKey,
+        index: u32,
+        kept: &[u8],
+        frame_len: usize,
+    ) -> Result<(), super::LandingError> {
+        let geometry = self.config.geometry;
+        let who = (from, self.config.me, self.config.job);
+        let Some(placed) = self.placed.get_mut(&key) else {
+            self.stats.mirror_desyncs += 1;
+            return Err(super::LandingError::Desync);
+        };
+        let region = self.regions.bytes(placed.region);
+        let start = geometry.landing_offset(index) + geometry.header_len();
+        let payload_len = frame_len.saturating_sub(kept.len());
+        let payload = region.get(start..start + payload_len).unwrap_or(&[]);
+        let check = Frame::parse_parts(kept, payload)
+            .ok()
+            .and_then(|frame| frames::check(frame, who, &geometry).ok());
+        let intact = match check {
+            Some(Parsed::Data(d, _)) => {
+                d.key == key.0
+                    && d.index == index
+                    && d.len == placed.placement.len()
+                    && from == placed.from
+                    && *placed.number.get_or_insert(d.number) == d.number
+            }
+            _ => false,
+        };
+        if placed.quarantined {
+            // Landed after the transfer was given up: its bytes go the ordinary way.
+            let frame = intact.then(|| [kept, payload].concat());
+            placed.placement.landed(index, false, region);
+            if let Some(frame) = frame {
+                self.arrive(now, from, &frame);
+            }
+            self.free_if_drained(key);
+            self.refill();
+            return Ok(());
+        }
+        let landed = placed.placement.landed(index, intact, region);
+        match landed {
+            Landed::Placed => {
+                self.stats.placed_frames += 1;
+                self.admission.progress(now, key);
+            }
+            Landed::Damaged => self.stats.damaged_landings += 1,
+        }
+        // Damaged: the frame must come again, by copy.
+        self.after_placed_progress(now, from, key, landed == Landed::Damaged);
+        Ok(())
+    }
+
+    /// After a frame of a placed transfer: deliver it if complete; else post more slots,
+    /// grant them, and ask for the highest missing frame if the frame showed a `hole`.
+    fn after_placed_progress(&mut self, now: Nanos, from: PeerId, key: TransferKey, hole: bool) {
+        let placed = self
+            .placed
+            .get_mut(&key)
+            .expect("progress of a kept transfer");
+        if placed.placement.is_complete() {
+            self.deliver_placed(key);
+            return;
+        }
+        let region = self.regions.bytes(placed.region);
+        let fill_out = &mut self.fill_out;
+        let region_id = placed.region;
+        let posted = placed
+            .placement
+            .post_slots(&mut self.fill, region, &mut |slot| {
+                fill_out.push_back(Posted {
+                    slot,
+                    region: Some(region_id),
+                })
+            })
+            .unwrap_or(0);
+        if posted > 0 {
+            self.grant_placed(key);
+        }
+        let placed = &mut self.placed.get_mut(&key).expect("still kept");
+        let top = highest_missing(&placed.placement);
+        let gap = self.config.resend_gap_ns;
+        if hole && placed.asks.may_ask(now, top, gap) {
+            let flow = Flow::Resend {
+                number: placed.number.unwrap_or(0),
+                key: key.0,
+                top,
+                bottom: placed.placement.grant_floor(),
+            };
+            self.send_flow(from, flow);
+        }
+    }
+
+    fn grant_placed(&mut self, key: TransferKey) {
+        let placed = &self.placed[&key];
+        let flow = Flow::Grant {
+            number: placed.number.unwrap_or(0),
+            key: key.0,
+            top: highest_missing(&placed.placement),
+            bottom: placed.placement.grant_floor(),
+        };
+        let to = placed.from;
+        self.send_flow(to, flow);
+    }
+
+    fn deliver_placed(&mut self, key: TransferKey) {
+        let mut placed = self
+            .placed
+            .remove(&key)
+            .expect("a complete transfer is kept");
+        placed.placement.finish(&mut self.fill);
+        let stats = *placed.placement.stats();
+        self.stats.placed_transfers += 1;
+        self.stats.placed_bytes += stats.placed_bytes;
+        self.stats.restored_bytes += stats.restored_bytes;
+        let range = placed
+            .placement
+            .geometry()
+            .receive_payload_range(placed.placement.len());
+        let number = placed.number.expect("a complete transfer had frames");
+        self.deliver(
+            placed.from,
+            number,
+            Received::Placed {
+                region: placed.region,
+                range,
+            },
+        );
+        self.refill();
+    }
+
+    /// A frame of a transfer not placed here: into a buffer of its own.
+    fn copy_into_buffer(&mut self, now: Nanos, from: PeerId, data: DataFrame, payload: &[u8]) {
+        let id = (from, data.number);
+        if !self.one_copy.contains_key(&id) && !self.start_one_copy(now, id, data) {
+            self.stats.dropped_no_memory += 1;
+            return;
+        }
+        let geometry = self.config.geometry;
+        let window = self.config.window;
+        let gap = self.config.resend_gap_ns;
+        let entry = self.one_copy.get_mut(&id).expect("started above");
+        if entry.buffer.len() != data.len {
+            self.stats.dropped_malformed += 1;
+            return;
+        }
+        entry.last_heard = now;
+        let mut flows = [None, None];
+        let duplicate = entry.got.get(data.index);
+        if duplicate {
+            self.stats.duplicates += 1;
+        } else {
+            entry.got.set(data.index);
+            entry.count += 1;
+            entry.buffer[geometry.payload_range(data.len, data.index)].copy_from_slice(payload);
+            self.stats.copied_frames += 1;
+            self.stats.copied_bytes_one_copy += payload.len() as u64;
+            while entry.count < entry.frames && entry.got.get(entry.top_missing) {
+                entry.top_missing -= 1;
+            }
+        }
+        if entry.count == entry.frames {
+            let entry = self.one_copy.remove(&id).expect("just filled");
+            self.one_copy_bytes -= entry.buffer.len();
+            self.stats.one_copy_transfers += 1;
+            self.deliver(from, data.number, Received::Copied(entry.buffer));
+            return;
+        }
+        let top = entry.top_missing;
+        let floor = top.saturating_sub(window - 1);
+        if floor + window / 2 <= entry.granted || (floor == 0 && entry.granted > 0) {
+            entry.granted = floor;
+            flows[0] = Some(Flow::Grant {
+                number: data.number,
+                key: 0,
+                top,
+                bottom: floor,
+            });
+        }
+        // A frame below the highest missing one, or one twice: ask for what is missing.
+        if (data.index < top || duplicate) && entry.asks.may_ask(now, top, gap) {
+            flows[1] = Some(Flow::Resend {
+                number: data.number,
+                key: 0,
+                top,
+                bottom: entry.granted,
+            });
+        }
+        for flow in flows.into_iter().flatten() {
+            self.send_flow(from, flow);
+        }
+    }
+
+    /// Takes on a transfer received by copy, if the limits allow.
+    fn start_one_copy(&mut self, now: Nanos, id: (PeerId, u32), data: DataFrame) -> bool {
+        if self.one_copy.len() >= MAX_ONE_COPY
+            || self.one_copy_bytes + data.len > MAX_ONE_COPY_BYTES
+        {
+            return false;
+        }
+        let frames = self.config.geometry.frames(data.len);
+        self.one_copy_bytes += data.len;
+        self.one_copy.insert(
+            id,
+            OneCopy {
+                buffer: vec![0; data.len],
+                got: Bits::new(frames),
+                count: 0,
+                frames,
+                top_missing: frames - 1,
+                granted: frames.saturating_sub(self.config.window),
+                last_heard: now,
+                asks: Asks::default(),
+            },
+        );
+        true
+    }
+
+    /// Forgets transfers by copy whose sender went silent (it gave up, or is gone).
+    pub(super) fn expire_one_copy(&mut self, now: Nanos) {
+        let expired: Vec<(PeerId, u32)> = self
+            .one_copy
+            .iter()
+            .filter(|(_, entry)| entry.lease_deadline() <= now)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in expired {
+            let entry = self.one_copy.remove(&id).expect("listed above");
+            self.one_copy_bytes -= entry.buffer.len();
+            self.stats.one_copy_expired += 1;
+        }
+    }
+
+    fn deliver(&mut self, from: PeerId, number: u32, message: Received) {
+        self.delivered[from as usize].insert(number);
+        self.events.push_back(Event::Received {
+            from,
+            number,
+            message,
+        });
+        self.send_flow(from, Flow::Delivered { number });
+    }
+
+    /// The oldest slot the device took, which the next receive ring entry filled.
+    pub fn next_landing(&mut self) -> Option<Slot> {
+        self.fill.engine_take()
+    }
+
+    /// The receive ring's next entry, from `from`, which filled `slot` (from
+    /// [`next_landing`](Self::next_landing)).
+    pub fn take_landed(
+        &mut self,
+        now: Nanos,
+        from: PeerId,
+        slot: Slot,
+        landing: Landing<'_>,
+    ) -> Result<(), super::LandingError> {
+        match (slot, landing) {
+            (Slot::Ordinary { chunk, .. }, Landing::Chunk(frame)) => {
+                self.arrive(now, from, frame);
+                self.free_chunks.push(chunk);
+                self.refill();
+                Ok(())
+            }
+            (
+                Slot::Placement {
+                    transfer, index, ..
+                },
+                Landing::Region { kept, frame_len },
+            ) => self.take_placed(now, from, transfer, index, kept, frame_len),
+            (
+                Slot::Void {
+                    transfer, index, ..
+                },
+                Landing::Region { kept, frame_len },
+            ) => {
+                let frame = self.region_frame(transfer, index, kept, frame_len);
+                self.arrive(now, from, &frame);
+                self.free_if_drained(transfer);
+                self.refill();
+                Ok(())
+            }
+            _ => {
+                self.stats.mirror_desyncs += 1;
+                Err(super::LandingError::Desync)
+            }
+        }
+    }
+
+    /// A frame that landed in a void slot, put together to go the ordinary way (rare: the
+    /// transfer was given up while its slots waited).
+    fn region_frame(
+        &mut self,
+        key: TransferKey,
+        index: u32,
+        kept: &[u8],
+        frame_len: usize,
+    ) -> Vec<u8> {
+        let geometry = self.config.geometry;
+        let Some(placed) = self.placed.get(&key) else {
+            return Vec::new();
+        };
+        let region = self.regions.bytes(placed.region);
+        let start = geometry.landing_offset(index) + geometry.header_len();
+        let payload = region
+            .get(start..start + frame_len.saturating_sub(kept.len()))
+            .unwrap_or(&[]);
+        [kept, payload].concat()
+    }
+
+    /// Ordinary chunks go back to the fill queue only while nothing is placed, so the next
+    /// admitted transfer's slots find few ordinary ones ahead of them.
+    pub(super) fn refill(&mut self) {
+        if self.placed.values().any(Placed::is_active) {
+            return;
+        }
+        while let Some(chunk) = self.free_chunks.pop() {
+            let slot = Slot::Ordinary {
+                chunk,
+                capacity: self.config.chunk_capacity,
+            };
+            if self.fill.post(slot).is_err() {
+                self.free_chunks.push(chunk);
+                return;
+            }
+            self.fill_out.push_back(Posted { slot, region: None });
+        }
+    }
+}
+
+/// The highest frame of a placed transfer not in yet (the transfer is not complete).
+fn highest_missing(placement: &Placement) -> u32 {
+    (0..placement.frames())
+        .rev()
+        .find(|&index| !placement.is_received(index))
+        .unwrap_or(0)
+}
