@@ -138,6 +138,12 @@ impl PlacingTable {
             .store(kind, Ordering::Release);
     }
 
+    /// Takes back the record of `position`: no frame may take it (any more).
+    pub fn clear(&self, position: u64) {
+        self.atomic_u32(record_at(position) + RECORD_KIND as usize)
+            .store(KIND_NONE, Ordering::Release);
+    }
+
     /// The headers of the frame that took the address at `position`, as it arrived (valid once
     /// its landing is seen in the receive ring, until the position is posted again).
     pub fn kept_headers(&self, position: u64) -> [u8; KEPT_HEADERS_LEN] {

@@ -97,7 +97,8 @@ pub struct StationConfig {
     pub chunk_capacity: u32,
     /// A sender's first retry interval; it grows while the receiver stays silent.
     pub retry_ns: Nanos,
-    /// A receiver asks again for the same missing frame only after this long.
+    /// A receiver asks again for the same missing frame only after this long: longer than
+    /// a resent window takes to arrive, or it would ask for frames on their way.
     pub resend_gap_ns: Nanos,
 }
 
@@ -113,7 +114,7 @@ impl StationConfig {
             ordinary_chunks: 0,
             chunk_capacity: 2048,
             retry_ns: 2_000_000,
-            resend_gap_ns: 500_000,
+            resend_gap_ns: 2_000_000,
         }
     }
 }

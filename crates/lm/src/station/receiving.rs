@@ -7,7 +7,7 @@ use nicmsg_wire::Frame;
 
 use crate::admission::{Admit, Nanos, PeerId, LEASE_NS};
 use crate::bits::Bits;
-use crate::fill::{Slot, TransferKey, MAX_OPEN_TRANSFERS};
+use crate::fill::{FillQueue, Slot, TransferKey, MAX_OPEN_TRANSFERS};
 use crate::placement::{Copied, Landed, Placement};
 
 use super::frames::{self, DataFrame, Dropped, Flow, Parsed};
@@ -74,6 +74,8 @@ pub(crate) struct OneCopy {
     top_missing: u32,
     /// The sender may send from here up.
     granted: u32,
+    /// The lowest frame in: below it, frames are still on their way, not missing.
+    lowest_in: u32,
     last_heard: Nanos,
     asks: Asks,
 }
@@ -81,6 +83,49 @@ pub(crate) struct OneCopy {
 impl OneCopy {
     pub(crate) fn lease_deadline(&self) -> Nanos {
         self.last_heard + LEASE_NS
+    }
+
+    /// What to tell the sender after a frame: the frames missing between frames already in
+    /// (a hole: a frame below them came first, so they were lost), or, after half a window of
+    /// progress or a frame that came twice (the sender did not hear the last grant), how far
+    /// down it may send.
+    fn next_flow(
+        &mut self,
+        number: u32,
+        window: u32,
+        duplicate: bool,
+        (now, gap): (Nanos, Nanos),
+    ) -> Option<Flow> {
+        let top = self.top_missing;
+        if top > self.lowest_in {
+            if !self.asks.may_ask(now, top, gap) {
+                return None;
+            }
+            // The run of missing frames from the top down to the next frame in.
+            let mut bottom = top;
+            while bottom > self.lowest_in && top - bottom < window && !self.got.get(bottom - 1) {
+                bottom -= 1;
+            }
+            return Some(Flow::Resend {
+                number,
+                key: 0,
+                top,
+                bottom,
+            });
+        }
+        let floor = top.saturating_sub(window - 1);
+        let progressed = floor + window / 2 <= self.granted || (floor == 0 && self.granted > 0);
+        let regrant = duplicate && self.asks.may_ask(now, top, gap);
+        if !progressed && !regrant {
+            return None;
+        }
+        self.granted = self.granted.min(floor);
+        Some(Flow::Grant {
+            number,
+            key: 0,
+            top,
+            bottom: floor,
+        })
     }
 }
 
@@ -105,7 +150,7 @@ impl Asks {
 /// What admitting a transfer touches, borrowed apart from admission control, which decides.
 struct PlaceTable<'a, R: Regions> {
     config: &'a super::StationConfig,
-    fill: &'a mut crate::fill::FillQueue,
+    fill: &'a mut FillQueue,
     regions: &'a mut R,
     placed: &'a mut std::collections::BTreeMap<TransferKey, Placed>,
     next_key: &'a mut u32,
@@ -292,9 +337,7 @@ impl<R: Regions> Station<R> {
             Copied::HeldForSlot => self.stats.held_for_slot += 1,
         }
         self.admission.progress(now, key);
-        // Held for its slot: a frame above it, whose slot is ahead, is missing. Twice: the
-        // sender sends again, so it has not heard the last grant.
-        self.after_placed_progress(now, from, key, copied != Copied::Copied);
+        self.after_placed_progress(now, from, key, copied);
     }
 
     /// A frame took the placement slot of frame `index` of `key`; its payload is in the
@@ -350,14 +393,22 @@ impl<R: Regions> Station<R> {
             }
             Landed::Damaged => self.stats.damaged_landings += 1,
         }
-        // Damaged: the frame must come again, by copy.
-        self.after_placed_progress(now, from, key, landed == Landed::Damaged);
+        // Damaged: the frame must come again, by copy (it has a place: it is asked for like
+        // a frame lost).
+        let seen = match landed {
+            Landed::Placed => Copied::Copied,
+            Landed::Damaged => Copied::HeldForSlot,
+        };
+        self.after_placed_progress(now, from, key, seen);
         Ok(())
     }
 
-    /// After a frame of a placed transfer: deliver it if complete; else post more slots,
-    /// grant them, and ask for the highest missing frame if the frame showed a `hole`.
-    fn after_placed_progress(&mut self, now: Nanos, from: PeerId, key: TransferKey, hole: bool) {
+    /// After a frame of a placed transfer (`seen`: placed or copied, held for its slot, or
+    /// in already): deliver the transfer if complete; else post more slots and grant them.
+    /// A frame held for its slot shows a hole (the frame of the slot ahead was lost or
+    /// damaged: ask for it and those behind it, which were dropped too); a frame in already
+    /// shows a sender that did not hear the last grant (grant again).
+    fn after_placed_progress(&mut self, now: Nanos, from: PeerId, key: TransferKey, seen: Copied) {
         let placed = self
             .placed
             .get_mut(&key)
@@ -384,15 +435,20 @@ impl<R: Regions> Station<R> {
         let placed = &mut self.placed.get_mut(&key).expect("still kept");
         let top = highest_missing(&placed.placement);
         let gap = self.config.resend_gap_ns;
-        if hole && placed.asks.may_ask(now, top, gap) {
-            let flow = Flow::Resend {
-                number: placed.number.unwrap_or(0),
-                key: key.0,
-                top,
-                bottom: placed.placement.grant_floor(),
-            };
-            self.send_flow(from, flow);
+        if seen == Copied::Copied || posted > 0 || !placed.asks.may_ask(now, top, gap) {
+            return;
         }
+        if seen == Copied::Duplicate {
+            self.grant_placed(key);
+            return;
+        }
+        let flow = Flow::Resend {
+            number: placed.number.unwrap_or(0),
+            key: key.0,
+            top,
+            bottom: placed.placement.grant_floor(),
+        };
+        self.send_flow(from, flow);
     }
 
     fn grant_placed(&mut self, key: TransferKey) {
@@ -449,13 +505,13 @@ impl<R: Regions> Station<R> {
             return;
         }
         entry.last_heard = now;
-        let mut flows = [None, None];
         let duplicate = entry.got.get(data.index);
         if duplicate {
             self.stats.duplicates += 1;
         } else {
             entry.got.set(data.index);
             entry.count += 1;
+            entry.lowest_in = entry.lowest_in.min(data.index);
             entry.buffer[geometry.payload_range(data.len, data.index)].copy_from_slice(payload);
             self.stats.copied_frames += 1;
             self.stats.copied_bytes_one_copy += payload.len() as u64;
@@ -470,27 +526,8 @@ impl<R: Regions> Station<R> {
             self.deliver(from, data.number, Received::Copied(entry.buffer));
             return;
         }
-        let top = entry.top_missing;
-        let floor = top.saturating_sub(window - 1);
-        if floor + window / 2 <= entry.granted || (floor == 0 && entry.granted > 0) {
-            entry.granted = floor;
-            flows[0] = Some(Flow::Grant {
-                number: data.number,
-                key: 0,
-                top,
-                bottom: floor,
-            });
-        }
-        // A frame below the highest missing one, or one twice: ask for what is missing.
-        if (data.index < top || duplicate) && entry.asks.may_ask(now, top, gap) {
-            flows[1] = Some(Flow::Resend {
-                number: data.number,
-                key: 0,
-                top,
-                bottom: entry.granted,
-            });
-        }
-        for flow in flows.into_iter().flatten() {
+        let flow = entry.next_flow(data.number, window, duplicate, (now, gap));
+        if let Some(flow) = flow {
             self.send_flow(from, flow);
         }
     }
@@ -513,6 +550,7 @@ impl<R: Regions> Station<R> {
                 frames,
                 top_missing: frames - 1,
                 granted: frames.saturating_sub(self.config.window),
+                lowest_in: frames,
                 last_heard: now,
                 asks: Asks::default(),
             },
@@ -545,8 +583,17 @@ impl<R: Regions> Station<R> {
         self.send_flow(from, Flow::Delivered { number });
     }
 
-    /// The oldest slot the device took, which the next receive ring entry filled.
+    /// The oldest slot the device took, which the next receive ring entry filled, for a
+    /// device whose takes the mirror follows ([`FillQueue::device_take`]: a simulated one).
     pub fn next_landing(&mut self) -> Option<Slot> {
+        self.fill.engine_take()
+    }
+
+    /// The oldest slot, which the next receive ring entry filled, for a device that counts
+    /// its own takes (the packet filter's cursor): the entry itself says the device took it.
+    pub fn next_device_landing(&mut self) -> Option<Slot> {
+        self.fill.head()?;
+        self.fill.device_take();
         self.fill.engine_take()
     }
 

@@ -221,13 +221,12 @@ impl<R: Regions> Station<R> {
         let Some(at) = self.flow_target(from, number, key) else {
             return;
         };
-        let s = &self.sending[at];
+        let retry_ns = self.config.retry_ns;
+        let s = &mut self.sending[at];
+        // Any answer shows the receiver alive; its own limits bound how long it may take.
+        s.heard(now, retry_ns);
         let top = range.0.min(s.frames - 1);
-        if top < s.known_top || range.1 < s.sent_floor {
-            let retry_ns = self.config.retry_ns;
-            self.sending[at].heard(now, retry_ns);
-        }
-        self.sending[at].known_top = top.min(self.sending[at].known_top);
+        s.known_top = top.min(s.known_top);
         self.send_granted(at, range.1);
     }
 
@@ -313,11 +312,12 @@ impl<R: Regions> Station<R> {
                 continue;
             }
             s.retry_at = now + self.config.retry_ns * u64::from(s.silent.min(MAX_BACKOFF));
-            let (id, top) = (s.id, s.known_top);
-            if let Some(bottom) = self.resend_bottom(at, top, 0) {
-                self.stats.frames_resent += u64::from(top - bottom + 1);
-                self.queue_frames(id, top, bottom);
-            }
+            // A probe: the highest frame the receiver may miss (or the lowest sent, if it
+            // has all of those). Its answer, a grant or a resend, says what is missing.
+            let probe = s.known_top.max(s.sent_floor).min(s.frames - 1);
+            let id = s.id;
+            self.stats.frames_resent += 1;
+            self.queue_frames(id, probe, probe);
         }
     }
 

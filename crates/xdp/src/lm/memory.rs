@@ -1,0 +1,143 @@
+//! Where an LM socket's placed transfers land: receive regions carved out of the placing
+//! socket's UMEM (the memory the kernel writes frames into), or none at all for a socket
+//! without AF_XDP, whose receiver then takes every transfer by copy.
+
+use nicmsg_lm::station::{RegionId, Regions};
+
+use crate::socket::{CHUNK_BYTES, KERNEL_HEADROOM};
+
+/// Regions in use at once: the placed transfer, a few given up and draining (the station's
+/// `MAX_OPEN_TRANSFERS`), and the ones lent to the application.
+pub const MAX_REGIONS: usize = 16;
+
+/// The receive memory of an LM socket.
+pub(crate) enum LmMemory {
+    /// Regions in the UMEM of the placing socket.
+    Umem(UmemRegions),
+    /// No placing socket: no region, so every transfer is received by copy.
+    None,
+}
+
+impl Regions for LmMemory {
+    fn allocate(&mut self, len: usize) -> Option<RegionId> {
+        match self {
+            LmMemory::Umem(regions) => regions.allocate(len),
+            LmMemory::None => None,
+        }
+    }
+
+    fn bytes(&mut self, region: RegionId) -> &mut [u8] {
+        match self {
+            LmMemory::Umem(regions) => regions.bytes(region),
+            LmMemory::None => unreachable!("no region was handed out"),
+        }
+    }
+
+    fn free(&mut self, region: RegionId) {
+        if let LmMemory::Umem(regions) = self {
+            regions.free(region);
+        }
+    }
+}
+
+/// First-fit regions in the receiving part of a UMEM.
+pub(crate) struct UmemRegions {
+    base: *mut u8,
+    len: usize,
+    /// By id: (start, len) of the regions in use.
+    used: Vec<Option<(usize, usize)>>,
+}
+
+impl UmemRegions {
+    /// Regions in `len` bytes at `base`.
+    ///
+    /// # Safety
+    /// `base..base + len` stays mapped as long as the regions are used, and nothing else makes
+    /// references into it (the kernel writes into it where fill addresses point, which is
+    /// what the station tracks).
+    pub(crate) unsafe fn new(base: *mut u8, len: usize) -> Self {
+        Self {
+            base,
+            len,
+            used: Vec::with_capacity(MAX_REGIONS),
+        }
+    }
+
+    /// The offset of a region in the UMEM: fill addresses are computed from it.
+    pub(crate) fn start(&self, region: RegionId) -> usize {
+        self.used[region.0 as usize].expect("a region in use").0
+    }
+
+    /// The lowest start at or above which `len` bytes are free, with the kernel's headroom
+    /// below (frame 0's fill address is the region's start less it) and a chunk's room above
+    /// (the last fill address must leave one).
+    fn first_fit(&self, len: usize) -> Option<usize> {
+        let mut taken: Vec<(usize, usize)> = self.used.iter().flatten().copied().collect();
+        taken.sort_unstable();
+        let mut start = KERNEL_HEADROOM.next_multiple_of(64);
+        for (at, size) in taken {
+            if start + len + CHUNK_BYTES <= at {
+                return Some(start);
+            }
+            start = start.max((at + size).next_multiple_of(64) + KERNEL_HEADROOM);
+        }
+        (start + len + CHUNK_BYTES <= self.len).then_some(start)
+    }
+}
+
+impl Regions for UmemRegions {
+    fn allocate(&mut self, len: usize) -> Option<RegionId> {
+        let start = self.first_fit(len)?;
+        let id = match self.used.iter().position(Option::is_none) {
+            Some(id) => id,
+            None if self.used.len() < MAX_REGIONS => {
+                self.used.push(None);
+                self.used.len() - 1
+            }
+            None => return None,
+        };
+        self.used[id] = Some((start, len));
+        Some(RegionId(id as u32))
+    }
+
+    fn bytes(&mut self, region: RegionId) -> &mut [u8] {
+        let (start, len) = self.used[region.0 as usize].expect("a region in use");
+        // SAFETY: inside the mapping (checked by `first_fit`), which outlives `self` (see
+        // `new`); regions do not overlap, and `&mut self` means no other slice of this one.
+        unsafe { std::slice::from_raw_parts_mut(self.base.add(start), len) }
+    }
+
+    fn free(&mut self, region: RegionId) {
+        let slot = &mut self.used[region.0 as usize];
+        assert!(slot.is_some(), "a region freed once");
+        *slot = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_fit_between_each_other_and_leave_the_headroom_free() {
+        let mut memory = vec![0u8; 1 << 20];
+        // SAFETY: the vector outlives the regions and is not touched meanwhile.
+        let mut regions = unsafe { UmemRegions::new(memory.as_mut_ptr(), memory.len()) };
+        let a = regions.allocate(100_000).unwrap();
+        let b = regions.allocate(200_000).unwrap();
+        assert!(regions.start(a) >= KERNEL_HEADROOM);
+        assert!(regions.start(b) >= regions.start(a) + 100_000 + KERNEL_HEADROOM);
+        regions.free(a);
+        let c = regions.allocate(50_000).unwrap();
+        assert_eq!(
+            regions.start(c),
+            regions.start(b).min(KERNEL_HEADROOM.next_multiple_of(64))
+        );
+        assert!(
+            regions.allocate(1 << 20).is_none(),
+            "larger than the memory"
+        );
+        regions.bytes(b).fill(7);
+        assert!(regions.bytes(c).iter().all(|&byte| byte == 0));
+    }
+}

@@ -1,0 +1,481 @@
+//! An LM socket: a station (`nicmsg_lm::station`) on real sockets. Frames leave through a
+//! kernel UDP socket straight from their send buffers (the headers written into the holes, no
+//! payload copied in user space); frames arrive through the same UDP socket (the ordinary
+//! path) or, for an admitted transfer, land in place through an AF_XDP socket whose fill
+//! addresses the station chooses and whose placing filter lets only each address's own frame
+//! take it.
+//!
+//! One thread drives a socket: [`LmSocket::progress`] does one turn (receive, land, time,
+//! post fill addresses, send) and [`LmSocket::wait`] sleeps until there is work.
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use nicmsg_lm::admission::PeerId;
+use nicmsg_lm::send_buffer::HoleBuffer;
+use nicmsg_lm::station::{
+    Event, Landing, Posted, RegionId, Regions, SendError, SendId, Station, StationConfig,
+    StationStats,
+};
+use nicmsg_lm::{Geometry, Slot};
+use nicmsg_wire::FRAME_HEADER_LEN;
+
+use super::memory::{LmMemory, UmemRegions};
+use crate::bpf::{AttachMode, Counter, Link, Program, SocketMap};
+use crate::interface::Interface;
+use crate::packet::HEADERS_LEN;
+use crate::placing::{placing_program, PlacingSteering, PlacingTable};
+use crate::socket::{ReceiveMode, XskSocket, KERNEL_HEADROOM};
+
+/// Frames taken from the kernel's socket and from the receive ring per turn: a turn stays
+/// short, so sends and timers are not starved by a flood.
+const RECEIVE_BATCH: usize = 64;
+/// The kernel socket's buffers: a window of frames from every peer fits.
+const SOCKET_BUFFER_BYTES: usize = 32 << 20;
+/// The largest datagram read from the kernel's socket (an LM frame is one link frame).
+const MAX_DATAGRAM: usize = 9216;
+/// Where a frame's IPv4 source address and UDP source port are in the headers the placing
+/// filter keeps (Ethernet 14, then IPv4 with its source at 12, then UDP).
+const KEPT_SOURCE_IP: std::ops::Range<usize> = 26..30;
+const KEPT_SOURCE_PORT: std::ops::Range<usize> = 34..36;
+
+/// How an LM socket is opened.
+#[derive(Debug, Clone)]
+pub struct LmSocketConfig {
+    /// Every node's address, this one's at `me`.
+    pub peers: Vec<SocketAddrV4>,
+    pub me: PeerId,
+    pub job: u32,
+    /// UDP payload per frame: 1472 on a 1500-byte link, 8972 on a 9000-byte one.
+    pub udp_payload: usize,
+    /// Receive memory for placed transfers, in the UMEM of an AF_XDP socket (the largest
+    /// transfer placed needs its length and a little more); 0 opens no AF_XDP socket, and
+    /// this node receives every transfer by copy through the kernel's socket.
+    pub placing_bytes: usize,
+}
+
+/// What an LM socket counted beyond its station.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LmSocketStats {
+    pub station: StationStats,
+    /// Frames to the port that the placing filter passed to the kernel (not their address's).
+    pub passed_to_kernel: u64,
+    /// Datagrams from an address that is no peer's, dropped.
+    pub unknown_sources: u64,
+    /// Landings at another address than their fill slot's: the filter's cursor and the
+    /// kernel's count of taken addresses disagree.
+    pub desyncs: u64,
+    /// Whether frames are placed with AF_XDP in zero-copy mode (false: copy mode, the kernel
+    /// copies each frame once into the UMEM).
+    pub zero_copy: bool,
+}
+
+/// The AF_XDP side of a socket that places transfers.
+struct PlacingSide {
+    // Field order is drop order: the program is detached before the socket closes.
+    _link: Link,
+    _program: Program,
+    _map: SocketMap,
+    table: PlacingTable,
+    passed: Counter,
+    xsk: XskSocket,
+    /// Fill addresses posted and not yet seen landed, oldest first; with `taken`, the
+    /// positions the table is indexed by.
+    in_flight: VecDeque<u64>,
+    posted: u64,
+    taken: u64,
+}
+
+/// One node's LM over real sockets.
+pub struct LmSocket {
+    // The station holds pointers into the placing socket's UMEM: it goes first.
+    station: Station<LmMemory>,
+    placing: Option<PlacingSide>,
+    udp: UdpSocket,
+    peers: Vec<SocketAddrV4>,
+    link_len: usize,
+    started: Instant,
+    datagram: Vec<u8>,
+    unknown_sources: u64,
+    desyncs: u64,
+}
+
+impl LmSocket {
+    /// Binds the node's address; with `placing_bytes`, also opens the AF_XDP socket on the
+    /// interface holding it and attaches the placing filter (root or CAP_BPF and
+    /// CAP_NET_ADMIN).
+    pub fn open(config: LmSocketConfig) -> io::Result<Self> {
+        let local = *config
+            .peers
+            .get(config.me as usize)
+            .ok_or_else(|| invalid("`me` is not an index of `peers`"))?;
+        let geometry = Geometry::new(
+            HEADERS_LEN + FRAME_HEADER_LEN,
+            config.udp_payload.saturating_sub(FRAME_HEADER_LEN),
+        )
+        .map_err(|error| invalid(&error.to_string()))?;
+        let udp = UdpSocket::bind(local)?;
+        nicmsg_udp::force_buffer_sizes(udp.as_raw_fd(), SOCKET_BUFFER_BYTES);
+        let mut placing = match config.placing_bytes {
+            0 => None,
+            bytes => Some(open_placing(local, bytes)?),
+        };
+        let memory = match placing.as_mut() {
+            Some(side) => {
+                let umem = side.xsk.receiving_memory();
+                // SAFETY: the UMEM lives in `placing`, which the socket drops after the
+                // station; nothing else takes slices of it while the station runs.
+                LmMemory::Umem(unsafe { UmemRegions::new(umem.as_mut_ptr(), umem.len()) })
+            }
+            None => LmMemory::None,
+        };
+        let peers = u32::try_from(config.peers.len()).map_err(|_| invalid("too many peers"))?;
+        let station_config = StationConfig::new(config.me, peers, config.job, geometry);
+        Ok(Self {
+            station: Station::new(station_config, memory),
+            placing,
+            udp,
+            peers: config.peers,
+            link_len: HEADERS_LEN,
+            started: Instant::now(),
+            datagram: vec![0; MAX_DATAGRAM],
+            unknown_sources: 0,
+            desyncs: 0,
+        })
+    }
+
+    /// How transfers are cut into frames (send buffers must be made with it).
+    pub fn geometry(&self) -> Geometry {
+        self.station.config().geometry
+    }
+
+    /// Sends the transfer in `buffer` (made with [`geometry`](Self::geometry) and filled in
+    /// place) to node `to`; the buffer comes back with [`Event::Sent`].
+    pub fn send(
+        &mut self,
+        to: PeerId,
+        buffer: HoleBuffer,
+    ) -> Result<SendId, (SendError, HoleBuffer)> {
+        let now = self.now();
+        let sent = self.station.send(now, to, buffer);
+        self.flush_outputs();
+        sent
+    }
+
+    /// The next thing that happened.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.station.poll_event()
+    }
+
+    /// The bytes of a region lent with a placed transfer.
+    pub fn region(&mut self, region: RegionId) -> &[u8] {
+        self.station.regions().bytes(region)
+    }
+
+    /// A lent region comes back.
+    pub fn release(&mut self, region: RegionId) {
+        self.station.release(region);
+    }
+
+    pub fn stats(&self) -> LmSocketStats {
+        LmSocketStats {
+            station: *self.station.stats(),
+            passed_to_kernel: self.placing.as_ref().map_or(0, |p| p.passed.read()),
+            unknown_sources: self.unknown_sources,
+            desyncs: self.desyncs,
+            zero_copy: false,
+        }
+    }
+
+    /// The node whose transfer this one places now, if any.
+    pub fn placing_from(&self) -> Option<PeerId> {
+        self.station.admission().placing().map(|(peer, _)| peer)
+    }
+
+    /// Whether transfers sent are all finished (delivered or failed).
+    pub fn is_idle(&self) -> bool {
+        self.station.sending() == 0
+    }
+
+    /// One turn: frames from the kernel's socket, landings from the receive ring, timers,
+    /// then fill addresses and frames out. An error is a broken socket or a fill queue out of
+    /// step with the kernel (counted in `desyncs`).
+    pub fn progress(&mut self) -> io::Result<()> {
+        self.receive_ordinary()?;
+        self.take_landings()?;
+        let now = self.now();
+        if self.station.poll_timeout().is_some_and(|at| at <= now) {
+            self.station.handle_timeout(now);
+        }
+        self.flush_outputs();
+        Ok(())
+    }
+
+    /// Sleeps until a frame arrives, a timer is due, or `max` passed.
+    pub fn wait(&self, max: Duration) {
+        let now = self.now();
+        let timer = self
+            .station
+            .poll_timeout()
+            .map(|at| Duration::from_nanos(at.saturating_sub(now)));
+        let timeout = timer.map_or(max, |t| t.min(max));
+        let mut fds = vec![libc::pollfd {
+            fd: self.udp.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        if let Some(side) = &self.placing {
+            fds.push(libc::pollfd {
+                fd: side.xsk.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        let millis = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: `fds` is a valid array of the length passed.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, millis) };
+    }
+
+    fn now(&self) -> u64 {
+        self.started.elapsed().as_nanos() as u64
+    }
+
+    fn peer_of(&self, address: SocketAddrV4) -> Option<PeerId> {
+        self.peers
+            .iter()
+            .position(|&peer| peer == address)
+            .map(|at| at as PeerId)
+    }
+
+    /// Frames the kernel's socket holds: every frame but the placed ones.
+    fn receive_ordinary(&mut self) -> io::Result<()> {
+        for _ in 0..RECEIVE_BATCH {
+            let (len, from) = match receive_nonblocking(&self.udp, &mut self.datagram) {
+                Ok(Some(received)) => received,
+                Ok(None) => return Ok(()),
+                Err(error) => return Err(error),
+            };
+            let SocketAddr::V4(from) = from else {
+                self.unknown_sources += 1;
+                continue;
+            };
+            let Some(peer) = self.peer_of(from) else {
+                self.unknown_sources += 1;
+                continue;
+            };
+            let now = self.now();
+            let (station, datagram) = (&mut self.station, &self.datagram);
+            station.arrive(now, peer, &datagram[..len]);
+        }
+        Ok(())
+    }
+
+    /// Frames that landed where the station's fill slots pointed.
+    fn take_landings(&mut self) -> io::Result<()> {
+        let Some(side) = self.placing.as_mut() else {
+            return Ok(());
+        };
+        let mut landed = [(0usize, 0usize); RECEIVE_BATCH];
+        let mut count = 0;
+        side.xsk.take_landed(RECEIVE_BATCH as u32, |at, len| {
+            landed[count] = (at, len);
+            count += 1;
+        });
+        for &(at, len) in &landed[..count] {
+            let side = self.placing.as_mut().expect("checked above");
+            let expected = side.in_flight.pop_front();
+            let slot = self.station.next_device_landing();
+            let kept = side.table.kept_headers(side.taken);
+            side.taken += 1;
+            let (Some(slot), Some(address)) = (slot, expected) else {
+                self.desyncs += 1;
+                return Err(io::Error::other(
+                    "a landing with no fill slot posted for it",
+                ));
+            };
+            if at != address as usize + KERNEL_HEADROOM || len < self.link_len {
+                self.desyncs += 1;
+                return Err(io::Error::other(format!(
+                    "a frame landed at {at}, its fill slot's address is {}: the placing \
+                     filter's cursor and the kernel disagree",
+                    address as usize + KERNEL_HEADROOM
+                )));
+            }
+            let source = SocketAddrV4::new(
+                Ipv4Addr::from(<[u8; 4]>::try_from(&kept[KEPT_SOURCE_IP]).expect("4 bytes")),
+                u16::from_be_bytes(kept[KEPT_SOURCE_PORT].try_into().expect("2 bytes")),
+            );
+            // A frame from no peer still fills its slot; the station finds it damaged.
+            let from = self.peer_of(source).unwrap_or(PeerId::MAX);
+            let landing = Landing::Region {
+                kept: &kept[HEADERS_LEN..],
+                frame_len: len - self.link_len,
+            };
+            let now = self.now();
+            if self.station.take_landed(now, from, slot, landing).is_err() {
+                self.desyncs += 1;
+                return Err(io::Error::other("a landing does not match its fill slot"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Fill addresses to the kernel and the filter, then frames to the wire.
+    fn flush_outputs(&mut self) {
+        self.post_fills();
+        self.rewrite_voided();
+        self.transmit();
+    }
+
+    fn post_fills(&mut self) {
+        let mut posted = Vec::new();
+        while let Some(slot) = self.station.poll_fill() {
+            posted.push(slot);
+        }
+        let geometry = self.station.config().geometry;
+        let Some(side) = self.placing.as_mut() else {
+            return;
+        };
+        let LmMemory::Umem(regions) = self.station.regions() else {
+            return;
+        };
+        let mut records = Vec::with_capacity(posted.len());
+        for Posted { slot, region } in posted {
+            // The station posts ordinary chunks only when configured with some (a simulated
+            // device's); this socket's other frames go to the kernel.
+            let (Slot::Placement { index, .. }, Some(region)) = (slot, region) else {
+                debug_assert!(false, "only placement slots are posted here");
+                continue;
+            };
+            let address =
+                (regions.start(region) + geometry.landing_offset(index) - KERNEL_HEADROOM) as u64;
+            let room = side.xsk.post_fill(address);
+            assert!(room, "the station posts at most the fill ring's size");
+            side.in_flight.push_back(address);
+            records.push(slot);
+        }
+        // Addresses first, then their records: a record the filter sees has its address.
+        side.xsk.publish_fill();
+        for slot in records {
+            side.table.record(side.posted, &slot);
+            side.posted += 1;
+        }
+    }
+
+    /// Placement slots the station gave up (their transfer ended early) become ordinary
+    /// ones for the filter too, so any frame drains them and the queue moves on.
+    fn rewrite_voided(&mut self) {
+        let Some(side) = self.placing.as_mut() else {
+            return;
+        };
+        let cursor = side.table.cursor();
+        for (offset, slot) in self.station.fill_slots().enumerate() {
+            let position = side.taken + offset as u64;
+            if position < cursor || !matches!(slot, Slot::Void { .. }) {
+                continue;
+            }
+            side.table.record(position, slot);
+            if side.table.cursor() > position {
+                // The filter took the position meanwhile, perhaps before this write: its
+                // record must not outlive it.
+                side.table.clear(position);
+            }
+        }
+    }
+
+    fn transmit(&mut self) {
+        while let Some((to, frame)) = self.station.poll_transmit() {
+            let Some(&address) = self.peers.get(to as usize) else {
+                continue;
+            };
+            // A full socket buffer or an unreachable peer loses the frame like the network
+            // would; the station sends again what matters.
+            let _ = self.udp.send_to(&frame[HEADERS_LEN..], address);
+        }
+    }
+}
+
+/// Opens the AF_XDP socket on the interface holding `local`'s address and attaches the
+/// placing filter for `local`'s port.
+fn open_placing(local: SocketAddrV4, bytes: usize) -> io::Result<PlacingSide> {
+    let interface = Interface::with_address(*local.ip())?.ok_or_else(|| {
+        invalid("no Ethernet interface holds the address (AF_XDP placement needs one)")
+    })?;
+    let xsk = XskSocket::open_with(interface.index, 0, ReceiveMode::Placing { bytes })?;
+    let map = SocketMap::create(1)?;
+    map.insert(0, xsk.fd())?;
+    let passed = Counter::create()?;
+    let table = PlacingTable::create()?;
+    let program = Program::load(
+        &placing_program(&PlacingSteering {
+            ip: *local.ip(),
+            port: local.port(),
+            sockets_map_fd: map.fd(),
+            queue: 0,
+            table_fd: table.fd(),
+            passed_counter_fd: passed.fd(),
+        }),
+        "nicmsg_lm",
+    )?;
+    // Native: the filter's cursor needs one queue's frames one at a time.
+    let link = program.attach(interface.index, AttachMode::Native)?;
+    Ok(PlacingSide {
+        _link: link,
+        _program: program,
+        _map: map,
+        table,
+        passed,
+        xsk,
+        in_flight: VecDeque::new(),
+        posted: 0,
+        taken: 0,
+    })
+}
+
+/// One datagram if one is there, without blocking (the socket itself blocks, so sends wait
+/// for buffer room instead of failing).
+fn receive_nonblocking(
+    udp: &UdpSocket,
+    buffer: &mut [u8],
+) -> io::Result<Option<(usize, SocketAddr)>> {
+    // SAFETY: an all-zero sockaddr_storage is a valid value (plain integers).
+    let mut address: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut address_len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: the buffer and the address storage are valid for the lengths passed.
+    let len = unsafe {
+        libc::recvfrom(
+            udp.as_raw_fd(),
+            buffer.as_mut_ptr().cast(),
+            buffer.len(),
+            libc::MSG_DONTWAIT,
+            std::ptr::from_mut(&mut address).cast(),
+            &mut address_len,
+        )
+    };
+    if len < 0 {
+        let error = io::Error::last_os_error();
+        return match error.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+            // An ICMP refusal of an earlier send: the station's retries deal with the peer.
+            io::ErrorKind::ConnectionRefused => Ok(None),
+            _ => Err(error),
+        };
+    }
+    if address.ss_family as i32 != libc::AF_INET {
+        return Ok(Some((len as usize, SocketAddr::from(([0, 0, 0, 0], 0)))));
+    }
+    // SAFETY: the kernel wrote an IPv4 address (checked just above).
+    let v4: libc::sockaddr_in = unsafe { std::ptr::read(std::ptr::from_ref(&address).cast()) };
+    let ip = Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr));
+    Ok(Some((
+        len as usize,
+        SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(v4.sin_port))),
+    )))
+}
+
+fn invalid(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, what.to_string())
+}

@@ -1,0 +1,311 @@
+//! LM end to end on real sockets (`nicmsg_xdp::LmSocket`): a receiver in one namespace places
+//! admitted transfers through its AF_XDP socket and placing filter; a sender in the other
+//! namespace sends transfers of 1 B to 64 MiB from send buffers with header holes through a
+//! kernel UDP socket; a third node beside it sends to the same receiver at the same time, and
+//! is refused placement while the receiver is busy (its transfers come by copy). Every byte is
+//! checked; the receiver's counters show what was placed and what copied. Run clean and under
+//! 5 % loss (nftables, on the way out of both namespaces: XDP sees frames before the input
+//! hook would drop them). Needs root, `ip` and `nft`; skips itself (saying why) otherwise.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddrV4;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{address_of, enter, Pair};
+use nicmsg_lm::send_buffer::HoleBuffer;
+use nicmsg_lm::station::{Event, Received};
+use nicmsg_xdp::{LmSocket, LmSocketConfig, LmSocketStats};
+
+const JOB: u32 = 0x4c4d;
+const LARGEST: usize = 64 << 20;
+/// One frame's payload at MTU 1500.
+const FRAME: usize = 1472 - 48;
+const SENDER_SIZES: [usize; 8] = [
+    1,
+    FRAME,
+    FRAME + 1,
+    65_536,
+    1 << 20,
+    5_000_003,
+    8 << 20,
+    LARGEST,
+];
+const THIRD_SIZES: [usize; 4] = [3_000, 65_536, 1 << 20, 4 << 20];
+const DEADLINE: Duration = Duration::from_secs(120);
+
+const RECEIVER: u32 = 0;
+const SENDER: u32 = 1;
+const THIRD: u32 = 2;
+
+/// Per (sender, its number for the transfer): the length received and whether it was placed.
+type Arrivals = BTreeMap<(u32, u32), (usize, bool)>;
+
+fn byte(from: u32, number: u32, offset: usize) -> u8 {
+    ((offset * 131 + from as usize * 7 + number as usize * 13) % 251) as u8
+}
+
+fn peers() -> Vec<SocketAddrV4> {
+    vec![
+        SocketAddrV4::new(address_of(0), 7490),
+        SocketAddrV4::new(address_of(1), 7491),
+        SocketAddrV4::new(address_of(1), 7492),
+    ]
+}
+
+#[test]
+fn transfers_of_1_byte_to_64_mib_are_placed_with_a_third_sender_clean() {
+    run("nmls", 0);
+}
+
+#[test]
+fn transfers_of_1_byte_to_64_mib_are_placed_with_a_third_sender_under_5_percent_loss() {
+    run("nmll", 5);
+}
+
+fn run(prefix: &str, loss_percent: u32) {
+    let Some(pair) = Pair::create(prefix) else {
+        return;
+    };
+    if loss_percent > 0 && !drop_outgoing(&pair, loss_percent) {
+        eprintln!("skipped: `nft` cannot add the loss rules here");
+        return;
+    }
+    let senders_done = Arc::new(AtomicBool::new(false));
+    let big_placed = Arc::new(AtomicBool::new(false));
+    let receiver = {
+        let (ns, done, big) = (
+            pair.names[0].clone(),
+            Arc::clone(&senders_done),
+            Arc::clone(&big_placed),
+        );
+        thread::spawn(move || {
+            enter(&ns);
+            receive(&done, &big)
+        })
+    };
+    // The receiver's filter must be attached before anything is sent.
+    thread::sleep(Duration::from_millis(300));
+    let sender = {
+        let ns = pair.names[1].clone();
+        thread::spawn(move || {
+            enter(&ns);
+            send(SENDER, &SENDER_SIZES, None)
+        })
+    };
+    let third = {
+        let (ns, big) = (pair.names[1].clone(), Arc::clone(&big_placed));
+        thread::spawn(move || {
+            enter(&ns);
+            send(THIRD, &THIRD_SIZES, Some(&big))
+        })
+    };
+    let (sent, sender_stats) = sender.join().expect("sender");
+    let (third_sent, third_stats) = third.join().expect("third");
+    for (who, s) in [("sender", sender_stats), ("third", third_stats)] {
+        eprintln!(
+            "{who}: {} transfers sent, {} frames sent, {} resent",
+            s.station.transfers_sent, s.station.frames_sent, s.station.frames_resent
+        );
+    }
+    senders_done.store(true, Ordering::Release);
+    let (received, stats) = receiver.join().expect("receiver");
+    report(loss_percent, &sent, &third_sent, &received, &stats);
+    let s = stats.station;
+    for (from, sizes) in [(SENDER, &sent), (THIRD, &third_sent)] {
+        for (number, &len) in sizes.iter().enumerate() {
+            let got = received.get(&(from, number as u32 + 1));
+            assert_eq!(
+                got.map(|r| r.0),
+                Some(len),
+                "node {from}'s transfer {} of {len} B",
+                number + 1
+            );
+        }
+    }
+    let largest = received[&(SENDER, SENDER_SIZES.len() as u32)];
+    assert!(largest.1, "the 64 MiB transfer was placed");
+    assert_eq!(
+        s.copied_bytes_placed, 0,
+        "admitted transfers copied nothing: {s:?}"
+    );
+    assert!(s.placed_bytes >= LARGEST as u64, "{s:?}");
+    assert!(
+        s.one_copy_transfers > 0,
+        "the third node was served by copy: {s:?}"
+    );
+    assert_eq!(stats.desyncs, 0);
+    drop(pair);
+}
+
+/// Drops `percent` of the UDP frames leaving either namespace.
+fn drop_outgoing(pair: &Pair, percent: u32) -> bool {
+    let rules = format!(
+        "table inet nmloss {{\n  chain out {{\n    type filter hook output priority 0; policy accept;\n    \
+         meta l4proto udp numgen random mod 100 < {percent} drop\n  }}\n}}\n"
+    );
+    pair.names.iter().all(|ns| {
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns, "nft", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let Ok(mut child) = child else {
+            return false;
+        };
+        use std::io::Write;
+        let wrote = child
+            .stdin
+            .take()
+            .is_some_and(|mut stdin| stdin.write_all(rules.as_bytes()).is_ok());
+        wrote && child.wait().is_ok_and(|status| status.success())
+    })
+}
+
+fn open(me: u32, placing_bytes: usize) -> LmSocket {
+    LmSocket::open(LmSocketConfig {
+        peers: peers(),
+        me,
+        job: JOB,
+        udp_payload: 1472,
+        placing_bytes,
+    })
+    .expect("an LM socket")
+}
+
+/// Sends `sizes` one after another; a node given `wait_for` starts when it is set (the
+/// receiver places the sender's largest transfer), so that it is refused placement.
+fn send(me: u32, sizes: &[usize], wait_for: Option<&AtomicBool>) -> (Vec<usize>, LmSocketStats) {
+    let mut socket = open(me, 0);
+    let started = Instant::now();
+    while wait_for.is_some_and(|flag| !flag.load(Ordering::Acquire)) {
+        assert!(started.elapsed() < DEADLINE, "node {me}: never started");
+        thread::sleep(Duration::from_millis(1));
+    }
+    let mut sent = Vec::new();
+    for (at, &len) in sizes.iter().enumerate() {
+        let number = at as u32 + 1;
+        let mut buffer = HoleBuffer::new(socket.geometry(), len as u64).expect("a send buffer");
+        let geometry = socket.geometry();
+        for (index, piece) in buffer.pieces_mut().enumerate() {
+            let start = geometry.payload_range(len, index as u32).start;
+            for (i, b) in piece.iter_mut().enumerate() {
+                *b = byte(me, number, start + i);
+            }
+        }
+        socket
+            .send(RECEIVER, buffer)
+            .map_err(|(e, _)| e)
+            .expect("send");
+        loop {
+            assert!(
+                started.elapsed() < DEADLINE,
+                "node {me}: transfer of {len} B stuck"
+            );
+            socket.progress().expect("progress");
+            match socket.poll_event() {
+                Some(Event::Sent { outcome, .. }) => {
+                    outcome.expect("delivered");
+                    break;
+                }
+                Some(_) => {}
+                None => socket.wait(Duration::from_millis(5)),
+            }
+        }
+        sent.push(len);
+    }
+    (sent, socket.stats())
+}
+
+/// Receives until both senders are done; returns (len, placed) per (sender, number). Sets
+/// `big_placed` once every transfer of the sender but its last is in and the last is placed.
+fn receive(senders_done: &AtomicBool, big_placed: &AtomicBool) -> (Arrivals, LmSocketStats) {
+    let mut socket = open(RECEIVER, 2 * (LARGEST + (1 << 20)));
+    let mut received = BTreeMap::new();
+    let mut placed_before_big = u64::MAX;
+    let started = Instant::now();
+    while !senders_done.load(Ordering::Acquire) {
+        assert!(started.elapsed() < DEADLINE, "the senders never finished");
+        socket.progress().expect("progress");
+        let earlier = (1..SENDER_SIZES.len() as u32).all(|n| received.contains_key(&(SENDER, n)));
+        if earlier
+            && socket.placing_from() == Some(SENDER)
+            && socket.stats().station.placed_frames > placed_before_big
+        {
+            big_placed.store(true, Ordering::Release);
+        }
+        let Some(event) = socket.poll_event() else {
+            socket.wait(Duration::from_millis(5));
+            continue;
+        };
+        let Event::Received {
+            from,
+            number,
+            message,
+        } = event
+        else {
+            continue;
+        };
+        let (len, placed) = match message {
+            Received::Copied(bytes) => (check(from, number, &bytes), false),
+            Received::Placed { region, range } => {
+                let len = check(from, number, &socket.region(region)[range]);
+                socket.release(region);
+                (len, true)
+            }
+        };
+        assert!(
+            received.insert((from, number), (len, placed)).is_none(),
+            "delivered twice"
+        );
+        if (from, number) == (SENDER, SENDER_SIZES.len() as u32 - 1) {
+            placed_before_big = socket.stats().station.placed_frames;
+        }
+    }
+    (received, socket.stats())
+}
+
+fn check(from: u32, number: u32, bytes: &[u8]) -> usize {
+    let wrong = bytes
+        .iter()
+        .enumerate()
+        .position(|(i, &b)| b != byte(from, number, i));
+    assert_eq!(
+        wrong,
+        None,
+        "node {from}'s transfer {number} ({} B): wrong byte",
+        bytes.len()
+    );
+    bytes.len()
+}
+
+fn report(loss: u32, sent: &[usize], third: &[usize], received: &Arrivals, stats: &LmSocketStats) {
+    let s = &stats.station;
+    let placed: Vec<usize> = received.values().filter(|r| r.1).map(|r| r.0).collect();
+    eprintln!(
+        "{loss} % loss: sender {} transfers ({} B largest), third {} transfers; placed {} \
+         transfers ({placed:?} B), {} by copy; bytes placed {}, copied into placed regions {}, \
+         copied for transfers by copy {}; frames placed {}, copied {}, held for their slot {}, \
+         resends asked {}, frames resent (sender side not counted here), passed to the kernel \
+         by the filter {}",
+        sent.len(),
+        sent.iter().max().unwrap_or(&0),
+        third.len(),
+        s.placed_transfers,
+        s.one_copy_transfers,
+        s.placed_bytes,
+        s.copied_bytes_placed,
+        s.copied_bytes_one_copy,
+        s.placed_frames,
+        s.copied_frames,
+        s.held_for_slot,
+        s.resends_asked,
+        stats.passed_to_kernel,
+    );
+}
