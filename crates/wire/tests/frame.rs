@@ -36,6 +36,36 @@ fn every_kind_round_trips_with_and_without_payload() {
 }
 
 #[test]
+fn a_frame_in_two_places_parses_like_the_whole_and_is_checked_the_same() {
+    // LM keeps a placed frame's headers aside and reads its payload where it landed.
+    for kind in ALL_KINDS.into_iter().filter(|k| k.may_carry_payload()) {
+        let header = header(kind, PAYLOAD.len());
+        let msg = msg_for(kind);
+        let bytes = build_with(&header, msg.as_ref(), PAYLOAD);
+        let (headers, payload) = bytes.split_at(headers_len(kind));
+        let whole = Frame::parse(&bytes).unwrap();
+        assert_eq!(Frame::parse_parts(headers, payload), Ok(whole), "{kind:?}");
+        let mut other = payload.to_vec();
+        other[0] ^= 1;
+        assert!(
+            matches!(
+                Frame::parse_parts(headers, &other),
+                Err(WireError::BadChecksum { .. })
+            ),
+            "{kind:?}: a payload byte changed"
+        );
+        assert!(
+            Frame::parse_parts(headers, &payload[1..]).is_err(),
+            "{kind:?}: a payload too short"
+        );
+        assert!(
+            Frame::parse_parts(&bytes[..headers.len() + 1], payload).is_err(),
+            "{kind:?}: headers too long"
+        );
+    }
+}
+
+#[test]
 fn emit_into_larger_buffer_writes_only_the_frame() {
     for (kind, bytes) in samples() {
         let frame = Frame::parse(&bytes).unwrap();
