@@ -231,13 +231,13 @@ impl<R: Regions> Station<R> {
                 key,
                 top,
                 bottom,
-            } => self.on_grant(now, from, number, key, (top, bottom)),
+            } => self.on_grant(now, from, (number, key), (top, bottom)),
             Flow::Resend {
                 number,
                 key,
                 top,
                 bottom,
-            } => self.on_resend(now, from, number, key, (top, bottom)),
+            } => self.on_resend(now, from, (number, key), (top, bottom)),
             Flow::Delivered { number } => self.on_delivered(now, from, number),
         }
     }

@@ -214,20 +214,12 @@ impl<R: Regions> Station<R> {
         &mut self,
         now: Nanos,
         from: PeerId,
-        number: u32,
-        key: u32,
+        (number, key): (u32, u32),
         range: (u32, u32),
     ) {
-        let Some(at) = self.flow_target(from, number, key) else {
-            return;
-        };
-        let retry_ns = self.config.retry_ns;
-        let s = &mut self.sending[at];
-        // Any answer shows the receiver alive; its own limits bound how long it may take.
-        s.heard(now, retry_ns);
-        let top = range.0.min(s.frames - 1);
-        s.known_top = top.min(s.known_top);
-        self.send_granted(at, range.1);
+        if let Some((at, _)) = self.answered(now, from, (number, key), range.0) {
+            self.send_granted(at, range.1);
+        }
     }
 
     /// RESEND: send again the frames of the range already sent, and those not sent yet (the
@@ -236,24 +228,37 @@ impl<R: Regions> Station<R> {
         &mut self,
         now: Nanos,
         from: PeerId,
-        number: u32,
-        key: u32,
+        (number, key): (u32, u32),
         range: (u32, u32),
     ) {
-        let Some(at) = self.flow_target(from, number, key) else {
+        let Some((at, top)) = self.answered(now, from, (number, key), range.0) else {
             return;
         };
-        let retry_ns = self.config.retry_ns;
-        let s = &mut self.sending[at];
-        s.heard(now, retry_ns);
-        let top = range.0.min(s.frames - 1);
-        s.known_top = s.known_top.min(top);
-        let id = s.id;
+        let id = self.sending[at].id;
         if let Some(bottom) = self.resend_bottom(at, top, range.1) {
             self.stats.frames_resent += u64::from(top - bottom + 1);
             self.queue_frames(id, top, bottom);
         }
         self.send_granted(at, range.1);
+    }
+
+    /// The send a GRANT or RESEND from `from` answers, heard from (any answer shows the
+    /// receiver alive; its own limits bound how long it may take), and the highest frame the
+    /// receiver misses, as it says.
+    fn answered(
+        &mut self,
+        now: Nanos,
+        from: PeerId,
+        (number, key): (u32, u32),
+        top: u32,
+    ) -> Option<(usize, u32)> {
+        let at = self.flow_target(from, number, key)?;
+        let retry_ns = self.config.retry_ns;
+        let s = &mut self.sending[at];
+        s.heard(now, retry_ns);
+        let top = top.min(s.frames - 1);
+        s.known_top = s.known_top.min(top);
+        Some((at, top))
     }
 
     /// Sends the frames not sent yet down to `bottom`.

@@ -8,7 +8,8 @@ use std::collections::{BTreeMap, VecDeque};
 use nicmsg_lm::fill::{Arrival, Slot, Steer};
 use nicmsg_lm::send_buffer::HoleBuffer;
 use nicmsg_lm::station::{
-    Event, Landing, Received, RegionId, Regions, SendError, SendId, Station, StationConfig,
+    Event, HeapRegions, Landing, Received, RegionId, Regions, SendError, SendId, Station,
+    StationConfig,
 };
 use nicmsg_lm::{Geometry, TransferKey};
 use nicmsg_proto::Nanos;
@@ -65,39 +66,29 @@ impl Outgoing {
 
 /// Receive regions on the heap, each filled when allocated with a pattern no message has, so
 /// that a byte the transfer never wrote shows.
-#[derive(Debug)]
 pub struct SimRegions {
     node: u32,
     allocated: u64,
-    regions: Vec<Option<Vec<u8>>>,
+    heap: HeapRegions,
 }
 
 impl Regions for SimRegions {
     fn allocate(&mut self, len: usize) -> Option<RegionId> {
+        let region = self.heap.allocate(len)?;
         self.allocated += 1;
         let seed = u64::from(self.node) << 32 | self.allocated;
-        let bytes = (0..len)
-            .map(|i| (crate::content::mix(seed ^ i as u64) | 1) as u8)
-            .collect();
-        let at = self.regions.iter().position(Option::is_none);
-        let at = at.unwrap_or_else(|| {
-            self.regions.push(None);
-            self.regions.len() - 1
-        });
-        self.regions[at] = Some(bytes);
-        Some(RegionId(at as u32))
+        for (i, byte) in self.heap.bytes(region).iter_mut().enumerate() {
+            *byte = (crate::content::mix(seed ^ i as u64) | 1) as u8;
+        }
+        Some(region)
     }
 
     fn bytes(&mut self, region: RegionId) -> &mut [u8] {
-        self.regions[region.0 as usize]
-            .as_mut()
-            .expect("a live region")
+        self.heap.bytes(region)
     }
 
     fn free(&mut self, region: RegionId) {
-        self.regions[region.0 as usize]
-            .take()
-            .expect("a region freed once");
+        self.heap.free(region);
     }
 }
 
@@ -137,7 +128,7 @@ impl Node {
         let regions = SimRegions {
             node: me,
             allocated: 0,
-            regions: Vec::new(),
+            heap: HeapRegions::new(usize::MAX),
         };
         Self {
             me,
