@@ -305,20 +305,15 @@ impl<R: Regions> Station<R> {
             .get(&key)
             .filter(|p| p.is_active() && p.from == from && p.placement.len() == data.len);
         if data.key != 0 && placed.is_some() {
-            self.copy_into_region(now, from, key, data, payload);
+            self.copy_into_region(now, key, data, payload);
         } else {
             self.copy_into_buffer(now, from, data, payload);
         }
     }
 
-    fn copy_into_region(
-        &mut self,
-        now: Nanos,
-        from: PeerId,
-        key: TransferKey,
-        data: DataFrame,
-        payload: &[u8],
-    ) {
+    /// A frame of a placed transfer that came the ordinary way (the caller checked that it
+    /// is from the transfer's sender).
+    fn copy_into_region(&mut self, now: Nanos, key: TransferKey, data: DataFrame, payload: &[u8]) {
         let placed = self.placed.get_mut(&key).expect("checked by the caller");
         if *placed.number.get_or_insert(data.number) != data.number {
             self.stats.dropped_malformed += 1;
@@ -337,7 +332,7 @@ impl<R: Regions> Station<R> {
             Copied::HeldForSlot => self.stats.held_for_slot += 1,
         }
         self.admission.progress(now, key);
-        self.after_placed_progress(now, from, key, copied);
+        self.after_placed_progress(now, key, copied);
     }
 
     /// A frame took the placement slot of frame `index` of `key`; its payload is in the
@@ -399,7 +394,7 @@ impl<R: Regions> Station<R> {
             Landed::Placed => Copied::Copied,
             Landed::Damaged => Copied::HeldForSlot,
         };
-        self.after_placed_progress(now, from, key, seen);
+        self.after_placed_progress(now, key, seen);
         Ok(())
     }
 
@@ -408,7 +403,7 @@ impl<R: Regions> Station<R> {
     /// A frame held for its slot shows a hole (the frame of the slot ahead was lost or
     /// damaged: ask for it and those behind it, which were dropped too); a frame in already
     /// shows a sender that did not hear the last grant (grant again).
-    fn after_placed_progress(&mut self, now: Nanos, from: PeerId, key: TransferKey, seen: Copied) {
+    fn after_placed_progress(&mut self, now: Nanos, key: TransferKey, seen: Copied) {
         let placed = self
             .placed
             .get_mut(&key)
@@ -448,7 +443,9 @@ impl<R: Regions> Station<R> {
             top,
             bottom: placed.placement.grant_floor(),
         };
-        self.send_flow(from, flow);
+        // To the transfer's sender, whoever the frame claimed to be from.
+        let to = placed.from;
+        self.send_flow(to, flow);
     }
 
     fn grant_placed(&mut self, key: TransferKey) {
