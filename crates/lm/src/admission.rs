@@ -337,6 +337,15 @@ impl Admission {
         }
     }
 
+    /// Receiver: every byte of the placed transfer `key` is in. The placement ends now,
+    /// without waiting for the sender's END: its next request may arrive first (the END lost
+    /// or late), and would be refused for a receiver that is no longer busy.
+    pub fn complete(&mut self, now: Nanos, key: TransferKey) {
+        if self.placing.is_some_and(|p| p.key == key) {
+            self.end_placing(now, None);
+        }
+    }
+
     /// A control message from `from`. `admit` is the engine's decision on a request it may
     /// accept (a region and fill slots prepared, and the key its frames will carry), or `None`.
     pub fn handle(

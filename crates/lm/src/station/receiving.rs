@@ -409,7 +409,7 @@ impl<R: Regions> Station<R> {
             .get_mut(&key)
             .expect("progress of a kept transfer");
         if placed.placement.is_complete() {
-            self.deliver_placed(key);
+            self.deliver_placed(now, key);
             return;
         }
         let region = self.regions.bytes(placed.region);
@@ -460,7 +460,7 @@ impl<R: Regions> Station<R> {
         self.send_flow(to, flow);
     }
 
-    fn deliver_placed(&mut self, key: TransferKey) {
+    fn deliver_placed(&mut self, now: Nanos, key: TransferKey) {
         let mut placed = self
             .placed
             .remove(&key)
@@ -483,6 +483,8 @@ impl<R: Regions> Station<R> {
                 range,
             },
         );
+        self.admission.complete(now, key);
+        self.take_admission_events(now);
         self.refill();
     }
 
