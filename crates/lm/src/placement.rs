@@ -25,7 +25,7 @@
 //! waiting slots void, so ordinary frames drain them; its region is not reused until
 //! [`crate::fill::FillQueue::slots_of`] is 0.
 
-use crate::bits::Bits;
+use crate::bits::{Bits, FrameSet};
 use crate::fill::{FillError, FillQueue, Slot, TransferKey};
 use crate::geometry::{Geometry, GeometryError, MAX_HEADER_LEN};
 
@@ -73,11 +73,10 @@ pub struct Placement {
     len: usize,
     frames: u32,
     window: u32,
-    received: Bits,
+    received: FrameSet,
     /// Frames whose placement slot waits in the fill queue or was taken by the device and not
     /// yet seen by the engine.
     in_queue: Bits,
-    received_count: u32,
     in_queue_count: u32,
     /// The highest frame index not yet considered for a slot (posting goes downwards).
     next_to_post: Option<u32>,
@@ -124,9 +123,8 @@ impl Placement {
             len,
             frames,
             window,
-            received: Bits::new(frames),
+            received: FrameSet::new(frames),
             in_queue: Bits::new(frames),
-            received_count: 0,
             in_queue_count: 0,
             next_to_post: Some(frames - 1),
             lowest_posted: frames,
@@ -163,11 +161,17 @@ impl Placement {
     /// Every frame is in: the region's message bytes are the message, and no slot of this
     /// transfer is left in the fill queue.
     pub fn is_complete(&self) -> bool {
-        self.received_count == self.frames
+        self.received.is_full()
     }
 
     pub fn is_received(&self, index: u32) -> bool {
-        self.received.get(index)
+        self.received.contains(index)
+    }
+
+    /// The highest frame not in yet (0 once all are): the one a receiver asks for after a
+    /// hole.
+    pub fn highest_missing(&self) -> u32 {
+        self.received.top_missing()
     }
 
     /// The lowest frame the sender may send now, last first from the top: every frame from
@@ -204,7 +208,7 @@ impl Placement {
                 len: self.landing_len(index),
             };
             fill.post(slot)?;
-            if index > 0 && self.received.get(index - 1) {
+            if index > 0 && self.received.contains(index - 1) {
                 // The previous frame is in already: this one's headers will cover its tail.
                 let shadow = self.geometry.header_shadow_range(index);
                 self.keep_shadow(index, &region[shadow]);
@@ -229,7 +233,7 @@ impl Placement {
             "frame {index} had no slot in the queue"
         );
         assert!(
-            !self.received.get(index),
+            !self.received.contains(index),
             "a slot is never posted for a frame in already"
         );
         self.in_queue.clear(index);
@@ -252,7 +256,7 @@ impl Placement {
     pub fn arrived_by_copy(&mut self, index: u32, payload: &[u8], region: &mut [u8]) -> Copied {
         assert!(index < self.frames, "frame {index} of {}", self.frames);
         assert_eq!(payload.len(), self.geometry.payload_len(self.len, index));
-        if self.received.get(index) {
+        if self.received.contains(index) {
             self.stats.duplicates += 1;
             return Copied::Duplicate;
         }
@@ -308,7 +312,7 @@ impl Placement {
     fn next_missing_to_post(&mut self) -> Option<u32> {
         while let Some(index) = self.next_to_post {
             self.next_to_post = index.checked_sub(1);
-            if !self.received.get(index) && !self.in_queue.get(index) {
+            if !self.received.contains(index) && !self.in_queue.get(index) {
                 return Some(index);
             }
         }
@@ -316,8 +320,8 @@ impl Placement {
     }
 
     fn mark_received(&mut self, index: u32) {
-        self.received.set(index);
-        self.received_count += 1;
+        let new = self.received.insert(index);
+        debug_assert!(new, "frame {index} received twice");
     }
 
     fn keep_shadow(&mut self, covering: u32, bytes: &[u8]) {

@@ -6,7 +6,7 @@ use std::ops::Range;
 use nicmsg_wire::Frame;
 
 use crate::admission::{Admit, Nanos, PeerId, LEASE_NS};
-use crate::bits::Bits;
+use crate::bits::FrameSet;
 use crate::fill::{FillQueue, Slot, TransferKey, MAX_OPEN_TRANSFERS};
 use crate::placement::{Copied, Landed, Placement};
 
@@ -67,11 +67,7 @@ impl Placed {
 #[derive(Debug)]
 pub(crate) struct OneCopy {
     buffer: Vec<u8>,
-    got: Bits,
-    count: u32,
-    frames: u32,
-    /// The highest frame not in yet.
-    top_missing: u32,
+    got: FrameSet,
     /// The sender may send from here up.
     granted: u32,
     /// The lowest frame in: below it, frames are still on their way, not missing.
@@ -96,14 +92,15 @@ impl OneCopy {
         duplicate: bool,
         (now, gap): (Nanos, Nanos),
     ) -> Option<Flow> {
-        let top = self.top_missing;
+        let top = self.got.top_missing();
         if top > self.lowest_in {
             if !self.asks.may_ask(now, top, gap) {
                 return None;
             }
             // The run of missing frames from the top down to the next frame in.
             let mut bottom = top;
-            while bottom > self.lowest_in && top - bottom < window && !self.got.get(bottom - 1) {
+            while bottom > self.lowest_in && top - bottom < window && !self.got.contains(bottom - 1)
+            {
                 bottom -= 1;
             }
             return Some(Flow::Resend {
@@ -428,7 +425,7 @@ impl<R: Regions> Station<R> {
             self.grant_placed(key);
         }
         let placed = &mut self.placed.get_mut(&key).expect("still kept");
-        let top = highest_missing(&placed.placement);
+        let top = placed.placement.highest_missing();
         let gap = self.config.resend_gap_ns;
         if seen == Copied::Copied || posted > 0 || !placed.asks.may_ask(now, top, gap) {
             return;
@@ -453,7 +450,7 @@ impl<R: Regions> Station<R> {
         let flow = Flow::Grant {
             number: placed.number.unwrap_or(0),
             key: key.0,
-            top: highest_missing(&placed.placement),
+            top: placed.placement.highest_missing(),
             bottom: placed.placement.grant_floor(),
         };
         let to = placed.from;
@@ -504,21 +501,16 @@ impl<R: Regions> Station<R> {
             return;
         }
         entry.last_heard = now;
-        let duplicate = entry.got.get(data.index);
+        let duplicate = !entry.got.insert(data.index);
         if duplicate {
             self.stats.duplicates += 1;
         } else {
-            entry.got.set(data.index);
-            entry.count += 1;
             entry.lowest_in = entry.lowest_in.min(data.index);
             entry.buffer[geometry.payload_range(data.len, data.index)].copy_from_slice(payload);
             self.stats.copied_frames += 1;
             self.stats.copied_bytes_one_copy += payload.len() as u64;
-            while entry.count < entry.frames && entry.got.get(entry.top_missing) {
-                entry.top_missing -= 1;
-            }
         }
-        if entry.count == entry.frames {
+        if entry.got.is_full() {
             let entry = self.one_copy.remove(&id).expect("just filled");
             self.one_copy_bytes -= entry.buffer.len();
             self.stats.one_copy_transfers += 1;
@@ -544,10 +536,7 @@ impl<R: Regions> Station<R> {
             id,
             OneCopy {
                 buffer: vec![0; data.len],
-                got: Bits::new(frames),
-                count: 0,
-                frames,
-                top_missing: frames - 1,
+                got: FrameSet::new(frames),
                 granted: frames.saturating_sub(self.config.window),
                 lowest_in: frames,
                 last_heard: now,
@@ -676,12 +665,4 @@ impl<R: Regions> Station<R> {
             self.fill_out.push_back(Posted { slot, region: None });
         }
     }
-}
-
-/// The highest frame of a placed transfer not in yet (the transfer is not complete).
-fn highest_missing(placement: &Placement) -> u32 {
-    (0..placement.frames())
-        .rev()
-        .find(|&index| !placement.is_received(index))
-        .unwrap_or(0)
 }
