@@ -67,6 +67,17 @@ impl FrameSet {
     pub(crate) fn top_missing(&self) -> u32 {
         self.top_missing
     }
+
+    /// The lowest frame of the run of missing frames from the highest one down: down to the
+    /// next frame in, but not below `floor` and at most `longest` frames.
+    pub(crate) fn missing_run_bottom(&self, floor: u32, longest: u32) -> u32 {
+        let top = self.top_missing;
+        let mut bottom = top;
+        while bottom > floor && top - bottom + 1 < longest && !self.bits.get(bottom - 1) {
+            bottom -= 1;
+        }
+        bottom
+    }
 }
 
 #[cfg(test)]
@@ -82,7 +93,11 @@ mod tests {
         assert!(set.insert(4) && set.insert(3));
         assert_eq!(set.top_missing(), 1);
         assert!(!set.insert(3), "in already");
-        assert!(set.insert(0) && set.insert(1));
+        assert_eq!(set.missing_run_bottom(0, 10), 0, "frames 1 and 0 missing");
+        assert_eq!(set.missing_run_bottom(1, 10), 1, "not below the floor");
+        assert!(set.insert(0));
+        assert_eq!(set.missing_run_bottom(0, 10), 1);
+        assert!(set.insert(1));
         assert!(set.is_full() && set.contains(0));
     }
 }

@@ -174,6 +174,20 @@ impl Placement {
         self.received.top_missing()
     }
 
+    /// The frames to ask for after a hole: from the highest missing one down to the next
+    /// frame in, within the frames that have slots (`None` if the highest missing has none:
+    /// nothing sent is missing), at most `longest`.
+    pub fn missing_run(&self, longest: u32) -> Option<(u32, u32)> {
+        let top = self.highest_missing();
+        (top >= self.lowest_posted && !self.is_complete()).then(|| {
+            (
+                top,
+                self.received
+                    .missing_run_bottom(self.lowest_posted, longest),
+            )
+        })
+    }
+
     /// The lowest frame the sender may send now, last first from the top: every frame from
     /// here up is in or has a slot posted (what a grant tells the sender).
     pub fn grant_floor(&self) -> u32 {

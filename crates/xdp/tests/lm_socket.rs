@@ -292,7 +292,7 @@ fn report(loss: u32, sent: &[usize], third: &[usize], received: &Arrivals, stats
         "{loss} % loss: sender {} transfers ({} B largest), third {} transfers; placed {} \
          transfers ({placed:?} B), {} by copy; bytes placed {}, copied into placed regions {}, \
          copied for transfers by copy {}; frames placed {}, copied {}, held for their slot {}, \
-         resends asked {}, frames resent (sender side not counted here), passed to the kernel \
+         grants sent {}, resends asked {}, passed to the kernel \
          by the filter {}",
         sent.len(),
         sent.iter().max().unwrap_or(&0),
@@ -305,6 +305,7 @@ fn report(loss: u32, sent: &[usize], third: &[usize], received: &Arrivals, stats
         s.placed_frames,
         s.copied_frames,
         s.held_for_slot,
+        s.grants_sent,
         s.resends_asked,
         stats.passed_to_kernel,
     );

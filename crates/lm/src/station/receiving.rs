@@ -1,6 +1,7 @@
 //! The receiving side of a station: admitted transfers placed in their regions, everything
 //! else received by copy, and what the receiver tells the sender (grants, resends, delivered).
 
+use std::collections::VecDeque;
 use std::ops::Range;
 
 use nicmsg_wire::Frame;
@@ -54,6 +55,9 @@ pub(crate) struct Placed {
     number: Option<u32>,
     /// Given up with slots left in the queue: the region waits until they drain.
     quarantined: bool,
+    /// Frames were dropped as held for their slot and some frame with a slot is still
+    /// missing: a frame that comes twice is then answered with a RESEND, not a grant.
+    dropped_held: bool,
     asks: Asks,
 }
 
@@ -97,17 +101,11 @@ impl OneCopy {
             if !self.asks.may_ask(now, top, gap) {
                 return None;
             }
-            // The run of missing frames from the top down to the next frame in.
-            let mut bottom = top;
-            while bottom > self.lowest_in && top - bottom < window && !self.got.contains(bottom - 1)
-            {
-                bottom -= 1;
-            }
             return Some(Flow::Resend {
                 number,
                 key: 0,
                 top,
-                bottom,
+                bottom: self.got.missing_run_bottom(self.lowest_in, window),
             });
         }
         let floor = top.saturating_sub(window - 1);
@@ -151,7 +149,7 @@ struct PlaceTable<'a, R: Regions> {
     regions: &'a mut R,
     placed: &'a mut std::collections::BTreeMap<TransferKey, Placed>,
     next_key: &'a mut u32,
-    fill_out: &'a mut std::collections::VecDeque<Posted>,
+    fill_out: &'a mut VecDeque<Posted>,
 }
 
 impl<R: Regions> PlaceTable<'_, R> {
@@ -169,13 +167,11 @@ impl<R: Regions> PlaceTable<'_, R> {
         let key = TransferKey(self.next_key.wrapping_add(1).max(1));
         let mut placement = Placement::new(key, geometry, len as u64, self.config.window).ok()?;
         let region = self.regions.allocate(placement.region_len())?;
-        let fill_out = &mut *self.fill_out;
-        let posted = placement.post_slots(self.fill, self.regions.bytes(region), &mut |slot| {
-            fill_out.push_back(Posted {
-                slot,
-                region: Some(region),
-            })
-        });
+        let posted = post_slots(
+            &mut placement,
+            region,
+            (self.fill, self.regions, self.fill_out),
+        );
         if posted.is_err() {
             self.regions.free(region);
             return None;
@@ -189,6 +185,7 @@ impl<R: Regions> PlaceTable<'_, R> {
                 region,
                 number: None,
                 quarantined: false,
+                dropped_held: false,
                 asks: Asks::default(),
             },
         );
@@ -409,18 +406,15 @@ impl<R: Regions> Station<R> {
             self.deliver_placed(now, key);
             return;
         }
-        let region = self.regions.bytes(placed.region);
-        let fill_out = &mut self.fill_out;
-        let region_id = placed.region;
-        let posted = placed
-            .placement
-            .post_slots(&mut self.fill, region, &mut |slot| {
-                fill_out.push_back(Posted {
-                    slot,
-                    region: Some(region_id),
-                })
-            })
-            .unwrap_or(0);
+        // Slots are posted, and granted, half a window at a time: one grant per landing
+        // would double the frames on the wire.
+        let half_empty = placed.placement.slots_in_queue() <= self.config.window / 2;
+        let posted = if half_empty {
+            let fill = (&mut self.fill, &mut self.regions, &mut self.fill_out);
+            post_slots(&mut placed.placement, placed.region, fill).unwrap_or(0)
+        } else {
+            0
+        };
         if posted > 0 {
             self.grant_placed(key);
         }
@@ -430,15 +424,21 @@ impl<R: Regions> Station<R> {
         if seen == Copied::Copied || posted > 0 || !placed.asks.may_ask(now, top, gap) {
             return;
         }
-        if seen == Copied::Duplicate {
+        // Held for its slot: the frame of the slot ahead is missing, and so is every frame
+        // held behind it. In twice: the sender probes a silence, or did not hear the last
+        // grant; ask again for frames dropped as held (the last RESEND may have been lost),
+        // else grant again (the frames may be on their way).
+        let run = placed.placement.missing_run(2 * self.config.window);
+        placed.dropped_held = run.is_some() && (placed.dropped_held || seen == Copied::HeldForSlot);
+        let (true, Some((top, bottom))) = (placed.dropped_held, run) else {
             self.grant_placed(key);
             return;
-        }
+        };
         let flow = Flow::Resend {
             number: placed.number.unwrap_or(0),
             key: key.0,
             top,
-            bottom: placed.placement.grant_floor(),
+            bottom,
         };
         // To the transfer's sender, whoever the frame claimed to be from.
         let to = placed.from;
@@ -665,4 +665,19 @@ impl<R: Regions> Station<R> {
             self.fill_out.push_back(Posted { slot, region: None });
         }
     }
+}
+
+/// Posts `placement`'s next slots, into `region`, to the fill queue's mirror and to the
+/// host's list of fill addresses to post.
+fn post_slots<R: Regions>(
+    placement: &mut Placement,
+    region: RegionId,
+    (fill, regions, fill_out): (&mut FillQueue, &mut R, &mut VecDeque<Posted>),
+) -> Result<u32, crate::fill::FillError> {
+    placement.post_slots(fill, regions.bytes(region), &mut |slot| {
+        fill_out.push_back(Posted {
+            slot,
+            region: Some(region),
+        })
+    })
 }
