@@ -134,9 +134,6 @@ pub enum Event {
         buffer: HoleBuffer,
         outcome: Result<(), SendFailed>,
     },
-    /// Placement slots of `key` not taken yet became void: a packet filter that holds records
-    /// of the queue must rewrite them ([`Station::fill_slots`]).
-    Voided { key: TransferKey },
 }
 
 /// A fill slot to post to the device, in order.
@@ -225,6 +222,8 @@ pub struct Station<R: Regions> {
     queued_controls: usize,
     scratch: [u8; MAX_HEADER_LEN],
     fill_out: VecDeque<Posted>,
+    /// Placement slots became void since [`Station::take_voided`] was last asked.
+    voided: bool,
     events: VecDeque<Event>,
     stats: StationStats,
 }
@@ -262,6 +261,7 @@ impl<R: Regions> Station<R> {
             queued_controls: 0,
             scratch: [0; MAX_HEADER_LEN],
             fill_out: VecDeque::new(),
+            voided: false,
             events: VecDeque::new(),
             stats: StationStats::default(),
         };
@@ -289,6 +289,13 @@ impl<R: Regions> Station<R> {
     /// [`FillQueue::device_take`]) is for a simulated device; a real one is the packet filter.
     pub fn fill_queue_mut(&mut self) -> &mut FillQueue {
         &mut self.fill
+    }
+
+    /// Whether placement slots not taken yet became void (a transfer given up) since last
+    /// asked: a packet filter that holds records of the queue must then rewrite them
+    /// ([`fill_slots`](Self::fill_slots)).
+    pub fn take_voided(&mut self) -> bool {
+        std::mem::take(&mut self.voided)
     }
 
     /// Slots in the fill queue, oldest first (taken by the device or not).

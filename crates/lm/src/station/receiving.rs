@@ -266,7 +266,7 @@ impl<R: Regions> Station<R> {
         if placed.is_active() {
             placed.placement.abort(&mut self.fill);
             placed.quarantined = true;
-            self.events.push_back(Event::Voided { key });
+            self.voided = true;
         }
         self.free_if_drained(key);
         self.refill();

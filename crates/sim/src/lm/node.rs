@@ -355,7 +355,6 @@ impl Node {
                         Err(_) => SendState::GaveUp,
                     };
                 }
-                Event::Voided { .. } => {}
             }
         }
         while let Some((to, frame)) = self.station.poll_transmit() {

@@ -82,9 +82,9 @@ struct PlacingSide {
     table: PlacingTable,
     passed: Counter,
     xsk: XskSocket,
-    /// Fill addresses posted and not yet seen landed, oldest first; with `taken`, the
-    /// positions the table is indexed by.
-    in_flight: VecDeque<u64>,
+    /// Fill addresses posted and not yet seen landed, with their slots, oldest first; with
+    /// `taken`, the positions the table is indexed by.
+    in_flight: VecDeque<(u64, Slot)>,
     posted: u64,
     taken: u64,
 }
@@ -286,7 +286,7 @@ impl LmSocket {
         });
         for &(at, len) in &landed[..count] {
             let side = self.placing.as_mut().expect("checked above");
-            let expected = side.in_flight.pop_front();
+            let expected = side.in_flight.pop_front().map(|(address, _)| address);
             let slot = self.station.next_device_landing();
             let kept = side.table.kept_headers(side.taken);
             side.taken += 1;
@@ -331,22 +331,17 @@ impl LmSocket {
     }
 
     fn post_fills(&mut self) {
-        let mut posted = Vec::new();
-        while let Some(slot) = self.station.poll_fill() {
-            posted.push(slot);
-        }
         let geometry = self.station.config().geometry;
         let Some(side) = self.placing.as_mut() else {
             return;
         };
-        let LmMemory::Umem(regions) = self.station.regions() else {
-            return;
-        };
-        let mut records = Vec::with_capacity(posted.len());
-        for Posted { slot, region } in posted {
+        let before = side.in_flight.len();
+        while let Some(Posted { slot, region }) = self.station.poll_fill() {
             // The station posts ordinary chunks only when configured with some (a simulated
             // device's); this socket's other frames go to the kernel.
-            let (Slot::Placement { index, .. }, Some(region)) = (slot, region) else {
+            let (Slot::Placement { index, .. }, Some(region), LmMemory::Umem(regions)) =
+                (slot, region, self.station.regions())
+            else {
                 debug_assert!(false, "only placement slots are posted here");
                 continue;
             };
@@ -354,13 +349,15 @@ impl LmSocket {
                 (regions.start(region) + geometry.landing_offset(index) - KERNEL_HEADROOM) as u64;
             let room = side.xsk.post_fill(address);
             assert!(room, "the station posts at most the fill ring's size");
-            side.in_flight.push_back(address);
-            records.push(slot);
+            side.in_flight.push_back((address, slot));
+        }
+        if side.in_flight.len() == before {
+            return;
         }
         // Addresses first, then their records: a record the filter sees has its address.
         side.xsk.publish_fill();
-        for slot in records {
-            side.table.record(side.posted, &slot);
+        for (_, slot) in side.in_flight.range(before..) {
+            side.table.record(side.posted, slot);
             side.posted += 1;
         }
     }
@@ -371,6 +368,9 @@ impl LmSocket {
         let Some(side) = self.placing.as_mut() else {
             return;
         };
+        if !self.station.take_voided() {
+            return;
+        }
         let cursor = side.table.cursor();
         for (offset, slot) in self.station.fill_slots().enumerate() {
             let position = side.taken + offset as u64;
