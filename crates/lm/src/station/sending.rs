@@ -144,6 +144,11 @@ impl<R: Regions> Station<R> {
         Ok(id)
     }
 
+    /// The number the next transfer to `to` will have (its receiver's name for it).
+    pub fn next_number(&self, to: PeerId) -> Option<u32> {
+        self.next_number.get(to as usize).copied()
+    }
+
     pub(crate) fn sending_at(&self, id: SendId) -> Option<usize> {
         self.sending.iter().position(|s| s.id == id)
     }

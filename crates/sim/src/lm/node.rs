@@ -303,10 +303,11 @@ impl Node {
         let (to, len) = (self.outgoing[at].to, self.outgoing[at].len);
         let geometry = self.station.config().geometry;
         let mut buffer = HoleBuffer::new(geometry, len as u64).expect("a transfer the run sized");
+        let number = self.station.next_number(to).expect("a peer");
         for (index, piece) in buffer.pieces_mut().enumerate() {
             let start = geometry.payload_range(len, index as u32).start;
             for (i, byte) in piece.iter_mut().enumerate() {
-                *byte = Catalogue::byte(self.me, to, self.station_number_next(to), start + i);
+                *byte = Catalogue::byte(self.me, to, number, start + i);
             }
         }
         match self.station.send(now, to, buffer) {
@@ -314,16 +315,6 @@ impl Node {
             Err((SendError::Busy, _)) => self.outgoing[at].start = now + SEND_AGAIN_NS,
             Err((error, _)) => panic!("the simulation sends only what a station takes: {error}"),
         }
-    }
-
-    /// The number the station gives the next transfer to `to` (numbers count up from 1 per
-    /// receiver), so the content can be written before the send.
-    fn station_number_next(&self, to: u32) -> u32 {
-        1 + self
-            .outgoing
-            .iter()
-            .filter(|o| o.to == to && !matches!(o.state, SendState::NotStarted))
-            .count() as u32
     }
 
     /// Takes the station's events and frames.
