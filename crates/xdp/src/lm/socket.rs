@@ -204,9 +204,10 @@ impl LmSocket {
     /// then fill addresses and frames out. An error is a broken socket or a fill queue out of
     /// step with the kernel (counted in `desyncs`).
     pub fn progress(&mut self) -> io::Result<()> {
-        self.receive_ordinary()?;
-        self.take_landings()?;
+        // One clock read a turn: a turn is short (`RECEIVE_BATCH` frames from each path).
         let now = self.now();
+        self.receive_ordinary(now)?;
+        self.take_landings(now)?;
         if self.station.poll_timeout().is_some_and(|at| at <= now) {
             self.station.handle_timeout(now);
         }
@@ -222,21 +223,19 @@ impl LmSocket {
             .poll_timeout()
             .map(|at| Duration::from_nanos(at.saturating_sub(now)));
         let timeout = timer.map_or(max, |t| t.min(max));
-        let mut fds = vec![libc::pollfd {
-            fd: self.udp.as_raw_fd(),
+        let mut fds = [self.udp.as_raw_fd(), -1].map(|fd| libc::pollfd {
+            fd,
             events: libc::POLLIN,
             revents: 0,
-        }];
+        });
+        let mut count = 1;
         if let Some(side) = &self.placing {
-            fds.push(libc::pollfd {
-                fd: side.xsk.fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
+            fds[1].fd = side.xsk.fd();
+            count = 2;
         }
         let millis = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: `fds` is a valid array of the length passed.
-        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, millis) };
+        // SAFETY: `fds` holds at least `count` valid entries.
+        unsafe { libc::poll(fds.as_mut_ptr(), count, millis) };
     }
 
     fn now(&self) -> u64 {
@@ -251,7 +250,7 @@ impl LmSocket {
     }
 
     /// Frames the kernel's socket holds: every frame but the placed ones.
-    fn receive_ordinary(&mut self) -> io::Result<()> {
+    fn receive_ordinary(&mut self, now: u64) -> io::Result<()> {
         for _ in 0..RECEIVE_BATCH {
             let (len, from) = match receive_nonblocking(&self.udp, &mut self.datagram) {
                 Ok(Some(received)) => received,
@@ -266,7 +265,6 @@ impl LmSocket {
                 self.unknown_sources += 1;
                 continue;
             };
-            let now = self.now();
             let (station, datagram) = (&mut self.station, &self.datagram);
             station.arrive(now, peer, &datagram[..len]);
         }
@@ -274,7 +272,7 @@ impl LmSocket {
     }
 
     /// Frames that landed where the station's fill slots pointed.
-    fn take_landings(&mut self) -> io::Result<()> {
+    fn take_landings(&mut self, now: u64) -> io::Result<()> {
         let Some(side) = self.placing.as_mut() else {
             return Ok(());
         };
@@ -314,7 +312,6 @@ impl LmSocket {
                 kept: &kept[HEADERS_LEN..],
                 frame_len: len - self.link_len,
             };
-            let now = self.now();
             if self.station.take_landed(now, from, slot, landing).is_err() {
                 self.desyncs += 1;
                 return Err(io::Error::other("a landing does not match its fill slot"));
