@@ -12,6 +12,13 @@ pub fn pin_current_thread(cpu: usize) {
     }
 }
 
+/// The CPUs the process could run on when it first asked, before any of its threads was
+/// pinned (the looper runs on all of them whatever the measuring thread was pinned to).
+pub fn process_cpus() -> &'static [usize] {
+    static CPUS: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
+    CPUS.get_or_init(allowed_cpus)
+}
+
 /// The CPUs this thread may run on (empty if they cannot be read).
 pub fn allowed_cpus() -> Vec<usize> {
     // SAFETY: sched_getaffinity fills the plain bit set it is given.

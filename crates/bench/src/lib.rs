@@ -1,7 +1,7 @@
 //! # nicmsg benchmarks
 //!
-//! The measurements of the papers nicmsg descends from (EMP, RMPP, BIP, PANIC; LM shares the
-//! latency method), run for nicmsg and, in the same run, for the baselines: TCP and raw UDP written here, and
+//! The measurements of the papers nicmsg descends from (EMP, RMPP, BIP, PANIC, LM), run for
+//! nicmsg and, in the same run, for the baselines: TCP and raw UDP written here, and
 //! NetPIPE, libfabric and UCX when installed; see `docs/benchmarks.md`. The crate's program,
 //! `nicmsg-bench`, is `nicmsg bench` ([`command`]): the `nicmsg` launcher runs it from its own
 //! directory, so that the launcher links none of this.
@@ -12,7 +12,9 @@
 //! * [`patterns`]: the papers' loops, written once against [`messenger::Messenger`];
 //! * [`panic`]: PANIC's figures 3 and 5, and the engine's collectives and look-up against the
 //!   hosts', through `Comm::programs`;
-//! * [`messenger`]: nicmsg, TCP (blocking, busy-polling) and raw UDP behind that interface;
+//! * [`messenger`]: nicmsg, its LM socket, TCP (blocking, busy-polling) and raw UDP (one frame
+//!   or one fragmented datagram per send) behind that interface;
+//! * [`looper`]: LM's CPU measurement, by what is left over for threads of the lowest class;
 //! * [`external`]: NetPIPE, libfabric `fi_pingpong` and `ucx_perftest`, run as installed;
 //! * [`worker`]: what each rank of a benchmark job runs (`nicmsg-bench bench-worker`);
 //! * [`plot`], [`report`], [`targets`]: charts, `bench-report.md`, and the targets judged.
@@ -22,6 +24,7 @@ pub mod command;
 pub mod compute;
 mod error;
 pub mod external;
+pub mod looper;
 pub mod messenger;
 pub mod model;
 pub mod panic;

@@ -52,6 +52,9 @@ pub enum Pattern {
     Overhead,
     Overlap,
     Offload,
+    /// LM figure 4 and table 3: ping-pong latency and bandwidth with the CPU use a looper
+    /// sees, and the bytes copied in user space per byte received.
+    Lm,
     /// PANIC figure 3: round trips engine to engine, host memory to host memory by programs,
     /// host and program together, and the plain API.
     #[serde(rename = "panic-rtt")]
@@ -70,7 +73,7 @@ pub enum Pattern {
 
 impl Pattern {
     /// Every pattern, in the order of the papers' sections (the report's order: latency first).
-    pub const ALL: [Pattern; 11] = [
+    pub const ALL: [Pattern; 12] = [
         Pattern::Latency,
         Pattern::Bw,
         Pattern::Bibw,
@@ -78,6 +81,7 @@ impl Pattern {
         Pattern::Overhead,
         Pattern::Overlap,
         Pattern::Offload,
+        Pattern::Lm,
         Pattern::PanicRtt,
         Pattern::PanicCost,
         Pattern::PanicCollectives,
@@ -102,6 +106,7 @@ impl Pattern {
             Pattern::Overhead => "overhead",
             Pattern::Overlap => "overlap",
             Pattern::Offload => "offload",
+            Pattern::Lm => "lm",
             Pattern::PanicRtt => "panic-rtt",
             Pattern::PanicCost => "panic-cost",
             Pattern::PanicCollectives => "panic-collectives",
@@ -186,6 +191,13 @@ pub struct Point {
     /// latency), in microseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_cpu_us: Option<Summary>,
+    /// `lm`: the CPU the timed repetitions took, as a looper saw it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuUse>,
+    /// `lm`: what rank 0 received during the timed repetitions and what of it was copied in
+    /// user space (systems that count it: the LM socket).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copies: Option<Copies>,
     /// Repetitions behind the summary.
     pub repetitions: u64,
     /// Every sample in microseconds, in measurement order (may be thinned to at most
@@ -227,6 +239,38 @@ pub struct Overlap {
     pub availability: f64,
     /// availability x throughput (RMPP figure 11), MB/s.
     pub effective_mbytes_per_sec: f64,
+}
+
+/// LM section 4: CPU use by the "looper" method, over the whole machine (both ranks and the
+/// kernel's work for them).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct CpuUse {
+    /// CPUs' worth of time the loopers lost while the repetitions ran (0 to `cpus`).
+    pub busy_cpus: f64,
+    /// CPUs the loopers ran on.
+    pub cpus: u32,
+    /// CPU time per MB of payload moved (both directions), in microseconds.
+    pub us_per_mbyte: f64,
+}
+
+/// LM's goal: bytes received without a copy in user space.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct Copies {
+    /// Payload bytes received.
+    pub bytes_received: u64,
+    /// Of them, bytes copied in user space on the way to the application.
+    pub bytes_copied: u64,
+    /// Transfers received.
+    pub transfers: u64,
+    /// Of them, transfers admitted and placed (LM's zero-copy path).
+    pub transfers_placed: u64,
+}
+
+impl Copies {
+    /// Bytes copied in user space per byte received.
+    pub fn copied_per_byte(&self) -> f64 {
+        self.bytes_copied as f64 / self.bytes_received.max(1) as f64
+    }
 }
 
 /// PANIC figure 5: where the engine's time for one program message goes, in microseconds

@@ -291,6 +291,7 @@ fn charts(report: &Report) -> Vec<Chart> {
         let bodies = match pattern {
             Pattern::Overhead => overhead_chart(report).into_iter().collect(),
             Pattern::Overlap => overlap_charts(report),
+            Pattern::Lm => lm_charts(report),
             Pattern::PanicCost => panic_cost_chart(report).into_iter().collect(),
             Pattern::PanicCollectives | Pattern::PanicKv => {
                 panic_bar_chart(report, pattern).into_iter().collect()
@@ -347,6 +348,41 @@ fn size_chart(report: &Report, pattern: Pattern) -> Option<Titled> {
     let descs = ("message size (bytes)", y_desc);
     let chart = LineChart::fitted(lines, descs, Axis::sizes, y_axis);
     Some((pattern.name(), title, chart))
+}
+
+/// LM figure 4: latency, bandwidth and CPU per byte against message size, one line per
+/// system (standard UDP, the LM socket, nicmsg's default path).
+fn lm_charts(report: &Report) -> Vec<Titled> {
+    let series = view::measured(report, Pattern::Lm);
+    let latency = lines_of(&series, |p| Some((p.size as f64, p.time_us.median)));
+    let bandwidth = lines_of(&series, |p| Some((p.size as f64, p.mbytes_per_sec?)));
+    let cpu = lines_of(&series, |p| Some((p.size as f64, p.cpu?.us_per_mbyte)));
+    let mut charts = Vec::new();
+    if !latency.is_empty() {
+        let descs = ("message size (bytes)", "half round trip (us)");
+        charts.push((
+            "lm-latency",
+            "ping-pong half round trip vs message size (LM figure 4)",
+            LineChart::fitted(latency, descs, Axis::sizes, Axis::log),
+        ));
+    }
+    if !bandwidth.is_empty() {
+        let descs = ("message size (bytes)", "bandwidth (MB/s)");
+        charts.push((
+            "lm-bandwidth",
+            "ping-pong bandwidth vs message size (LM figure 4)",
+            LineChart::fitted(bandwidth, descs, Axis::sizes, Axis::linear),
+        ));
+    }
+    if !cpu.is_empty() {
+        let descs = ("message size (bytes)", "CPU time per MB moved (us, looper)");
+        charts.push((
+            "lm-cpu",
+            "CPU per byte vs message size, whole machine (LM figure 4)",
+            LineChart::fitted(cpu, descs, Axis::sizes, Axis::log),
+        ));
+    }
+    charts
 }
 
 /// One line per series, from the points `xy` maps (points it rejects, or with a non-finite

@@ -189,6 +189,16 @@ fn pattern_table(series: &[&Series], pattern: Pattern) -> Option<(String, Table)
             "one row per amount of computation per iteration".to_string(),
             overlap_table(series),
         )),
+        Pattern::Lm => Some((
+            format!(
+                "ping-pong (LM figure 4): half round trip in us, bandwidth in MB/s, CPUs busy \
+                 (looper, whole machine), CPU us per MB moved, bytes copied in user space per \
+                 byte received and transfers placed (rank 0's receives); (0.50x) = value / \
+                 {}'s at the same size",
+                view::LM_REFERENCE
+            ),
+            lm_table(series),
+        )),
         Pattern::PanicCost => Some((
             "the engine's handling of one program message, by phase, in us (medians; each \
              phase includes about one clock read)"
@@ -334,6 +344,47 @@ fn panic_table(series: &[&Series], pattern: Pattern) -> Table {
                     .unwrap_or_else(|| "-".into()),
             );
             rows.push(row);
+        }
+    }
+    Table { header, rows }
+}
+
+/// LM figure 4 and table 3 as numbers: one row per system and size, compared with standard
+/// UDP ([`view::LM_REFERENCE`]).
+fn lm_table(series: &[&Series]) -> Table {
+    let header = [
+        "system",
+        "size",
+        "half RTT",
+        "MB/s",
+        "CPUs busy",
+        "CPU us/MB",
+        "copied/B",
+        "placed",
+    ]
+    .map(String::from)
+    .to_vec();
+    let reference = series.iter().find(|s| s.system == view::LM_REFERENCE);
+    let mut rows = Vec::new();
+    for s in series {
+        let compared = reference.filter(|r| r.system != s.system);
+        for p in &s.points {
+            let base = compared.and_then(|r| view::point_at(r, p.size));
+            let cpu_per_mb = p.cpu.map(|c| c.us_per_mbyte);
+            rows.push(vec![
+                s.system.clone(),
+                format_size(p.size),
+                cell(Some(p.time_us.median), base.map(|b| b.time_us.median)),
+                cell(p.mbytes_per_sec, base.and_then(|b| b.mbytes_per_sec)),
+                p.cpu
+                    .map_or("-".into(), |c| format!("{:.2}/{}", c.busy_cpus, c.cpus)),
+                cell(cpu_per_mb, base.and_then(|b| b.cpu).map(|c| c.us_per_mbyte)),
+                p.copies
+                    .map_or("-".into(), |c| format!("{:.3}", c.copied_per_byte())),
+                p.copies.map_or("-".into(), |c| {
+                    format!("{}/{}", c.transfers_placed, c.transfers)
+                }),
+            ]);
         }
     }
     Table { header, rows }

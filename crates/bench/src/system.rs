@@ -14,6 +14,11 @@ pub enum System {
     TcpBusy,
     /// Raw UDP, spinning on a non-blocking socket, no reliability.
     UdpBusy,
+    /// Kernel UDP with one datagram per message (up to 65,507 bytes, cut into IP fragments by
+    /// the kernel), sleeping in poll(2): LM's "standard UDP".
+    UdpFrag,
+    /// nicmsg's LM socket (`nicmsg_xdp::LmSocket`), sleeping in poll(2).
+    Lm,
     /// An installed program from another project, run by [`crate::external`].
     External(crate::external::ExternalPeer),
 }
@@ -30,6 +35,8 @@ impl System {
             System::TcpBlocking => "tcp-blocking",
             System::TcpBusy => "tcp-busy",
             System::UdpBusy => "udp-busy",
+            System::UdpFrag => "udp-frag",
+            System::Lm => "nicmsg-lm",
             System::External(peer) => peer.system(),
         }
     }
@@ -40,6 +47,8 @@ impl System {
             System::TcpBlocking => "TCP (blocking)",
             System::TcpBusy => "TCP (busy-polling)",
             System::UdpBusy => "raw UDP (busy-polling, unreliable)",
+            System::UdpFrag => "kernel UDP, IP fragments (blocking, unreliable)",
+            System::Lm => "nicmsg LM socket (blocking)",
             System::External(peer) => peer.label(),
         }
     }
@@ -62,8 +71,12 @@ impl FromStr for System {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, String> {
-        if text == "nicmsg" {
-            return Ok(System::Nicmsg);
+        match text {
+            "nicmsg" => return Ok(System::Nicmsg),
+            "nicmsg-lm" => return Ok(System::Lm),
+            // `lm`'s own baseline; other patterns run it only when named.
+            "udp-frag" => return Ok(System::UdpFrag),
+            _ => {}
         }
         System::all_baselines()
             .into_iter()
@@ -71,7 +84,7 @@ impl FromStr for System {
             .ok_or_else(|| {
                 let names: Vec<&str> = System::all_baselines().iter().map(|s| s.name()).collect();
                 format!(
-                    "unknown system {text:?}; known: nicmsg, {}",
+                    "unknown system {text:?}; known: nicmsg, nicmsg-lm, udp-frag, {}",
                     names.join(", ")
                 )
             })

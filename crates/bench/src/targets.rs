@@ -12,7 +12,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Environment, Overlap, Pattern, Report, Series};
+use crate::model::{Environment, Overlap, Pattern, Point, Report, Series};
 use crate::view::{self, format_value, overhead_point, overhead_total, size_in_words, TEN_KB};
 
 /// Whether a target holds in this run.
@@ -79,7 +79,104 @@ pub fn evaluate(report: &Report) -> Vec<TargetCheck> {
     checks.push(overlap_check(report));
     checks.extend(cliff_checks(report));
     checks.extend(panic_checks(report));
+    checks.extend(lm_checks(report));
     checks
+}
+
+/// The size of issue 18's LM goals: the largest UDP datagram, standard UDP's one message of
+/// "64 KiB" (65,536 bytes would be two datagrams for it).
+const LM_GOAL_SIZE: u64 = 65_507;
+/// The MTU the LM goals are set at.
+const LM_GOAL_MTU: u32 = 1500;
+
+/// Issue 18's goals for the LM path against standard UDP at MTU 1500: at least twice its
+/// bandwidth and at most half its CPU per byte for 64 KiB datagrams; and no byte copied in
+/// user space on admitted transfers.
+fn lm_checks(report: &Report) -> Vec<TargetCheck> {
+    let lm = view::find(report, Pattern::Lm, "nicmsg-lm");
+    let udp = view::find(report, Pattern::Lm, view::LM_REFERENCE);
+    let ours = lm.and_then(|s| view::point_at(s, LM_GOAL_SIZE));
+    let theirs = udp.and_then(|s| view::point_at(s, LM_GOAL_SIZE));
+    let mtu = report.environment.mtu;
+    let ratio_check =
+        |name: &str, goal: &str, value: fn(&Point) -> Option<f64>, holds: fn(f64) -> bool| {
+            let missing = match (ours, theirs) {
+                _ if mtu != LM_GOAL_MTU => Some(format!("goal at MTU {LM_GOAL_MTU}, run at {mtu}")),
+                (None, _) => Some(format!("no nicmsg-lm point at {LM_GOAL_SIZE} B")),
+                (_, None) => Some(format!(
+                    "no {} point at {LM_GOAL_SIZE} B",
+                    view::LM_REFERENCE
+                )),
+                _ => None,
+            };
+            if let Some(missing) = missing {
+                return not_measured(name, goal, missing);
+            }
+            let (Some(a), Some(b)) = (ours.and_then(value), theirs.and_then(value)) else {
+                return not_measured(name, goal, "a point without the value".into());
+            };
+            let ratio = a / b.max(f64::MIN_POSITIVE);
+            TargetCheck {
+                name: name.into(),
+                goal: goal.into(),
+                measured: format!(
+                    "nicmsg-lm {} vs {} {} ({ratio:.2}x)",
+                    format_value(a),
+                    view::LM_REFERENCE,
+                    format_value(b)
+                ),
+                verdict: Verdict::from_holds(holds(ratio)),
+            }
+        };
+    vec![
+        ratio_check(
+            "LM 64 KiB bandwidth",
+            ">= 2 x udp-frag (65,507 B, MTU 1500)",
+            |p| p.mbytes_per_sec,
+            |ratio| ratio >= 2.0,
+        ),
+        ratio_check(
+            "LM 64 KiB CPU per byte",
+            "<= 0.5 x udp-frag (65,507 B, MTU 1500)",
+            |p| p.cpu.map(|c| c.us_per_mbyte),
+            |ratio| ratio <= 0.5,
+        ),
+        zero_copy_check(lm),
+    ]
+}
+
+/// No byte copied in user space at a size whose transfers were all admitted and placed.
+fn zero_copy_check(lm: Option<&Series>) -> TargetCheck {
+    let (name, goal) = (
+        "LM placed transfers copy nothing",
+        "0 B copied in user space",
+    );
+    let placed: Vec<(u64, crate::model::Copies)> = lm
+        .into_iter()
+        .flat_map(|s| &s.points)
+        .filter_map(|p| Some((p.size, p.copies?)))
+        .filter(|(_, c)| c.transfers > 0 && c.transfers_placed == c.transfers)
+        .collect();
+    if placed.is_empty() {
+        return not_measured(
+            name,
+            goal,
+            "no nicmsg-lm point with every transfer placed".into(),
+        );
+    }
+    let copied: u64 = placed.iter().map(|(_, c)| c.bytes_copied).sum();
+    let received: u64 = placed.iter().map(|(_, c)| c.bytes_received).sum();
+    TargetCheck {
+        name: name.into(),
+        goal: goal.into(),
+        measured: format!(
+            "{copied} B copied of {received} B received at {} sizes ({} to {})",
+            placed.len(),
+            size_in_words(placed[0].0),
+            size_in_words(placed[placed.len() - 1].0)
+        ),
+        verdict: Verdict::from_holds(copied == 0),
+    }
 }
 
 /// Issue 17's goals for PANIC, per engine mode: engine-to-engine round trips beat the plain

@@ -54,6 +54,9 @@ pub(crate) fn is_nicmsg(system: &str) -> bool {
     system.starts_with("nicmsg")
 }
 
+/// What LM's figures compare with: standard kernel UDP, one datagram per message.
+pub(crate) const LM_REFERENCE: &str = "udp-frag";
+
 /// The nicmsg series the other systems' ratios are taken against: the inline engine (the
 /// papers' "library in the application's thread" setting), else the thread engine, else any
 /// nicmsg variant (an offload sweep may hold only `nicmsg-thread-preN`).
@@ -119,6 +122,11 @@ pub(crate) fn headline(pattern: Pattern) -> Option<Headline> {
             what: "half round trip",
             unit: "us",
             value: |p| Some(p.time_us.median),
+        }),
+        Pattern::Lm => Some(Headline {
+            what: "ping-pong bandwidth",
+            unit: "MB/s",
+            value: |p| p.mbytes_per_sec,
         }),
         Pattern::Bw | Pattern::Offload => Some(Headline {
             what: "bandwidth",

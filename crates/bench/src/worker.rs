@@ -13,7 +13,10 @@ use clap::Args;
 use nicmsg_bootstrap::{exchange, job_from_env, JobEnv};
 
 use crate::external::{self, PeerContext};
-use crate::messenger::{Messenger, NicmsgMessenger, TcpMessenger, TcpWaiting, UdpMessenger};
+use crate::messenger::{
+    LmMessenger, Messenger, NicmsgMessenger, TcpMessenger, UdpMessenger, Waiting, IP_UDP_HEADERS,
+    LARGEST_DATAGRAM,
+};
 use crate::model::{Outcome, Pattern, Point, Series};
 use crate::patterns::{self, Plan};
 use crate::system::System;
@@ -200,7 +203,7 @@ fn thread_engine() -> bool {
 /// tools are pinned the same way. Not done for nicmsg's thread engine, whose application and
 /// engine threads must be free to spread.
 fn pin_to_own_core(rank: u32) {
-    let allowed = crate::affinity::allowed_cpus();
+    let allowed = crate::affinity::process_cpus();
     if allowed.len() >= 2 {
         crate::affinity::pin_current_thread(allowed[rank as usize % allowed.len()]);
     }
@@ -235,9 +238,9 @@ fn connect(
         }
         System::TcpBlocking | System::TcpBusy => {
             let waiting = if args.system == System::TcpBusy {
-                TcpWaiting::Busy
+                Waiting::Busy
             } else {
-                TcpWaiting::Blocking
+                Waiting::Blocking
             };
             let listener = TcpListener::bind((bind_ip, 0)).map_err(BenchError::io("binding"))?;
             let addr = listener
@@ -248,7 +251,7 @@ fn connect(
             let messenger = TcpMessenger::connect(rank, listener, table[0], waiting, max_len)?;
             (Box::new(messenger), rank)
         }
-        System::UdpBusy => {
+        System::UdpBusy | System::UdpFrag => {
             let socket = UdpSocket::bind((bind_ip, 0)).map_err(BenchError::io("binding"))?;
             let addr = socket
                 .local_addr()
@@ -257,11 +260,30 @@ fn connect(
             socket
                 .connect(table[1 - rank as usize])
                 .map_err(BenchError::io("connecting"))?;
-            let datagram = (args.mtu as usize).saturating_sub(crate::messenger::IP_UDP_HEADERS);
-            (
-                Box::new(UdpMessenger::new(socket, datagram, max_len)?),
-                rank,
-            )
+            let (datagram, waiting) = match args.system {
+                System::UdpBusy => (
+                    (args.mtu as usize).saturating_sub(IP_UDP_HEADERS),
+                    Waiting::Busy,
+                ),
+                _ => (LARGEST_DATAGRAM, Waiting::Blocking),
+            };
+            let messenger = UdpMessenger::new(socket, datagram, waiting, max_len)?;
+            (Box::new(messenger), rank)
+        }
+        System::Lm => {
+            // The LM socket binds its own address: a port is picked by binding once, and
+            // given back just before the socket takes it.
+            let probe = UdpSocket::bind((bind_ip, 0)).map_err(BenchError::io("binding"))?;
+            let addr = probe
+                .local_addr()
+                .map_err(BenchError::io("local address"))?;
+            let table = exchange(job, addr, BOOTSTRAP_TIMEOUT)?;
+            drop(probe);
+            let udp_payload = (args.mtu as usize).saturating_sub(IP_UDP_HEADERS);
+            let placing = LmMessenger::can_place_at(bind_ip, udp_payload);
+            let messenger =
+                LmMessenger::open(rank, [table[0], table[1]], udp_payload, placing, max_len)?;
+            (Box::new(messenger), rank)
         }
         System::External(_) => unreachable!("handled by run_external"),
     })

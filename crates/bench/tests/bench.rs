@@ -131,6 +131,22 @@ fn papers_suite_quick_runs_every_pattern_and_writes_every_file() {
             );
         }
     }
+    // LM's figure 4: standard UDP, the LM socket and nicmsg's default path, with the looper's
+    // CPU figures; the LM socket counts what it copied.
+    for system in ["udp-frag", "nicmsg-lm", "nicmsg-inline", "nicmsg-thread"] {
+        let series = report
+            .series
+            .iter()
+            .find(|s| s.pattern == Pattern::Lm && s.system == system)
+            .unwrap_or_else(|| panic!("{system} missing from Lm"));
+        assert!(
+            series.points.iter().all(|p| p.cpu.is_some()),
+            "{system}: every lm point has the looper's CPU figures"
+        );
+        if system == "nicmsg-lm" {
+            assert!(series.points.iter().all(|p| p.copies.is_some()));
+        }
+    }
     // PANIC's patterns: every mechanism in both engine modes, the engine's handling once.
     let panic = [
         (Pattern::PanicRtt, "nicmsg-inline-mcp2mcp"),

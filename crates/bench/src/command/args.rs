@@ -14,8 +14,7 @@ use crate::worker::parse_pattern;
 /// Sets of patterns that reproduce a paper's figures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Suite {
-    /// Every pattern: the measurements of EMP, RMPP, BIP and PANIC (LM shares only the latency
-    /// method); writes bench-report.md.
+    /// Every pattern: the measurements of EMP, RMPP, BIP, LM and PANIC; writes bench-report.md.
     Papers,
 }
 
@@ -32,9 +31,10 @@ pub enum Link {
     nicmsg bench --suite papers --quick --out bench-quick\n  \
     sudo nicmsg bench --suite papers --netns --out bench-netns\n  \
     sudo nicmsg bench bw --link gige --baselines tcp-busy,netpipe\n\n\
-    Patterns: latency bw bibw msgrate overhead overlap offload\n\
+    Patterns: latency bw bibw msgrate overhead overlap offload lm\n\
     \x20         panic-rtt panic-cost panic-collectives panic-kv.\n\
-    Baselines: udp-busy tcp-busy tcp-blocking netpipe fi-udp-rxd fi-tcp-rxm ucx-tcp (or all, none).\n\
+    Baselines: udp-busy tcp-busy tcp-blocking netpipe fi-udp-rxd fi-tcp-rxm ucx-tcp (or all, none);\n\
+    \x20          lm runs udp-frag (standard UDP) and nicmsg-lm (the LM socket).\n\
     See docs/benchmarks.md for what each pattern measures.")]
 pub struct BenchArgs {
     /// Patterns to run (default: latency and bw; with --suite papers: all of them).

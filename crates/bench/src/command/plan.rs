@@ -61,14 +61,41 @@ pub fn series_for(pattern: Pattern, args: &BenchArgs) -> Result<Vec<SeriesPlan>,
     if pattern.is_panic() {
         return Ok(panic_series(pattern, args, &sizes));
     }
-    for system in baselines(args)? {
+    let baselines = match (pattern, &args.baselines) {
+        // LM's figure 4 is against standard UDP: fragments, not the other baselines.
+        (Pattern::Lm, None) => vec![System::UdpFrag],
+        _ => baselines(args)?,
+    };
+    for system in baselines {
         plans.push(baseline(pattern, system, &sizes));
+    }
+    if pattern == Pattern::Lm {
+        plans.push(baseline(pattern, System::Lm, &sizes));
     }
     for &engine in &args.engines {
         plans.push(nicmsg(pattern, engine, &sizes, Vec::new(), None));
     }
     Ok(plans)
 }
+
+/// LM's sizes: one frame (1,424 B of payload at MTU 1500), the largest UDP datagram (65,507 B,
+/// standard UDP's one datagram) and 64 KiB (the goal), then multi-megabyte transfers.
+pub const LM_SIZES: [u64; 14] = [
+    1,
+    64,
+    256,
+    1024,
+    1424,
+    4096,
+    8192,
+    16384,
+    32768,
+    65_507,
+    65_536,
+    256 << 10,
+    1 << 20,
+    4 << 20,
+];
 
 /// Default sizes: the full sweep for latency and bandwidth, small messages for msgrate, EMP's
 /// 10 kB for overhead and overlap, rendezvous sizes for offload.
@@ -96,6 +123,8 @@ pub fn sizes_for(pattern: Pattern, args: &BenchArgs) -> Vec<u64> {
             .into_iter()
             .filter(|&s| s >= 16 << 10)
             .collect(),
+        Pattern::Lm if quick => vec![1, 65_507],
+        Pattern::Lm => LM_SIZES.to_vec(),
         Pattern::PanicRtt if quick => vec![0, 1024],
         Pattern::PanicRtt => PANIC_RTT_SIZES.to_vec(),
         // Figure 4's DELIVER of 64 bytes; the statements are swept inside the point.

@@ -6,15 +6,27 @@
 //! for (or test) everything posted. Messages between the two ranks match in posting order.
 //! Each messenger owns its buffers, so a pattern only says how many bytes go where.
 
+mod lm;
 mod nicmsg_messenger;
 mod tcp;
 mod udp;
 
+pub use lm::LmMessenger;
 pub use nicmsg_messenger::NicmsgMessenger;
-pub use tcp::{TcpMessenger, TcpWaiting};
-pub use udp::{UdpMessenger, IP_UDP_HEADERS};
+pub use tcp::TcpMessenger;
+pub use udp::{UdpMessenger, IP_UDP_HEADERS, LARGEST_DATAGRAM};
 
+use crate::model::Copies;
 use crate::BenchError;
+
+/// What a wait does when nothing is ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waiting {
+    /// Sleeps in `poll(2)`, like a blocking socket (the papers' base case).
+    Blocking,
+    /// Retries at once, burning the core like an OS-bypass library.
+    Busy,
+}
 
 /// Most operations of each kind a pattern keeps in flight (windows of `bw`, `msgrate`).
 pub const MAX_WINDOW: usize = 64;
@@ -35,6 +47,12 @@ pub trait Messenger {
     /// Makes progress once; `true` when everything posted has completed (and is then
     /// forgotten, as after [`Messenger::wait_all`]).
     fn test_all(&mut self) -> Result<bool, BenchError>;
+
+    /// What this rank received so far and what of it was copied in user space, for systems
+    /// that count it.
+    fn copies(&self) -> Option<Copies> {
+        None
+    }
 
     /// The messenger's memory, for [`Messenger::agree_on_max`].
     fn buffers(&mut self) -> &mut Buffers;
@@ -68,6 +86,28 @@ pub trait Messenger {
         self.post_recv(0, len)?;
         self.wait_all()
     }
+}
+
+/// Sleeps in `poll(2)` until `fd` has one of `events` or `timeout_ms` passed.
+fn sleep_until_ready(
+    fd: std::os::fd::RawFd,
+    events: libc::c_short,
+    timeout_ms: i32,
+) -> Result<(), BenchError> {
+    let mut pollfd = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    let rc = unsafe { libc::poll(&mut pollfd, 1, timeout_ms) };
+    if rc < 0 {
+        let error = std::io::Error::last_os_error();
+        if error.kind() != std::io::ErrorKind::Interrupted {
+            return Err(BenchError::io("poll")(error));
+        }
+    }
+    Ok(())
 }
 
 /// The byte every send carries (the payload's content does not matter to any pattern).
@@ -128,11 +168,11 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let server = listener.local_addr().expect("address");
         let rank1 = std::thread::spawn(move || {
-            let mut messenger = TcpMessenger::connect(1, None, server, TcpWaiting::Busy, 64)
-                .expect("rank 1 connects");
+            let mut messenger =
+                TcpMessenger::connect(1, None, server, Waiting::Busy, 64).expect("rank 1 connects");
             each(1, &mut messenger)
         });
-        let mut messenger = TcpMessenger::connect(0, Some(listener), server, TcpWaiting::Busy, 64)
+        let mut messenger = TcpMessenger::connect(0, Some(listener), server, Waiting::Busy, 64)
             .expect("rank 0 accepts");
         let answer0 = each(0, &mut messenger);
         (answer0, rank1.join().expect("rank 1"))

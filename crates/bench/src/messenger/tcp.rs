@@ -4,8 +4,8 @@
 //! The socket is non-blocking in both variants so that two ranks sending windows at each other
 //! cannot deadlock on full socket buffers (as plain blocking writes can); what differs is what a
 //! wait does when the socket is not ready:
-//! * [`TcpWaiting::Blocking`] sleeps in `poll(2)`, like a blocking socket (the papers' base case);
-//! * [`TcpWaiting::Busy`] retries at once, burning the core like an OS-bypass library.
+//! * [`Waiting::Blocking`] sleeps in `poll(2)`, like a blocking socket (the papers' base case);
+//! * [`Waiting::Busy`] retries at once, burning the core like an OS-bypass library.
 //!
 //! Socket buffers are left to the kernel's autotuning, which is what a TCP user gets.
 
@@ -15,20 +15,13 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use super::{Buffers, Messenger, MAX_WINDOW, STALL_LIMIT};
+use super::{Buffers, Messenger, Waiting, MAX_WINDOW, STALL_LIMIT};
 use crate::BenchError;
 
 /// Length of the header in front of every message.
 const HEADER: usize = 8;
 /// How long one `poll(2)` sleeps before the stall check looks at the clock again.
 const POLL_SLICE_MS: i32 = 100;
-
-/// What a wait does when the socket is not ready.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TcpWaiting {
-    Blocking,
-    Busy,
-}
 
 struct Outgoing {
     len: usize,
@@ -45,7 +38,7 @@ struct Incoming {
 /// One TCP connection between ranks 0 and 1.
 pub struct TcpMessenger {
     stream: TcpStream,
-    waiting: TcpWaiting,
+    waiting: Waiting,
     buffers: Buffers,
     outgoing: VecDeque<Outgoing>,
     incoming: VecDeque<Incoming>,
@@ -58,7 +51,7 @@ impl TcpMessenger {
         rank: u32,
         listener: Option<TcpListener>,
         server: SocketAddr,
-        waiting: TcpWaiting,
+        waiting: Waiting,
         max_len: usize,
     ) -> Result<Self, BenchError> {
         let stream = match listener {
@@ -155,20 +148,7 @@ impl TcpMessenger {
         if !self.incoming.is_empty() {
             events |= libc::POLLIN;
         }
-        let mut pollfd = libc::pollfd {
-            fd: self.stream.as_raw_fd(),
-            events,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd for the duration of the call.
-        let rc = unsafe { libc::poll(&mut pollfd, 1, POLL_SLICE_MS) };
-        if rc < 0 {
-            let error = io::Error::last_os_error();
-            if error.kind() != io::ErrorKind::Interrupted {
-                return Err(BenchError::io("poll")(error));
-            }
-        }
-        Ok(())
+        super::sleep_until_ready(self.stream.as_raw_fd(), events, POLL_SLICE_MS)
     }
 
     fn idle(&self) -> bool {
@@ -212,8 +192,8 @@ impl Messenger for TcpMessenger {
                 return Err(BenchError::Stalled(STALL_LIMIT));
             }
             match self.waiting {
-                TcpWaiting::Blocking => self.sleep_until_ready()?,
-                TcpWaiting::Busy => std::hint::spin_loop(),
+                Waiting::Blocking => self.sleep_until_ready()?,
+                Waiting::Busy => std::hint::spin_loop(),
             }
         }
         Ok(())

@@ -1,8 +1,9 @@
-//! Raw busy-polling UDP: the practical floor of the kernel path. No reliability, no flow
-//! control, no headers: a message is cut into datagrams of at most one link MTU, sent with one
-//! `send` each and received in order with non-blocking `recv` calls in a spin loop. A lost
-//! datagram ends the run with [`BenchError::Lost`] (which is why this is a floor, not a
-//! messaging layer).
+//! Raw UDP: the practical floor of the kernel path. No reliability, no flow control, no
+//! headers: a message is cut into datagrams of at most `datagram` bytes, sent with one `send`
+//! each and received in order with non-blocking `recv` calls, spinning (`udp-busy`: datagrams
+//! of one link MTU) or sleeping in `poll(2)` (`udp-frag`: datagrams of up to 65,507 bytes that
+//! the kernel cuts into IP fragments, LM's "standard UDP"). A lost datagram ends the run with
+//! [`BenchError::Lost`] (which is why this is a floor, not a messaging layer).
 
 use std::collections::VecDeque;
 use std::io;
@@ -10,11 +11,16 @@ use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use super::{Buffers, Messenger, MAX_WINDOW};
+use super::{Buffers, Messenger, Waiting, MAX_WINDOW};
 use crate::BenchError;
 
 /// IPv4 and UDP headers: a datagram of `mtu - 28` bytes fills one frame.
 pub const IP_UDP_HEADERS: usize = 28;
+/// The largest UDP payload over IPv4 (65,535 less the headers): the kernel sends it as IP
+/// fragments of one link frame each and reassembles it before the socket sees it.
+pub const LARGEST_DATAGRAM: usize = 65_507;
+/// Longest sleep in `poll(2)` before the loss limit is looked at again.
+const POLL_SLICE_MS: i32 = 100;
 /// Silence after which a missing datagram is declared lost: far above any gap between the
 /// datagrams of a window on a working link.
 const LOSS_LIMIT: Duration = Duration::from_secs(2);
@@ -32,13 +38,19 @@ struct Incoming {
 pub struct UdpMessenger {
     socket: UdpSocket,
     datagram: usize,
+    waiting: Waiting,
     buffers: Buffers,
     incoming: VecDeque<Incoming>,
 }
 
 impl UdpMessenger {
     /// `socket` is bound and connected to the peer; datagrams carry at most `datagram` bytes.
-    pub fn new(socket: UdpSocket, datagram: usize, max_len: usize) -> Result<Self, BenchError> {
+    pub fn new(
+        socket: UdpSocket,
+        datagram: usize,
+        waiting: Waiting,
+        max_len: usize,
+    ) -> Result<Self, BenchError> {
         socket
             .set_nonblocking(true)
             .map_err(BenchError::io("making the socket non-blocking"))?;
@@ -46,7 +58,8 @@ impl UdpMessenger {
         nicmsg_udp::force_buffer_sizes(socket.as_raw_fd(), SOCKET_BUFFER);
         Ok(Self {
             socket,
-            datagram: datagram.max(1),
+            datagram: datagram.clamp(1, LARGEST_DATAGRAM),
+            waiting,
             buffers: Buffers::new(max_len),
             incoming: VecDeque::with_capacity(MAX_WINDOW),
         })
@@ -111,6 +124,9 @@ impl Messenger for UdpMessenger {
                 last_progress = Instant::now();
             } else if last_progress.elapsed() > LOSS_LIMIT {
                 return Err(BenchError::Lost(LOSS_LIMIT));
+            } else if self.waiting == Waiting::Blocking {
+                let fd = self.socket.as_raw_fd();
+                super::sleep_until_ready(fd, libc::POLLIN, POLL_SLICE_MS)?;
             } else {
                 std::hint::spin_loop();
             }

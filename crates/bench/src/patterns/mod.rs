@@ -3,6 +3,7 @@
 //! plays the peer and returns nothing.
 
 mod latency;
+mod lm;
 mod overhead;
 mod overlap;
 mod stream;
@@ -122,6 +123,7 @@ pub fn run(
         Pattern::Latency => emit(latency::measure(messenger, rank, size, plan, false)?),
         // RMPP measures offloading steps by ping-pong bandwidth: size over half the round trip.
         Pattern::Offload => emit(latency::measure(messenger, rank, size, plan, true)?),
+        Pattern::Lm => emit(lm::measure(messenger, rank, size, plan)?),
         Pattern::Bw => emit(stream::one_way(
             messenger,
             rank,

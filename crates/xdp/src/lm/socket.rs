@@ -28,7 +28,7 @@ use crate::bpf::{AttachMode, Counter, Link, Program, SocketMap};
 use crate::interface::Interface;
 use crate::packet::HEADERS_LEN;
 use crate::placing::{placing_program, PlacingSteering, PlacingTable};
-use crate::socket::{ReceiveMode, XskSocket, KERNEL_HEADROOM};
+use crate::socket::{ReceiveMode, XskSocket, KERNEL_HEADROOM, MAX_FRAME_BYTES};
 
 /// Frames taken from the kernel's socket and from the receive ring per turn: a turn stays
 /// short, so sends and timers are not starved by a flood.
@@ -117,6 +117,14 @@ impl LmSocket {
             config.udp_payload.saturating_sub(FRAME_HEADER_LEN),
         )
         .map_err(|error| invalid(&error.to_string()))?;
+        let link_frame = HEADERS_LEN + config.udp_payload;
+        if config.placing_bytes > 0 && link_frame > MAX_FRAME_BYTES {
+            return Err(invalid(&format!(
+                "frames of {link_frame} bytes do not fit a {MAX_FRAME_BYTES}-byte AF_XDP chunk: \
+                 place at an MTU of {} or less, or receive by copy (placing_bytes 0)",
+                MAX_FRAME_BYTES - HEADERS_LEN + 28
+            )));
+        }
         let udp = UdpSocket::bind(local)?;
         nicmsg_udp::force_buffer_sizes(udp.as_raw_fd(), SOCKET_BUFFER_BYTES);
         let mut placing = match config.placing_bytes {
