@@ -72,7 +72,10 @@ pub struct Placement {
     geometry: Geometry,
     len: usize,
     frames: u32,
+    /// Slots kept waiting at most now ([`Placement::set_window`]); never above `max_window`,
+    /// the window the bookkeeping was allocated for.
     window: u32,
+    max_window: u32,
     received: FrameSet,
     /// Frames whose placement slot waits in the fill queue or was taken by the device and not
     /// yet seen by the engine.
@@ -123,6 +126,7 @@ impl Placement {
             len,
             frames,
             window,
+            max_window: window,
             received: FrameSet::new(frames),
             in_queue: Bits::new(frames),
             in_queue_count: 0,
@@ -194,6 +198,23 @@ impl Placement {
         self.lowest_posted
     }
 
+    /// Slots kept waiting at most now.
+    pub fn window(&self) -> u32 {
+        self.window
+    }
+
+    /// The window the placement was made with: the largest [`Placement::set_window`] takes.
+    pub fn max_window(&self) -> u32 {
+        self.max_window
+    }
+
+    /// Keeps at most `window` slots waiting from now on (clamped to 1 ..= the window the
+    /// placement was made with). Slots already posted stay: a smaller window takes effect as
+    /// they land.
+    pub fn set_window(&mut self, window: u32) {
+        self.window = window.clamp(1, self.max_window);
+    }
+
     /// Slots of this transfer in the fill queue, waiting or taken and not yet seen.
     pub fn slots_in_queue(&self) -> u32 {
         self.in_queue_count
@@ -234,7 +255,7 @@ impl Placement {
             device(slot);
             posted += 1;
         }
-        debug_assert!(self.in_queue_count <= self.window);
+        debug_assert!(self.in_queue_count <= self.max_window);
         Ok(posted)
     }
 
@@ -527,6 +548,27 @@ mod tests {
         assert_eq!(placement.abort(&mut fill), 8);
         assert_eq!(fill.steer(Arrival::Ordinary { len: 40 }), Steer::Ring);
         assert_eq!(fill.steer(Arrival::Ordinary { len: 41 }), Steer::Kernel);
+    }
+
+    #[test]
+    fn a_smaller_window_posts_fewer_slots_and_never_grows_past_the_first() {
+        let g = Geometry::new(H, P).unwrap();
+        let mut placement = Placement::new(KEY, g, 200, 4).unwrap();
+        let mut fill = FillQueue::new(16);
+        let region = vec![0u8; placement.region_len()];
+        placement.set_window(2);
+        let posted = placement
+            .post_slots(&mut fill, &region, &mut |_| {})
+            .unwrap();
+        assert_eq!(posted, 2);
+        placement.set_window(100);
+        assert_eq!(
+            placement.window(),
+            4,
+            "clamped to the window it was made with"
+        );
+        placement.set_window(0);
+        assert_eq!(placement.window(), 1);
     }
 
     #[test]

@@ -262,7 +262,12 @@ impl Messenger for LmMessenger {
             }
             let quiet = last_progress.elapsed();
             if quiet > STALL_LIMIT {
-                return Err(BenchError::Stalled(STALL_LIMIT));
+                // What the socket did says where it stuck (a frame that never gets through,
+                // a peer that never answers).
+                return Err(BenchError::Usage(format!(
+                    "no progress for {STALL_LIMIT:?}; the LM socket's counters: {:?}",
+                    self.socket.stats()
+                )));
             }
             if quiet > SPIN_BEFORE_SLEEP {
                 self.socket.wait(WAIT_SLICE);

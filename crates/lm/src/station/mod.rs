@@ -76,6 +76,10 @@ pub const MAX_QUEUED_CONTROL: usize = 1024;
 /// Transfers of fewer frames are sent by copy without asking: one frame has nothing to
 /// defragment.
 pub const MIN_PLACED_FRAMES: u32 = 2;
+/// The smallest window a placement shrinks to under loss. Every frame sent behind a lost one
+/// in the window is dropped as held for its slot and sent again, so a loss costs up to a
+/// window of frames; at 8 a transfer still has several frames on the wire per round trip.
+pub const MIN_WINDOW_UNDER_LOSS: u32 = 8;
 
 /// How a station runs.
 #[derive(Debug, Clone, Copy)]

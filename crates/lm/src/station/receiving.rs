@@ -14,6 +14,7 @@ use crate::placement::{Copied, Landed, Placement};
 use super::frames::{self, DataFrame, Dropped, Flow, Parsed};
 use super::{
     Event, Posted, RegionId, Regions, Station, MAX_ONE_COPY, MAX_ONE_COPY_BYTES, MIN_PLACED_FRAMES,
+    MIN_WINDOW_UNDER_LOSS,
 };
 
 /// A transfer received whole.
@@ -58,6 +59,9 @@ pub(crate) struct Placed {
     /// Frames were dropped as held for their slot and some frame with a slot is still
     /// missing: a frame that comes twice is then answered with a RESEND, not a grant.
     dropped_held: bool,
+    /// The highest missing frame when the window was last halved for a hole: one halving
+    /// per hole, however many frames it holds back.
+    shrunk_at: Option<u32>,
     asks: Asks,
 }
 
@@ -186,6 +190,7 @@ impl<R: Regions> PlaceTable<'_, R> {
                 number: None,
                 quarantined: false,
                 dropped_held: false,
+                shrunk_at: None,
                 asks: Asks::default(),
             },
         );
@@ -406,9 +411,10 @@ impl<R: Regions> Station<R> {
             self.deliver_placed(now, key);
             return;
         }
+        grow_window(placed, seen);
         // Slots are posted, and granted, half a window at a time: one grant per landing
         // would double the frames on the wire.
-        let half_empty = placed.placement.slots_in_queue() <= self.config.window / 2;
+        let half_empty = placed.placement.slots_in_queue() <= placed.placement.window() / 2;
         let posted = if half_empty {
             let fill = (&mut self.fill, &mut self.regions, &mut self.fill_out);
             post_slots(&mut placed.placement, placed.region, fill).unwrap_or(0)
@@ -434,6 +440,7 @@ impl<R: Regions> Station<R> {
             self.grant_placed(key);
             return;
         };
+        shrink_window_for_hole(placed, top);
         let flow = Flow::Resend {
             number: placed.number.unwrap_or(0),
             key: key.0,
@@ -665,6 +672,32 @@ impl<R: Regions> Station<R> {
             self.fill_out.push_back(Posted { slot, region: None });
         }
     }
+}
+
+/// Grows a placement's window, shrunk by [`shrink_window_for_hole`], by one slot a frame
+/// taken (a window of frames doubles it), back to the station's window. A clean transfer
+/// keeps the full window throughout.
+fn grow_window(placed: &mut Placed, seen: Copied) {
+    let placement = &mut placed.placement;
+    let window = placement.window();
+    if seen == Copied::Copied && window < placement.max_window() {
+        placement.set_window(window + 1);
+    }
+}
+
+/// Halves a placement's window when the receiver asks for a hole it has not asked for
+/// before, down to [`MIN_WINDOW_UNDER_LOSS`]: every frame the sender sent behind the lost
+/// one was dropped as held for its slot and is sent again, so a smaller window wastes less.
+/// Only a RESEND shrinks it: frames merely out of order, which the grants absorb, do not.
+fn shrink_window_for_hole(placed: &mut Placed, hole: u32) {
+    if placed.shrunk_at == Some(hole) {
+        return;
+    }
+    placed.shrunk_at = Some(hole);
+    let window = placed.placement.window();
+    placed
+        .placement
+        .set_window((window / 2).max(MIN_WINDOW_UNDER_LOSS));
 }
 
 /// Posts `placement`'s next slots, into `region`, to the fill queue's mirror and to the
