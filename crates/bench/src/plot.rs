@@ -163,7 +163,7 @@ const MARKERS: [Marker; 4] = [
 
 /// Tableau 10: distinguishable, and still distinguishable when printed in grey thanks to the
 /// markers.
-const PALETTE: [RGBColor; 10] = [
+const PALETTE: [RGBColor; 11] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -174,10 +174,11 @@ const PALETTE: [RGBColor; 10] = [
     RGBColor(127, 127, 127),
     RGBColor(188, 189, 34),
     RGBColor(23, 190, 207),
+    RGBColor(0, 0, 0),
 ];
 
 /// The systems a run can have, in palette order.
-const KNOWN_SYSTEMS: [&str; 9] = [
+const KNOWN_SYSTEMS: [&str; 11] = [
     "nicmsg-inline",
     "nicmsg-thread",
     "tcp-blocking",
@@ -187,6 +188,8 @@ const KNOWN_SYSTEMS: [&str; 9] = [
     "fi-udp-rxd",
     "fi-tcp-rxm",
     "ucx-tcp",
+    "udp-frag",
+    "nicmsg-lm",
 ];
 
 /// The offload sweep's RSM positions run 0..=15; they get a hue ramp so the sweep reads as

@@ -90,6 +90,11 @@ pub struct BenchArgs {
     #[arg(long, default_value = "bench-results")]
     pub out: PathBuf,
 
+    /// Measure nothing: redraw the plots, the report and the summary from the results.json
+    /// already in --out (after a change to how they are drawn).
+    #[arg(long)]
+    pub replot: bool,
+
     /// Stop one system's run of one pattern after this long (default 20 minutes; --quick 2).
     #[arg(long, value_parser = parse_seconds, value_name = "SECONDS")]
     pub job_timeout: Option<Duration>,

@@ -99,6 +99,9 @@ where
 /// Runs the benchmarks; returns the exit status (0 unless something could not run at all or a
 /// nicmsg series failed).
 pub fn bench(args: &BenchArgs, command_line: String) -> i32 {
+    if args.replot {
+        return replot(args);
+    }
     if args.loss.is_some() && !args.netns() {
         eprintln!("nicmsg bench: --loss needs --netns (or --link)");
         return EXIT_LAUNCHER_ERROR;
@@ -202,6 +205,21 @@ fn environment(args: &BenchArgs, command_line: String) -> crate::model::Environm
     env.loss_percent = args.loss.map(|l| l.basis_points as f64 / 100.0);
     env.quick = args.quick;
     env
+}
+
+/// `--replot`: the files and summary of a finished run, from its results.json.
+fn replot(args: &BenchArgs) -> i32 {
+    let path = args.out.join("results.json");
+    let report = fs::read_to_string(&path)
+        .map_err(|e| e.to_string())
+        .and_then(|text| serde_json::from_str::<Report>(&text).map_err(|e| e.to_string()));
+    match report.and_then(|report| finish(&report, args)) {
+        Ok(()) => 0,
+        Err(error) => {
+            eprintln!("nicmsg bench --replot: {}: {error}", path.display());
+            EXIT_LAUNCHER_ERROR
+        }
+    }
 }
 
 fn write_json(report: &Report, out: &Path) -> std::io::Result<()> {
