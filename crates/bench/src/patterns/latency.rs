@@ -14,16 +14,7 @@ pub fn measure(
     plan: &Plan,
     bandwidth: bool,
 ) -> Result<Option<Point>, BenchError> {
-    let len = size as usize;
-    let samples = plan.time_repetitions(2 * size, 2.0, || {
-        if rank == 0 {
-            messenger.send(len)?;
-            messenger.recv(len)
-        } else {
-            messenger.recv(len)?;
-            messenger.send(len)
-        }
-    })?;
+    let samples = ping_pong(messenger, rank, size, plan)?;
     if rank != 0 {
         return Ok(None);
     }
@@ -32,4 +23,24 @@ pub fn measure(
         point.mbytes_per_sec = Some(mbytes_per_sec(size as f64, point.time_us.median));
     }
     Ok(Some(point))
+}
+
+/// The timed ping-pong of `size`-byte messages: half a round trip per sample (rank 0 sends
+/// first, rank 1 answers).
+pub(super) fn ping_pong(
+    messenger: &mut dyn Messenger,
+    rank: u32,
+    size: u64,
+    plan: &Plan,
+) -> Result<Vec<f64>, BenchError> {
+    let len = size as usize;
+    plan.time_repetitions(2 * size, 2.0, || {
+        if rank == 0 {
+            messenger.send(len)?;
+            messenger.recv(len)
+        } else {
+            messenger.recv(len)?;
+            messenger.send(len)
+        }
+    })
 }

@@ -30,16 +30,7 @@ pub fn measure(
     let idle = calibrate_quietly(messenger, looper.as_ref())?;
     let copies_before = messenger.copies();
     let before = looper.as_ref().map(Looper::read);
-    let len = size as usize;
-    let samples = plan.time_repetitions(2 * size, 2.0, || {
-        if rank == 0 {
-            messenger.send(len)?;
-            messenger.recv(len)
-        } else {
-            messenger.recv(len)?;
-            messenger.send(len)
-        }
-    })?;
+    let samples = super::latency::ping_pong(messenger, rank, size, plan)?;
     let (Some(looper), Some(idle), Some(before)) = (looper, idle, before) else {
         return Ok(None);
     };
