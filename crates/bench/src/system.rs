@@ -17,7 +17,8 @@ pub enum System {
     /// Kernel UDP with one datagram per message (up to 65,507 bytes, cut into IP fragments by
     /// the kernel), sleeping in poll(2): LM's "standard UDP".
     UdpFrag,
-    /// nicmsg's LM socket (`nicmsg_xdp::LmSocket`), sleeping in poll(2).
+    /// nicmsg's LM socket (`nicmsg_xdp::LmSocket`), turning it for 50 us, then sleeping in
+    /// poll(2).
     Lm,
     /// An installed program from another project, run by [`crate::external`].
     External(crate::external::ExternalPeer),
@@ -48,7 +49,7 @@ impl System {
             System::TcpBusy => "TCP (busy-polling)",
             System::UdpBusy => "raw UDP (busy-polling, unreliable)",
             System::UdpFrag => "kernel UDP, IP fragments (blocking, unreliable)",
-            System::Lm => "nicmsg LM socket (blocking)",
+            System::Lm => "nicmsg LM socket (spin 50 us, then poll)",
             System::External(peer) => peer.label(),
         }
     }

@@ -7,7 +7,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 
 /// Ethernet (14) + IPv4 without options (20) + UDP (8).
 pub const HEADERS_LEN: usize = 42;
-const ETHER_LEN: usize = 14;
+pub(crate) const ETHER_LEN: usize = 14;
 const IP_LEN: usize = 20;
 const UDP_LEN: usize = 8;
 const ETHER_TYPE_IPV4: [u8; 2] = [0x08, 0x00];

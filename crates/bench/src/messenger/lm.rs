@@ -3,7 +3,8 @@
 //! AF_XDP socket and LM's placing filter, the others come by one copy through the kernel's
 //! socket. A receive takes the message where it landed (the socket lends the region, as the
 //! datagram API's `recv_lent` does) and gives it back at once: the pattern reads no payload.
-//! Waits sleep in `poll(2)` on both sockets, as LM's receivers sleep until the interrupt.
+//! A wait turns the socket for a while, then sleeps in `poll(2)` on both sockets (as LM's
+//! receivers sleep until the interrupt).
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr, SocketAddrV4};
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use nicmsg_lm::send_buffer::HoleBuffer;
 use nicmsg_lm::station::{Event, Received, SendError};
-use nicmsg_xdp::{LmSocket, LmSocketConfig, HEADERS_LEN, MAX_FRAME_BYTES};
+use nicmsg_xdp::{LmSocket, LmSocketConfig};
 
 use super::{Buffers, Messenger, MAX_WINDOW, STALL_LIMIT};
 use crate::model::Copies;
@@ -47,7 +48,6 @@ pub struct LmMessenger {
     receiving: VecDeque<(usize, usize)>,
     /// Messages that arrived before their receive was posted, in order.
     early: VecDeque<Arrived>,
-    copies: Copies,
 }
 
 impl LmMessenger {
@@ -91,15 +91,14 @@ impl LmMessenger {
             queued: VecDeque::with_capacity(MAX_WINDOW),
             receiving: VecDeque::with_capacity(MAX_WINDOW),
             early: VecDeque::with_capacity(MAX_WINDOW),
-            copies: Copies::default(),
         })
     }
 
     /// Whether the LM socket can place at `ip` (an interface of a namespace, not loopback)
-    /// with frames of `udp_payload` bytes (a frame must fit one AF_XDP chunk: at MTU 9000
-    /// every transfer comes by copy).
+    /// with frames of `udp_payload` bytes ([`LmSocket::can_place`]: at MTU 9000 every
+    /// transfer comes by copy).
     pub fn can_place_at(ip: IpAddr, udp_payload: usize) -> bool {
-        !ip.is_loopback() && HEADERS_LEN + udp_payload <= MAX_FRAME_BYTES
+        !ip.is_loopback() && LmSocket::can_place(udp_payload)
     }
 
     /// A send buffer for `len` bytes: a spare one of that length, or a new one.
@@ -165,14 +164,12 @@ impl LmMessenger {
     fn take(&mut self, message: Received) -> Result<(), BenchError> {
         let arrived = match message {
             Received::Placed { region, range } => {
-                let arrived = Arrived::of(&self.socket.region(region)[range], true);
+                let arrived = Arrived::of(&self.socket.region(region)[range]);
                 self.socket.release(region);
                 arrived
             }
-            Received::Copied(bytes) => Arrived::of(&bytes, false),
+            Received::Copied(bytes) => Arrived::of(&bytes),
         };
-        self.copies.transfers += 1;
-        self.copies.transfers_placed += u64::from(arrived.placed);
         match self.receiving.pop_front() {
             Some((slot, len)) => self.complete(slot, len, &arrived),
             None if self.early.len() < MAX_WINDOW => {
@@ -212,18 +209,16 @@ const HEAD: usize = std::mem::size_of::<u64>();
 struct Arrived {
     len: usize,
     head: [u8; HEAD],
-    placed: bool,
 }
 
 impl Arrived {
-    fn of(bytes: &[u8], placed: bool) -> Arrived {
+    fn of(bytes: &[u8]) -> Arrived {
         let mut head = [0; HEAD];
         let kept = bytes.len().min(HEAD);
         head[..kept].copy_from_slice(&bytes[..kept]);
         Arrived {
             len: bytes.len(),
             head,
-            placed,
         }
     }
 }
@@ -288,7 +283,8 @@ impl Messenger for LmMessenger {
                 + station.copied_bytes_one_copy
                 + station.copied_bytes_placed,
             bytes_copied: station.copied_bytes_one_copy + station.copied_bytes_placed,
-            ..self.copies
+            transfers: station.placed_transfers + station.one_copy_transfers,
+            transfers_placed: station.placed_transfers,
         })
     }
 }

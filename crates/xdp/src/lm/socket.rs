@@ -26,7 +26,7 @@ use nicmsg_wire::FRAME_HEADER_LEN;
 use super::memory::{LmMemory, UmemRegions};
 use crate::bpf::{AttachMode, Counter, Link, Program, SocketMap};
 use crate::interface::Interface;
-use crate::packet::HEADERS_LEN;
+use crate::packet::{ETHER_LEN, HEADERS_LEN};
 use crate::placing::{placing_program, PlacingSteering, PlacingTable};
 use crate::socket::{ReceiveMode, XskSocket, KERNEL_HEADROOM, MAX_FRAME_BYTES};
 
@@ -117,12 +117,12 @@ impl LmSocket {
             config.udp_payload.saturating_sub(FRAME_HEADER_LEN),
         )
         .map_err(|error| invalid(&error.to_string()))?;
-        let link_frame = HEADERS_LEN + config.udp_payload;
-        if config.placing_bytes > 0 && link_frame > MAX_FRAME_BYTES {
+        if config.placing_bytes > 0 && !Self::can_place(config.udp_payload) {
             return Err(invalid(&format!(
-                "frames of {link_frame} bytes do not fit a {MAX_FRAME_BYTES}-byte AF_XDP chunk: \
-                 place at an MTU of {} or less, or receive by copy (placing_bytes 0)",
-                MAX_FRAME_BYTES - HEADERS_LEN + 28
+                "frames of {} bytes do not fit a {MAX_FRAME_BYTES}-byte AF_XDP chunk: place \
+                 at an MTU of {} or less, or receive by copy (placing_bytes 0)",
+                HEADERS_LEN + config.udp_payload,
+                MAX_FRAME_BYTES - ETHER_LEN
             )));
         }
         let udp = UdpSocket::bind(local)?;
@@ -153,6 +153,12 @@ impl LmSocket {
             unknown_sources: 0,
             desyncs: 0,
         })
+    }
+
+    /// Whether frames of `udp_payload` bytes can be placed: a frame, its link headers
+    /// included, must fit one AF_XDP chunk.
+    pub fn can_place(udp_payload: usize) -> bool {
+        HEADERS_LEN + udp_payload <= MAX_FRAME_BYTES
     }
 
     /// How transfers are cut into frames (send buffers must be made with it).
