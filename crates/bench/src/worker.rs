@@ -252,11 +252,7 @@ fn connect(
             (Box::new(messenger), rank)
         }
         System::UdpBusy | System::UdpFrag => {
-            let socket = UdpSocket::bind((bind_ip, 0)).map_err(BenchError::io("binding"))?;
-            let addr = socket
-                .local_addr()
-                .map_err(BenchError::io("local address"))?;
-            let table = exchange(job, addr, BOOTSTRAP_TIMEOUT)?;
+            let (socket, table) = bind_udp_and_exchange(job, bind_ip)?;
             socket
                 .connect(table[1 - rank as usize])
                 .map_err(BenchError::io("connecting"))?;
@@ -273,11 +269,7 @@ fn connect(
         System::Lm => {
             // The LM socket binds its own address: a port is picked by binding once, and
             // given back just before the socket takes it.
-            let probe = UdpSocket::bind((bind_ip, 0)).map_err(BenchError::io("binding"))?;
-            let addr = probe
-                .local_addr()
-                .map_err(BenchError::io("local address"))?;
-            let table = exchange(job, addr, BOOTSTRAP_TIMEOUT)?;
+            let (probe, table) = bind_udp_and_exchange(job, bind_ip)?;
             drop(probe);
             let udp_payload = (args.mtu as usize).saturating_sub(IP_UDP_HEADERS);
             let placing = LmMessenger::can_place_at(bind_ip, udp_payload);
@@ -287,6 +279,19 @@ fn connect(
         }
         System::External(_) => unreachable!("handled by run_external"),
     })
+}
+
+/// A UDP socket on any free port of `bind_ip`, and every rank's address (the ranks swap them).
+fn bind_udp_and_exchange(
+    job: &JobEnv,
+    bind_ip: IpAddr,
+) -> Result<(UdpSocket, Vec<SocketAddr>), BenchError> {
+    let socket = UdpSocket::bind((bind_ip, 0)).map_err(BenchError::io("binding"))?;
+    let addr = socket
+        .local_addr()
+        .map_err(BenchError::io("local address"))?;
+    let table = exchange(job, addr, BOOTSTRAP_TIMEOUT)?;
+    Ok((socket, table))
 }
 
 /// External peers: rank 0 serves, rank 1 runs the client and records the series.
