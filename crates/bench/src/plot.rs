@@ -178,7 +178,7 @@ const PALETTE: [RGBColor; 11] = [
 ];
 
 /// The systems a run can have, in palette order.
-const KNOWN_SYSTEMS: [&str; 11] = [
+const KNOWN_SYSTEMS: [&str; 12] = [
     "nicmsg-inline",
     "nicmsg-thread",
     "tcp-blocking",
@@ -190,6 +190,7 @@ const KNOWN_SYSTEMS: [&str; 11] = [
     "ucx-tcp",
     "udp-frag",
     "nicmsg-lm",
+    "nicmsg-lm-sendto",
 ];
 
 /// The offload sweep's RSM positions run 0..=15; they get a hue ramp so the sweep reads as

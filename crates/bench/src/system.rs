@@ -17,9 +17,12 @@ pub enum System {
     /// Kernel UDP with one datagram per message (up to 65,507 bytes, cut into IP fragments by
     /// the kernel), sleeping in poll(2): LM's "standard UDP".
     UdpFrag,
-    /// nicmsg's LM socket (`nicmsg_xdp::LmSocket`), turning it for 50 us, then sleeping in
-    /// poll(2).
+    /// nicmsg's LM socket (`nicmsg_xdp::LmSocket`), sending through the AF_XDP transmit ring
+    /// from buffers in its UMEM, turning it for 50 us, then sleeping in poll(2).
     Lm,
+    /// The same LM socket with its send buffers on the heap: a `sendto` a frame (the A of an
+    /// A/B against the transmit ring).
+    LmSendto,
     /// An installed program from another project, run by [`crate::external`].
     External(crate::external::ExternalPeer),
 }
@@ -38,6 +41,7 @@ impl System {
             System::UdpBusy => "udp-busy",
             System::UdpFrag => "udp-frag",
             System::Lm => "nicmsg-lm",
+            System::LmSendto => "nicmsg-lm-sendto",
             System::External(peer) => peer.system(),
         }
     }
@@ -49,7 +53,8 @@ impl System {
             System::TcpBusy => "TCP (busy-polling)",
             System::UdpBusy => "raw UDP (busy-polling, unreliable)",
             System::UdpFrag => "kernel UDP, IP fragments (blocking, unreliable)",
-            System::Lm => "nicmsg LM socket (spin 50 us, then poll)",
+            System::Lm => "nicmsg LM socket, transmit ring (spin 50 us, then poll)",
+            System::LmSendto => "nicmsg LM socket, a sendto a frame (spin 50 us, then poll)",
             System::External(peer) => peer.label(),
         }
     }
@@ -75,6 +80,7 @@ impl FromStr for System {
         match text {
             "nicmsg" => return Ok(System::Nicmsg),
             "nicmsg-lm" => return Ok(System::Lm),
+            "nicmsg-lm-sendto" => return Ok(System::LmSendto),
             // `lm`'s own baseline; other patterns run it only when named.
             "udp-frag" => return Ok(System::UdpFrag),
             _ => {}
@@ -85,7 +91,7 @@ impl FromStr for System {
             .ok_or_else(|| {
                 let names: Vec<&str> = System::all_baselines().iter().map(|s| s.name()).collect();
                 format!(
-                    "unknown system {text:?}; known: nicmsg, nicmsg-lm, udp-frag, {}",
+                    "unknown system {text:?}; known: nicmsg, nicmsg-lm, nicmsg-lm-sendto, udp-frag, {}",
                     names.join(", ")
                 )
             })

@@ -266,15 +266,17 @@ fn connect(
             let messenger = UdpMessenger::new(socket, datagram, waiting, max_len)?;
             (Box::new(messenger), rank)
         }
-        System::Lm => {
+        System::Lm | System::LmSendto => {
             // The LM socket binds its own address: a port is picked by binding once, and
             // given back just before the socket takes it.
             let (probe, table) = bind_udp_and_exchange(job, bind_ip)?;
             drop(probe);
             let udp_payload = (args.mtu as usize).saturating_sub(IP_UDP_HEADERS);
             let placing = LmMessenger::can_place_at(bind_ip, udp_payload);
+            let ring = args.system == System::Lm;
+            let addresses = [table[0], table[1]];
             let messenger =
-                LmMessenger::open(rank, [table[0], table[1]], udp_payload, placing, max_len)?;
+                LmMessenger::open(rank, addresses, udp_payload, (placing, ring), max_len)?;
             (Box::new(messenger), rank)
         }
         System::External(_) => unreachable!("handled by run_external"),

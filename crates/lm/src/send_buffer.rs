@@ -14,6 +14,10 @@
 //! front of its payload. Every frame is thus one contiguous slice, headers and payload together,
 //! which a NIC sends with one descriptor: no gather list and no copy of the message into frames.
 //! Frames go out last first so the receiver can defragment in place (see [`crate::geometry`]).
+//!
+//! A buffer lives on the heap ([`HoleBuffer::new`]) or in memory a transport lends
+//! ([`HoleBuffer::in_memory`]): an AF_XDP socket's UMEM, from which each frame leaves as one
+//! transmit descriptor where the application wrote it.
 
 use core::fmt;
 use core::ops::Range;
@@ -33,13 +37,28 @@ pub enum SendBufferError {
         len: usize,
         message_len: usize,
     },
+    #[error("the send buffer needs {needed} B, the memory lent for it holds {available} B")]
+    MemoryTooSmall { needed: usize, available: usize },
+}
+
+/// Memory a transport lends for a send buffer, so frames leave from where they were written
+/// (e.g. a piece of an AF_XDP socket's UMEM). Returned to the transport when dropped.
+pub trait SendMemory: Send {
+    fn bytes(&self) -> &[u8];
+    fn bytes_mut(&mut self) -> &mut [u8];
+}
+
+/// Where a buffer's bytes are.
+enum Backing {
+    Heap(Vec<u8>),
+    Lent(Box<dyn SendMemory>),
 }
 
 /// A message of `len` bytes in a send buffer with a header hole before each frame's payload.
 pub struct HoleBuffer {
     /// The whole buffer, holes included, allocated once so frames never move while the
     /// transport still holds them.
-    bytes: Vec<u8>,
+    backing: Backing,
     geometry: Geometry,
     len: usize,
 }
@@ -49,10 +68,59 @@ impl HoleBuffer {
     pub fn new(geometry: Geometry, len: u64) -> Result<Self, SendBufferError> {
         let len = geometry.check_len(len)?;
         Ok(Self {
-            bytes: vec![0; geometry.send_buffer_len(len)],
+            backing: Backing::Heap(vec![0; geometry.send_buffer_len(len)]),
             geometry,
             len,
         })
+    }
+
+    /// A zeroed send buffer in `memory`, which must hold at least
+    /// [`Geometry::send_buffer_len`] bytes; the memory comes back on an error.
+    pub fn in_memory(
+        geometry: Geometry,
+        len: u64,
+        mut memory: Box<dyn SendMemory>,
+    ) -> Result<Self, (SendBufferError, Box<dyn SendMemory>)> {
+        let len = match geometry.check_len(len) {
+            Ok(len) => len,
+            Err(error) => return Err((error.into(), memory)),
+        };
+        let needed = geometry.send_buffer_len(len);
+        let available = memory.bytes().len();
+        if available < needed {
+            return Err((
+                SendBufferError::MemoryTooSmall { needed, available },
+                memory,
+            ));
+        }
+        memory.bytes_mut()[..needed].fill(0);
+        Ok(Self {
+            backing: Backing::Lent(memory),
+            geometry,
+            len,
+        })
+    }
+
+    /// Whether the buffer is in memory a transport lent.
+    pub fn is_lent(&self) -> bool {
+        matches!(self.backing, Backing::Lent(_))
+    }
+
+    /// The whole buffer, holes included.
+    fn bytes(&self) -> &[u8] {
+        let used = self.geometry.send_buffer_len(self.len);
+        match &self.backing {
+            Backing::Heap(bytes) => bytes,
+            Backing::Lent(memory) => &memory.bytes()[..used],
+        }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        let used = self.geometry.send_buffer_len(self.len);
+        match &mut self.backing {
+            Backing::Heap(bytes) => bytes,
+            Backing::Lent(memory) => &mut memory.bytes_mut()[..used],
+        }
     }
 
     /// Bytes of the message (holes not counted).
@@ -79,7 +147,7 @@ impl HoleBuffer {
         let mut rest = bytes;
         for range in buffer_spans(self.geometry, offset, bytes.len()) {
             let (head, tail) = rest.split_at(range.len());
-            self.bytes[range].copy_from_slice(head);
+            self.bytes_mut()[range].copy_from_slice(head);
             rest = tail;
         }
         Ok(())
@@ -91,7 +159,7 @@ impl HoleBuffer {
         let mut rest = out;
         for range in buffer_spans(self.geometry, offset, rest.len()) {
             let (head, tail) = rest.split_at_mut(range.len());
-            head.copy_from_slice(&self.bytes[range]);
+            head.copy_from_slice(&self.bytes()[range]);
             rest = tail;
         }
         Ok(())
@@ -101,7 +169,7 @@ impl HoleBuffer {
     /// (e.g. by reading a file straight into them).
     pub fn pieces_mut(&mut self) -> impl Iterator<Item = &mut [u8]> {
         let (geometry, len, frames) = (self.geometry, self.len, self.frames());
-        let mut rest: &mut [u8] = &mut self.bytes;
+        let mut rest: &mut [u8] = self.bytes_mut();
         // Frames sit back to back, so splitting off each frame in turn lends them all at once
         // without overlapping borrows.
         (0..frames).map(move |index| {
@@ -114,25 +182,32 @@ impl HoleBuffer {
 
     /// Frame `index`'s payload piece: the message bytes it carries.
     pub fn piece(&self, index: u32) -> &[u8] {
-        &self.bytes[self.piece_range(index)]
+        &self.bytes()[self.piece_range(index)]
     }
 
     pub fn piece_mut(&mut self, index: u32) -> &mut [u8] {
         let range = self.piece_range(index);
-        &mut self.bytes[range]
+        &mut self.bytes_mut()[range]
     }
 
     /// The hole before frame `index`'s payload, for the library to write the frame's headers
     /// into.
     pub fn header_mut(&mut self, index: u32) -> &mut [u8] {
         let start = self.frame_range(index).start;
-        &mut self.bytes[start..start + self.geometry.header_len()]
+        let header_len = self.geometry.header_len();
+        &mut self.bytes_mut()[start..start + header_len]
     }
 
     /// Frame `index` as it leaves: its hole (holding its headers once written), then its
     /// payload, as one contiguous slice.
     pub fn frame(&self, index: u32) -> &[u8] {
-        &self.bytes[self.frame_range(index)]
+        &self.bytes()[self.frame_range(index)]
+    }
+
+    /// Frame `index`, for the transport to write its link headers into the front of the hole.
+    pub fn frame_mut(&mut self, index: u32) -> &mut [u8] {
+        let range = self.frame_range(index);
+        &mut self.bytes_mut()[range]
     }
 
     /// Every frame in the order it is sent: last first, so the receiver's in-place

@@ -24,6 +24,7 @@ mod bpf;
 mod engine;
 mod interface;
 mod lm;
+mod neighbours;
 mod packet;
 mod placing;
 mod program;

@@ -6,6 +6,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::{self, NonNull};
+use std::sync::Arc;
 
 use crate::ring::Ring;
 
@@ -28,11 +29,18 @@ pub const TX_CHUNKS: u32 = 1024;
 /// `struct xdp_desc`: a frame in the UMEM.
 pub type Desc = libc::xdp_desc;
 
-/// The UMEM: an anonymous, page-aligned mapping registered with the socket.
+/// The UMEM: an anonymous, page-aligned mapping registered with the socket. Shared (`Arc`)
+/// with the parts lent out of it ([`UmemPart`]), so it stays mapped while any is alive.
 struct Umem {
     area: NonNull<u8>,
     len: usize,
 }
+
+// SAFETY: a plain memory mapping; who may touch which bytes is tracked by its users (the
+// rings, and `UmemPart`'s owners).
+unsafe impl Send for Umem {}
+// SAFETY: as above; `Umem` itself hands out no references.
+unsafe impl Sync for Umem {}
 
 impl Umem {
     fn map(len: usize) -> io::Result<Self> {
@@ -59,8 +67,8 @@ impl Umem {
 
 impl Drop for Umem {
     fn drop(&mut self) {
-        // SAFETY: the mapping made in `map`; the socket that used it is closed first (field
-        // order in `XskSocket`).
+        // SAFETY: the mapping made in `map`, dropped with its last user: the socket (closed
+        // first, field order in `XskSocket`) and every part lent out of it.
         unsafe { libc::munmap(self.area.as_ptr().cast(), self.len) };
     }
 }
@@ -73,8 +81,42 @@ pub enum ReceiveMode {
     Chunks,
     /// LM's in-place placement: the UMEM in unaligned-chunk mode with `bytes` of it for
     /// receiving, and the caller posts fill addresses itself, anywhere in those bytes
-    /// ([`XskSocket::post_fill`]), so each frame lands where the caller chose.
-    Placing { bytes: usize },
+    /// ([`XskSocket::post_fill`]), so each frame lands where the caller chose. Then
+    /// `sending_bytes` the caller lays send buffers out in ([`XskSocket::sending_memory`]) and
+    /// sends frames from where they are ([`XskSocket::queue_frame`]).
+    Placing { bytes: usize, sending_bytes: usize },
+}
+
+/// A part of a UMEM lent out: send buffers whose frames leave by transmit descriptors
+/// pointing at them. Keeps the UMEM mapped while it lives.
+pub(crate) struct UmemPart {
+    umem: Arc<Umem>,
+    start: usize,
+    len: usize,
+}
+
+impl UmemPart {
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Bytes `at..at + len` of this part, as a part of their own.
+    pub(crate) fn part(&self, at: usize, len: usize) -> UmemPart {
+        assert!(at + len <= self.len, "a part inside its parent");
+        UmemPart {
+            umem: Arc::clone(&self.umem),
+            start: self.start + at,
+            len,
+        }
+    }
+
+    /// The part's first byte. Who may touch the bytes, and when, is the owner's to track:
+    /// the kernel reads them while a transmit descriptor pointing here is outstanding.
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        // SAFETY: `start` is inside the mapping (checked when parts are cut), which
+        // `self.umem` keeps alive.
+        unsafe { self.umem.area.as_ptr().add(self.start) }
+    }
 }
 
 /// A bound AF_XDP socket on one receive queue of one interface.
@@ -85,7 +127,7 @@ pub struct XskSocket {
     tx: Ring<Desc>,
     completion: Ring<u64>,
     fd: OwnedFd,
-    umem: Umem,
+    umem: Arc<Umem>,
     /// Send chunks not in the tx or completion ring.
     free_tx: Vec<u64>,
     mode: ReceiveMode,
@@ -110,15 +152,21 @@ impl XskSocket {
         }
         // SAFETY: a fresh descriptor nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let (rx_bytes, flags) = match mode {
-            ReceiveMode::Chunks => (RX_CHUNKS as usize * CHUNK_BYTES, 0),
-            ReceiveMode::Placing { bytes } => (
+        let (rx_bytes, sending_bytes, flags) = match mode {
+            ReceiveMode::Chunks => (RX_CHUNKS as usize * CHUNK_BYTES, 0, 0),
+            ReceiveMode::Placing {
+                bytes,
+                sending_bytes,
+            } => (
                 bytes.next_multiple_of(CHUNK_BYTES),
+                sending_bytes.next_multiple_of(CHUNK_BYTES),
                 libc::XDP_UMEM_UNALIGNED_CHUNK_FLAG,
             ),
         };
-        let tx_start = rx_bytes as u64;
-        let umem = Umem::map(rx_bytes + TX_CHUNKS as usize * CHUNK_BYTES)?;
+        let tx_start = (rx_bytes + sending_bytes) as u64;
+        let umem = Arc::new(Umem::map(
+            rx_bytes + sending_bytes + TX_CHUNKS as usize * CHUNK_BYTES,
+        )?);
         let registration = libc::xdp_umem_reg {
             addr: umem.area.as_ptr() as u64,
             len: umem.len as u64,
@@ -256,7 +304,7 @@ impl XskSocket {
             "chunk sockets fill themselves"
         );
         assert!(
-            address as usize + CHUNK_BYTES <= self.free_tx_start(),
+            address as usize + CHUNK_BYTES <= self.receiving_len(),
             "fill address {address} leaves no chunk's room in the receiving memory"
         );
         if self.fill.free(1) == 0 {
@@ -290,16 +338,64 @@ impl XskSocket {
     /// may change under the caller (the kernel writes them when a frame lands); read only
     /// bytes no posted address covers, or that landed and are known to stay.
     pub fn receiving_memory(&mut self) -> &mut [u8] {
-        let len = self.free_tx_start();
+        let len = self.receiving_len();
         // SAFETY: inside the UMEM, which lives as long as `self`; the kernel writes only where
         // a posted fill address points, which the caller tracks (see above), and the caller
         // holds `&mut self`, so no other slice of it exists.
         unsafe { std::slice::from_raw_parts_mut(self.umem.area.as_ptr(), len) }
     }
 
-    /// Where the send chunks begin: the end of the receiving memory.
+    /// Where the send chunks begin: after the receiving and sending memory.
     fn free_tx_start(&self) -> usize {
         self.umem.len - TX_CHUNKS as usize * CHUNK_BYTES
+    }
+
+    /// Bytes of the UMEM for receiving (from its start).
+    fn receiving_len(&self) -> usize {
+        match self.mode {
+            ReceiveMode::Chunks => self.free_tx_start(),
+            ReceiveMode::Placing { bytes, .. } => bytes.next_multiple_of(CHUNK_BYTES),
+        }
+    }
+
+    /// Placing mode: the sending memory, between the receiving memory and the send chunks,
+    /// for the caller to lay send buffers out in. Lent out once: the caller cuts it up.
+    pub(crate) fn sending_memory(&self) -> UmemPart {
+        let start = self.receiving_len();
+        UmemPart {
+            umem: Arc::clone(&self.umem),
+            start,
+            len: self.free_tx_start() - start,
+        }
+    }
+
+    /// Placing mode: queues the frame at `address..address + len` of the sending memory (a
+    /// send buffer's frame, its headers written) for sending, as it is. False if the tx ring
+    /// is full. Its address comes back from [`reclaim_sent`](Self::reclaim_sent) once the
+    /// kernel is done with it; until then its bytes must not change.
+    pub fn queue_frame(&mut self, address: u64, len: usize) -> bool {
+        let end = address as usize + len;
+        assert!(
+            address as usize >= self.receiving_len() && end <= self.free_tx_start(),
+            "a frame at {address} of {len} B is outside the sending memory"
+        );
+        assert!(len <= CHUNK_BYTES, "a frame longer than a chunk");
+        if self.tx.free(1) == 0 {
+            return false;
+        }
+        self.tx.push(Desc {
+            addr: address,
+            len: len as u32,
+            options: 0,
+        });
+        true
+    }
+
+    /// Where `bytes` are in the UMEM, if they are in its sending memory.
+    pub fn sending_address(&self, bytes: &[u8]) -> Option<u64> {
+        let at = (bytes.as_ptr() as usize).checked_sub(self.umem.area.as_ptr() as usize)?;
+        (at >= self.receiving_len() && at + bytes.len() <= self.free_tx_start())
+            .then_some(at as u64)
     }
 
     /// True if frames wait in the rx ring.
@@ -380,18 +476,32 @@ impl XskSocket {
         Ok(())
     }
 
+    /// True if the tx ring has room for a frame.
+    pub fn has_tx_room(&mut self) -> bool {
+        self.tx.free(1) > 0
+    }
+
     /// True if frames wait in the tx ring for the kernel.
     pub fn has_unsent(&mut self) -> bool {
         self.tx.in_flight() > 0
     }
 
-    /// Moves chunks the kernel has finished sending back to the free list.
-    pub fn reclaim_sent(&mut self) {
+    /// Moves chunks the kernel has finished sending back to the free list; returns how many
+    /// frames queued with [`queue_frame`](Self::queue_frame) it finished.
+    pub fn reclaim_sent(&mut self) -> u32 {
         let done = self.completion.ready(TX_CHUNKS);
+        let chunks_start = self.free_tx_start() as u64;
+        let mut frames = 0;
         for i in 0..done {
-            self.free_tx.push(self.completion.peek(i));
+            let address = self.completion.peek(i);
+            if address >= chunks_start {
+                self.free_tx.push(address);
+            } else {
+                frames += 1;
+            }
         }
         self.completion.release(done);
+        frames
     }
 
     /// The kernel's counters for this socket (drops for a full rx ring, invalid descriptors).

@@ -154,8 +154,15 @@ fn receive_all(
     nicmsg_udp::force_buffer_sizes(std::os::fd::AsRawFd::as_raw_fd(&ordinary), 32 << 20);
     let geometry = Geometry::new(HEADERS_LEN + FRAME_HEADER_LEN, PAYLOAD).expect("geometry");
     let bytes = REGION_AT + geometry.receive_region_len(LARGEST) + 2 * nicmsg_xdp::CHUNK_BYTES;
-    let socket = XskSocket::open_with(interface.index, 0, ReceiveMode::Placing { bytes })
-        .expect("an unaligned-chunk AF_XDP socket");
+    let socket = XskSocket::open_with(
+        interface.index,
+        0,
+        ReceiveMode::Placing {
+            bytes,
+            sending_bytes: 0,
+        },
+    )
+    .expect("an unaligned-chunk AF_XDP socket");
     let map = SocketMap::create(1).expect("xskmap");
     map.insert(0, socket.fd()).expect("socket in the map");
     let passed = Counter::create().expect("counter");

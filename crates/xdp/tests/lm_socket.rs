@@ -1,24 +1,24 @@
 //! LM end to end on real sockets (`nicmsg_xdp::LmSocket`): a receiver in one namespace places
 //! admitted transfers through its AF_XDP socket and placing filter; a sender in the other
-//! namespace sends transfers of 1 B to 64 MiB from send buffers with header holes through a
-//! kernel UDP socket; a third node beside it sends to the same receiver at the same time, and
-//! is refused placement while the receiver is busy (its transfers come by copy). Every byte is
-//! checked; the receiver's counters show what was placed and what copied. Run clean and under
-//! 5 % loss (nftables, on the way out of both namespaces: XDP sees frames before the input
-//! hook would drop them). Needs root, `ip` and `nft`; skips itself (saying why) otherwise.
+//! namespace sends transfers of 1 B to 64 MiB from send buffers with header holes in its
+//! AF_XDP socket's UMEM, through the transmit ring; a third node beside it sends to the same
+//! receiver at the same time from heap buffers through a kernel UDP socket, and is refused
+//! placement while the receiver is busy (its transfers come by copy). Every byte is checked;
+//! the receiver's counters show what was placed and what copied. Run clean and under 5 % loss
+//! (nftables on the bridge between the namespaces, which every frame crosses, whether the
+//! kernel's stack or the transmit ring sent it). Needs root, `ip` and `nft`; skips itself
+//! (saying why) otherwise.
 
 mod common;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddrV4;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{address_of, enter, Pair};
-use nicmsg_lm::send_buffer::HoleBuffer;
 use nicmsg_lm::station::{Event, Received};
 use nicmsg_xdp::{LmSocket, LmSocketConfig, LmSocketStats};
 
@@ -69,10 +69,10 @@ fn transfers_of_1_byte_to_64_mib_are_placed_with_a_third_sender_under_5_percent_
 }
 
 fn run(prefix: &str, loss_percent: u32) {
-    let Some(pair) = Pair::create(prefix) else {
+    let Some(pair) = Pair::create_bridged(prefix) else {
         return;
     };
-    if loss_percent > 0 && !drop_outgoing(&pair, loss_percent) {
+    if loss_percent > 0 && !pair.drop_on_bridge(loss_percent) {
         eprintln!("skipped: `nft` cannot add the loss rules here");
         return;
     }
@@ -109,10 +109,23 @@ fn run(prefix: &str, loss_percent: u32) {
     let (third_sent, third_stats) = third.join().expect("third");
     for (who, s) in [("sender", sender_stats), ("third", third_stats)] {
         eprintln!(
-            "{who}: {} transfers sent, {} frames sent, {} resent",
-            s.station.transfers_sent, s.station.frames_sent, s.station.frames_resent
+            "{who}: {} transfers sent, {} frames sent, {} resent; by the transmit ring {} \
+             data frames and {} control frames, by sendto {} frames; {} heap buffers",
+            s.station.transfers_sent,
+            s.station.frames_sent,
+            s.station.frames_resent,
+            s.ring_frames,
+            s.ring_controls,
+            s.kernel_frames,
+            s.heap_send_buffers
         );
     }
+    assert!(
+        sender_stats.ring_frames >= sender_stats.station.frames_sent / 2,
+        "the sender's data left through the transmit ring: {sender_stats:?}"
+    );
+    assert_eq!(sender_stats.heap_send_buffers, 0, "{sender_stats:?}");
+    assert_eq!(third_stats.ring_frames, 0, "{third_stats:?}");
     senders_done.store(true, Ordering::Release);
     let (received, stats) = receiver.join().expect("receiver");
     report(loss_percent, &sent, &third_sent, &received, &stats);
@@ -143,46 +156,28 @@ fn run(prefix: &str, loss_percent: u32) {
     drop(pair);
 }
 
-/// Drops `percent` of the UDP frames leaving either namespace.
-fn drop_outgoing(pair: &Pair, percent: u32) -> bool {
-    let rules = format!(
-        "table inet nmloss {{\n  chain out {{\n    type filter hook output priority 0; policy accept;\n    \
-         meta l4proto udp numgen random mod 100 < {percent} drop\n  }}\n}}\n"
-    );
-    pair.names.iter().all(|ns| {
-        let child = Command::new("ip")
-            .args(["netns", "exec", ns, "nft", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
-        let Ok(mut child) = child else {
-            return false;
-        };
-        use std::io::Write;
-        let wrote = child
-            .stdin
-            .take()
-            .is_some_and(|mut stdin| stdin.write_all(rules.as_bytes()).is_ok());
-        wrote && child.wait().is_ok_and(|status| status.success())
-    })
-}
-
-fn open(me: u32, placing_bytes: usize) -> LmSocket {
+fn open(me: u32, placing_bytes: usize, sending_bytes: usize) -> LmSocket {
     LmSocket::open(LmSocketConfig {
         peers: peers(),
         me,
         job: JOB,
         udp_payload: 1472,
         placing_bytes,
+        sending_bytes,
     })
     .expect("an LM socket")
 }
 
 /// Sends `sizes` one after another; a node given `wait_for` starts when it is set (the
-/// receiver places the sender's largest transfer), so that it is refused placement.
+/// receiver places the sender's largest transfer), so that it is refused placement. The
+/// sender sends through the transmit ring from buffers in its UMEM (the placing memory it
+/// opens is not used: nobody sends to it), the third node from heap buffers by `sendto`
+/// (one XDP program per interface: they share a namespace).
 fn send(me: u32, sizes: &[usize], wait_for: Option<&AtomicBool>) -> (Vec<usize>, LmSocketStats) {
-    let mut socket = open(me, 0);
+    let mut socket = match me {
+        SENDER => open(me, 1 << 20, LARGEST + LARGEST / 8),
+        _ => open(me, 0, 0),
+    };
     let started = Instant::now();
     while wait_for.is_some_and(|flag| !flag.load(Ordering::Acquire)) {
         assert!(started.elapsed() < DEADLINE, "node {me}: never started");
@@ -191,7 +186,7 @@ fn send(me: u32, sizes: &[usize], wait_for: Option<&AtomicBool>) -> (Vec<usize>,
     let mut sent = Vec::new();
     for (at, &len) in sizes.iter().enumerate() {
         let number = at as u32 + 1;
-        let mut buffer = HoleBuffer::new(socket.geometry(), len as u64).expect("a send buffer");
+        let mut buffer = socket.send_buffer(len).expect("a send buffer");
         let geometry = socket.geometry();
         for (index, piece) in buffer.pieces_mut().enumerate() {
             let start = geometry.payload_range(len, index as u32).start;
@@ -226,7 +221,7 @@ fn send(me: u32, sizes: &[usize], wait_for: Option<&AtomicBool>) -> (Vec<usize>,
 /// Receives until both senders are done; returns (len, placed) per (sender, number). Sets
 /// `big_placed` once every transfer of the sender but its last is in and the last is placed.
 fn receive(senders_done: &AtomicBool, big_placed: &AtomicBool) -> (Arrivals, LmSocketStats) {
-    let mut socket = open(RECEIVER, 2 * (LARGEST + (1 << 20)));
+    let mut socket = open(RECEIVER, 2 * (LARGEST + (1 << 20)), 0);
     let mut received = BTreeMap::new();
     let mut placed_before_big = u64::MAX;
     let started = Instant::now();
@@ -293,7 +288,7 @@ fn report(loss: u32, sent: &[usize], third: &[usize], received: &Arrivals, stats
          transfers ({placed:?} B), {} by copy; bytes placed {}, copied into placed regions {}, \
          copied for transfers by copy {}; frames placed {}, copied {}, held for their slot {}, \
          grants sent {}, resends asked {}, passed to the kernel \
-         by the filter {}",
+         by the filter {}, dropped by the kernel on the way to the AF_XDP socket {}",
         sent.len(),
         sent.iter().max().unwrap_or(&0),
         third.len(),
@@ -308,5 +303,6 @@ fn report(loss: u32, sent: &[usize], third: &[usize], received: &Arrivals, stats
         s.grants_sent,
         s.resends_asked,
         stats.passed_to_kernel,
+        stats.ring_drops,
     );
 }

@@ -70,6 +70,7 @@ pub fn series_for(pattern: Pattern, args: &BenchArgs) -> Result<Vec<SeriesPlan>,
         plans.push(baseline(pattern, system, &sizes));
     }
     if pattern == Pattern::Lm {
+        plans.push(baseline(pattern, System::LmSendto, &sizes));
         plans.push(baseline(pattern, System::Lm, &sizes));
     }
     for &engine in &args.engines {

@@ -1,7 +1,7 @@
 //! LM's path (`nicmsg_xdp::LmSocket`): messages leave from send buffers with header holes, last
-//! frame first, through a kernel UDP socket; admitted transfers land in place through an
-//! AF_XDP socket and LM's placing filter, the others come by one copy through the kernel's
-//! socket. A receive takes the message where it landed (the socket lends the region, as the
+//! frame first, through the AF_XDP socket's transmit ring (buffers in its UMEM) or a `sendto`
+//! a frame (buffers on the heap); admitted transfers land in place through the AF_XDP socket
+//! and LM's placing filter, the others come by one copy through the kernel's socket. A receive takes the message where it landed (the socket lends the region, as the
 //! datagram API's `recv_lent` does) and gives it back at once: the pattern reads no payload.
 //! A wait turns the socket for a while, then sleeps in `poll(2)` on both sockets (as LM's
 //! receivers sleep until the interrupt).
@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use nicmsg_lm::send_buffer::HoleBuffer;
 use nicmsg_lm::station::{Event, Received, SendError};
-use nicmsg_xdp::{LmSocket, LmSocketConfig};
+use nicmsg_wire::FRAME_HEADER_LEN;
+use nicmsg_xdp::{LmSocket, LmSocketConfig, HEADERS_LEN};
 
 use super::{Buffers, Messenger, MAX_WINDOW, STALL_LIMIT};
 use crate::model::Copies;
@@ -32,6 +33,20 @@ const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(50);
 /// Send buffers kept for reuse: a window's worth (a point sends one size, so after the first
 /// window no send allocates).
 const SPARE_BUFFERS: usize = MAX_WINDOW;
+
+/// Send buffers of the largest message the sending memory holds: the lm pattern is a
+/// ping-pong, one send in flight and its buffer reused; a send beyond them gets a heap buffer
+/// (a `sendto` a frame, counted by the socket).
+const RING_SEND_BUFFERS: usize = 4;
+
+/// Sending memory for [`RING_SEND_BUFFERS`] of the largest message's send buffers (holes
+/// included).
+fn sending_bytes(udp_payload: usize, max_len: usize) -> usize {
+    let frame_payload = udp_payload.saturating_sub(FRAME_HEADER_LEN).max(1);
+    let frames = max_len.div_ceil(frame_payload).max(1);
+    let per_buffer = (frames * (HEADERS_LEN + udp_payload)).next_multiple_of(64);
+    RING_SEND_BUFFERS * per_buffer
+}
 
 /// One rank's LM socket, talking to the other rank.
 pub struct LmMessenger {
@@ -53,12 +68,13 @@ pub struct LmMessenger {
 impl LmMessenger {
     /// Rank `rank`'s end: `addresses` are both ranks' (rank 0's first). With `placing`, the
     /// socket also places admitted transfers through AF_XDP (root, an Ethernet interface
-    /// holding the address); without it every transfer comes by copy.
+    /// holding the address); without it every transfer comes by copy. With `ring` too, send
+    /// buffers lie in the AF_XDP socket's UMEM and frames leave through its transmit ring.
     pub fn open(
         rank: u32,
         addresses: [SocketAddr; 2],
         udp_payload: usize,
-        placing: bool,
+        (placing, ring): (bool, bool),
         max_len: usize,
     ) -> Result<Self, BenchError> {
         let peers = addresses
@@ -77,6 +93,11 @@ impl LmMessenger {
             udp_payload,
             placing_bytes: if placing {
                 2 * max_len + PLACING_SLACK
+            } else {
+                0
+            },
+            sending_bytes: if placing && ring {
+                sending_bytes(udp_payload, max_len)
             } else {
                 0
             },
@@ -101,12 +122,16 @@ impl LmMessenger {
         !ip.is_loopback() && LmSocket::can_place(udp_payload)
     }
 
-    /// A send buffer for `len` bytes: a spare one of that length, or a new one.
+    /// A send buffer for `len` bytes: a spare one of that length, or a new one (spares of
+    /// other lengths are dropped first: a point sends one length, and their room in the
+    /// sending memory is the next point's).
     fn buffer_for(&mut self, len: usize) -> Result<HoleBuffer, BenchError> {
         if let Some(at) = self.spare.iter().position(|b| b.len() == len) {
             return Ok(self.spare.swap_remove(at));
         }
-        HoleBuffer::new(self.socket.geometry(), len as u64)
+        self.spare.retain(|buffer| buffer.len() == len);
+        self.socket
+            .send_buffer(len)
             .map_err(|error| BenchError::Usage(format!("a {len}-byte LM send: {error}")))
     }
 

@@ -200,7 +200,7 @@ pub(crate) fn write_data(
     job: u32,
     pair: (PeerId, PeerId),
     (number, key, index): (u32, u32, u32),
-) -> &[u8] {
+) -> &mut [u8] {
     let mut h = header(FrameKind::LmData, job, pair);
     h.msg_id = number;
     h.aux = key;
@@ -211,5 +211,5 @@ pub(crate) fn write_data(
     emit_headers(&h, None, &mut frame_header).expect("the station emits valid data frames");
     seal(&mut frame_header, &[buffer.piece(index)]);
     buffer.header_mut(index)[link_len..link_len + FRAME_HEADER_LEN].copy_from_slice(&frame_header);
-    buffer.frame(index)
+    buffer.frame_mut(index)
 }

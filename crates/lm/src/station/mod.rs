@@ -363,15 +363,15 @@ impl<R: Regions> Station<R> {
         self.fill_out.pop_front()
     }
 
-    /// The next frame to send, to the peer given: `link_len` bytes for the link headers, then
-    /// the frame. A data frame is its place in the send buffer (headers written into its hole,
-    /// the payload not copied).
-    pub fn poll_transmit(&mut self) -> Option<(PeerId, &[u8])> {
+    /// The next frame to send, to the peer given: `link_len` bytes for the link headers (the
+    /// transport writes them, hence `mut`), then the frame. A data frame is its place in the
+    /// send buffer (headers written into its hole, the payload not copied).
+    pub fn poll_transmit(&mut self) -> Option<(PeerId, &mut [u8])> {
         let (me, job, link_len) = (self.config.me, self.config.job, self.link_len);
         match self.next_transmission()? {
             Next::Control { to, repr } => {
                 let len = frames::write_control(&mut self.scratch, link_len, job, (me, to), repr);
-                Some((to, &self.scratch[..len]))
+                Some((to, &mut self.scratch[..len]))
             }
             Next::Data { at, index } => {
                 self.stats.frames_sent += 1;

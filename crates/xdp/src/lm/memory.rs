@@ -1,14 +1,107 @@
-//! Where an LM socket's placed transfers land: receive regions carved out of the placing
-//! socket's UMEM (the memory the kernel writes frames into), or none at all for a socket
-//! without AF_XDP, whose receiver then takes every transfer by copy.
+//! An LM socket's memory in the placing socket's UMEM (the memory the kernel writes frames
+//! into and sends them from):
+//!
+//! - receive regions where placed transfers land, or none at all for a socket without AF_XDP,
+//!   whose receiver then takes every transfer by copy;
+//! - send buffers ([`SendArea`]), from which frames leave through the transmit ring as they
+//!   were written.
 
+use std::sync::{Arc, Mutex, PoisonError};
+
+use nicmsg_lm::send_buffer::SendMemory;
 use nicmsg_lm::station::{RegionId, Regions};
 
-use crate::socket::{CHUNK_BYTES, KERNEL_HEADROOM};
+use crate::socket::{UmemPart, CHUNK_BYTES, KERNEL_HEADROOM};
 
 /// Regions in use at once: the placed transfer, a few given up and draining (the station's
 /// `MAX_OPEN_TRANSFERS`), and the ones lent to the application.
 pub const MAX_REGIONS: usize = 16;
+
+/// Send buffers in the sending memory at once: a window of transfers to several peers, and
+/// spares an application keeps for reuse. More are made on the heap.
+pub const MAX_SEND_BUFFERS: usize = 64;
+/// Send buffers start on a cache line.
+const SEND_BUFFER_ALIGN: usize = 64;
+
+/// The sending memory of a placing socket, cut into send buffers first-fit. A buffer gives
+/// its bytes back when dropped, which may be on another thread than the socket's: the list of
+/// buffers sits behind a mutex, taken once per buffer made or dropped, never per frame.
+#[derive(Clone)]
+pub(crate) struct SendArea {
+    memory: Arc<UmemPart>,
+    /// (start, len) of the buffers lent, in the sending memory.
+    lent: Arc<Mutex<Vec<(usize, usize)>>>,
+}
+
+impl SendArea {
+    pub(crate) fn new(memory: UmemPart) -> Self {
+        Self {
+            memory: Arc::new(memory),
+            lent: Arc::new(Mutex::new(Vec::with_capacity(MAX_SEND_BUFFERS))),
+        }
+    }
+
+    /// `len` bytes of the sending memory, or `None` if no gap is that large or
+    /// [`MAX_SEND_BUFFERS`] are lent.
+    pub(crate) fn lend(&self, len: usize) -> Option<Box<dyn SendMemory>> {
+        let mut lent = self.lent.lock().unwrap_or_else(PoisonError::into_inner);
+        if lent.len() >= MAX_SEND_BUFFERS {
+            return None;
+        }
+        let start = first_fit(&lent, len, self.memory.len())?;
+        let at = lent.partition_point(|&(other, _)| other < start);
+        lent.insert(at, (start, len));
+        Some(Box::new(LentSend {
+            part: self.memory.part(start, len),
+            at: start,
+            lent: Arc::clone(&self.lent),
+        }))
+    }
+}
+
+/// The lowest start, aligned, where `len` bytes fit between the buffers `lent` (sorted).
+fn first_fit(lent: &[(usize, usize)], len: usize, capacity: usize) -> Option<usize> {
+    let mut start = 0;
+    for &(at, size) in lent {
+        if start + len <= at {
+            return Some(start);
+        }
+        start = (at + size).next_multiple_of(SEND_BUFFER_ALIGN);
+    }
+    (start + len <= capacity).then_some(start)
+}
+
+/// A send buffer's bytes in the sending memory.
+struct LentSend {
+    part: UmemPart,
+    /// Its start in the sending memory: its key in the list of buffers lent.
+    at: usize,
+    lent: Arc<Mutex<Vec<(usize, usize)>>>,
+}
+
+impl SendMemory for LentSend {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the part is mapped while `self.part` lives and is this buffer's alone (cut
+        // from the list under its lock); `&self` rules out a `&mut` slice of it meanwhile, and
+        // the kernel only reads it.
+        unsafe { std::slice::from_raw_parts(self.part.as_ptr(), self.part.len()) }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and `&mut self` rules out any other slice. The socket hands a
+        // buffer back only once the kernel finished every frame it queued from it.
+        unsafe { std::slice::from_raw_parts_mut(self.part.as_ptr(), self.part.len()) }
+    }
+}
+
+impl Drop for LentSend {
+    fn drop(&mut self) {
+        let mut lent = self.lent.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Ok(at) = lent.binary_search_by_key(&self.at, |&(start, _)| start) {
+            lent.remove(at);
+        }
+    }
+}
 
 /// The receive memory of an LM socket.
 pub(crate) enum LmMemory {
@@ -117,6 +210,15 @@ impl Regions for UmemRegions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn send_buffers_fit_in_gaps_and_come_back_when_dropped() {
+        let lent = [(0, 100), (1000, 50)];
+        assert_eq!(first_fit(&lent, 500, 4096), Some(128));
+        assert_eq!(first_fit(&lent, 900, 4096), Some(1088));
+        assert_eq!(first_fit(&lent, 4000, 4096), None);
+        assert_eq!(first_fit(&[], 4096, 4096), Some(0));
+    }
 
     #[test]
     fn regions_fit_between_each_other_and_leave_the_headroom_free() {

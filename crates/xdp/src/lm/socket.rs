@@ -1,9 +1,15 @@
-//! An LM socket: a station (`nicmsg_lm::station`) on real sockets. Frames leave through a
-//! kernel UDP socket straight from their send buffers (the headers written into the holes, no
-//! payload copied in user space); frames arrive through the same UDP socket (the ordinary
-//! path) or, for an admitted transfer, land in place through an AF_XDP socket whose fill
-//! addresses the station chooses and whose placing filter lets only each address's own frame
-//! take it.
+//! An LM socket: a station (`nicmsg_lm::station`) on real sockets. Frames arrive through a
+//! kernel UDP socket (the ordinary path) or, for an admitted transfer, land in place through
+//! an AF_XDP socket whose fill addresses the station chooses and whose placing filter lets
+//! only each address's own frame take it.
+//!
+//! Frames leave straight from their send buffers, headers written into the holes and no
+//! payload copied in user space. A send buffer made by [`LmSocket::send_buffer`] lies in the
+//! AF_XDP socket's UMEM: each of its frames, Ethernet, IPv4 and UDP headers written into the
+//! front of its hole, is one descriptor on the transmit ring, and one wake-up of the kernel
+//! sends a batch of them. Frames of heap buffers, frames to peers whose Ethernet address the
+//! kernel has not resolved yet (or that are reached through a router or loopback), and every
+//! frame of a socket without AF_XDP go through the kernel's UDP socket, one `sendto` each.
 //!
 //! One thread drives a socket: [`LmSocket::progress`] does one turn (receive, land, time,
 //! post fill addresses, send) and [`LmSocket::wait`] sleeps until there is work.
@@ -15,7 +21,8 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use nicmsg_lm::admission::PeerId;
-use nicmsg_lm::send_buffer::HoleBuffer;
+use nicmsg_lm::geometry::MAX_HEADER_LEN;
+use nicmsg_lm::send_buffer::{HoleBuffer, SendBufferError};
 use nicmsg_lm::station::{
     Event, Landing, Posted, RegionId, Regions, SendError, SendId, Station, StationConfig,
     StationStats,
@@ -23,10 +30,11 @@ use nicmsg_lm::station::{
 use nicmsg_lm::{Geometry, Slot};
 use nicmsg_wire::FRAME_HEADER_LEN;
 
-use super::memory::{LmMemory, UmemRegions};
+use super::memory::{LmMemory, SendArea, UmemRegions};
 use crate::bpf::{AttachMode, Counter, Link, Program, SocketMap};
 use crate::interface::Interface;
-use crate::packet::{ETHER_LEN, HEADERS_LEN};
+use crate::neighbours;
+use crate::packet::{HeaderTemplate, Station as LinkStation, ETHER_LEN, HEADERS_LEN};
 use crate::placing::{placing_program, PlacingSteering, PlacingTable};
 use crate::socket::{ReceiveMode, XskSocket, KERNEL_HEADROOM, MAX_FRAME_BYTES};
 
@@ -41,6 +49,12 @@ const MAX_DATAGRAM: usize = 9216;
 /// filter keeps (Ethernet 14, then IPv4 with its source at 12, then UDP).
 const KEPT_SOURCE_IP: std::ops::Range<usize> = 26..30;
 const KEPT_SOURCE_PORT: std::ops::Range<usize> = 34..36;
+/// How long a peer whose Ethernet address the kernel has not resolved is sent to through the
+/// kernel's socket before the neighbour table is read again (reading it costs a file read).
+const RESOLVE_INTERVAL: Duration = Duration::from_millis(50);
+/// The longest sleep in [`LmSocket::wait`] while a finished send waits for the kernel to be
+/// done with its frames on the transmit ring (the completion ring wakes no one).
+const COMPLETION_WAIT: Duration = Duration::from_millis(1);
 
 /// How an LM socket is opened.
 #[derive(Debug, Clone)]
@@ -55,6 +69,10 @@ pub struct LmSocketConfig {
     /// transfer placed needs its length and a little more); 0 opens no AF_XDP socket, and
     /// this node receives every transfer by copy through the kernel's socket.
     pub placing_bytes: usize,
+    /// Memory for send buffers in the same UMEM, whose frames leave through the AF_XDP
+    /// transmit ring ([`LmSocket::send_buffer`]); 0, or `placing_bytes` 0, makes every send
+    /// buffer on the heap and sends every frame with a `sendto`.
+    pub sending_bytes: usize,
 }
 
 /// What an LM socket counted beyond its station.
@@ -71,6 +89,17 @@ pub struct LmSocketStats {
     /// Whether frames are placed with AF_XDP in zero-copy mode (false: copy mode, the kernel
     /// copies each frame once into the UMEM).
     pub zero_copy: bool,
+    /// Data frames sent through the AF_XDP transmit ring from where they lie in the UMEM.
+    pub ring_frames: u64,
+    /// Control frames (headers only) copied into a transmit chunk and sent through the ring.
+    pub ring_controls: u64,
+    /// Frames sent through the kernel's UDP socket (`sendto`).
+    pub kernel_frames: u64,
+    /// Send buffers made on the heap because the sending memory had no room.
+    pub heap_send_buffers: u64,
+    /// Frames the kernel dropped on their way into the placing socket: no fill address
+    /// posted, or the receive ring full (`XDP_STATISTICS`).
+    pub ring_drops: u64,
 }
 
 /// The AF_XDP side of a socket that places transfers.
@@ -87,6 +116,29 @@ struct PlacingSide {
     in_flight: VecDeque<(u64, Slot)>,
     posted: u64,
     taken: u64,
+    local: SocketAddrV4,
+    interface: Interface,
+    /// Frames queued from the sending memory that the kernel has not finished.
+    ring_in_flight: u32,
+}
+
+/// How frames reach a peer.
+#[derive(Debug, Clone, Copy)]
+enum Route {
+    /// Through the transmit ring, with these link headers.
+    Ring(HeaderTemplate),
+    /// Through the kernel's socket until `retry_at`, when the neighbour table is read again.
+    Unresolved { retry_at: Instant },
+    /// Through the kernel's socket for good: loopback, a router's way, or no AF_XDP socket.
+    Kernel,
+}
+
+/// Where frames out were sent, counted.
+#[derive(Debug, Clone, Copy, Default)]
+struct SendCounts {
+    ring_frames: u64,
+    ring_controls: u64,
+    kernel_frames: u64,
 }
 
 /// One node's LM over real sockets.
@@ -101,6 +153,15 @@ pub struct LmSocket {
     datagram: Vec<u8>,
     unknown_sources: u64,
     desyncs: u64,
+    send_area: Option<SendArea>,
+    /// By peer.
+    routes: Vec<Route>,
+    /// The IPv4 identification of the next frame sent through the ring.
+    identification: u16,
+    /// Finished sends held until the kernel is done with their buffers' frames.
+    held: VecDeque<Event>,
+    sent: SendCounts,
+    heap_send_buffers: u64,
 }
 
 impl LmSocket {
@@ -129,7 +190,13 @@ impl LmSocket {
         nicmsg_udp::force_buffer_sizes(udp.as_raw_fd(), SOCKET_BUFFER_BYTES);
         let mut placing = match config.placing_bytes {
             0 => None,
-            bytes => Some(open_placing(local, bytes)?),
+            bytes => Some(open_placing(local, bytes, config.sending_bytes)?),
+        };
+        let send_area = match placing.as_ref() {
+            Some(side) if config.sending_bytes > 0 => {
+                Some(SendArea::new(side.xsk.sending_memory()))
+            }
+            _ => None,
         };
         let memory = match placing.as_mut() {
             Some(side) => {
@@ -142,6 +209,11 @@ impl LmSocket {
         };
         let peers = u32::try_from(config.peers.len()).map_err(|_| invalid("too many peers"))?;
         let station_config = StationConfig::new(config.me, peers, config.job, geometry);
+        let routes = config
+            .peers
+            .iter()
+            .map(|peer| first_route(placing.as_ref(), local, *peer))
+            .collect();
         Ok(Self {
             station: Station::new(station_config, memory),
             placing,
@@ -152,6 +224,12 @@ impl LmSocket {
             datagram: vec![0; MAX_DATAGRAM],
             unknown_sources: 0,
             desyncs: 0,
+            send_area,
+            routes,
+            identification: 0,
+            held: VecDeque::new(),
+            sent: SendCounts::default(),
+            heap_send_buffers: 0,
         })
     }
 
@@ -166,8 +244,24 @@ impl LmSocket {
         self.station.config().geometry
     }
 
-    /// Sends the transfer in `buffer` (made with [`geometry`](Self::geometry) and filled in
-    /// place) to node `to`; the buffer comes back with [`Event::Sent`].
+    /// A zeroed send buffer for a message of `len` bytes, for the application to fill in
+    /// place: in the sending memory, so its frames leave through the transmit ring, while
+    /// there is room; on the heap otherwise (counted in `heap_send_buffers`). Reuse buffers
+    /// that come back with [`Event::Sent`]: making one zeroes it.
+    pub fn send_buffer(&mut self, len: usize) -> Result<HoleBuffer, SendBufferError> {
+        let geometry = self.geometry();
+        let len = len as u64;
+        let needed = geometry.send_buffer_len(geometry.check_len(len)?);
+        if let Some(memory) = self.send_area.as_ref().and_then(|area| area.lend(needed)) {
+            return HoleBuffer::in_memory(geometry, len, memory).map_err(|(error, _)| error);
+        }
+        self.heap_send_buffers += 1;
+        HoleBuffer::new(geometry, len)
+    }
+
+    /// Sends the transfer in `buffer` (made with [`send_buffer`](Self::send_buffer), or with
+    /// [`geometry`](Self::geometry) on the heap, and filled in place) to node `to`; the
+    /// buffer comes back with [`Event::Sent`].
     pub fn send(
         &mut self,
         to: PeerId,
@@ -179,9 +273,19 @@ impl LmSocket {
         sent
     }
 
-    /// The next thing that happened.
+    /// The next thing that happened. A finished send whose buffer still has frames on the
+    /// transmit ring waits (with what came after it) until the kernel is done with them.
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.station.poll_event()
+        let event = match self.held.pop_front() {
+            Some(event) => event,
+            None => self.station.poll_event()?,
+        };
+        let lends_ring_memory = matches!(&event, Event::Sent { buffer, .. } if buffer.is_lent());
+        if lends_ring_memory && self.reclaim_ring() > 0 {
+            self.held.push_front(event);
+            return None;
+        }
+        Some(event)
     }
 
     /// The bytes of a region lent with a placed transfer.
@@ -201,6 +305,15 @@ impl LmSocket {
             unknown_sources: self.unknown_sources,
             desyncs: self.desyncs,
             zero_copy: false,
+            ring_frames: self.sent.ring_frames,
+            ring_controls: self.sent.ring_controls,
+            kernel_frames: self.sent.kernel_frames,
+            heap_send_buffers: self.heap_send_buffers,
+            ring_drops: self.placing.as_ref().map_or(0, |side| {
+                side.xsk.statistics().map_or(0, |kernel| {
+                    kernel.rx_dropped + kernel.rx_ring_full + kernel.rx_fill_ring_empty_descs
+                })
+            }),
         }
     }
 
@@ -211,7 +324,7 @@ impl LmSocket {
 
     /// Whether transfers sent are all finished (delivered or failed).
     pub fn is_idle(&self) -> bool {
-        self.station.sending() == 0
+        self.station.sending() == 0 && self.held.is_empty()
     }
 
     /// One turn: frames from the kernel's socket, landings from the receive ring, timers,
@@ -236,7 +349,10 @@ impl LmSocket {
             .station
             .poll_timeout()
             .map(|at| Duration::from_nanos(at.saturating_sub(now)));
-        let timeout = timer.map_or(max, |t| t.min(max));
+        let mut timeout = timer.map_or(max, |t| t.min(max));
+        if !self.held.is_empty() {
+            timeout = timeout.min(COMPLETION_WAIT);
+        }
         let mut fds = [self.udp.as_raw_fd(), -1].map(|fd| libc::pollfd {
             fd,
             events: libc::POLLIN,
@@ -397,25 +513,150 @@ impl LmSocket {
         }
     }
 
+    /// Frames to the wire: through the transmit ring where the route and the frame allow,
+    /// else through the kernel's socket; then one wake-up of the kernel for the ring's batch.
     fn transmit(&mut self) {
+        self.reclaim_ring();
+        let mut queued = false;
         while let Some((to, frame)) = self.station.poll_transmit() {
             let Some(&address) = self.peers.get(to as usize) else {
                 continue;
             };
-            // A full socket buffer or an unreachable peer loses the frame like the network
-            // would; the station sends again what matters.
-            let _ = self.udp.send_to(&frame[HEADERS_LEN..], address);
+            let route = refresh_route(
+                &mut self.routes[to as usize],
+                self.placing.as_ref(),
+                address,
+            );
+            let ring = match (route, self.placing.as_mut()) {
+                (Route::Ring(template), Some(side)) => {
+                    self.identification = self.identification.wrapping_add(1);
+                    queue_on_ring(side, &template, frame, self.identification, &mut self.sent)
+                }
+                _ => false,
+            };
+            queued |= ring;
+            if !ring {
+                self.sent.kernel_frames += 1;
+                // A full socket buffer or an unreachable peer loses the frame like the
+                // network would; the station sends again what matters.
+                let _ = self.udp.send_to(&frame[HEADERS_LEN..], address);
+            }
+        }
+        if queued {
+            self.flush_ring();
         }
     }
+
+    /// Wakes the kernel to send the ring's frames; a socket that cannot send any more loses
+    /// them like the network would (the station sends again what matters).
+    fn flush_ring(&mut self) {
+        if let Some(side) = self.placing.as_mut() {
+            let _ = side.xsk.flush();
+        }
+        self.reclaim_ring();
+    }
+
+    /// Takes what the kernel finished from the completion ring; returns the frames from the
+    /// sending memory still unfinished.
+    fn reclaim_ring(&mut self) -> u32 {
+        let Some(side) = self.placing.as_mut() else {
+            return 0;
+        };
+        if side.ring_in_flight > 0 && side.xsk.has_unsent() {
+            let _ = side.xsk.flush();
+        }
+        side.ring_in_flight -= side.xsk.reclaim_sent();
+        side.ring_in_flight
+    }
+}
+
+/// The route to `peer` at opening: the ring for a peer on the placing socket's link whose
+/// Ethernet address is resolved (or will be), the kernel's socket for the others.
+fn first_route(placing: Option<&PlacingSide>, local: SocketAddrV4, peer: SocketAddrV4) -> Route {
+    match placing {
+        Some(side) if side.interface.on_link(*peer.ip()) && peer.ip() != local.ip() => {
+            Route::Unresolved {
+                retry_at: Instant::now(),
+            }
+        }
+        _ => Route::Kernel,
+    }
+}
+
+/// Reads the neighbour table for a peer not yet resolved whose retry time has come.
+fn refresh_route(route: &mut Route, placing: Option<&PlacingSide>, peer: SocketAddrV4) -> Route {
+    let (Route::Unresolved { retry_at }, Some(side)) = (*route, placing) else {
+        return *route;
+    };
+    let now = Instant::now();
+    if now < retry_at {
+        return *route;
+    }
+    *route = match neighbours::ethernet_address(*peer.ip(), &side.interface.name) {
+        Ok(Some(mac)) => {
+            let from = LinkStation {
+                mac: side.interface.mac,
+                addr: side.local,
+            };
+            Route::Ring(HeaderTemplate::new(&from, &LinkStation { mac, addr: peer }))
+        }
+        Ok(None) => Route::Unresolved {
+            retry_at: now + RESOLVE_INTERVAL,
+        },
+        // No neighbour table to read (a restricted /proc): the kernel's socket for good.
+        Err(_) => Route::Kernel,
+    };
+    *route
+}
+
+/// Puts `frame` (link headers first) on the transmit ring: a frame in the sending memory as
+/// it lies, a control frame copied into a transmit chunk. False if it must go another way (a
+/// heap buffer's frame, or a full ring).
+fn queue_on_ring(
+    side: &mut PlacingSide,
+    template: &HeaderTemplate,
+    frame: &mut [u8],
+    identification: u16,
+    sent: &mut SendCounts,
+) -> bool {
+    let udp_payload = frame.len() - HEADERS_LEN;
+    if let Some(address) = side.xsk.sending_address(frame) {
+        template.write(frame, udp_payload, identification);
+        if !side.xsk.queue_frame(address, frame.len()) {
+            return false;
+        }
+        side.ring_in_flight += 1;
+        sent.ring_frames += 1;
+        return true;
+    }
+    if frame.len() > MAX_HEADER_LEN || !side.xsk.has_tx_room() {
+        return false;
+    }
+    let Some((chunk, bytes)) = side.xsk.tx_chunk() else {
+        return false;
+    };
+    bytes[..frame.len()].copy_from_slice(frame);
+    template.write(bytes, udp_payload, identification);
+    side.xsk.queue_send(chunk, frame.len());
+    sent.ring_controls += 1;
+    true
 }
 
 /// Opens the AF_XDP socket on the interface holding `local`'s address and attaches the
 /// placing filter for `local`'s port.
-fn open_placing(local: SocketAddrV4, bytes: usize) -> io::Result<PlacingSide> {
+fn open_placing(
+    local: SocketAddrV4,
+    bytes: usize,
+    sending_bytes: usize,
+) -> io::Result<PlacingSide> {
     let interface = Interface::with_address(*local.ip())?.ok_or_else(|| {
         invalid("no Ethernet interface holds the address (AF_XDP placement needs one)")
     })?;
-    let xsk = XskSocket::open_with(interface.index, 0, ReceiveMode::Placing { bytes })?;
+    let mode = ReceiveMode::Placing {
+        bytes,
+        sending_bytes,
+    };
+    let xsk = XskSocket::open_with(interface.index, 0, mode)?;
     let map = SocketMap::create(1)?;
     map.insert(0, xsk.fd())?;
     let passed = Counter::create()?;
@@ -443,6 +684,9 @@ fn open_placing(local: SocketAddrV4, bytes: usize) -> io::Result<PlacingSide> {
         in_flight: VecDeque::new(),
         posted: 0,
         taken: 0,
+        local,
+        interface,
+        ring_in_flight: 0,
     })
 }
 
