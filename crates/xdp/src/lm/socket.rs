@@ -209,10 +209,11 @@ impl LmSocket {
         };
         let peers = u32::try_from(config.peers.len()).map_err(|_| invalid("too many peers"))?;
         let station_config = StationConfig::new(config.me, peers, config.job, geometry);
+        let ring_side = placing.as_ref().filter(|_| send_area.is_some());
         let routes = config
             .peers
             .iter()
-            .map(|peer| first_route(placing.as_ref(), local, *peer))
+            .map(|peer| first_route(ring_side, local, *peer))
             .collect();
         Ok(Self {
             station: Station::new(station_config, memory),
@@ -571,7 +572,9 @@ impl LmSocket {
 }
 
 /// The route to `peer` at opening: the ring for a peer on the placing socket's link whose
-/// Ethernet address is resolved (or will be), the kernel's socket for the others.
+/// Ethernet address is resolved (or will be), the kernel's socket for the others and for
+/// every peer of a socket without sending memory (`placing` `None`), whose frames all go by
+/// `sendto`.
 fn first_route(placing: Option<&PlacingSide>, local: SocketAddrV4, peer: SocketAddrV4) -> Route {
     match placing {
         Some(side) if side.interface.on_link(*peer.ip()) && peer.ip() != local.ip() => {
