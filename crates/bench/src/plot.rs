@@ -354,39 +354,56 @@ fn size_chart(report: &Report, pattern: Pattern) -> Option<Titled> {
     Some((pattern.name(), title, chart))
 }
 
+/// One of LM figure 4's charts: its file name, title, y axis (description, scale) and the
+/// value of a point it plots against the message size.
+struct LmChart {
+    name: &'static str,
+    title: &'static str,
+    y_desc: &'static str,
+    y_axis: fn(&[f64]) -> Axis,
+    value: fn(&Point) -> Option<f64>,
+}
+
+const LM_CHARTS: [LmChart; 3] = [
+    LmChart {
+        name: "lm-latency",
+        title: "ping-pong half round trip vs message size (LM figure 4)",
+        y_desc: "half round trip (us)",
+        y_axis: Axis::log,
+        value: |p| Some(p.time_us.median),
+    },
+    LmChart {
+        name: "lm-bandwidth",
+        title: "ping-pong bandwidth vs message size (LM figure 4)",
+        y_desc: "bandwidth (MB/s)",
+        y_axis: Axis::linear,
+        value: |p| p.mbytes_per_sec,
+    },
+    LmChart {
+        name: "lm-cpu",
+        title: "CPU per byte vs message size, whole machine (LM figure 4)",
+        y_desc: "CPU time per MB moved (us, looper)",
+        y_axis: Axis::log,
+        value: |p| Some(p.cpu?.us_per_mbyte),
+    },
+];
+
 /// LM figure 4: latency, bandwidth and CPU per byte against message size, one line per
-/// system (standard UDP, the LM socket, nicmsg's default path).
+/// system (standard UDP, the LM sockets, nicmsg's default path); a chart with no point is
+/// left out.
 fn lm_charts(report: &Report) -> Vec<Titled> {
     let series = view::measured(report, Pattern::Lm);
-    let latency = lines_of(&series, |p| Some((p.size as f64, p.time_us.median)));
-    let bandwidth = lines_of(&series, |p| Some((p.size as f64, p.mbytes_per_sec?)));
-    let cpu = lines_of(&series, |p| Some((p.size as f64, p.cpu?.us_per_mbyte)));
-    let mut charts = Vec::new();
-    if !latency.is_empty() {
-        let descs = ("message size (bytes)", "half round trip (us)");
-        charts.push((
-            "lm-latency",
-            "ping-pong half round trip vs message size (LM figure 4)",
-            LineChart::fitted(latency, descs, Axis::sizes, Axis::log),
-        ));
-    }
-    if !bandwidth.is_empty() {
-        let descs = ("message size (bytes)", "bandwidth (MB/s)");
-        charts.push((
-            "lm-bandwidth",
-            "ping-pong bandwidth vs message size (LM figure 4)",
-            LineChart::fitted(bandwidth, descs, Axis::sizes, Axis::linear),
-        ));
-    }
-    if !cpu.is_empty() {
-        let descs = ("message size (bytes)", "CPU time per MB moved (us, looper)");
-        charts.push((
-            "lm-cpu",
-            "CPU per byte vs message size, whole machine (LM figure 4)",
-            LineChart::fitted(cpu, descs, Axis::sizes, Axis::log),
-        ));
-    }
-    charts
+    LM_CHARTS
+        .iter()
+        .filter_map(|chart| {
+            let lines = lines_of(&series, |p| Some((p.size as f64, (chart.value)(p)?)));
+            let descs = ("message size (bytes)", chart.y_desc);
+            (!lines.is_empty()).then(|| {
+                let body = LineChart::fitted(lines, descs, Axis::sizes, chart.y_axis);
+                (chart.name, chart.title, body)
+            })
+        })
+        .collect()
 }
 
 /// One line per series, from the points `xy` maps (points it rejects, or with a non-finite
