@@ -130,6 +130,8 @@ pub struct XskSocket {
     umem: Arc<Umem>,
     /// Send chunks not in the tx or completion ring.
     free_tx: Vec<u64>,
+    /// Frames queued from the caller's sending memory that the kernel has not finished.
+    frames_in_flight: u32,
     mode: ReceiveMode,
 }
 
@@ -220,6 +222,7 @@ impl XskSocket {
                 .rev()
                 .map(|chunk| tx_start + u64::from(chunk) * CHUNK_BYTES as u64)
                 .collect(),
+            frames_in_flight: 0,
             mode,
         };
         if mode == ReceiveMode::Chunks {
@@ -371,8 +374,8 @@ impl XskSocket {
 
     /// Placing mode: queues the frame at `address..address + len` of the sending memory (a
     /// send buffer's frame, its headers written) for sending, as it is. False if the tx ring
-    /// is full. Its address comes back from [`reclaim_sent`](Self::reclaim_sent) once the
-    /// kernel is done with it; until then its bytes must not change.
+    /// is full. Until the kernel is done with it ([`frames_in_flight`](Self::frames_in_flight)
+    /// counts it till then) its bytes must not change.
     pub fn queue_frame(&mut self, address: u64, len: usize) -> bool {
         let end = address as usize + len;
         assert!(
@@ -388,7 +391,14 @@ impl XskSocket {
             len: len as u32,
             options: 0,
         });
+        self.frames_in_flight += 1;
         true
+    }
+
+    /// Frames queued with [`queue_frame`](Self::queue_frame) the kernel has not finished, as
+    /// of the last [`reclaim_sent`](Self::reclaim_sent).
+    pub fn frames_in_flight(&self) -> u32 {
+        self.frames_in_flight
     }
 
     /// Where `bytes` are in the UMEM, if they are in its sending memory.
@@ -404,10 +414,15 @@ impl XskSocket {
     }
 
     /// A free send chunk to write a frame of up to [`MAX_FRAME_BYTES`] into, or `None` while
-    /// every chunk is in flight. Finished sends are reclaimed first.
+    /// every chunk is in flight or the tx ring is full (frames from the sending memory share
+    /// it). Finished sends are reclaimed first. Queue it at once with
+    /// [`queue_send`](Self::queue_send), which then has room.
     pub fn tx_chunk(&mut self) -> Option<(u64, &mut [u8])> {
         if self.free_tx.is_empty() {
             self.reclaim_sent();
+        }
+        if self.tx.free(1) == 0 {
+            return None;
         }
         let chunk = self.free_tx.pop()?;
         // SAFETY: a send chunk inside the UMEM, in none of the rings: ours alone.
@@ -422,8 +437,8 @@ impl XskSocket {
         self.free_tx.push(chunk);
     }
 
-    /// Queues the frame written in `chunk` (`len` bytes) for sending. Always has room: there are
-    /// no more send chunks than tx entries.
+    /// Queues the frame written in `chunk` (`len` bytes) for sending. Has room:
+    /// [`tx_chunk`](Self::tx_chunk) hands a chunk out only while the ring has.
     pub fn queue_send(&mut self, chunk: u64, len: usize) {
         let room = self.tx.free(1);
         debug_assert_eq!(room, 1);
@@ -476,32 +491,25 @@ impl XskSocket {
         Ok(())
     }
 
-    /// True if the tx ring has room for a frame.
-    pub fn has_tx_room(&mut self) -> bool {
-        self.tx.free(1) > 0
-    }
-
     /// True if frames wait in the tx ring for the kernel.
     pub fn has_unsent(&mut self) -> bool {
         self.tx.in_flight() > 0
     }
 
-    /// Moves chunks the kernel has finished sending back to the free list; returns how many
-    /// frames queued with [`queue_frame`](Self::queue_frame) it finished.
-    pub fn reclaim_sent(&mut self) -> u32 {
+    /// Moves chunks the kernel has finished sending back to the free list, and counts the
+    /// frames from the sending memory it finished.
+    pub fn reclaim_sent(&mut self) {
         let done = self.completion.ready(TX_CHUNKS);
         let chunks_start = self.free_tx_start() as u64;
-        let mut frames = 0;
         for i in 0..done {
             let address = self.completion.peek(i);
             if address >= chunks_start {
                 self.free_tx.push(address);
             } else {
-                frames += 1;
+                self.frames_in_flight -= 1;
             }
         }
         self.completion.release(done);
-        frames
     }
 
     /// The kernel's counters for this socket (drops for a full rx ring, invalid descriptors).

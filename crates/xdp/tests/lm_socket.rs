@@ -231,7 +231,7 @@ fn receive(senders_done: &AtomicBool, big_placed: &AtomicBool) -> (Arrivals, LmS
         let earlier = (1..SENDER_SIZES.len() as u32).all(|n| received.contains_key(&(SENDER, n)));
         if earlier
             && socket.placing_from() == Some(SENDER)
-            && socket.stats().station.placed_frames > placed_before_big
+            && socket.station_stats().placed_frames > placed_before_big
         {
             big_placed.store(true, Ordering::Release);
         }
@@ -260,7 +260,7 @@ fn receive(senders_done: &AtomicBool, big_placed: &AtomicBool) -> (Arrivals, LmS
             "delivered twice"
         );
         if (from, number) == (SENDER, SENDER_SIZES.len() as u32 - 1) {
-            placed_before_big = socket.stats().station.placed_frames;
+            placed_before_big = socket.station_stats().placed_frames;
         }
     }
     (received, socket.stats())

@@ -302,7 +302,7 @@ impl Messenger for LmMessenger {
     }
 
     fn copies(&self) -> Option<Copies> {
-        let station = self.socket.stats().station;
+        let station = self.socket.station_stats();
         Some(Copies {
             bytes_received: station.placed_bytes
                 + station.copied_bytes_one_copy

@@ -118,8 +118,6 @@ struct PlacingSide {
     taken: u64,
     local: SocketAddrV4,
     interface: Interface,
-    /// Frames queued from the sending memory that the kernel has not finished.
-    ring_in_flight: u32,
 }
 
 /// How frames reach a peer.
@@ -299,6 +297,13 @@ impl LmSocket {
         self.station.release(region);
     }
 
+    /// The station's counters: cheap, for a loop that watches them.
+    pub fn station_stats(&self) -> &StationStats {
+        self.station.stats()
+    }
+
+    /// Every counter, the kernel's drops on the way into the placing socket included (read
+    /// with a system call).
     pub fn stats(&self) -> LmSocketStats {
         LmSocketStats {
             station: *self.station.stats(),
@@ -563,11 +568,11 @@ impl LmSocket {
         let Some(side) = self.placing.as_mut() else {
             return 0;
         };
-        if side.ring_in_flight > 0 && side.xsk.has_unsent() {
+        if side.xsk.frames_in_flight() > 0 && side.xsk.has_unsent() {
             let _ = side.xsk.flush();
         }
-        side.ring_in_flight -= side.xsk.reclaim_sent();
-        side.ring_in_flight
+        side.xsk.reclaim_sent();
+        side.xsk.frames_in_flight()
     }
 }
 
@@ -628,11 +633,10 @@ fn queue_on_ring(
         if !side.xsk.queue_frame(address, frame.len()) {
             return false;
         }
-        side.ring_in_flight += 1;
         sent.ring_frames += 1;
         return true;
     }
-    if frame.len() > MAX_HEADER_LEN || !side.xsk.has_tx_room() {
+    if frame.len() > MAX_HEADER_LEN {
         return false;
     }
     let Some((chunk, bytes)) = side.xsk.tx_chunk() else {
@@ -689,7 +693,6 @@ fn open_placing(
         taken: 0,
         local,
         interface,
-        ring_in_flight: 0,
     })
 }
 
