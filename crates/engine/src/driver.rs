@@ -12,8 +12,8 @@ use crate::transport::{
     Origin, PlacementTarget, Received, Transport, MAX_FRAME_PIECES, PLACED_HEADER_LEN,
 };
 use nicmsg_proto::{
-    Completion, Endpoint, Nanos, OpError, OpId, OpKind, PostError, SgList, Source, Stats, TagMatch,
-    Transmit,
+    Completion, Context, Endpoint, Nanos, OpError, OpId, OpKind, PostError, SgList, Source, Stats,
+    TagMatch, Transmit,
 };
 use nicmsg_proto::{ExpectedFrame, PlacedOutcome};
 use std::sync::Arc;
@@ -265,7 +265,7 @@ impl<T: Transport> Driver<T> {
                 now,
                 rank,
                 context,
-                tag,
+                u64::from(tag),
                 &SgList::contiguous(region, 0, len),
                 &mut memory,
             ),
@@ -351,17 +351,18 @@ impl<T: Transport> Driver<T> {
     fn post(&mut self, now: Nanos, slot: u32) {
         // SAFETY: the slot came from the ring, so the host flipped it to POSTED: ours now.
         let descriptor = unsafe { self.table.descriptor(slot) };
-        let source = if descriptor.peer == ANY {
-            Source::Any
-        } else {
-            Source::Rank(descriptor.peer)
+        let source = match (descriptor.op, descriptor.address) {
+            // Open mode: a directed receive or probe names its source by address; the slot
+            // bound to it (made if new: its messages may not have come yet).
+            (OpCode::Recv | OpCode::Probe | OpCode::IProbe, Some(address)) => self
+                .endpoint
+                .peer_for_address(now, address)
+                .map(Source::Rank),
+            _ if descriptor.peer == ANY => Ok(Source::Any),
+            _ => Ok(Source::Rank(descriptor.peer)),
         };
-        let tag = if descriptor.tag == ANY {
-            TagMatch::Any
-        } else {
-            TagMatch::Tag(descriptor.tag)
-        };
-        let context = descriptor.context;
+        let envelope = descriptor.envelope;
+        let (context, tag) = (envelope.context, envelope.tag_match());
         let mut memory = RegistryMemory(&self.registry);
         let posted = match descriptor.op {
             OpCode::Send => match descriptor.address {
@@ -369,36 +370,35 @@ impl<T: Transport> Driver<T> {
                 Some(address) => self.endpoint.peer_for_address(now, address),
                 None => Ok(descriptor.peer),
             }
-            .and_then(|dst| {
-                self.endpoint.post_send(
+            .and_then(|dst| match envelope.immediate {
+                None => self.endpoint.post_send(
                     now,
                     dst,
-                    descriptor.context,
-                    descriptor.tag,
+                    context,
+                    envelope.tag,
                     &descriptor.buffer,
                     &mut memory,
-                )
+                ),
+                Some(immediate) => self.endpoint.post_send_immediate(
+                    now,
+                    dst,
+                    (context, envelope.tag),
+                    immediate,
+                    &descriptor.buffer,
+                    &mut memory,
+                ),
             }),
-            OpCode::Recv => {
+            OpCode::Recv => source.and_then(|source| {
                 self.endpoint
                     .post_recv(now, source, context, tag, &descriptor.buffer, &mut memory)
+            }),
+            OpCode::Probe => {
+                source.and_then(|source| self.endpoint.post_probe(now, source, context, tag))
             }
-            OpCode::Probe => self.endpoint.post_probe(now, source, context, tag),
-            OpCode::IProbe => {
-                let found = self.endpoint.iprobe(source, context, tag);
-                let address = found.and_then(|status| self.endpoint.peer_address(status.peer));
-                // SAFETY: the slot is ours (POSTED) until this hands it back.
-                unsafe {
-                    self.table.complete(slot, |d| match found {
-                        Some(status) => {
-                            fill_status(d, status.peer, status.tag, status.len);
-                            d.address = address;
-                        }
-                        None => d.result = ResultCode::NotFound,
-                    })
-                };
-                return;
-            }
+            OpCode::IProbe => match source {
+                Ok(source) => return self.answer_iprobe(slot, source, (context, tag)),
+                Err(error) => Err(error),
+            },
         };
         match posted {
             Ok(op) => {
@@ -421,6 +421,23 @@ impl<T: Transport> Driver<T> {
                 })
             },
         }
+    }
+
+    /// A non-blocking probe completes in the turn that takes it: with the status of the first
+    /// matching message, or `NotFound`.
+    fn answer_iprobe(&mut self, slot: u32, source: Source, (context, tag): (Context, TagMatch)) {
+        let found = self.endpoint.iprobe(source, context, tag);
+        let address = found.and_then(|status| self.endpoint.peer_address(status.peer));
+        // SAFETY: the slot is ours (POSTED) until this hands it back.
+        unsafe {
+            self.table.complete(slot, |d| match found {
+                Some(status) => {
+                    fill_status(d, &status);
+                    d.address = address;
+                }
+                None => d.result = ResultCode::NotFound,
+            })
+        };
     }
 
     /// Hang diagnosis: a line for every operation pending longer than `threshold_ns` (each
@@ -790,14 +807,20 @@ fn complete_descriptor(
     result: Result<nicmsg_proto::Status, OpError>,
 ) {
     match result {
-        Ok(status) => fill_status(d, status.peer, status.tag, status.len),
+        Ok(status) => fill_status(d, &status),
         Err(OpError::Truncated {
             source_rank,
             tag,
             message_len,
             buffer_len,
         }) => {
-            fill_status(d, source_rank, tag, message_len);
+            let status = nicmsg_proto::Status {
+                peer: source_rank,
+                tag,
+                len: message_len,
+                immediate: None,
+            };
+            fill_status(d, &status);
             d.buffer_len = buffer_len;
             d.result = ResultCode::Truncated;
         }
@@ -843,11 +866,12 @@ fn looks_like(expected: &ExpectedFrame, head: &[u8], len: usize) -> bool {
         && len == PLACED_HEADER_LEN + expected.segment.len as usize
 }
 
-fn fill_status(descriptor: &mut Descriptor, peer: u32, tag: u32, len: u64) {
+fn fill_status(descriptor: &mut Descriptor, status: &nicmsg_proto::Status) {
     descriptor.result = ResultCode::Success;
-    descriptor.status_peer = peer;
-    descriptor.status_tag = tag;
-    descriptor.status_len = len;
+    descriptor.status_peer = status.peer;
+    descriptor.status_tag = status.tag;
+    descriptor.status_len = status.len;
+    descriptor.status_immediate = status.immediate;
 }
 
 fn post_error_code(error: PostError) -> ResultCode {

@@ -5,8 +5,8 @@
 //! ABI through it) in a process, each rank of the simulator in a simulation.
 
 use crate::registry::Registry;
-use crate::table::{state, Descriptor, OpCode, Outcome, ResultCode, Table};
-use nicmsg_proto::{Context, RegionId, Segment, MAX_SEGMENTS};
+use crate::table::{state, Descriptor, Envelope, OpCode, Outcome, ResultCode, Table};
+use nicmsg_proto::{RegionId, Segment, MAX_SEGMENTS};
 use std::sync::Arc;
 use thiserror::Error;
 
@@ -99,11 +99,11 @@ impl HostTable {
         &mut self,
         op: OpCode,
         peer: u32,
-        (context, tag): (Context, u32),
+        envelope: Envelope,
         ranges: &[(*mut u8, usize)],
     ) -> Result<Posted, HostError> {
         // SAFETY: forwarded from this function's contract.
-        unsafe { self.post_to(op, (peer, None), (context, tag), ranges) }
+        unsafe { self.post_to(op, (peer, None), envelope, ranges) }
     }
 
     /// [`post`](Self::post) with, for a send on an open endpoint, the address it goes to
@@ -115,7 +115,7 @@ impl HostTable {
         &mut self,
         op: OpCode,
         (peer, address): (u32, Option<std::net::SocketAddr>),
-        (context, tag): (Context, u32),
+        envelope: Envelope,
         ranges: &[(*mut u8, usize)],
     ) -> Result<Posted, HostError> {
         if ranges.len() > MAX_SEGMENTS {
@@ -149,8 +149,7 @@ impl HostTable {
             d.op = op;
             d.peer = peer;
             d.address = address;
-            d.context = context;
-            d.tag = tag;
+            d.envelope = envelope;
             d.result = ResultCode::Success;
             d.buffer.clear();
             for (&region, &(_, len)) in posted.regions().iter().zip(ranges) {
@@ -207,6 +206,7 @@ impl HostTable {
 mod tests {
     use super::*;
     use crate::table::CANCEL_BIT;
+    use nicmsg_proto::{Context, TagMatch};
 
     fn host(slots: usize, regions: usize) -> HostTable {
         HostTable::new(
@@ -229,7 +229,15 @@ mod tests {
         let mut buffer = [0u8; 8];
         let range = [(buffer.as_mut_ptr(), buffer.len())];
         // SAFETY: `buffer` outlives the operation, which is taken back below.
-        let posted = unsafe { host.post(OpCode::Recv, 1, (Context::USER, 5), &range) }.unwrap();
+        let posted = unsafe {
+            host.post(
+                OpCode::Recv,
+                1,
+                Envelope::matching(Context::USER, TagMatch::Tag(5)),
+                &range,
+            )
+        }
+        .unwrap();
         assert_eq!(host.outstanding(), 1);
         let registry = Arc::clone(host.registry());
         let region = RegionId(posted.regions()[0]);
@@ -248,7 +256,8 @@ mod tests {
         let mut buffer = [0u8; 4];
         let three = [(buffer.as_mut_ptr(), 1); 3];
         // SAFETY: nothing is registered on failure; below, `buffer` outlives the operation.
-        let refused = unsafe { host.post(OpCode::Send, 1, (Context::USER, 0), &three) };
+        let refused =
+            unsafe { host.post(OpCode::Send, 1, Envelope::send(Context::USER, 0), &three) };
         assert!(matches!(
             refused,
             Err(HostError::TableFull {
@@ -258,9 +267,10 @@ mod tests {
         ));
         let one = &three[..1];
         // SAFETY: `buffer` outlives the operation, taken back at the end of the test.
-        let posted = unsafe { host.post(OpCode::Send, 1, (Context::USER, 0), one) }.unwrap();
+        let posted =
+            unsafe { host.post(OpCode::Send, 1, Envelope::send(Context::USER, 0), one) }.unwrap();
         // SAFETY: refused (the table is full), so nothing is registered.
-        let refused = unsafe { host.post(OpCode::Send, 1, (Context::USER, 0), one) };
+        let refused = unsafe { host.post(OpCode::Send, 1, Envelope::send(Context::USER, 0), one) };
         assert!(matches!(
             refused,
             Err(HostError::TableFull {
@@ -276,7 +286,15 @@ mod tests {
     fn asking_twice_to_cancel_pushes_one_command() {
         let mut host = host(1, 1);
         // SAFETY: no memory is lent.
-        let posted = unsafe { host.post(OpCode::Probe, 1, (Context::USER, 0), &[]) }.unwrap();
+        let posted = unsafe {
+            host.post(
+                OpCode::Probe,
+                1,
+                Envelope::matching(Context::USER, TagMatch::Tag(0)),
+                &[],
+            )
+        }
+        .unwrap();
         assert_eq!(host.table().pop(), Some(posted.slot));
         host.request_cancel(&posted);
         host.request_cancel(&posted);

@@ -46,6 +46,6 @@ pub use poller::Poller;
 pub use registry::{Registry, RegistryMemory, DEFAULT_REGIONS};
 #[cfg(not(loom))]
 pub use runner::{IdleConfig, Snapshot, ThreadEngine};
-pub use table::{Descriptor, OpCode, Outcome, ResultCode, Table, ANY, DEFAULT_SLOTS};
+pub use table::{Descriptor, Envelope, OpCode, Outcome, ResultCode, Table, ANY, DEFAULT_SLOTS};
 #[cfg(not(loom))]
 pub use transport::{Origin, PlacementTarget, Received, Transport, PLACED_HEADER_LEN};

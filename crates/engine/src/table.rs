@@ -10,13 +10,53 @@
 //! error code) written by the engine.
 
 use crate::sync::{AtomicU32, AtomicU64, AtomicUsize, Ordering, SharedRef, UnsafeCell};
-use nicmsg_proto::{Context, SgList};
+use nicmsg_proto::{Context, SgList, TagMatch};
 use std::net::SocketAddr;
 
 /// EMP's descriptor count: enough outstanding operations for typical MPI codes.
 pub const DEFAULT_SLOTS: usize = 640;
-/// Peer or tag value meaning "any" in a descriptor.
+/// Peer value meaning "any" in a descriptor.
 pub const ANY: u32 = u32::MAX;
+
+/// What a posted operation's message is matched by, and what a send carries besides its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Envelope {
+    /// The matching context: the application's, or the library's own (barrier).
+    pub context: Context,
+    /// A send's tag; the tag a receive or probe wants, in the bits `ignore` does not set.
+    pub tag: u64,
+    pub ignore: u64,
+    /// A send's immediate data, delivered with the receive's completion.
+    pub immediate: Option<u32>,
+}
+
+impl Envelope {
+    /// A send's envelope.
+    pub fn send(context: Context, tag: u64) -> Self {
+        Self {
+            context,
+            tag,
+            ignore: 0,
+            immediate: None,
+        }
+    }
+
+    /// A receive's or probe's envelope.
+    pub fn matching(context: Context, tag: TagMatch) -> Self {
+        let (tag, ignore) = tag.to_masked();
+        Self {
+            context,
+            tag,
+            ignore,
+            immediate: None,
+        }
+    }
+
+    /// The tags a receive or probe accepts.
+    pub fn tag_match(&self) -> TagMatch {
+        TagMatch::from_masked(self.tag, self.ignore)
+    }
+}
 
 /// Owner/state of a slot.
 pub mod state {
@@ -66,15 +106,14 @@ pub enum ResultCode {
 pub struct Descriptor {
     pub op: OpCode,
     pub peer: u32,
-    /// The matching context: the application's, or the library's own (barrier).
-    pub context: Context,
-    pub tag: u32,
+    pub envelope: Envelope,
     pub buffer: SgList,
     /// Written by the engine before DONE.
     pub result: ResultCode,
     pub status_peer: u32,
-    pub status_tag: u32,
+    pub status_tag: u64,
     pub status_len: u64,
+    pub status_immediate: Option<u32>,
     /// For truncation: the receive buffer's length.
     pub buffer_len: u64,
     /// Open mode (peers by address): for a send, where it goes (`peer` is then ignored); for
@@ -91,8 +130,10 @@ pub struct Outcome {
     pub peer: u32,
     pub result: ResultCode,
     pub status_peer: u32,
-    pub status_tag: u32,
+    pub status_tag: u64,
     pub status_len: u64,
+    /// The received message's immediate data, if it carried any.
+    pub status_immediate: Option<u32>,
     pub buffer_len: u64,
     /// Open mode: the source of a received message.
     pub address: Option<SocketAddr>,
@@ -107,6 +148,7 @@ impl Outcome {
             status_peer: d.status_peer,
             status_tag: d.status_tag,
             status_len: d.status_len,
+            status_immediate: d.status_immediate,
             buffer_len: d.buffer_len,
             address: d.address,
         }

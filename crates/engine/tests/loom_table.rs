@@ -24,7 +24,7 @@
 use loom::sync::atomic::Ordering;
 use loom::thread;
 use nicmsg_engine::table::CANCEL_BIT;
-use nicmsg_engine::{HostTable, OpCode, Outcome, Posted, Registry, ResultCode, Table};
+use nicmsg_engine::{Envelope, HostTable, OpCode, Outcome, Posted, Registry, ResultCode, Table};
 use nicmsg_proto::Context;
 use std::sync::Arc;
 
@@ -55,7 +55,7 @@ struct Seen {
     op: OpCode,
     peer: u32,
     context: Context,
-    tag: u32,
+    tag: u64,
     len: u64,
     address: Option<usize>,
 }
@@ -65,7 +65,7 @@ struct Seen {
 struct Op {
     op: OpCode,
     peer: u32,
-    tag: u32,
+    tag: u64,
 }
 
 impl Op {
@@ -96,7 +96,15 @@ fn post(host: &mut HostTable, op: Op, buffer: &mut [u8]) -> Posted {
     };
     // SAFETY: every buffer of these models outlives its operation (taken back before the
     // model returns), and nobody touches it meanwhile (the stand-in engine reads none).
-    unsafe { host.post(op.op, op.peer, (Context::USER, op.tag), ranges) }.expect("room")
+    unsafe {
+        host.post(
+            op.op,
+            op.peer,
+            Envelope::send(Context::USER, op.tag),
+            ranges,
+        )
+    }
+    .expect("room")
 }
 
 /// The host waits (polling the slot's state, as the API does) and takes the result back.
@@ -131,8 +139,8 @@ fn serve(table: &Table, registry: &Registry, slot: u32) -> Seen {
         Seen {
             op: d.op,
             peer: d.peer,
-            context: d.context,
-            tag: d.tag,
+            context: d.envelope.context,
+            tag: d.envelope.tag,
             len: d.buffer.total_len(),
             address: segment
                 .and_then(|s| registry.address(s.region, 0, s.len))

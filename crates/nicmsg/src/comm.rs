@@ -8,8 +8,8 @@ use crate::{Error, Status, MAX_TAG};
 use nicmsg_engine::programs::control::{self, ControlSocket};
 use nicmsg_engine::programs::{Programs, ProgramsConfig, ProgramsShared};
 use nicmsg_engine::{
-    Driver, HostError, HostTable, InlineEngine, OpCode, Outcome, Posted, Registry, Snapshot, Table,
-    ThreadEngine, ANY,
+    Driver, Envelope, HostError, HostTable, InlineEngine, OpCode, Outcome, Posted, Registry,
+    Snapshot, Table, ThreadEngine, ANY,
 };
 use nicmsg_proto::{Context, Endpoint, MAX_SEGMENTS};
 
@@ -24,8 +24,22 @@ use std::sync::Arc;
 
 /// Which sender a receive or probe accepts.
 pub use nicmsg_proto::Source;
-/// Which tag a receive or probe accepts.
-pub use nicmsg_proto::TagMatch;
+
+/// Which tag a receive or probe accepts (tags are at most [`MAX_TAG`](crate::MAX_TAG)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TagMatch {
+    Tag(u32),
+    Any,
+}
+
+impl From<TagMatch> for nicmsg_proto::TagMatch {
+    fn from(tag: TagMatch) -> Self {
+        match tag {
+            TagMatch::Tag(tag) => Self::Tag(u64::from(tag)),
+            TagMatch::Any => Self::Any,
+        }
+    }
+}
 
 enum Engine {
     /// Progress inside the application's calls, and a standby thread while it is away.
@@ -138,13 +152,48 @@ impl Comm {
         address: SocketAddr,
         tag: u32,
     ) -> Result<Request<'a>, Error> {
+        let envelope = Envelope::send(Context::USER, u64::from(tag));
+        self.isend_enveloped(pieces, address, envelope)
+    }
+
+    /// Open mode: starts sending `pieces` to `address` with a full envelope (the tagged
+    /// interface's 64-bit tags, contexts and immediate data).
+    pub(crate) fn isend_enveloped<'a>(
+        &'a self,
+        pieces: &[&'a [u8]],
+        address: SocketAddr,
+        envelope: Envelope,
+    ) -> Result<Request<'a>, Error> {
         let ranges = ranges(pieces.iter().map(|p| (p.as_ptr() as *mut u8, p.len())))?;
         self.post_to(
             OpCode::Send,
             (0, Some(address)),
-            (Context::USER, tag),
+            envelope,
             ranges.as_slice(),
         )
+    }
+
+    /// Open mode: starts a receive into `pieces` of a message `envelope` accepts, from the
+    /// endpoint at `from` or from anyone.
+    pub(crate) fn irecv_enveloped<'a>(
+        &'a self,
+        pieces: impl IntoIterator<Item = &'a mut [u8]>,
+        from: Option<SocketAddr>,
+        envelope: Envelope,
+    ) -> Result<Request<'a>, Error> {
+        let ranges = ranges(pieces.into_iter().map(|p| (p.as_mut_ptr(), p.len())))?;
+        self.post_enveloped(OpCode::Recv, from, envelope, ranges.as_slice())
+    }
+
+    /// Open mode: posts a receive or probe of a message from `from` (or anyone).
+    pub(crate) fn post_enveloped(
+        &self,
+        op: OpCode,
+        from: Option<SocketAddr>,
+        envelope: Envelope,
+        ranges: &[(*mut u8, usize)],
+    ) -> Result<Request<'_>, Error> {
+        self.post_to(op, (ANY, from), envelope, ranges)
     }
 
     fn start(options: Options, endpoint: Endpoint, backend: Backend) -> Result<Self, Error> {
@@ -241,7 +290,8 @@ impl Comm {
         self.check_dest(dest)?;
         check_tag(tag)?;
         let ranges = ranges(pieces.iter().map(|p| (p.as_ptr() as *mut u8, p.len())))?;
-        self.post(OpCode::Send, dest, (Context::USER, tag), ranges.as_slice())
+        let envelope = Envelope::send(Context::USER, u64::from(tag));
+        self.post(OpCode::Send, dest, envelope, ranges.as_slice())
     }
 
     /// Starts receiving into `buffer` a message from `source` with `tag` (either may be `Any`).
@@ -262,9 +312,9 @@ impl Comm {
         tag: TagMatch,
     ) -> Result<Request<'a>, Error> {
         let peer = self.source_word(source)?;
-        let tag = tag_word(tag)?;
+        let envelope = user_matching(tag)?;
         let ranges = ranges(pieces.into_iter().map(|p| (p.as_mut_ptr(), p.len())))?;
-        self.post(OpCode::Recv, peer, (Context::USER, tag), ranges.as_slice())
+        self.post(OpCode::Recv, peer, envelope, ranges.as_slice())
     }
 
     /// Blocking send.
@@ -280,8 +330,7 @@ impl Comm {
     /// Non-blocking probe: the message a receive with this pattern would get, if one is there.
     pub fn iprobe(&self, source: Source, tag: TagMatch) -> Result<Option<Status>, Error> {
         let peer = self.source_word(source)?;
-        let tag = tag_word(tag)?;
-        let request = self.post(OpCode::IProbe, peer, (Context::USER, tag), &[])?;
+        let request = self.post(OpCode::IProbe, peer, user_matching(tag)?, &[])?;
         match request.wait_outcome() {
             (Ok(()), descriptor) if descriptor.result == nicmsg_engine::ResultCode::NotFound => {
                 Ok(None)
@@ -294,8 +343,7 @@ impl Comm {
     /// Blocking probe.
     pub fn probe(&self, source: Source, tag: TagMatch) -> Result<Status, Error> {
         let peer = self.source_word(source)?;
-        let tag = tag_word(tag)?;
-        self.post(OpCode::Probe, peer, (Context::USER, tag), &[])?
+        self.post(OpCode::Probe, peer, user_matching(tag)?, &[])?
             .wait()
     }
 
@@ -311,11 +359,17 @@ impl Comm {
             let from = (self.rank + self.size - distance) % self.size;
             // Successive barriers alternate tags, so a rank already in the next barrier cannot
             // satisfy a slower peer's current one.
-            let tag = epoch % 2;
+            let tag = u64::from(epoch % 2);
             let mut empty = [0u8; 0];
             let none = [(empty.as_mut_ptr(), 0)];
-            let recv = self.post(OpCode::Recv, from, (Context::LIBRARY, tag), &none)?;
-            let send = self.post(OpCode::Send, to, (Context::LIBRARY, tag), &none)?;
+            let wanted = Envelope::matching(Context::LIBRARY, nicmsg_proto::TagMatch::Tag(tag));
+            let recv = self.post(OpCode::Recv, from, wanted, &none)?;
+            let send = self.post(
+                OpCode::Send,
+                to,
+                Envelope::send(Context::LIBRARY, tag),
+                &none,
+            )?;
             send.wait()?;
             recv.wait()?;
             distance *= 2;
@@ -444,10 +498,10 @@ impl Comm {
         &self,
         op: OpCode,
         peer: u32,
-        (context, tag): (Context, u32),
+        envelope: Envelope,
         ranges: &[(*mut u8, usize)],
     ) -> Result<Request<'_>, Error> {
-        self.post_to(op, (peer, None), (context, tag), ranges)
+        self.post_to(op, (peer, None), envelope, ranges)
     }
 
     /// [`post`](Self::post), with the address of a send on an open endpoint.
@@ -455,7 +509,7 @@ impl Comm {
         &self,
         op: OpCode,
         (peer, address): (u32, Option<SocketAddr>),
-        (context, tag): (Context, u32),
+        envelope: Envelope,
         ranges: &[(*mut u8, usize)],
     ) -> Result<Request<'_>, Error> {
         // SAFETY: the ranges are a buffer borrowed by the Request for its whole life (shared
@@ -464,7 +518,7 @@ impl Comm {
         let posted = unsafe {
             self.host
                 .borrow_mut()
-                .post_to(op, (peer, address), (context, tag), ranges)
+                .post_to(op, (peer, address), envelope, ranges)
         }
         .map_err(|error| match error {
             HostError::TableFull { table, limit } => Error::TableFull { table, limit },
@@ -684,11 +738,12 @@ fn check_tag(tag: u32) -> Result<(), Error> {
     Ok(())
 }
 
-fn tag_word(tag: TagMatch) -> Result<u32, Error> {
-    match tag {
-        TagMatch::Any => Ok(ANY),
-        TagMatch::Tag(tag) => check_tag(tag).map(|()| tag),
+/// The envelope of an application's receive or probe.
+fn user_matching(tag: TagMatch) -> Result<Envelope, Error> {
+    if let TagMatch::Tag(tag) = tag {
+        check_tag(tag)?;
     }
+    Ok(Envelope::matching(Context::USER, tag.into()))
 }
 
 /// The UDP socket the options ask for, at `bind`.

@@ -76,7 +76,7 @@ pub(crate) fn from_outcome(
         ResultCode::Success | ResultCode::NotFound => Ok(()),
         ResultCode::Truncated => Err(Error::Truncated {
             source_rank: descriptor.status_peer,
-            tag: descriptor.status_tag,
+            tag: crate::api_tag(descriptor.status_tag),
             message_len: descriptor.status_len,
             buffer_len: descriptor.buffer_len,
         }),

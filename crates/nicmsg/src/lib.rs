@@ -31,6 +31,7 @@ mod options;
 pub mod programs;
 mod report;
 mod request;
+pub mod tagged;
 
 pub use code::Code;
 pub use comm::{Comm, Source, TagMatch};
@@ -57,11 +58,18 @@ pub struct Status {
     pub address: Option<std::net::SocketAddr>,
 }
 
+/// A completed operation's tag as the API's 32-bit tags: every message an application's
+/// communicator matches was sent with one (the protocol's 64-bit tags serve the libfabric
+/// provider), so the high half is zero.
+pub(crate) fn api_tag(tag: u64) -> u32 {
+    tag as u32
+}
+
 impl From<&nicmsg_engine::Outcome> for Status {
     fn from(descriptor: &nicmsg_engine::Outcome) -> Self {
         Self {
             source: descriptor.status_peer,
-            tag: descriptor.status_tag,
+            tag: api_tag(descriptor.status_tag),
             len: descriptor.status_len,
             address: descriptor.address,
         }

@@ -238,9 +238,9 @@ pub fn eager_limit_for(size: u32, credits: u32) -> u64 {
 // default and meaning as the docs say them, and what it changes.
 
 /// `NICMSG_MTU` at least 576 bytes: the smallest datagram every IPv4 host must accept (RFC 791);
-/// below it a frame (72 bytes of headers) would carry under 476 bytes of data and every message
+/// below it a frame (80 bytes of headers) would carry under 468 bytes of data and every message
 /// would cost more frames than headers are worth. Frames must also hold the protocol's headers
-/// and 8 bytes (`Config::validate`, `MtuTooSmall`), which any MTU from 108 up does.
+/// and 8 bytes (`Config::validate`, `MtuTooSmall`), which any MTU from 116 up does.
 pub const MTU_MIN: u64 = 576;
 /// `NICMSG_MTU` at most 65535 bytes: the largest IPv4 packet (its total length is 16 bits). The
 /// UDP transport takes datagrams up to 65507 bytes (`nicmsg_udp::MAX_UDP_PAYLOAD_V4`), which is

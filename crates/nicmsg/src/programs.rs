@@ -9,8 +9,8 @@
 use crate::comm::Comm;
 use crate::{Error, Status};
 use nicmsg_engine::programs::{ProgramsShared, Shown, MESSAGE_BUFFER_LEN, REQUEST_BUFFER_LEN};
-use nicmsg_engine::OpCode;
-use nicmsg_proto::Context;
+use nicmsg_engine::{Envelope, OpCode};
+use nicmsg_proto::{Context, TagMatch};
 use nicmsg_wire::program::{
     answer_tag, reply_tag, Answer, ProgramHeader, ProgramOp, ANSWER_LEN, PROGRAM_HEADER_LEN,
 };
@@ -178,7 +178,7 @@ impl<'a> Programs<'a> {
         self.comm.post(
             OpCode::Send,
             rank,
-            (Context::PROGRAM_MESSAGES, u32::from(trigger)),
+            Envelope::send(Context::PROGRAM_MESSAGES, u64::from(trigger)),
             &pieces,
         )
     }
@@ -228,7 +228,10 @@ impl<'a> Programs<'a> {
         self.comm.post(
             OpCode::Recv,
             nicmsg_engine::ANY,
-            (Context::PROGRAM_ANSWERS, reply_tag(trigger)),
+            Envelope::matching(
+                Context::PROGRAM_ANSWERS,
+                TagMatch::Tag(u64::from(reply_tag(trigger))),
+            ),
             &pieces,
         )
     }
@@ -322,7 +325,10 @@ impl<'a> Programs<'a> {
         let receive = self.comm.post(
             OpCode::Recv,
             rank,
-            (Context::PROGRAM_ANSWERS, answer_tag(request)),
+            Envelope::matching(
+                Context::PROGRAM_ANSWERS,
+                TagMatch::Tag(u64::from(answer_tag(request))),
+            ),
             &into,
         )?;
         let pieces = [
@@ -331,7 +337,12 @@ impl<'a> Programs<'a> {
         ];
         let sent = self
             .comm
-            .post(OpCode::Send, rank, (Context::PROGRAM_REQUESTS, 0), &pieces)?
+            .post(
+                OpCode::Send,
+                rank,
+                Envelope::send(Context::PROGRAM_REQUESTS, 0),
+                &pieces,
+            )?
             .wait();
         let received = receive.wait();
         sent?;

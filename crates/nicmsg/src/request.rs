@@ -38,18 +38,27 @@ impl<'a> Request<'a> {
     #[must_use = "a completed operation's result is given once; dropping it loses the status \
                   and any error"]
     pub fn test(&mut self) -> Option<Result<Status, Error>> {
+        self.test_outcome()
+            .map(|(result, outcome)| result.map(|()| Status::from(&outcome)))
+    }
+
+    /// [`test`](Self::test) with the engine's whole report of the operation, given with an
+    /// error too (a truncated receive's lengths).
+    pub(crate) fn test_outcome(&mut self) -> Option<(Result<(), Error>, Outcome)> {
         if self.posted.is_none() {
-            return Some(Err(Error::BadBuffer("request already completed")));
+            let error = Error::BadBuffer("request already completed");
+            return Some((Err(error), Outcome::default()));
         }
         self.comm.progress_once();
         if !self.comm.is_done(self.slot) {
             if let Err(error) = self.comm.check_engine() {
                 self.abandon();
-                return Some(Err(error));
+                return Some((Err(error), Outcome::default()));
             }
             return None;
         }
-        Some(self.finish())
+        let outcome = self.take();
+        Some((self.comm.result_of(&outcome), outcome))
     }
 
     /// Blocks until the operation completes.

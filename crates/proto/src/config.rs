@@ -368,8 +368,9 @@ mod tests {
             "two frames of 736 bytes, not a full one and a short one"
         );
         assert_eq!(
-            standard.frame_payload_for(4200, Protocol::Eager),
-            1400 + header
+            standard.frame_payload_for(4176, Protocol::Eager),
+            1392 + header,
+            "three full frames"
         );
         assert_eq!(
             standard.frame_payload_for(4096, Protocol::Eager),

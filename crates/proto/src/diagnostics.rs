@@ -72,6 +72,7 @@ impl Core {
         let tag = match recv.tag {
             TagMatch::Tag(tag) => format!("tag {tag}"),
             TagMatch::Any => "any tag".to_string(),
+            TagMatch::Masked { tag, ignore } => format!("tag {tag:#x} ignoring bits {ignore:#x}"),
         };
         let head = format!(
             "{what} from {source} with {tag} into {} bytes",

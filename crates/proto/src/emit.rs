@@ -114,6 +114,7 @@ impl Core {
             protocol: op.geometry.protocol,
             ack_unit: op.ack_unit,
             context: op.context.0,
+            immediate: op.immediate,
         });
         if kind == FrameKind::Eager {
             self.piggyback_on(peer, &mut header);

@@ -129,7 +129,23 @@ impl Endpoint {
         memory: &mut impl HostMemory,
     ) -> Result<OpId, PostError> {
         self.changing()
-            .post_send(now, dst, context, tag, data, memory)
+            .post_send(now, dst, (context, tag), None, data, memory)
+    }
+
+    /// [`post_send`](Self::post_send) with four bytes of immediate data, which the receiver
+    /// gets in its completion's [`Status::immediate`] (libfabric's remote CQ data).
+    #[must_use = "a refused post sends nothing"]
+    pub fn post_send_immediate(
+        &mut self,
+        now: Nanos,
+        dst: Rank,
+        (context, tag): (Context, Tag),
+        immediate: u32,
+        data: &SgList,
+        memory: &mut impl HostMemory,
+    ) -> Result<OpId, PostError> {
+        self.changing()
+            .post_send(now, dst, (context, tag), Some(immediate), data, memory)
     }
 
     /// Posts a receive into `buffer` of a message in `context`; may match (and complete from)

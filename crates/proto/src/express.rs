@@ -97,6 +97,7 @@ impl Core {
             peer,
             tag: msg.tag,
             len,
+            immediate: msg.immediate,
         };
         let id = OpId {
             kind: OpKind::Recv,

@@ -18,6 +18,7 @@ impl Core {
         &mut self,
         now: Nanos,
         (context, tag): (Context, Tag),
+        immediate: Option<u32>,
         data: &SgList,
         memory: &mut impl HostMemory,
     ) -> Result<OpId, PostError> {
@@ -39,6 +40,7 @@ impl Core {
             SendPhase::Local,
         );
         op.msg_id = msg_id;
+        op.immediate = immediate;
         let limit = self.config.max_sends;
         let (send, generation) = self.sends.insert_with(|| op).ok_or(PostError::TableFull {
             table: "send",
@@ -47,6 +49,7 @@ impl Core {
         let key = (context, tag);
         let mut entry = Incoming::new(rank, msg_id, key, geometry, self.config.ack_unit);
         entry.local_send = Some(send);
+        entry.immediate = immediate;
         // The incoming table keeps an entry per send beyond `max_incoming` for exactly this.
         let incoming = self
             .rx

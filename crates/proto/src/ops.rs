@@ -27,6 +27,8 @@ pub(crate) struct SendOp {
     pub dst: Rank,
     pub context: Context,
     pub tag: Tag,
+    /// Delivered with the receiver's completion (`Status::immediate`).
+    pub immediate: Option<u32>,
     pub data: SgList,
     pub geometry: Geometry,
     pub frames: u32,
@@ -112,6 +114,7 @@ impl SendOp {
             dst,
             context,
             tag,
+            immediate: None,
             data: *data,
             geometry,
             frames,
@@ -234,6 +237,8 @@ pub(crate) struct Incoming {
     pub msg_id: u32,
     pub context: Context,
     pub tag: Tag,
+    /// The sender's immediate data, reported with the receive's completion.
+    pub immediate: Option<u32>,
     pub geometry: Geometry,
     pub frames: u32,
     pub ack_unit: u32,
@@ -276,6 +281,7 @@ impl Incoming {
             msg_id,
             context,
             tag,
+            immediate: None,
             geometry,
             frames: geometry.frames() as u32,
             ack_unit: u32::from(ack_unit),

@@ -166,7 +166,8 @@ impl Core {
             return None;
         }
         let key = (Context(msg.context), msg.tag);
-        let entry = Incoming::new(peer, header.msg_id, key, geometry, msg.ack_unit);
+        let mut entry = Incoming::new(peer, header.msg_id, key, geometry, msg.ack_unit);
+        entry.immediate = msg.immediate;
         let Some(index) = self.insert_remote(entry) else {
             self.answer_wait(header);
             return None;

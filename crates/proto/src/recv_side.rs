@@ -215,6 +215,7 @@ impl RecvSide {
             peer: entry.peer,
             tag: entry.tag,
             len: entry.geometry.total_len,
+            immediate: entry.immediate,
         }
     }
 

@@ -14,6 +14,7 @@ impl Core {
         now: Nanos,
         dst: Rank,
         (context, tag): (Context, Tag),
+        immediate: Option<u32>,
         data: &SgList,
         memory: &impl HostMemory,
     ) -> Result<OpId, PostError> {
@@ -28,7 +29,7 @@ impl Core {
         let ack_unit = self.config.ack_unit;
         let limit = self.config.max_sends;
         let make = || {
-            SendOp::new(
+            let mut op = SendOp::new(
                 dst,
                 (context, tag),
                 data,
@@ -36,7 +37,9 @@ impl Core {
                 frames,
                 ack_unit,
                 SendPhase::Queued,
-            )
+            );
+            op.immediate = immediate;
+            op
         };
         let (index, generation) = self.sends.insert_with(make).ok_or(PostError::TableFull {
             table: "send",
@@ -441,5 +444,6 @@ fn send_status(op: &SendOp) -> Status {
         peer: op.dst,
         tag: op.tag,
         len: op.geometry.total_len,
+        immediate: op.immediate,
     }
 }

@@ -100,17 +100,17 @@ impl Core {
         &mut self,
         now: Nanos,
         dst: Rank,
-        context: Context,
-        tag: Tag,
+        (context, tag): (Context, Tag),
+        immediate: Option<u32>,
         data: &SgList,
         memory: &mut impl HostMemory,
     ) -> Result<OpId, PostError> {
         self.check_peer(dst)?;
         data.validate(memory)?;
         if dst == self.rank {
-            return self.start_local_send(now, (context, tag), data, memory);
+            return self.start_local_send(now, (context, tag), immediate, data, memory);
         }
-        self.start_send(now, dst, (context, tag), data, memory)
+        self.start_send(now, dst, (context, tag), immediate, data, memory)
     }
 
     /// Posts a receive into `buffer` of a message in `context`; may match (and complete from)

@@ -4,8 +4,9 @@ use thiserror::Error;
 
 /// Rank of a process in the job: 0..size-1 (BIP's logical node numbers).
 pub type Rank = u32;
-/// Message tag (BIP's receive queue, MPI's tag).
-pub type Tag = u32;
+/// Message tag (BIP's receive queue, MPI's tag): 64 bits, as libfabric's tagged messages (Open
+/// MPI packs its communicator, protocol bits and MPI tag into one); nicmsg's own API uses 32.
+pub type Tag = u64;
 /// Time in nanoseconds since an arbitrary origin chosen by the driver. The core never reads a
 /// clock: every call that needs the time is handed `now`.
 pub type Nanos = u64;
@@ -31,6 +32,9 @@ impl Context {
     /// PANIC: messages to a host from programs (`REPLY` to a host) and engines (answers to
     /// requests), received by the host's ordinary receives in this context.
     pub const PROGRAM_ANSWERS: Self = Self(4);
+    /// libfabric's untagged messages (`FI_MSG`) on an open endpoint, apart from its tagged
+    /// ones (in [`Context::USER`]), as libfabric keeps the two.
+    pub const UNTAGGED: Self = Self(5);
 }
 
 /// Which sender a receive or probe accepts.
@@ -54,6 +58,12 @@ impl Source {
 pub enum TagMatch {
     Tag(Tag),
     Any,
+    /// Tags equal to `tag` in every bit not set in `ignore` (libfabric's tag and ignore mask:
+    /// Open MPI's `MPI_ANY_TAG` ignores the MPI tag's bits but keeps the communicator's).
+    Masked {
+        tag: Tag,
+        ignore: Tag,
+    },
 }
 
 impl TagMatch {
@@ -61,6 +71,31 @@ impl TagMatch {
         match self {
             Self::Tag(wanted) => wanted == tag,
             Self::Any => true,
+            Self::Masked {
+                tag: wanted,
+                ignore,
+            } => (wanted ^ tag) & !ignore == 0,
+        }
+    }
+
+    /// The same match as a tag and an ignore mask (how a descriptor carries it).
+    pub fn to_masked(self) -> (Tag, Tag) {
+        match self {
+            Self::Tag(tag) => (tag, 0),
+            Self::Any => (0, Tag::MAX),
+            Self::Masked { tag, ignore } => (tag & !ignore, ignore),
+        }
+    }
+
+    /// The match a tag and an ignore mask describe, in its simplest form.
+    pub fn from_masked(tag: Tag, ignore: Tag) -> Self {
+        match ignore {
+            0 => Self::Tag(tag),
+            Tag::MAX => Self::Any,
+            _ => Self::Masked {
+                tag: tag & !ignore,
+                ignore,
+            },
         }
     }
 }
@@ -89,6 +124,8 @@ pub struct Status {
     pub peer: Rank,
     pub tag: Tag,
     pub len: u64,
+    /// The message's immediate data, if its sender attached any (libfabric's remote CQ data).
+    pub immediate: Option<u32>,
 }
 
 /// An operation has finished, successfully or not. Every posted operation yields exactly one.
@@ -153,4 +190,49 @@ pub enum CancelError {
     UnknownOp,
     #[error("the operation is already in progress on the wire and can no longer be cancelled")]
     InProgress,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masked_tags_compare_only_the_bits_not_ignored() {
+        // Open MPI's ofi layout: communicator from bit 34, MPI_ANY_TAG ignores bits 0-30.
+        let any_tag_of_3 = TagMatch::Masked {
+            tag: 3 << 34,
+            ignore: 0x7FFF_FFFF,
+        };
+        assert!(any_tag_of_3.matches(3 << 34 | 42));
+        assert!(!any_tag_of_3.matches(4 << 34 | 42), "another communicator");
+        assert!(
+            !any_tag_of_3.matches(3 << 34 | 1 << 31),
+            "a negative MPI tag"
+        );
+    }
+
+    #[test]
+    fn a_match_survives_the_trip_through_a_descriptor() {
+        for wanted in [
+            TagMatch::Tag(7),
+            TagMatch::Tag(u64::MAX),
+            TagMatch::Any,
+            TagMatch::Masked {
+                tag: 0xF0,
+                ignore: 0x0F,
+            },
+        ] {
+            let (tag, ignore) = wanted.to_masked();
+            assert_eq!(TagMatch::from_masked(tag, ignore), wanted);
+        }
+        // Bits under the mask do not matter, and the simplest form comes back.
+        assert_eq!(
+            TagMatch::from_masked(0xFF, 0x0F),
+            TagMatch::Masked {
+                tag: 0xF0,
+                ignore: 0x0F
+            }
+        );
+        assert_eq!(TagMatch::from_masked(5, u64::MAX), TagMatch::Any);
+    }
 }

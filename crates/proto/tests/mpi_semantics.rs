@@ -26,6 +26,7 @@ fn status(peer: Rank, tag: Tag, len: usize) -> Option<Result<Status, OpError>> {
         peer,
         tag,
         len: len as u64,
+        immediate: None,
     }))
 }
 

@@ -78,7 +78,8 @@ fn eager_and_rendezvous_without_loss() {
                 Ok(Status {
                     peer: 0,
                     tag: 5,
-                    len: len as u64
+                    len: len as u64,
+                    immediate: None,
                 }),
                 "len {len}"
             );
@@ -231,7 +232,8 @@ fn sender_out_of_credits_sends_by_rendezvous() {
         == Some(Ok(Status {
             peer: 1,
             tag: 1,
-            len: 1000
+            len: 1000,
+            immediate: None,
         }))));
     assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
 }
@@ -255,7 +257,8 @@ fn a_receive_for_a_later_tag_completes_behind_unmatched_messages_beyond_the_cred
             Some(Ok(Status {
                 peer: 0,
                 tag: 2,
-                len: len as u64
+                len: len as u64,
+                immediate: None,
             })),
             "{len} bytes"
         );
@@ -325,7 +328,8 @@ fn probe_and_cancel() {
         Some(Ok(Status {
             peer: 0,
             tag: 8,
-            len: 3000
+            len: 3000,
+            immediate: None,
         }))
     );
     assert_eq!(
@@ -333,7 +337,8 @@ fn probe_and_cancel() {
         Some(Status {
             peer: 0,
             tag: 9,
-            len: 30_000
+            len: 30_000,
+            immediate: None,
         })
     );
     let now = net.now;
@@ -576,7 +581,8 @@ fn messages_to_self_match_in_order_probe_truncate_and_cancel() {
         Some(Status {
             peer: 0,
             tag: 3,
-            len: 20_000
+            len: 20_000,
+            immediate: None,
         })
     );
     let cancelled = net.send(0, 0, 4, pattern(5, 3));
@@ -593,7 +599,8 @@ fn messages_to_self_match_in_order_probe_truncate_and_cancel() {
         Some(Ok(Status {
             peer: 0,
             tag: 3,
-            len: 20_000
+            len: 20_000,
+            immediate: None,
         }))
     );
     assert!(

@@ -157,7 +157,31 @@ pub fn fmt_tag(tag: TagMatch) -> String {
     match tag {
         TagMatch::Tag(t) => t.to_string(),
         TagMatch::Any => "ANY".into(),
+        TagMatch::Masked { tag, ignore } => format!("{tag:#x} ignoring {ignore:#x}"),
     }
+}
+
+/// Whether a receive or probe of `wanted` may take a message tagged `tag`: the ledger's own
+/// statement of the rule, not the protocol's [`TagMatch::matches`], so a wrong match in the
+/// protocol is caught rather than agreed with.
+pub fn accepts(wanted: TagMatch, tag: Tag) -> bool {
+    match wanted {
+        TagMatch::Any => true,
+        TagMatch::Tag(exact) => exact == tag,
+        TagMatch::Masked {
+            tag: pattern,
+            ignore,
+        } => (0..64)
+            .filter(|bit| ignore >> bit & 1 == 0)
+            .all(|bit| (pattern >> bit & 1) == (tag >> bit & 1)),
+    }
+}
+
+/// The immediate data the simulator's sender attaches to message `seq` from `src` to `dst`:
+/// every other message carries some (a value that names the message), the rest none, so
+/// every workload checks that each receive and probe reports its own message's.
+pub fn immediate_of(src: Rank, dst: Rank, seq: u64) -> Option<u32> {
+    (seq % 2 == 1).then(|| (src << 24) ^ (dst << 16) ^ (seq as u32).wrapping_mul(0x9e37_79b9))
 }
 
 /// Messages of one sender to one receiver that one receive pattern orders: (source,
@@ -193,6 +217,8 @@ pub struct MsgRecord {
     pub context: Context,
     pub tag: Tag,
     pub len: u64,
+    /// What its send attached ([`immediate_of`]).
+    pub immediate: Option<u32>,
     pub send_op: OpRef,
     pub consumed: Option<Consumed>,
 }
@@ -396,6 +422,7 @@ impl Ledger {
             context,
             tag,
             len: buffer.sg.total_len(),
+            immediate: immediate_of(rank, dst, seq),
             send_op: op,
             consumed: None,
         });
@@ -620,7 +647,12 @@ impl Ledger {
             OpDetail::Send { dst, tag, msg, buffer, .. } => {
                 match result {
                     Ok(status) => {
-                        let want = Status { peer: dst, tag, len: self.msgs[msg].len };
+                        let want = Status {
+                            peer: dst,
+                            tag,
+                            len: self.msgs[msg].len,
+                            immediate: self.msgs[msg].immediate,
+                        };
                         if status != want {
                             v.push(now, "status", format!("send completed with {status:?}, expected {want:?}: {describe}"));
                         }
@@ -641,7 +673,7 @@ impl Ledger {
             }
             OpDetail::Probe { source, context, tag } => match result {
                 Ok(status) => {
-                    if !source.matches(status.peer) || !tag.matches(status.tag) {
+                    if !source.matches(status.peer) || !accepts(tag, status.tag) {
                         v.push(now, "match", format!("probe completed with {status:?} which it does not match: {describe}"));
                     }
                     if let Err(problem) = self.check_available(now, rank, context, status) {
@@ -696,7 +728,7 @@ impl Ledger {
                     );
                     return;
                 }
-                if !source.matches(status.peer) || !tag.matches(status.tag) {
+                if !source.matches(status.peer) || !accepts(tag, status.tag) {
                     v.push(
                         now,
                         "match",
@@ -798,6 +830,18 @@ impl Ledger {
                         format!("{problem} ({}): {describe}", self.msgs[msg].describe()),
                     );
                 }
+                if status.immediate != self.msgs[msg].immediate {
+                    v.push(
+                        now,
+                        "immediate",
+                        format!(
+                            "receive reported immediate data {:?}, its message carried {:?} ({}): {describe}",
+                            status.immediate,
+                            self.msgs[msg].immediate,
+                            self.msgs[msg].describe()
+                        ),
+                    );
+                }
                 self.msgs[msg].consumed = Some(Consumed {
                     by: op,
                     at: now,
@@ -819,7 +863,7 @@ impl Ledger {
                         format!("truncation reports message {message_len} / buffer {buffer_len} bytes but the buffer holds {capacity}: {describe}"),
                     );
                 }
-                if !source.matches(source_rank) || !tag.matches(got_tag) {
+                if !source.matches(source_rank) || !accepts(tag, got_tag) {
                     v.push(now, "match", format!("truncated receive names {source_rank}/{got_tag} which it does not match: {describe}"));
                 }
                 if let Err(problem) = check_recv(arena, &buffer, Expect::Untouched) {
@@ -897,6 +941,7 @@ impl Ledger {
             msg.context == context
                 && msg.tag == status.tag
                 && msg.len == status.len
+                && msg.immediate == status.immediate
                 && !self.send_cancelled(m)
                 && msg.consumed.is_none_or_at(now)
         });
@@ -1159,12 +1204,13 @@ mod tests {
             (id, buffer)
         }
 
-        /// Completes a send made by `send(5, 100)` Ok.
-        fn send_done(&mut self, send: OpId, now: Nanos) {
+        /// Completes the send of message `seq`, made by `send(5, 100)`, Ok.
+        fn send_done(&mut self, (send, seq): (OpId, u64), now: Nanos) {
             let status = Status {
                 peer: 1,
                 tag: 5,
                 len: 100,
+                immediate: immediate_of(0, 1, seq),
             };
             self.complete(0, send, Ok(status), now);
         }
@@ -1176,7 +1222,12 @@ mod tests {
             assert!(recv.1.sg.write_at(&mut self.arenas[1], 0, &bytes));
             let completion = Completion {
                 op: recv.0,
-                result: Ok(Status { peer: 0, tag, len }),
+                result: Ok(Status {
+                    peer: 0,
+                    tag,
+                    len,
+                    immediate: immediate_of(0, 1, seq),
+                }),
             };
             self.ledger.complete(
                 &mut self.v,
@@ -1215,8 +1266,8 @@ mod tests {
         let r1 = b.recv(5, 200);
         b.deliver(r1, 1, 5, 100, 10); // completions may come out of matching order
         b.deliver(r0, 0, 5, 100, 11);
-        b.send_done(s0, 12);
-        b.send_done(s1, 12);
+        b.send_done((s0, 0), 12);
+        b.send_done((s1, 1), 12);
         assert_eq!(b.kinds(), Vec::<&str>::new());
     }
 
@@ -1241,8 +1292,8 @@ mod tests {
         let r1 = b.recv(5, 100);
         b.deliver(r0, 0, 5, 100, 10);
         b.deliver(r1, 0, 5, 100, 11);
-        b.send_done(s0, 12);
-        b.send_done(s1, 12);
+        b.send_done((s0, 0), 12);
+        b.send_done((s1, 1), 12);
         let kinds = b.kinds();
         assert!(kinds.contains(&"delivery"), "{kinds:?}");
         assert!(kinds.contains(&"lost-message"), "{kinds:?}");
@@ -1264,6 +1315,7 @@ mod tests {
                 peer: 0,
                 tag: 5,
                 len: 100,
+                immediate: None,
             }),
             10,
         );
@@ -1283,6 +1335,7 @@ mod tests {
                 peer: 0,
                 tag: 5,
                 len: 10,
+                immediate: None,
             }),
             10,
         );
@@ -1308,8 +1361,16 @@ mod tests {
         });
         b.complete(1, t1.0, truncated, 11);
         b.complete(1, t0.0, truncated, 12);
-        for (send, (tag, len)) in sends.into_iter().zip([(5, 0), (5, 0), (6, 100), (6, 100)]) {
-            b.complete(0, send, Ok(Status { peer: 1, tag, len }), 13);
+        let shapes = [(5, 0), (5, 0), (6, 100), (6, 100)];
+        for (seq, (send, (tag, len))) in sends.into_iter().zip(shapes).enumerate() {
+            let immediate = immediate_of(0, 1, seq as u64);
+            let status = Status {
+                peer: 1,
+                tag,
+                len,
+                immediate,
+            };
+            b.complete(0, send, Ok(status), 13);
         }
         assert_eq!(b.kinds(), Vec::<&str>::new());
     }

@@ -18,7 +18,8 @@ use nicmsg_engine::programs::{
     Programs, ProgramsConfig, ProgramsShared, ENGINE_REGIONS, MESSAGE_INBOXES, REQUEST_INBOXES,
 };
 use nicmsg_engine::{
-    Driver, HostError, HostTable, OpCode, Outcome, Posted, Registry, ResultCode, Table, ANY,
+    Driver, Envelope, HostError, HostTable, OpCode, Outcome, Posted, Registry, ResultCode, Table,
+    ANY,
 };
 use nicmsg_proto::{
     CancelError, CancelOutcome, Completion, Context, Endpoint, Nanos, OpError, OpId, OpKind,
@@ -156,20 +157,28 @@ impl Node {
         now: Nanos,
         dst: Rank,
         (context, tag): (Context, Tag),
-        buffer: &Buffer,
-        arena: &mut Arena,
+        immediate: Option<u32>,
+        (buffer, arena): (&Buffer, &mut Arena),
     ) -> Result<OpId, PostError> {
         match self {
-            Self::Core(endpoint) => endpoint.post_send(now, dst, context, tag, &buffer.sg, arena),
-            Self::Engine(node) => {
-                node.check_destination(dst)?;
-                node.post(
+            Self::Core(endpoint) => match immediate {
+                None => endpoint.post_send(now, dst, context, tag, &buffer.sg, arena),
+                Some(immediate) => endpoint.post_send_immediate(
                     now,
-                    OpCode::Send,
                     dst,
                     (context, tag),
-                    Some((buffer, arena)),
-                )
+                    immediate,
+                    &buffer.sg,
+                    arena,
+                ),
+            },
+            Self::Engine(node) => {
+                node.check_destination(dst)?;
+                let envelope = Envelope {
+                    immediate,
+                    ..Envelope::send(context, tag)
+                };
+                node.post(now, OpCode::Send, dst, envelope, Some((buffer, arena)))
             }
         }
     }
@@ -188,8 +197,8 @@ impl Node {
             }
             Self::Engine(node) => {
                 let peer = node.source_word(source)?;
-                let key = (context, tag_word(tag));
-                node.post(now, OpCode::Recv, peer, key, Some((buffer, arena)))
+                let envelope = Envelope::matching(context, tag);
+                node.post(now, OpCode::Recv, peer, envelope, Some((buffer, arena)))
             }
         }
     }
@@ -204,7 +213,8 @@ impl Node {
             Self::Core(endpoint) => endpoint.post_probe(now, source, context, tag),
             Self::Engine(node) => {
                 let peer = node.source_word(source)?;
-                node.post(now, OpCode::Probe, peer, (context, tag_word(tag)), None)
+                let envelope = Envelope::matching(context, tag);
+                node.post(now, OpCode::Probe, peer, envelope, None)
             }
         }
     }
@@ -404,19 +414,21 @@ impl EngineNode {
         _now: Nanos,
         op: OpCode,
         peer: u32,
-        key: (Context, u32),
+        envelope: Envelope,
         buffer: Option<(&Buffer, &mut Arena)>,
     ) -> Result<OpId, PostError> {
         let ranges = buffer.map_or_else(Vec::new, |(buffer, arena)| arena.ranges(&buffer.sg));
         // SAFETY: the ranges lie in the rank's arena, whose regions are released only when the
         // ledger records the operation's completion, after the host took it back here.
         let posted =
-            unsafe { self.host.post(op, peer, key, &ranges) }.map_err(|error| match error {
-                HostError::TableFull { table, limit } => PostError::TableFull { table, limit },
-                HostError::TooManySegments { count, limit } => {
-                    PostError::TooManySegments { count, limit }
-                }
-            })?;
+            unsafe { self.host.post(op, peer, envelope, &ranges) }.map_err(
+                |error| match error {
+                    HostError::TableFull { table, limit } => PostError::TableFull { table, limit },
+                    HostError::TooManySegments { count, limit } => {
+                        PostError::TooManySegments { count, limit }
+                    }
+                },
+            )?;
         let slot = posted.slot;
         self.posts_per_slot[slot as usize] += 1;
         let id = OpId {
@@ -435,7 +447,13 @@ impl EngineNode {
     fn iprobe(&mut self, now: Nanos, source: Source, key: (Context, TagMatch)) -> Option<Status> {
         let peer = self.source_word(source).ok()?;
         let id = self
-            .post(now, OpCode::IProbe, peer, (key.0, tag_word(key.1)), None)
+            .post(
+                now,
+                OpCode::IProbe,
+                peer,
+                Envelope::matching(key.0, key.1),
+                None,
+            )
             .ok()?;
         self.driver.start_posted(now);
         let (posted, _) = self.pending.remove(&id.index).expect("just posted");
@@ -452,6 +470,7 @@ impl EngineNode {
             peer: outcome.status_peer,
             tag: outcome.status_tag,
             len: outcome.status_len,
+            immediate: outcome.status_immediate,
         })
     }
 
@@ -512,13 +531,6 @@ impl EngineNode {
     }
 }
 
-fn tag_word(tag: TagMatch) -> u32 {
-    match tag {
-        TagMatch::Any => ANY,
-        TagMatch::Tag(tag) => tag,
-    }
-}
-
 /// The completion a finished descriptor reports, as the protocol core would have; `None` for
 /// a post the core refused.
 fn result_of(outcome: &Outcome) -> Option<Result<Status, OpError>> {
@@ -526,6 +538,7 @@ fn result_of(outcome: &Outcome) -> Option<Result<Status, OpError>> {
         peer: outcome.status_peer,
         tag: outcome.status_tag,
         len: outcome.status_len,
+        immediate: outcome.status_immediate,
     };
     Some(match outcome.result {
         ResultCode::Success => Ok(status),

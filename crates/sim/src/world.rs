@@ -156,12 +156,18 @@ impl World {
             len,
         );
         self.dirty.insert(rank);
-        let posted =
-            self.nodes[r].post_send(self.now, dst, (context, tag), &buffer, &mut self.arenas[r]);
+        let immediate = crate::ledger::immediate_of(rank, dst, seq);
+        let posted = self.nodes[r].post_send(
+            self.now,
+            dst,
+            (context, tag),
+            immediate,
+            (&buffer, &mut self.arenas[r]),
+        );
         match posted {
             Ok(id) => {
                 if self.trace {
-                    trace::line(self.now, format!("rank {rank} post_send dst {dst} context {} tag {tag} len {len} seq {seq} -> {id:?}", context.0));
+                    trace::line(self.now, format!("rank {rank} post_send dst {dst} context {} tag {tag} immediate {immediate:?} len {len} seq {seq} -> {id:?}", context.0));
                 }
                 let key = (context, tag);
                 Ok(self
@@ -197,8 +203,14 @@ impl World {
         let r = rank as usize;
         let buffer = send_buffer_bytes(&mut self.arenas[r], &mut self.layout_rng, layout, bytes);
         self.dirty.insert(rank);
-        let posted =
-            self.nodes[r].post_send(self.now, dst, (context, tag), &buffer, &mut self.arenas[r]);
+        let seq = self.ledger.next_seq(rank, dst);
+        let posted = self.nodes[r].post_send(
+            self.now,
+            dst,
+            (context, tag),
+            crate::ledger::immediate_of(rank, dst, seq),
+            (&buffer, &mut self.arenas[r]),
+        );
         match posted {
             Ok(id) => {
                 if self.trace {
@@ -350,7 +362,7 @@ impl World {
             );
         }
         if let Some(status) = found {
-            if !source.matches(status.peer) || !tag.matches(status.tag) {
+            if !source.matches(status.peer) || !crate::ledger::accepts(tag, status.tag) {
                 self.violation("match", format!("rank {rank}: iprobe({source:?}, {tag:?}) returned {status:?} which it does not match"));
             } else if let Err(problem) =
                 self.ledger.check_available(self.now, rank, context, status)

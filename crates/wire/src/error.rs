@@ -21,7 +21,7 @@ pub enum WireError {
     UnexpectedPayload(u32),
     #[error("message header disagrees with the frame type")]
     ProtocolMismatch,
-    #[error("frame payload size {0} leaves no room after the 24-byte message header")]
+    #[error("frame payload size {0} leaves no room after the 32-byte message header")]
     FramePayloadTooSmall(u32),
     #[error("acknowledgement unit must be at least one frame")]
     ZeroAckUnit,

@@ -1,4 +1,4 @@
-//! The frame header (48 bytes, on every frame) and the message header (24 bytes, after the frame
+//! The frame header (48 bytes, on every frame) and the message header (32 bytes, after the frame
 //! header on EAGER and RTS frames). Little-endian, every field naturally aligned, fixed offsets:
 //! simple to parse in an XDP program and to build in place in front of a payload.
 
@@ -6,11 +6,11 @@ use crate::{FrameKind, Protocol, WireError};
 use core::ops::Range;
 
 /// Wire version carried in the first byte; a frame of any other version is rejected.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Size of the frame header in bytes.
 pub const FRAME_HEADER_LEN: usize = 48;
 /// Size of the message header in bytes.
-pub const MSG_HEADER_LEN: usize = 24;
+pub const MSG_HEADER_LEN: usize = 32;
 
 /// Byte ranges of the frame header fields (smoltcp style: one named range per field). Private
 /// to this crate: everyone else reads fields through [`crate::FrameView`] or [`crate::Frame`].
@@ -36,12 +36,14 @@ pub(crate) mod field {
 pub(crate) mod msg_field {
     use core::ops::Range;
     pub const TOTAL_LEN: Range<usize> = 0..8;
-    pub const TAG: Range<usize> = 8..12;
-    pub const FRAME_PAYLOAD: Range<usize> = 12..16;
-    pub const PROTOCOL: usize = 16;
-    pub const ACK_UNIT: usize = 17;
-    pub const CONTEXT: Range<usize> = 18..20;
-    pub const RESERVED: Range<usize> = 20..24;
+    pub const TAG: Range<usize> = 8..16;
+    pub const FRAME_PAYLOAD: Range<usize> = 16..20;
+    pub const PROTOCOL: usize = 20;
+    pub const ACK_UNIT: usize = 21;
+    pub const CONTEXT: Range<usize> = 22..24;
+    pub const IMMEDIATE: Range<usize> = 24..28;
+    pub const MSG_FLAGS: usize = 28;
+    pub const RESERVED: Range<usize> = 29..32;
 }
 
 /// Where a packet filter (AF_XDP's placing filter, which runs before any parser) reads the
@@ -184,12 +186,17 @@ pub fn frame_len(bytes: &[u8]) -> Option<usize> {
     crate::FrameView::new_checked(bytes).ok()?.declared_len()
 }
 
+/// Message header flag: `immediate` holds the sender's immediate data.
+const MSG_HAS_IMMEDIATE: u8 = 1 << 0;
+
 /// Per-message information on the first frame(s) of a message (EMP figure 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MsgHeader {
     /// Length of the whole message in bytes.
     pub total_len: u64,
-    pub tag: u32,
+    /// Matched against posted receives: 64 bits, as libfabric's tagged messages (Open MPI packs
+    /// communicator, protocol bits and MPI tag into them); nicmsg's own API uses the low 32.
+    pub tag: u64,
     /// Payload bytes of a frame without message header (DATA). Frames that carry the message
     /// header (every EAGER frame, and the RTS) carry `frame_payload - MSG_HEADER_LEN` bytes, so
     /// every frame of a message has the same size on the wire. Chosen by the sender per message.
@@ -201,20 +208,29 @@ pub struct MsgHeader {
     /// own context, whatever their wildcards. 0 is the application's; the library's own
     /// traffic (barrier) travels in another, so no user receive ever sees it.
     pub context: u16,
+    /// Four bytes the receiver gets with the message's completion, not in its buffer
+    /// (libfabric's remote CQ data; Open MPI sends its source rank in it).
+    pub immediate: Option<u32>,
 }
 
 impl MsgHeader {
     pub fn parse(bytes: &[u8; MSG_HEADER_LEN]) -> Result<Self, WireError> {
-        if bytes[msg_field::RESERVED].iter().any(|&b| b != 0) {
+        let flags = bytes[msg_field::MSG_FLAGS];
+        if bytes[msg_field::RESERVED].iter().any(|&b| b != 0) || flags & !MSG_HAS_IMMEDIATE != 0 {
+            return Err(WireError::ReservedNotZero);
+        }
+        let immediate = read_u32(bytes, msg_field::IMMEDIATE);
+        if flags & MSG_HAS_IMMEDIATE == 0 && immediate != 0 {
             return Err(WireError::ReservedNotZero);
         }
         let msg = Self {
             total_len: read_u64(bytes, msg_field::TOTAL_LEN),
-            tag: read_u32(bytes, msg_field::TAG),
+            tag: read_u64(bytes, msg_field::TAG),
             frame_payload: read_u32(bytes, msg_field::FRAME_PAYLOAD),
             protocol: Protocol::from_u8(bytes[msg_field::PROTOCOL])?,
             ack_unit: bytes[msg_field::ACK_UNIT],
             context: read_u16(bytes, msg_field::CONTEXT),
+            immediate: (flags & MSG_HAS_IMMEDIATE != 0).then_some(immediate),
         };
         msg.check()?;
         Ok(msg)
@@ -238,6 +254,13 @@ impl MsgHeader {
         bytes[msg_field::PROTOCOL] = self.protocol as u8;
         bytes[msg_field::ACK_UNIT] = self.ack_unit;
         bytes[msg_field::CONTEXT].copy_from_slice(&self.context.to_le_bytes());
+        let immediate = self.immediate.unwrap_or(0);
+        bytes[msg_field::IMMEDIATE].copy_from_slice(&immediate.to_le_bytes());
+        bytes[msg_field::MSG_FLAGS] = if self.immediate.is_some() {
+            MSG_HAS_IMMEDIATE
+        } else {
+            0
+        };
         bytes[msg_field::RESERVED].fill(0);
     }
 }

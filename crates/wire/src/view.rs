@@ -203,8 +203,8 @@ impl<T: AsRef<[u8]>> MsgHeaderView<T> {
         read_u64(self.bytes(), msg_field::TOTAL_LEN)
     }
 
-    pub fn tag(&self) -> u32 {
-        read_u32(self.bytes(), msg_field::TAG)
+    pub fn tag(&self) -> u64 {
+        read_u64(self.bytes(), msg_field::TAG)
     }
 
     pub fn frame_payload(&self) -> u32 {
@@ -248,7 +248,7 @@ mod tests {
     /// own offset, each field reads back as those numbers, little-endian.
     #[test]
     fn accessors_read_the_documented_offsets() {
-        let bytes: Vec<u8> = (0..72u8).collect();
+        let bytes: Vec<u8> = (0..80u8).collect();
         let le32 = |at: u8| u32::from_le_bytes([at, at + 1, at + 2, at + 3]);
         let view = FrameView::new_checked(&bytes[..]).expect("long enough");
         assert_eq!(view.version(), 0);
@@ -272,12 +272,15 @@ mod tests {
             msg.total_len(),
             u64::from_le_bytes([48, 49, 50, 51, 52, 53, 54, 55])
         );
-        assert_eq!(msg.tag(), le32(56));
-        assert_eq!(msg.frame_payload(), le32(60));
-        assert_eq!(msg.protocol_code(), 64);
-        assert_eq!(msg.ack_unit(), 65);
-        assert_eq!(msg.context(), u16::from_le_bytes([66, 67]));
-        assert_eq!(msg.reserved(), &[68, 69, 70, 71]);
+        assert_eq!(
+            msg.tag(),
+            u64::from_le_bytes([56, 57, 58, 59, 60, 61, 62, 63])
+        );
+        assert_eq!(msg.frame_payload(), le32(64));
+        assert_eq!(msg.protocol_code(), 68);
+        assert_eq!(msg.ack_unit(), 69);
+        assert_eq!(msg.context(), u16::from_le_bytes([70, 71]));
+        assert_eq!(msg.reserved(), &[77, 78, 79]);
     }
 
     #[test]

@@ -130,7 +130,7 @@ fn kind_properties() {
             matches!(kind, PdlProgram | PdlMessage | Admission | LmData),
             "{kind:?}"
         );
-        let expected_len = if kind.has_msg_header() { 72 } else { 48 };
+        let expected_len = if kind.has_msg_header() { 80 } else { 48 };
         assert_eq!(headers_len(kind), expected_len, "{kind:?}");
         assert_eq!(header(kind, 0).headers_len(), expected_len, "{kind:?}");
     }
@@ -182,10 +182,10 @@ fn flag_bits_and_allowed_flags_are_stable() {
 
 #[test]
 fn sizes() {
-    assert_eq!(VERSION, 1);
+    assert_eq!(VERSION, 2);
     assert_eq!(FRAME_HEADER_LEN, 48);
-    assert_eq!(MSG_HEADER_LEN, 24);
-    assert_eq!(MAX_HEADERS_LEN, 72);
+    assert_eq!(MSG_HEADER_LEN, 32);
+    assert_eq!(MAX_HEADERS_LEN, 80);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -212,7 +212,7 @@ fn frame_header_layout_is_pinned() {
     header.emit(&mut bytes);
     #[rustfmt::skip]
     let expected: [u8; 48] = [
-        0x01, 0x04, 0x03, 0x00,  // version 1, kind DATA (4), flags RSM|RETRANSMIT (LE)
+        0x02, 0x04, 0x03, 0x00,  // version 2, kind DATA (4), flags RSM|RETRANSMIT (LE)
         0x04, 0x05, 0x06, 0x07,  // job
         0x08, 0x09, 0x0a, 0x0b,  // src
         0x0c, 0x0d, 0x0e, 0x0f,  // dst
@@ -252,6 +252,7 @@ fn views_read_fields_where_the_pinned_layout_puts_them() {
         protocol: Protocol::Eager,
         ack_unit: 5,
         context: 0x2625,
+        immediate: Some(0x2827_2a29),
     };
     let mut bytes = build_with(&header, Some(&msg), b"abc");
     let frame = view(&mut bytes);
@@ -273,7 +274,7 @@ fn views_read_fields_where_the_pinned_layout_puts_them() {
             (header.job, header.src, header.dst, header.msg_id),
             (0, 0, 3),
             (header.aux, header.acked_id),
-            Some(75)
+            Some(83)
         )
     );
     let parsed_msg = Frame::parse(&bytes).expect("valid").msg;
@@ -292,7 +293,7 @@ fn views_read_fields_where_the_pinned_layout_puts_them() {
         m.context(),
     );
     assert_eq!(got, (3, msg.tag, 1024, 0, 5, msg.context));
-    assert_eq!(m.reserved(), &[0; 4]);
+    assert_eq!(m.reserved(), &[0; 3]);
     assert_eq!(parsed_msg, Some(msg));
 }
 
@@ -300,26 +301,57 @@ fn views_read_fields_where_the_pinned_layout_puts_them() {
 fn msg_header_layout_is_pinned() {
     let msg = MsgHeader {
         total_len: 0x0706_0504_0302_0100,
-        tag: 0x0b0a_0908,
-        frame_payload: 0x0f0e_0d0c,
+        tag: 0x0f0e_0d0c_0b0a_0908,
+        frame_payload: 0x1312_1110,
         protocol: Protocol::Rendezvous,
-        ack_unit: 0x11,
-        context: 0x1312,
+        ack_unit: 0x15,
+        context: 0x1716,
+        immediate: Some(0x1b1a_1918),
     };
     let mut bytes = [0xeeu8; MSG_HEADER_LEN];
     msg.emit(&mut bytes);
     #[rustfmt::skip]
-    let expected: [u8; 24] = [
+    let expected: [u8; 32] = [
         0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,  // total_len
-        0x08, 0x09, 0x0a, 0x0b,  // tag
-        0x0c, 0x0d, 0x0e, 0x0f,  // frame_payload
+        0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,  // tag
+        0x10, 0x11, 0x12, 0x13,  // frame_payload
         0x01,                    // protocol: rendezvous
-        0x11,                    // ack_unit
-        0x12, 0x13,              // context
-        0x00, 0x00, 0x00, 0x00,  // reserved
+        0x15,                    // ack_unit
+        0x16, 0x17,              // context
+        0x18, 0x19, 0x1a, 0x1b,  // immediate
+        0x01,                    // message flags: immediate present
+        0x00, 0x00, 0x00,        // reserved
     ];
     assert_eq!(bytes, expected);
     assert_eq!(MsgHeader::parse(&bytes), Ok(msg));
+}
+
+#[test]
+fn immediate_is_rejected_without_its_flag_and_flags_unknown_are_rejected() {
+    let msg = MsgHeader {
+        total_len: 1,
+        tag: 1,
+        frame_payload: 1024,
+        protocol: Protocol::Eager,
+        ack_unit: 1,
+        context: 0,
+        immediate: None,
+    };
+    let mut bytes = [0u8; MSG_HEADER_LEN];
+    msg.emit(&mut bytes);
+    assert_eq!(MsgHeader::parse(&bytes), Ok(msg));
+    let mut stray_immediate = bytes;
+    stray_immediate[24] = 7;
+    assert_eq!(
+        MsgHeader::parse(&stray_immediate),
+        Err(WireError::ReservedNotZero)
+    );
+    let mut unknown_flag = bytes;
+    unknown_flag[28] = 0x02;
+    assert_eq!(
+        MsgHeader::parse(&unknown_flag),
+        Err(WireError::ReservedNotZero)
+    );
 }
 
 #[test]
@@ -344,12 +376,13 @@ fn whole_eager_frame_is_pinned() {
         protocol: Protocol::Eager,
         ack_unit: 1,
         context: 0,
+        immediate: None,
     };
     let bytes = build_with(&header, Some(&msg), b"abc");
     #[rustfmt::skip]
-    let expected: [u8; 75] = [
+    let expected: [u8; 83] = [
         // frame header
-        0x01, 0x01, 0x00, 0x00,  // version 1, kind EAGER, no flags
+        0x02, 0x01, 0x00, 0x00,  // version 2, kind EAGER, no flags
         0x01, 0x00, 0x00, 0x00,  // job 1
         0x02, 0x00, 0x00, 0x00,  // src 2
         0x03, 0x00, 0x00, 0x00,  // dst 3
@@ -359,14 +392,17 @@ fn whole_eager_frame_is_pinned() {
         0x03, 0x00, 0x00, 0x00,  // payload_len 3
         0x00, 0x00, 0x00, 0x00,  // aux 0
         0x00, 0x00, 0x00, 0x00,  // acked_id (zero: no ACKED flag)
-        0x81, 0xd7, 0xc0, 0x15,  // CRC32C 0x15c0d781, little-endian
+        0xef, 0x7b, 0x4b, 0x5f,  // CRC32C 0x5f4b7bef, little-endian
         // message header
         0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // total_len 3
-        0x09, 0x00, 0x00, 0x00,  // tag 9
+        0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // tag 9
         0x00, 0x04, 0x00, 0x00,  // frame_payload 1024
         0x00,                    // protocol: eager
         0x01,                    // ack_unit 1
-        0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // reserved
+        0x00, 0x00,              // context 0
+        0x00, 0x00, 0x00, 0x00,  // no immediate
+        0x00,                    // message flags
+        0x00, 0x00, 0x00,        // reserved
         // payload
         b'a', b'b', b'c',
     ];
@@ -772,7 +808,7 @@ fn error_messages_are_informative() {
         ),
         (
             WireError::UnsupportedVersion(7),
-            "unsupported wire version 7 (this build speaks version 1)",
+            "unsupported wire version 7 (this build speaks version 2)",
         ),
         (WireError::UnknownKind(0xab), "unknown frame type 0xab"),
         (WireError::UnknownProtocol(9), "unknown message protocol 9"),
@@ -798,7 +834,7 @@ fn error_messages_are_informative() {
         ),
         (
             WireError::FramePayloadTooSmall(3),
-            "frame payload size 3 leaves no room after the 24-byte message header",
+            "frame payload size 3 leaves no room after the 32-byte message header",
         ),
         (
             WireError::BadChecksum {

@@ -31,19 +31,21 @@ fn arb_kind() -> impl Strategy<Value = FrameKind> {
 fn arb_msg(kind: FrameKind) -> impl Strategy<Value = MsgHeader> {
     (
         any::<u64>(),
-        any::<u32>(),
+        any::<u64>(),
         (MSG_HEADER_LEN as u32 + 1)..=u32::MAX,
         1..=u8::MAX,
         any::<u16>(),
+        any::<Option<u32>>(),
     )
         .prop_map(
-            move |(total_len, tag, frame_payload, ack_unit, context)| MsgHeader {
+            move |(total_len, tag, frame_payload, ack_unit, context, immediate)| MsgHeader {
                 total_len,
                 tag,
                 frame_payload,
                 protocol: protocol_for(kind),
                 ack_unit,
                 context,
+                immediate,
             },
         )
 }
@@ -120,7 +122,7 @@ proptest! {
         let _ = Frame::parse(&bytes);
     }
 
-    /// Arbitrary bytes behind a plausible start (version 1, a known kind, allowed flags) and with
+    /// Arbitrary bytes behind a plausible start (this version, a known kind, allowed flags) and with
     /// a repaired checksum reach the checks behind the checksum: the parser never panics, and
     /// whatever it accepts re-emits to exactly the input.
     #[test]
@@ -132,7 +134,7 @@ proptest! {
         fix_protocol in any::<bool>(),
     ) {
         let headers = headers_len(kind);
-        bytes[0] = 1;
+        bytes[0] = nicmsg_wire::VERSION;
         bytes[1] = kind as u8;
         let flags = u16::from_le_bytes([bytes[2], bytes[3]]) & kind.allowed_flags();
         bytes[2..4].copy_from_slice(&flags.to_le_bytes());
@@ -146,11 +148,11 @@ proptest! {
         if fix_reserved {
             bytes[40..44].fill(0);
             if kind.has_msg_header() && bytes.len() >= headers {
-                bytes[FRAME_HEADER_LEN + 18..headers].fill(0);
+                bytes[FRAME_HEADER_LEN + 22..headers].fill(0);
             }
         }
         if fix_protocol && kind.has_msg_header() && bytes.len() >= headers {
-            bytes[FRAME_HEADER_LEN + 16] = protocol_for(kind) as u8;
+            bytes[FRAME_HEADER_LEN + 20] = protocol_for(kind) as u8;
         }
         reseal(&mut bytes);
         let accepted = fix_length && fix_reserved && (fix_protocol || !kind.has_msg_header());

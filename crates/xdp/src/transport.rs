@@ -36,8 +36,8 @@ use crate::socket::{XskSocket, MAX_FRAME_BYTES};
 /// Frames taken from the receive ring per call: the same batch the UDP transport reads per
 /// `recvmmsg`, so a turn of the engine does the same bounded amount of work either way.
 pub const RECEIVE_BATCH: u32 = 64;
-/// Longest UDP payload that travels through the ring (both ways): a frame's 72 bytes of
-/// headers and a message of up to 440 bytes, which covers the short messages sent alone
+/// Longest UDP payload that travels through the ring (both ways): a frame's 80 bytes of
+/// headers and a message of up to 432 bytes, which covers the short messages sent alone
 /// (requests, replies, acknowledgements, credits). Longer frames are a stream's, or a message
 /// large enough that the kernel path's extra microsecond is small beside it.
 pub const RING_MAX_PAYLOAD: usize = 512;

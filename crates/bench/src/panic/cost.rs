@@ -184,8 +184,9 @@ impl Engine {
                 Post::Send { rank, tag, len, .. } => {
                     let status = Status {
                         peer: rank,
-                        tag,
+                        tag: u64::from(tag),
                         len,
+                        immediate: None,
                     };
                     self.programs.complete(op, Ok(status));
                 }
@@ -223,8 +224,9 @@ impl Engine {
         memory[PROGRAM_HEADER_LEN..].copy_from_slice(payload);
         let status = Status {
             peer: 0,
-            tag: u32::from(header.trigger),
+            tag: u64::from(header.trigger),
             len: len as u64,
+            immediate: None,
         };
         self.programs.complete(op, Ok(status));
         Ok(())

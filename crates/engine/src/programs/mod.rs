@@ -849,6 +849,7 @@ mod tests {
                             peer: 1,
                             tag: 0,
                             len: 0,
+                            immediate: None,
                         };
                         assert!(self.programs.complete(op, Ok(sent)));
                     }
@@ -886,8 +887,9 @@ mod tests {
             memory[PROGRAM_HEADER_LEN..].copy_from_slice(payload);
             let status = Status {
                 peer: 1,
-                tag: u32::from(header.trigger),
+                tag: u64::from(header.trigger),
                 len: len as u64,
+                immediate: None,
             };
             assert!(self.programs.complete(op, Ok(status)));
         }

@@ -63,7 +63,7 @@ impl AllToAll {
             let layout = Layout::draw(&mut w.rng, 0.1);
             let posted = if is_send {
                 let len = self.sizes[round][rank as usize][peer as usize];
-                w.send(rank, peer, round as u32, len, layout)
+                w.send(rank, peer, round as u64, len, layout)
             } else {
                 let len = self.sizes[round][peer as usize][rank as usize];
                 let extra = if w.rng.chance(0.5) {
@@ -74,7 +74,7 @@ impl AllToAll {
                 w.recv(
                     rank,
                     Source::Rank(peer),
-                    TagMatch::Tag(round as u32),
+                    TagMatch::Tag(round as u64),
                     len + extra,
                     layout,
                 )

@@ -2,7 +2,11 @@
 //!
 //! 1. receives with ANY source and ANY tag;
 //! 2. receives with ANY source and a given tag (one receive per message of that tag);
-//! 3. receives from a given source with ANY tag.
+//! 3. receives from a given source with ANY tag;
+//! 4. 64-bit tags laid out as Open MPI's libfabric layer packs them (communicator in the high
+//!    bits, MPI tag in the low 32), received with a tag and an ignore mask: one receive per
+//!    message of each communicator with MPI's `ANY_TAG` mask, which leaves out the negative
+//!    tags Open MPI keeps for its collectives, and exact receives for those.
 //!
 //! Wildcards of different shapes are never outstanding together, so no receive can take a
 //! message another receive needs: the next phase's sends start only when every receive of the
@@ -17,6 +21,20 @@ use crate::world::World;
 use nicmsg_proto::{OpError, Rank, Source, Status, Tag, TagMatch};
 
 const SINK: Rank = 0;
+
+/// Phase 4: where Open MPI's ofi layer puts the communicator in a 64-bit tag, two of them (one
+/// with its top bit set), the bit of a negative MPI tag, and the ignore mask of `MPI_ANY_TAG`.
+const CID_SHIFT: u32 = 34;
+const COMMUNICATORS: [u64; 2] = [3, (1 << 30) - 1];
+const NEGATIVE_TAG: u64 = 1 << 31;
+const ANY_TAG_IGNORE: u64 = 0x7FFF_FFFF;
+const MASKED_TAGS: [Tag; 5] = [
+    3 << CID_SHIFT | 5,
+    3 << CID_SHIFT | 9,
+    3 << CID_SHIFT | NEGATIVE_TAG | 7,
+    ((1 << 30) - 1) << CID_SHIFT | 5,
+    ((1 << 30) - 1) << CID_SHIFT | 0x7FFF_FFFF,
+];
 const SEND: u64 = 0;
 const RECV: u64 = 1;
 
@@ -42,7 +60,7 @@ impl AnySource {
     pub fn new(params: &WorkloadParams, rng: &mut SimRng) -> Self {
         let per_sender = scaled(6, params.scale);
         let senders: Vec<Rank> = (1..params.ranks).collect();
-        let tag_sets: [&[Tag]; 3] = [&[10, 11, 12], &[20, 21], &[30, 31, 32]];
+        let tag_sets: [&[Tag]; 4] = [&[10, 11, 12], &[20, 21], &[30, 31, 32], &MASKED_TAGS];
         let mut large = 1u32;
         let mut phases = Vec::new();
         for (p, tags) in tag_sets.iter().enumerate() {
@@ -87,6 +105,24 @@ impl AnySource {
                                 capacity + rng.range(0, 100),
                             ));
                         }
+                    }
+                }
+                3 => {
+                    for communicator in COMMUNICATORS {
+                        let of = |m: &Msg| m.tag >> CID_SHIFT == communicator;
+                        let any_tag = |m: &Msg| of(m) && m.tag & NEGATIVE_TAG == 0;
+                        let capacity = max_of(&any_tag);
+                        for _ in msgs.iter().filter(|m| any_tag(m)) {
+                            let tag = TagMatch::Masked {
+                                tag: communicator << CID_SHIFT,
+                                ignore: ANY_TAG_IGNORE,
+                            };
+                            recvs.push((Source::Any, tag, capacity + rng.range(0, 100)));
+                        }
+                    }
+                    for m in msgs.iter().filter(|m| m.tag & NEGATIVE_TAG != 0) {
+                        let capacity = max_of(&|x| x.src == m.src && x.tag == m.tag);
+                        recvs.push((Source::Rank(m.src), TagMatch::Tag(m.tag), capacity));
                     }
                 }
                 _ => {

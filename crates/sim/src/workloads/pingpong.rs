@@ -9,8 +9,8 @@ use crate::workload::{draw_size, scaled, Workload, WorkloadParams};
 use crate::world::World;
 use nicmsg_proto::{Nanos, OpError, Rank, Source, Status, TagMatch};
 
-const PING: u32 = 1;
-const PONG: u32 = 2;
+const PING: u64 = 1;
+const PONG: u64 = 2;
 const START_ROUND: u64 = 0;
 const POST_PONG_RECV: u64 = 1;
 const POST_PING_RECV: u64 = 2;

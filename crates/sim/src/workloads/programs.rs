@@ -654,7 +654,7 @@ impl Programs {
                     let layout = Self::layout(w);
                     let key = (
                         Context::PROGRAM_ANSWERS,
-                        TagMatch::Tag(reply_tag(*reply_trigger)),
+                        TagMatch::Tag(u64::from(reply_tag(*reply_trigger))),
                     );
                     match w.recv_in(rank, source, key, capacity, layout) {
                         Ok(op) => {
@@ -674,7 +674,7 @@ impl Programs {
                 };
                 let bytes = with_header(&header, &[payload]);
                 let layout = Self::layout(w);
-                let key = (Context::PROGRAM_MESSAGES, u32::from(*trigger));
+                let key = (Context::PROGRAM_MESSAGES, u64::from(*trigger));
                 match w.send_bytes(rank, *to, key, &bytes, layout) {
                     Ok(op) => running.waiting.push(op),
                     Err(_) => running.unreachable = true,
@@ -711,7 +711,7 @@ impl Programs {
         };
         let key = (
             Context::PROGRAM_ANSWERS,
-            TagMatch::Tag(answer_tag(running.request)),
+            TagMatch::Tag(u64::from(answer_tag(running.request))),
         );
         let layout = Self::layout(w);
         match w.recv_in(
@@ -887,7 +887,10 @@ impl Programs {
             request: running.request,
             origin: to,
         };
-        if header != want || status.peer != to || status.tag != answer_tag(running.request) {
+        if header != want
+            || status.peer != to
+            || status.tag != u64::from(answer_tag(running.request))
+        {
             w.violation(
                 "programs",
                 format!("rank {rank}: answer {header:?} with {status:?} to request {} ({op:?}) of engine {to}: expected {want:?}", running.request),

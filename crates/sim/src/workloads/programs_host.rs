@@ -833,7 +833,7 @@ impl ProgramsHost {
         running: &mut Running,
     ) {
         let layout = Self::layout(w);
-        let key = (Context::PROGRAM_ANSWERS, TagMatch::Tag(tag));
+        let key = (Context::PROGRAM_ANSWERS, TagMatch::Tag(u64::from(tag)));
         match w.recv_in(rank, Source::Rank(from), key, capacity as u64, layout) {
             Ok(op) => {
                 running.waiting.push(op);
@@ -851,11 +851,12 @@ impl ProgramsHost {
         w: &mut World,
         rank: Rank,
         to: Rank,
-        key: (Context, u32),
+        (context, tag): (Context, u32),
         bytes: &[u8],
         running: &mut Running,
     ) {
         let layout = Self::layout(w);
+        let key = (context, u64::from(tag));
         match w.send_bytes(rank, to, key, bytes, layout) {
             Ok(op) => running.waiting.push(op),
             Err(error) => w.violation(
@@ -1244,7 +1245,7 @@ fn answer(
         request,
         origin: to,
     };
-    if header != want || status.peer != to || status.tag != answer_tag(request) {
+    if header != want || status.peer != to || status.tag != u64::from(answer_tag(request)) {
         w.violation(
             "programs",
             format!("rank {rank}: answer {header:?} with {status:?} to request {request} of engine {to}: expected {want:?}"),

@@ -65,6 +65,7 @@ pub fn msg_for(kind: FrameKind) -> Option<MsgHeader> {
         protocol: protocol_for(kind),
         ack_unit: 16,
         context: 0x0301,
+        immediate: Some(0x0706_0504),
     })
 }
 

@@ -1,0 +1,174 @@
+//! The tagged interface of an open endpoint, as libfabric's reliable datagram endpoints offer
+//! it (the provider in `crates/fabric` stands on it): 64-bit tags matched with an ignore mask,
+//! four bytes of immediate data delivered with a receive's completion, receives from any
+//! sender or from one address, and two matching spaces that never meet (libfabric's tagged and
+//! untagged messages). Peers are addresses, added as they are sent to or heard from, as for
+//! the datagram socket ([`crate::dgram`]); the engine makes every message reliable and
+//! ordered per sender and tag, and progresses on its own thread where it has one.
+
+use crate::comm::Comm;
+use crate::request::Request;
+use crate::{Error, Options};
+use nicmsg_engine::{Envelope, OpCode, Outcome, ResultCode};
+use nicmsg_proto::{Context, TagMatch};
+use std::net::SocketAddr;
+
+/// Which of an endpoint's matching spaces a message travels in: a receive of one space never
+/// takes a message of the other (libfabric's `FI_TAGGED` and `FI_MSG`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Space {
+    Tagged,
+    /// Messages without tags: every receive takes the next one (in the protocol, tag 0 of its
+    /// own context).
+    Untagged,
+}
+
+impl Space {
+    fn context(self) -> Context {
+        match self {
+            Self::Tagged => Context::USER,
+            Self::Untagged => Context::UNTAGGED,
+        }
+    }
+}
+
+/// What a completed operation reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivery {
+    /// A receive's or probe's sender; a send's destination.
+    pub address: Option<SocketAddr>,
+    pub tag: u64,
+    /// The message's length (for a truncated receive too: the bytes it would have needed).
+    pub len: u64,
+    /// The receive buffer's length (a truncated receive: what fitted).
+    pub buffer_len: u64,
+    pub immediate: Option<u32>,
+}
+
+impl Delivery {
+    fn of(outcome: &Outcome) -> Self {
+        Self {
+            address: outcome.address,
+            tag: outcome.status_tag,
+            len: outcome.status_len,
+            buffer_len: outcome.buffer_len,
+            immediate: outcome.status_immediate,
+        }
+    }
+}
+
+/// An open endpoint with 64-bit tags (see the module documentation). Not shareable between
+/// threads, like [`Comm`]; it may be moved to another thread.
+pub struct TaggedEndpoint {
+    comm: Comm,
+}
+
+impl TaggedEndpoint {
+    /// Binds to `address` (port 0: any free port), keeping state for at most `capacity` peers
+    /// at once.
+    pub fn bind(address: SocketAddr, capacity: u32, options: Options) -> Result<Self, Error> {
+        Ok(Self {
+            comm: Comm::open(options, address, capacity)?,
+        })
+    }
+
+    /// The address peers send to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.comm
+            .local_address()
+            .expect("an open communicator is bound")
+    }
+
+    /// Whether the engine progresses on its own thread (libfabric's `FI_PROGRESS_AUTO`); if not,
+    /// it progresses inside this endpoint's calls and on its standby thread.
+    pub fn progresses_on_its_own(&self) -> bool {
+        self.comm.engine_mode() == crate::EngineMode::Thread
+    }
+
+    /// Starts sending the concatenation of `pieces` to `to`, with `tag` (ignored in
+    /// [`Space::Untagged`]) and immediate data if any. The pieces stay borrowed until the
+    /// request completes.
+    pub fn isend<'a>(
+        &'a self,
+        pieces: &[&'a [u8]],
+        to: SocketAddr,
+        (space, tag): (Space, u64),
+        immediate: Option<u32>,
+    ) -> Result<Request<'a>, Error> {
+        let envelope = Envelope {
+            immediate,
+            ..Envelope::send(space.context(), space_tag(space, tag))
+        };
+        self.comm.isend_enveloped(pieces, to, envelope)
+    }
+
+    /// Starts a receive into `pieces` of the next message of `space` whose tag `tag` accepts,
+    /// from `from` or from anyone.
+    pub fn irecv<'a>(
+        &'a self,
+        pieces: impl IntoIterator<Item = &'a mut [u8]>,
+        from: Option<SocketAddr>,
+        (space, tag): (Space, TagMatch),
+    ) -> Result<Request<'a>, Error> {
+        let envelope = Envelope::matching(space.context(), space_match(space, tag));
+        self.comm.irecv_enveloped(pieces, from, envelope)
+    }
+
+    /// The message a receive with this pattern would take, if one is there (it stays).
+    pub fn iprobe(
+        &self,
+        from: Option<SocketAddr>,
+        (space, tag): (Space, TagMatch),
+    ) -> Result<Option<Delivery>, Error> {
+        let envelope = Envelope::matching(space.context(), space_match(space, tag));
+        let request = self
+            .comm
+            .post_enveloped(OpCode::IProbe, from, envelope, &[])?;
+        match test_until_done(request) {
+            (Ok(()), outcome) if outcome.result == ResultCode::NotFound => Ok(None),
+            (Ok(()), outcome) => Ok(Some(Delivery::of(&outcome))),
+            (Err(error), _) => Err(error),
+        }
+    }
+
+    /// The engine's counters (as `NICMSG_STATS` prints them).
+    pub fn stats(&self) -> Result<crate::Snapshot, Error> {
+        self.comm.stats()
+    }
+}
+
+impl Request<'_> {
+    /// [`test`](Self::test) for the tagged interface: `None` while in flight; then the result
+    /// and what the completion reports (for a truncated receive too, so its lengths, tag and
+    /// immediate data can be told).
+    pub fn test_delivery(&mut self) -> Option<(Result<(), Error>, Delivery)> {
+        self.test_outcome()
+            .map(|(result, outcome)| (result, Delivery::of(&outcome)))
+    }
+}
+
+/// A probe completes in the turn that takes it: wait for it.
+fn test_until_done(mut request: Request<'_>) -> (Result<(), Error>, Outcome) {
+    loop {
+        if let Some(done) = request.test_outcome() {
+            return done;
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Untagged messages all carry tag 0.
+fn space_tag(space: Space, tag: u64) -> u64 {
+    match space {
+        Space::Tagged => tag,
+        Space::Untagged => 0,
+    }
+}
+
+/// Every untagged receive takes the next untagged message.
+fn space_match(space: Space, tag: TagMatch) -> TagMatch {
+    match space {
+        Space::Tagged => tag,
+        Space::Untagged => TagMatch::Any,
+    }
+}
