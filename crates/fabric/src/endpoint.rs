@@ -1,0 +1,530 @@
+//! The Rust half of the provider: one [`FabricEndpoint`] per libfabric endpoint, driven by
+//! `provider.c` through the `nf_*` functions (called under the provider's lock, one at a
+//! time). Each posted operation is a nicmsg request kept with the libfabric context it
+//! completes; [`nf_poll`] hands back the finished ones as [`NfCompletion`]s, which the C half
+//! writes into completion queues.
+//!
+//! Errors cross as negative libfabric codes (`-FI_E*`), completion errors as positive ones,
+//! as libfabric has them. Nothing here panics across the C boundary: a panic is caught and
+//! reported as `-FI_EOTHER`.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::mem::MaybeUninit;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use nicmsg::tagged::{Delivery, Space, TaggedEndpoint};
+use nicmsg::{Error, Options, Request};
+use nicmsg_proto::TagMatch;
+
+/// libfabric's error codes used here (`rdma/fi_errno.h`; the first ones are errno's).
+mod fi_errno {
+    pub const EIO: i32 = 5;
+    pub const ENOENT: i32 = 2;
+    pub const EAGAIN: i32 = 11;
+    pub const EINVAL: i32 = 22;
+    pub const EMSGSIZE: i32 = 90;
+    pub const EHOSTUNREACH: i32 = 113;
+    pub const ECANCELED: i32 = 125;
+    pub const EOTHER: i32 = 256;
+    pub const ETRUNC: i32 = 265;
+}
+
+/// Most operations an endpoint keeps in flight: what the engine's descriptor table holds
+/// (`nicmsg_engine::DEFAULT_SLOTS`, 640) less room for a probe and the engine's own use.
+/// Past it a post answers `-FI_EAGAIN`, and libfabric programs read their completion queue
+/// and try again.
+const MAX_IN_FLIGHT: usize = 512;
+
+/// The largest message: the protocol's largest (`nicmsg::dgram::MAX_DATAGRAM_BYTES`).
+const MAX_MESSAGE_BYTES: usize = nicmsg::dgram::MAX_DATAGRAM_BYTES;
+
+/// A finished operation, laid out as `struct nf_completion` in `provider.c`.
+#[repr(C)]
+pub struct NfCompletion {
+    pub context: *mut c_void,
+    pub buf: *mut c_void,
+    pub len: u64,
+    pub olen: u64,
+    pub tag: u64,
+    pub data: u64,
+    /// Positive libfabric error code; 0 for success.
+    pub err: i32,
+    pub is_send: u8,
+    pub tagged: u8,
+    pub has_data: u8,
+    /// Whether a successful completion goes to the queue (errors of operations with a
+    /// context always do).
+    pub wanted: u8,
+    pub source: libc::sockaddr_in,
+}
+
+/// An operation in flight and what its completion must say.
+struct Pending {
+    // Field order is drop order: the request lets go of the copy before the copy goes.
+    request: Request<'static>,
+    /// A send's copy of the application's bytes (`fi_inject`: the buffer is reusable at once).
+    _copy: Option<Box<[u8]>>,
+    context: *mut c_void,
+    buf: *mut c_void,
+    is_send: bool,
+    tagged: bool,
+    wanted: bool,
+}
+
+/// One libfabric endpoint on a nicmsg engine.
+pub struct FabricEndpoint {
+    // Field order is drop order: every request goes before the endpoint it borrows.
+    pending: Vec<Pending>,
+    endpoint: Box<TaggedEndpoint>,
+}
+
+impl FabricEndpoint {
+    fn open(bind: SocketAddr) -> Result<Self, Error> {
+        let options = Options::from_env()?;
+        let capacity = options.dgram_peers;
+        Ok(Self {
+            pending: Vec::new(),
+            endpoint: Box::new(TaggedEndpoint::bind(bind, capacity, options)?),
+        })
+    }
+
+    /// The endpoint, for requests that live as long as this value.
+    fn endpoint(&self) -> &'static TaggedEndpoint {
+        // SAFETY: the endpoint is boxed (its address never changes) and dropped after every
+        // request in `pending` (field order), and requests never leave `pending`: nothing
+        // holding this reference outlives it.
+        unsafe { &*(self.endpoint.as_ref() as *const TaggedEndpoint) }
+    }
+
+    fn check_room(&self) -> Result<(), i32> {
+        if self.pending.len() >= MAX_IN_FLIGHT {
+            return Err(fi_errno::EAGAIN);
+        }
+        Ok(())
+    }
+
+    fn finished(&mut self, out: &mut [MaybeUninit<NfCompletion>]) -> usize {
+        let mut written = 0;
+        let mut index = 0;
+        while index < self.pending.len() && written < out.len() {
+            let Some((result, delivery)) = self.pending[index].request.test_delivery() else {
+                index += 1;
+                continue;
+            };
+            let pending = self.pending.remove(index);
+            out[written].write(completion(&pending, result, &delivery));
+            written += 1;
+        }
+        written
+    }
+}
+
+/// What a finished operation's completion says.
+fn completion(pending: &Pending, result: Result<(), Error>, delivery: &Delivery) -> NfCompletion {
+    let (err, len, olen) = match result {
+        Ok(()) => (0, delivery.len, 0),
+        Err(Error::Truncated { .. }) => (
+            fi_errno::ETRUNC,
+            0,
+            delivery.len.saturating_sub(delivery.buffer_len),
+        ),
+        Err(Error::Cancelled) => (fi_errno::ECANCELED, 0, 0),
+        Err(Error::PeerUnreachable { .. }) => (fi_errno::EHOSTUNREACH, 0, 0),
+        Err(_) => (fi_errno::EIO, 0, 0),
+    };
+    NfCompletion {
+        context: pending.context,
+        buf: pending.buf,
+        len,
+        olen,
+        tag: delivery.tag,
+        data: u64::from(delivery.immediate.unwrap_or(0)),
+        err,
+        is_send: u8::from(pending.is_send),
+        tagged: u8::from(pending.tagged),
+        has_data: u8::from(delivery.immediate.is_some()),
+        wanted: u8::from(pending.wanted),
+        source: socket_address(delivery.address),
+    }
+}
+
+fn socket_address(address: Option<SocketAddr>) -> libc::sockaddr_in {
+    // SAFETY: sockaddr_in is plain old data; all zeroes is a valid (unspecified) value.
+    let mut out: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    if let Some(SocketAddr::V4(v4)) = address {
+        out.sin_family = libc::AF_INET as libc::sa_family_t;
+        out.sin_port = v4.port().to_be();
+        out.sin_addr.s_addr = u32::from(*v4.ip()).to_be();
+    }
+    out
+}
+
+/// The address in a `sockaddr_in`, or `None` for a null pointer.
+///
+/// # Safety
+/// `address` is null or points to a `sockaddr_in`.
+unsafe fn address_of(address: *const libc::sockaddr_in) -> Option<SocketAddr> {
+    // SAFETY: the caller's contract.
+    let address = unsafe { address.as_ref() }?;
+    let ip = Ipv4Addr::from(u32::from_be(address.sin_addr.s_addr));
+    Some(SocketAddr::V4(SocketAddrV4::new(
+        ip,
+        u16::from_be(address.sin_port),
+    )))
+}
+
+/// The pieces an iovec array describes, borrowed for as long as libfabric's contract keeps
+/// them valid (until the operation completes).
+///
+/// # Safety
+/// `iov` points to `count` iovecs, each valid for reading (a send) or writing (a receive) of
+/// its length until the operation completes.
+unsafe fn pieces(iov: *const libc::iovec, count: usize) -> Result<Vec<&'static mut [u8]>, i32> {
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    if iov.is_null() {
+        return Err(fi_errno::EINVAL);
+    }
+    // SAFETY: the caller's contract.
+    let iov = unsafe { std::slice::from_raw_parts(iov, count) };
+    let mut out = Vec::with_capacity(count);
+    let mut total = 0usize;
+    for piece in iov {
+        total = total.saturating_add(piece.iov_len);
+        if piece.iov_len == 0 || piece.iov_base.is_null() {
+            out.push(<&mut [u8]>::default());
+            continue;
+        }
+        // SAFETY: the caller's contract (valid for its length until completion).
+        out.push(unsafe { std::slice::from_raw_parts_mut(piece.iov_base.cast(), piece.iov_len) });
+    }
+    if total > MAX_MESSAGE_BYTES {
+        return Err(fi_errno::EMSGSIZE);
+    }
+    Ok(out)
+}
+
+fn space(tagged: c_int) -> Space {
+    if tagged != 0 {
+        Space::Tagged
+    } else {
+        Space::Untagged
+    }
+}
+
+/// A nicmsg error at posting, as a negative libfabric code.
+fn post_error(error: &Error) -> c_int {
+    -match error {
+        Error::TableFull { .. } => fi_errno::EAGAIN,
+        Error::PeerUnreachable { .. } => fi_errno::EHOSTUNREACH,
+        Error::BadBuffer(_) => fi_errno::EINVAL,
+        _ => fi_errno::EIO,
+    }
+}
+
+/// Runs `body`, turning a panic into `-FI_EOTHER` (a panic must not unwind into C).
+fn guarded(body: impl FnOnce() -> c_int) -> c_int {
+    catch_unwind(AssertUnwindSafe(body)).unwrap_or(-fi_errno::EOTHER)
+}
+
+/// The endpoint behind a handle.
+///
+/// # Safety
+/// `ep` is a live handle from [`nf_open`], used by one thread at a time.
+unsafe fn endpoint_mut<'a>(ep: *mut c_void) -> Option<&'a mut FabricEndpoint> {
+    // SAFETY: the caller's contract.
+    unsafe { ep.cast::<FabricEndpoint>().as_mut() }
+}
+
+/// Opens an endpoint bound to `bind`'s address (any free port if its port is 0). On failure,
+/// null, with the reason written to `reason` (NUL-terminated, cut to `reason_len`).
+///
+/// # Safety
+/// `bind` points to a `sockaddr_in`; `reason` is valid for `reason_len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn nf_open(
+    bind: *const libc::sockaddr_in,
+    reason: *mut c_char,
+    reason_len: usize,
+) -> *mut c_void {
+    // SAFETY: the caller's contract.
+    let bind = unsafe { address_of(bind) }.unwrap_or(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)));
+    let opened = catch_unwind(|| FabricEndpoint::open(bind));
+    let error = match opened {
+        Ok(Ok(endpoint)) => return Box::into_raw(Box::new(endpoint)).cast(),
+        Ok(Err(error)) => error.to_string(),
+        Err(_) => "the endpoint panicked while opening".to_string(),
+    };
+    if !reason.is_null() && reason_len > 0 {
+        let len = error.len().min(reason_len - 1);
+        // SAFETY: `reason` is valid for `reason_len` bytes and `len + 1 <= reason_len`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(error.as_ptr(), reason.cast(), len);
+            *reason.add(len) = 0;
+        }
+    }
+    std::ptr::null_mut()
+}
+
+/// Closes an endpoint: operations still in flight are cancelled and waited for.
+///
+/// # Safety
+/// `ep` is null or a live handle from [`nf_open`], not used again.
+#[no_mangle]
+pub unsafe extern "C" fn nf_close(ep: *mut c_void) {
+    if ep.is_null() {
+        return;
+    }
+    // SAFETY: the caller's contract: the handle came from Box::into_raw and is not used again.
+    let endpoint = unsafe { Box::from_raw(ep.cast::<FabricEndpoint>()) };
+    let _ = catch_unwind(AssertUnwindSafe(move || drop(endpoint)));
+}
+
+/// The endpoint's address (what `fi_getname` gives).
+///
+/// # Safety
+/// `ep` is a live handle; `out` is valid for writing a `sockaddr_in`.
+#[no_mangle]
+pub unsafe extern "C" fn nf_name(ep: *mut c_void, out: *mut libc::sockaddr_in) -> c_int {
+    // SAFETY: the caller's contract.
+    let Some(endpoint) = (unsafe { endpoint_mut(ep) }) else {
+        return -fi_errno::EINVAL;
+    };
+    let name = socket_address(Some(endpoint.endpoint.local_addr()));
+    // SAFETY: the caller's contract.
+    unsafe { out.write(name) };
+    0
+}
+
+/// Whether the endpoint's engine progresses on its own thread.
+///
+/// # Safety
+/// `ep` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn nf_auto_progress(ep: *mut c_void) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { endpoint_mut(ep) }.map_or(0, |e| c_int::from(e.endpoint.progresses_on_its_own()))
+}
+
+/// Posts a send of the concatenation of `iov` to `to`. With `inject`, the bytes are copied
+/// first, so the caller may reuse them at once.
+///
+/// # Safety
+/// `ep` is a live handle; `iov` holds `count` iovecs valid until the send completes (or
+/// during this call with `inject`); `to` points to a `sockaddr_in`.
+#[no_mangle]
+pub unsafe extern "C" fn nf_send(
+    ep: *mut c_void,
+    iov: *const libc::iovec,
+    count: usize,
+    to: *const libc::sockaddr_in,
+    tagged: c_int,
+    tag: u64,
+    has_data: c_int,
+    data: u64,
+    context: *mut c_void,
+    wanted: c_int,
+    inject: c_int,
+) -> c_int {
+    guarded(|| {
+        // SAFETY: the caller's contract.
+        let (Some(endpoint), Some(to)) = (unsafe { endpoint_mut(ep) }, unsafe { address_of(to) })
+        else {
+            return -fi_errno::EINVAL;
+        };
+        if let Err(code) = endpoint.check_room() {
+            return -code;
+        }
+        // SAFETY: the caller's contract.
+        let pieces = match unsafe { pieces(iov, count) } {
+            Ok(pieces) => pieces,
+            Err(code) => return -code,
+        };
+        let copy: Option<Box<[u8]>> = (inject != 0).then(|| pieces.concat().into_boxed_slice());
+        let sent: Vec<&'static [u8]> = match &copy {
+            // SAFETY: the copy is boxed (it never moves) and kept in the same `Pending` as
+            // the request, which lets go of it first.
+            Some(bytes) => vec![unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) }],
+            None => pieces.into_iter().map(|piece| &*piece).collect(),
+        };
+        let immediate = (has_data != 0).then_some(data as u32);
+        let posted = endpoint
+            .endpoint()
+            .isend(&sent, to, (space(tagged), tag), immediate);
+        match posted {
+            Ok(request) => {
+                let buf = if iov.is_null() || count == 0 {
+                    std::ptr::null_mut()
+                } else {
+                    // SAFETY: `iov` holds at least one iovec (checked).
+                    unsafe { (*iov).iov_base }
+                };
+                endpoint.pending.push(Pending {
+                    request,
+                    _copy: copy,
+                    context,
+                    buf,
+                    is_send: true,
+                    tagged: tagged != 0,
+                    wanted: wanted != 0,
+                });
+                0
+            }
+            Err(error) => post_error(&error),
+        }
+    })
+}
+
+/// Posts a receive into `iov` of the next message of its space that `tag` and `ignore`
+/// accept, from `from` (null: anyone).
+///
+/// # Safety
+/// `ep` is a live handle; `iov` holds `count` iovecs valid for writing until the receive
+/// completes; `from` is null or points to a `sockaddr_in`.
+#[no_mangle]
+pub unsafe extern "C" fn nf_recv(
+    ep: *mut c_void,
+    iov: *const libc::iovec,
+    count: usize,
+    from: *const libc::sockaddr_in,
+    tagged: c_int,
+    tag: u64,
+    ignore: u64,
+    context: *mut c_void,
+    wanted: c_int,
+) -> c_int {
+    guarded(|| {
+        // SAFETY: the caller's contract.
+        let Some(endpoint) = (unsafe { endpoint_mut(ep) }) else {
+            return -fi_errno::EINVAL;
+        };
+        if let Err(code) = endpoint.check_room() {
+            return -code;
+        }
+        // SAFETY: the caller's contract.
+        let (pieces, from) = match (unsafe { pieces(iov, count) }, unsafe { address_of(from) }) {
+            (Ok(pieces), from) => (pieces, from),
+            (Err(code), _) => return -code,
+        };
+        let wanted_tag = TagMatch::from_masked(tag, ignore);
+        let posted = endpoint
+            .endpoint()
+            .irecv(pieces, from, (space(tagged), wanted_tag));
+        match posted {
+            Ok(request) => {
+                let buf = if iov.is_null() || count == 0 {
+                    std::ptr::null_mut()
+                } else {
+                    // SAFETY: `iov` holds at least one iovec (checked).
+                    unsafe { (*iov).iov_base }
+                };
+                endpoint.pending.push(Pending {
+                    request,
+                    _copy: None,
+                    context,
+                    buf,
+                    is_send: false,
+                    tagged: tagged != 0,
+                    wanted: wanted != 0,
+                });
+                0
+            }
+            Err(error) => post_error(&error),
+        }
+    })
+}
+
+/// `FI_PEEK`: 1 and the message's description in `out` if a receive with this pattern would
+/// find one now (it stays queued), 0 if none, or a negative error.
+///
+/// # Safety
+/// `ep` is a live handle; `from` is null or points to a `sockaddr_in`; `out` is valid for
+/// writing an [`NfCompletion`].
+#[no_mangle]
+pub unsafe extern "C" fn nf_peek(
+    ep: *mut c_void,
+    from: *const libc::sockaddr_in,
+    tagged: c_int,
+    tag: u64,
+    ignore: u64,
+    context: *mut c_void,
+    out: *mut NfCompletion,
+) -> c_int {
+    guarded(|| {
+        // SAFETY: the caller's contract.
+        let Some(endpoint) = (unsafe { endpoint_mut(ep) }) else {
+            return -fi_errno::EINVAL;
+        };
+        // SAFETY: the caller's contract.
+        let from = unsafe { address_of(from) };
+        let wanted_tag = TagMatch::from_masked(tag, ignore);
+        match endpoint.endpoint.iprobe(from, (space(tagged), wanted_tag)) {
+            Ok(None) => 0,
+            Ok(Some(delivery)) => {
+                let found = NfCompletion {
+                    context,
+                    buf: std::ptr::null_mut(),
+                    len: delivery.len,
+                    olen: 0,
+                    tag: delivery.tag,
+                    data: u64::from(delivery.immediate.unwrap_or(0)),
+                    err: 0,
+                    is_send: 0,
+                    tagged: u8::from(tagged != 0),
+                    has_data: u8::from(delivery.immediate.is_some()),
+                    wanted: 1,
+                    source: socket_address(delivery.address),
+                };
+                // SAFETY: the caller's contract.
+                unsafe { out.write(found) };
+                1
+            }
+            Err(error) => post_error(&error),
+        }
+    })
+}
+
+/// Asks to cancel the operation posted with `context`: 0 if it was found (it then completes,
+/// with `FI_ECANCELED` if the cancel took effect), `-FI_ENOENT` if no such operation is in
+/// flight.
+///
+/// # Safety
+/// `ep` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn nf_cancel(ep: *mut c_void, context: *mut c_void) -> c_int {
+    guarded(|| {
+        // SAFETY: the caller's contract.
+        let Some(endpoint) = (unsafe { endpoint_mut(ep) }) else {
+            return -fi_errno::EINVAL;
+        };
+        match endpoint.pending.iter().find(|p| p.context == context) {
+            Some(pending) => {
+                pending.request.cancel();
+                0
+            }
+            None => -fi_errno::ENOENT,
+        }
+    })
+}
+
+/// Writes up to `max` finished operations to `out`; returns how many.
+///
+/// # Safety
+/// `ep` is a live handle; `out` is valid for writing `max` [`NfCompletion`]s.
+#[no_mangle]
+pub unsafe extern "C" fn nf_poll(ep: *mut c_void, out: *mut NfCompletion, max: usize) -> usize {
+    // SAFETY: the caller's contract.
+    let Some(endpoint) = (unsafe { endpoint_mut(ep) }) else {
+        return 0;
+    };
+    if out.is_null() || max == 0 {
+        return 0;
+    }
+    // SAFETY: the caller's contract: `out` is valid for writing `max` entries (as
+    // uninitialised memory: `finished` only writes them).
+    let out =
+        unsafe { std::slice::from_raw_parts_mut(out.cast::<MaybeUninit<NfCompletion>>(), max) };
+    catch_unwind(AssertUnwindSafe(|| endpoint.finished(out))).unwrap_or(0)
+}

@@ -1,0 +1,1650 @@
+/*
+ * nicmsg as a libfabric provider: the objects libfabric's API works on (fabric, domain,
+ * endpoint, completion queue, address vector, event queue) and their operation tables, laid
+ * out by libfabric's own headers. Every operation that moves a message calls the Rust side
+ * (`src/endpoint.rs`, the `nf_*` functions), which runs it on a nicmsg engine; this file only
+ * translates: addresses in the address vector to socket addresses, libfabric's flags to
+ * whether a completion is wanted, and finished operations to completion queue entries in the
+ * format each queue was opened with.
+ *
+ * One lock (`provider_lock`) serialises every call into the provider, so it is FI_THREAD_SAFE;
+ * the engine does its protocol work on its own thread (or inline, inside these calls).
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_atomic.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_collective.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
+#include <rdma/providers/fi_prov.h>
+
+#define NICMSG_PROVIDER_VERSION FI_VERSION(0, 1)
+#define NICMSG_FABRIC_NAME "nicmsg"
+#define NICMSG_DOMAIN_NAME "udp"
+/* Scatter/gather pieces of one message: the engine's descriptor holds 16 segments. */
+#define NICMSG_IOV_LIMIT 16
+/* Bytes `fi_inject` copies (the engine's short-message copy is 256 B; larger injects are
+ * copied by the provider into a buffer the send owns). */
+#define NICMSG_INJECT_SIZE 4096
+/* The largest message: one engine message (the protocol's 1 GiB datagram bound). */
+#define NICMSG_MAX_MSG_SIZE (1ULL << 30)
+/* Operations outstanding per endpoint: the engine's descriptor table (640 slots) less room
+ * for its own use. */
+#define NICMSG_QUEUE_SIZE 512
+/* Completion queue entries kept before `fi_cq_read` takes them: every entry belongs to an
+ * operation the application posted (bounded by NICMSG_QUEUE_SIZE per endpoint) or to a peek,
+ * so this is never reached by a well-formed program; past it, new completions wait in the
+ * engine until the application reads. */
+#define NICMSG_CQ_MAX 65536
+/* Endpoints one completion queue serves (one with separate transmit and receive queues,
+ * several sharing one). */
+#define NICMSG_CQ_EPS 8
+/* Peers one address vector holds. */
+#define NICMSG_AV_MAX (1u << 20)
+/* Completions taken from the engine per poll. */
+#define NICMSG_POLL_BATCH 64
+
+/* ---- The Rust side (src/endpoint.rs) ---- */
+
+struct nf_completion {
+	void *context;
+	void *buf;
+	uint64_t len;
+	uint64_t olen;
+	uint64_t tag;
+	uint64_t data;
+	int32_t err; /* positive FI_E* code, 0 for success */
+	uint8_t is_send;
+	uint8_t tagged;
+	uint8_t has_data;
+	uint8_t wanted;
+	struct sockaddr_in source;
+};
+
+void *nf_open(const struct sockaddr_in *bind, char *reason, size_t reason_len);
+void nf_close(void *ep);
+int nf_name(void *ep, struct sockaddr_in *out);
+int nf_auto_progress(void *ep);
+int nf_send(void *ep, const struct iovec *iov, size_t count, const struct sockaddr_in *to,
+	    int tagged, uint64_t tag, int has_data, uint64_t data, void *context, int wanted,
+	    int inject);
+int nf_recv(void *ep, const struct iovec *iov, size_t count, const struct sockaddr_in *from,
+	    int tagged, uint64_t tag, uint64_t ignore, void *context, int wanted);
+int nf_peek(void *ep, const struct sockaddr_in *from, int tagged, uint64_t tag, uint64_t ignore,
+	    void *context, struct nf_completion *out);
+int nf_cancel(void *ep, void *context);
+size_t nf_poll(void *ep, struct nf_completion *out, size_t max);
+
+static pthread_mutex_t provider_lock = PTHREAD_MUTEX_INITIALIZER;
+
+#define LOCKED(expr)                                                                        \
+	({                                                                                  \
+		pthread_mutex_lock(&provider_lock);                                         \
+		__typeof__(expr) locked_result_ = (expr);                                   \
+		pthread_mutex_unlock(&provider_lock);                                       \
+		locked_result_;                                                             \
+	})
+
+/* ---- Objects ---- */
+
+struct nicmsg_fabric {
+	struct fid_fabric fabric;
+};
+
+struct nicmsg_domain {
+	struct fid_domain domain;
+	struct fi_info *info;
+};
+
+struct nicmsg_eq {
+	struct fid_eq eq;
+};
+
+struct nicmsg_av {
+	struct fid_av av;
+	enum fi_av_type type;
+	struct sockaddr_in *addrs;
+	bool *live;
+	size_t count;
+	size_t capacity;
+};
+
+struct nicmsg_ep;
+
+struct nicmsg_cq {
+	struct fid_cq cq;
+	enum fi_cq_format format;
+	struct nf_completion *entries;
+	size_t head;
+	size_t count;
+	size_t capacity;
+	struct nicmsg_ep *eps[NICMSG_CQ_EPS];
+	size_t ep_count;
+	struct fi_cq_err_entry last_error;
+};
+
+struct nicmsg_ep {
+	struct fid_ep ep;
+	void *engine;
+	struct nicmsg_av *av;
+	struct nicmsg_cq *tx_cq;
+	struct nicmsg_cq *rx_cq;
+	bool tx_selective;
+	bool rx_selective;
+	uint64_t tx_op_flags;
+	uint64_t rx_op_flags;
+	bool directed;
+	bool enabled;
+};
+
+/* ---- Stubs for what nicmsg does not offer ---- */
+
+static int no_bind(struct fid *fid, struct fid *bfid, uint64_t flags)
+{
+	(void)fid, (void)bfid, (void)flags;
+	return -FI_ENOSYS;
+}
+
+static int no_control(struct fid *fid, int command, void *arg)
+{
+	(void)fid, (void)command, (void)arg;
+	return -FI_ENOSYS;
+}
+
+static int no_ops_open(struct fid *fid, const char *name, uint64_t flags, void **ops,
+		       void *context)
+{
+	(void)fid, (void)name, (void)flags, (void)ops, (void)context;
+	return -FI_ENOSYS;
+}
+
+/* A stub for the tables of operations nicmsg does not offer at all (RMA, atomics,
+ * collectives): it returns -FI_ENOSYS whatever it is called with, which the x86-64 and
+ * AArch64 calling conventions make safe for functions that only return. */
+static ssize_t no_operation(void)
+{
+	return -FI_ENOSYS;
+}
+#define NO_OP ((void *)no_operation)
+
+static struct fi_ops_rma no_rma = {
+	.size = sizeof(struct fi_ops_rma),
+	.read = NO_OP, .readv = NO_OP, .readmsg = NO_OP, .write = NO_OP, .writev = NO_OP,
+	.writemsg = NO_OP, .inject = NO_OP, .writedata = NO_OP, .injectdata = NO_OP,
+};
+
+static struct fi_ops_atomic no_atomic = {
+	.size = sizeof(struct fi_ops_atomic),
+	.write = NO_OP, .writev = NO_OP, .writemsg = NO_OP, .inject = NO_OP,
+	.readwrite = NO_OP, .readwritev = NO_OP, .readwritemsg = NO_OP, .compwrite = NO_OP,
+	.compwritev = NO_OP, .compwritemsg = NO_OP, .writevalid = NO_OP,
+	.readwritevalid = NO_OP, .compwritevalid = NO_OP,
+};
+
+static struct fi_ops_collective no_collective = {
+	.size = sizeof(struct fi_ops_collective),
+	.barrier = NO_OP, .broadcast = NO_OP, .alltoall = NO_OP, .allreduce = NO_OP,
+	.allgather = NO_OP, .reduce_scatter = NO_OP, .reduce = NO_OP, .scatter = NO_OP,
+	.gather = NO_OP, .msg = NO_OP,
+};
+
+/* ---- getinfo ---- */
+
+static const uint64_t nicmsg_caps = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_DIRECTED_RECV |
+				    FI_REMOTE_CQ_DATA | FI_LOCAL_COMM | FI_REMOTE_COMM |
+				    FI_SOURCE;
+static const uint64_t nicmsg_primary_caps = FI_MSG | FI_TAGGED;
+static const uint64_t nicmsg_msg_order = FI_ORDER_SAS | FI_ORDER_RAR | FI_ORDER_WAW |
+					 FI_ORDER_RAW | FI_ORDER_WAR;
+
+static char *duplicate(const char *text)
+{
+	return text ? strdup(text) : NULL;
+}
+
+/* Whether the hints leave room for what nicmsg offers (libfabric's core checks none of it). */
+static bool hints_allow(const struct fi_info *hints)
+{
+	if (!hints)
+		return true;
+	if (hints->caps & ~nicmsg_caps)
+		return false;
+	if (hints->ep_attr) {
+		if (hints->ep_attr->type != FI_EP_UNSPEC && hints->ep_attr->type != FI_EP_RDM)
+			return false;
+		if (hints->ep_attr->max_msg_size > NICMSG_MAX_MSG_SIZE)
+			return false;
+		if (hints->ep_attr->tx_ctx_cnt > 1 || hints->ep_attr->rx_ctx_cnt > 1)
+			return false;
+	}
+	if (hints->addr_format != FI_FORMAT_UNSPEC && hints->addr_format != FI_SOCKADDR_IN &&
+	    hints->addr_format != FI_SOCKADDR)
+		return false;
+	if (hints->fabric_attr && hints->fabric_attr->name &&
+	    strcmp(hints->fabric_attr->name, NICMSG_FABRIC_NAME))
+		return false;
+	if (hints->domain_attr) {
+		const struct fi_domain_attr *d = hints->domain_attr;
+		if (d->name && strcmp(d->name, NICMSG_DOMAIN_NAME))
+			return false;
+		if (d->cq_data_size > 4)
+			return false;
+		/* Any mr_mode is fine: nicmsg needs no memory registration. */
+	}
+	if (hints->tx_attr) {
+		if (hints->tx_attr->inject_size > NICMSG_INJECT_SIZE)
+			return false;
+		if (hints->tx_attr->iov_limit > NICMSG_IOV_LIMIT)
+			return false;
+		if (hints->tx_attr->msg_order & ~nicmsg_msg_order)
+			return false;
+	}
+	if (hints->rx_attr) {
+		if (hints->rx_attr->iov_limit > NICMSG_IOV_LIMIT)
+			return false;
+		if (hints->rx_attr->msg_order & ~nicmsg_msg_order)
+			return false;
+	}
+	return true;
+}
+
+static uint64_t granted_caps(const struct fi_info *hints)
+{
+	uint64_t asked = hints ? hints->caps : 0;
+	if (!(asked & nicmsg_primary_caps))
+		return nicmsg_caps;
+	/* The primary capabilities asked for (fi_pingpong takes FI_TAGGED, if offered, as a
+	 * request to use it), with sending and receiving, and every secondary one. */
+	uint64_t caps = asked & nicmsg_caps;
+	if (!(asked & (FI_SEND | FI_RECV)))
+		caps |= FI_SEND | FI_RECV;
+	return caps | (nicmsg_caps & ~(nicmsg_primary_caps | FI_SEND | FI_RECV));
+}
+
+static struct fi_info *describe(const struct fi_info *hints)
+{
+	struct fi_info *info = fi_dupinfo(NULL);
+	if (!info)
+		return NULL;
+	info->caps = granted_caps(hints);
+	info->mode = 0;
+	info->addr_format = FI_SOCKADDR_IN;
+
+	info->tx_attr->caps = info->caps;
+	info->tx_attr->op_flags = hints && hints->tx_attr ? hints->tx_attr->op_flags : 0;
+	info->tx_attr->msg_order = nicmsg_msg_order;
+	info->tx_attr->comp_order = FI_ORDER_NONE;
+	info->tx_attr->inject_size = NICMSG_INJECT_SIZE;
+	info->tx_attr->size = NICMSG_QUEUE_SIZE;
+	info->tx_attr->iov_limit = NICMSG_IOV_LIMIT;
+	info->tx_attr->rma_iov_limit = 0;
+
+	info->rx_attr->caps = info->caps;
+	info->rx_attr->op_flags = hints && hints->rx_attr ? hints->rx_attr->op_flags : 0;
+	info->rx_attr->msg_order = nicmsg_msg_order;
+	info->rx_attr->comp_order = FI_ORDER_NONE;
+	info->rx_attr->total_buffered_recv = 0;
+	info->rx_attr->size = NICMSG_QUEUE_SIZE;
+	info->rx_attr->iov_limit = NICMSG_IOV_LIMIT;
+
+	info->ep_attr->type = FI_EP_RDM;
+	info->ep_attr->protocol = FI_PROTO_UNSPEC;
+	info->ep_attr->max_msg_size = NICMSG_MAX_MSG_SIZE;
+	info->ep_attr->mem_tag_format = ~0ULL;
+	info->ep_attr->tx_ctx_cnt = 1;
+	info->ep_attr->rx_ctx_cnt = 1;
+
+	struct fi_domain_attr *d = info->domain_attr;
+	const struct fi_domain_attr *hd = hints ? hints->domain_attr : NULL;
+	d->name = duplicate(NICMSG_DOMAIN_NAME);
+	d->threading = hd && hd->threading ? hd->threading : FI_THREAD_SAFE;
+	d->control_progress = FI_PROGRESS_AUTO;
+	/* The engine progresses on its own thread, or on its standby thread while the
+	 * application is away: data moves without the application's calls either way. */
+	d->data_progress = FI_PROGRESS_AUTO;
+	d->resource_mgmt = FI_RM_ENABLED;
+	d->av_type = hd && hd->av_type ? hd->av_type : FI_AV_UNSPEC;
+	d->mr_mode = 0;
+	d->cq_data_size = 4;
+	d->cq_cnt = 64;
+	d->ep_cnt = 64;
+	d->tx_ctx_cnt = 64;
+	d->rx_ctx_cnt = 64;
+	d->max_ep_tx_ctx = 1;
+	d->max_ep_rx_ctx = 1;
+	d->caps = FI_LOCAL_COMM | FI_REMOTE_COMM;
+	d->mr_iov_limit = 1;
+
+	info->fabric_attr->name = duplicate(NICMSG_FABRIC_NAME);
+	info->fabric_attr->prov_name = NULL; /* libfabric's core fills it in */
+	info->fabric_attr->prov_version = NICMSG_PROVIDER_VERSION;
+	info->nic = NULL;
+	return info;
+}
+
+static int nicmsg_getinfo(uint32_t version, const char *node, const char *service,
+			  uint64_t flags, const struct fi_info *hints, struct fi_info **out)
+{
+	(void)version, (void)node, (void)service, (void)flags;
+	if (!hints_allow(hints))
+		return -FI_ENODATA;
+	struct fi_info *info = describe(hints);
+	if (!info)
+		return -FI_ENOMEM;
+	*out = info;
+	return 0;
+}
+
+/* ---- Address vector ---- */
+
+static int av_close(struct fid *fid)
+{
+	struct nicmsg_av *av = (struct nicmsg_av *)fid;
+	free(av->addrs);
+	free(av->live);
+	free(av);
+	return 0;
+}
+
+static bool av_grow(struct nicmsg_av *av, size_t needed)
+{
+	if (needed <= av->capacity)
+		return true;
+	if (needed > NICMSG_AV_MAX)
+		return false;
+	size_t capacity = av->capacity ? av->capacity : 64;
+	while (capacity < needed)
+		capacity *= 2;
+	struct sockaddr_in *addrs = realloc(av->addrs, capacity * sizeof(*addrs));
+	if (!addrs)
+		return false;
+	av->addrs = addrs;
+	bool *live = realloc(av->live, capacity * sizeof(*live));
+	if (!live)
+		return false;
+	av->live = live;
+	av->capacity = capacity;
+	return true;
+}
+
+static int av_insert_locked(struct nicmsg_av *av, const void *addr, size_t count,
+			    fi_addr_t *fi_addr)
+{
+	if (!av_grow(av, av->count + count))
+		return -FI_ENOMEM;
+	const struct sockaddr_in *given = addr;
+	int inserted = 0;
+	for (size_t i = 0; i < count; i++) {
+		bool valid = given[i].sin_family == AF_INET && given[i].sin_port != 0;
+		if (fi_addr)
+			fi_addr[i] = valid ? av->count : FI_ADDR_NOTAVAIL;
+		if (!valid)
+			continue;
+		av->addrs[av->count] = given[i];
+		av->live[av->count] = true;
+		av->count++;
+		inserted++;
+	}
+	return inserted;
+}
+
+static int av_insert(struct fid_av *fid, const void *addr, size_t count, fi_addr_t *fi_addr,
+		     uint64_t flags, void *context)
+{
+	(void)flags, (void)context;
+	if (!addr && count)
+		return -FI_EINVAL;
+	return LOCKED(av_insert_locked((struct nicmsg_av *)fid, addr, count, fi_addr));
+}
+
+static int av_remove_locked(struct nicmsg_av *av, fi_addr_t *fi_addr, size_t count)
+{
+	for (size_t i = 0; i < count; i++) {
+		if (fi_addr[i] >= av->count)
+			return -FI_EINVAL;
+		av->live[fi_addr[i]] = false;
+	}
+	return 0;
+}
+
+static int av_remove(struct fid_av *fid, fi_addr_t *fi_addr, size_t count, uint64_t flags)
+{
+	(void)flags;
+	return LOCKED(av_remove_locked((struct nicmsg_av *)fid, fi_addr, count));
+}
+
+/* The socket address of `fi_addr`, or NULL if the vector holds none there. */
+static const struct sockaddr_in *av_address(struct nicmsg_av *av, fi_addr_t fi_addr)
+{
+	if (!av || fi_addr >= av->count || !av->live[fi_addr])
+		return NULL;
+	return &av->addrs[fi_addr];
+}
+
+static int av_lookup_locked(struct nicmsg_av *av, fi_addr_t fi_addr, void *addr,
+			    size_t *addrlen)
+{
+	const struct sockaddr_in *found = av_address(av, fi_addr);
+	if (!found)
+		return -FI_ENOENT;
+	size_t room = *addrlen;
+	*addrlen = sizeof(*found);
+	memcpy(addr, found, room < sizeof(*found) ? room : sizeof(*found));
+	return room < sizeof(*found) ? -FI_ETOOSMALL : 0;
+}
+
+static int av_lookup(struct fid_av *fid, fi_addr_t fi_addr, void *addr, size_t *addrlen)
+{
+	return LOCKED(av_lookup_locked((struct nicmsg_av *)fid, fi_addr, addr, addrlen));
+}
+
+static const char *av_straddr(struct fid_av *fid, const void *addr, char *buf, size_t *len)
+{
+	(void)fid;
+	const struct sockaddr_in *sin = addr;
+	char ip[INET_ADDRSTRLEN] = "?";
+	inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof(ip));
+	int written = snprintf(buf, *len, "%s:%u", ip, ntohs(sin->sin_port));
+	*len = (size_t)written + 1;
+	return buf;
+}
+
+static int av_insertsvc(struct fid_av *av, const char *node, const char *service,
+			fi_addr_t *fi_addr, uint64_t flags, void *context)
+{
+	(void)av, (void)node, (void)service, (void)fi_addr, (void)flags, (void)context;
+	return -FI_ENOSYS;
+}
+
+static int av_insertsym(struct fid_av *av, const char *node, size_t nodecnt,
+			const char *service, size_t svccnt, fi_addr_t *fi_addr, uint64_t flags,
+			void *context)
+{
+	(void)av, (void)node, (void)nodecnt, (void)service, (void)svccnt, (void)fi_addr,
+		(void)flags, (void)context;
+	return -FI_ENOSYS;
+}
+
+static int av_set(struct fid_av *av, struct fi_av_set_attr *attr, struct fid_av_set **av_set,
+		  void *context)
+{
+	(void)av, (void)attr, (void)av_set, (void)context;
+	return -FI_ENOSYS;
+}
+
+static struct fi_ops av_fid_ops = {
+	.size = sizeof(struct fi_ops),
+	.close = av_close,
+	.bind = no_bind,
+	.control = no_control,
+	.ops_open = no_ops_open,
+};
+
+static struct fi_ops_av av_ops = {
+	.size = sizeof(struct fi_ops_av),
+	.insert = av_insert,
+	.insertsvc = av_insertsvc,
+	.insertsym = av_insertsym,
+	.remove = av_remove,
+	.lookup = av_lookup,
+	.straddr = av_straddr,
+	.av_set = av_set,
+};
+
+static int domain_av_open(struct fid_domain *domain, struct fi_av_attr *attr,
+			  struct fid_av **out, void *context)
+{
+	(void)domain;
+	if (attr && attr->type != FI_AV_UNSPEC && attr->type != FI_AV_MAP &&
+	    attr->type != FI_AV_TABLE)
+		return -FI_EINVAL;
+	if (attr && (attr->flags & FI_EVENT))
+		return -FI_ENOSYS; /* only synchronous inserts */
+	struct nicmsg_av *av = calloc(1, sizeof(*av));
+	if (!av)
+		return -FI_ENOMEM;
+	av->type = attr && attr->type ? attr->type : FI_AV_TABLE;
+	av->av.fid.fclass = FI_CLASS_AV;
+	av->av.fid.context = context;
+	av->av.fid.ops = &av_fid_ops;
+	av->av.ops = &av_ops;
+	*out = &av->av;
+	return 0;
+}
+
+/* ---- Completion queue ---- */
+
+static bool cq_push(struct nicmsg_cq *cq, const struct nf_completion *entry)
+{
+	if (cq->count == cq->capacity) {
+		if (cq->capacity >= NICMSG_CQ_MAX)
+			return false;
+		size_t capacity = cq->capacity ? cq->capacity * 2 : 256;
+		struct nf_completion *entries = malloc(capacity * sizeof(*entries));
+		if (!entries)
+			return false;
+		for (size_t i = 0; i < cq->count; i++)
+			entries[i] = cq->entries[(cq->head + i) % cq->capacity];
+		free(cq->entries);
+		cq->entries = entries;
+		cq->head = 0;
+		cq->capacity = capacity;
+	}
+	cq->entries[(cq->head + cq->count) % cq->capacity] = *entry;
+	cq->count++;
+	return true;
+}
+
+static void cq_pop(struct nicmsg_cq *cq)
+{
+	cq->head = (cq->head + 1) % cq->capacity;
+	cq->count--;
+}
+
+/* Takes what the engines of the queue's endpoints finished, into the queues they are bound
+ * to (an endpoint may send to one queue and receive to another). */
+static void cq_progress(struct nicmsg_cq *cq)
+{
+	struct nf_completion batch[NICMSG_POLL_BATCH];
+	for (size_t e = 0; e < cq->ep_count; e++) {
+		struct nicmsg_ep *ep = cq->eps[e];
+		if (!ep->engine)
+			continue;
+		size_t n = nf_poll(ep->engine, batch, NICMSG_POLL_BATCH);
+		for (size_t i = 0; i < n; i++) {
+			struct nicmsg_cq *to = batch[i].is_send ? ep->tx_cq : ep->rx_cq;
+			/* Errors are always reported; successes only where wanted. */
+			if (!to || (!batch[i].wanted && batch[i].err == 0))
+				continue;
+			if (!cq_push(to, &batch[i]))
+				fprintf(stderr, "nicmsg provider: completion queue over %d entries; "
+						"a completion was lost\n", NICMSG_CQ_MAX);
+		}
+	}
+}
+
+static uint64_t completion_flags(const struct nf_completion *c)
+{
+	uint64_t flags = c->is_send ? FI_SEND : FI_RECV;
+	flags |= c->tagged ? FI_TAGGED : FI_MSG;
+	if (c->has_data && !c->is_send)
+		flags |= FI_REMOTE_CQ_DATA;
+	return flags;
+}
+
+static size_t entry_size(enum fi_cq_format format)
+{
+	switch (format) {
+	case FI_CQ_FORMAT_CONTEXT:
+		return sizeof(struct fi_cq_entry);
+	case FI_CQ_FORMAT_MSG:
+		return sizeof(struct fi_cq_msg_entry);
+	case FI_CQ_FORMAT_DATA:
+		return sizeof(struct fi_cq_data_entry);
+	default:
+		return sizeof(struct fi_cq_tagged_entry);
+	}
+}
+
+static void write_entry(enum fi_cq_format format, const struct nf_completion *c, void *to)
+{
+	struct fi_cq_tagged_entry full = {
+		.op_context = c->context,
+		.flags = completion_flags(c),
+		.len = c->len,
+		.buf = c->buf,
+		.data = c->data,
+		.tag = c->tag,
+	};
+	memcpy(to, &full, entry_size(format));
+}
+
+static ssize_t cq_read_locked(struct nicmsg_cq *cq, void *buf, size_t count,
+			      fi_addr_t *src_addr)
+{
+	cq_progress(cq);
+	if (!cq->count)
+		return -FI_EAGAIN;
+	size_t size = entry_size(cq->format);
+	size_t done = 0;
+	while (done < count && cq->count) {
+		const struct nf_completion *c = &cq->entries[cq->head];
+		if (c->err)
+			break;
+		write_entry(cq->format, c, (char *)buf + done * size);
+		if (src_addr)
+			src_addr[done] = FI_ADDR_NOTAVAIL;
+		cq_pop(cq);
+		done++;
+	}
+	return done ? (ssize_t)done : -FI_EAVAIL;
+}
+
+static ssize_t cq_read(struct fid_cq *fid, void *buf, size_t count)
+{
+	return LOCKED(cq_read_locked((struct nicmsg_cq *)fid, buf, count, NULL));
+}
+
+static ssize_t cq_readfrom(struct fid_cq *fid, void *buf, size_t count, fi_addr_t *src_addr)
+{
+	return LOCKED(cq_read_locked((struct nicmsg_cq *)fid, buf, count, src_addr));
+}
+
+static ssize_t cq_readerr_locked(struct nicmsg_cq *cq, struct fi_cq_err_entry *out)
+{
+	if (!cq->count || !cq->entries[cq->head].err)
+		return -FI_EAGAIN;
+	const struct nf_completion *c = &cq->entries[cq->head];
+	struct fi_cq_err_entry entry = {
+		.op_context = c->context,
+		.flags = completion_flags(c),
+		.len = c->len,
+		.buf = c->buf,
+		.data = c->data,
+		.tag = c->tag,
+		.olen = c->olen,
+		.err = c->err,
+		.prov_errno = c->err,
+		.err_data = NULL,
+		.err_data_size = 0,
+	};
+	/* The caller's err_data buffer (libfabric 1.5 and later) is left alone: nicmsg has no
+	 * provider data to give. */
+	entry.err_data = out->err_data;
+	entry.err_data_size = 0;
+	*out = entry;
+	cq_pop(cq);
+	return 1;
+}
+
+static ssize_t cq_readerr(struct fid_cq *fid, struct fi_cq_err_entry *buf, uint64_t flags)
+{
+	(void)flags;
+	return LOCKED(cq_readerr_locked((struct nicmsg_cq *)fid, buf));
+}
+
+static ssize_t cq_sread(struct fid_cq *fid, void *buf, size_t count, const void *cond,
+			int timeout)
+{
+	(void)cond;
+	/* Waits by polling: the engine has no descriptor to sleep on that covers both its
+	 * thread and its inline mode. A negative timeout waits for ever. */
+	struct timespec start;
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	for (;;) {
+		ssize_t got = cq_read(fid, buf, count);
+		if (got != -FI_EAGAIN)
+			return got;
+		if (timeout >= 0) {
+			struct timespec now;
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			long elapsed_ms = (now.tv_sec - start.tv_sec) * 1000 +
+					  (now.tv_nsec - start.tv_nsec) / 1000000;
+			if (elapsed_ms >= timeout)
+				return -FI_EAGAIN;
+		}
+		struct timespec nap = {.tv_sec = 0, .tv_nsec = 20000};
+		nanosleep(&nap, NULL);
+	}
+}
+
+static ssize_t cq_sreadfrom(struct fid_cq *fid, void *buf, size_t count, fi_addr_t *src_addr,
+			    const void *cond, int timeout)
+{
+	ssize_t got = cq_sread(fid, buf, count, cond, timeout);
+	for (ssize_t i = 0; src_addr && i < got; i++)
+		src_addr[i] = FI_ADDR_NOTAVAIL;
+	return got;
+}
+
+static int cq_signal(struct fid_cq *fid)
+{
+	(void)fid;
+	return 0;
+}
+
+static const char *cq_strerror(struct fid_cq *fid, int prov_errno, const void *err_data,
+			       char *buf, size_t len)
+{
+	(void)fid, (void)err_data;
+	const char *text = fi_strerror(prov_errno);
+	if (buf && len) {
+		snprintf(buf, len, "%s", text);
+		return buf;
+	}
+	return text;
+}
+
+static int cq_close(struct fid *fid)
+{
+	struct nicmsg_cq *cq = (struct nicmsg_cq *)fid;
+	pthread_mutex_lock(&provider_lock);
+	bool in_use = cq->ep_count > 0;
+	pthread_mutex_unlock(&provider_lock);
+	if (in_use)
+		return -FI_EBUSY;
+	free(cq->entries);
+	free(cq);
+	return 0;
+}
+
+static struct fi_ops cq_fid_ops = {
+	.size = sizeof(struct fi_ops),
+	.close = cq_close,
+	.bind = no_bind,
+	.control = no_control,
+	.ops_open = no_ops_open,
+};
+
+static struct fi_ops_cq cq_ops = {
+	.size = sizeof(struct fi_ops_cq),
+	.read = cq_read,
+	.readfrom = cq_readfrom,
+	.readerr = cq_readerr,
+	.sread = cq_sread,
+	.sreadfrom = cq_sreadfrom,
+	.signal = cq_signal,
+	.strerror = cq_strerror,
+};
+
+static int domain_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr,
+			  struct fid_cq **out, void *context)
+{
+	(void)domain;
+	enum fi_cq_format format = attr ? attr->format : FI_CQ_FORMAT_UNSPEC;
+	if (format == FI_CQ_FORMAT_UNSPEC)
+		format = FI_CQ_FORMAT_TAGGED;
+	if (format != FI_CQ_FORMAT_CONTEXT && format != FI_CQ_FORMAT_MSG &&
+	    format != FI_CQ_FORMAT_DATA && format != FI_CQ_FORMAT_TAGGED)
+		return -FI_ENOSYS;
+	if (attr && attr->wait_obj != FI_WAIT_NONE && attr->wait_obj != FI_WAIT_UNSPEC)
+		return -FI_ENOSYS;
+	struct nicmsg_cq *cq = calloc(1, sizeof(*cq));
+	if (!cq)
+		return -FI_ENOMEM;
+	cq->format = format;
+	cq->cq.fid.fclass = FI_CLASS_CQ;
+	cq->cq.fid.context = context;
+	cq->cq.fid.ops = &cq_fid_ops;
+	cq->cq.ops = &cq_ops;
+	*out = &cq->cq;
+	return 0;
+}
+
+/* ---- Endpoint ---- */
+
+static int cq_attach(struct nicmsg_cq *cq, struct nicmsg_ep *ep)
+{
+	for (size_t i = 0; i < cq->ep_count; i++)
+		if (cq->eps[i] == ep)
+			return 0;
+	if (cq->ep_count == NICMSG_CQ_EPS)
+		return -FI_ENOSPC;
+	cq->eps[cq->ep_count++] = ep;
+	return 0;
+}
+
+static void cq_detach(struct nicmsg_cq *cq, struct nicmsg_ep *ep)
+{
+	if (!cq)
+		return;
+	for (size_t i = 0; i < cq->ep_count; i++) {
+		if (cq->eps[i] == ep) {
+			cq->eps[i] = cq->eps[--cq->ep_count];
+			return;
+		}
+	}
+}
+
+static int ep_bind_locked(struct nicmsg_ep *ep, struct fid *bfid, uint64_t flags)
+{
+	switch (bfid->fclass) {
+	case FI_CLASS_AV:
+		ep->av = (struct nicmsg_av *)bfid;
+		return 0;
+	case FI_CLASS_CQ: {
+		struct nicmsg_cq *cq = (struct nicmsg_cq *)bfid;
+		if (!(flags & (FI_TRANSMIT | FI_RECV)))
+			return -FI_EINVAL;
+		int attached = cq_attach(cq, ep);
+		if (attached)
+			return attached;
+		if (flags & FI_TRANSMIT) {
+			ep->tx_cq = cq;
+			ep->tx_selective = flags & FI_SELECTIVE_COMPLETION;
+		}
+		if (flags & FI_RECV) {
+			ep->rx_cq = cq;
+			ep->rx_selective = flags & FI_SELECTIVE_COMPLETION;
+		}
+		return 0;
+	}
+	case FI_CLASS_EQ:
+		return 0; /* nothing of an RDM endpoint reports there */
+	default:
+		return -FI_ENOSYS;
+	}
+}
+
+static int ep_bind(struct fid *fid, struct fid *bfid, uint64_t flags)
+{
+	return LOCKED(ep_bind_locked((struct nicmsg_ep *)fid, bfid, flags));
+}
+
+static int ep_control(struct fid *fid, int command, void *arg)
+{
+	(void)arg;
+	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
+	if (command != FI_ENABLE)
+		return -FI_ENOSYS;
+	if (!ep->tx_cq && !ep->rx_cq)
+		return -FI_ENOCQ;
+	ep->enabled = true;
+	return 0;
+}
+
+static int ep_close(struct fid *fid)
+{
+	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
+	pthread_mutex_lock(&provider_lock);
+	cq_detach(ep->tx_cq, ep);
+	if (ep->rx_cq != ep->tx_cq)
+		cq_detach(ep->rx_cq, ep);
+	void *engine = ep->engine;
+	ep->engine = NULL;
+	pthread_mutex_unlock(&provider_lock);
+	nf_close(engine);
+	free(ep);
+	return 0;
+}
+
+static ssize_t ep_cancel(fid_t fid, void *context)
+{
+	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
+	return LOCKED(nf_cancel(ep->engine, context));
+}
+
+static int ep_getopt(fid_t fid, int level, int optname, void *optval, size_t *optlen)
+{
+	(void)fid, (void)level, (void)optname, (void)optval, (void)optlen;
+	return -FI_ENOPROTOOPT;
+}
+
+static int ep_setopt(fid_t fid, int level, int optname, const void *optval, size_t optlen)
+{
+	(void)fid, (void)level, (void)optname, (void)optval, (void)optlen;
+	return -FI_ENOPROTOOPT;
+}
+
+static int ep_ctx(struct fid_ep *sep, int index, struct fi_tx_attr *attr,
+		  struct fid_ep **tx_ep, void *context)
+{
+	(void)sep, (void)index, (void)attr, (void)tx_ep, (void)context;
+	return -FI_ENOSYS;
+}
+
+static int ep_rx_ctx(struct fid_ep *sep, int index, struct fi_rx_attr *attr,
+		     struct fid_ep **rx_ep, void *context)
+{
+	(void)sep, (void)index, (void)attr, (void)rx_ep, (void)context;
+	return -FI_ENOSYS;
+}
+
+static ssize_t ep_size_left(struct fid_ep *ep)
+{
+	(void)ep;
+	return -FI_ENOSYS;
+}
+
+static int cm_getname(fid_t fid, void *addr, size_t *addrlen)
+{
+	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
+	struct sockaddr_in name;
+	int got = LOCKED(nf_name(ep->engine, &name));
+	if (got)
+		return got;
+	size_t room = *addrlen;
+	*addrlen = sizeof(name);
+	if (!addr || room < sizeof(name))
+		return -FI_ETOOSMALL;
+	memcpy(addr, &name, sizeof(name));
+	return 0;
+}
+
+static int cm_setname(fid_t fid, void *addr, size_t addrlen)
+{
+	(void)fid, (void)addr, (void)addrlen;
+	return -FI_ENOSYS;
+}
+
+static int cm_getpeer(struct fid_ep *ep, void *addr, size_t *addrlen)
+{
+	(void)ep, (void)addr, (void)addrlen;
+	return -FI_ENOSYS;
+}
+
+static int cm_connect(struct fid_ep *ep, const void *addr, const void *param, size_t paramlen)
+{
+	(void)ep, (void)addr, (void)param, (void)paramlen;
+	return -FI_ENOSYS;
+}
+
+static int cm_listen(struct fid_pep *pep)
+{
+	(void)pep;
+	return -FI_ENOSYS;
+}
+
+static int cm_accept(struct fid_ep *ep, const void *param, size_t paramlen)
+{
+	(void)ep, (void)param, (void)paramlen;
+	return -FI_ENOSYS;
+}
+
+static int cm_reject(struct fid_pep *pep, fid_t handle, const void *param, size_t paramlen)
+{
+	(void)pep, (void)handle, (void)param, (void)paramlen;
+	return -FI_ENOSYS;
+}
+
+static int cm_shutdown(struct fid_ep *ep, uint64_t flags)
+{
+	(void)ep, (void)flags;
+	return -FI_ENOSYS;
+}
+
+static int cm_join(struct fid_ep *ep, const void *addr, uint64_t flags, struct fid_mc **mc,
+		   void *context)
+{
+	(void)ep, (void)addr, (void)flags, (void)mc, (void)context;
+	return -FI_ENOSYS;
+}
+
+/* -- moving messages -- */
+
+/* The destination's socket address, or NULL (an address the vector does not hold). */
+static const struct sockaddr_in *destination(struct nicmsg_ep *ep, fi_addr_t addr)
+{
+	return av_address(ep->av, addr);
+}
+
+/* A directed receive's source, or NULL for any (FI_ADDR_UNSPEC, or an endpoint that was not
+ * given FI_DIRECTED_RECV, whose receives ignore the address). `*unknown` is set for an
+ * address the vector does not hold. */
+static const struct sockaddr_in *source(struct nicmsg_ep *ep, fi_addr_t addr, bool *unknown)
+{
+	*unknown = false;
+	if (!ep->directed || addr == FI_ADDR_UNSPEC)
+		return NULL;
+	const struct sockaddr_in *found = av_address(ep->av, addr);
+	*unknown = !found;
+	return found;
+}
+
+static bool tx_wanted(struct nicmsg_ep *ep, uint64_t flags)
+{
+	return !ep->tx_selective || (flags & FI_COMPLETION);
+}
+
+static bool rx_wanted(struct nicmsg_ep *ep, uint64_t flags)
+{
+	return !ep->rx_selective || (flags & FI_COMPLETION);
+}
+
+static ssize_t send_locked(struct nicmsg_ep *ep, const struct iovec *iov, size_t count,
+			   fi_addr_t dest, bool tagged, uint64_t tag, bool has_data, uint64_t data,
+			   void *context, bool wanted, bool inject)
+{
+	if (!ep->enabled)
+		return -FI_EOPBADSTATE;
+	if (count > NICMSG_IOV_LIMIT)
+		return -FI_EINVAL;
+	const struct sockaddr_in *to = destination(ep, dest);
+	if (!to)
+		return -FI_EADDRNOTAVAIL;
+	return nf_send(ep->engine, iov, count, to, tagged, tag, has_data, data, context, wanted,
+		       inject);
+}
+
+static ssize_t recv_locked(struct nicmsg_ep *ep, const struct iovec *iov, size_t count,
+			   fi_addr_t src, bool tagged, uint64_t tag, uint64_t ignore,
+			   void *context, bool wanted)
+{
+	if (!ep->enabled)
+		return -FI_EOPBADSTATE;
+	if (count > NICMSG_IOV_LIMIT)
+		return -FI_EINVAL;
+	bool unknown;
+	const struct sockaddr_in *from = source(ep, src, &unknown);
+	if (unknown)
+		return -FI_EADDRNOTAVAIL;
+	return nf_recv(ep->engine, iov, count, from, tagged, tag, ignore, context, wanted);
+}
+
+/* FI_PEEK: answers at once, with the message's description or FI_ENOMSG, in the receive
+ * completion queue. */
+static ssize_t peek_locked(struct nicmsg_ep *ep, const struct fi_msg_tagged *msg,
+			   uint64_t flags)
+{
+	if (!ep->enabled)
+		return -FI_EOPBADSTATE;
+	if (flags & (FI_CLAIM | FI_DISCARD))
+		return -FI_ENOSYS;
+	bool unknown;
+	const struct sockaddr_in *from = source(ep, msg->addr, &unknown);
+	if (unknown)
+		return -FI_EADDRNOTAVAIL;
+	struct nf_completion found;
+	int got = nf_peek(ep->engine, from, 1, msg->tag, msg->ignore, msg->context, &found);
+	if (got < 0)
+		return got;
+	if (!got) {
+		memset(&found, 0, sizeof(found));
+		found.context = msg->context;
+		found.tagged = 1;
+		found.err = FI_ENOMSG;
+	}
+	if (!ep->rx_cq)
+		return -FI_ENOCQ;
+	return cq_push(ep->rx_cq, &found) ? 0 : -FI_EAGAIN;
+}
+
+static ssize_t msg_recv(struct fid_ep *fid, void *buf, size_t len, void *desc,
+			fi_addr_t src_addr, void *context)
+{
+	(void)desc;
+	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
+	struct iovec iov = {.iov_base = buf, .iov_len = len};
+	return LOCKED(recv_locked(ep, &iov, 1, src_addr, false, 0, 0, context,
+				  rx_wanted(ep, ep->rx_op_flags)));
+}
+
+static ssize_t msg_recvv(struct fid_ep *fid, const struct iovec *iov, void **desc,
+			 size_t count, fi_addr_t src_addr, void *context)
+{
+	(void)desc;
+	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
+	return LOCKED(recv_locked(ep, iov, count, src_addr, false, 0, 0, context,
+				  rx_wanted(ep, ep->rx_op_flags)));
+}
+
+static ssize_t msg_recvmsg(struct fid_ep *fid, const struct fi_msg *msg, uint64_t flags)
+{
+	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
+	return LOCKED(recv_locked(ep, msg->msg_iov, msg->iov_count, msg->addr, false, 0, 0,
+				  msg->context, rx_wanted(ep, flags)));
+}
+
+static ssize_t msg_send(struct fid_ep *fid, const void *buf, size_t len, void *desc,
+			fi_addr_t dest_addr, void *context)
+{
+	(void)desc;
+	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
+	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+	return LOCKED(send_locked(ep, &iov, 1, dest_addr, false, 0, false, 0, context,
+				  tx_wanted(ep, ep->tx_op_flags), false));
+}
+
+static ssize_t msg_sendv(struct fid_ep *fid, const struct iovec *iov, void **desc,
+			 size_t count, fi_addr_t dest_addr, void *context)
+{
+	(void)desc;
+	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
+	return LOCKED(send_locked(ep, iov, count, dest_addr, false, 0, false, 0, context,
+				  tx_wanted(ep, ep->tx_op_flags), false));
+}
+
+static ssize_t msg_sendmsg(struct fid_ep *fid, const struct fi_msg *msg, uint64_t flags)
+{
+	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
+	bool inject = flags & FI_INJECT;
+	return LOCKED(send_locked(ep, msg->msg_iov, msg->iov_count, msg->addr, false, 0,
+				  flags & FI_REMOTE_CQ_DATA, msg->data, msg->context,
+				  tx_wanted(ep, flags), inject));
+}
+
+static ssize_t msg_inject(struct fid_ep *fid, const void *buf, size_t len, fi_addr_t dest_addr)
+{
+	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
+	if (len > NICMSG_INJECT_SIZE)
+		return -FI_EMSGSIZE;
+	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+	return LOCKED(send_locked(ep, &iov, 1, dest_addr, false, 0, false, 0, NULL, false, true));
+}
+
+static ssize_t msg_senddata(struct fid_ep *fid, const void *buf, size_t len, void *desc,
+			    uint64_t data, fi_addr_t dest_addr, void *context)
+{
+	(void)desc;
+	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
+	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+	return LOCKED(send_locked(ep, &iov, 1, dest_addr, false, 0, true, data, context,
+				  tx_wanted(ep, ep->tx_op_flags), false));
+}
+
+static ssize_t msg_injectdata(struct fid_ep *fid, const void *buf, size_t len, uint64_t data,
+			      fi_addr_t dest_addr)
+{
+	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
+	if (len > NICMSG_INJECT_SIZE)
+		return -FI_EMSGSIZE;
+	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+	return LOCKED(send_locked(ep, &iov, 1, dest_addr, false, 0, true, data, NULL, false, true));
+}
+
+static ssize_t tagged_recv(struct fid_ep *fid, void *buf, size_t len, void *desc,
+			   fi_addr_t src_addr, uint64_t tag, uint64_t ignore, void *context)
+{
+	(void)desc;
+	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
+	struct iovec iov = {.iov_base = buf, .iov_len = len};
+	return LOCKED(recv_locked(ep, &iov, 1, src_addr, true, tag, ignore, context,
+				  rx_wanted(ep, ep->rx_op_flags)));
+}
+
+static ssize_t tagged_recvv(struct fid_ep *fid, const struct iovec *iov, void **desc,
+			    size_t count, fi_addr_t src_addr, uint64_t tag, uint64_t ignore,
+			    void *context)
+{
+	(void)desc;
+	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
+	return LOCKED(recv_locked(ep, iov, count, src_addr, true, tag, ignore, context,
+				  rx_wanted(ep, ep->rx_op_flags)));
+}
+
+static ssize_t tagged_recvmsg(struct fid_ep *fid, const struct fi_msg_tagged *msg,
+			      uint64_t flags)
+{
+	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
+	if (flags & FI_PEEK)
+		return LOCKED(peek_locked(ep, msg, flags));
+	if (flags & (FI_CLAIM | FI_DISCARD))
+		return -FI_ENOSYS;
+	return LOCKED(recv_locked(ep, msg->msg_iov, msg->iov_count, msg->addr, true, msg->tag,
+				  msg->ignore, msg->context, rx_wanted(ep, flags)));
+}
+
+static ssize_t tagged_send(struct fid_ep *fid, const void *buf, size_t len, void *desc,
+			   fi_addr_t dest_addr, uint64_t tag, void *context)
+{
+	(void)desc;
+	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
+	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+	return LOCKED(send_locked(ep, &iov, 1, dest_addr, true, tag, false, 0, context,
+				  tx_wanted(ep, ep->tx_op_flags), false));
+}
+
+static ssize_t tagged_sendv(struct fid_ep *fid, const struct iovec *iov, void **desc,
+			    size_t count, fi_addr_t dest_addr, uint64_t tag, void *context)
+{
+	(void)desc;
+	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
+	return LOCKED(send_locked(ep, iov, count, dest_addr, true, tag, false, 0, context,
+				  tx_wanted(ep, ep->tx_op_flags), false));
+}
+
+static ssize_t tagged_sendmsg(struct fid_ep *fid, const struct fi_msg_tagged *msg,
+			      uint64_t flags)
+{
+	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
+	/* `msg->ignore` is not read: it means nothing on a send (Open MPI leaves it unset). */
+	return LOCKED(send_locked(ep, msg->msg_iov, msg->iov_count, msg->addr, true, msg->tag,
+				  flags & FI_REMOTE_CQ_DATA, msg->data, msg->context,
+				  tx_wanted(ep, flags), flags & FI_INJECT));
+}
+
+static ssize_t tagged_inject(struct fid_ep *fid, const void *buf, size_t len,
+			     fi_addr_t dest_addr, uint64_t tag)
+{
+	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
+	if (len > NICMSG_INJECT_SIZE)
+		return -FI_EMSGSIZE;
+	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+	return LOCKED(send_locked(ep, &iov, 1, dest_addr, true, tag, false, 0, NULL, false, true));
+}
+
+static ssize_t tagged_senddata(struct fid_ep *fid, const void *buf, size_t len, void *desc,
+			       uint64_t data, fi_addr_t dest_addr, uint64_t tag, void *context)
+{
+	(void)desc;
+	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
+	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+	return LOCKED(send_locked(ep, &iov, 1, dest_addr, true, tag, true, data, context,
+				  tx_wanted(ep, ep->tx_op_flags), false));
+}
+
+static ssize_t tagged_injectdata(struct fid_ep *fid, const void *buf, size_t len,
+				 uint64_t data, fi_addr_t dest_addr, uint64_t tag)
+{
+	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
+	if (len > NICMSG_INJECT_SIZE)
+		return -FI_EMSGSIZE;
+	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+	return LOCKED(send_locked(ep, &iov, 1, dest_addr, true, tag, true, data, NULL, false, true));
+}
+
+static struct fi_ops ep_fid_ops = {
+	.size = sizeof(struct fi_ops),
+	.close = ep_close,
+	.bind = ep_bind,
+	.control = ep_control,
+	.ops_open = no_ops_open,
+};
+
+static struct fi_ops_ep ep_ops = {
+	.size = sizeof(struct fi_ops_ep),
+	.cancel = ep_cancel,
+	.getopt = ep_getopt,
+	.setopt = ep_setopt,
+	.tx_ctx = ep_ctx,
+	.rx_ctx = ep_rx_ctx,
+	.rx_size_left = ep_size_left,
+	.tx_size_left = ep_size_left,
+};
+
+static struct fi_ops_cm cm_ops = {
+	.size = sizeof(struct fi_ops_cm),
+	.setname = cm_setname,
+	.getname = cm_getname,
+	.getpeer = cm_getpeer,
+	.connect = cm_connect,
+	.listen = cm_listen,
+	.accept = cm_accept,
+	.reject = cm_reject,
+	.shutdown = cm_shutdown,
+	.join = cm_join,
+};
+
+static struct fi_ops_msg msg_ops = {
+	.size = sizeof(struct fi_ops_msg),
+	.recv = msg_recv,
+	.recvv = msg_recvv,
+	.recvmsg = msg_recvmsg,
+	.send = msg_send,
+	.sendv = msg_sendv,
+	.sendmsg = msg_sendmsg,
+	.inject = msg_inject,
+	.senddata = msg_senddata,
+	.injectdata = msg_injectdata,
+};
+
+static struct fi_ops_tagged tagged_ops = {
+	.size = sizeof(struct fi_ops_tagged),
+	.recv = tagged_recv,
+	.recvv = tagged_recvv,
+	.recvmsg = tagged_recvmsg,
+	.send = tagged_send,
+	.sendv = tagged_sendv,
+	.sendmsg = tagged_sendmsg,
+	.inject = tagged_inject,
+	.senddata = tagged_senddata,
+	.injectdata = tagged_injectdata,
+};
+
+/* The address the endpoint binds: NICMSG_BIND_IP if set, else loopback; any free port. */
+static void bind_address(struct sockaddr_in *bind)
+{
+	memset(bind, 0, sizeof(*bind));
+	bind->sin_family = AF_INET;
+	bind->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	const char *ip = getenv("NICMSG_BIND_IP");
+	if (ip && *ip && inet_pton(AF_INET, ip, &bind->sin_addr) != 1)
+		fprintf(stderr, "nicmsg provider: NICMSG_BIND_IP=%s is not an IPv4 address; "
+				"binding loopback\n", ip);
+}
+
+static int domain_endpoint(struct fid_domain *domain, struct fi_info *info,
+			   struct fid_ep **out, void *context)
+{
+	(void)domain;
+	if (info && info->ep_attr && info->ep_attr->type != FI_EP_RDM &&
+	    info->ep_attr->type != FI_EP_UNSPEC)
+		return -FI_EINVAL;
+	struct nicmsg_ep *ep = calloc(1, sizeof(*ep));
+	if (!ep)
+		return -FI_ENOMEM;
+	struct sockaddr_in bind;
+	bind_address(&bind);
+	char reason[256] = "";
+	ep->engine = LOCKED(nf_open(&bind, reason, sizeof(reason)));
+	if (!ep->engine) {
+		fprintf(stderr, "nicmsg provider: cannot open an endpoint: %s\n", reason);
+		free(ep);
+		return -FI_EOTHER;
+	}
+	uint64_t caps = info ? info->caps : nicmsg_caps;
+	ep->directed = caps & FI_DIRECTED_RECV;
+	ep->tx_op_flags = info && info->tx_attr ? info->tx_attr->op_flags : 0;
+	ep->rx_op_flags = info && info->rx_attr ? info->rx_attr->op_flags : 0;
+	ep->ep.fid.fclass = FI_CLASS_EP;
+	ep->ep.fid.context = context;
+	ep->ep.fid.ops = &ep_fid_ops;
+	ep->ep.ops = &ep_ops;
+	ep->ep.cm = &cm_ops;
+	ep->ep.msg = &msg_ops;
+	ep->ep.tagged = &tagged_ops;
+	ep->ep.rma = &no_rma;
+	ep->ep.atomic = &no_atomic;
+	ep->ep.collective = &no_collective;
+	*out = &ep->ep;
+	return 0;
+}
+
+/* ---- Domain ---- */
+
+static int domain_close(struct fid *fid)
+{
+	struct nicmsg_domain *domain = (struct nicmsg_domain *)fid;
+	fi_freeinfo(domain->info);
+	free(domain);
+	return 0;
+}
+
+static int domain_scalable_ep(struct fid_domain *domain, struct fi_info *info,
+			      struct fid_ep **sep, void *context)
+{
+	(void)domain, (void)info, (void)sep, (void)context;
+	return -FI_ENOSYS;
+}
+
+static int domain_cntr_open(struct fid_domain *domain, struct fi_cntr_attr *attr,
+			    struct fid_cntr **cntr, void *context)
+{
+	(void)domain, (void)attr, (void)cntr, (void)context;
+	return -FI_ENOSYS;
+}
+
+static int domain_poll_open(struct fid_domain *domain, struct fi_poll_attr *attr,
+			    struct fid_poll **pollset)
+{
+	(void)domain, (void)attr, (void)pollset;
+	return -FI_ENOSYS;
+}
+
+static int domain_stx_ctx(struct fid_domain *domain, struct fi_tx_attr *attr,
+			  struct fid_stx **stx, void *context)
+{
+	(void)domain, (void)attr, (void)stx, (void)context;
+	return -FI_ENOSYS;
+}
+
+static int domain_srx_ctx(struct fid_domain *domain, struct fi_rx_attr *attr,
+			  struct fid_ep **rx_ep, void *context)
+{
+	(void)domain, (void)attr, (void)rx_ep, (void)context;
+	return -FI_ENOSYS;
+}
+
+static int domain_query_atomic(struct fid_domain *domain, enum fi_datatype datatype,
+			       enum fi_op op, struct fi_atomic_attr *attr, uint64_t flags)
+{
+	(void)domain, (void)datatype, (void)op, (void)attr, (void)flags;
+	return -FI_ENOSYS;
+}
+
+static int domain_query_collective(struct fid_domain *domain, enum fi_collective_op coll,
+				   struct fi_collective_attr *attr, uint64_t flags)
+{
+	(void)domain, (void)coll, (void)attr, (void)flags;
+	return -FI_ENOSYS;
+}
+
+static int domain_endpoint2(struct fid_domain *domain, struct fi_info *info,
+			    struct fid_ep **ep, uint64_t flags, void *context)
+{
+	if (flags)
+		return -FI_ENOSYS;
+	return domain_endpoint(domain, info, ep, context);
+}
+
+static int mr_reg(struct fid *fid, const void *buf, size_t len, uint64_t access,
+		  uint64_t offset, uint64_t requested_key, uint64_t flags, struct fid_mr **mr,
+		  void *context)
+{
+	(void)fid, (void)buf, (void)len, (void)access, (void)offset, (void)requested_key,
+		(void)flags, (void)mr, (void)context;
+	return -FI_ENOSYS;
+}
+
+static int mr_regv(struct fid *fid, const struct iovec *iov, size_t count, uint64_t access,
+		   uint64_t offset, uint64_t requested_key, uint64_t flags, struct fid_mr **mr,
+		   void *context)
+{
+	(void)fid, (void)iov, (void)count, (void)access, (void)offset, (void)requested_key,
+		(void)flags, (void)mr, (void)context;
+	return -FI_ENOSYS;
+}
+
+static int mr_regattr(struct fid *fid, const struct fi_mr_attr *attr, uint64_t flags,
+		      struct fid_mr **mr)
+{
+	(void)fid, (void)attr, (void)flags, (void)mr;
+	return -FI_ENOSYS;
+}
+
+static struct fi_ops domain_fid_ops = {
+	.size = sizeof(struct fi_ops),
+	.close = domain_close,
+	.bind = no_bind,
+	.control = no_control,
+	.ops_open = no_ops_open,
+};
+
+static struct fi_ops_domain domain_ops = {
+	.size = sizeof(struct fi_ops_domain),
+	.av_open = domain_av_open,
+	.cq_open = domain_cq_open,
+	.endpoint = domain_endpoint,
+	.scalable_ep = domain_scalable_ep,
+	.cntr_open = domain_cntr_open,
+	.poll_open = domain_poll_open,
+	.stx_ctx = domain_stx_ctx,
+	.srx_ctx = domain_srx_ctx,
+	.query_atomic = domain_query_atomic,
+	.query_collective = domain_query_collective,
+	.endpoint2 = domain_endpoint2,
+};
+
+static struct fi_ops_mr mr_ops = {
+	.size = sizeof(struct fi_ops_mr),
+	.reg = mr_reg,
+	.regv = mr_regv,
+	.regattr = mr_regattr,
+};
+
+static int fabric_domain(struct fid_fabric *fabric, struct fi_info *info,
+			 struct fid_domain **out, void *context)
+{
+	(void)fabric;
+	if (info && info->domain_attr && info->domain_attr->name &&
+	    strcmp(info->domain_attr->name, NICMSG_DOMAIN_NAME))
+		return -FI_EINVAL;
+	struct nicmsg_domain *domain = calloc(1, sizeof(*domain));
+	if (!domain)
+		return -FI_ENOMEM;
+	domain->info = info ? fi_dupinfo(info) : NULL;
+	domain->domain.fid.fclass = FI_CLASS_DOMAIN;
+	domain->domain.fid.context = context;
+	domain->domain.fid.ops = &domain_fid_ops;
+	domain->domain.ops = &domain_ops;
+	domain->domain.mr = &mr_ops;
+	*out = &domain->domain;
+	return 0;
+}
+
+/* ---- Event queue (fi_pingpong opens one; nothing of an RDM endpoint reports there) ---- */
+
+static ssize_t eq_read(struct fid_eq *eq, uint32_t *event, void *buf, size_t len,
+		       uint64_t flags)
+{
+	(void)eq, (void)event, (void)buf, (void)len, (void)flags;
+	return -FI_EAGAIN;
+}
+
+static ssize_t eq_readerr(struct fid_eq *eq, struct fi_eq_err_entry *buf, uint64_t flags)
+{
+	(void)eq, (void)buf, (void)flags;
+	return -FI_EAGAIN;
+}
+
+static ssize_t eq_write(struct fid_eq *eq, uint32_t event, const void *buf, size_t len,
+			uint64_t flags)
+{
+	(void)eq, (void)event, (void)buf, (void)len, (void)flags;
+	return -FI_ENOSYS;
+}
+
+static ssize_t eq_sread(struct fid_eq *eq, uint32_t *event, void *buf, size_t len,
+			int timeout, uint64_t flags)
+{
+	(void)eq, (void)event, (void)buf, (void)len, (void)timeout, (void)flags;
+	return -FI_EAGAIN;
+}
+
+static const char *eq_strerror(struct fid_eq *eq, int prov_errno, const void *err_data,
+			       char *buf, size_t len)
+{
+	(void)eq, (void)err_data;
+	const char *text = fi_strerror(prov_errno);
+	if (buf && len) {
+		snprintf(buf, len, "%s", text);
+		return buf;
+	}
+	return text;
+}
+
+static int eq_close(struct fid *fid)
+{
+	free(fid);
+	return 0;
+}
+
+static struct fi_ops eq_fid_ops = {
+	.size = sizeof(struct fi_ops),
+	.close = eq_close,
+	.bind = no_bind,
+	.control = no_control,
+	.ops_open = no_ops_open,
+};
+
+static struct fi_ops_eq eq_ops = {
+	.size = sizeof(struct fi_ops_eq),
+	.read = eq_read,
+	.readerr = eq_readerr,
+	.write = eq_write,
+	.sread = eq_sread,
+	.strerror = eq_strerror,
+};
+
+static int fabric_eq_open(struct fid_fabric *fabric, struct fi_eq_attr *attr,
+			  struct fid_eq **out, void *context)
+{
+	(void)fabric, (void)attr;
+	struct nicmsg_eq *eq = calloc(1, sizeof(*eq));
+	if (!eq)
+		return -FI_ENOMEM;
+	eq->eq.fid.fclass = FI_CLASS_EQ;
+	eq->eq.fid.context = context;
+	eq->eq.fid.ops = &eq_fid_ops;
+	eq->eq.ops = &eq_ops;
+	*out = &eq->eq;
+	return 0;
+}
+
+/* ---- Fabric ---- */
+
+static int fabric_passive_ep(struct fid_fabric *fabric, struct fi_info *info,
+			     struct fid_pep **pep, void *context)
+{
+	(void)fabric, (void)info, (void)pep, (void)context;
+	return -FI_ENOSYS;
+}
+
+static int fabric_wait_open(struct fid_fabric *fabric, struct fi_wait_attr *attr,
+			    struct fid_wait **waitset)
+{
+	(void)fabric, (void)attr, (void)waitset;
+	return -FI_ENOSYS;
+}
+
+static int fabric_trywait(struct fid_fabric *fabric, struct fid **fids, int count)
+{
+	(void)fabric, (void)fids, (void)count;
+	return -FI_ENOSYS;
+}
+
+static int fabric_domain2(struct fid_fabric *fabric, struct fi_info *info,
+			  struct fid_domain **domain, uint64_t flags, void *context)
+{
+	if (flags)
+		return -FI_ENOSYS;
+	return fabric_domain(fabric, info, domain, context);
+}
+
+static int fabric_close(struct fid *fid)
+{
+	free(fid);
+	return 0;
+}
+
+static struct fi_ops fabric_fid_ops = {
+	.size = sizeof(struct fi_ops),
+	.close = fabric_close,
+	.bind = no_bind,
+	.control = no_control,
+	.ops_open = no_ops_open,
+};
+
+static struct fi_ops_fabric fabric_ops = {
+	.size = sizeof(struct fi_ops_fabric),
+	.domain = fabric_domain,
+	.passive_ep = fabric_passive_ep,
+	.eq_open = fabric_eq_open,
+	.wait_open = fabric_wait_open,
+	.trywait = fabric_trywait,
+	.domain2 = fabric_domain2,
+};
+
+static int nicmsg_fabric(struct fi_fabric_attr *attr, struct fid_fabric **out, void *context)
+{
+	if (attr && attr->name && strcmp(attr->name, NICMSG_FABRIC_NAME))
+		return -FI_ENODATA;
+	struct nicmsg_fabric *fabric = calloc(1, sizeof(*fabric));
+	if (!fabric)
+		return -FI_ENOMEM;
+	fabric->fabric.fid.fclass = FI_CLASS_FABRIC;
+	fabric->fabric.fid.context = context;
+	fabric->fabric.fid.ops = &fabric_fid_ops;
+	fabric->fabric.ops = &fabric_ops;
+	*out = &fabric->fabric;
+	return 0;
+}
+
+static struct fi_provider nicmsg_provider = {
+	.version = NICMSG_PROVIDER_VERSION,
+	.fi_version = FI_VERSION(1, 17),
+	.name = "nicmsg",
+	.getinfo = nicmsg_getinfo,
+	.fabric = nicmsg_fabric,
+	.cleanup = NULL,
+};
+
+/* libfabric's entry point, `fi_prov_ini`, is exported by the Rust half (src/lib.rs): a Rust
+ * library exports only its own symbols, and this call keeps this file in it. */
+struct fi_provider *nicmsg_provider_ini(void)
+{
+	return &nicmsg_provider;
+}
