@@ -67,8 +67,15 @@ struct Pending {
     _copy: Option<Box<[u8]>>,
     context: *mut c_void,
     buf: *mut c_void,
+    kind: Kind,
+}
+
+/// What kind of operation a completion reports.
+#[derive(Debug, Clone, Copy)]
+struct Kind {
     is_send: bool,
     tagged: bool,
+    /// A successful completion goes to the queue (libfabric's selective completion).
     wanted: bool,
 }
 
@@ -102,6 +109,29 @@ impl FabricEndpoint {
             return Err(fi_errno::EAGAIN);
         }
         Ok(())
+    }
+
+    /// Keeps a posted operation until it completes; a refused post is answered at once.
+    fn track(
+        &mut self,
+        posted: Result<Request<'static>, Error>,
+        copy: Option<Box<[u8]>>,
+        (context, buf): (*mut c_void, *mut c_void),
+        kind: Kind,
+    ) -> c_int {
+        match posted {
+            Ok(request) => {
+                self.pending.push(Pending {
+                    request,
+                    _copy: copy,
+                    context,
+                    buf,
+                    kind,
+                });
+                0
+            }
+            Err(error) => post_error(&error),
+        }
     }
 
     fn finished(&mut self, out: &mut [MaybeUninit<NfCompletion>]) -> usize {
@@ -141,10 +171,10 @@ fn completion(pending: &Pending, result: Result<(), Error>, delivery: &Delivery)
         tag: delivery.tag,
         data: u64::from(delivery.immediate.unwrap_or(0)),
         err,
-        is_send: u8::from(pending.is_send),
-        tagged: u8::from(pending.tagged),
+        is_send: u8::from(pending.kind.is_send),
+        tagged: u8::from(pending.kind.tagged),
         has_data: u8::from(delivery.immediate.is_some()),
-        wanted: u8::from(pending.wanted),
+        wanted: u8::from(pending.kind.wanted),
         source: socket_address(delivery.address),
     }
 }
@@ -204,6 +234,18 @@ unsafe fn pieces(iov: *const libc::iovec, count: usize) -> Result<Vec<&'static m
         return Err(fi_errno::EMSGSIZE);
     }
     Ok(out)
+}
+
+/// The first piece's address, which a completion reports as `buf`.
+///
+/// # Safety
+/// `iov` is null or holds `count` iovecs.
+unsafe fn first_base(iov: *const libc::iovec, count: usize) -> *mut c_void {
+    if iov.is_null() || count == 0 {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: `iov` holds at least one iovec (the caller's contract and the check above).
+    unsafe { (*iov).iov_base }
 }
 
 fn space(tagged: c_int) -> Space {
@@ -353,27 +395,14 @@ pub unsafe extern "C" fn nf_send(
         let posted = endpoint
             .endpoint()
             .isend(&sent, to, (space(tagged), tag), immediate);
-        match posted {
-            Ok(request) => {
-                let buf = if iov.is_null() || count == 0 {
-                    std::ptr::null_mut()
-                } else {
-                    // SAFETY: `iov` holds at least one iovec (checked).
-                    unsafe { (*iov).iov_base }
-                };
-                endpoint.pending.push(Pending {
-                    request,
-                    _copy: copy,
-                    context,
-                    buf,
-                    is_send: true,
-                    tagged: tagged != 0,
-                    wanted: wanted != 0,
-                });
-                0
-            }
-            Err(error) => post_error(&error),
-        }
+        let kind = Kind {
+            is_send: true,
+            tagged: tagged != 0,
+            wanted: wanted != 0,
+        };
+        // SAFETY: the caller's contract.
+        let buf = unsafe { first_base(iov, count) };
+        endpoint.track(posted, copy, (context, buf), kind)
     })
 }
 
@@ -412,27 +441,14 @@ pub unsafe extern "C" fn nf_recv(
         let posted = endpoint
             .endpoint()
             .irecv(pieces, from, (space(tagged), wanted_tag));
-        match posted {
-            Ok(request) => {
-                let buf = if iov.is_null() || count == 0 {
-                    std::ptr::null_mut()
-                } else {
-                    // SAFETY: `iov` holds at least one iovec (checked).
-                    unsafe { (*iov).iov_base }
-                };
-                endpoint.pending.push(Pending {
-                    request,
-                    _copy: None,
-                    context,
-                    buf,
-                    is_send: false,
-                    tagged: tagged != 0,
-                    wanted: wanted != 0,
-                });
-                0
-            }
-            Err(error) => post_error(&error),
-        }
+        let kind = Kind {
+            is_send: false,
+            tagged: tagged != 0,
+            wanted: wanted != 0,
+        };
+        // SAFETY: the caller's contract.
+        let buf = unsafe { first_base(iov, count) };
+        endpoint.track(posted, None, (context, buf), kind)
     })
 }
 

@@ -98,6 +98,14 @@ static pthread_mutex_t provider_lock = PTHREAD_MUTEX_INITIALIZER;
 		locked_result_;                                                             \
 	})
 
+/* An operation nicmsg does not offer: it answers `value` (-FI_ENOSYS, or what libfabric
+ * expects from an empty or optionless object), whatever it is given. */
+#define STUB(type, name, value, ...)                                                        \
+	static type name(__VA_ARGS__)                                                       \
+	{                                                                                   \
+		return value;                                                               \
+	}
+
 /* ---- Objects ---- */
 
 struct nicmsg_fabric {
@@ -152,32 +160,16 @@ struct nicmsg_ep {
 
 /* ---- Stubs for what nicmsg does not offer ---- */
 
-static int no_bind(struct fid *fid, struct fid *bfid, uint64_t flags)
-{
-	(void)fid, (void)bfid, (void)flags;
-	return -FI_ENOSYS;
-}
+STUB(int, no_bind, -FI_ENOSYS, struct fid *fid, struct fid *bfid, uint64_t flags)
 
-static int no_control(struct fid *fid, int command, void *arg)
-{
-	(void)fid, (void)command, (void)arg;
-	return -FI_ENOSYS;
-}
+STUB(int, no_control, -FI_ENOSYS, struct fid *fid, int command, void *arg)
 
-static int no_ops_open(struct fid *fid, const char *name, uint64_t flags, void **ops,
-		       void *context)
-{
-	(void)fid, (void)name, (void)flags, (void)ops, (void)context;
-	return -FI_ENOSYS;
-}
+STUB(int, no_ops_open, -FI_ENOSYS, struct fid *fid, const char *name, uint64_t flags, void **ops, void *context)
 
 /* A stub for the tables of operations nicmsg does not offer at all (RMA, atomics,
  * collectives): it returns -FI_ENOSYS whatever it is called with, which the x86-64 and
  * AArch64 calling conventions make safe for functions that only return. */
-static ssize_t no_operation(void)
-{
-	return -FI_ENOSYS;
-}
+STUB(ssize_t, no_operation, -FI_ENOSYS, void)
 #define NO_OP ((void *)no_operation)
 
 static struct fi_ops_rma no_rma = {
@@ -462,28 +454,11 @@ static const char *av_straddr(struct fid_av *fid, const void *addr, char *buf, s
 	return buf;
 }
 
-static int av_insertsvc(struct fid_av *av, const char *node, const char *service,
-			fi_addr_t *fi_addr, uint64_t flags, void *context)
-{
-	(void)av, (void)node, (void)service, (void)fi_addr, (void)flags, (void)context;
-	return -FI_ENOSYS;
-}
+STUB(int, av_insertsvc, -FI_ENOSYS, struct fid_av *av, const char *node, const char *service, fi_addr_t *fi_addr, uint64_t flags, void *context)
 
-static int av_insertsym(struct fid_av *av, const char *node, size_t nodecnt,
-			const char *service, size_t svccnt, fi_addr_t *fi_addr, uint64_t flags,
-			void *context)
-{
-	(void)av, (void)node, (void)nodecnt, (void)service, (void)svccnt, (void)fi_addr,
-		(void)flags, (void)context;
-	return -FI_ENOSYS;
-}
+STUB(int, av_insertsym, -FI_ENOSYS, struct fid_av *av, const char *node, size_t nodecnt, const char *service, size_t svccnt, fi_addr_t *fi_addr, uint64_t flags, void *context)
 
-static int av_set(struct fid_av *av, struct fi_av_set_attr *attr, struct fid_av_set **av_set,
-		  void *context)
-{
-	(void)av, (void)attr, (void)av_set, (void)context;
-	return -FI_ENOSYS;
-}
+STUB(int, av_set, -FI_ENOSYS, struct fid_av *av, struct fi_av_set_attr *attr, struct fid_av_set **av_set, void *context)
 
 static struct fi_ops av_fid_ops = {
 	.size = sizeof(struct fi_ops),
@@ -877,37 +852,15 @@ static ssize_t ep_cancel(fid_t fid, void *context)
 	return LOCKED(nf_cancel(ep->engine, context));
 }
 
-static int ep_getopt(fid_t fid, int level, int optname, void *optval, size_t *optlen)
-{
-	(void)fid, (void)level, (void)optname, (void)optval, (void)optlen;
-	return -FI_ENOPROTOOPT;
-}
+STUB(int, ep_getopt, -FI_ENOPROTOOPT, fid_t fid, int level, int optname, void *optval, size_t *optlen)
 
-static int ep_setopt(fid_t fid, int level, int optname, const void *optval, size_t optlen)
-{
-	(void)fid, (void)level, (void)optname, (void)optval, (void)optlen;
-	return -FI_ENOPROTOOPT;
-}
+STUB(int, ep_setopt, -FI_ENOPROTOOPT, fid_t fid, int level, int optname, const void *optval, size_t optlen)
 
-static int ep_ctx(struct fid_ep *sep, int index, struct fi_tx_attr *attr,
-		  struct fid_ep **tx_ep, void *context)
-{
-	(void)sep, (void)index, (void)attr, (void)tx_ep, (void)context;
-	return -FI_ENOSYS;
-}
+STUB(int, ep_ctx, -FI_ENOSYS, struct fid_ep *sep, int index, struct fi_tx_attr *attr, struct fid_ep **tx_ep, void *context)
 
-static int ep_rx_ctx(struct fid_ep *sep, int index, struct fi_rx_attr *attr,
-		     struct fid_ep **rx_ep, void *context)
-{
-	(void)sep, (void)index, (void)attr, (void)rx_ep, (void)context;
-	return -FI_ENOSYS;
-}
+STUB(int, ep_rx_ctx, -FI_ENOSYS, struct fid_ep *sep, int index, struct fi_rx_attr *attr, struct fid_ep **rx_ep, void *context)
 
-static ssize_t ep_size_left(struct fid_ep *ep)
-{
-	(void)ep;
-	return -FI_ENOSYS;
-}
+STUB(ssize_t, ep_size_left, -FI_ENOSYS, struct fid_ep *ep)
 
 static int cm_getname(fid_t fid, void *addr, size_t *addrlen)
 {
@@ -924,54 +877,21 @@ static int cm_getname(fid_t fid, void *addr, size_t *addrlen)
 	return 0;
 }
 
-static int cm_setname(fid_t fid, void *addr, size_t addrlen)
-{
-	(void)fid, (void)addr, (void)addrlen;
-	return -FI_ENOSYS;
-}
+STUB(int, cm_setname, -FI_ENOSYS, fid_t fid, void *addr, size_t addrlen)
 
-static int cm_getpeer(struct fid_ep *ep, void *addr, size_t *addrlen)
-{
-	(void)ep, (void)addr, (void)addrlen;
-	return -FI_ENOSYS;
-}
+STUB(int, cm_getpeer, -FI_ENOSYS, struct fid_ep *ep, void *addr, size_t *addrlen)
 
-static int cm_connect(struct fid_ep *ep, const void *addr, const void *param, size_t paramlen)
-{
-	(void)ep, (void)addr, (void)param, (void)paramlen;
-	return -FI_ENOSYS;
-}
+STUB(int, cm_connect, -FI_ENOSYS, struct fid_ep *ep, const void *addr, const void *param, size_t paramlen)
 
-static int cm_listen(struct fid_pep *pep)
-{
-	(void)pep;
-	return -FI_ENOSYS;
-}
+STUB(int, cm_listen, -FI_ENOSYS, struct fid_pep *pep)
 
-static int cm_accept(struct fid_ep *ep, const void *param, size_t paramlen)
-{
-	(void)ep, (void)param, (void)paramlen;
-	return -FI_ENOSYS;
-}
+STUB(int, cm_accept, -FI_ENOSYS, struct fid_ep *ep, const void *param, size_t paramlen)
 
-static int cm_reject(struct fid_pep *pep, fid_t handle, const void *param, size_t paramlen)
-{
-	(void)pep, (void)handle, (void)param, (void)paramlen;
-	return -FI_ENOSYS;
-}
+STUB(int, cm_reject, -FI_ENOSYS, struct fid_pep *pep, fid_t handle, const void *param, size_t paramlen)
 
-static int cm_shutdown(struct fid_ep *ep, uint64_t flags)
-{
-	(void)ep, (void)flags;
-	return -FI_ENOSYS;
-}
+STUB(int, cm_shutdown, -FI_ENOSYS, struct fid_ep *ep, uint64_t flags)
 
-static int cm_join(struct fid_ep *ep, const void *addr, uint64_t flags, struct fid_mc **mc,
-		   void *context)
-{
-	(void)ep, (void)addr, (void)flags, (void)mc, (void)context;
-	return -FI_ENOSYS;
-}
+STUB(int, cm_join, -FI_ENOSYS, struct fid_ep *ep, const void *addr, uint64_t flags, struct fid_mc **mc, void *context)
 
 /* -- moving messages -- */
 
@@ -1353,54 +1273,19 @@ static int domain_close(struct fid *fid)
 	return 0;
 }
 
-static int domain_scalable_ep(struct fid_domain *domain, struct fi_info *info,
-			      struct fid_ep **sep, void *context)
-{
-	(void)domain, (void)info, (void)sep, (void)context;
-	return -FI_ENOSYS;
-}
+STUB(int, domain_scalable_ep, -FI_ENOSYS, struct fid_domain *domain, struct fi_info *info, struct fid_ep **sep, void *context)
 
-static int domain_cntr_open(struct fid_domain *domain, struct fi_cntr_attr *attr,
-			    struct fid_cntr **cntr, void *context)
-{
-	(void)domain, (void)attr, (void)cntr, (void)context;
-	return -FI_ENOSYS;
-}
+STUB(int, domain_cntr_open, -FI_ENOSYS, struct fid_domain *domain, struct fi_cntr_attr *attr, struct fid_cntr **cntr, void *context)
 
-static int domain_poll_open(struct fid_domain *domain, struct fi_poll_attr *attr,
-			    struct fid_poll **pollset)
-{
-	(void)domain, (void)attr, (void)pollset;
-	return -FI_ENOSYS;
-}
+STUB(int, domain_poll_open, -FI_ENOSYS, struct fid_domain *domain, struct fi_poll_attr *attr, struct fid_poll **pollset)
 
-static int domain_stx_ctx(struct fid_domain *domain, struct fi_tx_attr *attr,
-			  struct fid_stx **stx, void *context)
-{
-	(void)domain, (void)attr, (void)stx, (void)context;
-	return -FI_ENOSYS;
-}
+STUB(int, domain_stx_ctx, -FI_ENOSYS, struct fid_domain *domain, struct fi_tx_attr *attr, struct fid_stx **stx, void *context)
 
-static int domain_srx_ctx(struct fid_domain *domain, struct fi_rx_attr *attr,
-			  struct fid_ep **rx_ep, void *context)
-{
-	(void)domain, (void)attr, (void)rx_ep, (void)context;
-	return -FI_ENOSYS;
-}
+STUB(int, domain_srx_ctx, -FI_ENOSYS, struct fid_domain *domain, struct fi_rx_attr *attr, struct fid_ep **rx_ep, void *context)
 
-static int domain_query_atomic(struct fid_domain *domain, enum fi_datatype datatype,
-			       enum fi_op op, struct fi_atomic_attr *attr, uint64_t flags)
-{
-	(void)domain, (void)datatype, (void)op, (void)attr, (void)flags;
-	return -FI_ENOSYS;
-}
+STUB(int, domain_query_atomic, -FI_ENOSYS, struct fid_domain *domain, enum fi_datatype datatype, enum fi_op op, struct fi_atomic_attr *attr, uint64_t flags)
 
-static int domain_query_collective(struct fid_domain *domain, enum fi_collective_op coll,
-				   struct fi_collective_attr *attr, uint64_t flags)
-{
-	(void)domain, (void)coll, (void)attr, (void)flags;
-	return -FI_ENOSYS;
-}
+STUB(int, domain_query_collective, -FI_ENOSYS, struct fid_domain *domain, enum fi_collective_op coll, struct fi_collective_attr *attr, uint64_t flags)
 
 static int domain_endpoint2(struct fid_domain *domain, struct fi_info *info,
 			    struct fid_ep **ep, uint64_t flags, void *context)
@@ -1410,30 +1295,11 @@ static int domain_endpoint2(struct fid_domain *domain, struct fi_info *info,
 	return domain_endpoint(domain, info, ep, context);
 }
 
-static int mr_reg(struct fid *fid, const void *buf, size_t len, uint64_t access,
-		  uint64_t offset, uint64_t requested_key, uint64_t flags, struct fid_mr **mr,
-		  void *context)
-{
-	(void)fid, (void)buf, (void)len, (void)access, (void)offset, (void)requested_key,
-		(void)flags, (void)mr, (void)context;
-	return -FI_ENOSYS;
-}
+STUB(int, mr_reg, -FI_ENOSYS, struct fid *fid, const void *buf, size_t len, uint64_t access, uint64_t offset, uint64_t requested_key, uint64_t flags, struct fid_mr **mr, void *context)
 
-static int mr_regv(struct fid *fid, const struct iovec *iov, size_t count, uint64_t access,
-		   uint64_t offset, uint64_t requested_key, uint64_t flags, struct fid_mr **mr,
-		   void *context)
-{
-	(void)fid, (void)iov, (void)count, (void)access, (void)offset, (void)requested_key,
-		(void)flags, (void)mr, (void)context;
-	return -FI_ENOSYS;
-}
+STUB(int, mr_regv, -FI_ENOSYS, struct fid *fid, const struct iovec *iov, size_t count, uint64_t access, uint64_t offset, uint64_t requested_key, uint64_t flags, struct fid_mr **mr, void *context)
 
-static int mr_regattr(struct fid *fid, const struct fi_mr_attr *attr, uint64_t flags,
-		      struct fid_mr **mr)
-{
-	(void)fid, (void)attr, (void)flags, (void)mr;
-	return -FI_ENOSYS;
-}
+STUB(int, mr_regattr, -FI_ENOSYS, struct fid *fid, const struct fi_mr_attr *attr, uint64_t flags, struct fid_mr **mr)
 
 static struct fi_ops domain_fid_ops = {
 	.size = sizeof(struct fi_ops),
@@ -1487,32 +1353,13 @@ static int fabric_domain(struct fid_fabric *fabric, struct fi_info *info,
 
 /* ---- Event queue (fi_pingpong opens one; nothing of an RDM endpoint reports there) ---- */
 
-static ssize_t eq_read(struct fid_eq *eq, uint32_t *event, void *buf, size_t len,
-		       uint64_t flags)
-{
-	(void)eq, (void)event, (void)buf, (void)len, (void)flags;
-	return -FI_EAGAIN;
-}
+STUB(ssize_t, eq_read, -FI_EAGAIN, struct fid_eq *eq, uint32_t *event, void *buf, size_t len, uint64_t flags)
 
-static ssize_t eq_readerr(struct fid_eq *eq, struct fi_eq_err_entry *buf, uint64_t flags)
-{
-	(void)eq, (void)buf, (void)flags;
-	return -FI_EAGAIN;
-}
+STUB(ssize_t, eq_readerr, -FI_EAGAIN, struct fid_eq *eq, struct fi_eq_err_entry *buf, uint64_t flags)
 
-static ssize_t eq_write(struct fid_eq *eq, uint32_t event, const void *buf, size_t len,
-			uint64_t flags)
-{
-	(void)eq, (void)event, (void)buf, (void)len, (void)flags;
-	return -FI_ENOSYS;
-}
+STUB(ssize_t, eq_write, -FI_ENOSYS, struct fid_eq *eq, uint32_t event, const void *buf, size_t len, uint64_t flags)
 
-static ssize_t eq_sread(struct fid_eq *eq, uint32_t *event, void *buf, size_t len,
-			int timeout, uint64_t flags)
-{
-	(void)eq, (void)event, (void)buf, (void)len, (void)timeout, (void)flags;
-	return -FI_EAGAIN;
-}
+STUB(ssize_t, eq_sread, -FI_EAGAIN, struct fid_eq *eq, uint32_t *event, void *buf, size_t len, int timeout, uint64_t flags)
 
 static const char *eq_strerror(struct fid_eq *eq, int prov_errno, const void *err_data,
 			       char *buf, size_t len)
@@ -1566,25 +1413,11 @@ static int fabric_eq_open(struct fid_fabric *fabric, struct fi_eq_attr *attr,
 
 /* ---- Fabric ---- */
 
-static int fabric_passive_ep(struct fid_fabric *fabric, struct fi_info *info,
-			     struct fid_pep **pep, void *context)
-{
-	(void)fabric, (void)info, (void)pep, (void)context;
-	return -FI_ENOSYS;
-}
+STUB(int, fabric_passive_ep, -FI_ENOSYS, struct fid_fabric *fabric, struct fi_info *info, struct fid_pep **pep, void *context)
 
-static int fabric_wait_open(struct fid_fabric *fabric, struct fi_wait_attr *attr,
-			    struct fid_wait **waitset)
-{
-	(void)fabric, (void)attr, (void)waitset;
-	return -FI_ENOSYS;
-}
+STUB(int, fabric_wait_open, -FI_ENOSYS, struct fid_fabric *fabric, struct fi_wait_attr *attr, struct fid_wait **waitset)
 
-static int fabric_trywait(struct fid_fabric *fabric, struct fid **fids, int count)
-{
-	(void)fabric, (void)fids, (void)count;
-	return -FI_ENOSYS;
-}
+STUB(int, fabric_trywait, -FI_ENOSYS, struct fid_fabric *fabric, struct fid **fids, int count)
 
 static int fabric_domain2(struct fid_fabric *fabric, struct fi_info *info,
 			  struct fid_domain **domain, uint64_t flags, void *context)
