@@ -813,12 +813,13 @@ fn complete_descriptor(
             tag,
             message_len,
             buffer_len,
+            immediate,
         }) => {
             let status = nicmsg_proto::Status {
                 peer: source_rank,
                 tag,
                 len: message_len,
-                immediate: None,
+                immediate,
             };
             fill_status(d, &status);
             d.buffer_len = buffer_len;

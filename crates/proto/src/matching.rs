@@ -160,6 +160,7 @@ impl Core {
                 tag,
                 message_len,
                 buffer_len,
+                immediate: entry.immediate,
             };
             self.fail_recv(recv, error);
             if let Some(send) = self.rx[incoming].local_send {

@@ -144,6 +144,9 @@ pub enum OpError {
         tag: Tag,
         message_len: u64,
         buffer_len: u64,
+        /// The message's immediate data: a receiver learns who sent it from there (Open MPI
+        /// sends its source rank in it), truncated or not.
+        immediate: Option<u32>,
     },
     #[error("peer rank {peer} is unreachable: it stopped answering after the retry limit")]
     PeerUnreachable { peer: Rank },

@@ -280,6 +280,8 @@ struct Deferred {
     context: Context,
     tag: Tag,
     len: u64,
+    /// The immediate data the completion reported.
+    immediate: Option<u32>,
     post_index: u64,
     at: Nanos,
     /// Messages its bytes matched (`None`: truncated, no bytes).
@@ -770,6 +772,7 @@ impl Ledger {
                         context,
                         tag: status.tag,
                         len: status.len,
+                        immediate: status.immediate,
                         post_index,
                         at: now,
                         candidates: Some(matching),
@@ -855,6 +858,7 @@ impl Ledger {
                 tag: got_tag,
                 message_len,
                 buffer_len,
+                immediate,
             }) => {
                 if buffer_len != capacity || message_len <= capacity {
                     v.push(
@@ -895,6 +899,7 @@ impl Ledger {
                     context,
                     tag: got_tag,
                     len: message_len,
+                    immediate,
                     post_index,
                     at: now,
                     candidates: None,
@@ -979,6 +984,7 @@ impl Ledger {
                 self.msgs[m].context == d.context
                     && self.msgs[m].tag == d.tag
                     && self.msgs[m].len == d.len
+                    && self.msgs[m].immediate == d.immediate
                     && floor.is_none_or(|f| self.msgs[m].seq > f)
                     && d.candidates.as_ref().is_none_or_contains(m)
             });
@@ -1353,14 +1359,18 @@ mod tests {
         // Completions in reverse order: indistinguishable, so not an ordering violation.
         b.deliver(e1, 1, 5, 0, 10);
         b.deliver(e0, 0, 5, 0, 10);
-        let truncated = Err(OpError::Truncated {
-            source_rank: 0,
-            tag: 6,
-            message_len: 100,
-            buffer_len: 50,
-        });
-        b.complete(1, t1.0, truncated, 11);
-        b.complete(1, t0.0, truncated, 12);
+        // Each names its own message's immediate data (messages 2 and 3, in post order).
+        let truncated = |seq| {
+            Err(OpError::Truncated {
+                source_rank: 0,
+                tag: 6,
+                message_len: 100,
+                buffer_len: 50,
+                immediate: immediate_of(0, 1, seq),
+            })
+        };
+        b.complete(1, t1.0, truncated(3), 11);
+        b.complete(1, t0.0, truncated(2), 12);
         let shapes = [(5, 0), (5, 0), (6, 100), (6, 100)];
         for (seq, (send, (tag, len))) in sends.into_iter().zip(shapes).enumerate() {
             let immediate = immediate_of(0, 1, seq as u64);

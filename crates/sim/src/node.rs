@@ -547,6 +547,7 @@ fn result_of(outcome: &Outcome) -> Option<Result<Status, OpError>> {
             tag: outcome.status_tag,
             message_len: outcome.status_len,
             buffer_len: outcome.buffer_len,
+            immediate: outcome.status_immediate,
         }),
         ResultCode::PeerUnreachable => Err(OpError::PeerUnreachable {
             peer: outcome.status_peer,

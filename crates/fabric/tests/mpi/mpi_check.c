@@ -156,6 +156,9 @@ static void truncation(void)
 		int class;
 		MPI_Error_class(rc, &class);
 		CHECK(class == MPI_ERR_TRUNCATE, "a 2000-byte message into 100 bytes gave %d", class);
+		CHECK(status.MPI_SOURCE == 1 && status.MPI_TAG == 7,
+		      "the truncated receive names source %d tag %d", status.MPI_SOURCE,
+		      status.MPI_TAG);
 		rc = MPI_Recv(small, sizeof(small), MPI_BYTE, 1, 8, MPI_COMM_WORLD, &status);
 		CHECK(rc == MPI_SUCCESS, "the message after a truncated one failed: %d", rc);
 		verify(small, 10, 1, 7, "after truncation");
