@@ -172,6 +172,34 @@ STUB(int, no_ops_open, -FI_ENOSYS, struct fid *fid, const char *name, uint64_t f
 STUB(ssize_t, no_operation, -FI_ENOSYS, void)
 #define NO_OP ((void *)no_operation)
 
+/* The operations every object has: its own close, bind and control; no extra interfaces. */
+#define FID_OPS(name, close_fn, bind_fn, control_fn)                                        \
+	static struct fi_ops name = {                                                       \
+		.size = sizeof(struct fi_ops),                                              \
+		.close = close_fn,                                                          \
+		.bind = bind_fn,                                                            \
+		.control = control_fn,                                                      \
+		.ops_open = no_ops_open,                                                    \
+	}
+
+/* Closes an object that owns nothing but its own allocation (fabric, event queue). */
+static int free_close(struct fid *fid)
+{
+	free(fid);
+	return 0;
+}
+
+/* libfabric's text for an error code, in `buf` if the caller gave one. */
+static const char *error_text(int prov_errno, char *buf, size_t len)
+{
+	const char *text = fi_strerror(prov_errno);
+	if (buf && len) {
+		snprintf(buf, len, "%s", text);
+		return buf;
+	}
+	return text;
+}
+
 static struct fi_ops_rma no_rma = {
 	.size = sizeof(struct fi_ops_rma),
 	.read = NO_OP, .readv = NO_OP, .readmsg = NO_OP, .write = NO_OP, .writev = NO_OP,
@@ -460,13 +488,7 @@ STUB(int, av_insertsym, -FI_ENOSYS, struct fid_av *av, const char *node, size_t 
 
 STUB(int, av_set, -FI_ENOSYS, struct fid_av *av, struct fi_av_set_attr *attr, struct fid_av_set **av_set, void *context)
 
-static struct fi_ops av_fid_ops = {
-	.size = sizeof(struct fi_ops),
-	.close = av_close,
-	.bind = no_bind,
-	.control = no_control,
-	.ops_open = no_ops_open,
-};
+FID_OPS(av_fid_ops, av_close, no_bind, no_control);
 
 static struct fi_ops_av av_ops = {
 	.size = sizeof(struct fi_ops_av),
@@ -694,13 +716,8 @@ static int cq_signal(struct fid_cq *fid)
 static const char *cq_strerror(struct fid_cq *fid, int prov_errno, const void *err_data,
 			       char *buf, size_t len)
 {
-	(void)fid, (void)err_data;
-	const char *text = fi_strerror(prov_errno);
-	if (buf && len) {
-		snprintf(buf, len, "%s", text);
-		return buf;
-	}
-	return text;
+	(void)err_data;
+	return error_text(prov_errno, buf, len);
 }
 
 static int cq_close(struct fid *fid)
@@ -716,13 +733,7 @@ static int cq_close(struct fid *fid)
 	return 0;
 }
 
-static struct fi_ops cq_fid_ops = {
-	.size = sizeof(struct fi_ops),
-	.close = cq_close,
-	.bind = no_bind,
-	.control = no_control,
-	.ops_open = no_ops_open,
-};
+FID_OPS(cq_fid_ops, cq_close, no_bind, no_control);
 
 static struct fi_ops_cq cq_ops = {
 	.size = sizeof(struct fi_ops_cq),
@@ -1156,13 +1167,7 @@ static ssize_t tagged_injectdata(struct fid_ep *fid, const void *buf, size_t len
 	return LOCKED(send_locked(ep, &iov, 1, dest_addr, true, tag, true, data, NULL, false, true));
 }
 
-static struct fi_ops ep_fid_ops = {
-	.size = sizeof(struct fi_ops),
-	.close = ep_close,
-	.bind = ep_bind,
-	.control = ep_control,
-	.ops_open = no_ops_open,
-};
+FID_OPS(ep_fid_ops, ep_close, ep_bind, ep_control);
 
 static struct fi_ops_ep ep_ops = {
 	.size = sizeof(struct fi_ops_ep),
@@ -1301,13 +1306,7 @@ STUB(int, mr_regv, -FI_ENOSYS, struct fid *fid, const struct iovec *iov, size_t 
 
 STUB(int, mr_regattr, -FI_ENOSYS, struct fid *fid, const struct fi_mr_attr *attr, uint64_t flags, struct fid_mr **mr)
 
-static struct fi_ops domain_fid_ops = {
-	.size = sizeof(struct fi_ops),
-	.close = domain_close,
-	.bind = no_bind,
-	.control = no_control,
-	.ops_open = no_ops_open,
-};
+FID_OPS(domain_fid_ops, domain_close, no_bind, no_control);
 
 static struct fi_ops_domain domain_ops = {
 	.size = sizeof(struct fi_ops_domain),
@@ -1364,28 +1363,11 @@ STUB(ssize_t, eq_sread, -FI_EAGAIN, struct fid_eq *eq, uint32_t *event, void *bu
 static const char *eq_strerror(struct fid_eq *eq, int prov_errno, const void *err_data,
 			       char *buf, size_t len)
 {
-	(void)eq, (void)err_data;
-	const char *text = fi_strerror(prov_errno);
-	if (buf && len) {
-		snprintf(buf, len, "%s", text);
-		return buf;
-	}
-	return text;
+	(void)err_data;
+	return error_text(prov_errno, buf, len);
 }
 
-static int eq_close(struct fid *fid)
-{
-	free(fid);
-	return 0;
-}
-
-static struct fi_ops eq_fid_ops = {
-	.size = sizeof(struct fi_ops),
-	.close = eq_close,
-	.bind = no_bind,
-	.control = no_control,
-	.ops_open = no_ops_open,
-};
+FID_OPS(eq_fid_ops, free_close, no_bind, no_control);
 
 static struct fi_ops_eq eq_ops = {
 	.size = sizeof(struct fi_ops_eq),
@@ -1427,19 +1409,7 @@ static int fabric_domain2(struct fid_fabric *fabric, struct fi_info *info,
 	return fabric_domain(fabric, info, domain, context);
 }
 
-static int fabric_close(struct fid *fid)
-{
-	free(fid);
-	return 0;
-}
-
-static struct fi_ops fabric_fid_ops = {
-	.size = sizeof(struct fi_ops),
-	.close = fabric_close,
-	.bind = no_bind,
-	.control = no_control,
-	.ops_open = no_ops_open,
-};
+FID_OPS(fabric_fid_ops, free_close, no_bind, no_control);
 
 static struct fi_ops_fabric fabric_ops = {
 	.size = sizeof(struct fi_ops_fabric),
