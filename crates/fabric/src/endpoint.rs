@@ -15,7 +15,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use nicmsg::tagged::{Delivery, Space, TaggedEndpoint};
 use nicmsg::{Error, Options, Request};
-use nicmsg_proto::TagMatch;
+use nicmsg_proto::{TagMatch, MAX_SEGMENTS};
 
 /// libfabric's error codes used here (`rdma/fi_errno.h`; the first ones are errno's).
 mod fi_errno {
@@ -35,6 +35,10 @@ mod fi_errno {
 /// Past it a post answers `-FI_EAGAIN`, and libfabric programs read their completion queue
 /// and try again.
 const MAX_IN_FLIGHT: usize = 512;
+
+/// Copy buffers of injected sends kept for reuse: a burst of small sends (Open MPI injects
+/// every short `MPI_Send`) allocates none once warm; more in flight are allocated and freed.
+const COPY_POOL: usize = 64;
 
 /// The largest message: the protocol's largest (`nicmsg::dgram::MAX_DATAGRAM_BYTES`).
 const MAX_MESSAGE_BYTES: usize = nicmsg::dgram::MAX_DATAGRAM_BYTES;
@@ -63,8 +67,9 @@ pub struct NfCompletion {
 struct Pending {
     // Field order is drop order: the request lets go of the copy before the copy goes.
     request: Request<'static>,
-    /// A send's copy of the application's bytes (`fi_inject`: the buffer is reusable at once).
-    _copy: Option<Box<[u8]>>,
+    /// A send's copy of the application's bytes (`fi_inject`: the buffer is reusable at once),
+    /// back to the endpoint's pool when the send completes.
+    copy: Option<Vec<u8>>,
     context: *mut c_void,
     buf: *mut c_void,
     kind: Kind,
@@ -83,6 +88,8 @@ struct Kind {
 pub struct FabricEndpoint {
     // Field order is drop order: every request goes before the endpoint it borrows.
     pending: Vec<Pending>,
+    /// Copies of injected sends given back, for the next injects.
+    copies: Vec<Vec<u8>>,
     endpoint: Box<TaggedEndpoint>,
 }
 
@@ -91,7 +98,8 @@ impl FabricEndpoint {
         let options = Options::from_env()?;
         let capacity = options.dgram_peers;
         Ok(Self {
-            pending: Vec::new(),
+            pending: Vec::with_capacity(MAX_IN_FLIGHT),
+            copies: Vec::with_capacity(COPY_POOL),
             endpoint: Box::new(TaggedEndpoint::bind(bind, capacity, options)?),
         })
     }
@@ -115,7 +123,7 @@ impl FabricEndpoint {
     fn track(
         &mut self,
         posted: Result<Request<'static>, Error>,
-        copy: Option<Box<[u8]>>,
+        copy: Option<Vec<u8>>,
         (context, buf): (*mut c_void, *mut c_void),
         kind: Kind,
     ) -> c_int {
@@ -123,7 +131,7 @@ impl FabricEndpoint {
             Ok(request) => {
                 self.pending.push(Pending {
                     request,
-                    _copy: copy,
+                    copy,
                     context,
                     buf,
                     kind,
@@ -134,17 +142,33 @@ impl FabricEndpoint {
         }
     }
 
+    /// A copy buffer for an inject: one given back, or a new one.
+    fn copy_buffer(&mut self) -> Vec<u8> {
+        let mut copy = self.copies.pop().unwrap_or_default();
+        copy.clear();
+        copy
+    }
+
+    /// One turn of the engine, then the operations it finished, up to `out.len()`.
     fn finished(&mut self, out: &mut [MaybeUninit<NfCompletion>]) -> usize {
+        self.endpoint.progress();
         let mut written = 0;
         let mut index = 0;
         while index < self.pending.len() && written < out.len() {
-            let Some((result, delivery)) = self.pending[index].request.test_delivery() else {
+            let Some((result, delivery)) = self.pending[index].request.delivery_if_done() else {
                 index += 1;
                 continue;
             };
-            let pending = self.pending.remove(index);
+            // Completions need no order among operations that finished together.
+            let pending = self.pending.swap_remove(index);
             out[written].write(completion(&pending, result, &delivery));
             written += 1;
+            // The request is finished: the engine no longer reads the copy.
+            if let Some(copy) = pending.copy {
+                if self.copies.len() < COPY_POOL {
+                    self.copies.push(copy);
+                }
+            }
         }
         written
     }
@@ -204,36 +228,41 @@ unsafe fn address_of(address: *const libc::sockaddr_in) -> Option<SocketAddr> {
     )))
 }
 
-/// The pieces an iovec array describes, borrowed for as long as libfabric's contract keeps
-/// them valid (until the operation completes).
+/// The iovecs of an operation, checked: at most [`MAX_SEGMENTS`] pieces (the engine's
+/// descriptor holds no more) of at most [`MAX_MESSAGE_BYTES`] in all.
 ///
 /// # Safety
-/// `iov` points to `count` iovecs, each valid for reading (a send) or writing (a receive) of
-/// its length until the operation completes.
-unsafe fn pieces(iov: *const libc::iovec, count: usize) -> Result<Vec<&'static mut [u8]>, i32> {
+/// `iov` points to `count` iovecs that stay valid until the operation is posted.
+unsafe fn iovecs<'a>(iov: *const libc::iovec, count: usize) -> Result<&'a [libc::iovec], i32> {
     if count == 0 {
-        return Ok(Vec::new());
+        return Ok(&[]);
     }
-    if iov.is_null() {
+    if iov.is_null() || count > MAX_SEGMENTS {
         return Err(fi_errno::EINVAL);
     }
     // SAFETY: the caller's contract.
     let iov = unsafe { std::slice::from_raw_parts(iov, count) };
-    let mut out = Vec::with_capacity(count);
-    let mut total = 0usize;
-    for piece in iov {
-        total = total.saturating_add(piece.iov_len);
-        if piece.iov_len == 0 || piece.iov_base.is_null() {
-            out.push(<&mut [u8]>::default());
-            continue;
-        }
-        // SAFETY: the caller's contract (valid for its length until completion).
-        out.push(unsafe { std::slice::from_raw_parts_mut(piece.iov_base.cast(), piece.iov_len) });
-    }
+    let total = iov
+        .iter()
+        .fold(0usize, |sum, piece| sum.saturating_add(piece.iov_len));
     if total > MAX_MESSAGE_BYTES {
         return Err(fi_errno::EMSGSIZE);
     }
-    Ok(out)
+    Ok(iov)
+}
+
+/// The bytes an iovec describes, borrowed for as long as libfabric's contract keeps them
+/// valid (until the operation completes).
+///
+/// # Safety
+/// The iovec's memory is valid for reading and writing its length until then (for a send,
+/// it is only read).
+unsafe fn piece(iov: &libc::iovec) -> &'static mut [u8] {
+    if iov.iov_len == 0 || iov.iov_base.is_null() {
+        return &mut [];
+    }
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts_mut(iov.iov_base.cast(), iov.iov_len) }
 }
 
 /// The first piece's address, which a completion reports as `buf`.
@@ -340,16 +369,6 @@ pub unsafe extern "C" fn nf_name(ep: *mut c_void, out: *mut libc::sockaddr_in) -
     0
 }
 
-/// Whether the endpoint's engine progresses on its own thread.
-///
-/// # Safety
-/// `ep` is a live handle.
-#[no_mangle]
-pub unsafe extern "C" fn nf_auto_progress(ep: *mut c_void) -> c_int {
-    // SAFETY: the caller's contract.
-    unsafe { endpoint_mut(ep) }.map_or(0, |e| c_int::from(e.endpoint.progresses_on_its_own()))
-}
-
 /// Posts a send of the concatenation of `iov` to `to`. With `inject`, the bytes are copied
 /// first, so the caller may reuse them at once.
 ///
@@ -380,21 +399,34 @@ pub unsafe extern "C" fn nf_send(
             return -code;
         }
         // SAFETY: the caller's contract.
-        let pieces = match unsafe { pieces(iov, count) } {
-            Ok(pieces) => pieces,
+        let iovecs = match unsafe { iovecs(iov, count) } {
+            Ok(iovecs) => iovecs,
             Err(code) => return -code,
         };
-        let copy: Option<Box<[u8]>> = (inject != 0).then(|| pieces.concat().into_boxed_slice());
-        let sent: Vec<&'static [u8]> = match &copy {
-            // SAFETY: the copy is boxed (it never moves) and kept in the same `Pending` as
-            // the request, which lets go of it first.
-            Some(bytes) => vec![unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) }],
-            None => pieces.into_iter().map(|piece| &*piece).collect(),
+        let mut sent: [&'static [u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
+        let mut copy = None;
+        let pieces = if inject != 0 {
+            let mut bytes = endpoint.copy_buffer();
+            for iov in iovecs {
+                // SAFETY: the caller's contract (valid during this call for an inject).
+                bytes.extend_from_slice(unsafe { piece(iov) });
+            }
+            // SAFETY: the copy's heap memory neither moves nor changes while it is kept in
+            // the same `Pending` as the request, until the request has finished.
+            sent[0] = unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) };
+            copy = Some(bytes);
+            &sent[..1]
+        } else {
+            for (slot, iov) in sent.iter_mut().zip(iovecs) {
+                // SAFETY: the caller's contract (valid until the send completes).
+                *slot = unsafe { piece(iov) };
+            }
+            &sent[..iovecs.len()]
         };
         let immediate = (has_data != 0).then_some(data as u32);
         let posted = endpoint
             .endpoint()
-            .isend(&sent, to, (space(tagged), tag), immediate);
+            .isend(pieces, to, (space(tagged), tag), immediate);
         let kind = Kind {
             is_send: true,
             tagged: tagged != 0,
@@ -433,10 +465,12 @@ pub unsafe extern "C" fn nf_recv(
             return -code;
         }
         // SAFETY: the caller's contract.
-        let (pieces, from) = match (unsafe { pieces(iov, count) }, unsafe { address_of(from) }) {
-            (Ok(pieces), from) => (pieces, from),
+        let (iovecs, from) = match (unsafe { iovecs(iov, count) }, unsafe { address_of(from) }) {
+            (Ok(iovecs), from) => (iovecs, from),
             (Err(code), _) => return -code,
         };
+        // SAFETY: the caller's contract (valid for writing until the receive completes).
+        let pieces = iovecs.iter().map(|iov| unsafe { piece(iov) });
         let wanted_tag = TagMatch::from_masked(tag, ignore);
         let posted = endpoint
             .endpoint()

@@ -47,7 +47,7 @@
 /* Completion queue entries kept before `fi_cq_read` takes them: every entry belongs to an
  * operation the application posted (bounded by NICMSG_QUEUE_SIZE per endpoint) or to a peek,
  * so this is never reached by a well-formed program; past it, new completions wait in the
- * engine until the application reads. */
+ * engine until the application reads (`cq_room`). */
 #define NICMSG_CQ_MAX 65536
 /* Endpoints one completion queue serves (one with separate transmit and receive queues,
  * several sharing one). */
@@ -77,7 +77,6 @@ struct nf_completion {
 void *nf_open(const struct sockaddr_in *bind, char *reason, size_t reason_len);
 void nf_close(void *ep);
 int nf_name(void *ep, struct sockaddr_in *out);
-int nf_auto_progress(void *ep);
 int nf_send(void *ep, const struct iovec *iov, size_t count, const struct sockaddr_in *to,
 	    int tagged, uint64_t tag, int has_data, uint64_t data, void *context, int wanted,
 	    int inject);
@@ -524,25 +523,45 @@ static int domain_av_open(struct fid_domain *domain, struct fi_av_attr *attr,
 
 /* ---- Completion queue ---- */
 
-static bool cq_push(struct nicmsg_cq *cq, const struct nf_completion *entry)
+/* Makes room for `more` entries; false past NICMSG_CQ_MAX or when memory is short. */
+static bool cq_reserve(struct nicmsg_cq *cq, size_t more)
 {
-	if (cq->count == cq->capacity) {
-		if (cq->capacity >= NICMSG_CQ_MAX)
-			return false;
-		size_t capacity = cq->capacity ? cq->capacity * 2 : 256;
-		struct nf_completion *entries = malloc(capacity * sizeof(*entries));
-		if (!entries)
-			return false;
-		for (size_t i = 0; i < cq->count; i++)
-			entries[i] = cq->entries[(cq->head + i) % cq->capacity];
-		free(cq->entries);
-		cq->entries = entries;
-		cq->head = 0;
-		cq->capacity = capacity;
-	}
+	size_t needed = cq->count + more;
+	if (needed <= cq->capacity)
+		return true;
+	if (needed > NICMSG_CQ_MAX)
+		return false;
+	size_t capacity = cq->capacity ? cq->capacity : 256;
+	while (capacity < needed)
+		capacity *= 2;
+	struct nf_completion *entries = malloc(capacity * sizeof(*entries));
+	if (!entries)
+		return false;
+	for (size_t i = 0; i < cq->count; i++)
+		entries[i] = cq->entries[(cq->head + i) % cq->capacity];
+	free(cq->entries);
+	cq->entries = entries;
+	cq->head = 0;
+	cq->capacity = capacity;
+	return true;
+}
+
+/* How many of `wanted` entries the queue (if any) has room for now, reserved. */
+static size_t cq_room(struct nicmsg_cq *cq, size_t wanted)
+{
+	if (!cq)
+		return wanted;
+	size_t room = NICMSG_CQ_MAX - cq->count;
+	if (room > wanted)
+		room = wanted;
+	return cq_reserve(cq, room) ? room : 0;
+}
+
+/* Appends an entry to a queue with room reserved (cq_room). */
+static void cq_push(struct nicmsg_cq *cq, const struct nf_completion *entry)
+{
 	cq->entries[(cq->head + cq->count) % cq->capacity] = *entry;
 	cq->count++;
-	return true;
 }
 
 static void cq_pop(struct nicmsg_cq *cq)
@@ -560,15 +579,17 @@ static void cq_progress(struct nicmsg_cq *cq)
 		struct nicmsg_ep *ep = cq->eps[e];
 		if (!ep->engine)
 			continue;
-		size_t n = nf_poll(ep->engine, batch, NICMSG_POLL_BATCH);
+		/* Only as many as both queues can take: the rest wait in the engine until the
+		 * application reads, so no completion is ever dropped. */
+		size_t room = cq_room(ep->rx_cq, cq_room(ep->tx_cq, NICMSG_POLL_BATCH));
+		size_t n = nf_poll(ep->engine, batch, room);
 		for (size_t i = 0; i < n; i++) {
 			struct nicmsg_cq *to = batch[i].is_send ? ep->tx_cq : ep->rx_cq;
-			/* Errors are always reported; successes only where wanted. */
-			if (!to || (!batch[i].wanted && batch[i].err == 0))
-				continue;
-			if (!cq_push(to, &batch[i]))
-				fprintf(stderr, "nicmsg provider: completion queue over %d entries; "
-						"a completion was lost\n", NICMSG_CQ_MAX);
+			/* Successes only where wanted; errors of operations with a context always
+			 * (an inject has none, and libfabric reports nothing of it). */
+			bool reported = batch[i].wanted || (batch[i].err && batch[i].context);
+			if (to && reported)
+				cq_push(to, &batch[i]);
 		}
 	}
 }
@@ -974,6 +995,10 @@ static ssize_t peek_locked(struct nicmsg_ep *ep, const struct fi_msg_tagged *msg
 		return -FI_EOPBADSTATE;
 	if (flags & (FI_CLAIM | FI_DISCARD))
 		return -FI_ENOSYS;
+	if (!ep->rx_cq)
+		return -FI_ENOCQ;
+	if (!cq_room(ep->rx_cq, 1))
+		return -FI_EAGAIN;
 	bool unknown;
 	const struct sockaddr_in *from = source(ep, msg->addr, &unknown);
 	if (unknown)
@@ -988,9 +1013,8 @@ static ssize_t peek_locked(struct nicmsg_ep *ep, const struct fi_msg_tagged *msg
 		found.tagged = 1;
 		found.err = FI_ENOMSG;
 	}
-	if (!ep->rx_cq)
-		return -FI_ENOCQ;
-	return cq_push(ep->rx_cq, &found) ? 0 : -FI_EAGAIN;
+	cq_push(ep->rx_cq, &found);
+	return 0;
 }
 
 static ssize_t msg_recv(struct fid_ep *fid, void *buf, size_t len, void *desc,

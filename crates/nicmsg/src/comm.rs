@@ -182,18 +182,23 @@ impl Comm {
         envelope: Envelope,
     ) -> Result<Request<'a>, Error> {
         let ranges = ranges(pieces.into_iter().map(|p| (p.as_mut_ptr(), p.len())))?;
-        self.post_enveloped(OpCode::Recv, from, envelope, ranges.as_slice())
+        self.post_to(OpCode::Recv, (ANY, from), envelope, ranges.as_slice())
     }
 
-    /// Open mode: posts a receive or probe of a message from `from` (or anyone).
-    pub(crate) fn post_enveloped(
+    /// A non-blocking probe (it completes in the turn that takes it): the engine's report of
+    /// the message a receive from `peer` (or, in open mode, from the address `from`) with
+    /// `envelope` would take, if one is there.
+    pub(crate) fn iprobe_outcome(
         &self,
-        op: OpCode,
-        from: Option<SocketAddr>,
+        (peer, from): (u32, Option<SocketAddr>),
         envelope: Envelope,
-        ranges: &[(*mut u8, usize)],
-    ) -> Result<Request<'_>, Error> {
-        self.post_to(op, (ANY, from), envelope, ranges)
+    ) -> Result<Option<Outcome>, Error> {
+        let request = self.post_to(OpCode::IProbe, (peer, from), envelope, &[])?;
+        match request.wait_outcome() {
+            (Ok(()), outcome) if outcome.result == nicmsg_engine::ResultCode::NotFound => Ok(None),
+            (Ok(()), outcome) => Ok(Some(outcome)),
+            (Err(error), _) => Err(error),
+        }
     }
 
     fn start(options: Options, endpoint: Endpoint, backend: Backend) -> Result<Self, Error> {
@@ -330,14 +335,8 @@ impl Comm {
     /// Non-blocking probe: the message a receive with this pattern would get, if one is there.
     pub fn iprobe(&self, source: Source, tag: TagMatch) -> Result<Option<Status>, Error> {
         let peer = self.source_word(source)?;
-        let request = self.post(OpCode::IProbe, peer, user_matching(tag)?, &[])?;
-        match request.wait_outcome() {
-            (Ok(()), descriptor) if descriptor.result == nicmsg_engine::ResultCode::NotFound => {
-                Ok(None)
-            }
-            (Ok(()), descriptor) => Ok(Some(Status::from(&descriptor))),
-            (Err(error), _) => Err(error),
-        }
+        let found = self.iprobe_outcome((peer, None), user_matching(tag)?)?;
+        Ok(found.map(|outcome| Status::from(&outcome)))
     }
 
     /// Blocking probe.
@@ -400,8 +399,11 @@ impl Comm {
         }
         let started = self.start_waiting();
         loop {
+            // One turn of progress for the round, then a look at each request.
+            self.progress_once();
             for index in 0..requests.len() {
-                if let Some(result) = requests[index].test() {
+                let done = requests[index].outcome_if_done();
+                if let Some(result) = done.map(|(result, o)| result.map(|()| Status::from(&o))) {
                     // Finished by `test`: dropping it does nothing more.
                     drop(requests.remove(index));
                     return Some((index, result));

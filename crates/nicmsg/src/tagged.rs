@@ -9,7 +9,7 @@
 use crate::comm::Comm;
 use crate::request::Request;
 use crate::{Error, Options};
-use nicmsg_engine::{Envelope, OpCode, Outcome, ResultCode};
+use nicmsg_engine::{Envelope, Outcome, ANY};
 use nicmsg_proto::{Context, TagMatch};
 use std::net::SocketAddr;
 
@@ -79,12 +79,6 @@ impl TaggedEndpoint {
             .expect("an open communicator is bound")
     }
 
-    /// Whether the engine progresses on its own thread (libfabric's `FI_PROGRESS_AUTO`); if not,
-    /// it progresses inside this endpoint's calls and on its standby thread.
-    pub fn progresses_on_its_own(&self) -> bool {
-        self.comm.engine_mode() == crate::EngineMode::Thread
-    }
-
     /// Starts sending the concatenation of `pieces` to `to`, with `tag` (ignored in
     /// [`Space::Untagged`]) and immediate data if any. The pieces stay borrowed until the
     /// request completes.
@@ -121,14 +115,14 @@ impl TaggedEndpoint {
         (space, tag): (Space, TagMatch),
     ) -> Result<Option<Delivery>, Error> {
         let envelope = Envelope::matching(space.context(), space_match(space, tag));
-        let request = self
-            .comm
-            .post_enveloped(OpCode::IProbe, from, envelope, &[])?;
-        match test_until_done(request) {
-            (Ok(()), outcome) if outcome.result == ResultCode::NotFound => Ok(None),
-            (Ok(()), outcome) => Ok(Some(Delivery::of(&outcome))),
-            (Err(error), _) => Err(error),
-        }
+        let found = self.comm.iprobe_outcome((ANY, from), envelope)?;
+        Ok(found.map(|outcome| Delivery::of(&outcome)))
+    }
+
+    /// One turn of the engine's progress where it runs inline (nothing in thread mode), for
+    /// a caller that then looks at many requests with [`Request::delivery_if_done`].
+    pub fn progress(&self) {
+        self.comm.progress_once();
     }
 
     /// The engine's counters (as `NICMSG_STATS` prints them).
@@ -138,22 +132,12 @@ impl TaggedEndpoint {
 }
 
 impl Request<'_> {
-    /// [`test`](Self::test) for the tagged interface: `None` while in flight; then the result
-    /// and what the completion reports (for a truncated receive too, so its lengths, tag and
-    /// immediate data can be told).
-    pub fn test_delivery(&mut self) -> Option<(Result<(), Error>, Delivery)> {
-        self.test_outcome()
+    /// For the tagged interface, after [`TaggedEndpoint::progress`] (one turn for many
+    /// requests): `None` while in flight; then the result and what the completion reports
+    /// (for a truncated receive too, so its lengths, tag and immediate data can be told).
+    pub fn delivery_if_done(&mut self) -> Option<(Result<(), Error>, Delivery)> {
+        self.outcome_if_done()
             .map(|(result, outcome)| (result, Delivery::of(&outcome)))
-    }
-}
-
-/// A probe completes in the turn that takes it: wait for it.
-fn test_until_done(mut request: Request<'_>) -> (Result<(), Error>, Outcome) {
-    loop {
-        if let Some(done) = request.test_outcome() {
-            return done;
-        }
-        std::hint::spin_loop();
     }
 }
 
