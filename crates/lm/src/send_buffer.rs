@@ -51,7 +51,11 @@ pub trait SendMemory: Send {
 /// Where a buffer's bytes are.
 enum Backing {
     Heap(Vec<u8>),
-    Lent(Box<dyn SendMemory>),
+    /// Lent memory, of which the buffer uses the first `used` bytes.
+    Lent {
+        memory: Box<dyn SendMemory>,
+        used: usize,
+    },
 }
 
 /// A message of `len` bytes in a send buffer with a header hole before each frame's payload.
@@ -75,27 +79,25 @@ impl HoleBuffer {
     }
 
     /// A zeroed send buffer in `memory`, which must hold at least
-    /// [`Geometry::send_buffer_len`] bytes; the memory comes back on an error.
+    /// [`Geometry::send_buffer_len`] bytes (on an error the memory is dropped, which gives it
+    /// back to its transport).
     pub fn in_memory(
         geometry: Geometry,
         len: u64,
         mut memory: Box<dyn SendMemory>,
-    ) -> Result<Self, (SendBufferError, Box<dyn SendMemory>)> {
-        let len = match geometry.check_len(len) {
-            Ok(len) => len,
-            Err(error) => return Err((error.into(), memory)),
-        };
-        let needed = geometry.send_buffer_len(len);
+    ) -> Result<Self, SendBufferError> {
+        let len = geometry.check_len(len)?;
+        let used = geometry.send_buffer_len(len);
         let available = memory.bytes().len();
-        if available < needed {
-            return Err((
-                SendBufferError::MemoryTooSmall { needed, available },
-                memory,
-            ));
+        if available < used {
+            return Err(SendBufferError::MemoryTooSmall {
+                needed: used,
+                available,
+            });
         }
-        memory.bytes_mut()[..needed].fill(0);
+        memory.bytes_mut()[..used].fill(0);
         Ok(Self {
-            backing: Backing::Lent(memory),
+            backing: Backing::Lent { memory, used },
             geometry,
             len,
         })
@@ -103,23 +105,21 @@ impl HoleBuffer {
 
     /// Whether the buffer is in memory a transport lent.
     pub fn is_lent(&self) -> bool {
-        matches!(self.backing, Backing::Lent(_))
+        matches!(self.backing, Backing::Lent { .. })
     }
 
     /// The whole buffer, holes included.
     fn bytes(&self) -> &[u8] {
-        let used = self.geometry.send_buffer_len(self.len);
         match &self.backing {
             Backing::Heap(bytes) => bytes,
-            Backing::Lent(memory) => &memory.bytes()[..used],
+            Backing::Lent { memory, used } => &memory.bytes()[..*used],
         }
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
-        let used = self.geometry.send_buffer_len(self.len);
         match &mut self.backing {
             Backing::Heap(bytes) => bytes,
-            Backing::Lent(memory) => &mut memory.bytes_mut()[..used],
+            Backing::Lent { memory, used } => &mut memory.bytes_mut()[..*used],
         }
     }
 

@@ -82,8 +82,6 @@ const RECORD_LEN_FIELD: i16 = 12;
 const KIND_NONE: u32 = 0;
 /// Helper `bpf_xdp_get_buff_len(ctx)`: a frame's length over all its buffers.
 const HELPER_XDP_GET_BUFF_LEN: i32 = 188;
-/// Where the program keeps the frame's length across the helper call (below the frame pointer).
-const LENGTH_ON_STACK: i16 = -8;
 /// Longest frame looked at: larger than any Ethernet frame, and a bound the verifier needs
 /// before the length is added to a packet pointer.
 const MAX_FRAME_LEN: i32 = 0xffff;
@@ -235,15 +233,14 @@ fn emit_length_and_record(program: &mut Assembly<Label>, steering: &PlacingSteer
     // Only the placing socket's queue has a cursor here: frames of other queues are ordinary.
     program.emit(Insn::load(SIZE_W, R5, R6, MD_RX_QUEUE_INDEX), None);
     program.emit(Insn::jump_ne32_imm(R5, steering.queue, 0), Some(Kernel));
-    // The frame's whole length (all its buffers), kept on the stack across the call.
+    // The frame's whole length (all its buffers).
     program.emit(Insn::mov_reg(R1, R6), None);
     program.emit(Insn::call(HELPER_XDP_GET_BUFF_LEN), None);
-    program.emit(Insn::store(SIZE_DW, R10, LENGTH_ON_STACK, R0), None);
+    program.emit(Insn::mov_reg(R4, R0), None);
     program.emit(Insn::load(SIZE_W, R2, R6, MD_DATA), None);
     program.emit(Insn::load(SIZE_W, R3, R6, MD_DATA_END), None);
     // Only a frame in one buffer (its length all before `data_end`) may be taken: a socket
     // bound without scatter-gather would drop a longer one after the cursor counted it.
-    program.emit(Insn::load(SIZE_DW, R4, R10, LENGTH_ON_STACK), None);
     program.emit(Insn::jump_gt_imm(R4, MAX_FRAME_LEN, 0), Some(Kernel));
     program.emit(Insn::mov_reg(R5, R2), None);
     program.emit(Insn::add_reg(R5, R4), None);

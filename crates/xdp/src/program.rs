@@ -90,8 +90,6 @@ pub(crate) enum Reg {
     R7,
     R8,
     R9,
-    /// The read-only frame pointer: the stack is below it.
-    R10,
 }
 
 impl Insn {

@@ -517,6 +517,15 @@ impl XskSocket {
         // SAFETY: `xdp_statistics` is a plain C struct of integers.
         unsafe { get_option(self.fd.as_raw_fd(), libc::XDP_STATISTICS) }
     }
+
+    /// Whether the kernel bound the socket in zero-copy mode (the NIC writes into the UMEM)
+    /// rather than copy mode (the kernel copies each frame); false if it cannot say.
+    pub fn is_zero_copy(&self) -> bool {
+        // SAFETY: `xdp_options` is a plain C struct of integers.
+        let options: io::Result<libc::xdp_options> =
+            unsafe { get_option(self.fd.as_raw_fd(), libc::XDP_OPTIONS) };
+        options.is_ok_and(|options| options.flags & libc::XDP_OPTIONS_ZEROCOPY != 0)
+    }
 }
 
 fn set_option<T>(fd: RawFd, name: libc::c_int, value: &T) -> io::Result<()> {

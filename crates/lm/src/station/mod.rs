@@ -218,7 +218,6 @@ pub struct Station<R: Regions> {
     placed: BTreeMap<TransferKey, Placed>,
     next_key: u32,
     one_copy: BTreeMap<(PeerId, u32), OneCopy>,
-    one_copy_bytes: usize,
     delivered: Vec<DeliveredWindow>,
     free_chunks: Vec<u32>,
     transmit: VecDeque<Pending>,
@@ -258,7 +257,6 @@ impl<R: Regions> Station<R> {
             placed: BTreeMap::new(),
             next_key: 0,
             one_copy: BTreeMap::new(),
-            one_copy_bytes: 0,
             delivered: vec![DeliveredWindow::default(); peers],
             free_chunks: (0..config.ordinary_chunks).rev().collect(),
             transmit: VecDeque::new(),
@@ -350,9 +348,9 @@ impl<R: Regions> Station<R> {
     pub fn handle_timeout(&mut self, now: Nanos) {
         self.admission.handle_timeout(now);
         self.take_admission_events(now);
+        // Giving up a send tells admission, and takes its events (`give_up`).
         self.retry_sends(now);
         self.expire_one_copy(now);
-        self.take_admission_events(now);
     }
 
     pub fn poll_event(&mut self) -> Option<Event> {

@@ -10,6 +10,7 @@ use crate::admission::{Admit, Nanos, PeerId, LEASE_NS};
 use crate::bits::FrameSet;
 use crate::fill::{FillQueue, Slot, TransferKey, MAX_OPEN_TRANSFERS};
 use crate::placement::{Copied, Landed, Placement};
+use crate::Geometry;
 
 use super::frames::{self, DataFrame, Dropped, Flow, Parsed};
 use super::{
@@ -352,9 +353,7 @@ impl<R: Regions> Station<R> {
             return Err(super::LandingError::Desync);
         };
         let region = self.regions.bytes(placed.region);
-        let start = geometry.landing_offset(index) + geometry.header_len();
-        let payload_len = frame_len.saturating_sub(kept.len());
-        let payload = region.get(start..start + payload_len).unwrap_or(&[]);
+        let payload = landed_payload(region, &geometry, index, (kept.len(), frame_len));
         let check = Frame::parse_parts(kept, payload)
             .ok()
             .and_then(|frame| frames::check(frame, who, &geometry).ok());
@@ -372,11 +371,7 @@ impl<R: Regions> Station<R> {
             // Landed after the transfer was given up: its bytes go the ordinary way.
             let frame = intact.then(|| [kept, payload].concat());
             placed.placement.landed(index, false, region);
-            if let Some(frame) = frame {
-                self.arrive(now, from, &frame);
-            }
-            self.free_if_drained(key);
-            self.refill();
+            self.reroute(now, from, key, frame.as_deref());
             return Ok(());
         }
         let landed = placed.placement.landed(index, intact, region);
@@ -519,7 +514,6 @@ impl<R: Regions> Station<R> {
         }
         if entry.got.is_full() {
             let entry = self.one_copy.remove(&id).expect("just filled");
-            self.one_copy_bytes -= entry.buffer.len();
             self.stats.one_copy_transfers += 1;
             self.deliver(from, data.number, Received::Copied(entry.buffer));
             return;
@@ -532,13 +526,12 @@ impl<R: Regions> Station<R> {
 
     /// Takes on a transfer received by copy, if the limits allow.
     fn start_one_copy(&mut self, now: Nanos, id: (PeerId, u32), data: DataFrame) -> bool {
-        if self.one_copy.len() >= MAX_ONE_COPY
-            || self.one_copy_bytes + data.len > MAX_ONE_COPY_BYTES
-        {
+        // At most MAX_ONE_COPY entries to sum, once per transfer taken on.
+        let held: usize = self.one_copy.values().map(|entry| entry.buffer.len()).sum();
+        if self.one_copy.len() >= MAX_ONE_COPY || held + data.len > MAX_ONE_COPY_BYTES {
             return false;
         }
         let frames = self.config.geometry.frames(data.len);
-        self.one_copy_bytes += data.len;
         self.one_copy.insert(
             id,
             OneCopy {
@@ -555,17 +548,12 @@ impl<R: Regions> Station<R> {
 
     /// Forgets transfers by copy whose sender went silent (it gave up, or is gone).
     pub(super) fn expire_one_copy(&mut self, now: Nanos) {
-        let expired: Vec<(PeerId, u32)> = self
-            .one_copy
-            .iter()
-            .filter(|(_, entry)| entry.lease_deadline() <= now)
-            .map(|(&id, _)| id)
-            .collect();
-        for id in expired {
-            let entry = self.one_copy.remove(&id).expect("listed above");
-            self.one_copy_bytes -= entry.buffer.len();
-            self.stats.one_copy_expired += 1;
-        }
+        let expired = &mut self.stats.one_copy_expired;
+        self.one_copy.retain(|_, entry| {
+            let alive = entry.lease_deadline() > now;
+            *expired += u64::from(!alive);
+            alive
+        });
     }
 
     fn deliver(&mut self, from: PeerId, number: u32, message: Received) {
@@ -621,9 +609,7 @@ impl<R: Regions> Station<R> {
                 Landing::Region { kept, frame_len },
             ) => {
                 let frame = self.region_frame(transfer, index, kept, frame_len);
-                self.arrive(now, from, &frame);
-                self.free_if_drained(transfer);
-                self.refill();
+                self.reroute(now, from, transfer, Some(&frame));
                 Ok(())
             }
             _ => {
@@ -647,11 +633,18 @@ impl<R: Regions> Station<R> {
             return Vec::new();
         };
         let region = self.regions.bytes(placed.region);
-        let start = geometry.landing_offset(index) + geometry.header_len();
-        let payload = region
-            .get(start..start + frame_len.saturating_sub(kept.len()))
-            .unwrap_or(&[]);
+        let payload = landed_payload(region, &geometry, index, (kept.len(), frame_len));
         [kept, payload].concat()
+    }
+
+    /// A landing the ordinary path takes after all (its transfer was given up): the frame, if
+    /// it is one, arrives as if received by copy, and the transfer's slots drain.
+    fn reroute(&mut self, now: Nanos, from: PeerId, key: TransferKey, frame: Option<&[u8]>) {
+        if let Some(frame) = frame {
+            self.arrive(now, from, frame);
+        }
+        self.free_if_drained(key);
+        self.refill();
     }
 
     /// Ordinary chunks go back to the fill queue only while nothing is placed, so the next
@@ -713,4 +706,18 @@ fn post_slots<R: Regions>(
             region: Some(region),
         })
     })
+}
+
+/// The payload of frame `index` where it landed in `region`: after the frame's headers, of
+/// the frame's length less the headers the filter kept (`(kept_len, frame_len)`); empty if the
+/// region is too short (a damaged landing, which the frame check then refuses).
+fn landed_payload<'a>(
+    region: &'a [u8],
+    geometry: &Geometry,
+    index: u32,
+    (kept_len, frame_len): (usize, usize),
+) -> &'a [u8] {
+    let start = geometry.landing_offset(index) + geometry.header_len();
+    let len = frame_len.saturating_sub(kept_len);
+    region.get(start..start + len).unwrap_or(&[])
 }

@@ -26,9 +26,8 @@ const SEND_BUFFER_ALIGN: usize = 64;
 /// The sending memory of a placing socket, cut into send buffers first-fit. A buffer gives
 /// its bytes back when dropped, which may be on another thread than the socket's: the list of
 /// buffers sits behind a mutex, taken once per buffer made or dropped, never per frame.
-#[derive(Clone)]
 pub(crate) struct SendArea {
-    memory: Arc<UmemPart>,
+    memory: UmemPart,
     /// (start, len) of the buffers lent, in the sending memory.
     lent: Arc<Mutex<Vec<(usize, usize)>>>,
 }
@@ -36,7 +35,7 @@ pub(crate) struct SendArea {
 impl SendArea {
     pub(crate) fn new(memory: UmemPart) -> Self {
         Self {
-            memory: Arc::new(memory),
+            memory,
             lent: Arc::new(Mutex::new(Vec::with_capacity(MAX_SEND_BUFFERS))),
         }
     }

@@ -86,8 +86,8 @@ pub struct LmSocketStats {
     /// Landings at another address than their fill slot's: the filter's cursor and the
     /// kernel's count of taken addresses disagree.
     pub desyncs: u64,
-    /// Whether frames are placed with AF_XDP in zero-copy mode (false: copy mode, the kernel
-    /// copies each frame once into the UMEM).
+    /// Whether frames are placed with AF_XDP in zero-copy mode, as the kernel reports it
+    /// (false: copy mode, the kernel copies each frame once into the UMEM).
     pub zero_copy: bool,
     /// Data frames sent through the AF_XDP transmit ring from where they lie in the UMEM.
     pub ring_frames: u64,
@@ -114,7 +114,6 @@ struct PlacingSide {
     /// Fill addresses posted and not yet seen landed, with their slots, oldest first; with
     /// `taken`, the positions the table is indexed by.
     in_flight: VecDeque<(u64, Slot)>,
-    posted: u64,
     taken: u64,
     local: SocketAddrV4,
     interface: Interface,
@@ -146,7 +145,6 @@ pub struct LmSocket {
     placing: Option<PlacingSide>,
     udp: UdpSocket,
     peers: Vec<SocketAddrV4>,
-    link_len: usize,
     started: Instant,
     datagram: Vec<u8>,
     unknown_sources: u64,
@@ -218,7 +216,6 @@ impl LmSocket {
             placing,
             udp,
             peers: config.peers,
-            link_len: HEADERS_LEN,
             started: Instant::now(),
             datagram: vec![0; MAX_DATAGRAM],
             unknown_sources: 0,
@@ -252,7 +249,7 @@ impl LmSocket {
         let len = len as u64;
         let needed = geometry.send_buffer_len(geometry.check_len(len)?);
         if let Some(memory) = self.send_area.as_ref().and_then(|area| area.lend(needed)) {
-            return HoleBuffer::in_memory(geometry, len, memory).map_err(|(error, _)| error);
+            return HoleBuffer::in_memory(geometry, len, memory);
         }
         self.heap_send_buffers += 1;
         HoleBuffer::new(geometry, len)
@@ -310,7 +307,10 @@ impl LmSocket {
             passed_to_kernel: self.placing.as_ref().map_or(0, |p| p.passed.read()),
             unknown_sources: self.unknown_sources,
             desyncs: self.desyncs,
-            zero_copy: false,
+            zero_copy: self
+                .placing
+                .as_ref()
+                .is_some_and(|side| side.xsk.is_zero_copy()),
             ring_frames: self.sent.ring_frames,
             ring_controls: self.sent.ring_controls,
             kernel_frames: self.sent.kernel_frames,
@@ -430,7 +430,7 @@ impl LmSocket {
                     "a landing with no fill slot posted for it",
                 ));
             };
-            if at != address as usize + KERNEL_HEADROOM || len < self.link_len {
+            if at != address as usize + KERNEL_HEADROOM || len < HEADERS_LEN {
                 self.desyncs += 1;
                 return Err(io::Error::other(format!(
                     "a frame landed at {at}, its fill slot's address is {}: the placing \
@@ -446,7 +446,7 @@ impl LmSocket {
             let from = self.peer_of(source).unwrap_or(PeerId::MAX);
             let landing = Landing::Region {
                 kept: &kept[HEADERS_LEN..],
-                frame_len: len - self.link_len,
+                frame_len: len - HEADERS_LEN,
             };
             if self.station.take_landed(now, from, slot, landing).is_err() {
                 self.desyncs += 1;
@@ -489,9 +489,12 @@ impl LmSocket {
         }
         // Addresses first, then their records: a record the filter sees has its address.
         side.xsk.publish_fill();
-        for (_, slot) in side.in_flight.range(before..) {
-            side.table.record(side.posted, slot);
-            side.posted += 1;
+        // Every address posted and not yet taken is in `in_flight`, so the next position is
+        // the taken count plus the addresses ahead of it.
+        for (position, (_, slot)) in
+            (side.taken + before as u64..).zip(side.in_flight.range(before..))
+        {
+            side.table.record(position, slot);
         }
     }
 
@@ -558,8 +561,8 @@ impl LmSocket {
     fn flush_ring(&mut self) {
         if let Some(side) = self.placing.as_mut() {
             let _ = side.xsk.flush();
+            side.xsk.reclaim_sent();
         }
-        self.reclaim_ring();
     }
 
     /// Takes what the kernel finished from the completion ring; returns the frames from the
@@ -689,7 +692,6 @@ fn open_placing(
         passed,
         xsk,
         in_flight: VecDeque::new(),
-        posted: 0,
         taken: 0,
         local,
         interface,
