@@ -11,8 +11,12 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::model::{Environment, Outcome, Pattern, Report, Series};
+use crate::system::System;
 use crate::targets::{self, TargetCheck};
 use crate::view::{self, format_ratio, format_size, format_value, Headline};
+
+/// What LM's figures compare with: standard kernel UDP, one datagram per message.
+const LM_REFERENCE: System = System::UdpFrag;
 
 /// The report's file name inside the output directory.
 pub const MARKDOWN_FILE: &str = "bench-report.md";
@@ -195,7 +199,7 @@ fn pattern_table(series: &[&Series], pattern: Pattern) -> Option<(String, Table)
                  (looper, whole machine), CPU us per MB moved, bytes copied in user space per \
                  byte received and transfers placed (rank 0's receives); (0.50x) = value / \
                  {}'s at the same size",
-                view::LM_REFERENCE
+                LM_REFERENCE.name()
             ),
             lm_table(series),
         )),
@@ -350,7 +354,7 @@ fn panic_table(series: &[&Series], pattern: Pattern) -> Table {
 }
 
 /// LM figure 4 and table 3 as numbers: one row per system and size, compared with standard
-/// UDP ([`view::LM_REFERENCE`]).
+/// UDP ([`LM_REFERENCE`]).
 fn lm_table(series: &[&Series]) -> Table {
     let header = [
         "system",
@@ -364,7 +368,7 @@ fn lm_table(series: &[&Series]) -> Table {
     ]
     .map(String::from)
     .to_vec();
-    let reference = series.iter().find(|s| s.system == view::LM_REFERENCE);
+    let reference = series.iter().find(|s| s.system == LM_REFERENCE.name());
     let mut rows = Vec::new();
     for s in series {
         let compared = reference.filter(|r| r.system != s.system);

@@ -73,27 +73,23 @@ impl fmt::Display for System {
     }
 }
 
+/// Systems no pattern runs as a default baseline, run only when named: nicmsg itself, and
+/// `lm`'s own series (which other patterns run only when asked).
+const BY_NAME_ONLY: [System; 4] = [
+    System::Nicmsg,
+    System::Lm,
+    System::LmSendto,
+    System::UdpFrag,
+];
+
 impl FromStr for System {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, String> {
-        match text {
-            "nicmsg" => return Ok(System::Nicmsg),
-            "nicmsg-lm" => return Ok(System::Lm),
-            "nicmsg-lm-sendto" => return Ok(System::LmSendto),
-            // `lm`'s own baseline; other patterns run it only when named.
-            "udp-frag" => return Ok(System::UdpFrag),
-            _ => {}
-        }
-        System::all_baselines()
-            .into_iter()
-            .find(|system| system.name() == text)
-            .ok_or_else(|| {
-                let names: Vec<&str> = System::all_baselines().iter().map(|s| s.name()).collect();
-                format!(
-                    "unknown system {text:?}; known: nicmsg, nicmsg-lm, nicmsg-lm-sendto, udp-frag, {}",
-                    names.join(", ")
-                )
-            })
+        let known = || BY_NAME_ONLY.into_iter().chain(System::all_baselines());
+        known().find(|system| system.name() == text).ok_or_else(|| {
+            let names: Vec<&str> = known().map(System::name).collect();
+            format!("unknown system {text:?}; known: {}", names.join(", "))
+        })
     }
 }

@@ -13,6 +13,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Environment, Overlap, Pattern, Point, Report, Series};
+use crate::system::System;
 use crate::view::{self, format_value, overhead_point, overhead_total, size_in_words, TEN_KB};
 
 /// Whether a target holds in this run.
@@ -85,7 +86,7 @@ pub fn evaluate(report: &Report) -> Vec<TargetCheck> {
 
 /// The size of issue 18's LM goals: the largest UDP datagram, standard UDP's one message of
 /// "64 KiB" (65,536 bytes would be two datagrams for it).
-const LM_GOAL_SIZE: u64 = 65_507;
+const LM_GOAL_SIZE: u64 = crate::messenger::LARGEST_DATAGRAM as u64;
 /// The MTU the LM goals are set at.
 const LM_GOAL_MTU: u32 = 1500;
 
@@ -93,52 +94,38 @@ const LM_GOAL_MTU: u32 = 1500;
 /// bandwidth and at most half its CPU per byte for 64 KiB datagrams; and no byte copied in
 /// user space on admitted transfers.
 fn lm_checks(report: &Report) -> Vec<TargetCheck> {
-    let lm = view::find(report, Pattern::Lm, "nicmsg-lm");
-    let udp = view::find(report, Pattern::Lm, view::LM_REFERENCE);
-    let ours = lm.and_then(|s| view::point_at(s, LM_GOAL_SIZE));
-    let theirs = udp.and_then(|s| view::point_at(s, LM_GOAL_SIZE));
+    let lm = view::find(report, Pattern::Lm, System::Lm.name());
     let mtu = report.environment.mtu;
-    let ratio_check =
-        |name: &str, goal: &str, value: fn(&Point) -> Option<f64>, holds: fn(f64) -> bool| {
-            let missing = match (ours, theirs) {
-                _ if mtu != LM_GOAL_MTU => Some(format!("goal at MTU {LM_GOAL_MTU}, run at {mtu}")),
-                (None, _) => Some(format!("no nicmsg-lm point at {LM_GOAL_SIZE} B")),
-                (_, None) => Some(format!(
-                    "no {} point at {LM_GOAL_SIZE} B",
-                    view::LM_REFERENCE
-                )),
-                _ => None,
-            };
-            if let Some(missing) = missing {
-                return not_measured(name, goal, missing);
-            }
-            let (Some(a), Some(b)) = (ours.and_then(value), theirs.and_then(value)) else {
-                return not_measured(name, goal, "a point without the value".into());
-            };
-            let ratio = a / b.max(f64::MIN_POSITIVE);
-            TargetCheck {
-                name: name.into(),
-                goal: goal.into(),
-                measured: format!(
-                    "nicmsg-lm {} vs {} {} ({ratio:.2}x)",
-                    format_value(a),
-                    view::LM_REFERENCE,
-                    format_value(b)
-                ),
-                verdict: Verdict::from_holds(holds(ratio)),
-            }
-        };
-    vec![
+    let ratio = |name: &str, goal: &str, value: PointValue, holds: fn(f64) -> bool| {
+        if mtu != LM_GOAL_MTU {
+            return not_measured(
+                name,
+                goal,
+                format!("goal at MTU {LM_GOAL_MTU}, run at {mtu}"),
+            );
+        }
+        let of =
+            |system: System| point_value(report, (Pattern::Lm, system.name()), LM_GOAL_SIZE, value);
         ratio_check(
+            name,
+            goal.into(),
+            &of(System::Lm),
+            &of(System::UdpFrag),
+            holds,
+        )
+    };
+    let bandwidth = view::headline(Pattern::Lm).expect("LM is swept by size");
+    vec![
+        ratio(
             "LM 64 KiB bandwidth",
             ">= 2 x udp-frag (65,507 B, MTU 1500)",
-            |p| p.mbytes_per_sec,
+            (bandwidth.value, bandwidth.unit),
             |ratio| ratio >= 2.0,
         ),
-        ratio_check(
+        ratio(
             "LM 64 KiB CPU per byte",
             "<= 0.5 x udp-frag (65,507 B, MTU 1500)",
-            |p| p.cpu.map(|c| c.us_per_mbyte),
+            (|p| p.cpu.map(|c| c.us_per_mbyte), "us/MB"),
             |ratio| ratio <= 0.5,
         ),
         zero_copy_check(lm),
@@ -410,10 +397,28 @@ fn absence(report: &Report, pattern: Pattern, system: &str, size: u64) -> String
 /// `system`'s headline value (latency, bandwidth, ...) at `size`.
 fn system_value(report: &Report, pattern: Pattern, system: &str, size: u64) -> Lookup {
     let headline = view::headline(pattern).expect("size-swept pattern");
+    point_value(
+        report,
+        (pattern, system),
+        size,
+        (headline.value, headline.unit),
+    )
+}
+
+/// A number read from a point, and its unit.
+type PointValue = (fn(&Point) -> Option<f64>, &'static str);
+
+/// `system`'s `value` at `size` under `pattern`, or why there is none.
+fn point_value(
+    report: &Report,
+    (pattern, system): (Pattern, &str),
+    size: u64,
+    (value, unit): PointValue,
+) -> Lookup {
     view::find(report, pattern, system)
         .and_then(|s| view::point_at(s, size))
-        .and_then(|p| (headline.value)(p))
-        .map(|value| Value::new(system.to_string(), value, headline.unit))
+        .and_then(value)
+        .map(|number| Value::new(system.to_string(), number, unit))
         .ok_or_else(|| absence(report, pattern, system, size))
 }
 

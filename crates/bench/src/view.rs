@@ -54,9 +54,6 @@ pub(crate) fn is_nicmsg(system: &str) -> bool {
     system.starts_with("nicmsg")
 }
 
-/// What LM's figures compare with: standard kernel UDP, one datagram per message.
-pub(crate) const LM_REFERENCE: &str = "udp-frag";
-
 /// The nicmsg series the other systems' ratios are taken against: the inline engine (the
 /// papers' "library in the application's thread" setting), else the thread engine, else any
 /// nicmsg variant (an offload sweep may hold only `nicmsg-thread-preN`).

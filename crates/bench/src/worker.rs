@@ -14,8 +14,7 @@ use nicmsg_bootstrap::{exchange, job_from_env, JobEnv};
 
 use crate::external::{self, PeerContext};
 use crate::messenger::{
-    LmMessenger, Messenger, NicmsgMessenger, TcpMessenger, UdpMessenger, Waiting, IP_UDP_HEADERS,
-    LARGEST_DATAGRAM,
+    LmMessenger, Messenger, NicmsgMessenger, TcpMessenger, UdpMessenger, Waiting, LARGEST_DATAGRAM,
 };
 use crate::model::{Outcome, Pattern, Point, Series};
 use crate::patterns::{self, Plan};
@@ -257,10 +256,7 @@ fn connect(
                 .connect(table[1 - rank as usize])
                 .map_err(BenchError::io("connecting"))?;
             let (datagram, waiting) = match args.system {
-                System::UdpBusy => (
-                    (args.mtu as usize).saturating_sub(IP_UDP_HEADERS),
-                    Waiting::Busy,
-                ),
+                System::UdpBusy => (frame_payload(args.mtu), Waiting::Busy),
                 _ => (LARGEST_DATAGRAM, Waiting::Blocking),
             };
             let messenger = UdpMessenger::new(socket, datagram, waiting, max_len)?;
@@ -271,7 +267,7 @@ fn connect(
             // given back just before the socket takes it.
             let (probe, table) = bind_udp_and_exchange(job, bind_ip)?;
             drop(probe);
-            let udp_payload = (args.mtu as usize).saturating_sub(IP_UDP_HEADERS);
+            let udp_payload = frame_payload(args.mtu);
             let placing = LmMessenger::can_place_at(bind_ip, udp_payload);
             let ring = args.system == System::Lm;
             let addresses = [table[0], table[1]];
@@ -347,4 +343,9 @@ fn open_progress(args: &WorkerArgs, rank: u32) -> Result<Option<File>, BenchErro
 fn write_result(args: &WorkerArgs, series: &Series) -> Result<(), BenchError> {
     let text = serde_json::to_string(series).expect("a series serialises");
     std::fs::write(&args.result, text).map_err(BenchError::io("writing the result file"))
+}
+
+/// The UDP payload that fills one link frame of `mtu` bytes.
+fn frame_payload(mtu: u32) -> usize {
+    nicmsg_udp::max_datagram_for_mtu(mtu as usize, false)
 }

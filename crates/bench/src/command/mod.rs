@@ -149,7 +149,8 @@ pub fn bench(args: &BenchArgs, command_line: String) -> i32 {
     }
     live.done();
     let _ = fs::remove_dir_all(&scratch);
-    match finish(&report, args) {
+    let written = write_json(&report, &args.out).map_err(|e| format!("writing results.json: {e}"));
+    match written.and_then(|()| finish(&report, args)) {
         Ok(()) => i32::from(nicmsg_failed),
         Err(error) => {
             eprintln!("nicmsg bench: {error}");
@@ -227,10 +228,10 @@ fn write_json(report: &Report, out: &Path) -> std::io::Result<()> {
     fs::write(out.join("results.json"), text)
 }
 
-/// Results, plots and report; prints the summary, the targets and where the files are.
+/// Plots and report from the results (written already, or read by `--replot`); prints the
+/// summary, the targets and where the files are.
 fn finish(report: &Report, args: &BenchArgs) -> Result<(), String> {
     use crate::{plot, report as markdown};
-    write_json(report, &args.out).map_err(|e| format!("writing results.json: {e}"))?;
     let plots = match plot::write_plots(report, &args.out) {
         Ok(plots) => plots,
         // The numbers matter more than the pictures: say why there are none and go on.

@@ -5,6 +5,7 @@ use nicmsg_cli::run::Engine;
 
 use super::args::BenchArgs;
 use crate::external::{self, ExternalPeer};
+use crate::messenger::LARGEST_DATAGRAM;
 use crate::model::{Outcome, Pattern, Series};
 use crate::sizes::{default_sweep, MAX_DEFAULT_SIZE, QUICK_SIZES};
 use crate::system::System;
@@ -61,17 +62,18 @@ pub fn series_for(pattern: Pattern, args: &BenchArgs) -> Result<Vec<SeriesPlan>,
     if pattern.is_panic() {
         return Ok(panic_series(pattern, args, &sizes));
     }
-    let baselines = match (pattern, &args.baselines) {
+    let mut systems = match (pattern, &args.baselines) {
         // LM's figure 4 is against standard UDP: fragments, not the other baselines.
         (Pattern::Lm, None) => vec![System::UdpFrag],
         _ => baselines(args)?,
     };
-    for system in baselines {
-        plans.push(baseline(pattern, system, &sizes));
-    }
     if pattern == Pattern::Lm {
-        plans.push(baseline(pattern, System::LmSendto, &sizes));
-        plans.push(baseline(pattern, System::Lm, &sizes));
+        // The LM socket's two sending paths always run, once each, whatever was named.
+        systems.retain(|system| !matches!(system, System::Lm | System::LmSendto));
+        systems.extend([System::LmSendto, System::Lm]);
+    }
+    for system in systems {
+        plans.push(baseline(pattern, system, &sizes));
     }
     for &engine in &args.engines {
         plans.push(nicmsg(pattern, engine, &sizes, Vec::new(), None));
@@ -91,7 +93,7 @@ pub const LM_SIZES: [u64; 14] = [
     8192,
     16384,
     32768,
-    65_507,
+    LARGEST_DATAGRAM as u64,
     65_536,
     256 << 10,
     1 << 20,
@@ -124,7 +126,7 @@ pub fn sizes_for(pattern: Pattern, args: &BenchArgs) -> Vec<u64> {
             .into_iter()
             .filter(|&s| s >= 16 << 10)
             .collect(),
-        Pattern::Lm if quick => vec![1, 65_507],
+        Pattern::Lm if quick => vec![1, LARGEST_DATAGRAM as u64],
         Pattern::Lm => LM_SIZES.to_vec(),
         Pattern::PanicRtt if quick => vec![0, 1024],
         Pattern::PanicRtt => PANIC_RTT_SIZES.to_vec(),

@@ -129,7 +129,7 @@ impl LmMessenger {
         if let Some(at) = self.spare.iter().position(|b| b.len() == len) {
             return Ok(self.spare.swap_remove(at));
         }
-        self.spare.retain(|buffer| buffer.len() == len);
+        self.spare.clear();
         self.socket
             .send_buffer(len)
             .map_err(|error| BenchError::Usage(format!("a {len}-byte LM send: {error}")))
@@ -138,7 +138,12 @@ impl LmMessenger {
     /// Hands queued sends to the socket while it takes them.
     fn start_queued(&mut self) -> Result<(), BenchError> {
         while let Some(&len) = self.queued.front() {
-            let buffer = self.buffer_for(len)?;
+            let mut buffer = self.buffer_for(len)?;
+            // The head a receiver keeps (`HEAD`): what `agree_on_max` exchanges.
+            let head = len.min(HEAD);
+            buffer
+                .write_at(0, &self.buffers.send[..head])
+                .map_err(|error| BenchError::Usage(format!("an LM send's head: {error}")))?;
             match self.socket.send(self.peer, buffer) {
                 Ok(_) => {
                     self.queued.pop_front();
@@ -254,8 +259,9 @@ impl Messenger for LmMessenger {
     }
 
     fn post_send(&mut self, len: usize) -> Result<(), BenchError> {
-        // The pattern's bytes are the messenger's own send buffers' (zeroed): only the
-        // length matters, and writing them would be the application's work, not LM's.
+        // The pattern's bytes are the messenger's own send buffers' (zeroed) but for the
+        // head (`start_queued`): only the length matters, and writing them would be the
+        // application's work, not LM's.
         self.buffers.outgoing(len)?;
         self.queued.push_back(len);
         self.start_queued()

@@ -14,7 +14,7 @@ mod udp;
 pub use lm::LmMessenger;
 pub use nicmsg_messenger::NicmsgMessenger;
 pub use tcp::TcpMessenger;
-pub use udp::{UdpMessenger, IP_UDP_HEADERS, LARGEST_DATAGRAM};
+pub use udp::{UdpMessenger, LARGEST_DATAGRAM};
 
 use crate::model::Copies;
 use crate::BenchError;

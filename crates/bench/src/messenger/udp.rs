@@ -14,11 +14,9 @@ use std::time::{Duration, Instant};
 use super::{Buffers, Messenger, Waiting, MAX_WINDOW};
 use crate::BenchError;
 
-/// IPv4 and UDP headers: a datagram of `mtu - 28` bytes fills one frame.
-pub const IP_UDP_HEADERS: usize = 28;
 /// The largest UDP payload over IPv4 (65,535 less the headers): the kernel sends it as IP
 /// fragments of one link frame each and reassembles it before the socket sees it.
-pub const LARGEST_DATAGRAM: usize = 65_507;
+pub const LARGEST_DATAGRAM: usize = nicmsg_udp::MAX_UDP_PAYLOAD_V4;
 /// Longest sleep in `poll(2)` before the loss limit is looked at again.
 const POLL_SLICE_MS: i32 = 100;
 /// Silence after which a missing datagram is declared lost: far above any gap between the
