@@ -12,8 +12,8 @@ use crate::transport::{
     Origin, PlacementTarget, Received, Transport, MAX_FRAME_PIECES, PLACED_HEADER_LEN,
 };
 use nicmsg_proto::{
-    Completion, Context, Endpoint, Nanos, OpError, OpId, OpKind, PostError, SgList, Source, Stats,
-    TagMatch, Transmit,
+    Claim, Completion, Context, Endpoint, Nanos, OpError, OpId, OpKind, PostError, SgList, Source,
+    Stats, TagMatch, Transmit,
 };
 use nicmsg_proto::{ExpectedFrame, PlacedOutcome};
 use std::sync::Arc;
@@ -354,7 +354,7 @@ impl<T: Transport> Driver<T> {
         let source = match (descriptor.op, descriptor.address) {
             // Open mode: a directed receive or probe names its source by address; the slot
             // bound to it (made if new: its messages may not have come yet).
-            (OpCode::Recv | OpCode::Probe | OpCode::IProbe, Some(address)) => self
+            (OpCode::Recv | OpCode::Probe | OpCode::IProbe | OpCode::Claim, Some(address)) => self
                 .endpoint
                 .peer_for_address(now, address)
                 .map(Source::Rank),
@@ -399,6 +399,20 @@ impl<T: Transport> Driver<T> {
                 Ok(source) => return self.answer_iprobe(slot, source, (context, tag)),
                 Err(error) => Err(error),
             },
+            OpCode::Claim => match source {
+                Ok(source) => return self.answer_claim(slot, source, (context, tag)),
+                Err(error) => Err(error),
+            },
+            OpCode::RecvClaimed => {
+                envelope
+                    .claim
+                    .ok_or(PostError::UnknownClaim)
+                    .and_then(|claim| {
+                        self.endpoint
+                            .post_recv_claimed(now, claim, &descriptor.buffer, &mut memory)
+                    })
+            }
+            OpCode::DiscardClaimed => return self.discard_claimed(now, slot, envelope.claim),
         };
         match posted {
             Ok(op) => {
@@ -436,6 +450,41 @@ impl<T: Transport> Driver<T> {
                     d.address = address;
                 }
                 None => d.result = ResultCode::NotFound,
+            })
+        };
+    }
+
+    /// A matched probe completes in the turn that takes it, as a non-blocking probe does, with
+    /// the claim naming the message it took.
+    fn answer_claim(&mut self, slot: u32, source: Source, (context, tag): (Context, TagMatch)) {
+        let found = self.endpoint.claim(source, context, tag);
+        let address = found.and_then(|(status, _)| self.endpoint.peer_address(status.peer));
+        // SAFETY: the slot is ours (POSTED) until this hands it back.
+        unsafe {
+            self.table.complete(slot, |d| match found {
+                Some((status, claim)) => {
+                    fill_status(d, &status);
+                    d.status_claim = Some(claim);
+                    d.address = address;
+                }
+                None => d.result = ResultCode::NotFound,
+            })
+        };
+    }
+
+    /// Drops a claimed message; completes in the turn that takes it.
+    fn discard_claimed(&mut self, now: Nanos, slot: u32, claim: Option<Claim>) {
+        let mut memory = RegistryMemory(&self.registry);
+        let discarded = claim
+            .ok_or(PostError::UnknownClaim)
+            .and_then(|claim| self.endpoint.discard_claimed(now, claim, &mut memory));
+        // SAFETY: the slot is ours (POSTED) until this hands it back.
+        unsafe {
+            self.table.complete(slot, |d| {
+                d.result = match discarded {
+                    Ok(()) => ResultCode::Success,
+                    Err(error) => post_error_code(error),
+                }
             })
         };
     }
@@ -884,6 +933,7 @@ fn post_error_code(error: PostError) -> ResultCode {
         | PostError::TooLong { .. } => ResultCode::BadBuffer,
         PostError::PeerUnreachable { .. } => ResultCode::PeerUnreachable,
         PostError::NotOpen => ResultCode::InvalidRank,
+        PostError::UnknownClaim => ResultCode::UnknownClaim,
     }
 }
 

@@ -151,6 +151,8 @@ impl HostTable {
             d.address = address;
             d.envelope = envelope;
             d.result = ResultCode::Success;
+            // Only a claim writes it: a claim's answer must not outlive its slot's reuse.
+            d.status_claim = None;
             d.buffer.clear();
             for (&region, &(_, len)) in posted.regions().iter().zip(ranges) {
                 let segment = Segment {

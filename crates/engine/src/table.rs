@@ -10,7 +10,7 @@
 //! error code) written by the engine.
 
 use crate::sync::{AtomicU32, AtomicU64, AtomicUsize, Ordering, SharedRef, UnsafeCell};
-use nicmsg_proto::{Context, SgList, TagMatch};
+use nicmsg_proto::{Claim, Context, SgList, TagMatch};
 use std::net::SocketAddr;
 
 /// EMP's descriptor count: enough outstanding operations for typical MPI codes.
@@ -28,6 +28,8 @@ pub struct Envelope {
     pub ignore: u64,
     /// A send's immediate data, delivered with the receive's completion.
     pub immediate: Option<u32>,
+    /// The claimed message a `RecvClaimed` or `DiscardClaimed` names.
+    pub claim: Option<Claim>,
 }
 
 impl Envelope {
@@ -38,6 +40,7 @@ impl Envelope {
             tag,
             ignore: 0,
             immediate: None,
+            claim: None,
         }
     }
 
@@ -49,6 +52,15 @@ impl Envelope {
             tag,
             ignore,
             immediate: None,
+            claim: None,
+        }
+    }
+
+    /// The envelope of a receive or discard of the message `claim` names.
+    pub fn claimed(claim: Claim) -> Self {
+        Self {
+            claim: Some(claim),
+            ..Self::default()
         }
     }
 
@@ -79,6 +91,13 @@ pub enum OpCode {
     Probe = 3,
     /// Non-blocking probe: completes at once, with `NotFound` if nothing matches.
     IProbe = 4,
+    /// Matched probe (`claim.rs` of the protocol): a non-blocking probe that also takes the
+    /// message it finds and reports the claim naming it.
+    Claim = 5,
+    /// Receive of the claimed message the envelope's claim names.
+    RecvClaimed = 6,
+    /// Drops the claimed message the envelope's claim names; completes at once.
+    DiscardClaimed = 7,
 }
 
 /// What the engine reports of an operation in its descriptor. These are not the C ABI's result
@@ -98,6 +117,9 @@ pub enum ResultCode {
     BadBuffer,
     /// A non-blocking probe found nothing (not an error).
     NotFound,
+    /// The claim names no claimed message (received or discarded already, or its sender
+    /// failed).
+    UnknownClaim,
 }
 
 /// One operation as the host describes it, and its result as the engine reports it.
@@ -114,6 +136,8 @@ pub struct Descriptor {
     pub status_tag: u64,
     pub status_len: u64,
     pub status_immediate: Option<u32>,
+    /// A `Claim`'s result: the claim naming the message it took.
+    pub status_claim: Option<Claim>,
     /// For truncation: the receive buffer's length.
     pub buffer_len: u64,
     /// Open mode (peers by address): for a send, where it goes (`peer` is then ignored); for
@@ -134,6 +158,8 @@ pub struct Outcome {
     pub status_len: u64,
     /// The received message's immediate data, if it carried any.
     pub status_immediate: Option<u32>,
+    /// A `Claim`'s result: the claim naming the message it took.
+    pub status_claim: Option<Claim>,
     pub buffer_len: u64,
     /// Open mode: the source of a received message.
     pub address: Option<SocketAddr>,
@@ -149,6 +175,7 @@ impl Outcome {
             status_tag: d.status_tag,
             status_len: d.status_len,
             status_immediate: d.status_immediate,
+            status_claim: d.status_claim,
             buffer_len: d.buffer_len,
             address: d.address,
         }

@@ -15,7 +15,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use nicmsg::tagged::{Delivery, Space, TaggedEndpoint};
 use nicmsg::{Error, Options, Request};
-use nicmsg_proto::{TagMatch, MAX_SEGMENTS};
+use nicmsg_proto::{Claim, TagMatch, MAX_SEGMENTS};
 
 /// libfabric's error codes used here (`rdma/fi_errno.h`; the first ones are errno's).
 mod fi_errno {
@@ -290,7 +290,7 @@ fn post_error(error: &Error) -> c_int {
     -match error {
         Error::TableFull { .. } => fi_errno::EAGAIN,
         Error::PeerUnreachable { .. } => fi_errno::EHOSTUNREACH,
-        Error::BadBuffer(_) => fi_errno::EINVAL,
+        Error::BadBuffer(_) | Error::UnknownClaim => fi_errno::EINVAL,
         _ => fi_errno::EIO,
     }
 }
@@ -456,6 +456,64 @@ pub unsafe extern "C" fn nf_recv(
     context: *mut c_void,
     wanted: c_int,
 ) -> c_int {
+    // SAFETY: the caller's contract.
+    let from = unsafe { address_of(from) };
+    let pattern = (space(tagged), TagMatch::from_masked(tag, ignore));
+    let kind = Kind {
+        is_send: false,
+        tagged: tagged != 0,
+        wanted: wanted != 0,
+    };
+    // SAFETY: the caller's contract.
+    unsafe {
+        post_receive(ep, (iov, count), context, kind, |endpoint, pieces| {
+            endpoint.irecv(pieces, from, pattern)
+        })
+    }
+}
+
+/// `FI_CLAIM`: posts the receive into `iov` of the message `claim` names (from
+/// [`nf_peek`]); it completes as [`nf_recv`]'s would. `-FI_EINVAL` if the claim names no
+/// claimed message (received or discarded already, or its sender failed).
+///
+/// # Safety
+/// As [`nf_recv`].
+#[no_mangle]
+pub unsafe extern "C" fn nf_recv_claimed(
+    ep: *mut c_void,
+    iov: *const libc::iovec,
+    count: usize,
+    claim: u64,
+    context: *mut c_void,
+    wanted: c_int,
+) -> c_int {
+    let kind = Kind {
+        is_send: false,
+        tagged: true,
+        wanted: wanted != 0,
+    };
+    // SAFETY: the caller's contract.
+    unsafe {
+        post_receive(ep, (iov, count), context, kind, |endpoint, pieces| {
+            endpoint.irecv_claimed(pieces, Claim::from_bits(claim))
+        })
+    }
+}
+
+/// The part of posting a receive its kinds share: the checks, the buffer, the tracking.
+///
+/// # Safety
+/// As [`nf_recv`].
+unsafe fn post_receive(
+    ep: *mut c_void,
+    (iov, count): (*const libc::iovec, usize),
+    context: *mut c_void,
+    kind: Kind,
+    post: impl FnOnce(
+        &'static TaggedEndpoint,
+        &mut dyn Iterator<Item = &'static mut [u8]>,
+    ) -> Result<Request<'static>, Error>,
+) -> c_int {
     guarded(|| {
         // SAFETY: the caller's contract.
         let Some(endpoint) = (unsafe { endpoint_mut(ep) }) else {
@@ -465,21 +523,13 @@ pub unsafe extern "C" fn nf_recv(
             return -code;
         }
         // SAFETY: the caller's contract.
-        let (iovecs, from) = match (unsafe { iovecs(iov, count) }, unsafe { address_of(from) }) {
-            (Ok(iovecs), from) => (iovecs, from),
-            (Err(code), _) => return -code,
+        let iovecs = match unsafe { iovecs(iov, count) } {
+            Ok(iovecs) => iovecs,
+            Err(code) => return -code,
         };
         // SAFETY: the caller's contract (valid for writing until the receive completes).
-        let pieces = iovecs.iter().map(|iov| unsafe { piece(iov) });
-        let wanted_tag = TagMatch::from_masked(tag, ignore);
-        let posted = endpoint
-            .endpoint()
-            .irecv(pieces, from, (space(tagged), wanted_tag));
-        let kind = Kind {
-            is_send: false,
-            tagged: tagged != 0,
-            wanted: wanted != 0,
-        };
+        let mut pieces = iovecs.iter().map(|iov| unsafe { piece(iov) });
+        let posted = post(endpoint.endpoint(), &mut pieces);
         // SAFETY: the caller's contract.
         let buf = unsafe { first_base(iov, count) };
         endpoint.track(posted, None, (context, buf), kind)
@@ -487,11 +537,13 @@ pub unsafe extern "C" fn nf_recv(
 }
 
 /// `FI_PEEK`: 1 and the message's description in `out` if a receive with this pattern would
-/// find one now (it stays queued), 0 if none, or a negative error.
+/// find one now, 0 if none, or a negative error. The message stays queued, unless `claim` is
+/// not null (`FI_PEEK | FI_CLAIM`): then it is taken, and only [`nf_recv_claimed`] or
+/// [`nf_discard`] naming the claim written to `*claim` get it.
 ///
 /// # Safety
 /// `ep` is a live handle; `from` is null or points to a `sockaddr_in`; `out` is valid for
-/// writing an [`NfCompletion`].
+/// writing an [`NfCompletion`]; `claim` is null or valid for writing.
 #[no_mangle]
 pub unsafe extern "C" fn nf_peek(
     ep: *mut c_void,
@@ -501,6 +553,7 @@ pub unsafe extern "C" fn nf_peek(
     ignore: u64,
     context: *mut c_void,
     out: *mut NfCompletion,
+    claim: *mut u64,
 ) -> c_int {
     guarded(|| {
         // SAFETY: the caller's contract.
@@ -509,28 +562,63 @@ pub unsafe extern "C" fn nf_peek(
         };
         // SAFETY: the caller's contract.
         let from = unsafe { address_of(from) };
-        let wanted_tag = TagMatch::from_masked(tag, ignore);
-        match endpoint.endpoint.iprobe(from, (space(tagged), wanted_tag)) {
+        let pattern = (space(tagged), TagMatch::from_masked(tag, ignore));
+        let found = if claim.is_null() {
+            let found = endpoint.endpoint.iprobe(from, pattern);
+            found.map(|found| found.map(|delivery| (delivery, None)))
+        } else {
+            let found = endpoint.endpoint.claim(from, pattern);
+            found.map(|found| found.map(|(delivery, claimed)| (delivery, Some(claimed))))
+        };
+        match found {
             Ok(None) => 0,
-            Ok(Some(delivery)) => {
-                let found = NfCompletion {
-                    context,
-                    buf: std::ptr::null_mut(),
-                    len: delivery.len,
-                    olen: 0,
-                    tag: delivery.tag,
-                    data: u64::from(delivery.immediate.unwrap_or(0)),
-                    err: 0,
-                    is_send: 0,
-                    tagged: u8::from(tagged != 0),
-                    has_data: u8::from(delivery.immediate.is_some()),
-                    wanted: 1,
-                    source: socket_address(delivery.address),
-                };
+            Ok(Some((delivery, claimed))) => {
                 // SAFETY: the caller's contract.
-                unsafe { out.write(found) };
+                unsafe {
+                    out.write(peeked(context, tagged != 0, &delivery));
+                    if let Some(claimed) = claimed {
+                        claim.write(claimed.to_bits());
+                    }
+                }
                 1
             }
+            Err(error) => post_error(&error),
+        }
+    })
+}
+
+/// What a peek that found a message reports: the message, as its receive would.
+fn peeked(context: *mut c_void, tagged: bool, delivery: &Delivery) -> NfCompletion {
+    NfCompletion {
+        context,
+        buf: std::ptr::null_mut(),
+        len: delivery.len,
+        olen: 0,
+        tag: delivery.tag,
+        data: u64::from(delivery.immediate.unwrap_or(0)),
+        err: 0,
+        is_send: 0,
+        tagged: u8::from(tagged),
+        has_data: u8::from(delivery.immediate.is_some()),
+        wanted: 1,
+        source: socket_address(delivery.address),
+    }
+}
+
+/// `FI_DISCARD`: drops the claimed message `claim` names; its sender completes normally. 0,
+/// or `-FI_EINVAL` if the claim names no claimed message.
+///
+/// # Safety
+/// `ep` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn nf_discard(ep: *mut c_void, claim: u64) -> c_int {
+    guarded(|| {
+        // SAFETY: the caller's contract.
+        let Some(endpoint) = (unsafe { endpoint_mut(ep) }) else {
+            return -fi_errno::EINVAL;
+        };
+        match endpoint.endpoint.discard(Claim::from_bits(claim)) {
+            Ok(()) => 0,
             Err(error) => post_error(&error),
         }
     })

@@ -82,8 +82,11 @@ int nf_send(void *ep, const struct iovec *iov, size_t count, const struct sockad
 	    int inject);
 int nf_recv(void *ep, const struct iovec *iov, size_t count, const struct sockaddr_in *from,
 	    int tagged, uint64_t tag, uint64_t ignore, void *context, int wanted);
+int nf_recv_claimed(void *ep, const struct iovec *iov, size_t count, uint64_t claim,
+		    void *context, int wanted);
 int nf_peek(void *ep, const struct sockaddr_in *from, int tagged, uint64_t tag, uint64_t ignore,
-	    void *context, struct nf_completion *out);
+	    void *context, struct nf_completion *out, uint64_t *claim);
+int nf_discard(void *ep, uint64_t claim);
 int nf_cancel(void *ep, void *context);
 size_t nf_poll(void *ep, struct nf_completion *out, size_t max);
 
@@ -987,16 +990,20 @@ static ssize_t recv_locked(struct nicmsg_ep *ep, const struct iovec *iov, size_t
 }
 
 /* FI_PEEK: answers at once, with the message's description or FI_ENOMSG, in the receive
- * completion queue. */
+ * completion queue. With FI_CLAIM the message found is also taken: the claim that names it
+ * is kept in the operation's fi_context (libfabric requires one for FI_CLAIM), where the
+ * FI_CLAIM receive with the same context finds it. With FI_DISCARD (and no FI_CLAIM), the
+ * message found is dropped at once. */
 static ssize_t peek_locked(struct nicmsg_ep *ep, const struct fi_msg_tagged *msg,
 			   uint64_t flags)
 {
 	if (!ep->enabled)
 		return -FI_EOPBADSTATE;
-	if (flags & (FI_CLAIM | FI_DISCARD))
-		return -FI_ENOSYS;
 	if (!ep->rx_cq)
 		return -FI_ENOCQ;
+	bool claiming = flags & (FI_CLAIM | FI_DISCARD);
+	if (claiming && !msg->context)
+		return -FI_EINVAL;
 	if (!cq_room(ep->rx_cq, 1))
 		return -FI_EAGAIN;
 	bool unknown;
@@ -1004,7 +1011,9 @@ static ssize_t peek_locked(struct nicmsg_ep *ep, const struct fi_msg_tagged *msg
 	if (unknown)
 		return -FI_EADDRNOTAVAIL;
 	struct nf_completion found;
-	int got = nf_peek(ep->engine, from, 1, msg->tag, msg->ignore, msg->context, &found);
+	uint64_t claim = 0;
+	int got = nf_peek(ep->engine, from, 1, msg->tag, msg->ignore, msg->context, &found,
+			  claiming ? &claim : NULL);
 	if (got < 0)
 		return got;
 	if (!got) {
@@ -1012,8 +1021,46 @@ static ssize_t peek_locked(struct nicmsg_ep *ep, const struct fi_msg_tagged *msg
 		found.context = msg->context;
 		found.tagged = 1;
 		found.err = FI_ENOMSG;
+	} else if (flags & FI_CLAIM) {
+		((struct fi_context *)msg->context)->internal[0] = (void *)(uintptr_t)claim;
+	} else if (flags & FI_DISCARD) {
+		int dropped = nf_discard(ep->engine, claim);
+		if (dropped < 0)
+			return dropped;
 	}
 	cq_push(ep->rx_cq, &found);
+	return 0;
+}
+
+/* FI_CLAIM without FI_PEEK: receives (or with FI_DISCARD drops) the message an earlier
+ * FI_PEEK | FI_CLAIM with the same context claimed. */
+static ssize_t claimed_locked(struct nicmsg_ep *ep, const struct fi_msg_tagged *msg,
+			      uint64_t flags)
+{
+	if (!ep->enabled)
+		return -FI_EOPBADSTATE;
+	if (!msg->context)
+		return -FI_EINVAL;
+	if (msg->iov_count > NICMSG_IOV_LIMIT)
+		return -FI_EINVAL;
+	uint64_t claim = (uintptr_t)((struct fi_context *)msg->context)->internal[0];
+	if (!(flags & FI_DISCARD))
+		return nf_recv_claimed(ep->engine, msg->msg_iov, msg->iov_count, claim,
+				       msg->context, rx_wanted(ep, flags));
+	if (!ep->rx_cq)
+		return -FI_ENOCQ;
+	if (!cq_room(ep->rx_cq, 1))
+		return -FI_EAGAIN;
+	int dropped = nf_discard(ep->engine, claim);
+	if (dropped < 0)
+		return dropped;
+	struct nf_completion done;
+	memset(&done, 0, sizeof(done));
+	done.context = msg->context;
+	done.tagged = 1;
+	done.wanted = 1;
+	if (rx_wanted(ep, flags))
+		cq_push(ep->rx_cq, &done);
 	return 0;
 }
 
@@ -1126,8 +1173,10 @@ static ssize_t tagged_recvmsg(struct fid_ep *fid, const struct fi_msg_tagged *ms
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
 	if (flags & FI_PEEK)
 		return LOCKED(peek_locked(ep, msg, flags));
-	if (flags & (FI_CLAIM | FI_DISCARD))
-		return -FI_ENOSYS;
+	if (flags & FI_CLAIM)
+		return LOCKED(claimed_locked(ep, msg, flags));
+	if (flags & FI_DISCARD)
+		return -FI_EINVAL; /* FI_DISCARD goes with FI_PEEK or FI_CLAIM */
 	return LOCKED(recv_locked(ep, msg->msg_iov, msg->iov_count, msg->addr, true, msg->tag,
 				  msg->ignore, msg->context, rx_wanted(ep, flags)));
 }

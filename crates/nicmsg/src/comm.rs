@@ -185,15 +185,37 @@ impl Comm {
         self.post_to(OpCode::Recv, (ANY, from), envelope, ranges.as_slice())
     }
 
-    /// A non-blocking probe (it completes in the turn that takes it): the engine's report of
-    /// the message a receive from `peer` (or, in open mode, from the address `from`) with
+    /// Open mode: starts the receive of the claimed message `claim` names into `pieces`.
+    pub(crate) fn irecv_claimed<'a>(
+        &'a self,
+        pieces: impl IntoIterator<Item = &'a mut [u8]>,
+        claim: nicmsg_proto::Claim,
+    ) -> Result<Request<'a>, Error> {
+        let ranges = ranges(pieces.into_iter().map(|p| (p.as_mut_ptr(), p.len())))?;
+        let envelope = Envelope::claimed(claim);
+        self.post_to(
+            OpCode::RecvClaimed,
+            (ANY, None),
+            envelope,
+            ranges.as_slice(),
+        )
+    }
+
+    /// An operation that completes in the turn that takes it (`IProbe`, `Claim`,
+    /// `DiscardClaimed`): the engine's report, or `None` if a probe found nothing. For a probe:
+    /// of the message a receive from `peer` (or, in open mode, from the address `from`) with
     /// `envelope` would take, if one is there.
-    pub(crate) fn iprobe_outcome(
+    pub(crate) fn immediate_outcome(
         &self,
+        op: OpCode,
         (peer, from): (u32, Option<SocketAddr>),
         envelope: Envelope,
     ) -> Result<Option<Outcome>, Error> {
-        let request = self.post_to(OpCode::IProbe, (peer, from), envelope, &[])?;
+        debug_assert!(matches!(
+            op,
+            OpCode::IProbe | OpCode::Claim | OpCode::DiscardClaimed
+        ));
+        let request = self.post_to(op, (peer, from), envelope, &[])?;
         match request.wait_outcome() {
             (Ok(()), outcome) if outcome.result == nicmsg_engine::ResultCode::NotFound => Ok(None),
             (Ok(()), outcome) => Ok(Some(outcome)),
@@ -335,7 +357,7 @@ impl Comm {
     /// Non-blocking probe: the message a receive with this pattern would get, if one is there.
     pub fn iprobe(&self, source: Source, tag: TagMatch) -> Result<Option<Status>, Error> {
         let peer = self.source_word(source)?;
-        let found = self.iprobe_outcome((peer, None), user_matching(tag)?)?;
+        let found = self.immediate_outcome(OpCode::IProbe, (peer, None), user_matching(tag)?)?;
         Ok(found.map(|outcome| Status::from(&outcome)))
     }
 
@@ -701,7 +723,11 @@ impl Drop for Comm {
             }
         };
         if let (true, Some(snapshot)) = (self.options.print_stats, final_stats) {
-            crate::report::print_stats(self.rank, &snapshot);
+            let who = match self.local_address {
+                Some(address) => address.to_string(),
+                None => format!("rank {}", self.rank),
+            };
+            crate::report::print_stats(&who, &snapshot);
         }
     }
 }

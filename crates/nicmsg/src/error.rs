@@ -27,6 +27,8 @@ pub enum Error {
     TableFull { table: &'static str, limit: usize },
     #[error("invalid buffer: {0}")]
     BadBuffer(&'static str),
+    #[error("the claim names no claimed message: it was received or discarded already, or its sender failed")]
+    UnknownClaim,
     #[error("not initialised: {0}")]
     NotInitialised(String),
     #[error("bootstrap failed: {0}")]
@@ -54,7 +56,8 @@ impl Error {
             Self::Cancelled => Code::Cancelled,
             Self::InvalidRank { .. } => Code::Rank,
             Self::TableFull { .. } => Code::TableFull,
-            Self::BadBuffer(_) => Code::Buffer,
+            // As a request already completed (a claim is received once).
+            Self::BadBuffer(_) | Self::UnknownClaim => Code::Buffer,
             Self::InvalidTag(_) => Code::Tag,
             Self::NotInitialised(_) => Code::NotInitialised,
             Self::Bootstrap(_) => Code::Bootstrap,
@@ -90,5 +93,6 @@ pub(crate) fn from_outcome(
         }),
         ResultCode::TableFull => Err(Error::TableFull { table, limit }),
         ResultCode::BadBuffer => Err(Error::BadBuffer("a segment lies outside registered memory")),
+        ResultCode::UnknownClaim => Err(Error::UnknownClaim),
     }
 }

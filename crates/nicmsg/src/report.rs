@@ -8,33 +8,35 @@ use nicmsg_engine::Snapshot;
 use nicmsg_proto::{DropCounts, Stats};
 use std::fmt::Write;
 
-pub fn print_stats(rank: u32, snapshot: &Snapshot) {
-    eprint!("{}", render(rank, snapshot));
+/// Prints the counters of the endpoint `who` names ("rank 3"; an open endpoint, whose peers
+/// are addresses, by its own address).
+pub fn print_stats(who: &str, snapshot: &Snapshot) {
+    eprint!("{}", render(who, snapshot));
 }
 
-pub fn render(rank: u32, snapshot: &Snapshot) -> String {
+pub fn render(who: &str, snapshot: &Snapshot) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "nicmsg stats rank {rank}: {:>6} {:>10} {:>12} {:>10} {:>12} {:>8} {:>9} {:>8} {:>13} {:>12} {:>12}  drops",
+        "nicmsg stats {who}: {:>6} {:>10} {:>12} {:>10} {:>12} {:>8} {:>9} {:>8} {:>13} {:>12} {:>12}  drops",
         "peer", "frames_tx", "bytes_tx", "frames_rx", "bytes_rx", "retrans", "msgs_tx", "msgs_rx", "placed_direct", "copied_once", "copied_twice"
     );
     for (peer, stats) in snapshot.peers.iter().enumerate() {
         if stats.frames_sent == 0 && stats.frames_received == 0 {
             continue;
         }
-        let _ = writeln!(out, "nicmsg stats rank {rank}: {:>6} {}", peer, row(stats));
+        let _ = writeln!(out, "nicmsg stats {who}: {:>6} {}", peer, row(stats));
     }
     let _ = writeln!(
         out,
-        "nicmsg stats rank {rank}: {:>6} {}",
+        "nicmsg stats {who}: {:>6} {}",
         "total",
         row(&snapshot.protocol)
     );
     let engine = &snapshot.engine;
     let _ = writeln!(
         out,
-        "nicmsg stats rank {rank}: credit stalls {}, control frames dropped (queue full) {}, liveness probes {}, peers unreachable {}, acks piggybacked {}, express deliveries {}, sends completed early {} (unconfirmed {}), engine turns {}, commands {}, frames predicted {} placed {} refused {}, spoofed frames {}, orphan frames {}, transport errors {}",
+        "nicmsg stats {who}: credit stalls {}, control frames dropped (queue full) {}, liveness probes {}, peers unreachable {}, acks piggybacked {}, express deliveries {}, sends completed early {} (unconfirmed {}), engine turns {}, commands {}, frames predicted {} placed {} refused {}, spoofed frames {}, orphan frames {}, transport errors {}",
         snapshot.protocol.credit_stalls,
         snapshot.protocol.control_overflows,
         snapshot.protocol.liveness_probes,
@@ -53,13 +55,13 @@ pub fn render(rank: u32, snapshot: &Snapshot) -> String {
         engine.transport_errors
     );
     if !snapshot.transport.is_empty() {
-        let _ = writeln!(out, "nicmsg stats rank {rank}: {}", snapshot.transport);
+        let _ = writeln!(out, "nicmsg stats {who}: {}", snapshot.transport);
     }
     if let Some((programs, vm)) = &snapshot.programs {
         if programs.messages + programs.requests > 0 {
             let _ = writeln!(
                 out,
-                "nicmsg stats rank {rank}: programs: {} messages, {} requests, {} malformed, {} remote requests refused, {} refused by programs, {} passed to the host, {} traps, {} sends failed, {} signals refused; VM: {} activations, {} instructions, {} dropped",
+                "nicmsg stats {who}: programs: {} messages, {} requests, {} malformed, {} remote requests refused, {} refused by programs, {} passed to the host, {} traps, {} sends failed, {} signals refused; VM: {} activations, {} instructions, {} dropped",
                 programs.messages,
                 programs.requests,
                 programs.malformed,
@@ -166,7 +168,7 @@ mod tests {
             transport: String::new(),
             programs: None,
         };
-        let text = render(0, &snapshot);
+        let text = render("rank 0", &snapshot);
         let printed = drop_counters(&drops);
         assert_eq!(
             printed.iter().map(|(_, count)| count).sum::<u64>(),

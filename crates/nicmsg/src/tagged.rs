@@ -9,8 +9,8 @@
 use crate::comm::Comm;
 use crate::request::Request;
 use crate::{Error, Options};
-use nicmsg_engine::{Envelope, Outcome, ANY};
-use nicmsg_proto::{Context, TagMatch};
+use nicmsg_engine::{Envelope, OpCode, Outcome, ANY};
+use nicmsg_proto::{Claim, Context, TagMatch};
 use std::net::SocketAddr;
 
 /// Which of an endpoint's matching spaces a message travels in: a receive of one space never
@@ -115,8 +115,50 @@ impl TaggedEndpoint {
         (space, tag): (Space, TagMatch),
     ) -> Result<Option<Delivery>, Error> {
         let envelope = Envelope::matching(space.context(), space_match(space, tag));
-        let found = self.comm.iprobe_outcome((ANY, from), envelope)?;
+        let found = self
+            .comm
+            .immediate_outcome(OpCode::IProbe, (ANY, from), envelope)?;
         Ok(found.map(|outcome| Delivery::of(&outcome)))
+    }
+
+    /// Matched probe (`MPI_Improbe`, `FI_PEEK | FI_CLAIM`): takes the message a receive with
+    /// this pattern would take, if one is there, so that only [`irecv_claimed`] or
+    /// [`discard`] naming the returned claim get it.
+    ///
+    /// [`irecv_claimed`]: Self::irecv_claimed
+    /// [`discard`]: Self::discard
+    pub fn claim(
+        &self,
+        from: Option<SocketAddr>,
+        (space, tag): (Space, TagMatch),
+    ) -> Result<Option<(Delivery, Claim)>, Error> {
+        let envelope = Envelope::matching(space.context(), space_match(space, tag));
+        let found = self
+            .comm
+            .immediate_outcome(OpCode::Claim, (ANY, from), envelope)?;
+        Ok(found.and_then(|outcome| Some((Delivery::of(&outcome), outcome.status_claim?))))
+    }
+
+    /// Starts the receive of a claimed message into `pieces` (`MPI_Mrecv`); it completes as
+    /// [`irecv`](Self::irecv)'s would.
+    pub fn irecv_claimed<'a>(
+        &'a self,
+        pieces: impl IntoIterator<Item = &'a mut [u8]>,
+        claim: Claim,
+    ) -> Result<Request<'a>, Error> {
+        self.comm.irecv_claimed(pieces, claim)
+    }
+
+    /// Drops a claimed message unread (`FI_CLAIM | FI_DISCARD`); its sender completes
+    /// normally.
+    pub fn discard(&self, claim: Claim) -> Result<(), Error> {
+        self.comm
+            .immediate_outcome(
+                OpCode::DiscardClaimed,
+                (ANY, None),
+                Envelope::claimed(claim),
+            )
+            .map(drop)
     }
 
     /// One turn of the engine's progress where it runs inline (nothing in thread mode), for

@@ -49,6 +49,7 @@ impl Core {
             });
         }
         match send.phase {
+            SendPhase::Local if self.local_message_claimed(key) => Err(CancelError::InProgress),
             SendPhase::Local => {
                 self.cancel_local(key);
                 Ok(CancelOutcome::Cancelled)
@@ -153,7 +154,7 @@ impl Core {
                 if entry.phase == RxPhase::Cancelled {
                     return self.queue_control(answer(true));
                 }
-                if entry.matched {
+                if entry.matched || entry.claimed {
                     return self.queue_control(answer(false));
                 }
                 self.withdraw(now, index, returns_credit);

@@ -170,6 +170,44 @@ impl Endpoint {
         self.core.iprobe(source, context, tag)
     }
 
+    /// Matched probe (MPI's `MPI_Improbe`, libfabric's `FI_PEEK | FI_CLAIM`): takes the first
+    /// message in `context` a receive would take now, so that only a receive naming the
+    /// returned claim gets it ([`post_recv_claimed`](Self::post_recv_claimed)); `None` if no
+    /// such message is here. See `claim.rs`.
+    pub fn claim(
+        &mut self,
+        source: Source,
+        context: Context,
+        tag: TagMatch,
+    ) -> Option<(Status, Claim)> {
+        self.changing().claim(source, context, tag)
+    }
+
+    /// Receives a claimed message (MPI's `MPI_Mrecv`) into `buffer`; completes as a receive.
+    /// `UnknownClaim` if the claim names no claimed message.
+    #[must_use = "a refused post receives nothing"]
+    pub fn post_recv_claimed(
+        &mut self,
+        now: Nanos,
+        claim: Claim,
+        buffer: &SgList,
+        memory: &mut impl HostMemory,
+    ) -> Result<OpId, PostError> {
+        self.changing()
+            .post_recv_claimed(now, claim, buffer, memory)
+    }
+
+    /// Drops a claimed message unread (`FI_CLAIM | FI_DISCARD`); its sender completes
+    /// normally. `UnknownClaim` if the claim names no claimed message.
+    pub fn discard_claimed(
+        &mut self,
+        now: Nanos,
+        claim: Claim,
+        memory: &mut impl HostMemory,
+    ) -> Result<(), PostError> {
+        self.changing().discard_claimed(now, claim, memory)
+    }
+
     /// Blocking probe as an operation: completes when a matching message is available.
     #[must_use = "a refused post probes nothing"]
     pub fn post_probe(

@@ -5,7 +5,8 @@
 //! spawns no thread. A driver (the engine, or the simulator) calls, in a loop:
 //!
 //! 1. host commands: [`Endpoint::post_send`], [`Endpoint::post_recv`], [`Endpoint::post_probe`],
-//!    [`Endpoint::iprobe`], [`Endpoint::cancel`];
+//!    [`Endpoint::iprobe`], [`Endpoint::claim`] (and the receive or discard of a claim),
+//!    [`Endpoint::cancel`];
 //! 2. [`Endpoint::handle_frame`] for every received datagram, and
 //!    [`Endpoint::handle_timeout`] when the deadline from [`Endpoint::poll_timeout`] passes;
 //! 3. [`Endpoint::poll_transmit`] until it returns `None`, sending each frame;
@@ -20,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 mod cancel;
+mod claim;
 mod collections;
 mod config;
 mod counters;
@@ -55,6 +57,7 @@ mod types;
 mod usage;
 mod window;
 
+pub use claim::Claim;
 pub use config::{
     Config, ConfigError, UnexpectedPolicy, MAX_ACK_UNIT, MAX_INFLIGHT_COLLECTIONS, MAX_RANKS,
     MSG_WINDOW, RX_TRACKED_FRAMES,

@@ -22,7 +22,7 @@
 //! on RESET a rank fails its own operations with the sender, so a failure is seen by both
 //! sides, and no send reports success for a message its peer dropped.
 
-use crate::ops::{Dest, RecvState, RxPhase};
+use crate::ops::{Dest, Incoming, RecvState, RxPhase};
 use crate::receiver::control;
 use crate::state::Core;
 use crate::*;
@@ -129,7 +129,7 @@ impl Core {
             .incoming_keys()
             .filter_map(|i| {
                 let entry = self.rx.incoming(i)?;
-                let waiting = entry.peer == peer && !entry.matched && !entry.in_unexpected;
+                let waiting = entry.peer == peer && entry.awaits_matching();
                 let complete = entry.is_eager() && entry.phase == RxPhase::DataComplete;
                 (waiting && complete).then(|| (entry.msg_id.wrapping_sub(next), entry.msg_id))
             })
@@ -140,7 +140,7 @@ impl Core {
                 .rx
                 .incoming_by_id(peer, msg_id)
                 .and_then(|i| self.rx.incoming(i))
-                .is_some_and(|e| !e.matched && !e.in_unexpected);
+                .is_some_and(Incoming::awaits_matching);
             if still_waiting {
                 self.peers[peer].next_match = msg_id;
                 self.match_in_order(now, peer, memory);

@@ -102,6 +102,14 @@ impl Core {
         self.rx.insert_incoming(entry)
     }
 
+    /// A probe claimed the local send's message: a receive has it for MPI, too late to cancel.
+    pub(crate) fn local_message_claimed(&self, send: SendKey) -> bool {
+        let msg_id = self.sends[send].msg_id;
+        self.rx
+            .incoming_by_id(self.rank, msg_id)
+            .is_some_and(|incoming| self.rx[incoming].claimed)
+    }
+
     /// Cancels a local send not taken by a receive yet.
     pub(crate) fn cancel_local(&mut self, send: SendKey) {
         let msg_id = self.sends[send].msg_id;

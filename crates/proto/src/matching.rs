@@ -64,7 +64,7 @@ impl Core {
         Ok(id)
     }
 
-    fn insert_recv_op(
+    pub(crate) fn insert_recv_op(
         &mut self,
         kind: OpKind,
         source: Source,
@@ -212,7 +212,7 @@ impl Core {
     }
 
     /// A receive too short for its message: the message is consumed without data.
-    fn truncate_incoming(
+    pub(crate) fn truncate_incoming(
         &mut self,
         now: Nanos,
         incoming: IncomingKey,

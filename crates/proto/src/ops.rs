@@ -254,6 +254,9 @@ pub(crate) struct Incoming {
     /// Matched by a receive (so in MPI order, the next message of the peer may be matched).
     pub matched: bool,
     pub in_unexpected: bool,
+    /// Taken off the unexpected queue by a claim (`claim.rs`): matched for MPI, not yet for
+    /// the protocol; only a receive naming the claim takes it.
+    pub claimed: bool,
     pub truncated: bool,
     /// Some frame was discarded for want of a receive (`drop` mode, or a rendezvous RTS).
     pub discarded: bool,
@@ -292,6 +295,7 @@ impl Incoming {
             local_send: None,
             matched: false,
             in_unexpected: false,
+            claimed: false,
             truncated: false,
             discarded: false,
             granted: 1,
@@ -341,6 +345,12 @@ impl Incoming {
 
     pub fn all_frames(&self) -> bool {
         self.contiguous >= self.frames
+    }
+
+    /// Arrived, and neither matched, queued as unexpected nor claimed: held behind an
+    /// earlier message of its sender that has not been matched yet.
+    pub fn awaits_matching(&self) -> bool {
+        !self.matched && !self.in_unexpected && !self.claimed
     }
 
     pub fn is_eager(&self) -> bool {

@@ -185,6 +185,15 @@ impl RecvSide {
         Some(entry)
     }
 
+    pub(crate) fn incoming_generation(&self, key: IncomingKey) -> u32 {
+        self.incoming.generation(key)
+    }
+
+    /// The key of the incoming message a claim names, if it still names one.
+    pub(crate) fn incoming_key_checked(&self, index: u32, generation: u32) -> Option<IncomingKey> {
+        self.incoming.key_checked(index, generation)
+    }
+
     pub(crate) fn incoming(&self, key: IncomingKey) -> Option<&Incoming> {
         self.incoming.get(key)
     }

@@ -118,6 +118,8 @@ pub struct Stats {
     pub sends_withdrawn: u64,
     /// Messages from a peer withdrawn here at its request before any receive matched them.
     pub messages_withdrawn: u64,
+    /// Messages from a peer claimed by a probe and then discarded unread (`FI_DISCARD`).
+    pub messages_discarded: u64,
     /// Frames the peer's host refused (ICMP port unreachable: no process on its port).
     pub frames_refused: u64,
     /// RESET frames sent (this rank declared the peer unreachable) and received (the peer

@@ -171,6 +171,8 @@ pub enum PostError {
     TooLong { len: u64 },
     #[error("peers are added by address only on an open endpoint")]
     NotOpen,
+    #[error("the claim names no claimed message (it was received or discarded already, or its sender failed)")]
+    UnknownClaim,
 }
 
 /// What a cancel did.

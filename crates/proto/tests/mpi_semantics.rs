@@ -1,6 +1,6 @@
 //! Valid MPI programs the protocol core must carry without hanging, losing a message or showing
 //! the library's own traffic to the application: wildcard receives beside library messages,
-//! cancel of sends already on the wire, and failures seen by both sides.
+//! cancel of sends already on the wire, failures seen by both sides, and claims (matched probes).
 
 mod support;
 
@@ -290,4 +290,136 @@ fn a_rank_never_probes_itself() {
     net.run(net.now + 1_000);
     assert_eq!(net.result(0, own), status(0, 3, 8));
     assert_eq!(net.bytes(0, region), &[5; 8][..]);
+}
+
+/// Claims `rank`'s first message matching `source` and `tag` now (MPI_Improbe).
+fn claim(net: &mut Net, rank: u32, source: Source, tag: TagMatch) -> Option<(Status, Claim)> {
+    net.endpoints[rank as usize].claim(source, Context::USER, tag)
+}
+
+/// Receives the claimed message into a new buffer of `len` bytes (MPI_Mrecv).
+fn recv_claimed(net: &mut Net, rank: u32, claim: Claim, len: usize) -> (OpId, RegionId) {
+    let region = net.region(rank, vec![0; len]);
+    let (e, m) = (
+        &mut net.endpoints[rank as usize],
+        &mut net.memories[rank as usize],
+    );
+    let buffer = SgList::contiguous(region, 0, len as u64);
+    let op = e.post_recv_claimed(net.now, claim, &buffer, m).unwrap();
+    (op, region)
+}
+
+#[test]
+fn a_claimed_message_goes_only_to_the_receive_naming_its_claim() {
+    for len in [0, 100, LONG] {
+        for loss in [0.0, 0.2] {
+            let mut net = Net::new(2, config());
+            net.loss = loss;
+            let first = net.send(0, 1, 4, vec![1; len]);
+            let second = net.send(0, 1, 4, vec![2; len]);
+            net.run(net.now + 20_000_000);
+            let (found, claimed) = claim(&mut net, 1, Source::Any, TagMatch::Any).unwrap();
+            assert_eq!(Some(Ok(found)), status(0, 4, len), "the first message");
+            // A receive posted after the claim takes the next message, not the claimed one.
+            let (later, later_region) = net.recv(1, Source::Rank(0), TagMatch::Tag(4), len);
+            assert_eq!(
+                net.endpoints[1].iprobe(Source::Any, Context::USER, TagMatch::Any),
+                None,
+                "a probe saw a claimed message"
+            );
+            let (mrecv, mrecv_region) = recv_claimed(&mut net, 1, claimed, len);
+            net.run(net.now + 2_000_000_000);
+            assert_eq!(
+                net.result(1, mrecv),
+                status(0, 4, len),
+                "len {len} loss {loss}"
+            );
+            assert_eq!(net.result(1, later), status(0, 4, len));
+            assert_eq!(
+                net.bytes(1, mrecv_region),
+                &vec![1; len][..],
+                "the claimed bytes"
+            );
+            assert_eq!(net.bytes(1, later_region), &vec![2; len][..]);
+            assert!(net.result(0, first).is_some_and(|r| r.is_ok()));
+            assert!(net.result(0, second).is_some_and(|r| r.is_ok()));
+            assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+        }
+    }
+}
+
+#[test]
+fn a_claim_is_received_once_and_a_discarded_claim_completes_its_sender() {
+    for len in [10, LONG] {
+        let mut net = Net::new(2, config());
+        let kept = net.send(0, 1, 1, vec![7; len]);
+        let dropped = net.send(0, 1, 2, vec![8; len]);
+        net.run(net.now + 20_000_000);
+        let (_, keep) = claim(&mut net, 1, Source::Rank(0), TagMatch::Tag(1)).unwrap();
+        let (_, drop) = claim(&mut net, 1, Source::Rank(0), TagMatch::Tag(2)).unwrap();
+        assert_eq!(claim(&mut net, 1, Source::Any, TagMatch::Any), None);
+        let now = net.now;
+        let (e, m) = (&mut net.endpoints[1], &mut net.memories[1]);
+        e.discard_claimed(now, drop, m).unwrap();
+        assert_eq!(
+            e.discard_claimed(now, drop, m),
+            Err(PostError::UnknownClaim)
+        );
+        let (op, region) = recv_claimed(&mut net, 1, keep, len);
+        let (e, m) = (&mut net.endpoints[1], &mut net.memories[1]);
+        let empty = SgList::default();
+        assert_eq!(
+            e.post_recv_claimed(now, keep, &empty, m),
+            Err(PostError::UnknownClaim),
+            "a claim is received once"
+        );
+        net.run(net.now + 2_000_000_000);
+        assert_eq!(net.result(1, op), status(0, 1, len));
+        assert_eq!(net.bytes(1, region), &vec![7; len][..]);
+        assert!(net.result(0, kept).is_some_and(|r| r.is_ok()));
+        assert!(
+            net.result(0, dropped).is_some_and(|r| r.is_ok()),
+            "the sender of a discarded message completes"
+        );
+        assert_eq!(
+            net.endpoints[1].peer_stats(0).unwrap().messages_discarded,
+            1
+        );
+        assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+    }
+}
+
+#[test]
+fn a_claimed_message_cannot_be_withdrawn_and_a_short_claim_receive_truncates() {
+    let mut net = Net::new(2, config());
+    let send = net.send(0, 1, 3, vec![5; LONG]);
+    net.run(net.now + 20_000_000);
+    let (_, claimed) = claim(&mut net, 1, Source::Any, TagMatch::Tag(3)).unwrap();
+    assert_eq!(cancel(&mut net, 0, send), Ok(CancelOutcome::Requested));
+    net.run(net.now + 50_000_000);
+    assert_eq!(net.result(0, send), None, "the claimed message stays");
+    let (op, _) = recv_claimed(&mut net, 1, claimed, 10);
+    net.run(net.now + 2_000_000_000);
+    assert!(matches!(
+        net.result(1, op),
+        Some(Err(OpError::Truncated { message_len, buffer_len: 10, .. })) if message_len == LONG as u64
+    ));
+    assert!(
+        net.result(0, send).is_some_and(|r| r.is_ok()),
+        "matched: not cancelled"
+    );
+}
+
+#[test]
+fn a_message_to_self_can_be_claimed() {
+    let mut net = Net::new(1, config());
+    let send = net.send(0, 0, 9, vec![3; 50]);
+    let (found, claimed) = claim(&mut net, 0, Source::Any, TagMatch::Any).unwrap();
+    assert_eq!(Some(Ok(found)), status(0, 9, 50));
+    assert_eq!(cancel(&mut net, 0, send), Err(CancelError::InProgress));
+    let (op, region) = recv_claimed(&mut net, 0, claimed, 50);
+    net.run(net.now + 1_000_000);
+    assert_eq!(net.result(0, op), status(0, 9, 50));
+    assert_eq!(net.bytes(0, region), &[3; 50][..]);
+    assert!(net.result(0, send).is_some_and(|r| r.is_ok()));
 }

@@ -443,8 +443,39 @@ impl Ledger {
         (context, tag): (Context, TagMatch),
         buffer: Buffer,
     ) -> OpRef {
+        let post_index = self.next_post_index(rank);
+        self.add_recv_matched_at(
+            v,
+            now,
+            (rank, id),
+            source,
+            (context, tag),
+            buffer,
+            post_index,
+        )
+    }
+
+    /// The place in `rank`'s matching order of a receive posted now, or of a claim made now
+    /// (MPI matches a claimed message when it is claimed, not when its receive is posted).
+    pub fn next_post_index(&mut self, rank: Rank) -> u64 {
         let post_index = self.recv_posts[rank as usize];
         self.recv_posts[rank as usize] += 1;
+        post_index
+    }
+
+    /// A receive that takes its place in matching order at `post_index`: the receive of a
+    /// claim, placed where the claim was made.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_recv_matched_at(
+        &mut self,
+        v: &mut Violations,
+        now: Nanos,
+        (rank, id): (Rank, OpId),
+        source: Source,
+        (context, tag): (Context, TagMatch),
+        buffer: Buffer,
+        post_index: u64,
+    ) -> OpRef {
         let capacity = buffer.sg.total_len();
         self.add_op(
             v,

@@ -22,7 +22,7 @@ use nicmsg_engine::{
     ANY,
 };
 use nicmsg_proto::{
-    CancelError, CancelOutcome, Completion, Context, Endpoint, Nanos, OpError, OpId, OpKind,
+    CancelError, CancelOutcome, Claim, Completion, Context, Endpoint, Nanos, OpError, OpId, OpKind,
     PostError, Rank, Source, Status, Tag, TagMatch,
 };
 use std::collections::BTreeMap;
@@ -229,7 +229,49 @@ impl Node {
     ) -> Option<Status> {
         match self {
             Self::Core(endpoint) => endpoint.iprobe(source, context, tag),
-            Self::Engine(node) => node.iprobe(now, source, (context, tag)),
+            Self::Engine(node) => {
+                let outcome = node.answer_now(now, OpCode::IProbe, source, (context, tag))?;
+                Some(status_of(&outcome))
+            }
+        }
+    }
+
+    /// Matched probe: takes the message a receive would take now. In engine mode a CLAIM
+    /// descriptor, answered in the turn that takes it, as an IPROBE.
+    pub fn claim(
+        &mut self,
+        now: Nanos,
+        source: Source,
+        (context, tag): (Context, TagMatch),
+    ) -> Option<(Status, Claim)> {
+        match self {
+            Self::Core(endpoint) => endpoint.claim(source, context, tag),
+            Self::Engine(node) => {
+                let outcome = node.answer_now(now, OpCode::Claim, source, (context, tag))?;
+                Some((status_of(&outcome), outcome.status_claim?))
+            }
+        }
+    }
+
+    /// Receives a claimed message.
+    pub fn post_recv_claimed(
+        &mut self,
+        now: Nanos,
+        claim: Claim,
+        (buffer, arena): (&Buffer, &mut Arena),
+    ) -> Result<OpId, PostError> {
+        match self {
+            Self::Core(endpoint) => endpoint.post_recv_claimed(now, claim, &buffer.sg, arena),
+            Self::Engine(node) => {
+                let envelope = Envelope::claimed(claim);
+                node.post(
+                    now,
+                    OpCode::RecvClaimed,
+                    ANY,
+                    envelope,
+                    Some((buffer, arena)),
+                )
+            }
         }
     }
 
@@ -434,8 +476,10 @@ impl EngineNode {
         let id = OpId {
             kind: match op {
                 OpCode::Send => OpKind::Send,
-                OpCode::Recv => OpKind::Recv,
-                OpCode::Probe | OpCode::IProbe => OpKind::Probe,
+                OpCode::Recv | OpCode::RecvClaimed => OpKind::Recv,
+                OpCode::Probe | OpCode::IProbe | OpCode::Claim | OpCode::DiscardClaimed => {
+                    OpKind::Probe
+                }
             },
             index: slot,
             generation: self.posts_per_slot[slot as usize],
@@ -444,16 +488,18 @@ impl EngineNode {
         Ok(id)
     }
 
-    fn iprobe(&mut self, now: Nanos, source: Source, key: (Context, TagMatch)) -> Option<Status> {
+    /// Posts an operation the engine answers in the turn that takes it (IPROBE, CLAIM) and
+    /// takes its answer; `None` if it found nothing.
+    fn answer_now(
+        &mut self,
+        now: Nanos,
+        op: OpCode,
+        source: Source,
+        key: (Context, TagMatch),
+    ) -> Option<Outcome> {
         let peer = self.source_word(source).ok()?;
         let id = self
-            .post(
-                now,
-                OpCode::IProbe,
-                peer,
-                Envelope::matching(key.0, key.1),
-                None,
-            )
+            .post(now, op, peer, Envelope::matching(key.0, key.1), None)
             .ok()?;
         self.driver.start_posted(now);
         let (posted, _) = self.pending.remove(&id.index).expect("just posted");
@@ -466,12 +512,7 @@ impl EngineNode {
                 return None;
             }
         };
-        (outcome.result == ResultCode::Success).then_some(Status {
-            peer: outcome.status_peer,
-            tag: outcome.status_tag,
-            len: outcome.status_len,
-            immediate: outcome.status_immediate,
-        })
+        (outcome.result == ResultCode::Success).then_some(outcome)
     }
 
     fn request_cancel(&mut self, op: OpId) -> Result<CancelOutcome, CancelError> {
@@ -534,12 +575,7 @@ impl EngineNode {
 /// The completion a finished descriptor reports, as the protocol core would have; `None` for
 /// a post the core refused.
 fn result_of(outcome: &Outcome) -> Option<Result<Status, OpError>> {
-    let status = Status {
-        peer: outcome.status_peer,
-        tag: outcome.status_tag,
-        len: outcome.status_len,
-        immediate: outcome.status_immediate,
-    };
+    let status = status_of(outcome);
     Some(match outcome.result {
         ResultCode::Success => Ok(status),
         ResultCode::Truncated => Err(OpError::Truncated {
@@ -556,6 +592,17 @@ fn result_of(outcome: &Outcome) -> Option<Result<Status, OpError>> {
         ResultCode::InvalidRank
         | ResultCode::TableFull
         | ResultCode::BadBuffer
-        | ResultCode::NotFound => return None,
+        | ResultCode::NotFound
+        | ResultCode::UnknownClaim => return None,
     })
+}
+
+/// The message a finished descriptor reports.
+fn status_of(outcome: &Outcome) -> Status {
+    Status {
+        peer: outcome.status_peer,
+        tag: outcome.status_tag,
+        len: outcome.status_len,
+        immediate: outcome.status_immediate,
+    }
 }

@@ -12,11 +12,21 @@ use crate::node::{Node, SimMode};
 use crate::rng::SimRng;
 use crate::trace;
 use nicmsg_proto::{
-    CancelError, CancelOutcome, Completion, Context, Nanos, PostError, Rank, Source, Status, Tag,
-    TagMatch,
+    CancelError, CancelOutcome, Claim, Completion, Context, Nanos, PostError, Rank, Source, Status,
+    Tag, TagMatch,
 };
 use nicmsg_wire::Frame;
 use std::collections::BTreeSet;
+
+/// A message a rank claimed ([`World::claim`]): its status, the claim naming it, and its
+/// place in the rank's matching order.
+#[derive(Debug, Clone, Copy)]
+pub struct Claimed {
+    pub status: Status,
+    claim: Claim,
+    context: Context,
+    post_index: u64,
+}
 
 pub struct World {
     pub now: Nanos,
@@ -362,15 +372,111 @@ impl World {
             );
         }
         if let Some(status) = found {
-            if !source.matches(status.peer) || !crate::ledger::accepts(tag, status.tag) {
-                self.violation("match", format!("rank {rank}: iprobe({source:?}, {tag:?}) returned {status:?} which it does not match"));
-            } else if let Err(problem) =
-                self.ledger.check_available(self.now, rank, context, status)
-            {
-                self.violation("probe", format!("rank {rank}: iprobe({source:?}, {tag:?}) returned {status:?} but {problem}"));
-            }
+            self.check_probed(rank, (source, context, tag), status, "iprobe");
         }
         found
+    }
+
+    /// A probe's answer must be a message it matches that is outstanding.
+    fn check_probed(
+        &mut self,
+        rank: Rank,
+        (source, context, tag): (Source, Context, TagMatch),
+        status: Status,
+        what: &str,
+    ) {
+        if !source.matches(status.peer) || !crate::ledger::accepts(tag, status.tag) {
+            self.violation("match", format!("rank {rank}: {what}({source:?}, {tag:?}) returned {status:?} which it does not match"));
+        } else if let Err(problem) = self.ledger.check_available(self.now, rank, context, status) {
+            self.violation(
+                "probe",
+                format!(
+                    "rank {rank}: {what}({source:?}, {tag:?}) returned {status:?} but {problem}"
+                ),
+            );
+        }
+    }
+
+    /// Matched probe (MPI_Improbe): takes the message a receive would take now; checked as a
+    /// non-blocking probe's answer. The claim holds its place in matching order until
+    /// [`recv_claimed`](Self::recv_claimed) receives it.
+    pub fn claim(&mut self, rank: Rank, source: Source, tag: TagMatch) -> Option<Claimed> {
+        if self.is_dead(rank) {
+            return None;
+        }
+        let context = Context::USER;
+        let found = self.nodes[rank as usize].claim(self.now, source, (context, tag));
+        // The engine's turn may have sent frames and finished operations; the core changed.
+        self.dirty.insert(rank);
+        if self.trace {
+            trace::line(
+                self.now,
+                format!("rank {rank} claim src {source:?} tag {tag:?} -> {found:?}"),
+            );
+        }
+        let (status, claim) = found?;
+        self.check_probed(rank, (source, context, tag), status, "claim");
+        Some(Claimed {
+            status,
+            claim,
+            context,
+            post_index: self.ledger.next_post_index(rank),
+        })
+    }
+
+    /// Receives a claimed message (MPI_Mrecv) into a buffer of `capacity` bytes; the ledger
+    /// checks it as a receive of exactly that source and tag posted when the claim was made.
+    pub fn recv_claimed(
+        &mut self,
+        rank: Rank,
+        claimed: Claimed,
+        capacity: u64,
+        layout: Layout,
+    ) -> Result<OpRef, PostError> {
+        if self.is_dead(rank) {
+            return Err(PostError::PeerUnreachable { peer: rank });
+        }
+        let r = rank as usize;
+        let buffer = recv_buffer(&mut self.arenas[r], &mut self.layout_rng, layout, capacity);
+        self.dirty.insert(rank);
+        let posted = self.nodes[r].post_recv_claimed(
+            self.now,
+            claimed.claim,
+            (&buffer, &mut self.arenas[r]),
+        );
+        let source = Source::Rank(claimed.status.peer);
+        let pattern = (claimed.context, TagMatch::Tag(claimed.status.tag));
+        match posted {
+            Ok(id) => {
+                if self.trace {
+                    trace::line(
+                        self.now,
+                        format!(
+                            "rank {rank} post_recv_claimed {:?} capacity {capacity} -> {id:?}",
+                            claimed.claim
+                        ),
+                    );
+                }
+                Ok(self.ledger.add_recv_matched_at(
+                    &mut self.violations,
+                    self.now,
+                    (rank, id),
+                    source,
+                    pattern,
+                    buffer,
+                    claimed.post_index,
+                ))
+            }
+            Err(error) => {
+                self.arenas[r].release(buffer.region);
+                self.check_refusal(
+                    rank,
+                    &format!("receive of claim {:?}", claimed.claim),
+                    error,
+                );
+                Err(error)
+            }
+        }
     }
 
     /// Cancels an operation; the answer is checked against the ledger.

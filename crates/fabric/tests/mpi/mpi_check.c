@@ -1,7 +1,8 @@
 /*
  * An MPI program that checks what Open MPI needs from nicmsg's libfabric provider, every byte
  * verified: point-to-point of sizes 0 B to 4 MiB (eager and rendezvous), MPI_ANY_SOURCE and
- * MPI_ANY_TAG, MPI_Probe and MPI_Iprobe, MPI_Cancel of a receive, MPI_ERR_TRUNCATE, several
+ * MPI_ANY_TAG, MPI_Probe and MPI_Iprobe, MPI_Mprobe and MPI_Improbe (matched probes, received
+ * with MPI_Mrecv and MPI_Imrecv), MPI_Cancel of a receive, MPI_ERR_TRUNCATE, several
  * communicators, MPI_Ssend, and the collectives Open MPI builds on point-to-point (barrier,
  * bcast, allreduce, alltoall). Any failure prints what and where and exits non-zero; rank 0
  * prints "mpi_check: all checks passed" at the end.
@@ -125,6 +126,59 @@ static void probes(void)
 	}
 }
 
+/* MPI_Mprobe and MPI_Improbe claim a message: only the MPI_Mrecv or MPI_Imrecv of it gets
+ * it, a receive posted after the claim takes the sender's next message, and a sender's
+ * messages are claimed in its order. Every rank but 0 sends rank 0 a short (eager) and a long
+ * (rendezvous) message. */
+static void matched_probes(void)
+{
+	enum { SHORT = 100, LONG = 300000, TAG = 50 };
+	unsigned char *buf = malloc(LONG), *first = malloc(SHORT);
+	if (rank != 0) {
+		fill(buf, SHORT, rank, 1);
+		MPI_Send(buf, SHORT, MPI_BYTE, 0, TAG, MPI_COMM_WORLD);
+		fill(buf, LONG, rank, 2);
+		MPI_Send(buf, LONG, MPI_BYTE, 0, TAG, MPI_COMM_WORLD);
+		free(buf);
+		free(first);
+		return;
+	}
+	MPI_Message message;
+	MPI_Status status;
+	int len;
+	MPI_Mprobe(1, TAG, MPI_COMM_WORLD, &message, &status);
+	MPI_Get_count(&status, MPI_BYTE, &len);
+	CHECK(status.MPI_SOURCE == 1 && status.MPI_TAG == TAG && len == SHORT,
+	      "mprobe: %d bytes from %d tag %d", len, status.MPI_SOURCE, status.MPI_TAG);
+	MPI_Request later;
+	MPI_Irecv(buf, LONG, MPI_BYTE, 1, TAG, MPI_COMM_WORLD, &later);
+	MPI_Mrecv(first, SHORT, MPI_BYTE, &message, &status);
+	CHECK(message == MPI_MESSAGE_NULL, "mrecv left its message handle set");
+	verify(first, SHORT, 1, 1, "mrecv");
+	MPI_Wait(&later, &status);
+	MPI_Get_count(&status, MPI_BYTE, &len);
+	CHECK(len == LONG, "the receive posted after a claim got %d bytes", len);
+	verify(buf, LONG, 1, 2, "receive posted after a claim");
+	int claimed[64] = {0};
+	for (int left = 2 * (size - 2); left > 0; left--) {
+		int flag = 0;
+		while (!flag)
+			MPI_Improbe(MPI_ANY_SOURCE, TAG, MPI_COMM_WORLD, &flag, &message, &status);
+		int src = status.MPI_SOURCE;
+		CHECK(src >= 2 && src < size, "improbe: a message from %d", src);
+		int seq = ++claimed[src];
+		MPI_Get_count(&status, MPI_BYTE, &len);
+		CHECK(len == (seq == 1 ? SHORT : LONG), "improbe: message %d of %d has %d bytes", seq,
+		      src, len);
+		MPI_Request request;
+		MPI_Imrecv(buf, len, MPI_BYTE, &message, &request);
+		MPI_Wait(&request, &status);
+		verify(buf, len, src, seq, "imrecv");
+	}
+	free(buf);
+	free(first);
+}
+
 /* A receive nothing will match is cancelled. */
 static void cancel(void)
 {
@@ -246,8 +300,9 @@ int main(int argc, char **argv)
 	CHECK(size >= 2 && size <= 64, "run with 2 to 64 ranks, not %d", size);
 	/* A barrier after each check: the wildcard receives of one must not take another's
 	 * messages. */
-	void (*checks[])(void) = {point_to_point_sizes, wildcards, probes,    cancel,
-				  truncation,           communicators, synchronous, collectives};
+	void (*checks[])(void) = {point_to_point_sizes, wildcards,     probes,
+				  matched_probes,       cancel,        truncation,
+				  communicators,        synchronous,   collectives};
 	for (size_t i = 0; i < sizeof(checks) / sizeof(checks[0]); i++) {
 		checks[i]();
 		MPI_Barrier(MPI_COMM_WORLD);

@@ -3,23 +3,27 @@
 //!
 //! * a blocking probe (`post_probe`),
 //! * polling `iprobe` every few microseconds, or
-//! * a blocking probe it cancels after a random delay (then starts over);
+//! * a blocking probe it cancels after a random delay (then starts over), or
+//! * polling `claim` (MPI_Improbe), which takes the message it finds;
 //!
-//! then checks `iprobe(source, tag)` of what it found reports the same status, that it is the
-//! oldest outstanding message of that source and tag, and receives it with a buffer of exactly
-//! the probed length: the receive must complete with the probed status. Before any send,
-//! `iprobe` must find nothing.
+//! then checks that it is the oldest outstanding message of that source and tag, and that
+//! `iprobe(source, tag)` reports the same status (for a probe) or no longer sees that message
+//! (for a claim), and receives it with a buffer of exactly the probed length, a claimed one
+//! after a random delay by naming its claim (MPI_Mrecv): the receive must complete with the
+//! probed status, the ledger checking it took the claimed message. Before any send, `iprobe`
+//! must find nothing.
 
 use crate::ledger::OpRef;
 use crate::memory::Layout;
 use crate::rng::SimRng;
 use crate::workload::{draw_size, scaled, Workload, WorkloadParams};
-use crate::world::World;
+use crate::world::{Claimed, World};
 use nicmsg_proto::{Nanos, OpError, Rank, Source, Status, Tag, TagMatch};
 
 const RECEIVER: Rank = 0;
 const BEGIN: u64 = 1;
 const POLL: u64 = 2;
+const RECV_CLAIMED: u64 = 3;
 const SEND: u64 = 1 << 32;
 const CANCEL: u64 = 2 << 32;
 
@@ -34,9 +38,23 @@ struct Msg {
 #[derive(Debug, Clone, Copy)]
 enum State {
     Idle,
-    Probing { op: OpRef },
-    Polling { source: Source, tag: TagMatch },
-    Receiving { op: OpRef, status: Status },
+    Probing {
+        op: OpRef,
+    },
+    Polling {
+        source: Source,
+        tag: TagMatch,
+    },
+    Claiming {
+        source: Source,
+        tag: TagMatch,
+    },
+    /// A claimed message waits for its receive (a random delay, as an application's).
+    Claimed(Claimed),
+    Receiving {
+        op: OpRef,
+        status: Status,
+    },
     Done,
 }
 
@@ -86,7 +104,10 @@ impl Probe {
             _ => (Source::Rank(target.src), TagMatch::Tag(target.tag)),
         };
         let mode = w.rng.below(100);
-        if !(50..85).contains(&mode) {
+        if (35..50).contains(&mode) {
+            self.state = State::Claiming { source, tag };
+            self.poll(w);
+        } else if !(50..85).contains(&mode) {
             match w.probe(RECEIVER, source, tag) {
                 Ok(op) => {
                     self.state = State::Probing { op };
@@ -104,15 +125,79 @@ impl Probe {
     }
 
     fn poll(&mut self, w: &mut World) {
-        let State::Polling { source, tag } = self.state else {
+        match self.state {
+            State::Polling { source, tag } => match w.iprobe(RECEIVER, source, tag) {
+                Some(status) => self.found(w, status),
+                None => Self::poll_again(w),
+            },
+            State::Claiming { source, tag } => match w.claim(RECEIVER, source, tag) {
+                Some(claimed) => self.claimed(w, claimed),
+                None => Self::poll_again(w),
+            },
+            _ => {}
+        }
+    }
+
+    fn poll_again(w: &mut World) {
+        let delay = w.rng.range(5_000, 50_000);
+        w.wake_after(RECEIVER, delay, POLL);
+    }
+
+    /// A claim took the message `claimed` names: it must be the oldest outstanding of its
+    /// source and tag, and no probe may see it any more; it is received after a while.
+    fn claimed(&mut self, w: &mut World, claimed: Claimed) {
+        let status = claimed.status;
+        self.check_oldest(w, status);
+        let again = w.iprobe(
+            RECEIVER,
+            Source::Rank(status.peer),
+            TagMatch::Tag(status.tag),
+        );
+        let next = self.outstanding_after(status);
+        if again.is_some_and(|seen| next.is_none_or(|m| m.len != seen.len)) {
+            w.violation(
+                "probe",
+                format!("claimed {status:?}, then iprobe of its source and tag still returned {again:?} (next outstanding: {next:?})"),
+            );
+        }
+        self.state = State::Claimed(claimed);
+        let delay = w.rng.range(0, 50_000);
+        w.wake_after(RECEIVER, delay, RECV_CLAIMED);
+    }
+
+    /// The outstanding message of `status`'s source and tag after the oldest one.
+    fn outstanding_after(&self, status: Status) -> Option<Msg> {
+        self.remaining
+            .iter()
+            .map(|&i| self.msgs[i])
+            .filter(|m| m.src == status.peer && m.tag == status.tag)
+            .nth(1)
+    }
+
+    fn receive_claimed(&mut self, w: &mut World) {
+        let State::Claimed(claimed) = self.state else {
             return;
         };
-        match w.iprobe(RECEIVER, source, tag) {
-            Some(status) => self.found(w, status),
-            None => {
-                let delay = w.rng.range(5_000, 50_000);
-                w.wake_after(RECEIVER, delay, POLL);
-            }
+        let layout = Layout::draw(&mut w.rng, 0.2);
+        let status = claimed.status;
+        match w.recv_claimed(RECEIVER, claimed, status.len, layout) {
+            Ok(op) => self.state = State::Receiving { op, status },
+            Err(_) => self.state = State::Done,
+        }
+    }
+
+    fn check_oldest(&self, w: &mut World, status: Status) {
+        let oldest = self
+            .remaining
+            .iter()
+            .map(|&i| self.msgs[i])
+            .find(|m| m.src == status.peer && m.tag == status.tag);
+        match oldest {
+            Some(m) if m.len == status.len => {}
+            other => w.violation(
+                "probe",
+                format!("probe found {status:?} but the oldest outstanding message of that source and tag is {other:?}"),
+            ),
         }
     }
 
@@ -129,18 +214,7 @@ impl Probe {
                 format!("probe found {status:?} but iprobe of its source and tag then returned {again:?}"),
             );
         }
-        let oldest = self
-            .remaining
-            .iter()
-            .map(|&i| self.msgs[i])
-            .find(|m| m.src == status.peer && m.tag == status.tag);
-        match oldest {
-            Some(m) if m.len == status.len => {}
-            other => w.violation(
-                "probe",
-                format!("probe found {status:?} but the oldest outstanding message of that source and tag is {other:?}"),
-            ),
-        }
+        self.check_oldest(w, status);
         let layout = Layout::draw(&mut w.rng, 0.2);
         match w.recv(
             RECEIVER,
@@ -186,6 +260,7 @@ impl Workload for Probe {
         match token {
             BEGIN => self.begin(w),
             POLL => self.poll(w),
+            RECV_CLAIMED => self.receive_claimed(w),
             _ => {}
         }
     }
