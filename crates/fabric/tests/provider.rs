@@ -1,8 +1,11 @@
 //! The provider with the real thing: libfabric's `fi_info` lists it, `fi_pingpong` runs on it
 //! (untagged and tagged, every byte checked), and Open MPI's `ofi` MTL runs the project's MPI
-//! check program on 4 ranks over it. Each test skips itself, saying why, where the tools it
-//! needs are not installed (`libfabric-bin`, `openmpi-bin`, `libopenmpi-dev`).
+//! check program on 4 ranks over it: on loopback, and across four network namespaces under 5 %
+//! real loss. Each test skips itself, saying why, where the tools it needs are not installed
+//! (`libfabric-bin`, `openmpi-bin`, `libopenmpi-dev`; root, `ip` and `nft` for namespaces).
 
+use nicmsg_cli::netns::{self, Tools, Topology, RANK_IFACE};
+use nicmsg_cli::units::Loss;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -172,15 +175,8 @@ fn fi_pingpong_runs_untagged_and_tagged() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-#[test]
-fn open_mpi_runs_the_mpi_check_on_four_ranks() {
-    if !installed("mpicc") || !installed("mpirun") {
-        eprintln!("skipped: Open MPI is not installed (openmpi-bin, libopenmpi-dev)");
-        return;
-    }
-    let Some(dir) = provider_dir("mpi") else {
-        return;
-    };
+/// The MPI check program, compiled with `mpicc` into `dir`.
+fn compile_mpi_check(dir: &Path) -> PathBuf {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/mpi_check.c");
     let program = dir.join("mpi_check");
     let compiled = Command::new("mpicc")
@@ -190,6 +186,43 @@ fn open_mpi_runs_the_mpi_check_on_four_ranks() {
         .output()
         .expect("mpicc runs");
     assert_success(&compiled, "mpicc mpi_check.c");
+    program
+}
+
+/// Checks an `mpirun` of the MPI check on 4 ranks: it passed, and the messages went through
+/// nicmsg (every rank printed its engine's counters). Returns the retransmissions the ranks
+/// counted.
+fn assert_mpi_check_passed(output: &Output, what: &str) -> u64 {
+    assert_success(output, what);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("mpi_check: all checks passed on 4 ranks"),
+        "{what}: no success line:\n{text}"
+    );
+    let stats = String::from_utf8_lossy(&output.stderr);
+    let totals: Vec<&str> = stats.lines().filter(|l| l.contains(" total ")).collect();
+    assert!(
+        totals.len() >= 4,
+        "{what}: the ranks' nicmsg counters are missing; was the provider used?\n{stats}"
+    );
+    // Columns after "total": frames_tx bytes_tx frames_rx bytes_rx retrans ...
+    totals
+        .iter()
+        .filter_map(|line| line.split_whitespace().skip_while(|w| *w != "total").nth(5))
+        .map(|retrans| retrans.parse::<u64>().expect("a count"))
+        .sum()
+}
+
+#[test]
+fn open_mpi_runs_the_mpi_check_on_four_ranks() {
+    if !installed("mpicc") || !installed("mpirun") {
+        eprintln!("skipped: Open MPI is not installed (openmpi-bin, libopenmpi-dev)");
+        return;
+    }
+    let Some(dir) = provider_dir("mpi") else {
+        return;
+    };
+    let program = compile_mpi_check(&dir);
     let run = Command::new("mpirun")
         .args(["--allow-run-as-root", "--oversubscribe", "-n", "4"])
         .args(["-x", "FI_PROVIDER_PATH", "-x", "NICMSG_STATS"])
@@ -203,17 +236,98 @@ fn open_mpi_runs_the_mpi_check_on_four_ranks() {
         .spawn()
         .expect("mpirun starts");
     let output = finish(run, RUN_LIMIT, "mpirun mpi_check");
-    assert_success(&output, "mpirun -n 4 mpi_check on nicmsg");
-    let text = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        text.contains("mpi_check: all checks passed on 4 ranks"),
-        "no success line:\n{text}"
+    assert_mpi_check_passed(&output, "mpirun -n 4 mpi_check on nicmsg");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Loss on the bridge between the namespaces: 5 %, the figure.
+const LOSS_BASIS_POINTS: u32 = 500;
+
+/// Open MPI's launch agent for [`open_mpi_runs_across_namespaces_under_loss`]: its "hosts" are
+/// the ranks' addresses; it starts Open MPI's daemon in the namespace holding the address,
+/// with nicmsg bound there (the daemon's ranks inherit its environment).
+fn launch_agent(topology: &Topology, ranks: u32) -> String {
+    let mut script = String::from("#!/bin/sh\nhost=$1\nshift\ncase $host in\n");
+    for rank in 0..ranks {
+        let (ip, ns) = (topology.rank_ip(rank), topology.rank_ns(rank));
+        script += &format!("  {ip}) ns={ns} ;;\n");
+    }
+    script += "  *) echo \"launch agent: no namespace has $host\" >&2; exit 1 ;;\nesac\n";
+    script += &format!(
+        "exec {} netns exec \"$ns\" env NICMSG_BIND_IP=\"$host\" sh -c \"$*\"\n",
+        topology.ip().display()
     );
-    // The messages went through nicmsg: every rank printed its engine's counters.
-    let stats = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stats.matches("nicmsg stats").count() >= 4,
-        "the ranks' nicmsg counters are missing; was the provider used?\n{stats}"
-    );
+    script
+}
+
+/// Four ranks in four network namespaces joined by a bridge that drops 5 % of the frames
+/// (nftables, `nicmsg run --netns`'s topology): `mpirun` runs in rank 0's namespace and starts
+/// a daemon in each other one through a launch agent, as it would over ssh on a cluster; the
+/// daemons' control connections cross the lossy bridge too.
+#[test]
+fn open_mpi_runs_across_namespaces_under_loss() {
+    if !installed("mpicc") || !installed("mpirun") {
+        eprintln!("skipped: Open MPI is not installed (openmpi-bin, libopenmpi-dev)");
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: network namespaces need root");
+        return;
+    }
+    let tools = match Tools::find(false, true) {
+        Ok(tools) => tools,
+        Err(missing) => {
+            eprintln!("skipped: {missing}");
+            return;
+        }
+    };
+    let Some(dir) = provider_dir("mpi-netns") else {
+        return;
+    };
+    let program = compile_mpi_check(&dir);
+    const RANKS: u32 = 4;
+    let options = netns::Options {
+        ranks: RANKS,
+        mtu: 1500,
+        rate: None,
+        loss: Some(Loss {
+            basis_points: LOSS_BASIS_POINTS,
+        }),
+    };
+    // Removed on drop, also when an assertion below fails.
+    let topology = Topology::create(tools, std::process::id(), &options).expect("namespaces");
+    let agent = dir.join("launch-agent");
+    std::fs::write(&agent, launch_agent(&topology, RANKS)).expect("launch agent");
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("launch agent mode");
+    let hosts: Vec<String> = (0..RANKS)
+        .map(|r| topology.rank_ip(r).to_string())
+        .collect();
+    let run = Command::new(topology.ip())
+        .args(["netns", "exec", &topology.rank_ns(0), "mpirun"])
+        .args(["--allow-run-as-root", "-n", "4", "--host", &hosts.join(",")])
+        .arg("--mca")
+        .arg("plm_rsh_agent")
+        .arg(&agent)
+        .args(["--mca", "oob_tcp_if_include", RANK_IFACE])
+        .args(["-x", "FI_PROVIDER_PATH", "-x", "NICMSG_STATS"])
+        .args(["--mca", "pml", "cm", "--mca", "mtl", "ofi"])
+        .args(["--mca", "mtl_ofi_provider_include", "nicmsg"])
+        .arg(&program)
+        .env("FI_PROVIDER_PATH", &dir)
+        .env("NICMSG_STATS", "1")
+        .env("NICMSG_BIND_IP", &hosts[0])
+        // PMIx's shared-memory store is per host name, which the namespaces share.
+        .env("PMIX_MCA_gds", "hash")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mpirun starts");
+    let output = finish(run, RUN_LIMIT, "mpirun across namespaces");
+    let retransmitted = assert_mpi_check_passed(&output, "mpirun -n 4 across namespaces, 5 % loss");
+    eprintln!("across namespaces under 5 % loss: {retransmitted} frames retransmitted");
+    assert!(retransmitted > 0, "5 % loss but no frame was retransmitted");
+    drop(topology);
     let _ = std::fs::remove_dir_all(dir);
 }
