@@ -90,6 +90,8 @@ pub struct FabricEndpoint {
     pending: Vec<Pending>,
     /// Copies of injected sends given back, for the next injects.
     copies: Vec<Vec<u8>>,
+    /// Since when polls have found nothing while operations are in flight.
+    idle_since: Option<u64>,
     endpoint: Box<TaggedEndpoint>,
 }
 
@@ -100,6 +102,7 @@ impl FabricEndpoint {
         Ok(Self {
             pending: Vec::with_capacity(MAX_IN_FLIGHT),
             copies: Vec::with_capacity(COPY_POOL),
+            idle_since: None,
             endpoint: Box::new(TaggedEndpoint::bind(bind, capacity, options)?),
         })
     }
@@ -147,6 +150,19 @@ impl FabricEndpoint {
         let mut copy = self.copies.pop().unwrap_or_default();
         copy.clear();
         copy
+    }
+
+    /// A poll that found nothing: an application polls its completion queue in a loop, and on
+    /// a machine with fewer cores than busy threads that loop must give the core to the engine
+    /// thread that makes the progress it waits for (the library's own waits do the same).
+    fn relax(&mut self, found: usize) {
+        if found > 0 || self.pending.is_empty() {
+            self.idle_since = None;
+            return;
+        }
+        let now = nicmsg_engine::clock::monotonic_ns();
+        let since = *self.idle_since.get_or_insert(now);
+        nicmsg_engine::sharing::relax(now - since);
     }
 
     /// One turn of the engine, then the operations it finished, up to `out.len()`.
@@ -664,5 +680,10 @@ pub unsafe extern "C" fn nf_poll(ep: *mut c_void, out: *mut NfCompletion, max: u
     // uninitialised memory: `finished` only writes them).
     let out =
         unsafe { std::slice::from_raw_parts_mut(out.cast::<MaybeUninit<NfCompletion>>(), max) };
-    catch_unwind(AssertUnwindSafe(|| endpoint.finished(out))).unwrap_or(0)
+    catch_unwind(AssertUnwindSafe(|| {
+        let found = endpoint.finished(out);
+        endpoint.relax(found);
+        found
+    }))
+    .unwrap_or(0)
 }
