@@ -30,6 +30,9 @@ mod fi_errno {
     pub const ETRUNC: i32 = 265;
 }
 
+/// libfabric's "no address" (`FI_ADDR_NOTAVAIL`).
+const FI_ADDR_NOTAVAIL: u64 = u64::MAX;
+
 /// Most operations an endpoint keeps in flight: what the engine's descriptor table holds
 /// (`nicmsg_engine::DEFAULT_SLOTS`, 640) less room for a probe and the engine's own use.
 /// Past it a post answers `-FI_EAGAIN`, and libfabric programs read their completion queue
@@ -61,6 +64,8 @@ pub struct NfCompletion {
     /// context always do).
     pub wanted: u8,
     pub source: libc::sockaddr_in,
+    /// Written by the C half when the entry is queued (`FI_SOURCE`).
+    pub source_fi_addr: u64,
 }
 
 /// An operation in flight and what its completion must say.
@@ -216,6 +221,7 @@ fn completion(pending: &Pending, result: Result<(), Error>, delivery: &Delivery)
         has_data: u8::from(delivery.immediate.is_some()),
         wanted: u8::from(pending.kind.wanted),
         source: socket_address(delivery.address),
+        source_fi_addr: FI_ADDR_NOTAVAIL,
     }
 }
 
@@ -618,6 +624,7 @@ fn peeked(context: *mut c_void, tagged: bool, delivery: &Delivery) -> NfCompleti
         has_data: u8::from(delivery.immediate.is_some()),
         wanted: 1,
         source: socket_address(delivery.address),
+        source_fi_addr: FI_ADDR_NOTAVAIL,
     }
 }
 

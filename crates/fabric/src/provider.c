@@ -72,6 +72,9 @@ struct nf_completion {
 	uint8_t has_data;
 	uint8_t wanted;
 	struct sockaddr_in source;
+	/* FI_SOURCE: the source's address in the endpoint's vector, written when the entry is
+	 * queued (the Rust side leaves FI_ADDR_NOTAVAIL). */
+	uint64_t source_fi_addr;
 };
 
 void *nf_open(const struct sockaddr_in *bind, char *reason, size_t reason_len);
@@ -130,6 +133,10 @@ struct nicmsg_av {
 	bool *live;
 	size_t count;
 	size_t capacity;
+	/* FI_SOURCE: fi_addr by socket address, open addressing over `slots` (a power of two,
+	 * at most half full), so a completion's source is found in constant time. */
+	fi_addr_t *by_address;
+	size_t slots;
 };
 
 struct nicmsg_ep;
@@ -377,6 +384,7 @@ static int av_close(struct fid *fid)
 	struct nicmsg_av *av = (struct nicmsg_av *)fid;
 	free(av->addrs);
 	free(av->live);
+	free(av->by_address);
 	free(av);
 	return 0;
 }
@@ -402,10 +410,68 @@ static bool av_grow(struct nicmsg_av *av, size_t needed)
 	return true;
 }
 
+static size_t address_hash(const struct sockaddr_in *address)
+{
+	uint64_t key = ((uint64_t)address->sin_addr.s_addr << 16) | address->sin_port;
+	return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 32);
+}
+
+static bool same_address(const struct sockaddr_in *a, const struct sockaddr_in *b)
+{
+	return a->sin_addr.s_addr == b->sin_addr.s_addr && a->sin_port == b->sin_port;
+}
+
+static void index_address(struct nicmsg_av *av, fi_addr_t at)
+{
+	size_t mask = av->slots - 1;
+	size_t i = address_hash(&av->addrs[at]) & mask;
+	while (av->by_address[i] != FI_ADDR_NOTAVAIL)
+		i = (i + 1) & mask;
+	av->by_address[i] = at;
+}
+
+/* Room in the index for `needed` addresses: rebuilt twice as large when it would be more
+ * than half full. */
+static bool av_index_grow(struct nicmsg_av *av, size_t needed)
+{
+	if (needed * 2 <= av->slots)
+		return true;
+	size_t slots = 64;
+	while (slots < needed * 2)
+		slots *= 2;
+	fi_addr_t *table = malloc(slots * sizeof(*table));
+	if (!table)
+		return false;
+	for (size_t i = 0; i < slots; i++)
+		table[i] = FI_ADDR_NOTAVAIL;
+	free(av->by_address);
+	av->by_address = table;
+	av->slots = slots;
+	for (fi_addr_t at = 0; at < av->count; at++)
+		index_address(av, at);
+	return true;
+}
+
+/* FI_SOURCE: where `from` is in the vector (the first live entry, if inserted twice), or
+ * FI_ADDR_NOTAVAIL. */
+static fi_addr_t av_source(const struct nicmsg_av *av, const struct sockaddr_in *from)
+{
+	if (!av || !av->slots)
+		return FI_ADDR_NOTAVAIL;
+	size_t mask = av->slots - 1;
+	for (size_t i = address_hash(from) & mask; av->by_address[i] != FI_ADDR_NOTAVAIL;
+	     i = (i + 1) & mask) {
+		fi_addr_t at = av->by_address[i];
+		if (av->live[at] && same_address(&av->addrs[at], from))
+			return at;
+	}
+	return FI_ADDR_NOTAVAIL;
+}
+
 static int av_insert_locked(struct nicmsg_av *av, const void *addr, size_t count,
 			    fi_addr_t *fi_addr)
 {
-	if (!av_grow(av, av->count + count))
+	if (!av_grow(av, av->count + count) || !av_index_grow(av, av->count + count))
 		return -FI_ENOMEM;
 	const struct sockaddr_in *given = addr;
 	int inserted = 0;
@@ -417,6 +483,7 @@ static int av_insert_locked(struct nicmsg_av *av, const void *addr, size_t count
 			continue;
 		av->addrs[av->count] = given[i];
 		av->live[av->count] = true;
+		index_address(av, av->count);
 		av->count++;
 		inserted++;
 	}
@@ -560,10 +627,16 @@ static size_t cq_room(struct nicmsg_cq *cq, size_t wanted)
 	return cq_reserve(cq, room) ? room : 0;
 }
 
-/* Appends an entry to a queue with room reserved (cq_room). */
-static void cq_push(struct nicmsg_cq *cq, const struct nf_completion *entry)
+/* Appends an entry of `ep` to a queue with room reserved (cq_room); a receive's source is
+ * looked up in the endpoint's address vector (FI_SOURCE). */
+static void cq_push(struct nicmsg_cq *cq, const struct nicmsg_ep *ep,
+		    const struct nf_completion *entry)
 {
-	cq->entries[(cq->head + cq->count) % cq->capacity] = *entry;
+	struct nf_completion *queued = &cq->entries[(cq->head + cq->count) % cq->capacity];
+	*queued = *entry;
+	queued->source_fi_addr = entry->is_send || !entry->source.sin_port
+					 ? FI_ADDR_NOTAVAIL
+					 : av_source(ep->av, &entry->source);
 	cq->count++;
 }
 
@@ -592,7 +665,7 @@ static void cq_progress(struct nicmsg_cq *cq)
 			 * (an inject has none, and libfabric reports nothing of it). */
 			bool reported = batch[i].wanted || (batch[i].err && batch[i].context);
 			if (to && reported)
-				cq_push(to, &batch[i]);
+				cq_push(to, ep, &batch[i]);
 		}
 	}
 }
@@ -647,7 +720,7 @@ static ssize_t cq_read_locked(struct nicmsg_cq *cq, void *buf, size_t count,
 			break;
 		write_entry(cq->format, c, (char *)buf + done * size);
 		if (src_addr)
-			src_addr[done] = FI_ADDR_NOTAVAIL;
+			src_addr[done] = c->source_fi_addr;
 		cq_pop(cq);
 		done++;
 	}
@@ -697,16 +770,15 @@ static ssize_t cq_readerr(struct fid_cq *fid, struct fi_cq_err_entry *buf, uint6
 	return LOCKED(cq_readerr_locked((struct nicmsg_cq *)fid, buf));
 }
 
-static ssize_t cq_sread(struct fid_cq *fid, void *buf, size_t count, const void *cond,
-			int timeout)
+/* Waits by polling: the engine has no descriptor to sleep on that covers both its thread and
+ * its inline mode. A negative timeout waits for ever. */
+static ssize_t cq_wait_read(struct nicmsg_cq *cq, void *buf, size_t count, fi_addr_t *src_addr,
+			    int timeout)
 {
-	(void)cond;
-	/* Waits by polling: the engine has no descriptor to sleep on that covers both its
-	 * thread and its inline mode. A negative timeout waits for ever. */
 	struct timespec start;
 	clock_gettime(CLOCK_MONOTONIC, &start);
 	for (;;) {
-		ssize_t got = cq_read(fid, buf, count);
+		ssize_t got = LOCKED(cq_read_locked(cq, buf, count, src_addr));
 		if (got != -FI_EAGAIN)
 			return got;
 		if (timeout >= 0) {
@@ -722,13 +794,18 @@ static ssize_t cq_sread(struct fid_cq *fid, void *buf, size_t count, const void 
 	}
 }
 
+static ssize_t cq_sread(struct fid_cq *fid, void *buf, size_t count, const void *cond,
+			int timeout)
+{
+	(void)cond;
+	return cq_wait_read((struct nicmsg_cq *)fid, buf, count, NULL, timeout);
+}
+
 static ssize_t cq_sreadfrom(struct fid_cq *fid, void *buf, size_t count, fi_addr_t *src_addr,
 			    const void *cond, int timeout)
 {
-	ssize_t got = cq_sread(fid, buf, count, cond, timeout);
-	for (ssize_t i = 0; src_addr && i < got; i++)
-		src_addr[i] = FI_ADDR_NOTAVAIL;
-	return got;
+	(void)cond;
+	return cq_wait_read((struct nicmsg_cq *)fid, buf, count, src_addr, timeout);
 }
 
 static int cq_signal(struct fid_cq *fid)
@@ -1028,7 +1105,7 @@ static ssize_t peek_locked(struct nicmsg_ep *ep, const struct fi_msg_tagged *msg
 		if (dropped < 0)
 			return dropped;
 	}
-	cq_push(ep->rx_cq, &found);
+	cq_push(ep->rx_cq, ep, &found);
 	return 0;
 }
 
@@ -1060,7 +1137,7 @@ static ssize_t claimed_locked(struct nicmsg_ep *ep, const struct fi_msg_tagged *
 	done.tagged = 1;
 	done.wanted = 1;
 	if (rx_wanted(ep, flags))
-		cq_push(ep->rx_cq, &done);
+		cq_push(ep->rx_cq, ep, &done);
 	return 0;
 }
 

@@ -124,6 +124,40 @@ fn fi_info_lists_the_provider_with_its_capabilities() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `FI_SOURCE`: `fi_cq_readfrom` names a receive's sender by its place in the receiver's
+/// address vector, and `FI_ADDR_NOTAVAIL` for a sender the vector does not hold
+/// (`tests/fabric/source.c`, built against libfabric's headers).
+#[test]
+fn completions_name_their_source_in_the_address_vector() {
+    if !installed("cc") {
+        eprintln!("skipped: no C compiler (cc)");
+        return;
+    }
+    let Some(dir) = provider_dir("source") else {
+        return;
+    };
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fabric/source.c");
+    let program = dir.join("source");
+    let compiled = Command::new("cc")
+        .args(["-O2", "-Wall", "-o"])
+        .arg(&program)
+        .arg(&source)
+        .arg("-lfabric")
+        .output()
+        .expect("cc runs");
+    assert_success(&compiled, "cc source.c -lfabric");
+    let run = Command::new(&program)
+        .env("FI_PROVIDER_PATH", &dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("source starts");
+    let output = finish(run, RUN_LIMIT, "source");
+    assert_success(&output, "FI_SOURCE check");
+    assert!(String::from_utf8_lossy(&output.stdout).contains("source: ok"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// One fi_pingpong run: a server, then a client on loopback, on a port of their own.
 fn pingpong(dir: &Path, port: u16, extra: &[&str]) {
     let mut args = vec!["-p", "nicmsg", "-e", "rdm", "-c", "-I", "200"];
