@@ -87,30 +87,14 @@ pub fn job_from_lookup<F>(lookup: F) -> Result<JobEnv, BootstrapError>
 where
     F: Fn(&str) -> Option<String>,
 {
-    let get = |name: &str| {
-        lookup(name)
-            .map(|v| v.trim().to_owned())
-            .filter(|v| !v.is_empty())
-    };
-
+    let get = trimmed(lookup);
     let (rank, size) = rank_and_size(&get)?;
     let job = job_id(&get)?;
     let bootstrap = match get("NICMSG_BOOTSTRAP") {
         None => None,
         Some(value) => Some(resolve_bootstrap(&value)?),
     };
-    let bind_ip = match get("NICMSG_BIND_IP") {
-        None => None,
-        Some(value) => Some(
-            value
-                .parse::<IpAddr>()
-                .map_err(|_| BootstrapError::InvalidVar {
-                    var: "NICMSG_BIND_IP",
-                    value,
-                    expected: "an IP address",
-                })?,
-        ),
-    };
+    let bind_ip = bind_ip(&get)?;
     Ok(JobEnv {
         rank,
         size,
@@ -118,6 +102,46 @@ where
         bootstrap,
         bind_ip,
     })
+}
+
+/// `lookup` with values trimmed, and empty ones counted as unset.
+pub(crate) fn trimmed<F>(lookup: F) -> impl Fn(&str) -> Option<String>
+where
+    F: Fn(&str) -> Option<String>,
+{
+    move |name: &str| {
+        lookup(name)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    }
+}
+
+/// The PMIx launcher's namespace and rank (`PMIX_NAMESPACE`, `PMIX_RANK`) when this process
+/// should bootstrap through PMIx: both are set, and neither `NICMSG_BOOTSTRAP` nor
+/// `NICMSG_RANK` is (nicmsg's own settings win, so setting them forces the bootstrap through
+/// rank 0's TCP service).
+pub(crate) fn pmix_launcher(get: &dyn Fn(&str) -> Option<String>) -> Option<(String, String)> {
+    if get("NICMSG_BOOTSTRAP").is_some() || get("NICMSG_RANK").is_some() {
+        return None;
+    }
+    Some((get("PMIX_NAMESPACE")?, get("PMIX_RANK")?))
+}
+
+/// `NICMSG_BIND_IP`.
+pub(crate) fn bind_ip(
+    get: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<IpAddr>, BootstrapError> {
+    get("NICMSG_BIND_IP")
+        .map(|value| {
+            value
+                .parse::<IpAddr>()
+                .map_err(|_| BootstrapError::InvalidVar {
+                    var: "NICMSG_BIND_IP",
+                    value,
+                    expected: "an IP address",
+                })
+        })
+        .transpose()
 }
 
 fn rank_and_size(get: &dyn Fn(&str) -> Option<String>) -> Result<(u32, u32), BootstrapError> {
@@ -151,7 +175,7 @@ fn rank_and_size(get: &dyn Fn(&str) -> Option<String>) -> Result<(u32, u32), Boo
     Ok((rank, size))
 }
 
-fn job_id(get: &dyn Fn(&str) -> Option<String>) -> Result<u32, BootstrapError> {
+pub(crate) fn job_id(get: &dyn Fn(&str) -> Option<String>) -> Result<u32, BootstrapError> {
     if let Some(text) = get("NICMSG_JOB") {
         return parse_u32("NICMSG_JOB", &text);
     }
@@ -417,6 +441,36 @@ mod tests {
         ])
         .unwrap();
         assert_eq!((j.rank, j.size, j.bootstrap), (1, 2, None));
+    }
+
+    #[test]
+    fn pmix_is_used_only_under_a_pmix_launcher_without_nicmsg_settings() {
+        let launcher = |vars: &[(&str, &str)]| {
+            let map: HashMap<String, String> = vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            pmix_launcher(&trimmed(move |k: &str| map.get(k).cloned()))
+        };
+        let pmix = [("PMIX_NAMESPACE", "1062666241"), ("PMIX_RANK", "3")];
+        assert_eq!(
+            launcher(&pmix),
+            Some(("1062666241".to_string(), "3".to_string()))
+        );
+        assert_eq!(launcher(&pmix[..1]), None, "no rank");
+        assert_eq!(launcher(&pmix[1..]), None, "no namespace");
+        assert_eq!(launcher(&[("OMPI_COMM_WORLD_RANK", "0")]), None);
+        for nicmsg in ["NICMSG_BOOTSTRAP", "NICMSG_RANK"] {
+            let mut vars = pmix.to_vec();
+            vars.push((nicmsg, "1"));
+            assert_eq!(launcher(&vars), None, "{nicmsg} wins");
+            vars.pop();
+            vars.push((nicmsg, " "));
+            assert!(
+                launcher(&vars).is_some(),
+                "an empty {nicmsg} counts as unset"
+            );
+        }
     }
 
     #[test]

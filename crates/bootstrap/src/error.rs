@@ -109,6 +109,41 @@ pub enum BootstrapError {
     #[error("bootstrap protocol error with {peer}: {reason}")]
     Protocol { peer: SocketAddr, reason: String },
 
+    /// A PMIx launcher started this rank, but PMIx cannot be used (the library is missing, or
+    /// `PMIx_Init` failed) and nicmsg's own bootstrap is not set up either.
+    #[error(
+        "this rank was started by a PMIx launcher (PMIX_NAMESPACE={namespace}, \
+         PMIX_RANK={rank}) but cannot use PMIx: {reason}. Install the PMIx client library \
+         (Debian: apt-get install libpmix2; elsewhere put the directory holding libpmix.so.2 in \
+         LD_LIBRARY_PATH), or use nicmsg's own bootstrap: set NICMSG_BOOTSTRAP to rank 0's \
+         host:port (and NICMSG_BIND_IP) on every rank, e.g. mpirun -x \
+         NICMSG_BOOTSTRAP=10.0.0.1:7470 ... (docs/launcher.md)"
+    )]
+    PmixUnavailable {
+        namespace: String,
+        rank: String,
+        reason: String,
+    },
+
+    /// A PMIx call of the bootstrap failed, or another rank published something unusable.
+    #[error("rank {rank}: PMIx bootstrap failed while {during}: {reason}")]
+    Pmix {
+        rank: u32,
+        during: &'static str,
+        reason: String,
+    },
+
+    /// The PMIx job is larger than the PMIx bootstrap takes.
+    #[error(
+        "the PMIx job has {size} ranks, more than the {max} that nicmsg's PMIx bootstrap takes \
+         (every rank reads every rank's records)"
+    )]
+    TooManyRanks { size: u32, max: u32 },
+
+    /// No network reaches every host of a PMIx job.
+    #[error("rank {rank}: cannot choose a bind address: {reason}")]
+    NoNetwork { rank: u32, reason: String },
+
     /// A socket operation failed.
     #[error("bootstrap I/O error with {peer} while {during}: {source}")]
     Io {

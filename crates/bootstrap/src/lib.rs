@@ -11,16 +11,26 @@
 //!    everyone with the full table. [`exchange_addresses`] also carries each rank's Ethernet
 //!    address, for transports that frame their own datagrams. The wire format is documented in
 //!    the [`mod@exchange`] module.
+//! 3. **Under a PMIx launcher** (Open MPI's `mpirun`, `srun --mpi=pmix`) [`Bootstrap`] does both
+//!    through PMIx instead: rank and size from PMIx, the bind address chosen from the interfaces
+//!    that reach the other ranks, the addresses exchanged with PMIx put/commit/fence/get. The
+//!    PMIx library is loaded at run time (`nicmsg-pmix`), so nothing here needs it installed.
+//!    [`Bootstrap`] falls back to 1 and 2 without a PMIx launcher, or when `NICMSG_BOOTSTRAP`
+//!    is set.
 //!
 //! The environment contract is described for users in `docs/launcher.md`.
 
-// No unsafe code here: the compiler holds it to that.
+// No unsafe code here: the compiler holds it to that (the PMIx calls are in `nicmsg-pmix`).
 #![forbid(unsafe_code)]
 
 mod env;
 mod error;
 pub mod exchange;
+mod launch;
+mod pmix;
 
 pub use env::{job_from_env, job_from_lookup, JobEnv};
 pub use error::BootstrapError;
 pub use exchange::{exchange, exchange_addresses, RankAddress};
+pub use launch::Bootstrap;
+pub use pmix::MAX_RANKS as PMIX_MAX_RANKS;
