@@ -70,25 +70,31 @@ pub struct Comm {
 
 impl Comm {
     /// Joins the job described by the environment (`nicmsg run`, mpirun, srun, or
-    /// `NICMSG_RANK`/`NICMSG_SIZE`/`NICMSG_BOOTSTRAP`), with options from `NICMSG_*`.
+    /// `NICMSG_RANK`/`NICMSG_SIZE`/`NICMSG_BOOTSTRAP`), with options from `NICMSG_*`. Under a
+    /// PMIx launcher (`mpirun`, `srun --mpi=pmix`) without `NICMSG_BOOTSTRAP`, the addresses
+    /// are exchanged through PMIx (`nicmsg_bootstrap::Bootstrap`).
     pub fn init() -> Result<Self, Error> {
         Self::init_with(Options::from_env()?)
     }
 
     pub fn init_with(mut options: Options) -> Result<Self, Error> {
         crate::logging::init();
-        let job = nicmsg_bootstrap::job_from_env()?;
+        // Under a PMIx launcher through PMIx, else through rank 0's TCP service.
+        let mut bootstrap = nicmsg_bootstrap::Bootstrap::from_env(options.bootstrap_timeout)?;
+        let job = bootstrap.job().clone();
         if options.eager_limit_auto {
             let credits = options.protocol.eager_credits_per_peer;
             options.protocol.eager_limit = crate::options::eager_limit_for(job.size, credits);
         }
         options.check_for_job(job.size)?;
         options.size_protocol_tables();
-        let bind_ip = job.bind_ip.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        let bind_ip = bootstrap
+            .bind_ip()?
+            .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
         let udp = UdpTransport::bind(udp_options(&options, SocketAddr::new(bind_ip, 0)))?;
         let opened = crate::backend::open(udp, options.transport)?;
         let me = opened.address();
-        let peers = nicmsg_bootstrap::exchange_addresses(&job, me, options.bootstrap_timeout)?;
+        let peers = bootstrap.exchange_addresses(me)?;
         let backend = crate::backend::connect(opened, &peers, job.rank, options.transport)?;
         tracing::info!(
             rank = job.rank,
