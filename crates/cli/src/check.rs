@@ -1,14 +1,16 @@
 //! `nicmsg check`: a rank program that tests the launch environment end to end. It reads the job
 //! from the environment, binds a UDP socket to `NICMSG_BIND_IP`, exchanges addresses through rank
 //! 0 and then pings every other rank over UDP (retrying, so it also passes under `--loss`).
+//! Under a PMIx launcher it bootstraps as the library does: through PMIx, bound where the
+//! PMIx bootstrap chooses (`nicmsg_bootstrap::Bootstrap`).
 //!
-//! `nicmsg run -n 4 --netns --loss 5% -- nicmsg check`
+//! `nicmsg run -n 4 --netns --loss 5% -- nicmsg check`, `mpirun -n 4 nicmsg check`
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use nicmsg_bootstrap::{exchange, job_from_env, JobEnv};
+use nicmsg_bootstrap::{Bootstrap, JobEnv};
 
 use crate::units::parse_seconds;
 
@@ -31,17 +33,22 @@ const LINGER: Duration = Duration::from_millis(300);
 /// Runs the check; `Err` has the message to print.
 pub fn check(args: &CheckArgs) -> Result<(), String> {
     let start = Instant::now();
-    let env = job_from_env().map_err(|e| e.to_string())?;
-    let bind_ip = env.bind_ip.unwrap_or(match env.bootstrap {
-        Some(SocketAddr::V6(_)) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-        _ => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-    });
+    let mut bootstrap = Bootstrap::from_env(args.timeout).map_err(|e| e.to_string())?;
+    let env = bootstrap.job().clone();
+    let via = bootstrap.via();
+    let bind_ip = bootstrap
+        .bind_ip()
+        .map_err(|e| e.to_string())?
+        .unwrap_or(match env.bootstrap {
+            Some(SocketAddr::V6(_)) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+            _ => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        });
     let sock = UdpSocket::bind((bind_ip, 0))
         .map_err(|e| format!("cannot bind a UDP socket to {bind_ip} (NICMSG_BIND_IP): {e}"))?;
     let me = sock.local_addr().map_err(|e| e.to_string())?;
-    let table = exchange(&env, me, args.timeout).map_err(|e| e.to_string())?;
+    let table = bootstrap.exchange(me).map_err(|e| e.to_string())?;
     println!(
-        "rank {} of {} (job {}): address exchange ok in {} ms; data address {}",
+        "rank {} of {} (job {}): address exchange ok in {} ms (via {via}); data address {}",
         env.rank,
         env.size,
         env.job,
