@@ -497,6 +497,20 @@ fn check_exchanges_addresses_and_reaches_every_rank() {
     );
 }
 
+#[test]
+fn check_of_one_rank_passes_at_once() {
+    // It waited for answers from nobody until its timeout, and failed.
+    let started = std::time::Instant::now();
+    let f = nicmsg(&["run", "-n", "1", "--", NICMSG, "check", "--timeout", "10"]);
+    assert_eq!(f.code, 0, "{}", f.stderr);
+    assert!(
+        f.stdout.contains("reached all 0 other ranks"),
+        "{}",
+        f.stdout
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}
+
 /// Starts `nicmsg args`, waits for `ready` lines on its stdout, sends `sig` to it, and returns
 /// what happened plus the pids the ranks printed (`ready <pid>`).
 fn interrupt(args: &[&str], ready: usize, sig: i32) -> (Finished, Vec<i32>) {
