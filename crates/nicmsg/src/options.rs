@@ -692,8 +692,9 @@ pub static SETTINGS: &[Setting] = &[
         values: Values::LogFilter,
         default: "off",
         meaning: "log through `tracing` on stderr, filtered: `warn` (transport errors with \
-                  their errno: the first, then every 1000th), `info` (also joining the job, \
-                  peers declared unreachable), `debug`, `nicmsg_engine=debug`",
+                  their errno: the first, then every 1000th), `info` (also the bootstrap: \
+                  through PMIx or rank 0, the bind address chosen; joining the job, peers \
+                  declared unreachable), `debug`, `nicmsg_engine=debug`",
         apply: |_, _| {},
     },
 ];
