@@ -182,13 +182,6 @@ struct Api {
     _library: Library,
 }
 
-// SAFETY: the symbols are plain function pointers into a library that is never closed, and
-// the PMIx client library may be called from any thread (it serialises calls through its own
-// progress thread).
-unsafe impl Send for Api {}
-// SAFETY: as above; `Api` holds no mutable state of its own.
-unsafe impl Sync for Api {}
-
 impl Api {
     fn load() -> Result<Api, String> {
         // RTLD_GLOBAL: libpmix loads plugins of its own (pmix_mca_*.so) that take its symbols
