@@ -345,6 +345,9 @@ fn open_mpi_runs_across_namespaces_under_loss() {
         .arg("plm_rsh_agent")
         .arg(&agent)
         .args(["--mca", "oob_tcp_if_include", RANK_IFACE])
+        // Several daemons on one machine: without this, one now and then crashed writing the
+        // machine's topology to shared memory (hwloc_shmem_topology_write, SIGSEGV).
+        .args(["--mca", "rtc_hwloc_vmhole", "none"])
         .args(["-x", "FI_PROVIDER_PATH", "-x", "NICMSG_STATS"])
         .args(["--mca", "pml", "cm", "--mca", "mtl", "ofi"])
         .args(["--mca", "mtl_ofi_provider_include", "nicmsg"])
