@@ -11,14 +11,14 @@
  * The computation is a busy loop calibrated before MPI_Init, on a quiet core without any
  * communication library loaded, so C microseconds of it take C microseconds alone. RMPP's
  * processor availability (the same work without communication over with communication) is then
- * iterations x C / loop time; `nicmsg bench` computes it from the numbers printed here:
+ * C / an iteration's time; `nicmsg bench` computes it from the numbers printed here:
  *
  *   calibration units_per_us=...
  *   point size=... batch=... compute_us=... iterations=... loop_us=... computing_us=...
- *         median_us=... min_us=... max_us=... p99_us=... mean_us=...
+ *         computing_median_us=... median_us=... min_us=... max_us=... p99_us=... mean_us=...
  *
- * (one line per point; the times are per iteration, computing_us is the computation's total
- * time as it ran inside the loop). The received bytes are checked after each point's loop
+ * (one line per point: the loop's time and the computation's total time inside it, the median
+ * of the computation's time per iteration, and the iteration's time summarised). The received bytes are checked after each point's loop
  * (cleared before it); a wrong byte aborts the job.
  */
 #include <mpi.h>
@@ -83,6 +83,12 @@ static int compare(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* The median of `n` sorted values. */
+static double median(const double *sorted, long n)
+{
+	return n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+}
+
 static unsigned char pattern(int src, int slot, size_t i)
 {
 	return (unsigned char)(src * 31 + slot * 7 + i * 13);
@@ -144,7 +150,8 @@ int main(int argc, char **argv)
 	in = malloc(alloc * batch);
 	MPI_Request *requests = malloc(sizeof(MPI_Request) * 2 * batch);
 	double *samples = malloc(sizeof(double) * max_iterations);
-	if (!out || !in || !requests || !samples) {
+	double *computed = malloc(sizeof(double) * max_iterations);
+	if (!out || !in || !requests || !samples || !computed) {
 		fprintf(stderr, "overlap: out of memory\n");
 		MPI_Abort(MPI_COMM_WORLD, 1);
 	}
@@ -177,8 +184,9 @@ int main(int argc, char **argv)
 		double loop_start = now_us();
 		for (long it = 0; it < iterations; it++) {
 			double start = now_us();
-			computing += iteration(batch, size, alloc, peer, units, requests);
+			computed[it] = iteration(batch, size, alloc, peer, units, requests);
 			samples[it] = now_us() - start;
+			computing += computed[it];
 		}
 		double loop = now_us() - loop_start;
 		for (int s = 0; s < batch; s++)
@@ -193,14 +201,14 @@ int main(int argc, char **argv)
 			for (long i = 0; i < iterations; i++)
 				sum += samples[i];
 			qsort(samples, iterations, sizeof(double), compare);
+			qsort(computed, iterations, sizeof(double), compare);
 			long p99 = (long)(0.99 * (iterations - 1) + 0.5);
 			printf("point size=%zu batch=%d compute_us=%.3f iterations=%ld loop_us=%.3f "
-			       "computing_us=%.3f median_us=%.3f min_us=%.3f max_us=%.3f p99_us=%.3f "
-			       "mean_us=%.3f\n",
+			       "computing_us=%.3f computing_median_us=%.3f median_us=%.3f min_us=%.3f "
+			       "max_us=%.3f p99_us=%.3f mean_us=%.3f\n",
 			       size, batch, compute, iterations, loop, computing,
-			       iterations % 2 ? samples[iterations / 2]
-					      : (samples[iterations / 2 - 1] + samples[iterations / 2]) / 2,
-			       samples[0], samples[iterations - 1], samples[p99], sum / iterations);
+			       median(computed, iterations), median(samples, iterations), samples[0],
+			       samples[iterations - 1], samples[p99], sum / iterations);
 			fflush(stdout);
 		}
 	}
@@ -208,6 +216,7 @@ int main(int argc, char **argv)
 	free(in);
 	free(requests);
 	free(samples);
+	free(computed);
 	MPI_Finalize();
 	return 0;
 }
