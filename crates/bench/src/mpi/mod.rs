@@ -277,20 +277,31 @@ pub fn provider_library() -> Option<PathBuf> {
 
 /// Why `system` cannot run `pattern` here (a program or the provider is missing), if so.
 pub fn skip(system: MpiSystem, pattern: Pattern) -> Option<Outcome> {
+    let installed = |program: &str| find_on_path(program).is_some();
+    skip_with(system, pattern, installed, provider_library().is_some())
+}
+
+/// [`skip`] with what is installed given.
+fn skip_with(
+    system: MpiSystem,
+    pattern: Pattern,
+    installed: impl Fn(&str) -> bool,
+    provider_built: bool,
+) -> Option<Outcome> {
     let mut missing = Vec::new();
-    if find_on_path("mpirun").is_none() {
+    if !installed("mpirun") {
         missing.push(format!("mpirun: {INSTALL_MPI}"));
     }
     match pattern {
-        Pattern::MpiOverlap if find_on_path("mpicc").is_none() => {
+        Pattern::MpiOverlap if !installed("mpicc") => {
             missing.push(format!("mpicc: {INSTALL_MPICC}"));
         }
-        Pattern::MpiLatency | Pattern::MpiBw if find_on_path(netpipe::PROGRAM).is_none() => {
+        Pattern::MpiLatency | Pattern::MpiBw if !installed(netpipe::PROGRAM) => {
             missing.push(format!("{}: {INSTALL_NETPIPE}", netpipe::PROGRAM));
         }
         _ => {}
     }
-    if system.engine().is_some() && provider_library().is_none() {
+    if system.engine().is_some() && !provider_built {
         missing.push(format!(
             "nicmsg's provider {PROVIDER_BUILT} (or ${PROVIDER_ENV}): {BUILD_PROVIDER}"
         ));
@@ -431,18 +442,20 @@ impl Job {
     }
 }
 
-/// The first line of `output` holding each text of `evidence`, without Open MPI's
-/// `[host:pid] ` prefix.
+/// The first line of `output` holding each text of `evidence`, without the `[host:pid]` and
+/// `[time]` prefixes Open MPI and UCX put before their lines.
 fn evidence_lines(output: &str, evidence: &[(&str, usize)]) -> Vec<String> {
     evidence
         .iter()
         .filter_map(|(needle, _)| {
-            let line = output.lines().find(|l| l.contains(needle))?.trim();
-            let line = match line.strip_prefix('[') {
-                Some(rest) => rest.split_once("] ").map_or(line, |(_, text)| text),
-                None => line,
-            };
-            Some(line.trim().chars().take(160).collect())
+            let mut line = output.lines().find(|l| l.contains(needle))?.trim();
+            while let Some((_, rest)) = line.strip_prefix('[').and_then(|r| r.split_once(']')) {
+                if !rest.contains(needle) {
+                    break;
+                }
+                line = rest.trim_start();
+            }
+            Some(line.chars().take(160).collect())
         })
         .collect()
 }
@@ -500,4 +513,98 @@ pub fn run(
         series.outcome = Outcome::Failed { error };
     }
     (series, interrupted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lines of the path checks' verbose output, as Open MPI and UCX print them.
+    const CHECK_OUTPUT: &str = "\
+[vm:23226] select: component ob1 selected
+[vm:23226] mca: bml: Using tcp btl for send to [[13903,1],1] on node vm
+[1795674376.681639] [vm:23057:0]      ucp_worker.c:1763 UCX  INFO    ep_cfg[0]: tag(tcp/lo)
+nicmsg stats rank 0:  total        144        12304
+";
+
+    #[test]
+    fn evidence_is_quoted_without_prefixes() {
+        let lines = evidence_lines(
+            CHECK_OUTPUT,
+            &[
+                ("select: component ob1 selected", 1),
+                ("Using tcp btl for send", 1),
+                ("tag(tcp/lo)", 1),
+                ("nicmsg stats rank 0:  total", 1),
+                ("not there", 1),
+            ],
+        );
+        assert_eq!(
+            lines,
+            [
+                "select: component ob1 selected",
+                "mca: bml: Using tcp btl for send to [[13903,1],1] on node vm",
+                "ucp_worker.c:1763 UCX  INFO    ep_cfg[0]: tag(tcp/lo)",
+                "nicmsg stats rank 0:  total        144        12304",
+            ]
+        );
+    }
+
+    #[test]
+    fn names_round_trip_and_only_nicmsg_has_an_engine() {
+        for system in MpiSystem::ALL {
+            assert_eq!(MpiSystem::from_name(system.name()), Some(system));
+            assert_eq!(system.engine().is_some(), system.name().contains("nicmsg"));
+            assert!(!system.evidence().is_empty());
+        }
+        let args = MpiSystem::NicmsgThread.transport_args("DIR").join(" ");
+        assert!(args.starts_with("-x FI_PROVIDER_PATH=DIR -x NICMSG_ENGINE=thread --mca pml cm"));
+        assert!(MpiSystem::UcxTcp
+            .transport_args("")
+            .contains(&"UCX_TLS=tcp".to_string()));
+    }
+
+    #[test]
+    fn what_is_missing_is_a_skip_that_says_how_to_get_it() {
+        let all = |_: &str| true;
+        assert_eq!(
+            skip_with(MpiSystem::NicmsgInline, Pattern::MpiBw, all, true),
+            None
+        );
+        let no_provider = skip_with(MpiSystem::NicmsgInline, Pattern::MpiLatency, all, false);
+        assert_eq!(
+            no_provider,
+            Some(Outcome::NotInstalled {
+                install: format!(
+                    "nicmsg's provider {PROVIDER_BUILT} (or ${PROVIDER_ENV}): {BUILD_PROVIDER}"
+                )
+            })
+        );
+        // Open MPI's own transports need no provider.
+        assert_eq!(
+            skip_with(MpiSystem::Ob1Tcp, Pattern::MpiLatency, all, false),
+            None
+        );
+        let no_mpicc = |program: &str| program != "mpicc";
+        let Some(Outcome::NotInstalled { install }) =
+            skip_with(MpiSystem::UcxTcp, Pattern::MpiOverlap, no_mpicc, true)
+        else {
+            panic!("mpicc is missing");
+        };
+        assert_eq!(install, format!("mpicc: {INSTALL_MPICC}"));
+        assert_eq!(
+            skip_with(MpiSystem::UcxTcp, Pattern::MpiBw, no_mpicc, true),
+            None
+        );
+        let nothing = |_: &str| false;
+        let Some(Outcome::NotInstalled { install }) =
+            skip_with(MpiSystem::Ob1Tcp, Pattern::MpiLatency, nothing, true)
+        else {
+            panic!("nothing is installed");
+        };
+        assert_eq!(
+            install,
+            format!("mpirun: {INSTALL_MPI}; NPopenmpi: {INSTALL_NETPIPE}")
+        );
+    }
 }

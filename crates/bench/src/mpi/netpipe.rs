@@ -157,7 +157,8 @@ pub(super) fn run(
             let file = job.path().join(result_file(size));
             let _ = std::fs::remove_file(&file);
             let command = job.command(&[], &args(pattern, size, repeats));
-            recorded.get_or_insert_with(|| job.record(&command));
+            // The last run's command: its -n comes from the runs before it.
+            recorded = Some(job.record(&command));
             let output = job
                 .run(&command, &format!("np-{size}-{run}"))
                 .map_err(|e| format!("size {size}: {e}"))?;
@@ -170,7 +171,7 @@ pub(super) fn run(
         }
         if let Some(command) = recorded {
             job.commands.push(format!(
-                "{command}  # x{} runs, -n sized per run",
+                "{command}  # the last of {} runs (-n sized per run by the ones before)",
                 samples.len()
             ));
         }
