@@ -204,6 +204,7 @@ fn run_one(plan: &SeriesPlan, args: &BenchArgs, scratch: &Path, live: &Live) -> 
             quick: args.quick,
             reps: args.reps,
             timeout: args.job_timeout(),
+            mtu: args.mtu,
         };
         let (mut series, interrupted) =
             crate::mpi::run(system, plan.pattern, &plan.sizes, &opts, &on_point);

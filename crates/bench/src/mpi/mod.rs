@@ -319,6 +319,8 @@ pub struct Options {
     pub reps: Option<u64>,
     /// Limit for the whole series.
     pub timeout: Duration,
+    /// nicmsg's frame size (`--mtu`, as `NICMSG_MTU`); the provider's default (1500) without.
+    pub mtu: Option<u32>,
 }
 
 impl Options {
@@ -340,6 +342,8 @@ struct Job {
     commands: Vec<String>,
     /// A signal (Ctrl-C) arrived: nothing more is started.
     interrupted: bool,
+    /// `NICMSG_MTU` for nicmsg's systems.
+    mtu: Option<u32>,
 }
 
 impl Job {
@@ -359,6 +363,7 @@ impl Job {
             deadline: Instant::now() + opts.timeout,
             commands: Vec::new(),
             interrupted: false,
+            mtu: opts.mtu,
         })
     }
 
@@ -376,6 +381,9 @@ impl Job {
         }
         args.extend(["--oversubscribe", "-n", "2"].map(String::from));
         args.extend(self.system.transport_args(&provider_dir.to_string_lossy()));
+        if let Some(mtu) = self.mtu.filter(|_| self.system.engine().is_some()) {
+            args.extend(["-x".to_string(), format!("NICMSG_MTU={mtu}")]);
+        }
         args.extend(extra.iter().cloned());
         args.extend(program.iter().cloned());
         CommandLine::new("mpirun").args(args)

@@ -201,6 +201,7 @@ mod tests {
             quick,
             reps: None,
             timeout: Duration::from_secs(60),
+            mtu: None,
         }
     }
 

@@ -294,6 +294,7 @@ mod tests {
             quick: true,
             reps: None,
             timeout: Duration::from_secs(60),
+            mtu: None,
         };
         assert_eq!(
             args(10240, &opts).join(" "),
