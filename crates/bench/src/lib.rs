@@ -16,6 +16,8 @@
 //!   or one fragmented datagram per send) behind that interface;
 //! * [`looper`]: LM's CPU measurement, by what is left over for threads of the lowest class;
 //! * [`external`]: NetPIPE, libfabric `fi_pingpong` and `ucx_perftest`, run as installed;
+//! * [`mpi`]: Open MPI on nicmsg's libfabric provider against Open MPI over TCP and UCX, under
+//!   `mpirun` (`NPopenmpi` and an overlap program compiled at run time);
 //! * [`worker`]: what each rank of a benchmark job runs (`nicmsg-bench bench-worker`);
 //! * [`plot`], [`report`], [`targets`]: charts, `bench-report.md`, and the targets judged.
 
@@ -27,6 +29,7 @@ pub mod external;
 pub mod looper;
 pub mod messenger;
 pub mod model;
+pub mod mpi;
 pub mod panic;
 pub mod patterns;
 pub mod plot;

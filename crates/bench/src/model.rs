@@ -69,11 +69,43 @@ pub enum Pattern {
     /// A key-value look-up answered by the engine against one answered by the host.
     #[serde(rename = "panic-kv")]
     PanicKv,
+    /// MPI over Open MPI's transports and nicmsg's libfabric provider: `NPopenmpi`'s ping-pong,
+    /// half the round trip (and size / that, NetPIPE's bandwidth) per size.
+    #[serde(rename = "mpi-latency")]
+    MpiLatency,
+    /// `NPopenmpi -s`: a stream of one-way MPI messages, one message's share of the stream.
+    #[serde(rename = "mpi-bw")]
+    MpiBw,
+    /// MPI_Irecv/MPI_Isend, computation, MPI_Waitall (`crates/bench/tests/mpi/overlap.c`):
+    /// `overlap` over MPI.
+    #[serde(rename = "mpi-overlap")]
+    MpiOverlap,
 }
 
 impl Pattern {
-    /// Every pattern, in the order of the papers' sections (the report's order: latency first).
-    pub const ALL: [Pattern; 12] = [
+    /// Every pattern, in the order of the papers' sections (the report's order: latency first),
+    /// then MPI's.
+    pub const ALL: [Pattern; 15] = [
+        Pattern::Latency,
+        Pattern::Bw,
+        Pattern::Bibw,
+        Pattern::Msgrate,
+        Pattern::Overhead,
+        Pattern::Overlap,
+        Pattern::Offload,
+        Pattern::Lm,
+        Pattern::PanicRtt,
+        Pattern::PanicCost,
+        Pattern::PanicCollectives,
+        Pattern::PanicKv,
+        Pattern::MpiLatency,
+        Pattern::MpiBw,
+        Pattern::MpiOverlap,
+    ];
+
+    /// What `--suite papers` runs: every pattern but MPI's, which need Open MPI and run as
+    /// `--suite mpi`.
+    pub const PAPERS: [Pattern; 12] = [
         Pattern::Latency,
         Pattern::Bw,
         Pattern::Bibw,
@@ -87,6 +119,14 @@ impl Pattern {
         Pattern::PanicCollectives,
         Pattern::PanicKv,
     ];
+
+    /// What `--suite mpi` runs: Open MPI on nicmsg's provider against Open MPI on TCP and UCX.
+    pub const MPI: [Pattern; 3] = [Pattern::MpiLatency, Pattern::MpiBw, Pattern::MpiOverlap];
+
+    /// MPI's patterns: run under `mpirun` by [`crate::mpi`], not under nicmsg's launcher.
+    pub fn is_mpi(self) -> bool {
+        Pattern::MPI.contains(&self)
+    }
 
     /// PANIC's patterns: nicmsg's programs alone, no baselines.
     pub fn is_panic(self) -> bool {
@@ -111,6 +151,9 @@ impl Pattern {
             Pattern::PanicCost => "panic-cost",
             Pattern::PanicCollectives => "panic-collectives",
             Pattern::PanicKv => "panic-kv",
+            Pattern::MpiLatency => "mpi-latency",
+            Pattern::MpiBw => "mpi-bw",
+            Pattern::MpiOverlap => "mpi-overlap",
         }
     }
 

@@ -13,6 +13,8 @@
 //! | `overlap-availability` | processor availability vs computation (RMPP figure 10) |
 //! | `overlap-effective` | availability x throughput vs computation (RMPP figure 11) |
 //! | `offload` | bandwidth vs size, one line per offload variant |
+//! | `mpi-latency`, `mpi-bw` | NPopenmpi's half round trip and streamed bandwidth vs size |
+//! | `mpi-overlap-*` | `overlap`'s three charts for MPI_Isend/Irecv, computation, MPI_Waitall |
 //! | `panic-rtt` | round trip vs size per PANIC mechanism and engine mode (PANIC figure 3) |
 //! | `panic-cost` | the engine's time per phase vs statements executed (PANIC figure 5) |
 //! | `panic-collectives` | latency and host CPU per barrier / all-reduce, engine vs host (bars) |
@@ -193,6 +195,18 @@ const KNOWN_SYSTEMS: [&str; 12] = [
     "nicmsg-lm-sendto",
 ];
 
+/// The MPI systems draw in the colours of their kin: Open MPI on nicmsg as nicmsg in the same
+/// engine mode, ob1 as TCP, UCX as UCX.
+fn palette_name(system: &str) -> &str {
+    match system {
+        "ompi-nicmsg-inline" => "nicmsg-inline",
+        "ompi-nicmsg-thread" => "nicmsg-thread",
+        "ompi-ob1-tcp" => "tcp-busy",
+        "ompi-ucx-tcp" => "ucx-tcp",
+        other => other,
+    }
+}
+
 /// The offload sweep's RSM positions run 0..=15; they get a hue ramp so the sweep reads as
 /// an ordered family rather than sixteen unrelated systems.
 const OFFLOAD_POSITIONS: f64 = 16.0;
@@ -208,7 +222,7 @@ fn look(system: &str, index_in_chart: usize) -> Look {
     }
     let index = KNOWN_SYSTEMS
         .iter()
-        .position(|known| *known == system)
+        .position(|known| *known == palette_name(system))
         .unwrap_or(KNOWN_SYSTEMS.len() + index_in_chart);
     Look {
         color: PALETTE[index % PALETTE.len()],
@@ -294,7 +308,7 @@ fn charts(report: &Report) -> Vec<Chart> {
     for pattern in Pattern::ALL {
         let bodies = match pattern {
             Pattern::Overhead => overhead_chart(report).into_iter().collect(),
-            Pattern::Overlap => overlap_charts(report),
+            Pattern::Overlap | Pattern::MpiOverlap => overlap_charts(report, pattern),
             Pattern::Lm => lm_charts(report),
             Pattern::PanicCost => panic_cost_chart(report).into_iter().collect(),
             Pattern::PanicCollectives | Pattern::PanicKv => {
@@ -329,6 +343,14 @@ fn size_chart(report: &Report, pattern: Pattern) -> Option<Titled> {
     }
     let (title, y_desc) = match pattern {
         Pattern::Latency => ("half round trip vs message size", "half round trip (us)"),
+        Pattern::MpiLatency => (
+            "NPopenmpi half round trip vs message size",
+            "half round trip (us)",
+        ),
+        Pattern::MpiBw => (
+            "NPopenmpi -s streamed bandwidth vs message size",
+            "bandwidth (MB/s)",
+        ),
         Pattern::Bw => ("one-way bandwidth vs message size", "bandwidth (MB/s)"),
         Pattern::Bibw => (
             "bidirectional bandwidth vs message size",
@@ -346,7 +368,7 @@ fn size_chart(report: &Report, pattern: Pattern) -> Option<Titled> {
     };
     // Latency spans decades (a few us to milliseconds at 4 MiB): log-log like the papers.
     let y_axis = match pattern {
-        Pattern::Latency => Axis::log,
+        Pattern::Latency | Pattern::MpiLatency => Axis::log,
         _ => Axis::linear,
     };
     let descs = ("message size (bytes)", y_desc);
@@ -429,9 +451,23 @@ fn sorted_points(points: impl Iterator<Item = (f64, f64)>) -> Vec<(f64, f64)> {
     points
 }
 
-/// EMP figure 6 and RMPP figures 10-11, one line per system and message size.
-fn overlap_charts(report: &Report) -> Vec<Titled> {
-    let series = view::measured(report, Pattern::Overlap);
+/// EMP figure 6 and RMPP figures 10-11, one line per system and message size (`overlap`, or
+/// `mpi-overlap` into files of its own).
+fn overlap_charts(report: &Report, pattern: Pattern) -> Vec<Titled> {
+    let series = view::measured(report, pattern);
+    let stems = if pattern == Pattern::MpiOverlap {
+        [
+            "mpi-overlap-throughput",
+            "mpi-overlap-availability",
+            "mpi-overlap-effective",
+        ]
+    } else {
+        [
+            "overlap-throughput",
+            "overlap-availability",
+            "overlap-effective",
+        ]
+    };
     let throughput = overlap_lines(&series, |_, o| {
         Some((o.cpu_fraction, o.throughput_mbytes_per_sec))
     });
@@ -442,7 +478,7 @@ fn overlap_charts(report: &Report) -> Vec<Titled> {
     let compute = "computation per iteration (us)";
     let charts = [
         (
-            "overlap-throughput",
+            stems[0],
             "throughput vs CPU fraction",
             throughput,
             (
@@ -453,7 +489,7 @@ fn overlap_charts(report: &Report) -> Vec<Titled> {
             Axis::linear as fn(&[f64]) -> Axis,
         ),
         (
-            "overlap-availability",
+            stems[1],
             "availability vs computation",
             availability,
             (compute, "processor availability"),
@@ -461,7 +497,7 @@ fn overlap_charts(report: &Report) -> Vec<Titled> {
             Axis::fraction,
         ),
         (
-            "overlap-effective",
+            stems[2],
             "effective bandwidth vs computation",
             effective,
             (compute, "availability x throughput (MB/s)"),

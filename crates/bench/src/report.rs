@@ -189,7 +189,7 @@ fn pattern_table(series: &[&Series], pattern: Pattern) -> Option<(String, Table)
             ),
             overhead_table(series, reference),
         )),
-        Pattern::Overlap => Some((
+        Pattern::Overlap | Pattern::MpiOverlap => Some((
             "one row per amount of computation per iteration".to_string(),
             overlap_table(series),
         )),

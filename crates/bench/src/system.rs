@@ -25,6 +25,9 @@ pub enum System {
     LmSendto,
     /// An installed program from another project, run by [`crate::external`].
     External(crate::external::ExternalPeer),
+    /// Open MPI on a transport (nicmsg's provider among them), run by [`crate::mpi`] for the
+    /// MPI patterns.
+    Mpi(crate::mpi::MpiSystem),
 }
 
 impl System {
@@ -43,6 +46,7 @@ impl System {
             System::Lm => "nicmsg-lm",
             System::LmSendto => "nicmsg-lm-sendto",
             System::External(peer) => peer.system(),
+            System::Mpi(system) => system.name(),
         }
     }
 
@@ -56,6 +60,7 @@ impl System {
             System::Lm => "nicmsg LM socket, transmit ring (spin 50 us, then poll)",
             System::LmSendto => "nicmsg LM socket, a sendto a frame (spin 50 us, then poll)",
             System::External(peer) => peer.label(),
+            System::Mpi(system) => system.label(),
         }
     }
 
@@ -74,7 +79,8 @@ impl fmt::Display for System {
 }
 
 /// Systems no pattern runs as a default baseline, run only when named: nicmsg itself, and
-/// `lm`'s own series (which other patterns run only when asked).
+/// `lm`'s own series (which other patterns run only when asked). The MPI systems are the MPI
+/// patterns' own (`--baselines` may name them there).
 const BY_NAME_ONLY: [System; 4] = [
     System::Nicmsg,
     System::Lm,
@@ -86,7 +92,12 @@ impl FromStr for System {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, String> {
-        let known = || BY_NAME_ONLY.into_iter().chain(System::all_baselines());
+        let known = || {
+            BY_NAME_ONLY
+                .into_iter()
+                .chain(System::all_baselines())
+                .chain(crate::mpi::MpiSystem::ALL.map(System::Mpi))
+        };
         known().find(|system| system.name() == text).ok_or_else(|| {
             let names: Vec<&str> = known().map(System::name).collect();
             format!("unknown system {text:?}; known: {}", names.join(", "))

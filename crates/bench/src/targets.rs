@@ -73,16 +73,29 @@ const GIGE_BITS_PER_SEC: u64 = 1_000_000_000;
 const NICMSG_MODES: [&str; 2] = ["nicmsg-inline", "nicmsg-thread"];
 
 /// Every target of the issue, in the order the report lists them.
+///
+/// A report of the MPI patterns alone (`--suite mpi`) is judged by the MPI goals only, and one
+/// without MPI series by the others only, so neither lists the other's goals as not measured.
 pub fn evaluate(report: &Report) -> Vec<TargetCheck> {
-    let mut checks = latency_checks(report);
-    checks.extend(bandwidth_checks(report));
-    checks.extend(overhead_checks(report));
-    checks.push(overlap_check(report));
-    checks.extend(cliff_checks(report));
-    checks.extend(panic_checks(report));
-    checks.extend(lm_checks(report));
+    let has_mpi = report.series.iter().any(|s| s.pattern.is_mpi());
+    let only_mpi = has_mpi && report.series.iter().all(|s| s.pattern.is_mpi());
+    let mut checks = Vec::new();
+    if !only_mpi {
+        checks.extend(latency_checks(report));
+        checks.extend(bandwidth_checks(report));
+        checks.extend(overhead_checks(report));
+        checks.push(overlap_check(report));
+        checks.extend(cliff_checks(report));
+        checks.extend(panic_checks(report));
+        checks.extend(lm_checks(report));
+    }
+    if has_mpi {
+        checks.extend(mpi::checks(report));
+    }
     checks
 }
+
+mod mpi;
 
 /// The size of issue 18's LM goals: the largest UDP datagram, standard UDP's one message of
 /// "64 KiB" (65,536 bytes would be two datagrams for it).
@@ -425,7 +438,17 @@ fn point_value(
 /// nicmsg's best engine mode at `size`: the lowest value when `lower_is_better`, else the
 /// highest. The other mode's number is named too, so the reader sees the choice.
 fn best_nicmsg(report: &Report, pattern: Pattern, size: u64, lower_is_better: bool) -> Lookup {
-    let mut found: Vec<Value> = NICMSG_MODES
+    best_of(report, (pattern, &NICMSG_MODES), size, lower_is_better)
+}
+
+/// The best of `modes` (series names) at `size`, as [`best_nicmsg`] says.
+fn best_of(
+    report: &Report,
+    (pattern, modes): (Pattern, &[&str]),
+    size: u64,
+    lower_is_better: bool,
+) -> Lookup {
+    let mut found: Vec<Value> = modes
         .iter()
         .filter_map(|mode| system_value(report, pattern, mode, size).ok())
         .collect();
@@ -435,7 +458,7 @@ fn best_nicmsg(report: &Report, pattern: Pattern, size: u64, lower_is_better: bo
     }
     let mut found = found.into_iter();
     let Some(mut best) = found.next() else {
-        let reasons: Vec<String> = NICMSG_MODES
+        let reasons: Vec<String> = modes
             .iter()
             .map(|mode| absence(report, pattern, mode, size))
             .collect();
@@ -573,9 +596,76 @@ fn overhead_checks(report: &Report) -> Vec<TargetCheck> {
 /// Share of the no-computation throughput the loop must keep for the network to count as busy.
 const BUSY_NETWORK: f64 = 0.9;
 
+/// Where an overlap series is read at one size: at its balance point, the largest computation
+/// whose throughput is still at least [`BUSY_NETWORK`] of the throughput without computation,
+/// or at its smallest computation when every computation starves the network.
+#[derive(Debug, Clone, Copy)]
+struct Balance {
+    compute: f64,
+    at: Overlap,
+    /// The point without computation.
+    idle: Overlap,
+    /// False: no computation kept the network busy; `at` is the smallest computation's point.
+    busy: bool,
+}
+
+impl Balance {
+    /// "availability 0.420 at 50 us (857 of 805 MB/s)", or with "no balance point; " before.
+    fn describe(&self) -> String {
+        let text = format!(
+            "availability {:.3} at {} us ({:.1} of {:.1} MB/s)",
+            self.at.availability,
+            format_value(self.compute),
+            self.at.throughput_mbytes_per_sec,
+            self.idle.throughput_mbytes_per_sec,
+        );
+        match self.busy {
+            true => text,
+            false => format!("no balance point; {text}"),
+        }
+    }
+}
+
+/// `series`' [`Balance`] at `size`, or why there is none.
+fn balance_point(series: &Series, size: u64) -> Result<Balance, String> {
+    let system = &series.system;
+    let swept: Vec<(f64, Overlap)> = series
+        .points
+        .iter()
+        .filter(|p| p.size == size)
+        .filter_map(|p| Some((p.compute_us?, p.overlap?)))
+        .collect();
+    let Some(&(_, idle)) = swept.iter().find(|(c, _)| *c == 0.0) else {
+        return Err(format!(
+            "{system}: no {} point without computation",
+            size_in_words(size)
+        ));
+    };
+    let floor = idle.throughput_mbytes_per_sec * BUSY_NETWORK;
+    let computing = || swept.iter().filter(|(c, _)| *c > 0.0);
+    let balance = computing()
+        .filter(|(_, o)| o.throughput_mbytes_per_sec >= floor)
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    let smallest = computing().min_by(|a, b| a.0.total_cmp(&b.0));
+    match (balance, smallest) {
+        (Some(&(compute, at)), _) => Ok(Balance {
+            compute,
+            at,
+            idle,
+            busy: true,
+        }),
+        (None, Some(&(compute, at))) => Ok(Balance {
+            compute,
+            at,
+            idle,
+            busy: false,
+        }),
+        (None, None) => Err(format!("{system}: no point with computation")),
+    }
+}
+
 /// RMPP's processor availability with the thread engine, where progress happens beside the
-/// computation, read at the balance point: the largest computation whose throughput is still at
-/// least [`BUSY_NETWORK`] of the throughput without computation. There the network is busy all
+/// computation, read at the balance point ([`balance_point`]). There the network is busy all
 /// the time, as in RMPP's measurement; with more computation the network starves (EMP) and any
 /// system's availability tends to 1, with less there is little computation to be available for.
 fn overlap_check(report: &Report) -> TargetCheck {
@@ -592,60 +682,14 @@ fn overlap_check(report: &Report) -> TargetCheck {
             absence(report, Pattern::Overlap, system, TEN_KB),
         );
     };
-    let swept: Vec<(f64, Overlap)> = series
-        .points
-        .iter()
-        .filter(|p| p.size == TEN_KB)
-        .filter_map(|p| Some((p.compute_us?, p.overlap?)))
-        .collect();
-    let Some(&(_, idle)) = swept.iter().find(|(c, _)| *c == 0.0) else {
-        let why = format!(
-            "{system}: no {} point without computation",
-            size_in_words(TEN_KB)
-        );
-        return not_measured(name, &goal, why);
-    };
-    let floor = idle.throughput_mbytes_per_sec * BUSY_NETWORK;
-    let balance = swept
-        .iter()
-        .filter(|(c, o)| *c > 0.0 && o.throughput_mbytes_per_sec >= floor)
-        .max_by(|a, b| a.0.total_cmp(&b.0));
-    let Some(&(compute, at)) = balance else {
-        let first = swept.iter().find(|(c, _)| *c > 0.0);
-        let measured = match first {
-            Some((c, o)) => format!(
-                "{system}: no balance point; at {} us {:.1} of {:.1} MB/s, availability {:.3}",
-                format_value(*c),
-                o.throughput_mbytes_per_sec,
-                idle.throughput_mbytes_per_sec,
-                o.availability
-            ),
-            None => format!("{system}: no point with computation"),
-        };
-        let verdict = if first.is_some() {
-            Verdict::Missed
-        } else {
-            Verdict::NotMeasured
-        };
-        return TargetCheck {
+    match balance_point(series, TEN_KB) {
+        Err(why) => not_measured(name, &goal, why),
+        Ok(balance) => TargetCheck {
             name: name.into(),
             goal,
-            measured,
-            verdict,
-        };
-    };
-    let measured = format!(
-        "{system}: availability {:.3} at {} us ({:.1} of {:.1} MB/s)",
-        at.availability,
-        format_value(compute),
-        at.throughput_mbytes_per_sec,
-        idle.throughput_mbytes_per_sec,
-    );
-    TargetCheck {
-        name: name.into(),
-        goal,
-        measured,
-        verdict: Verdict::from_holds(at.availability >= 0.95),
+            measured: format!("{system}: {}", balance.describe()),
+            verdict: Verdict::from_holds(balance.busy && balance.at.availability >= 0.95),
+        },
     }
 }
 

@@ -55,14 +55,20 @@ pub(crate) fn is_nicmsg(system: &str) -> bool {
 }
 
 /// The nicmsg series the other systems' ratios are taken against: the inline engine (the
-/// papers' "library in the application's thread" setting), else the thread engine, else any
-/// nicmsg variant (an offload sweep may hold only `nicmsg-thread-preN`).
+/// papers' "library in the application's thread" setting), else the thread engine (for the
+/// MPI patterns, Open MPI on nicmsg in those modes), else any nicmsg variant (an offload sweep
+/// may hold only `nicmsg-thread-preN`).
 pub(crate) fn reference<'a>(series: &[&'a Series]) -> Option<&'a Series> {
-    ["nicmsg-inline", "nicmsg-thread"]
-        .iter()
-        .find_map(|name| series.iter().find(|s| s.system == *name))
-        .or_else(|| series.iter().find(|s| is_nicmsg(&s.system)))
-        .copied()
+    [
+        "nicmsg-inline",
+        "nicmsg-thread",
+        "ompi-nicmsg-inline",
+        "ompi-nicmsg-thread",
+    ]
+    .iter()
+    .find_map(|name| series.iter().find(|s| s.system == *name))
+    .or_else(|| series.iter().find(|s| is_nicmsg(&s.system)))
+    .copied()
 }
 
 /// The series a PANIC series is compared with: the same engine mode's plain API (`panic-rtt`),
@@ -115,10 +121,15 @@ pub(crate) struct Headline {
 /// and `overlap`, whose points carry several numbers each.
 pub(crate) fn headline(pattern: Pattern) -> Option<Headline> {
     match pattern {
-        Pattern::Latency => Some(Headline {
+        Pattern::Latency | Pattern::MpiLatency => Some(Headline {
             what: "half round trip",
             unit: "us",
             value: |p| Some(p.time_us.median),
+        }),
+        Pattern::MpiBw => Some(Headline {
+            what: "streamed bandwidth",
+            unit: "MB/s",
+            value: |p| p.mbytes_per_sec,
         }),
         Pattern::Lm => Some(Headline {
             what: "ping-pong bandwidth",
@@ -150,7 +161,7 @@ pub(crate) fn headline(pattern: Pattern) -> Option<Headline> {
             unit: "us",
             value: |p| Some(p.time_us.median),
         }),
-        Pattern::Overhead | Pattern::Overlap | Pattern::PanicCost => None,
+        Pattern::Overhead | Pattern::Overlap | Pattern::MpiOverlap | Pattern::PanicCost => None,
     }
 }
 

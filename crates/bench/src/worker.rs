@@ -276,6 +276,11 @@ fn connect(
             (Box::new(messenger), rank)
         }
         System::External(_) => unreachable!("handled by run_external"),
+        System::Mpi(_) => {
+            return Err(BenchError::Usage(
+                "the MPI systems run under mpirun, not as benchmark workers".into(),
+            ))
+        }
     })
 }
 

@@ -188,6 +188,94 @@ fn papers_suite_quick_runs_every_pattern_and_writes_every_file() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// Builds nicmsg's libfabric provider in this test run's profile, so that `libnicmsg_fi.so`
+/// lies beside `nicmsg-bench`, where the MPI patterns look for it.
+fn build_provider() {
+    let dir = Path::new(NICMSG_BENCH).parent().expect("target/<profile>");
+    let mut command = Command::new(env!("CARGO"));
+    command.args(["build", "-q", "-p", "nicmsg-fabric"]);
+    if dir.ends_with("release") {
+        command.arg("--release");
+    }
+    let status = command.status().expect("run cargo build");
+    assert!(status.success(), "building the provider failed");
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+#[test]
+fn mpi_suite_quick_runs_open_mpi_on_nicmsg_and_on_its_baselines() {
+    let missing: Vec<&str> = ["mpirun", "mpicc", "NPopenmpi"]
+        .into_iter()
+        .filter(|program| !on_path(program))
+        .collect();
+    if !missing.is_empty() {
+        eprintln!(
+            "skipped: {} not installed (apt-get install openmpi-bin libopenmpi-dev \
+             netpipe-openmpi)",
+            missing.join(", ")
+        );
+        return;
+    }
+    build_provider();
+    let out = out_dir("mpi");
+    let report = bench(&["--suite", "mpi", "--quick"], &out);
+    for pattern in Pattern::MPI {
+        for system in [
+            "ompi-ob1-tcp",
+            "ompi-ucx-tcp",
+            "ompi-nicmsg-inline",
+            "ompi-nicmsg-thread",
+        ] {
+            let series = report
+                .series
+                .iter()
+                .find(|s| s.pattern == pattern && s.system == system)
+                .unwrap_or_else(|| panic!("{system} missing from {pattern:?}"));
+            assert_eq!(
+                series.outcome,
+                Outcome::Measured,
+                "{system} {pattern:?}: {:?}",
+                series.outcome
+            );
+            assert!(!series.points.is_empty(), "{system} {pattern:?}: no points");
+            // Each series proved its path before measuring, and records no machine paths.
+            assert!(
+                series.command.contains("path check: mpirun"),
+                "{}",
+                series.command
+            );
+            assert!(!series.command.contains("/tmp/"), "{}", series.command);
+        }
+    }
+    let overlap = report
+        .series
+        .iter()
+        .find(|s| s.pattern == Pattern::MpiOverlap && s.system == "ompi-nicmsg-inline")
+        .expect("overlap measured");
+    assert!(overlap.points.iter().all(|p| p.overlap.is_some()));
+    let text = std::fs::read_to_string(out.join("bench-report.md")).expect("report written");
+    assert!(
+        text.contains("| MPI 8 B latency vs ompi-ob1-tcp |"),
+        "{text}"
+    );
+    assert!(!text.contains("8 B latency vs udp-busy"), "{text}");
+    for file in [
+        "mpi-latency.png",
+        "mpi-bw.svg",
+        "mpi-overlap-availability.png",
+    ] {
+        let len = std::fs::metadata(out.join(file))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        assert!(len > 0, "{file} missing or empty");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 #[test]
 fn latency_over_namespaces_with_in_project_baselines() {
     // SAFETY: geteuid has no preconditions.

@@ -6,7 +6,7 @@
 //!   [--engine inline|thread] [--] PROGRAM ARGS...` starts a job of `N` ranks ([`run::run`]);
 //! * `nicmsg check`, run as the program of a job, tests bootstrap and connectivity
 //!   ([`check::check`]);
-//! * `nicmsg bench [PATTERN...] [--suite papers] ...` runs the benchmarks: the program
+//! * `nicmsg bench [PATTERN...] [--suite papers|mpi] ...` runs the benchmarks: the program
 //!   `nicmsg-bench` (crate `nicmsg-bench`) from this executable's directory ([`bench`]), so that
 //!   the launcher links neither the benchmarks nor the plotting library;
 //! * `nicmsg cleanup` removes namespaces left behind by launchers that were killed;

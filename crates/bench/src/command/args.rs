@@ -16,6 +16,10 @@ use crate::worker::parse_pattern;
 pub enum Suite {
     /// Every pattern: the measurements of EMP, RMPP, BIP, LM and PANIC; writes bench-report.md.
     Papers,
+    /// MPI: Open MPI on nicmsg's provider (both engine modes) against Open MPI over TCP (ob1)
+    /// and over UCX (tcp): NPopenmpi latency and bandwidth, and the overlap of MPI_Isend/Irecv
+    /// with computation.
+    Mpi,
 }
 
 /// Link shapes like the papers'.
@@ -30,11 +34,14 @@ pub enum Link {
     nicmsg bench latency --sizes 8,1K,64K\n  \
     nicmsg bench --suite papers --quick --out bench-quick\n  \
     sudo nicmsg bench --suite papers --netns --out bench-netns\n  \
-    sudo nicmsg bench bw --link gige --baselines tcp-busy,netpipe\n\n\
+    sudo nicmsg bench bw --link gige --baselines tcp-busy,netpipe\n  \
+    nicmsg bench --suite mpi --out bench-mpi\n\n\
     Patterns: latency bw bibw msgrate overhead overlap offload lm\n\
-    \x20         panic-rtt panic-cost panic-collectives panic-kv.\n\
+    \x20         panic-rtt panic-cost panic-collectives panic-kv\n\
+    \x20         mpi-latency mpi-bw mpi-overlap (under mpirun; --suite mpi runs the three).\n\
     Baselines: udp-busy tcp-busy tcp-blocking netpipe fi-udp-rxd fi-tcp-rxm ucx-tcp (or all, none);\n\
-    \x20          lm runs udp-frag (standard UDP) and nicmsg-lm (the LM socket).\n\
+    \x20          lm runs udp-frag (standard UDP) and nicmsg-lm (the LM socket);\n\
+    \x20          the MPI patterns run ompi-ob1-tcp ompi-ucx-tcp beside ompi-nicmsg-inline/-thread.\n\
     See docs/benchmarks.md for what each pattern measures.")]
 pub struct BenchArgs {
     /// Patterns to run (default: latency and bw; with --suite papers: all of them).
@@ -103,8 +110,10 @@ pub struct BenchArgs {
 impl BenchArgs {
     /// The patterns to run, in the papers' order.
     pub fn patterns(&self) -> Vec<Pattern> {
-        if self.suite == Some(Suite::Papers) || self.patterns.is_empty() && self.suite.is_some() {
-            return Pattern::ALL.to_vec();
+        match self.suite {
+            Some(Suite::Papers) => return Pattern::PAPERS.to_vec(),
+            Some(Suite::Mpi) => return Pattern::MPI.to_vec(),
+            None => {}
         }
         if self.patterns.is_empty() {
             return vec![Pattern::Latency, Pattern::Bw];

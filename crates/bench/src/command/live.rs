@@ -9,8 +9,15 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::model::{Outcome, Pattern, Point, Series};
 use crate::sizes::label;
 
-/// The baselines nicmsg's rows are compared with, when measured.
-const REFERENCES: [&str; 3] = ["udp-busy", "tcp-busy", "tcp-blocking"];
+/// The baselines nicmsg's rows are compared with, when measured (the MPI patterns' with the
+/// MPI baselines: the keys include the pattern).
+const REFERENCES: [&str; 5] = [
+    "udp-busy",
+    "tcp-busy",
+    "tcp-blocking",
+    "ompi-ob1-tcp",
+    "ompi-ucx-tcp",
+];
 
 pub struct Live {
     bar: ProgressBar,

@@ -136,8 +136,7 @@ pub fn bench(args: &BenchArgs, command_line: String) -> i32 {
             current = Some(plan.pattern);
         }
         let (series, interrupted) = run_one(plan, args, &scratch, &live);
-        nicmsg_failed |=
-            plan.system == System::Nicmsg && !matches!(series.outcome, Outcome::Measured);
+        nicmsg_failed |= is_nicmsg_series(plan) && !matches!(series.outcome, Outcome::Measured);
         live.finish_series(&series, planned_points(plan, args));
         report.series.push(series);
         // Written after every series: an interrupted run keeps what it measured.
@@ -159,6 +158,16 @@ pub fn bench(args: &BenchArgs, command_line: String) -> i32 {
     }
 }
 
+/// A series of nicmsg itself, whose failure fails the run: nicmsg's own, and Open MPI on
+/// nicmsg's provider when it could run (a missing Open MPI or provider is a skip, not a failure).
+fn is_nicmsg_series(plan: &SeriesPlan) -> bool {
+    match plan.system {
+        System::Nicmsg => true,
+        System::Mpi(system) => system.engine().is_some() && plan.skip.is_none(),
+        _ => false,
+    }
+}
+
 fn plan_all(args: &BenchArgs) -> Result<Vec<SeriesPlan>, String> {
     let mut plans = Vec::new();
     for pattern in args.patterns() {
@@ -168,7 +177,7 @@ fn plan_all(args: &BenchArgs) -> Result<Vec<SeriesPlan>, String> {
 }
 
 fn planned_points(plan: &SeriesPlan, args: &BenchArgs) -> u64 {
-    let per_size = if plan.pattern == Pattern::Overlap {
+    let per_size = if matches!(plan.pattern, Pattern::Overlap | Pattern::MpiOverlap) {
         let plan = if args.quick {
             crate::patterns::Plan::quick()
         } else {
@@ -189,6 +198,19 @@ fn run_one(plan: &SeriesPlan, args: &BenchArgs, scratch: &Path, live: &Live) -> 
     }
     live.start(plan.pattern, &plan.name);
     let on_point = |point: &crate::model::Point| live.point(plan.pattern, &plan.name, point);
+    if let System::Mpi(system) = plan.system {
+        // Under mpirun, from this process: Open MPI's launcher places the ranks itself.
+        let opts = crate::mpi::Options {
+            quick: args.quick,
+            reps: args.reps,
+            timeout: args.job_timeout(),
+            mtu: args.mtu,
+        };
+        let (mut series, interrupted) =
+            crate::mpi::run(system, plan.pattern, &plan.sizes, &opts, &on_point);
+        series.label.clone_from(&plan.label);
+        return (series, interrupted);
+    }
     job::run_series(plan, args, scratch, &on_point)
 }
 

@@ -7,6 +7,7 @@ use super::args::BenchArgs;
 use crate::external::{self, ExternalPeer};
 use crate::messenger::LARGEST_DATAGRAM;
 use crate::model::{Outcome, Pattern, Series};
+use crate::mpi::{self, MpiSystem};
 use crate::sizes::{default_sweep, MAX_DEFAULT_SIZE, QUICK_SIZES};
 use crate::system::System;
 
@@ -62,10 +63,16 @@ pub fn series_for(pattern: Pattern, args: &BenchArgs) -> Result<Vec<SeriesPlan>,
     if pattern.is_panic() {
         return Ok(panic_series(pattern, args, &sizes));
     }
+    if pattern.is_mpi() {
+        return mpi_series(pattern, args, &sizes);
+    }
     let mut systems = match (pattern, &args.baselines) {
         // LM's figure 4 is against standard UDP: fragments, not the other baselines.
         (Pattern::Lm, None) => vec![System::UdpFrag],
-        _ => baselines(args)?,
+        _ => baselines(args)?
+            .into_iter()
+            .filter(|system| !matches!(system, System::Mpi(_)))
+            .collect(),
     };
     if pattern == Pattern::Lm {
         // The LM socket's two sending paths always run, once each, whatever was named.
@@ -111,6 +118,9 @@ pub fn sizes_for(pattern: Pattern, args: &BenchArgs) -> Vec<u64> {
     if emp_only && args.suite.is_some() {
         return vec![EMP_MESSAGE];
     }
+    if pattern == Pattern::MpiOverlap && args.suite.is_some() {
+        return mpi_overlap_sizes(args.quick);
+    }
     if let Some(sizes) = &args.sizes {
         return sizes.0.clone();
     }
@@ -134,6 +144,39 @@ pub fn sizes_for(pattern: Pattern, args: &BenchArgs) -> Vec<u64> {
         Pattern::PanicCost => vec![64],
         Pattern::PanicCollectives => vec![8],
         Pattern::PanicKv => vec![8],
+        Pattern::MpiLatency | Pattern::MpiBw if quick => MPI_QUICK_SIZES.to_vec(),
+        Pattern::MpiLatency | Pattern::MpiBw => MPI_SIZES.to_vec(),
+        Pattern::MpiOverlap => mpi_overlap_sizes(quick),
+    }
+}
+
+/// The MPI patterns' sweep: the 8 B, 4 KiB, 64 KiB and 1 MiB, the sizes between
+/// (where Open MPI's and nicmsg's eager limits lie, 4 KiB to 64 KiB), and 4 MiB.
+pub const MPI_SIZES: [u64; 13] = [
+    8,
+    64,
+    512,
+    1024,
+    4096,
+    8192,
+    16384,
+    32768,
+    65536,
+    128 << 10,
+    256 << 10,
+    1 << 20,
+    4 << 20,
+];
+/// `--quick`: the four sizes.
+pub const MPI_QUICK_SIZES: [u64; 4] = [8, 4096, 65536, 1 << 20];
+
+/// `mpi-overlap`'s sizes: EMP's 10 kB (eager everywhere) and 1 MiB (rendezvous everywhere:
+/// what moves while the host computes depends on who makes progress); `--quick`: 10 kB.
+fn mpi_overlap_sizes(quick: bool) -> Vec<u64> {
+    if quick {
+        vec![EMP_MESSAGE]
+    } else {
+        vec![EMP_MESSAGE, 1 << 20]
     }
 }
 
@@ -207,6 +250,44 @@ fn nicmsg(
         variant: None,
         skip: None,
     }
+}
+
+/// The MPI patterns' series: Open MPI over TCP and over UCX (those of `--baselines` that are
+/// MPI systems, both by default), then Open MPI on nicmsg in each of `--engines`' modes.
+fn mpi_series(
+    pattern: Pattern,
+    args: &BenchArgs,
+    sizes: &[u64],
+) -> Result<Vec<SeriesPlan>, String> {
+    let named = baselines(args)?;
+    let by_default = (args.baselines.as_ref()).is_none_or(|names| names.iter().any(|n| n == "all"));
+    let mut systems: Vec<MpiSystem> = MpiSystem::ALL
+        .into_iter()
+        .filter(|system| system.engine().is_none())
+        .filter(|system| by_default || named.contains(&System::Mpi(*system)))
+        .collect();
+    systems.extend(
+        MpiSystem::ALL
+            .into_iter()
+            .filter(|system| system.engine().is_some_and(|e| args.engines.contains(&e))),
+    );
+    let unsupported = args.netns().then(|| Outcome::Unsupported {
+        reason: "the MPI patterns run mpirun on this host's loopback, not over --netns".into(),
+    });
+    Ok(systems
+        .into_iter()
+        .map(|system| SeriesPlan {
+            pattern,
+            system: System::Mpi(system),
+            name: system.name().to_owned(),
+            label: system.label().to_owned(),
+            engine: system.engine(),
+            env: Vec::new(),
+            sizes: sizes.to_vec(),
+            variant: None,
+            skip: unsupported.clone().or_else(|| mpi::skip(system, pattern)),
+        })
+        .collect())
 }
 
 /// PANIC's series: in each engine mode, one per mechanism (named `nicmsg-MODE-VARIANT`);

@@ -55,7 +55,7 @@
 
 mod fabric;
 mod netpipe;
-mod process;
+pub(crate) mod process;
 mod ucx;
 
 use std::env;
@@ -70,6 +70,9 @@ use thiserror::Error;
 
 use crate::model::{Outcome, Pattern, Point, Series, Summary};
 use process::{CommandLine, Exit, WorkDir};
+
+/// NetPIPE's result files and trials, which `NPopenmpi` shares with `NPtcp` ([`crate::mpi`]).
+pub(crate) use netpipe::{parse_result_line as netpipe_result, TRIALS as NETPIPE_TRIALS};
 
 /// First port of the block of ports the external peers use (see the module doc).
 pub const DEFAULT_BASE_PORT: u16 = 23000;
@@ -656,7 +659,7 @@ fn point(job: &Job, measured: Measured) -> Point {
 }
 
 /// `program` itself when it names a path, else the first executable of that name on PATH.
-fn find_on_path(program: &str) -> Option<PathBuf> {
+pub(crate) fn find_on_path(program: &str) -> Option<PathBuf> {
     let executable = |p: &Path| {
         p.metadata()
             .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)

@@ -48,6 +48,7 @@ pub fn supports(pattern: Pattern) -> Result<(), String> {
         Pattern::Overlap => Err("NetPIPE has no computation to overlap".into()),
         Pattern::Offload => Err("NetPIPE has no protocol-offload variants".into()),
         p if p.is_panic() => Err("PANIC measures nicmsg\'s programs, which only nicmsg has".into()),
+        p if p.is_mpi() => Err("the MPI patterns run MPI programs under mpirun".into()),
         _ => unreachable!("every pattern is listed"),
     }
 }

@@ -147,10 +147,15 @@ pub fn run_bounded(
     Ok(Finished { exit, output })
 }
 
-/// Waits for `child` for at most `limit`; at the limit kills and reaps it and returns `None`.
+/// How long a child asked to stop (SIGTERM) at its limit has before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Waits for `child` for at most `limit`; at the limit stops and reaps it and returns `None`.
+/// Stopping is SIGTERM, then SIGKILL after [`STOP_GRACE`]: a launcher such as `mpirun` takes
+/// its ranks down on SIGTERM, while SIGKILL would leave them running.
 ///
 /// A helper thread blocks in `waitid(WNOWAIT)`, which sees the exit without reaping, so the
-/// child stays ours (a zombie at worst) until this thread reaps it: a kill can never hit a
+/// child stays ours (a zombie at worst) until this thread reaps it: a signal can never hit a
 /// recycled pid, and no polling loop wakes up during the measurement.
 fn wait_with_limit(child: &mut Child, limit: Duration) -> io::Result<Option<ExitStatus>> {
     let pid = child.id();
@@ -164,7 +169,11 @@ fn wait_with_limit(child: &mut Child, limit: Duration) -> io::Result<Option<Exit
         Ok(()) => Some(child.wait()?),
         Err(_) => {
             // Not yet reaped (the watcher does not reap), so the pid is still this child's.
-            let _ = child.kill();
+            // SAFETY: kill(2) on our own unreaped child's pid.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+            if exited_rx.recv_timeout(STOP_GRACE).is_err() {
+                let _ = child.kill();
+            }
             child.wait()?;
             None
         }
@@ -293,6 +302,27 @@ mod tests {
         let done = run_bounded(&slow, dir.path(), "slow", Duration::from_millis(200)).unwrap();
         assert_eq!(done.exit, Exit::TimedOut);
         assert!(start.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_child_that_ignores_sigterm_is_killed_after_the_grace() {
+        let dir = WorkDir::create("process-test").unwrap();
+        // An ignored signal stays ignored across exec.
+        let stubborn = CommandLine::new("sh").args(["-c", "trap '' TERM; exec sleep 30"]);
+        let start = Instant::now();
+        let done = run_bounded(
+            &stubborn,
+            dir.path(),
+            "stubborn",
+            Duration::from_millis(100),
+        )
+        .unwrap();
+        assert_eq!(done.exit, Exit::TimedOut);
+        let took = start.elapsed();
+        assert!(
+            took >= STOP_GRACE && took < STOP_GRACE + Duration::from_secs(5),
+            "{took:?}"
+        );
     }
 
     #[test]
