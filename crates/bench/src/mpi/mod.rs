@@ -241,12 +241,12 @@ impl MpiSystem {
             ],
             MpiSystem::UcxTcp => &[("select: component ucx selected", 2), ("tag(tcp/lo)", 2)],
             // The ofi MTL names the provider's domain ("udp"), not the provider; the counters
-            // are nicmsg's own, one table per process (each endpoint is rank 0 of its own
-            // engine, so both say "rank 0").
+            // are nicmsg's own, one table per process, each named by its endpoint's address
+            // ("nicmsg stats 127.0.0.1:40123:  total ...").
             MpiSystem::NicmsgInline | MpiSystem::NicmsgThread => &[
                 ("select: component cm selected", 2),
                 ("select: component ofi selected", 2),
-                ("nicmsg stats rank 0:  total", 2),
+                (NICMSG_TOTALS, 2),
             ],
         }
     }
@@ -262,6 +262,10 @@ impl fmt::Display for MpiSystem {
         f.write_str(self.name())
     }
 }
+
+/// The end of the totals line of nicmsg's counters (`NICMSG_STATS=1`), whatever names the
+/// endpoint before it.
+const NICMSG_TOTALS: &str = ":  total ";
 
 /// The provider library to load: `$NICMSG_FI_LIBRARY`, else `libnicmsg_fi.so` beside this
 /// program (where `cargo build -p nicmsg-fabric` puts it).
@@ -532,7 +536,7 @@ mod tests {
 [vm:23226] select: component ob1 selected
 [vm:23226] mca: bml: Using tcp btl for send to [[13903,1],1] on node vm
 [1795674376.681639] [vm:23057:0]      ucp_worker.c:1763 UCX  INFO    ep_cfg[0]: tag(tcp/lo)
-nicmsg stats rank 0:  total        144        12304
+nicmsg stats 127.0.0.1:40123:  total        144        12304
 ";
 
     #[test]
@@ -543,7 +547,7 @@ nicmsg stats rank 0:  total        144        12304
                 ("select: component ob1 selected", 1),
                 ("Using tcp btl for send", 1),
                 ("tag(tcp/lo)", 1),
-                ("nicmsg stats rank 0:  total", 1),
+                (NICMSG_TOTALS, 1),
                 ("not there", 1),
             ],
         );
@@ -553,7 +557,7 @@ nicmsg stats rank 0:  total        144        12304
                 "select: component ob1 selected",
                 "mca: bml: Using tcp btl for send to [[13903,1],1] on node vm",
                 "ucp_worker.c:1763 UCX  INFO    ep_cfg[0]: tag(tcp/lo)",
-                "nicmsg stats rank 0:  total        144        12304",
+                "nicmsg stats 127.0.0.1:40123:  total        144        12304",
             ]
         );
     }

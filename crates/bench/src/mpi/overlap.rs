@@ -222,7 +222,7 @@ mod tests {
         point size=10240 batch=5 compute_us=0.000 iterations=2000 loop_us=51916.352 \
         computing_us=49.570 computing_median_us=0.025 median_us=24.767 min_us=12.866 \
         max_us=853.585 p99_us=47.014 mean_us=25.926\n\
-        nicmsg stats rank 0:   peer  frames_tx     bytes_tx\n\
+        nicmsg stats 127.0.0.1:40123:   peer  frames_tx     bytes_tx\n\
         point size=10240 batch=5 compute_us=100.000 iterations=2000 loop_us=254999.761 \
         computing_us=206374.911 computing_median_us=100.412 median_us=126.943 \
         min_us=108.752 max_us=371.918 p99_us=166.293 mean_us=127.470\n\
