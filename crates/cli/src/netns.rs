@@ -205,6 +205,30 @@ impl Topology {
         SocketAddrV4::new(self.rank_ip(0), BOOTSTRAP_PORT).into()
     }
 
+    /// A launch agent for Open MPI's `mpirun --mca plm_rsh_agent` (tests run Open MPI across
+    /// the namespaces with it): its "hosts" are the ranks' addresses; it starts Open MPI's
+    /// daemon in the namespace holding the address, as ssh would on the host of that address.
+    /// With `bind_nicmsg` the daemon's environment (which its ranks inherit) sets
+    /// `NICMSG_BIND_IP` to that address; without, the ranks find their addresses themselves.
+    pub fn launch_agent(&self, bind_nicmsg: bool) -> String {
+        let mut script = String::from("#!/bin/sh\nhost=$1\nshift\ncase $host in\n");
+        for rank in 0..self.ranks {
+            let (ip, ns) = (self.rank_ip(rank), self.rank_ns(rank));
+            script += &format!("  {ip}) ns={ns} ;;\n");
+        }
+        script += "  *) echo \"launch agent: no namespace has $host\" >&2; exit 1 ;;\nesac\n";
+        let bind = if bind_nicmsg {
+            "env NICMSG_BIND_IP=\"$host\" "
+        } else {
+            ""
+        };
+        script += &format!(
+            "exec {} netns exec \"$ns\" {bind}sh -c \"$*\"\n",
+            self.ip().display()
+        );
+        script
+    }
+
     /// Path of the `ip` command (ranks are started with `ip netns exec`).
     pub fn ip(&self) -> &Path {
         &self.tools.ip

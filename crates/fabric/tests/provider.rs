@@ -277,23 +277,6 @@ fn open_mpi_runs_the_mpi_check_on_four_ranks() {
 /// Loss on the bridge between the namespaces: 5 %, the figure.
 const LOSS_BASIS_POINTS: u32 = 500;
 
-/// Open MPI's launch agent for [`open_mpi_runs_across_namespaces_under_loss`]: its "hosts" are
-/// the ranks' addresses; it starts Open MPI's daemon in the namespace holding the address,
-/// with nicmsg bound there (the daemon's ranks inherit its environment).
-fn launch_agent(topology: &Topology, ranks: u32) -> String {
-    let mut script = String::from("#!/bin/sh\nhost=$1\nshift\ncase $host in\n");
-    for rank in 0..ranks {
-        let (ip, ns) = (topology.rank_ip(rank), topology.rank_ns(rank));
-        script += &format!("  {ip}) ns={ns} ;;\n");
-    }
-    script += "  *) echo \"launch agent: no namespace has $host\" >&2; exit 1 ;;\nesac\n";
-    script += &format!(
-        "exec {} netns exec \"$ns\" env NICMSG_BIND_IP=\"$host\" sh -c \"$*\"\n",
-        topology.ip().display()
-    );
-    script
-}
-
 /// Four ranks in four network namespaces joined by a bridge that drops 5 % of the frames
 /// (nftables, `nicmsg run --netns`'s topology): `mpirun` runs in rank 0's namespace and starts
 /// a daemon in each other one through a launch agent, as it would over ssh on a cluster; the
@@ -332,7 +315,7 @@ fn open_mpi_runs_across_namespaces_under_loss() {
     // Removed on drop, also when an assertion below fails.
     let topology = Topology::create(tools, std::process::id(), &options).expect("namespaces");
     let agent = dir.join("launch-agent");
-    std::fs::write(&agent, launch_agent(&topology, RANKS)).expect("launch agent");
+    std::fs::write(&agent, topology.launch_agent(true)).expect("launch agent");
     std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .expect("launch agent mode");
     let hosts: Vec<String> = (0..RANKS)

@@ -142,23 +142,6 @@ fn mpirun_bootstraps_through_pmix_without_nicmsg_variables() {
     );
 }
 
-/// Open MPI's launch agent: its "hosts" are the ranks' addresses; it starts Open MPI's daemon
-/// in the namespace holding the address, as ssh would on the host of that address. It sets
-/// nothing of nicmsg's: the ranks find their addresses themselves.
-fn launch_agent(topology: &Topology, ranks: u32) -> String {
-    let mut script = String::from("#!/bin/sh\nhost=$1\nshift\ncase $host in\n");
-    for rank in 0..ranks {
-        let (ip, ns) = (topology.rank_ip(rank), topology.rank_ns(rank));
-        script += &format!("  {ip}) ns={ns} ;;\n");
-    }
-    script += "  *) echo \"launch agent: no namespace has $host\" >&2; exit 1 ;;\nesac\n";
-    script += &format!(
-        "exec {} netns exec \"$ns\" sh -c \"$*\"\n",
-        topology.ip().display()
-    );
-    script
-}
-
 /// Three ranks in three network namespaces on one bridge (`nicmsg run --netns`'s topology), as
 /// on three hosts: `mpirun` runs in rank 0's namespace and starts a daemon in each other one
 /// through a launch agent. Each rank must bind its own address on the bridge's subnet (the one
@@ -189,7 +172,7 @@ fn mpirun_across_namespaces_binds_the_network_that_reaches_every_rank() {
     let dir = std::env::temp_dir().join(format!("nicmsg-pmix-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("agent directory");
     let agent = dir.join("launch-agent");
-    std::fs::write(&agent, launch_agent(&topology, HOSTS)).expect("launch agent");
+    std::fs::write(&agent, topology.launch_agent(false)).expect("launch agent");
     std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .expect("launch agent mode");
     let hosts: Vec<String> = (0..HOSTS)
