@@ -395,12 +395,11 @@ impl<T: Transport> Driver<T> {
             OpCode::Probe => {
                 source.and_then(|source| self.endpoint.post_probe(now, source, context, tag))
             }
-            OpCode::IProbe => match source {
-                Ok(source) => return self.answer_iprobe(slot, source, (context, tag)),
-                Err(error) => Err(error),
-            },
-            OpCode::Claim => match source {
-                Ok(source) => return self.answer_claim(slot, source, (context, tag)),
+            OpCode::IProbe | OpCode::Claim => match source {
+                Ok(source) => {
+                    let claiming = descriptor.op == OpCode::Claim;
+                    return self.answer_probe(slot, source, (context, tag), claiming);
+                }
                 Err(error) => Err(error),
             },
             OpCode::RecvClaimed => {
@@ -438,33 +437,29 @@ impl<T: Transport> Driver<T> {
     }
 
     /// A non-blocking probe completes in the turn that takes it: with the status of the first
-    /// matching message, or `NotFound`.
-    fn answer_iprobe(&mut self, slot: u32, source: Source, (context, tag): (Context, TagMatch)) {
-        let found = self.endpoint.iprobe(source, context, tag);
-        let address = found.and_then(|status| self.endpoint.peer_address(status.peer));
-        // SAFETY: the slot is ours (POSTED) until this hands it back.
-        unsafe {
-            self.table.complete(slot, |d| match found {
-                Some(status) => {
-                    fill_status(d, &status);
-                    d.address = address;
-                }
-                None => d.result = ResultCode::NotFound,
-            })
+    /// matching message, or `NotFound`. A matched probe (`claiming`) also takes the message and
+    /// reports the claim naming it.
+    fn answer_probe(
+        &mut self,
+        slot: u32,
+        source: Source,
+        (context, tag): (Context, TagMatch),
+        claiming: bool,
+    ) {
+        let found = if claiming {
+            let claimed = self.endpoint.claim(source, context, tag);
+            claimed.map(|(status, claim)| (status, Some(claim)))
+        } else {
+            let probed = self.endpoint.iprobe(source, context, tag);
+            probed.map(|status| (status, None))
         };
-    }
-
-    /// A matched probe completes in the turn that takes it, as a non-blocking probe does, with
-    /// the claim naming the message it took.
-    fn answer_claim(&mut self, slot: u32, source: Source, (context, tag): (Context, TagMatch)) {
-        let found = self.endpoint.claim(source, context, tag);
         let address = found.and_then(|(status, _)| self.endpoint.peer_address(status.peer));
         // SAFETY: the slot is ours (POSTED) until this hands it back.
         unsafe {
             self.table.complete(slot, |d| match found {
                 Some((status, claim)) => {
                     fill_status(d, &status);
-                    d.status_claim = Some(claim);
+                    d.status_claim = claim;
                     d.address = address;
                 }
                 None => d.result = ResultCode::NotFound,
