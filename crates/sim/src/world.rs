@@ -28,6 +28,12 @@ pub struct Claimed {
     post_index: u64,
 }
 
+/// What a receive takes: the next message a pattern matches, or a claimed one.
+enum Wanted {
+    Match(Source, (Context, TagMatch)),
+    Claimed(Claimed),
+}
+
 pub struct World {
     pub now: Nanos,
     pub size: u32,
@@ -269,40 +275,66 @@ impl World {
         capacity: u64,
         layout: Layout,
     ) -> Result<OpRef, PostError> {
+        let wanted = Wanted::Match(source, (context, tag));
+        self.post_receive(rank, wanted, capacity, layout)
+    }
+
+    /// Posts a receive of `capacity` bytes in a buffer of `layout` and records it in the
+    /// ledger: in matching order now, or where its claim was made.
+    fn post_receive(
+        &mut self,
+        rank: Rank,
+        wanted: Wanted,
+        capacity: u64,
+        layout: Layout,
+    ) -> Result<OpRef, PostError> {
         if self.is_dead(rank) {
             return Err(PostError::PeerUnreachable { peer: rank });
         }
         let r = rank as usize;
         let buffer = recv_buffer(&mut self.arenas[r], &mut self.layout_rng, layout, capacity);
         self.dirty.insert(rank);
-        let posted = self.nodes[r].post_recv(
-            self.now,
-            source,
-            (context, tag),
-            &buffer,
-            &mut self.arenas[r],
-        );
-        match posted {
-            Ok(id) => {
-                if self.trace {
-                    trace::line(self.now, format!("rank {rank} post_recv src {source:?} context {} tag {tag:?} capacity {capacity} -> {id:?}", context.0));
-                }
-                Ok(self.ledger.add_recv(
-                    &mut self.violations,
-                    self.now,
-                    rank,
-                    id,
-                    source,
-                    (context, tag),
-                    buffer,
-                ))
+        let (node, arena) = (&mut self.nodes[r], &mut self.arenas[r]);
+        let (posted, source, (context, tag), claimed_at) = match wanted {
+            Wanted::Match(source, pattern) => {
+                let posted = node.post_recv(self.now, source, pattern, &buffer, arena);
+                (posted, source, pattern, None)
             }
+            Wanted::Claimed(claimed) => {
+                let posted = node.post_recv_claimed(self.now, claimed.claim, (&buffer, arena));
+                let source = Source::Rank(claimed.status.peer);
+                let pattern = (claimed.context, TagMatch::Tag(claimed.status.tag));
+                (posted, source, pattern, Some(claimed))
+            }
+        };
+        let id = match posted {
+            Ok(id) => id,
             Err(error) => {
                 self.arenas[r].release(buffer.region);
                 self.check_refusal(rank, &format!("receive from {source:?} tag {tag:?}"), error);
-                Err(error)
+                return Err(error);
             }
+        };
+        if self.trace {
+            let claim = claimed_at.map_or(String::new(), |c| format!(" claim {:?}", c.claim));
+            trace::line(self.now, format!("rank {rank} post_recv src {source:?} context {} tag {tag:?}{claim} capacity {capacity} -> {id:?}", context.0));
         }
+        let v = &mut self.violations;
+        let op = match claimed_at {
+            None => self
+                .ledger
+                .add_recv(v, self.now, rank, id, source, (context, tag), buffer),
+            Some(claimed) => self.ledger.add_recv_matched_at(
+                v,
+                self.now,
+                (rank, id),
+                source,
+                (context, tag),
+                buffer,
+                claimed.post_index,
+            ),
+        };
+        Ok(op)
     }
 
     /// Posts a blocking probe.
@@ -433,50 +465,7 @@ impl World {
         capacity: u64,
         layout: Layout,
     ) -> Result<OpRef, PostError> {
-        if self.is_dead(rank) {
-            return Err(PostError::PeerUnreachable { peer: rank });
-        }
-        let r = rank as usize;
-        let buffer = recv_buffer(&mut self.arenas[r], &mut self.layout_rng, layout, capacity);
-        self.dirty.insert(rank);
-        let posted = self.nodes[r].post_recv_claimed(
-            self.now,
-            claimed.claim,
-            (&buffer, &mut self.arenas[r]),
-        );
-        let source = Source::Rank(claimed.status.peer);
-        let pattern = (claimed.context, TagMatch::Tag(claimed.status.tag));
-        match posted {
-            Ok(id) => {
-                if self.trace {
-                    trace::line(
-                        self.now,
-                        format!(
-                            "rank {rank} post_recv_claimed {:?} capacity {capacity} -> {id:?}",
-                            claimed.claim
-                        ),
-                    );
-                }
-                Ok(self.ledger.add_recv_matched_at(
-                    &mut self.violations,
-                    self.now,
-                    (rank, id),
-                    source,
-                    pattern,
-                    buffer,
-                    claimed.post_index,
-                ))
-            }
-            Err(error) => {
-                self.arenas[r].release(buffer.region);
-                self.check_refusal(
-                    rank,
-                    &format!("receive of claim {:?}", claimed.claim),
-                    error,
-                );
-                Err(error)
-            }
-        }
+        self.post_receive(rank, Wanted::Claimed(claimed), capacity, layout)
     }
 
     /// Cancels an operation; the answer is checked against the ledger.
