@@ -322,6 +322,21 @@ fn guarded(body: impl FnOnce() -> c_int) -> c_int {
     catch_unwind(AssertUnwindSafe(body)).unwrap_or(-fi_errno::EOTHER)
 }
 
+/// Runs `body` on the endpoint behind `ep` (`-FI_EINVAL` for a null handle), a panic turned
+/// into `-FI_EOTHER`: the frame of every `nf_*` call on an endpoint.
+///
+/// # Safety
+/// As [`endpoint_mut`].
+unsafe fn on_endpoint(ep: *mut c_void, body: impl FnOnce(&mut FabricEndpoint) -> c_int) -> c_int {
+    guarded(|| {
+        // SAFETY: the caller's contract.
+        match unsafe { endpoint_mut(ep) } {
+            Some(endpoint) => body(endpoint),
+            None => -fi_errno::EINVAL,
+        }
+    })
+}
+
 /// The endpoint behind a handle.
 ///
 /// # Safety
@@ -411,12 +426,11 @@ pub unsafe extern "C" fn nf_send(
     wanted: c_int,
     inject: c_int,
 ) -> c_int {
-    guarded(|| {
-        // SAFETY: the caller's contract.
-        let (Some(endpoint), Some(to)) = (unsafe { endpoint_mut(ep) }, unsafe { address_of(to) })
-        else {
-            return -fi_errno::EINVAL;
-        };
+    // SAFETY: the caller's contract.
+    let Some(to) = (unsafe { address_of(to) }) else {
+        return -fi_errno::EINVAL;
+    };
+    let body = |endpoint: &mut FabricEndpoint| {
         if let Err(code) = endpoint.check_room() {
             return -code;
         }
@@ -457,7 +471,9 @@ pub unsafe extern "C" fn nf_send(
         // SAFETY: the caller's contract.
         let buf = unsafe { first_base(iov, count) };
         endpoint.track(posted, copy, (context, buf), kind)
-    })
+    };
+    // SAFETY: the caller's contract.
+    unsafe { on_endpoint(ep, body) }
 }
 
 /// Posts a receive into `iov` of the next message of its space that `tag` and `ignore`
@@ -536,11 +552,7 @@ unsafe fn post_receive(
         &mut dyn Iterator<Item = &'static mut [u8]>,
     ) -> Result<Request<'static>, Error>,
 ) -> c_int {
-    guarded(|| {
-        // SAFETY: the caller's contract.
-        let Some(endpoint) = (unsafe { endpoint_mut(ep) }) else {
-            return -fi_errno::EINVAL;
-        };
+    let body = |endpoint: &mut FabricEndpoint| {
         if let Err(code) = endpoint.check_room() {
             return -code;
         }
@@ -555,7 +567,9 @@ unsafe fn post_receive(
         // SAFETY: the caller's contract.
         let buf = unsafe { first_base(iov, count) };
         endpoint.track(posted, None, (context, buf), kind)
-    })
+    };
+    // SAFETY: the caller's contract.
+    unsafe { on_endpoint(ep, body) }
 }
 
 /// `FI_PEEK`: 1 and the message's description in `out` if a receive with this pattern would
@@ -577,11 +591,7 @@ pub unsafe extern "C" fn nf_peek(
     out: *mut NfCompletion,
     claim: *mut u64,
 ) -> c_int {
-    guarded(|| {
-        // SAFETY: the caller's contract.
-        let Some(endpoint) = (unsafe { endpoint_mut(ep) }) else {
-            return -fi_errno::EINVAL;
-        };
+    let body = |endpoint: &mut FabricEndpoint| {
         // SAFETY: the caller's contract.
         let from = unsafe { address_of(from) };
         let pattern = (space(tagged), TagMatch::from_masked(tag, ignore));
@@ -606,7 +616,9 @@ pub unsafe extern "C" fn nf_peek(
             }
             Err(error) => post_error(&error),
         }
-    })
+    };
+    // SAFETY: the caller's contract.
+    unsafe { on_endpoint(ep, body) }
 }
 
 /// What a peek that found a message reports: the message, as its receive would.
@@ -635,16 +647,13 @@ fn peeked(context: *mut c_void, tagged: bool, delivery: &Delivery) -> NfCompleti
 /// `ep` is a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn nf_discard(ep: *mut c_void, claim: u64) -> c_int {
-    guarded(|| {
-        // SAFETY: the caller's contract.
-        let Some(endpoint) = (unsafe { endpoint_mut(ep) }) else {
-            return -fi_errno::EINVAL;
-        };
-        match endpoint.endpoint.discard(Claim::from_bits(claim)) {
+    let body =
+        |endpoint: &mut FabricEndpoint| match endpoint.endpoint.discard(Claim::from_bits(claim)) {
             Ok(()) => 0,
             Err(error) => post_error(&error),
-        }
-    })
+        };
+    // SAFETY: the caller's contract.
+    unsafe { on_endpoint(ep, body) }
 }
 
 /// Asks to cancel the operation posted with `context`: 0 if it was found (it then completes,
@@ -655,19 +664,19 @@ pub unsafe extern "C" fn nf_discard(ep: *mut c_void, claim: u64) -> c_int {
 /// `ep` is a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn nf_cancel(ep: *mut c_void, context: *mut c_void) -> c_int {
-    guarded(|| {
-        // SAFETY: the caller's contract.
-        let Some(endpoint) = (unsafe { endpoint_mut(ep) }) else {
-            return -fi_errno::EINVAL;
-        };
-        match endpoint.pending.iter().find(|p| p.context == context) {
-            Some(pending) => {
-                pending.request.cancel();
-                0
-            }
-            None => -fi_errno::ENOENT,
+    let body = |endpoint: &mut FabricEndpoint| match endpoint
+        .pending
+        .iter()
+        .find(|p| p.context == context)
+    {
+        Some(pending) => {
+            pending.request.cancel();
+            0
         }
-    })
+        None => -fi_errno::ENOENT,
+    };
+    // SAFETY: the caller's contract.
+    unsafe { on_endpoint(ep, body) }
 }
 
 /// Writes up to `max` finished operations to `out`; returns how many.
