@@ -4,26 +4,48 @@
 //! real loss. Each test skips itself, saying why, where the tools it needs are not installed
 //! (`libfabric-bin`, `openmpi-bin`, `libopenmpi-dev`; root, `ip` and `nft` for namespaces).
 
+// The nicmsg crate's test support: `installed`, `finish` (a program within a time limit).
+#[path = "../../nicmsg/tests/common/mod.rs"]
+mod common;
+
+use common::{finish, installed};
 use nicmsg_cli::netns::{self, Tools, Topology, RANK_IFACE};
 use nicmsg_cli::units::Loss;
+use std::ffi::OsStr;
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 /// How long one program of a test may run before it counts as hung.
 const RUN_LIMIT: Duration = Duration::from_secs(180);
 
-fn installed(program: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success())
+/// A directory holding the provider under the name libfabric looks for (and what a test
+/// compiles), removed when the test ends, also when it fails.
+struct ProviderDir(PathBuf);
+
+impl Deref for ProviderDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
 }
 
-/// A directory holding the provider under the name libfabric looks for, or `None` (said why)
-/// where the library was built without libfabric's headers.
-fn provider_dir(test: &str) -> Option<PathBuf> {
+impl AsRef<OsStr> for ProviderDir {
+    fn as_ref(&self) -> &OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for ProviderDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The provider's directory for `test`, or `None` (said why) where the library was built
+/// without libfabric's headers.
+fn provider_dir(test: &str) -> Option<ProviderDir> {
     if !cfg!(nicmsg_libfabric) {
         eprintln!(
             "{test}: skipped: the provider was built without libfabric's headers (libfabric-dev)"
@@ -40,6 +62,7 @@ fn provider_dir(test: &str) -> Option<PathBuf> {
         .unwrap_or_else(|| panic!("libnicmsg_fi.so is not built beside {}", deps.display()));
     let dir = std::env::temp_dir().join(format!("nicmsg-fi-{}-{test}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("provider directory");
+    let dir = ProviderDir(dir);
     std::fs::copy(&built, dir.join("libnicmsg-fi.so")).expect("copy the provider");
     let listed = Command::new("fi_info")
         .args(["-p", "nicmsg"])
@@ -55,22 +78,31 @@ fn provider_dir(test: &str) -> Option<PathBuf> {
     Some(dir)
 }
 
-/// Waits for `child` at most `limit`; kills it past that.
-fn finish(mut child: Child, limit: Duration, what: &str) -> Output {
-    let started = Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let output = child.wait_with_output().expect("output");
-            panic!(
-                "{what} hung for {limit:?}:\n{}\n{}",
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
+/// Compiles the C program `source` (relative to this crate) with `compiler` into `dir`,
+/// linking `libraries`; the program's path.
+fn compile(compiler: &str, source: &str, dir: &Path, libraries: &[&str]) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(source);
+    let program = dir.join(source.file_stem().expect("a file name"));
+    let compiled = Command::new(compiler)
+        .args(["-O2", "-Wall", "-o"])
+        .arg(&program)
+        .arg(&source)
+        .args(libraries)
+        .output()
+        .unwrap_or_else(|error| panic!("{compiler} does not run: {error}"));
+    assert_success(&compiled, &format!("{compiler} {}", source.display()));
+    program
+}
+
+/// `command` (an `mpirun`) with Open MPI told to run on nicmsg's provider from `dir`, every
+/// rank printing its counters.
+fn on_nicmsg<'a>(command: &'a mut Command, dir: &ProviderDir) -> &'a mut Command {
+    command
+        .args(["-x", "FI_PROVIDER_PATH", "-x", "NICMSG_STATS"])
+        .args(["--mca", "pml", "cm", "--mca", "mtl", "ofi"])
+        .args(["--mca", "mtl_ofi_provider_include", "nicmsg"])
+        .env("FI_PROVIDER_PATH", dir)
+        .env("NICMSG_STATS", "1")
 }
 
 fn assert_success(output: &Output, what: &str) {
@@ -121,7 +153,6 @@ fn fi_info_lists_the_provider_with_its_capabilities() {
         !refused.status.success()
             || !String::from_utf8_lossy(&refused.stdout).contains("provider: nicmsg")
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// `FI_SOURCE`: `fi_cq_readfrom` names a receive's sender by its place in the receiver's
@@ -136,16 +167,7 @@ fn completions_name_their_source_in_the_address_vector() {
     let Some(dir) = provider_dir("source") else {
         return;
     };
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fabric/source.c");
-    let program = dir.join("source");
-    let compiled = Command::new("cc")
-        .args(["-O2", "-Wall", "-o"])
-        .arg(&program)
-        .arg(&source)
-        .arg("-lfabric")
-        .output()
-        .expect("cc runs");
-    assert_success(&compiled, "cc source.c -lfabric");
+    let program = compile("cc", "tests/fabric/source.c", &dir, &["-lfabric"]);
     let run = Command::new(&program)
         .env("FI_PROVIDER_PATH", &dir)
         .stdout(Stdio::piped())
@@ -155,7 +177,6 @@ fn completions_name_their_source_in_the_address_vector() {
     let output = finish(run, RUN_LIMIT, "source");
     assert_success(&output, "FI_SOURCE check");
     assert!(String::from_utf8_lossy(&output.stdout).contains("source: ok"));
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// One fi_pingpong run: a server, then a client on loopback, on a port of their own.
@@ -206,21 +227,6 @@ fn fi_pingpong_runs_untagged_and_tagged() {
     let base = 47600 + (std::process::id() % 200) as u16 * 2;
     pingpong(&dir, base, &[]);
     pingpong(&dir, base + 1, &["-m", "tagged"]);
-    let _ = std::fs::remove_dir_all(dir);
-}
-
-/// The MPI check program, compiled with `mpicc` into `dir`.
-fn compile_mpi_check(dir: &Path) -> PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/mpi_check.c");
-    let program = dir.join("mpi_check");
-    let compiled = Command::new("mpicc")
-        .args(["-O2", "-Wall", "-o"])
-        .arg(&program)
-        .arg(&source)
-        .output()
-        .expect("mpicc runs");
-    assert_success(&compiled, "mpicc mpi_check.c");
-    program
 }
 
 /// Checks an `mpirun` of the MPI check on 4 ranks: it passed, and the messages went through
@@ -256,22 +262,16 @@ fn open_mpi_runs_the_mpi_check_on_four_ranks() {
     let Some(dir) = provider_dir("mpi") else {
         return;
     };
-    let program = compile_mpi_check(&dir);
-    let run = Command::new("mpirun")
+    let program = compile("mpicc", "tests/mpi/mpi_check.c", &dir, &[]);
+    let run = on_nicmsg(&mut Command::new("mpirun"), &dir)
         .args(["--allow-run-as-root", "--oversubscribe", "-n", "4"])
-        .args(["-x", "FI_PROVIDER_PATH", "-x", "NICMSG_STATS"])
-        .args(["--mca", "pml", "cm", "--mca", "mtl", "ofi"])
-        .args(["--mca", "mtl_ofi_provider_include", "nicmsg"])
         .arg(&program)
-        .env("FI_PROVIDER_PATH", &dir)
-        .env("NICMSG_STATS", "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("mpirun starts");
     let output = finish(run, RUN_LIMIT, "mpirun mpi_check");
     assert_mpi_check_passed(&output, "mpirun -n 4 mpi_check on nicmsg");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Loss on the bridge between the namespaces: 5 %, the figure.
@@ -302,7 +302,7 @@ fn open_mpi_runs_across_namespaces_under_loss() {
     let Some(dir) = provider_dir("mpi-netns") else {
         return;
     };
-    let program = compile_mpi_check(&dir);
+    let program = compile("mpicc", "tests/mpi/mpi_check.c", &dir, &[]);
     const RANKS: u32 = 4;
     let options = netns::Options {
         ranks: RANKS,
@@ -321,8 +321,9 @@ fn open_mpi_runs_across_namespaces_under_loss() {
     let hosts: Vec<String> = (0..RANKS)
         .map(|r| topology.rank_ip(r).to_string())
         .collect();
-    let run = Command::new(topology.ip())
-        .args(["netns", "exec", &topology.rank_ns(0), "mpirun"])
+    let mut mpirun = Command::new(topology.ip());
+    mpirun.args(["netns", "exec", &topology.rank_ns(0), "mpirun"]);
+    let run = on_nicmsg(&mut mpirun, &dir)
         .args(["--allow-run-as-root", "-n", "4", "--host", &hosts.join(",")])
         .arg("--mca")
         .arg("plm_rsh_agent")
@@ -331,12 +332,7 @@ fn open_mpi_runs_across_namespaces_under_loss() {
         // Several daemons on one machine: without this, one now and then crashed writing the
         // machine's topology to shared memory (hwloc_shmem_topology_write, SIGSEGV).
         .args(["--mca", "rtc_hwloc_vmhole", "none"])
-        .args(["-x", "FI_PROVIDER_PATH", "-x", "NICMSG_STATS"])
-        .args(["--mca", "pml", "cm", "--mca", "mtl", "ofi"])
-        .args(["--mca", "mtl_ofi_provider_include", "nicmsg"])
         .arg(&program)
-        .env("FI_PROVIDER_PATH", &dir)
-        .env("NICMSG_STATS", "1")
         .env("NICMSG_BIND_IP", &hosts[0])
         // PMIx's shared-memory store is per host name, which the namespaces share.
         .env("PMIX_MCA_gds", "hash")
@@ -348,6 +344,4 @@ fn open_mpi_runs_across_namespaces_under_loss() {
     let retransmitted = assert_mpi_check_passed(&output, "mpirun -n 4 across namespaces, 5 % loss");
     eprintln!("across namespaces under 5 % loss: {retransmitted} frames retransmitted");
     assert!(retransmitted > 0, "5 % loss but no frame was retransmitted");
-    drop(topology);
-    let _ = std::fs::remove_dir_all(dir);
 }

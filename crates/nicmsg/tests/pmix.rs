@@ -9,22 +9,14 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use nicmsg_cli::netns::{self, Tools, Topology, RANK_IFACE};
 
 /// How long the job may run before it counts as hung (it takes a few seconds).
 const RUN_LIMIT: Duration = Duration::from_secs(180);
 const RANKS: u32 = 4;
-
-fn installed(program: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success())
-}
 
 fn pmix_library_installed() -> bool {
     Command::new("sh")
@@ -33,27 +25,9 @@ fn pmix_library_installed() -> bool {
         .is_ok_and(|status| status.success())
 }
 
-/// Waits for `child` at most `limit`; kills it past that.
-fn finish(mut child: Child, limit: Duration, what: &str) -> Output {
-    let started = Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let output = child.wait_with_output().expect("output");
-            panic!(
-                "{what} hung for {limit:?}:\n{}\n{}",
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
-}
-
 /// Why the PMIx tests cannot run here, or None.
 fn mpirun_missing() -> Option<&'static str> {
-    if !installed("mpirun") {
+    if !common::installed("mpirun") {
         return Some("Open MPI's mpirun is not installed (openmpi-bin)");
     }
     if !pmix_library_installed() {
@@ -83,7 +57,7 @@ fn run_without_nicmsg_settings(
         }
     }
     command.env("NICMSG_LOG", "info");
-    let output = finish(command.spawn().expect("mpirun starts"), RUN_LIMIT, what);
+    let output = common::finish(command.spawn().expect("mpirun starts"), RUN_LIMIT, what);
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     let context = format!("stdout:\n{stdout}\nstderr:\n{stderr}");

@@ -1,12 +1,15 @@
 //! What the tests that run real jobs share: building the programs (examples, the C library, the
-//! launcher), compiling a C program against `include/nicmsg.h`, launching a job, and whether
-//! network namespaces can be used here.
+//! launcher), compiling a C program against `include/nicmsg.h`, launching a job, running a
+//! program within a time limit, and whether a tool or network namespaces can be used here.
+//! The provider's tests (`crates/fabric`) include this file too.
 
 // Each test crate uses only some of these.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
 
 /// Directory of the binaries cargo built for this test run (examples, the C library).
 pub fn target_dir() -> PathBuf {
@@ -112,19 +115,56 @@ pub fn netns_available() -> Option<&'static str> {
     if unsafe { libc_geteuid() } != 0 {
         return Some("not root");
     }
-    for tool in ["ip", "tc", "nft"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .stdout(Stdio::null())
-            .status();
-        if !found.is_ok_and(|s| s.success()) {
-            return Some("ip, tc or nft missing (apt-get install iproute2 nftables)");
-        }
+    if !["ip", "tc", "nft"].into_iter().all(installed) {
+        return Some("ip, tc or nft missing (apt-get install iproute2 nftables)");
     }
     None
 }
 
+/// Whether `program` is on the `PATH`.
+pub fn installed(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// How long the output of a program killed at its limit is waited for: its own children (an
+/// `mpirun`'s ranks) may hold its pipes open after it died.
+const DRAIN_AFTER_KILL: Duration = Duration::from_secs(5);
+
+/// Waits for `child` at most `limit`, reading its output meanwhile (a program that filled a
+/// pipe nobody reads would look hung); past the limit, kills it and fails the test with what
+/// it printed, instead of hanging the suite.
+pub fn finish(child: Child, limit: Duration, what: &str) -> Output {
+    let pid = child.id();
+    let (done, finished) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(child.wait_with_output());
+    });
+    if let Ok(output) = finished.recv_timeout(limit) {
+        return output.expect("output");
+    }
+    // SAFETY: kill touches no memory; `pid` is the child, which its waiter has not reaped.
+    unsafe { libc_kill(pid as i32, SIGKILL) };
+    let printed = finished
+        .recv_timeout(DRAIN_AFTER_KILL)
+        .ok()
+        .and_then(Result::ok);
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    let (stdout, stderr) = printed.map_or_else(Default::default, |output| {
+        (text(&output.stdout), text(&output.stderr))
+    });
+    panic!("{what} hung for {limit:?}:\n{stdout}\n{stderr}");
+}
+
+/// `SIGKILL` (9 on every Linux architecture).
+const SIGKILL: i32 = 9;
+
 extern "C" {
     #[link_name = "geteuid"]
     fn libc_geteuid() -> u32;
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, signal: i32) -> i32;
 }
