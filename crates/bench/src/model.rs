@@ -105,23 +105,13 @@ impl Pattern {
 
     /// What `--suite papers` runs: every pattern but MPI's, which need Open MPI and run as
     /// `--suite mpi`.
-    pub const PAPERS: [Pattern; 12] = [
-        Pattern::Latency,
-        Pattern::Bw,
-        Pattern::Bibw,
-        Pattern::Msgrate,
-        Pattern::Overhead,
-        Pattern::Overlap,
-        Pattern::Offload,
-        Pattern::Lm,
-        Pattern::PanicRtt,
-        Pattern::PanicCost,
-        Pattern::PanicCollectives,
-        Pattern::PanicKv,
-    ];
+    pub const PAPERS: &'static [Pattern] = Pattern::ALL.split_at(Pattern::FIRST_MPI).0;
 
     /// What `--suite mpi` runs: Open MPI on nicmsg's provider against Open MPI on TCP and UCX.
-    pub const MPI: [Pattern; 3] = [Pattern::MpiLatency, Pattern::MpiBw, Pattern::MpiOverlap];
+    pub const MPI: &'static [Pattern] = Pattern::ALL.split_at(Pattern::FIRST_MPI).1;
+
+    /// Where MPI's patterns start in [`Pattern::ALL`].
+    const FIRST_MPI: usize = 12;
 
     /// MPI's patterns: run under `mpirun` by [`crate::mpi`], not under nicmsg's launcher.
     pub fn is_mpi(self) -> bool {
@@ -347,5 +337,12 @@ mod pattern_names {
             );
         }
         assert_eq!(Pattern::from_name("pingpong"), None);
+    }
+
+    /// The suites split `ALL` where MPI's patterns start: the split must stay there.
+    #[test]
+    fn the_mpi_suite_is_exactly_the_mpi_patterns() {
+        assert!(Pattern::MPI.iter().all(|p| p.name().starts_with("mpi-")));
+        assert!(!Pattern::PAPERS.iter().any(|p| p.name().starts_with("mpi-")));
     }
 }

@@ -776,7 +776,7 @@ mod tests {
         }
     }
 
-    fn latency_point(size: u64, us: f64) -> Point {
+    pub(super) fn latency_point(size: u64, us: f64) -> Point {
         Point {
             size,
             time_us: summary(us),
@@ -785,7 +785,7 @@ mod tests {
         }
     }
 
-    fn bw_point(size: u64, mbytes_per_sec: f64) -> Point {
+    pub(super) fn bw_point(size: u64, mbytes_per_sec: f64) -> Point {
         let us = size as f64 / mbytes_per_sec;
         Point {
             mbytes_per_sec: Some(mbytes_per_sec),
@@ -805,7 +805,7 @@ mod tests {
         }
     }
 
-    fn overlap_point(compute_us: f64, throughput: f64, availability: f64) -> Point {
+    pub(super) fn overlap_point(compute_us: f64, throughput: f64, availability: f64) -> Point {
         let overlap = Overlap {
             availability,
             throughput_mbytes_per_sec: throughput,
@@ -818,7 +818,7 @@ mod tests {
         }
     }
 
-    fn series(pattern: Pattern, system: &str, points: Vec<Point>) -> Series {
+    pub(super) fn series(pattern: Pattern, system: &str, points: Vec<Point>) -> Series {
         Series {
             pattern,
             system: system.into(),

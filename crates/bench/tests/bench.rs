@@ -223,7 +223,7 @@ fn mpi_suite_quick_runs_open_mpi_on_nicmsg_and_on_its_baselines() {
     build_provider();
     let out = out_dir("mpi");
     let report = bench(&["--suite", "mpi", "--quick"], &out);
-    for pattern in Pattern::MPI {
+    for &pattern in Pattern::MPI {
         for system in [
             "ompi-ob1-tcp",
             "ompi-ucx-tcp",

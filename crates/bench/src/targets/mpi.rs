@@ -187,70 +187,26 @@ fn availability_check(report: &Report, base: &str, size: u64) -> TargetCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Outcome, Overlap, Point, Series, Summary};
-
-    fn summary(median: f64) -> Summary {
-        Summary {
-            median,
-            min: median,
-            max: median,
-            p99: median,
-            mean: median,
-        }
-    }
-
-    fn series(pattern: Pattern, system: &str, points: Vec<Point>) -> Series {
-        Series {
-            pattern,
-            system: system.into(),
-            label: system.into(),
-            command: String::new(),
-            outcome: Outcome::Measured,
-            points,
-        }
-    }
+    use crate::model::{Point, Series};
+    use crate::targets::tests::{bw_point, latency_point, overlap_point, series};
 
     fn latency(system: &str, at: &[(u64, f64)]) -> Series {
-        let points = at
-            .iter()
-            .map(|&(size, us)| Point {
-                size,
-                time_us: summary(us),
-                ..Point::default()
-            })
-            .collect();
-        series(Pattern::MpiLatency, system, points)
+        let points = at.iter().map(|&(size, us)| latency_point(size, us));
+        series(Pattern::MpiLatency, system, points.collect())
     }
 
     fn bw(system: &str, at: &[(u64, f64)]) -> Series {
-        let points = at
-            .iter()
-            .map(|&(size, mbs)| Point {
-                size,
-                time_us: summary(size as f64 / mbs),
-                mbytes_per_sec: Some(mbs),
-                ..Point::default()
-            })
-            .collect();
-        series(Pattern::MpiBw, system, points)
+        let points = at.iter().map(|&(size, mbs)| bw_point(size, mbs));
+        series(Pattern::MpiBw, system, points.collect())
     }
 
     /// (computation, throughput, availability) at 10 KiB.
     fn overlap(system: &str, at: &[(f64, f64, f64)]) -> Series {
-        let points = at
-            .iter()
-            .map(|&(compute, throughput, availability)| Point {
-                size: OVERLAP_SIZE,
-                compute_us: Some(compute),
-                overlap: Some(Overlap {
-                    throughput_mbytes_per_sec: throughput,
-                    availability,
-                    ..Overlap::default()
-                }),
-                ..Point::default()
-            })
-            .collect();
-        series(Pattern::MpiOverlap, system, points)
+        let points = at.iter().map(|&(compute, throughput, availability)| Point {
+            size: OVERLAP_SIZE,
+            ..overlap_point(compute, throughput, availability)
+        });
+        series(Pattern::MpiOverlap, system, points.collect())
     }
 
     fn check<'a>(checks: &'a [TargetCheck], name: &str) -> &'a TargetCheck {
