@@ -47,43 +47,8 @@ impl Bootstrap {
     /// bounds every wait of the bootstrap for the other ranks.
     pub fn from_env(timeout: Duration) -> Result<Bootstrap, BootstrapError> {
         let get = trimmed(|name: &str| std::env::var(name).ok());
-        if let Some((namespace, rank)) = pmix_launcher(&get) {
-            let job_id = job_id(&get)?;
-            let explicit_bind = bind_ip(&get)?;
-            match Session::start(job_id, explicit_bind, timeout) {
-                Ok((session, job)) => {
-                    return Ok(Bootstrap {
-                        job,
-                        timeout,
-                        pmix: Some(session),
-                    })
-                }
-                Err(StartError::Failed(error)) => return Err(error),
-                Err(StartError::Unavailable(reason)) => {
-                    // nicmsg's own bootstrap can stand in only where it needs nobody: a job of
-                    // one rank.
-                    match job_from_lookup(&get) {
-                        Ok(job) if job.size == 1 => {
-                            tracing::warn!(
-                                "PMIx is not usable ({reason}); a job of one rank goes on \
-                                 without it"
-                            );
-                            return Ok(Bootstrap {
-                                job,
-                                timeout,
-                                pmix: None,
-                            });
-                        }
-                        _ => {
-                            return Err(BootstrapError::PmixUnavailable {
-                                namespace,
-                                rank,
-                                reason,
-                            })
-                        }
-                    }
-                }
-            }
+        if let Some(launcher) = pmix_launcher(&get) {
+            return Self::through_pmix(&get, launcher, timeout);
         }
         let job = job_from_lookup(&get)?;
         if job.size > 1 {
@@ -101,6 +66,40 @@ impl Bootstrap {
             timeout,
             pmix: None,
         })
+    }
+
+    /// Joins through PMIx the job of the `(namespace, rank)` a PMIx launcher named.
+    fn through_pmix(
+        get: &dyn Fn(&str) -> Option<String>,
+        (namespace, rank): (String, String),
+        timeout: Duration,
+    ) -> Result<Bootstrap, BootstrapError> {
+        let reason = match Session::start(job_id(get)?, bind_ip(get)?, timeout) {
+            Ok((session, job)) => {
+                let pmix = Some(session);
+                return Ok(Bootstrap { job, timeout, pmix });
+            }
+            Err(StartError::Failed(error)) => return Err(error),
+            Err(StartError::Unavailable(reason)) => reason,
+        };
+        // nicmsg's own bootstrap can stand in only where it needs nobody: a job of one rank.
+        match job_from_lookup(get) {
+            Ok(job) if job.size == 1 => {
+                tracing::warn!(
+                    "PMIx is not usable ({reason}); a job of one rank goes on without it"
+                );
+                Ok(Bootstrap {
+                    job,
+                    timeout,
+                    pmix: None,
+                })
+            }
+            _ => Err(BootstrapError::PmixUnavailable {
+                namespace,
+                rank,
+                reason,
+            }),
+        }
     }
 
     /// Who this rank is.
