@@ -187,8 +187,7 @@ impl Comm {
         from: Option<SocketAddr>,
         envelope: Envelope,
     ) -> Result<Request<'a>, Error> {
-        let ranges = ranges(pieces.into_iter().map(|p| (p.as_mut_ptr(), p.len())))?;
-        self.post_to(OpCode::Recv, (ANY, from), envelope, ranges.as_slice())
+        self.post_receive(OpCode::Recv, pieces, from, envelope)
     }
 
     /// Open mode: starts the receive of the claimed message `claim` names into `pieces`.
@@ -197,14 +196,19 @@ impl Comm {
         pieces: impl IntoIterator<Item = &'a mut [u8]>,
         claim: nicmsg_proto::Claim,
     ) -> Result<Request<'a>, Error> {
+        self.post_receive(OpCode::RecvClaimed, pieces, None, Envelope::claimed(claim))
+    }
+
+    /// Posts a receive operation (`Recv`, `RecvClaimed`) into `pieces`.
+    fn post_receive<'a>(
+        &'a self,
+        op: OpCode,
+        pieces: impl IntoIterator<Item = &'a mut [u8]>,
+        from: Option<SocketAddr>,
+        envelope: Envelope,
+    ) -> Result<Request<'a>, Error> {
         let ranges = ranges(pieces.into_iter().map(|p| (p.as_mut_ptr(), p.len())))?;
-        let envelope = Envelope::claimed(claim);
-        self.post_to(
-            OpCode::RecvClaimed,
-            (ANY, None),
-            envelope,
-            ranges.as_slice(),
-        )
+        self.post_to(op, (ANY, from), envelope, ranges.as_slice())
     }
 
     /// An operation that completes in the turn that takes it (`IProbe`, `Claim`,
