@@ -164,6 +164,8 @@ struct nicmsg_ep {
 	uint64_t tx_op_flags;
 	uint64_t rx_op_flags;
 	bool directed;
+	/* FI_SOURCE asked for: receive completions name their source in the vector. */
+	bool source;
 	bool enabled;
 };
 
@@ -296,11 +298,12 @@ static uint64_t granted_caps(const struct fi_info *hints)
 	if (!(asked & nicmsg_primary_caps))
 		return nicmsg_caps;
 	/* The primary capabilities asked for (fi_pingpong takes FI_TAGGED, if offered, as a
-	 * request to use it), with sending and receiving, and every secondary one. */
+	 * request to use it), with sending and receiving, and every secondary one but FI_SOURCE,
+	 * which costs a lookup per receive and is given only to those who ask. */
 	uint64_t caps = asked & nicmsg_caps;
 	if (!(asked & (FI_SEND | FI_RECV)))
 		caps |= FI_SEND | FI_RECV;
-	return caps | (nicmsg_caps & ~(nicmsg_primary_caps | FI_SEND | FI_RECV));
+	return caps | (nicmsg_caps & ~(nicmsg_primary_caps | FI_SEND | FI_RECV | FI_SOURCE));
 }
 
 static struct fi_info *describe(const struct fi_info *hints)
@@ -628,15 +631,14 @@ static size_t cq_room(struct nicmsg_cq *cq, size_t wanted)
 }
 
 /* Appends an entry of `ep` to a queue with room reserved (cq_room); a receive's source is
- * looked up in the endpoint's address vector (FI_SOURCE). */
+ * looked up in the endpoint's address vector where FI_SOURCE was asked for. */
 static void cq_push(struct nicmsg_cq *cq, const struct nicmsg_ep *ep,
 		    const struct nf_completion *entry)
 {
 	struct nf_completion *queued = &cq->entries[(cq->head + cq->count) % cq->capacity];
 	*queued = *entry;
-	queued->source_fi_addr = entry->is_send || !entry->source.sin_port
-					 ? FI_ADDR_NOTAVAIL
-					 : av_source(ep->av, &entry->source);
+	bool sourced = ep->source && !entry->is_send && entry->source.sin_port;
+	queued->source_fi_addr = sourced ? av_source(ep->av, &entry->source) : FI_ADDR_NOTAVAIL;
 	cq->count++;
 }
 
@@ -1402,6 +1404,7 @@ static int domain_endpoint(struct fid_domain *domain, struct fi_info *info,
 	}
 	uint64_t caps = info ? info->caps : nicmsg_caps;
 	ep->directed = caps & FI_DIRECTED_RECV;
+	ep->source = caps & FI_SOURCE;
 	ep->tx_op_flags = info && info->tx_attr ? info->tx_attr->op_flags : 0;
 	ep->rx_op_flags = info && info->rx_attr ? info->rx_attr->op_flags : 0;
 	ep->ep.fid.fclass = FI_CLASS_EP;
