@@ -432,6 +432,17 @@ impl XskSocket {
         Some((chunk, bytes))
     }
 
+    /// Whether one more frame can be queued now, a frame of the sending memory
+    /// ([`queue_frame`](Self::queue_frame)) or one copied into a send chunk
+    /// ([`tx_chunk`](Self::tx_chunk)): the tx ring has a free entry and a send chunk is free.
+    /// Finished sends are reclaimed first.
+    pub fn can_queue(&mut self) -> bool {
+        if self.free_tx.is_empty() || self.tx.free(1) == 0 {
+            self.reclaim_sent();
+        }
+        !self.free_tx.is_empty() && self.tx.free(1) > 0
+    }
+
     /// Gives an unused chunk from [`tx_chunk`](Self::tx_chunk) back.
     pub fn return_chunk(&mut self, chunk: u64) {
         self.free_tx.push(chunk);

@@ -41,6 +41,10 @@ use crate::socket::{ReceiveMode, XskSocket, KERNEL_HEADROOM, MAX_FRAME_BYTES};
 /// Frames taken from the kernel's socket and from the receive ring per turn: a turn stays
 /// short, so sends and timers are not starved by a flood.
 const RECEIVE_BATCH: usize = 64;
+/// Rounds of the receive ring spent waiting for the landings the filter made before a frame
+/// it passed: enough for a ring the kernel is still publishing (`RECEIVE_BATCH` landings a
+/// round), and a bound if it never does (a redirect the kernel dropped).
+const MAX_LANDING_ROUNDS: usize = 256;
 /// The kernel socket's buffers: a window of frames from every peer fits.
 const SOCKET_BUFFER_BYTES: usize = 32 << 20;
 /// The largest datagram read from the kernel's socket (an LM frame is one link frame).
@@ -50,8 +54,12 @@ const MAX_DATAGRAM: usize = 9216;
 const KEPT_SOURCE_IP: std::ops::Range<usize> = 26..30;
 const KEPT_SOURCE_PORT: std::ops::Range<usize> = 34..36;
 /// How long a peer whose Ethernet address the kernel has not resolved is sent to through the
-/// kernel's socket before the neighbour table is read again (reading it costs a file read).
-const RESOLVE_INTERVAL: Duration = Duration::from_millis(50);
+/// kernel's socket before the neighbour table is read again: first soon (the kernel resolves a
+/// link neighbour within a millisecond of the first datagram, and every frame sent by `sendto`
+/// meanwhile may overtake the ring's frames once the route changes), then less often, up to
+/// the longest interval (reading the table costs a file read).
+const FIRST_RESOLVE_INTERVAL: Duration = Duration::from_millis(1);
+const LONGEST_RESOLVE_INTERVAL: Duration = Duration::from_millis(50);
 /// The longest sleep in [`LmSocket::wait`] while a finished send waits for the kernel to be
 /// done with its frames on the transmit ring (the completion ring wakes no one).
 const COMPLETION_WAIT: Duration = Duration::from_millis(1);
@@ -125,7 +133,10 @@ enum Route {
     /// Through the transmit ring, with these link headers.
     Ring(HeaderTemplate),
     /// Through the kernel's socket until `retry_at`, when the neighbour table is read again.
-    Unresolved { retry_at: Instant },
+    Unresolved {
+        retry_at: Instant,
+        interval: Duration,
+    },
     /// Through the kernel's socket for good: loopback, a router's way, or no AF_XDP socket.
     Kernel,
 }
@@ -156,6 +167,8 @@ pub struct LmSocket {
     identification: u16,
     /// Finished sends held until the kernel is done with their buffers' frames.
     held: VecDeque<Event>,
+    /// The last turn left frames in the station because the transmit ring was full.
+    ring_full: bool,
     sent: SendCounts,
     heap_send_buffers: u64,
 }
@@ -224,6 +237,7 @@ impl LmSocket {
             routes,
             identification: 0,
             held: VecDeque::new(),
+            ring_full: false,
             sent: SendCounts::default(),
             heap_send_buffers: 0,
         })
@@ -339,8 +353,8 @@ impl LmSocket {
     pub fn progress(&mut self) -> io::Result<()> {
         // One clock read a turn: a turn is short (`RECEIVE_BATCH` frames from each path).
         let now = self.now();
-        self.receive_ordinary(now)?;
         self.take_landings(now)?;
+        self.receive_ordinary(now)?;
         if self.station.poll_timeout().is_some_and(|at| at <= now) {
             self.station.handle_timeout(now);
         }
@@ -358,6 +372,9 @@ impl LmSocket {
         let mut timeout = timer.map_or(max, |t| t.min(max));
         if !self.held.is_empty() {
             timeout = timeout.min(COMPLETION_WAIT);
+        }
+        if self.ring_full {
+            return;
         }
         let mut fds = [self.udp.as_raw_fd(), -1].map(|fd| libc::pollfd {
             fd,
@@ -401,8 +418,31 @@ impl LmSocket {
                 self.unknown_sources += 1;
                 continue;
             };
+            self.see_earlier_landings(now)?;
             let (station, datagram) = (&mut self.station, &self.datagram);
             station.arrive(now, peer, &datagram[..len]);
+        }
+        Ok(())
+    }
+
+    /// Takes every landing the placing filter made before the frame just read from the
+    /// kernel's socket passed it, so the station judges that frame by the fill queue as it
+    /// was. A frame whose slot the filter gave to an earlier copy of it (the sender probed a
+    /// silence, or answered a grant twice) would otherwise look held for its slot, and the
+    /// receiver would ask for a whole run of frames it already has.
+    fn see_earlier_landings(&mut self, now: u64) -> io::Result<()> {
+        let Some(side) = self.placing.as_ref() else {
+            return Ok(());
+        };
+        let cursor = side.table.cursor();
+        // The kernel publishes redirected frames in the receive ring at the end of the poll
+        // that passed this one: a few rounds at most.
+        for _ in 0..MAX_LANDING_ROUNDS {
+            let taken = self.placing.as_ref().map_or(cursor, |side| side.taken);
+            if taken >= cursor {
+                break;
+            }
+            self.take_landings(now)?;
         }
         Ok(())
     }
@@ -527,7 +567,11 @@ impl LmSocket {
     fn transmit(&mut self) {
         self.reclaim_ring();
         let mut queued = false;
-        while let Some((to, frame)) = self.station.poll_transmit() {
+        self.ring_full = false;
+        while self.ring_has_room(&mut queued) {
+            let Some((to, frame)) = self.station.poll_transmit() else {
+                break;
+            };
             let Some(&address) = self.peers.get(to as usize) else {
                 continue;
             };
@@ -554,6 +598,28 @@ impl LmSocket {
         if queued {
             self.flush_ring();
         }
+    }
+
+    /// Whether the transmit ring can take the next frame, after waking the kernel to send
+    /// what it holds if it cannot. Frames wait in the station while the ring is full
+    /// (`ring_full`, and [`wait`](Self::wait) does not sleep): sent by `sendto` instead, they
+    /// would overtake the ring's frames, each would miss its fill slot at the receiver, and
+    /// the receiver would drop it and ask for a window again.
+    fn ring_has_room(&mut self, queued: &mut bool) -> bool {
+        let Some(side) = self.placing.as_mut() else {
+            return true;
+        };
+        if side.xsk.can_queue() {
+            return true;
+        }
+        if std::mem::take(queued) {
+            let _ = side.xsk.flush();
+        }
+        if side.xsk.can_queue() {
+            return true;
+        }
+        self.ring_full = true;
+        false
     }
 
     /// Wakes the kernel to send the ring's frames; a socket that cannot send any more loses
@@ -588,6 +654,7 @@ fn first_route(placing: Option<&PlacingSide>, local: SocketAddrV4, peer: SocketA
         Some(side) if side.interface.on_link(*peer.ip()) && peer.ip() != local.ip() => {
             Route::Unresolved {
                 retry_at: Instant::now(),
+                interval: FIRST_RESOLVE_INTERVAL,
             }
         }
         _ => Route::Kernel,
@@ -596,7 +663,7 @@ fn first_route(placing: Option<&PlacingSide>, local: SocketAddrV4, peer: SocketA
 
 /// Reads the neighbour table for a peer not yet resolved whose retry time has come.
 fn refresh_route(route: &mut Route, placing: Option<&PlacingSide>, peer: SocketAddrV4) -> Route {
-    let (Route::Unresolved { retry_at }, Some(side)) = (*route, placing) else {
+    let (Route::Unresolved { retry_at, interval }, Some(side)) = (*route, placing) else {
         return *route;
     };
     let now = Instant::now();
@@ -612,7 +679,8 @@ fn refresh_route(route: &mut Route, placing: Option<&PlacingSide>, peer: SocketA
             Route::Ring(HeaderTemplate::new(&from, &LinkStation { mac, addr: peer }))
         }
         Ok(None) => Route::Unresolved {
-            retry_at: now + RESOLVE_INTERVAL,
+            retry_at: now + interval,
+            interval: (interval * 2).min(LONGEST_RESOLVE_INTERVAL),
         },
         // No neighbour table to read (a restricted /proc): the kernel's socket for good.
         Err(_) => Route::Kernel,
