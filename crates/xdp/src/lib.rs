@@ -11,8 +11,10 @@
 //! and UDP headers: on the wire they are the datagrams the UDP transport would send, so ranks
 //! using either transport talk to each other.
 //!
-//! The socket runs in copy mode, which every driver supports (veth included); zero-copy mode
-//! needs driver support this does not assume.
+//! The transport's socket runs in copy mode, which every driver supports (veth included) and
+//! which its program, attached in generic mode, needs. LM's placing socket, whose filter is
+//! attached in native mode, binds in zero-copy mode where the driver has it and says which
+//! mode runs (`LmSocketStats::zero_copy`).
 //!
 //! Requirements, checked when the transport opens (any miss is an error the caller answers by
 //! using UDP): an Ethernet interface holding the rank's IPv4 address, frames of at most
@@ -41,6 +43,7 @@ pub use placing::{
 };
 pub use program::{redirect_program, Steering};
 pub use socket::{
-    ReceiveMode, XskSocket, CHUNK_BYTES, KERNEL_HEADROOM, MAX_FRAME_BYTES, RX_CHUNKS, TX_CHUNKS,
+    Binding, ReceiveMode, XskSocket, CHUNK_BYTES, KERNEL_HEADROOM, MAX_FRAME_BYTES, RX_CHUNKS,
+    TX_CHUNKS,
 };
 pub use transport::{OpenError, XdpStats, XdpTransport, RECEIVE_BATCH, RING_MAX_PAYLOAD};

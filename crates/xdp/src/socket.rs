@@ -73,6 +73,19 @@ impl Drop for Umem {
     }
 }
 
+/// How a socket is bound to its queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Binding {
+    /// Copy mode: the kernel copies each frame between its own buffers and the UMEM. Every
+    /// driver has it (veth has only it), and it is the one mode a program attached in generic
+    /// mode can feed.
+    Copy,
+    /// Zero-copy mode where the interface's driver has it (the NIC reads and writes the UMEM
+    /// itself), else copy mode. For programs attached in native mode;
+    /// [`XskSocket::is_zero_copy`] says which mode runs.
+    ZeroCopyElseCopy,
+}
+
 /// How the receiving part of the UMEM is used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReceiveMode {
@@ -142,11 +155,26 @@ impl XskSocket {
     /// Opens a socket in copy mode on `queue` of interface `ifindex`, with its UMEM and rings,
     /// and gives the kernel every receive chunk.
     pub fn open(ifindex: u32, queue: u32) -> io::Result<Self> {
-        Self::open_with(ifindex, queue, ReceiveMode::Chunks)
+        Self::open_with(ifindex, queue, ReceiveMode::Chunks, Binding::Copy)
     }
 
-    /// Opens a socket in copy mode whose receive memory is used as `mode` says.
-    pub fn open_with(ifindex: u32, queue: u32, mode: ReceiveMode) -> io::Result<Self> {
+    /// Opens a socket whose receive memory is used as `mode` says, bound as `binding` says.
+    pub fn open_with(
+        ifindex: u32,
+        queue: u32,
+        mode: ReceiveMode,
+        binding: Binding,
+    ) -> io::Result<Self> {
+        match binding {
+            Binding::Copy => Self::open_bound(ifindex, queue, mode, libc::XDP_COPY),
+            // A socket whose bind failed is not bound again: a fresh one is made for copy mode.
+            Binding::ZeroCopyElseCopy => Self::open_bound(ifindex, queue, mode, libc::XDP_ZEROCOPY)
+                .or_else(|_| Self::open_bound(ifindex, queue, mode, libc::XDP_COPY)),
+        }
+    }
+
+    /// Opens a socket and binds it with `bind_mode` (`XDP_ZEROCOPY` or `XDP_COPY`).
+    fn open_bound(ifindex: u32, queue: u32, mode: ReceiveMode, bind_mode: u16) -> io::Result<Self> {
         // SAFETY: plain system call; the descriptor is owned right after.
         let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
         if raw < 0 {
@@ -231,14 +259,14 @@ impl XskSocket {
             }
             socket.fill.publish();
         }
-        socket.bind(ifindex, queue)?;
+        socket.bind(ifindex, queue, bind_mode)?;
         Ok(socket)
     }
 
-    fn bind(&self, ifindex: u32, queue: u32) -> io::Result<()> {
+    fn bind(&self, ifindex: u32, queue: u32, bind_mode: u16) -> io::Result<()> {
         let address = libc::sockaddr_xdp {
             sxdp_family: libc::AF_XDP as u16,
-            sxdp_flags: libc::XDP_COPY | libc::XDP_USE_NEED_WAKEUP,
+            sxdp_flags: bind_mode | libc::XDP_USE_NEED_WAKEUP,
             sxdp_ifindex: ifindex,
             sxdp_queue_id: queue,
             sxdp_shared_umem_fd: 0,

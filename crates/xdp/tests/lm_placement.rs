@@ -32,7 +32,7 @@ use nicmsg_lm::send_buffer::HoleBuffer;
 use nicmsg_lm::{Geometry, Placement};
 use nicmsg_wire::{emit_headers, seal, FrameHeader, FrameKind, FRAME_HEADER_LEN};
 use nicmsg_xdp::{
-    placing_program, redirect_program, AttachMode, Counter, Interface, PlacingSteering,
+    placing_program, redirect_program, AttachMode, Binding, Counter, Interface, PlacingSteering,
     PlacingTable, Program, ReceiveMode, SocketMap, Steering, XskSocket, HEADERS_LEN,
     KERNEL_HEADROOM,
 };
@@ -161,6 +161,7 @@ fn receive_all(
             bytes,
             sending_bytes: 0,
         },
+        Binding::ZeroCopyElseCopy,
     )
     .expect("an unaligned-chunk AF_XDP socket");
     let map = SocketMap::create(1).expect("xskmap");

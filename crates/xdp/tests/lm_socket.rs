@@ -302,7 +302,8 @@ fn report(loss: u32, sent: &[usize], third: &[usize], received: &Arrivals, stats
          transfers ({placed:?} B), {} by copy; bytes placed {}, copied into placed regions {}, \
          copied for transfers by copy {}; frames placed {}, copied {}, held for their slot {}, \
          grants sent {}, resends asked {}, passed to the kernel \
-         by the filter {}, dropped by the kernel on the way to the AF_XDP socket {}",
+         by the filter {}, dropped by the kernel on the way to the AF_XDP socket {}; AF_XDP \
+         bound in {} mode",
         sent.len(),
         sent.iter().max().unwrap_or(&0),
         third.len(),
@@ -318,5 +319,6 @@ fn report(loss: u32, sent: &[usize], third: &[usize], received: &Arrivals, stats
         s.resends_asked,
         stats.passed_to_kernel,
         stats.ring_drops,
+        if stats.zero_copy { "zero-copy" } else { "copy" },
     );
 }

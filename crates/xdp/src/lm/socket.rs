@@ -36,7 +36,7 @@ use crate::interface::Interface;
 use crate::neighbours;
 use crate::packet::{HeaderTemplate, Station as LinkStation, ETHER_LEN, HEADERS_LEN};
 use crate::placing::{placing_program, PlacingSteering, PlacingTable};
-use crate::socket::{ReceiveMode, XskSocket, KERNEL_HEADROOM, MAX_FRAME_BYTES};
+use crate::socket::{Binding, ReceiveMode, XskSocket, KERNEL_HEADROOM, MAX_FRAME_BYTES};
 
 /// Frames taken from the kernel's socket and from the receive ring per turn: a turn stays
 /// short, so sends and timers are not starved by a flood.
@@ -734,7 +734,7 @@ fn open_placing(
         bytes,
         sending_bytes,
     };
-    let xsk = XskSocket::open_with(interface.index, 0, mode)?;
+    let xsk = XskSocket::open_with(interface.index, 0, mode, Binding::ZeroCopyElseCopy)?;
     let map = SocketMap::create(1)?;
     map.insert(0, xsk.fd())?;
     let passed = Counter::create()?;
