@@ -108,13 +108,11 @@ impl OneCopy {
             if !self.asks.may_ask(now, top, gap) {
                 return None;
             }
-            let bottom = self.got.missing_run_bottom(self.lowest_in, window);
-            self.asks.asked_down_to(bottom);
             return Some(Flow::Resend {
                 number,
                 key: 0,
                 top,
-                bottom,
+                bottom: self.got.missing_run_bottom(self.lowest_in, window),
             });
         }
         let floor = top.saturating_sub(window - 1);
@@ -133,46 +131,21 @@ impl OneCopy {
     }
 }
 
-/// What a receiver last asked its sender for, so it asks once per gap: a frame of the run it
-/// asked for is on its way again (or the ask was lost) until the gap has passed.
+/// When a receiver last asked for a missing frame, so it asks once per gap.
 #[derive(Debug, Default, Clone, Copy)]
 struct Asks {
-    last: Option<Asked>,
-}
-
-/// The run of frames `top` down to `bottom` asked for (a grant asks for `top` alone) at `at`.
-#[derive(Debug, Clone, Copy)]
-struct Asked {
-    top: u32,
-    bottom: u32,
-    at: Nanos,
+    last: Option<(u32, Nanos)>,
 }
 
 impl Asks {
-    /// Whether the receiver may ask for frames from `top` down now: not while `top` lies in
-    /// the run asked for within the last `gap`. Highest missing frames only fall as frames
-    /// come, so without the run a RESEND answered by frames that land one by one would be
-    /// asked again at every landing, each time for frames already on their way, and every
-    /// resent frame would come twice or more.
     fn may_ask(&mut self, now: Nanos, top: u32, gap: Nanos) -> bool {
-        if let Some(asked) = self.last {
-            if now < asked.at + gap && (asked.bottom..=asked.top).contains(&top) {
+        if let Some((asked, at)) = self.last {
+            if asked == top && now < at + gap {
                 return false;
             }
         }
-        self.last = Some(Asked {
-            top,
-            bottom: top,
-            at: now,
-        });
+        self.last = Some((top, now));
         true
-    }
-
-    /// The ask [`may_ask`](Self::may_ask) allowed is for the run down to `bottom`.
-    fn asked_down_to(&mut self, bottom: u32) {
-        if let Some(asked) = &mut self.last {
-            asked.bottom = bottom.min(asked.top);
-        }
     }
 }
 
@@ -466,7 +439,6 @@ impl<R: Regions> Station<R> {
             return;
         };
         shrink_window_for_hole(placed, top);
-        placed.asks.asked_down_to(bottom);
         let flow = Flow::Resend {
             number: placed.number.unwrap_or(0),
             key: key.0,
@@ -758,39 +730,4 @@ fn landed_payload<'a>(
     let start = geometry.landing_offset(index) + geometry.header_len();
     let len = frame_len.saturating_sub(kept_len);
     region.get(start..start + len).unwrap_or(&[])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const GAP: Nanos = 2_000_000;
-
-    #[test]
-    fn a_run_asked_for_is_asked_again_only_after_the_gap() {
-        let mut asks = Asks::default();
-        assert!(asks.may_ask(0, 100, GAP));
-        asks.asked_down_to(40);
-        // The resent frames land one by one, and frames sent before the ask arrive held:
-        // the highest missing frame falls through the run, which is on its way.
-        for top in (40..=100).rev() {
-            assert!(!asks.may_ask(1_000, top, GAP), "asked again for {top}");
-        }
-        assert!(asks.may_ask(1_000, 39, GAP), "below the run is a new hole");
-        asks.asked_down_to(39);
-        assert!(!asks.may_ask(2_000, 39, GAP));
-        assert!(
-            asks.may_ask(1_000 + GAP, 39, GAP),
-            "the ask or its frames were lost"
-        );
-    }
-
-    #[test]
-    fn a_grant_repeats_for_the_same_frame_only_after_the_gap() {
-        let mut asks = Asks::default();
-        assert!(asks.may_ask(0, 7, GAP));
-        assert!(!asks.may_ask(10, 7, GAP));
-        assert!(asks.may_ask(10, 6, GAP), "progress is told at once");
-        assert!(asks.may_ask(10 + GAP, 6, GAP));
-    }
 }
