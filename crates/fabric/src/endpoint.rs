@@ -430,15 +430,12 @@ pub unsafe extern "C" fn nf_send(
     let Some(to) = (unsafe { address_of(to) }) else {
         return -fi_errno::EINVAL;
     };
-    let body = |endpoint: &mut FabricEndpoint| {
-        if let Err(code) = endpoint.check_room() {
-            return -code;
-        }
-        // SAFETY: the caller's contract.
-        let iovecs = match unsafe { iovecs(iov, count) } {
-            Ok(iovecs) => iovecs,
-            Err(code) => return -code,
-        };
+    let kind = Kind {
+        is_send: true,
+        tagged: tagged != 0,
+        wanted: wanted != 0,
+    };
+    let post = |endpoint: &mut FabricEndpoint, iovecs: &[libc::iovec]| {
         let mut sent: [&'static [u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
         let mut copy = None;
         let pieces = if inject != 0 {
@@ -463,17 +460,10 @@ pub unsafe extern "C" fn nf_send(
         let posted = endpoint
             .endpoint()
             .isend(pieces, to, (space(tagged), tag), immediate);
-        let kind = Kind {
-            is_send: true,
-            tagged: tagged != 0,
-            wanted: wanted != 0,
-        };
-        // SAFETY: the caller's contract.
-        let buf = unsafe { first_base(iov, count) };
-        endpoint.track(posted, copy, (context, buf), kind)
+        (posted, copy)
     };
     // SAFETY: the caller's contract.
-    unsafe { on_endpoint(ep, body) }
+    unsafe { post_operation(ep, (iov, count), context, kind, post) }
 }
 
 /// Posts a receive into `iov` of the next message of its space that `tag` and `ignore`
@@ -538,7 +528,7 @@ pub unsafe extern "C" fn nf_recv_claimed(
     }
 }
 
-/// The part of posting a receive its kinds share: the checks, the buffer, the tracking.
+/// Posts a receive into `iov` with `post` (a receive by pattern or of a claim).
 ///
 /// # Safety
 /// As [`nf_recv`].
@@ -552,6 +542,30 @@ unsafe fn post_receive(
         &mut dyn Iterator<Item = &'static mut [u8]>,
     ) -> Result<Request<'static>, Error>,
 ) -> c_int {
+    let post = |endpoint: &mut FabricEndpoint, iovecs: &[libc::iovec]| {
+        // SAFETY: the caller's contract (valid for writing until the receive completes).
+        let mut pieces = iovecs.iter().map(|iov| unsafe { piece(iov) });
+        (post(endpoint.endpoint(), &mut pieces), None)
+    };
+    // SAFETY: the caller's contract.
+    unsafe { post_operation(ep, (iov, count), context, kind, post) }
+}
+
+/// The part of posting an operation that sends and receives share: room for it, its iovecs
+/// checked, and its request tracked with the copy `post` made of the bytes, if any.
+///
+/// # Safety
+/// `ep` is a live handle; `iov` holds `count` iovecs valid as the operation needs them.
+unsafe fn post_operation(
+    ep: *mut c_void,
+    (iov, count): (*const libc::iovec, usize),
+    context: *mut c_void,
+    kind: Kind,
+    post: impl FnOnce(
+        &mut FabricEndpoint,
+        &[libc::iovec],
+    ) -> (Result<Request<'static>, Error>, Option<Vec<u8>>),
+) -> c_int {
     let body = |endpoint: &mut FabricEndpoint| {
         if let Err(code) = endpoint.check_room() {
             return -code;
@@ -561,12 +575,10 @@ unsafe fn post_receive(
             Ok(iovecs) => iovecs,
             Err(code) => return -code,
         };
-        // SAFETY: the caller's contract (valid for writing until the receive completes).
-        let mut pieces = iovecs.iter().map(|iov| unsafe { piece(iov) });
-        let posted = post(endpoint.endpoint(), &mut pieces);
+        let (posted, copy) = post(endpoint, iovecs);
         // SAFETY: the caller's contract.
         let buf = unsafe { first_base(iov, count) };
-        endpoint.track(posted, None, (context, buf), kind)
+        endpoint.track(posted, copy, (context, buf), kind)
     };
     // SAFETY: the caller's contract.
     unsafe { on_endpoint(ep, body) }
