@@ -364,6 +364,10 @@ impl LmSocket {
 
     /// Sleeps until a frame arrives, a timer is due, or `max` passed.
     pub fn wait(&self, max: Duration) {
+        if self.ring_full {
+            // Frames wait for room on the transmit ring, which only this thread's turns make.
+            return;
+        }
         let now = self.now();
         let timer = self
             .station
@@ -372,9 +376,6 @@ impl LmSocket {
         let mut timeout = timer.map_or(max, |t| t.min(max));
         if !self.held.is_empty() {
             timeout = timeout.min(COMPLETION_WAIT);
-        }
-        if self.ring_full {
-            return;
         }
         let mut fds = [self.udp.as_raw_fd(), -1].map(|fd| libc::pollfd {
             fd,
@@ -431,15 +432,17 @@ impl LmSocket {
     /// silence, or answered a grant twice) would otherwise look held for its slot, and the
     /// receiver would ask for a whole run of frames it already has.
     fn see_earlier_landings(&mut self, now: u64) -> io::Result<()> {
-        let Some(side) = self.placing.as_ref() else {
+        let Some(cursor) = self.placing.as_ref().map(|side| side.table.cursor()) else {
             return Ok(());
         };
-        let cursor = side.table.cursor();
         // The kernel publishes redirected frames in the receive ring at the end of the poll
         // that passed this one: a few rounds at most.
         for _ in 0..MAX_LANDING_ROUNDS {
-            let taken = self.placing.as_ref().map_or(cursor, |side| side.taken);
-            if taken >= cursor {
+            if self
+                .placing
+                .as_ref()
+                .is_none_or(|side| side.taken >= cursor)
+            {
                 break;
             }
             self.take_landings(now)?;
