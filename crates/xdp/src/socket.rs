@@ -165,16 +165,6 @@ impl XskSocket {
         mode: ReceiveMode,
         binding: Binding,
     ) -> io::Result<Self> {
-        match binding {
-            Binding::Copy => Self::open_bound(ifindex, queue, mode, libc::XDP_COPY),
-            // A socket whose bind failed is not bound again: a fresh one is made for copy mode.
-            Binding::ZeroCopyElseCopy => Self::open_bound(ifindex, queue, mode, libc::XDP_ZEROCOPY)
-                .or_else(|_| Self::open_bound(ifindex, queue, mode, libc::XDP_COPY)),
-        }
-    }
-
-    /// Opens a socket and binds it with `bind_mode` (`XDP_ZEROCOPY` or `XDP_COPY`).
-    fn open_bound(ifindex: u32, queue: u32, mode: ReceiveMode, bind_mode: u16) -> io::Result<Self> {
         // SAFETY: plain system call; the descriptor is owned right after.
         let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
         if raw < 0 {
@@ -259,14 +249,20 @@ impl XskSocket {
             }
             socket.fill.publish();
         }
-        socket.bind(ifindex, queue, bind_mode)?;
+        socket.bind(ifindex, queue, binding)?;
         Ok(socket)
     }
 
-    fn bind(&self, ifindex: u32, queue: u32, bind_mode: u16) -> io::Result<()> {
+    fn bind(&self, ifindex: u32, queue: u32, binding: Binding) -> io::Result<()> {
+        // Without a mode flag the kernel binds in zero-copy mode where the driver has it and
+        // falls back to copy mode itself.
+        let mode = match binding {
+            Binding::Copy => libc::XDP_COPY,
+            Binding::ZeroCopyElseCopy => 0,
+        };
         let address = libc::sockaddr_xdp {
             sxdp_family: libc::AF_XDP as u16,
-            sxdp_flags: bind_mode | libc::XDP_USE_NEED_WAKEUP,
+            sxdp_flags: mode | libc::XDP_USE_NEED_WAKEUP,
             sxdp_ifindex: ifindex,
             sxdp_queue_id: queue,
             sxdp_shared_umem_fd: 0,
