@@ -39,8 +39,14 @@ pub struct Config {
     /// Messages up to this many bytes use the eager protocol; longer ones rendezvous.
     pub eager_limit: u64,
     /// Unexpected eager messages a receiver buffers per sender (each up to `eager_limit` bytes).
-    /// A sender starts with this many credits and waits when it has none.
+    /// A sender starts with this many credits; with none left, it waits for one (asking the
+    /// receiver), or sends by rendezvous when the receiver says they are held (`credit_wait.rs`).
     pub eager_credits_per_peer: u32,
+    /// Longest wait of an eager message for a credit before it goes by rendezvous; 0 never
+    /// waits. Waiting keeps streams of short messages eager while the receiver keeps up; a
+    /// receiver that holds its buffers while it waits for a later message says so at once, and
+    /// this bound covers one that waits on a third rank instead.
+    pub credit_wait_ns: Nanos,
     /// Frames granted by each CTS (RMPP: at most 16 by default).
     pub cts_window_frames: u32,
     /// Frames before the end of a window at which the RSM flag is set (RMPP's Pre-k).
@@ -97,6 +103,11 @@ impl Default for Config {
             mtu: 1472,
             eager_limit: 8192,
             eager_credits_per_peer: 8,
+            // Ten minimum retransmission timeouts: a receiver that keeps up returns a credit
+            // within a round trip, and one descheduled for a while (2 shared cores) should not
+            // turn a whole stream into rendezvous messages; the cases it bounds (a receiver
+            // waiting on a third rank) are programs that rely on buffering.
+            credit_wait_ns: 2_000_000,
             // Measured with `nicmsg bench bw` over loopback with GSO/GRO: 16 frames (RMPP's
             // window, 23 KB at MTU 1500) leaves the link idle for a round trip every window and
             // caps 1 MiB streams near 0.5 GB/s; 256 frames (half the frames a receiver tracks,

@@ -25,6 +25,7 @@ mod claim;
 mod collections;
 mod config;
 mod counters;
+mod credit_wait;
 mod diagnostics;
 mod directory;
 mod drain;

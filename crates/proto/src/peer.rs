@@ -1,6 +1,7 @@
 //! Per-peer state: connectionless as in EMP. No handshake creates it; it exists for every rank of
 //! the job from start-up and is a few dozen bytes (see `PEER_STATE_BYTES`).
 
+use crate::credit_wait::CreditWait;
 use crate::drain::Drain;
 use crate::rto::RtoEstimator;
 use crate::slab::SendKey;
@@ -21,6 +22,8 @@ pub(crate) struct Peer {
     /// Sends waiting to start, FIFO through `SendOp::next_queued`.
     pub queue_head: Option<SendKey>,
     pub queue_tail: Option<SendKey>,
+    /// Whether the eager message at the head of the queue waits for a credit (`credit_wait.rs`).
+    pub credit_wait: CreditWait,
     // --- this rank receiving from the peer ---
     pub recv_window: IdWindow,
     /// Next message id whose header must be matched (MPI non-overtaking order).
@@ -37,6 +40,9 @@ pub(crate) struct Peer {
     pub ack_owed: Option<u32>,
     /// Credits returned to the peer that no frame has carried yet.
     pub credit_owed: bool,
+    /// The peer ran out of credits and asked for them (CREDIT with REQUEST): the next credit
+    /// returned to it leaves at once instead of waiting `ack_delay_ns` for a carrier.
+    pub credit_requested: bool,
     /// When the owed acknowledgement or credit goes out on its own.
     pub owed_deadline_ns: Option<Nanos>,
     // --- liveness ---
@@ -69,6 +75,7 @@ impl Peer {
             credits_returned: 0,
             queue_head: None,
             queue_tail: None,
+            credit_wait: CreditWait::Idle,
             recv_window: IdWindow::default(),
             next_match: 0,
             credits_given: 0,
@@ -76,6 +83,7 @@ impl Peer {
             credit_carriers_queued: 0,
             ack_owed: None,
             credit_owed: false,
+            credit_requested: false,
             owed_deadline_ns: None,
             rto: RtoEstimator::new(rto_initial_ns),
             drain: Drain::default(),
@@ -104,6 +112,8 @@ impl Peer {
             return false;
         }
         self.credits_returned = returned;
+        // A credit came back: the next shortage is waited out again.
+        self.credit_wait = CreditWait::Idle;
         true
     }
 

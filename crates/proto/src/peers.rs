@@ -140,6 +140,8 @@ impl Peers {
         state.silent_since = None;
         state.ack_owed = None;
         state.credit_owed = false;
+        state.credit_requested = false;
+        state.credit_wait = crate::credit_wait::CreditWait::Idle;
         state.owed_deadline_ns = None;
     }
 
@@ -172,6 +174,7 @@ impl Peers {
         for (rank, peer) in self.peers.iter().enumerate() {
             earliest.consider(peer.probe_deadline_ns);
             earliest.consider(peer.owed_deadline_ns);
+            earliest.consider(peer.credit_wait.deadline());
             earliest.consider(self.silence_deadline(rank as Rank));
         }
         earliest.get()

@@ -73,7 +73,10 @@ impl Core {
             FrameKind::Cleanup => self.on_cleanup(&header),
             FrameKind::Credit => {
                 if header.has_flag(Flags::REQUEST) {
-                    self.queue_control(control(peer, FrameKind::Credit, 0, 0, 0));
+                    self.on_credit_request(peer);
+                }
+                if header.has_flag(Flags::WAIT) {
+                    self.on_credits_held(peer);
                 }
             }
             FrameKind::Cancel => self.on_cancel(now, &header, memory),
@@ -517,6 +520,9 @@ impl Core {
         }
         let state = &mut self.peers[peer];
         state.credits_given = state.credits_given.wrapping_add(1);
+        if self.credit_is_urgent(peer) {
+            return self.return_credit_now(peer);
+        }
         // Credits are filled in when a frame leaves: a frame to the peer still waiting to leave
         // carries the new count; only otherwise is a CREDIT frame needed (see `piggyback.rs`).
         self.owe_credit(now, peer);

@@ -127,6 +127,17 @@ impl RecvSide {
         self.posted.retain(|&i| i != key);
     }
 
+    /// True if a posted receive or a blocking probe may take a message from `peer` (one naming
+    /// it, or any source), apart from the engine's standing receives
+    /// ([`Context::always_received`]).
+    pub(crate) fn awaits_from(&self, peer: Rank) -> bool {
+        let accepts = |&key: &RecvKey| {
+            let op = &self.recvs[key];
+            op.source.matches(peer) && !op.context.always_received()
+        };
+        self.posted.iter().any(accepts) || self.probes.iter().any(accepts)
+    }
+
     /// Lists a blocking probe until a message it matches arrives.
     pub(crate) fn post_probe(&mut self, key: RecvKey) {
         self.probes.push_back(key);

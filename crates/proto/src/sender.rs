@@ -76,10 +76,11 @@ impl Core {
 
     /// Starts the sends at the head of `dst`'s queue, in order, while the message-id window
     /// allows. A message that cannot start blocks those behind it: message ids, and so MPI
-    /// order, follow posting order. Nothing waits for eager credits: an eager message the
-    /// receiver has no buffer left for goes by rendezvous instead (its header alone is always
-    /// taken), so a message that the receiver waits for is never stuck behind unmatched ones.
-    pub(crate) fn start_queued_for(&mut self, _now: Nanos, dst: Rank) {
+    /// order, follow posting order. An eager message the receiver has no buffer left for waits
+    /// a bounded time for a credit (`credit_wait.rs`), then goes by rendezvous (its header alone
+    /// is always taken), so a message that the receiver waits for is never stuck behind
+    /// unmatched ones for long.
+    pub(crate) fn start_queued_for(&mut self, now: Nanos, dst: Rank) {
         loop {
             let Some(head) = self.peers[dst].queue_head else {
                 return;
@@ -93,6 +94,9 @@ impl Core {
                 return;
             }
             if needs_credit && !has_credit {
+                if self.wait_for_credit(now, dst) {
+                    return;
+                }
                 self.send_by_rendezvous(head, dst);
             }
             let needs_credit = needs_credit && has_credit;

@@ -183,6 +183,7 @@ impl Core {
         self.expire_incoming(now);
         self.expire_peers(now, memory);
         self.expire_owed(now);
+        self.expire_credit_waits(now);
     }
 
     /// Builds the next frame in place in `transmit` (whatever it held is replaced); false,

@@ -85,6 +85,9 @@ pub struct Stats {
     /// Eager-sized messages sent by rendezvous because the receiver's eager buffers for this
     /// rank were all taken (its earlier messages not received yet).
     pub credit_stalls: u64,
+    /// Times an eager message waited for a credit (and asked the receiver for one) before
+    /// either going eager or, when none came back in `credit_wait_ns`, by rendezvous.
+    pub credit_waits: u64,
     /// Control frames not queued because the control queue was full (recovered by retransmit).
     pub control_overflows: u64,
     pub messages_sent: u64,

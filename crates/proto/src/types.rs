@@ -35,6 +35,13 @@ impl Context {
     /// libfabric's untagged messages (`FI_MSG`) on an open endpoint, apart from its tagged
     /// ones (in [`Context::USER`]), as libfabric keeps the two.
     pub const UNTAGGED: Self = Self(5);
+
+    /// True for the contexts whose receives the engine keeps posted at all times (PANIC's
+    /// messages and requests): such a receive waiting says nothing about a message the rank
+    /// waits for.
+    pub fn always_received(self) -> bool {
+        self == Self::PROGRAM_MESSAGES || self == Self::PROGRAM_REQUESTS
+    }
 }
 
 /// Which sender a receive or probe accepts.

@@ -46,6 +46,7 @@ pub fn add_stats(acc: &mut Stats, other: &Stats) {
     d.dead_peer += o.dead_peer;
     d.unsupported += o.unsupported;
     acc.credit_stalls += other.credit_stalls;
+    acc.credit_waits += other.credit_waits;
     acc.control_overflows += other.control_overflows;
     acc.messages_sent += other.messages_sent;
     acc.messages_received += other.messages_received;
@@ -334,7 +335,8 @@ impl Summary {
         );
         let _ = writeln!(
             out,
-            "endpoints: {} credit stalls, {} control overflows, {} liveness probes, {} peers declared unreachable, {} acknowledgements piggybacked, {} messages delivered by the express path, {} sends completed early ({} unconfirmed), {} bytes placed, {} bytes copied, {} lookups of released memory",
+            "endpoints: {} credit waits, {} credit stalls, {} control overflows, {} liveness probes, {} peers declared unreachable, {} acknowledgements piggybacked, {} messages delivered by the express path, {} sends completed early ({} unconfirmed), {} bytes placed, {} bytes copied, {} lookups of released memory",
+            s.credit_waits,
             s.credit_stalls,
             s.control_overflows,
             s.liveness_probes,

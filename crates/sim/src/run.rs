@@ -61,6 +61,7 @@ impl ProtoParams {
             peer_timeout_ns: self.peer_timeout_ns,
             // The acknowledgement delay must stay well below the shortest timeout.
             ack_delay_ns: Config::default().ack_delay_ns.min(self.rto_min_ns / 4),
+            credit_wait_ns: Config::default().credit_wait_ns.min(10 * self.rto_min_ns),
             ..Config::default()
         }
     }

@@ -87,6 +87,7 @@ pub enum WorkloadKind {
     PeerDeath,
     Library,
     Credits,
+    Trickle,
     Programs,
     ProgramsDeath,
     ProgramsHost,
@@ -95,7 +96,7 @@ pub enum WorkloadKind {
 
 impl WorkloadKind {
     /// Every workload; the last three need engine mode ([`WorkloadKind::needs_engine`]).
-    pub const ALL: [WorkloadKind; 15] = [
+    pub const ALL: [WorkloadKind; 16] = [
         WorkloadKind::PingPong,
         WorkloadKind::Streams,
         WorkloadKind::AllToAll,
@@ -107,6 +108,7 @@ impl WorkloadKind {
         WorkloadKind::PeerDeath,
         WorkloadKind::Library,
         WorkloadKind::Credits,
+        WorkloadKind::Trickle,
         WorkloadKind::Programs,
         WorkloadKind::ProgramsDeath,
         WorkloadKind::ProgramsHost,
@@ -114,7 +116,7 @@ impl WorkloadKind {
     ];
 
     /// The messaging workloads, which run in both modes.
-    pub const MESSAGING: [WorkloadKind; 11] = [
+    pub const MESSAGING: [WorkloadKind; 12] = [
         WorkloadKind::PingPong,
         WorkloadKind::Streams,
         WorkloadKind::AllToAll,
@@ -126,6 +128,7 @@ impl WorkloadKind {
         WorkloadKind::PeerDeath,
         WorkloadKind::Library,
         WorkloadKind::Credits,
+        WorkloadKind::Trickle,
     ];
 
     pub fn name(self) -> &'static str {
@@ -141,6 +144,7 @@ impl WorkloadKind {
             WorkloadKind::PeerDeath => "peer-death",
             WorkloadKind::Library => "library",
             WorkloadKind::Credits => "credits",
+            WorkloadKind::Trickle => "trickle",
             WorkloadKind::Programs => "programs",
             WorkloadKind::ProgramsDeath => "programs-death",
             WorkloadKind::ProgramsHost => "programs-host",
@@ -185,6 +189,9 @@ impl WorkloadKind {
             WorkloadKind::Credits => {
                 "bursts beyond the eager credits, then a later tag and a barrier waited for first"
             }
+            WorkloadKind::Trickle => {
+                "NetPIPE's stream: many short sends at once, received one at a time (credit waits)"
+            }
             WorkloadKind::Programs => {
                 "PANIC: PDL programs loaded, run, messaged and unloaded on every engine (engine mode)"
             }
@@ -202,7 +209,10 @@ impl WorkloadKind {
 
     pub fn default_ranks(self) -> u32 {
         match self {
-            WorkloadKind::PingPong | WorkloadKind::Cancel | WorkloadKind::Truncation => 2,
+            WorkloadKind::PingPong
+            | WorkloadKind::Cancel
+            | WorkloadKind::Truncation
+            | WorkloadKind::Trickle => 2,
             WorkloadKind::Streams | WorkloadKind::Probe | WorkloadKind::Scatter => 3,
             WorkloadKind::AnySource | WorkloadKind::Library => 4,
             WorkloadKind::Credits => 3,
@@ -219,7 +229,10 @@ impl WorkloadKind {
     /// a workload needs otherwise.
     pub fn ranks(self, requested: Option<u32>) -> u32 {
         match self {
-            WorkloadKind::PingPong | WorkloadKind::Cancel | WorkloadKind::Truncation => 2,
+            WorkloadKind::PingPong
+            | WorkloadKind::Cancel
+            | WorkloadKind::Truncation
+            | WorkloadKind::Trickle => 2,
             WorkloadKind::PeerDeath => requested.unwrap_or(6).max(3),
             WorkloadKind::Programs
             | WorkloadKind::ProgramsDeath
@@ -254,6 +267,7 @@ impl WorkloadKind {
             WorkloadKind::Cancel => Box::new(workloads::cancel::Cancel::new(params, rng)),
             WorkloadKind::Library => Box::new(workloads::library::Library::new(params, rng)),
             WorkloadKind::Credits => Box::new(workloads::credits::Credits::new(params, rng)),
+            WorkloadKind::Trickle => Box::new(workloads::trickle::Trickle::new(params, rng)),
             WorkloadKind::Programs => {
                 Box::new(workloads::programs::Programs::new(params, rng, false))
             }

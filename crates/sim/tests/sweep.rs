@@ -33,16 +33,16 @@ fn faulty_template() -> RunSpec {
 #[test]
 fn every_workload_under_loss_has_no_violations() {
     let plan = SweepPlan {
-        // Seed s runs workload s mod 11, so each workload gets 24 seeds x 4 loss rates x 2
+        // Seed s runs workload s mod 12, so each workload gets 24 seeds x 4 loss rates x 2
         // policies.
-        seeds: (0..264).collect(),
+        seeds: (0..288).collect(),
         workloads: WorkloadKind::MESSAGING.to_vec(),
         losses: vec![0.0, 0.02, 0.1, 0.2],
         policies: vec![UnexpectedPolicy::Buffer, UnexpectedPolicy::Drop],
         template: faulty_template(),
     };
     assert_eq!(plan.template.mode, SimMode::Engine);
-    assert_eq!(plan.len(), 2112);
+    assert_eq!(plan.len(), 2304);
     let summary = sweep(
         &plan,
         &SweepOptions {
@@ -51,7 +51,7 @@ fn every_workload_under_loss_has_no_violations() {
             ..SweepOptions::default()
         },
     );
-    assert_eq!(summary.runs, 2112);
+    assert_eq!(summary.runs, 2304);
     for kind in WorkloadKind::MESSAGING {
         assert!(
             summary
@@ -69,6 +69,10 @@ fn every_workload_under_loss_has_no_violations() {
     );
     assert!(
         summary.net.corrupted_delivered > 0 && summary.net.lost > 0 && summary.net.duplicated > 0
+    );
+    assert!(
+        summary.stats.credit_waits > 0 && summary.stats.credit_stalls > 0,
+        "senders never waited for credits, or a wait never ran out"
     );
     let engine = &summary.engine;
     assert!(

@@ -25,7 +25,8 @@ pub enum FrameKind {
     MsgAck = 7,
     /// The sender knows the message is delivered; the receiver may free its state (RMPP).
     Cleanup = 8,
-    /// Returns eager credits (cumulative count in `aux`); with `REQUEST`, asks the peer for one.
+    /// Returns eager credits (cumulative count in `aux`); with `REQUEST`, asks the peer for one;
+    /// with `WAIT`, says none will come back before a later message.
     Credit = 9,
     /// The sender withdraws message `msg_id`: the receiver drops it if no receive has matched
     /// it yet (MPI's cancel of a send), and answers with CANCEL-ACK either way.
@@ -103,7 +104,7 @@ impl FrameKind {
             Self::Cts => Flags::FROM_START,
             Self::MsgAck => Flags::TRUNCATED,
             Self::End | Self::Cleanup => retransmit,
-            Self::Credit => Flags::REQUEST,
+            Self::Credit => Flags::REQUEST | Flags::WAIT,
             Self::Cancel => Flags::EAGER,
             Self::CancelAck => Flags::CANCELLED,
             Self::Reset => 0,
@@ -134,6 +135,8 @@ impl Flags {
     pub const ACK_ALL: u16 = 1 << 2;
     /// ACK: the receiver is alive but has not accepted the message yet (no posted receive, or
     /// an earlier message from the same sender is not matched yet); try again later.
+    /// CREDIT: the receiver's buffers for the sender are all held by messages it does not
+    /// receive now, while it waits for another message: send by rendezvous, not for credits.
     pub const WAIT: u16 = 1 << 3;
     /// CTS: the receiver did not keep the data of the RTS; send from frame 0.
     pub const FROM_START: u16 = 1 << 4;

@@ -164,7 +164,7 @@ fn flag_bits_and_allowed_flags_are_stable() {
         (End, 0x02),
         (MsgAck, 0x20),
         (Cleanup, 0x02),
-        (Credit, 0x40),
+        (Credit, 0x48),
         (Cancel, 0x200),
         (CancelAck, 0x400),
         (Reset, 0),

@@ -10,3 +10,4 @@ pub mod probe;
 pub mod programs;
 pub mod programs_host;
 pub mod streams;
+pub mod trickle;

@@ -1,0 +1,178 @@
+//! Waiting for eager credits. A sender that has spent its credits towards a peer holds the
+//! next eager message until a credit comes back, and asks the peer for them (CREDIT with
+//! REQUEST, first after `ack_delay_ns`, then every retransmission timeout while it waits). The
+//! peer answers at once:
+//!
+//! * with its count, and from then on it returns credits at once instead of after
+//!   `ack_delay_ns` (so it does too while half or more of the sender's credits sit in its
+//!   buffers): a receiver that keeps up lets the stream stay eager;
+//! * with WAIT when its buffers for the sender are all taken by messages it does not receive
+//!   while a receive or probe of it waits for another message the sender may send: those
+//!   buffers will not be freed before a later message gets through, so the sender sends by
+//!   rendezvous at once (its header needs no buffer) and keeps doing so until a credit comes
+//!   back.
+//!
+//! Why wait at all: a stream of short messages whose receiver posts one receive at a time
+//! (NetPIPE's stream, any MPI program that sends faster than it receives) keeps the
+//! receiver's buffers busy, but they empty within a receive or two. Turning every message that
+//! finds no credit into a rendezvous one at once sent each such message twice (RTS, answered by
+//! WAIT, then the data again on the CTS): 34 us a message against TCP's 2 us.
+//!
+//! Why the wait is still bounded (`credit_wait_ns`): a receiver may hold its buffers while it
+//! waits on a third rank that waits on this sender (a program that relies on buffering, which
+//! MPI allows to deadlock but ob1 and TCP let through). The bound makes that cost a wait, not a
+//! hang (sim workloads `credits` and `trickle`).
+
+use crate::receiver::control;
+use crate::state::Core;
+use crate::*;
+use nicmsg_wire::{Flags, FrameKind};
+
+/// Where a sender stands with the credits of one peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CreditWait {
+    /// Credits are not short, or a shortage has not begun yet.
+    Idle,
+    /// The queue's head waits for a credit: the peer is asked again at `ask_again_at`, and the
+    /// message goes by rendezvous at `give_up_at`.
+    Waiting {
+        ask_again_at: Nanos,
+        give_up_at: Nanos,
+    },
+    /// The peer said its buffers are held, or a wait ran out: eager messages go by rendezvous
+    /// until a credit comes back (`Peer::update_credits` makes it `Idle` again).
+    Expired,
+}
+
+impl CreditWait {
+    /// The wait's next timer, if it waits.
+    pub(crate) fn deadline(self) -> Option<Nanos> {
+        match self {
+            CreditWait::Waiting {
+                ask_again_at,
+                give_up_at,
+            } => Some(ask_again_at.min(give_up_at)),
+            CreditWait::Idle | CreditWait::Expired => None,
+        }
+    }
+}
+
+impl Core {
+    /// The eager message at the head of `dst`'s queue found no credit: true while it should
+    /// wait for one, false when it should go by rendezvous.
+    pub(crate) fn wait_for_credit(&mut self, now: Nanos, dst: Rank) -> bool {
+        let wait_ns = self.config.credit_wait_ns;
+        match self.peers[dst].credit_wait {
+            _ if wait_ns == 0 => false,
+            CreditWait::Idle => {
+                // The first request waits as long as a receiver may hold a credit back for a
+                // carrier: one that returns credits at once (it holds many of them) makes the
+                // request needless.
+                self.peers[dst].credit_wait = CreditWait::Waiting {
+                    ask_again_at: now + self.config.ack_delay_ns,
+                    give_up_at: now + wait_ns,
+                };
+                self.counters.record(dst, |s| s.credit_waits += 1);
+                true
+            }
+            CreditWait::Waiting { give_up_at, .. } if now < give_up_at => true,
+            CreditWait::Waiting { .. } | CreditWait::Expired => {
+                self.peers[dst].credit_wait = CreditWait::Expired;
+                false
+            }
+        }
+    }
+
+    /// Sends `dst` a CREDIT with REQUEST, and the next one a retransmission timeout later if
+    /// the wait goes on (the request or its answer may be lost).
+    fn ask_for_credits(&mut self, now: Nanos, dst: Rank) {
+        let peer = &mut self.peers[dst];
+        if let CreditWait::Waiting { ask_again_at, .. } = &mut peer.credit_wait {
+            *ask_again_at = now + peer.rto.rto_ns();
+        }
+        self.queue_control(control(dst, FrameKind::Credit, Flags::REQUEST, 0, 0));
+    }
+
+    /// Runs the timers of credit waits: asks again, or gives up (the message goes by
+    /// rendezvous). A wait whose message left the queue (cancelled) just ends.
+    pub(crate) fn expire_credit_waits(&mut self, now: Nanos) {
+        for dst in 0..self.size {
+            let CreditWait::Waiting {
+                ask_again_at,
+                give_up_at,
+            } = self.peers[dst].credit_wait
+            else {
+                continue;
+            };
+            if self.peers[dst].queue_head.is_none() {
+                self.peers[dst].credit_wait = CreditWait::Idle;
+            } else if give_up_at <= now {
+                self.start_queued_for(now, dst);
+            } else if ask_again_at <= now {
+                self.ask_for_credits(now, dst);
+            }
+        }
+    }
+
+    /// A CREDIT with WAIT from `peer`: its buffers for this rank are held while it waits for
+    /// a later message. A waiting message goes by rendezvous now (the frame's caller starts
+    /// the queue).
+    pub(crate) fn on_credits_held(&mut self, peer: Rank) {
+        let state = &mut self.peers[peer];
+        if matches!(state.credit_wait, CreditWait::Waiting { .. }) {
+            state.credit_wait = CreditWait::Expired;
+        }
+    }
+
+    /// A CREDIT with REQUEST from `peer` (out of credits, or probing): answer with the count
+    /// now, with WAIT if its credits are held for good, and return the next credit at once.
+    pub(crate) fn on_credit_request(&mut self, peer: Rank) {
+        self.peers[peer].credit_requested = true;
+        let flags = if self.holds_credits_while_waiting(peer) {
+            Flags::WAIT
+        } else {
+            0
+        };
+        self.queue_control(control(peer, FrameKind::Credit, flags, 0, 0));
+    }
+
+    /// True if every eager buffer of `peer` holds a message while a receive or probe waits for
+    /// another message `peer` may send. A receive that one of the buffered messages matched
+    /// would have taken it, so that receive waits for a later message: the buffers are not
+    /// freed before the sender's next message arrives. (While an earlier message of the peer
+    /// is still missing, the buffered ones cannot be matched yet either, and the answer costs
+    /// the sender only one message by rendezvous.)
+    fn holds_credits_while_waiting(&self, peer: Rank) -> bool {
+        let used = self.peers[peer].eager_buffers_used.count_ones();
+        used >= self.config.eager_credits_per_peer && self.rx.awaits_from(peer)
+    }
+
+    /// Whether a credit just returned to `peer` should leave at once rather than wait
+    /// `ack_delay_ns` for a reply to carry it: the peer asked for credits, or half or more of
+    /// its credits were held in this rank's buffers (counting the one just freed), so it is
+    /// likely out of them. A ping-pong's credit, one message held at a time, still waits for
+    /// the reply.
+    pub(crate) fn credit_is_urgent(&self, peer: Rank) -> bool {
+        let state = &self.peers[peer];
+        let held = state.eager_buffers_used.count_ones() + 1;
+        state.credit_requested || held >= (self.config.eager_credits_per_peer / 2).max(1)
+    }
+
+    /// A credit returned to `peer` that should not wait: a frame carries it now. A queued
+    /// credit carrier reads the count when it leaves; a waiting ACK_ALL leaves now with it.
+    pub(crate) fn return_credit_now(&mut self, peer: Rank) {
+        let state = &mut self.peers[peer];
+        state.credit_requested = false;
+        if state.credit_carriers_queued > 0 {
+            return;
+        }
+        state.credit_owed = false;
+        match state.ack_owed.take() {
+            Some(msg_id) => {
+                self.queue_control(control(peer, FrameKind::Ack, Flags::ACK_ALL, msg_id, 0))
+            }
+            None => self.queue_control(control(peer, FrameKind::Credit, 0, 0, 0)),
+        }
+        self.peers.settle_owed(peer);
+    }
+}
