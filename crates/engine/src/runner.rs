@@ -54,8 +54,9 @@ impl IdleConfig {
     }
 
     /// Whether a stopping rank has lingered enough: nothing arrived for `linger_quiet_ns` and
-    /// the protocol holds no state (every peer has its acknowledgements), or `linger_max_ns`
-    /// passed since it began.
+    /// the protocol owes no peer anything (every peer has its acknowledgements; receives still
+    /// posted do not count), or `linger_max_ns` passed since it began (logged with what was
+    /// still held).
     pub fn linger_done<T: Transport>(
         &self,
         driver: &Driver<T>,
@@ -63,8 +64,18 @@ impl IdleConfig {
         began: u64,
         last_work: u64,
     ) -> bool {
-        let quiet = now - last_work >= self.linger_quiet_ns && driver.endpoint().usage().is_empty();
-        quiet || now - began >= self.linger_max_ns
+        let usage = driver.endpoint().usage();
+        if now - last_work >= self.linger_quiet_ns && usage.owes_peers_nothing() {
+            return true;
+        }
+        let done = now - began >= self.linger_max_ns;
+        if done {
+            tracing::debug!(
+                ?usage,
+                "stopped lingering after the longest linger, state still held"
+            );
+        }
+        done
     }
 }
 

@@ -61,4 +61,15 @@ impl Usage {
             && self.eager_buffers.in_use == 0
             && self.control_queue.in_use == 0
     }
+
+    /// True when nothing held concerns a peer: no send, no message arriving or awaiting its
+    /// CLEANUP, no buffered message, no control frame to go. Posted receives and probes may
+    /// remain (a stopping rank's, or the engine's standing ones): they wait for peers and owe
+    /// them nothing.
+    pub fn owes_peers_nothing(&self) -> bool {
+        self.sends.in_use == 0
+            && self.incoming.in_use == 0
+            && self.eager_buffers.in_use == 0
+            && self.control_queue.in_use == 0
+    }
 }
