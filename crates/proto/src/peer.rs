@@ -40,6 +40,11 @@ pub(crate) struct Peer {
     pub ack_owed: Option<u32>,
     /// Credits returned to the peer that no frame has carried yet.
     pub credit_owed: bool,
+    /// EAGER frames went to the peer since an acknowledgement owed to it last had to leave on
+    /// its own (a ping-pong rather than a stream): only then does a longer eager message's
+    /// acknowledgement, which its sender's completion waits for, wait for a reply to carry it
+    /// (TCP's ping-pong mode).
+    pub replies_follow: bool,
     /// The peer ran out of credits and asked for them (CREDIT with REQUEST): the next credit
     /// returned to it leaves at once instead of waiting `ack_delay_ns` for a carrier.
     pub credit_requested: bool,
@@ -83,6 +88,7 @@ impl Peer {
             credit_carriers_queued: 0,
             ack_owed: None,
             credit_owed: false,
+            replies_follow: true,
             credit_requested: false,
             owed_deadline_ns: None,
             rto: RtoEstimator::new(rto_initial_ns),

@@ -1,8 +1,12 @@
-//! Piggybacked acknowledgements: the ACK_ALL of a whole eager message, and the credit it
-//! returns, wait up to `ack_delay_ns` for an EAGER frame to the same peer and ride on it (flags
-//! ACKED and CREDITS; `receiver.rs` reads them). A request answered by a reply then costs no
-//! acknowledgement datagram: on the critical path of a ping-pong each hop is one frame, as with
-//! raw UDP.
+//! Piggybacked acknowledgements: the ACK_ALL of a whole one-frame eager message, and the credit
+//! it returns, wait up to `ack_delay_ns` for an EAGER frame to the same peer and ride on it
+//! (flags ACKED and CREDITS; `receiver.rs` reads them). A request answered by a reply then costs
+//! no acknowledgement datagram: on the critical path of a ping-pong each hop is one frame, as
+//! with raw UDP. A one-frame message's send completed from the sender's copy, so nobody waits
+//! for its acknowledgement. A longer eager message's send completes on it, and a sender that
+//! waits for it before its next message (a blocking `MPI_Send` in a stream) would wait
+//! `ack_delay_ns` a message: its acknowledgement waits only while the peer's last one rode on
+//! a reply (`Peer::replies_follow`, TCP's ping-pong mode), and leaves at once in a stream.
 //!
 //! At most one ACK_ALL per peer waits: a second whole message sends both at once (as TCP
 //! acknowledges every second segment), so a stream of messages is acknowledged as promptly as
@@ -23,6 +27,7 @@ impl Core {
         }
         let state = &mut self.peers[peer];
         if let Some(earlier) = state.ack_owed.take() {
+            state.replies_follow = false;
             self.queue_ack_all(peer, earlier);
             self.queue_ack_all(peer, msg_id);
             self.peers.settle_owed(peer);
@@ -58,6 +63,8 @@ impl Core {
         header.flags |= Flags::CREDITS;
         header.aux = state.credits_given;
         state.credit_owed = false;
+        // Frames go back to the peer: its next acknowledgement may wait for one.
+        state.replies_follow = true;
         if let Some(msg_id) = state.ack_owed.take() {
             header.flags |= Flags::ACKED;
             header.acked_id = msg_id;
@@ -88,7 +95,10 @@ impl Core {
                 continue;
             }
             match ack {
-                Some(msg_id) => self.queue_ack_all(peer, msg_id),
+                Some(msg_id) => {
+                    self.peers[peer].replies_follow = false;
+                    self.queue_ack_all(peer, msg_id)
+                }
                 None if credit => self.queue_control(control(peer, FrameKind::Credit, 0, 0, 0)),
                 None => {}
             }
