@@ -107,6 +107,9 @@ impl Core {
             if self.peers[dst].queue_head.is_none() {
                 self.peers[dst].credit_wait = CreditWait::Idle;
             } else if give_up_at <= now {
+                // Expired before the queue runs: a head that cannot start now (message window
+                // closed) must not leave a deadline in the past behind.
+                self.peers[dst].credit_wait = CreditWait::Expired;
                 self.start_queued_for(now, dst);
             } else if ask_again_at <= now {
                 self.ask_for_credits(now, dst);
