@@ -5,8 +5,9 @@
 //! with raw UDP. A one-frame message's send completed from the sender's copy, so nobody waits
 //! for its acknowledgement. A longer eager message's send completes on it, and a sender that
 //! waits for it before its next message (a blocking `MPI_Send` in a stream) would wait
-//! `ack_delay_ns` a message: its acknowledgement waits only while the peer's last one rode on
-//! a reply (`Peer::replies_follow`, TCP's ping-pong mode), and leaves at once in a stream.
+//! `ack_delay_ns` a message: its acknowledgement waits only while frames have been going back
+//! to the peer since one last had to leave on its own (`Peer::replies_follow`, TCP's ping-pong
+//! mode), and leaves at once in a stream.
 //!
 //! At most one ACK_ALL per peer waits: a second whole message sends both at once (as TCP
 //! acknowledges every second segment), so a stream of messages is acknowledged as promptly as

@@ -77,9 +77,9 @@ impl Core {
     /// Starts the sends at the head of `dst`'s queue, in order, while the message-id window
     /// allows. A message that cannot start blocks those behind it: message ids, and so MPI
     /// order, follow posting order. An eager message the receiver has no buffer left for waits
-    /// a bounded time for a credit (`credit_wait.rs`), then goes by rendezvous (its header alone
-    /// is always taken), so a message that the receiver waits for is never stuck behind
-    /// unmatched ones for long.
+    /// for a credit (`credit_wait.rs`), and goes by rendezvous (its header alone is always
+    /// taken) as soon as the receiver says its buffers are held for later messages, or after
+    /// `credit_wait_ns`: a message the receiver waits for is never stuck behind unmatched ones.
     pub(crate) fn start_queued_for(&mut self, now: Nanos, dst: Rank) {
         loop {
             let Some(head) = self.peers[dst].queue_head else {
