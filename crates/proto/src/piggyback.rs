@@ -1,9 +1,10 @@
-//! Piggybacked acknowledgements: the ACK_ALL of a whole one-frame eager message, and the credit
-//! it returns, wait up to `ack_delay_ns` for an EAGER frame to the same peer and ride on it
+//! Piggybacked acknowledgements: the ACK_ALL of a whole eager message, and the credit it
+//! returns, wait up to `ack_delay_ns` for an EAGER frame to the same peer and ride on it
 //! (flags ACKED and CREDITS; `receiver.rs` reads them). A request answered by a reply then costs
 //! no acknowledgement datagram: on the critical path of a ping-pong each hop is one frame, as
-//! with raw UDP. A one-frame message's send completed from the sender's copy, so nobody waits
-//! for its acknowledgement. A longer eager message's send completes on it, and a sender that
+//! with raw UDP. A message of at most `INLINE_PAYLOAD_MAX` (256) bytes was sent from the
+//! sender's copy and its send completed, so nobody waits for its acknowledgement. A longer
+//! eager message's send completes on it, and a sender that
 //! waits for it before its next message (a blocking `MPI_Send` in a stream) would wait
 //! `ack_delay_ns` a message: its acknowledgement waits only while frames have been going back
 //! to the peer since one last had to leave on its own (`Peer::replies_follow`, TCP's ping-pong

@@ -409,9 +409,10 @@ impl Core {
         let entry = &mut self.rx[index];
         entry.phase = RxPhase::DataComplete;
         let (peer, msg_id, eager) = (entry.peer, entry.msg_id, entry.is_eager());
-        // A one-frame message's send completed from the sender's copy; a longer one's waits for
+        // A short message's send completed from the sender's copy; a longer one's waits for
         // this acknowledgement, which waits for a reply only if replies have been coming.
-        if eager && (entry.frames == 1 || self.peers[peer].replies_follow) {
+        let copied = entry.geometry.total_len <= crate::transmit::INLINE_PAYLOAD_MAX as u64;
+        if eager && (copied || self.peers[peer].replies_follow) {
             self.owe_ack_all(now, peer, msg_id);
         } else {
             self.queue_control(control(peer, FrameKind::Ack, Flags::ACK_ALL, msg_id, 0));
