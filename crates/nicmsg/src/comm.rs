@@ -127,6 +127,7 @@ impl Comm {
         if options.eager_limit_auto {
             options.protocol.eager_limit = nicmsg_proto::Config::default().eager_limit;
         }
+        options.size_frames_for(bind);
         options.check_for_job(capacity + 1)?;
         options.size_protocol_tables();
         options.programs = false;
@@ -140,7 +141,7 @@ impl Comm {
         )
         .map_err(|e| Error::Config(e.to_string()))?;
         endpoint.set_own_address(local);
-        tracing::info!(address = %local, capacity, engine = ?options.engine, "open endpoint bound");
+        tracing::info!(address = %local, capacity, engine = ?options.engine, frame = options.protocol.mtu, "open endpoint bound");
         let mut comm = Self::start(options, endpoint, Box::new(udp))?;
         comm.local_address = Some(local);
         Ok(comm)

@@ -34,6 +34,9 @@ pub struct Options {
     /// Choose `protocol.eager_limit` from the job's size when the communicator starts (see
     /// [`eager_limit_for`]); false once `NICMSG_EAGER_LIMIT` sets it.
     pub eager_limit_auto: bool,
+    /// Size frames to loopback's MTU when an open endpoint binds a loopback address (see
+    /// [`Options::size_frames_for`]); false once `NICMSG_MTU` sets it.
+    pub mtu_auto: bool,
     /// Descriptor table slots (EMP: 640).
     pub slots: usize,
     /// Datagram sockets: peers kept at once (`crate::dgram::DEFAULT_PEERS`).
@@ -69,6 +72,7 @@ impl Default for Options {
             transport: TransportChoice::Auto,
             protocol: Config::default(),
             eager_limit_auto: true,
+            mtu_auto: true,
             slots: nicmsg_engine::DEFAULT_SLOTS,
             dgram_peers: crate::dgram::DEFAULT_PEERS,
             regions: nicmsg_engine::DEFAULT_REGIONS,
@@ -136,6 +140,18 @@ impl Options {
             .validate()
             .map_err(|e| Error::Config(e.to_string()))?;
         Ok(options)
+    }
+
+    /// Sizes frames for an open endpoint bound at `bind`, unless `NICMSG_MTU` did: on a
+    /// loopback address every peer is on this host and loopback's MTU is 64 KiB, so frames are
+    /// as large as one IPv4 UDP datagram (65507 bytes) instead of an Ethernet MTU's 1472. A 4 KiB
+    /// message is then one frame, not three; TCP and UCX use loopback's large segments the same
+    /// way. All endpoints on loopback choose alike, so each takes the others' frames. A job's
+    /// ranks (launched by nicmsg) keep 1500, the MTU the papers' measurements use.
+    pub fn size_frames_for(&mut self, bind: std::net::SocketAddr) {
+        if self.mtu_auto && bind.ip().is_loopback() {
+            self.protocol.mtu = nicmsg_udp::max_datagram_for_mtu(MTU_MAX as usize, false) as u32;
+        }
     }
 
     /// Checks what depends on the job's size, once it is known (the communicator does this
@@ -473,11 +489,12 @@ pub static SETTINGS: &[Setting] = &[
             max: MTU_MAX,
             unit: "bytes",
         },
-        default: "1500",
+        default: "1500; 65535 for an open endpoint (libfabric provider, datagram socket) bound to a loopback address",
         meaning: "the link's MTU: a frame is at most one IPv4 UDP datagram of it, the MTU less \
                   28 bytes (1472 for 1500, 8972 for 9000, 65507 for 65535)",
         apply: |o, v| {
             o.protocol.mtu = nicmsg_udp::max_datagram_for_mtu(v.whole() as usize, false) as u32;
+            o.mtu_auto = false;
         },
     },
     Setting {
@@ -717,6 +734,18 @@ pub fn settings_markdown() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn open_endpoints_on_loopback_take_loopback_frames_unless_told() {
+        let sized = |options: &mut Options, bind: &str| {
+            options.size_frames_for(bind.parse().unwrap());
+            options.protocol.mtu
+        };
+        assert_eq!(sized(&mut Options::default(), "127.0.0.1:0"), 65507);
+        assert_eq!(sized(&mut Options::default(), "10.0.0.1:0"), 1472);
+        let mut told = parse(&[("NICMSG_MTU", "1500")]).expect("valid");
+        assert_eq!(sized(&mut told, "127.0.0.1:0"), 1472, "NICMSG_MTU wins");
+    }
 
     #[test]
     fn the_default_eager_limit_shrinks_with_the_job() {

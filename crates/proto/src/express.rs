@@ -89,7 +89,7 @@ impl Core {
             s.messages_received += 1;
             s.messages_express += 1;
         });
-        self.owe_ack_all(now, peer, header.msg_id);
+        self.acknowledge_eager(now, peer, header.msg_id, len);
         self.peers[peer].recv_window.finish(header.msg_id);
         let generation = self.rx.recv_generation(recv);
         self.rx.remove_recv(recv);

@@ -21,9 +21,22 @@ use crate::*;
 use nicmsg_wire::{Flags, FrameHeader, FrameKind};
 
 impl Core {
+    /// The eager message `msg_id` of `len` bytes from `peer` is held whole. A short one's send
+    /// completed from the sender's copy, so its acknowledgement may wait for a carrier; a
+    /// longer one's send waits for this acknowledgement, which waits only if replies have been
+    /// going back.
+    pub(crate) fn acknowledge_eager(&mut self, now: Nanos, peer: Rank, msg_id: u32, len: u64) {
+        let copied = len <= crate::transmit::INLINE_PAYLOAD_MAX as u64;
+        if copied || self.peers[peer].replies_follow {
+            self.owe_ack_all(now, peer, msg_id);
+        } else {
+            self.queue_ack_all(peer, msg_id);
+        }
+    }
+
     /// The eager message `msg_id` from `peer` is held whole: acknowledge it, now or with the
     /// next EAGER frame to `peer`.
-    pub(crate) fn owe_ack_all(&mut self, now: Nanos, peer: Rank, msg_id: u32) {
+    fn owe_ack_all(&mut self, now: Nanos, peer: Rank, msg_id: u32) {
         if self.config.ack_delay_ns == 0 {
             return self.queue_ack_all(peer, msg_id);
         }

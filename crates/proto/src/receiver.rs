@@ -409,11 +409,9 @@ impl Core {
         let entry = &mut self.rx[index];
         entry.phase = RxPhase::DataComplete;
         let (peer, msg_id, eager) = (entry.peer, entry.msg_id, entry.is_eager());
-        // A short message's send completed from the sender's copy; a longer one's waits for
-        // this acknowledgement, which waits for a reply only if replies have been coming.
-        let copied = entry.geometry.total_len <= crate::transmit::INLINE_PAYLOAD_MAX as u64;
-        if eager && (copied || self.peers[peer].replies_follow) {
-            self.owe_ack_all(now, peer, msg_id);
+        let len = entry.geometry.total_len;
+        if eager {
+            self.acknowledge_eager(now, peer, msg_id, len);
         } else {
             self.queue_control(control(peer, FrameKind::Ack, Flags::ACK_ALL, msg_id, 0));
         }

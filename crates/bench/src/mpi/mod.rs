@@ -323,7 +323,8 @@ pub struct Options {
     pub reps: Option<u64>,
     /// Limit for the whole series.
     pub timeout: Duration,
-    /// nicmsg's frame size (`--mtu`, as `NICMSG_MTU`); the provider's default (1500) without.
+    /// nicmsg's frame size (`--mtu`, as `NICMSG_MTU`); without it, the provider's default
+    /// (loopback's MTU on a loopback address).
     pub mtu: Option<u32>,
 }
 
