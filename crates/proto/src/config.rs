@@ -77,9 +77,10 @@ pub struct Config {
     /// Concurrent send operations (posted, queued or in flight), those completed early
     /// included.
     pub max_sends: usize,
-    /// Short sends that may have completed early (from the core's copy) and wait for their
-    /// acknowledgement: the host no longer sees them, so a driver that must never have a post
-    /// refused sizes `max_sends` as its own operations plus these.
+    /// Sends that may have completed early and still hold a table entry: short ones (from the
+    /// core's copy) waiting for their acknowledgement, rendezvous ones delivered whose END
+    /// handshake is not over. The host no longer sees them, so a driver that must never have a
+    /// post refused sizes `max_sends` as its own operations plus these.
     pub max_early_sends: usize,
     /// Concurrent posted receives and probes.
     pub max_recvs: usize,

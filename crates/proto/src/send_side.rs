@@ -214,7 +214,13 @@ impl SendSide {
     /// True if the send may report success now: its bytes are the core's copy, and fewer than
     /// `max_early_sends` sends the host no longer sees wait for their acknowledgement.
     pub(crate) fn may_complete_early(&self, key: SendKey) -> bool {
-        self.sends[key].copy.is_some() && self.completed_early < self.completed_early_limit
+        self.sends[key].copy.is_some() && self.has_early_room()
+    }
+
+    /// True if fewer than `max_early_sends` sends the host no longer sees are still in the
+    /// table (waiting for their acknowledgement, or for the end of their handshake).
+    pub(crate) fn has_early_room(&self) -> bool {
+        self.completed_early < self.completed_early_limit
     }
 
     /// The send reported success when it started; its later end completes nothing.

@@ -303,7 +303,26 @@ impl Core {
             let op = &mut self.sends[index];
             op.wait_deadline_ns = Some(departure.timer_start() + rto);
             self.queue_control(control);
+            self.complete_early_if_delivered(index);
         }
+    }
+
+    /// A rendezvous send whose every frame the matched receive acknowledged completes now: its
+    /// buffer is read no more (no frame is sent again once acknowledged), so the application
+    /// need not wait the round trip of END and MSG-ACK, which go on behind it. In a ping-pong
+    /// the reply's RTS then finds its receive posted instead of waiting for the next round
+    /// trip. Bounded with the early eager sends (`max_early_sends`).
+    fn complete_early_if_delivered(&mut self, index: SendKey) {
+        let op = &self.sends[index];
+        if !op.peer_matched || op.completed_early || !self.sends.has_early_room() {
+            return;
+        }
+        let status = send_status(op);
+        let generation = self.sends.generation(index);
+        self.complete_send(index, generation, status, Ok(()));
+        self.sends.completed_early(index);
+        self.counters
+            .record(status.peer, |s| s.sends_completed_early += 1);
     }
 
     /// CTS: the cumulative grant grew (or is repeated); FROM_START asks for frame 0 again.

@@ -554,6 +554,32 @@ fn a_stream_of_multi_frame_eager_sends_is_acknowledged_at_once() {
     );
 }
 
+/// A rendezvous send completes once the matched receive acknowledged all its data (two round
+/// trips: RTS, CTS, data, ACK), not after END and MSG-ACK as well: its buffer is read no more.
+/// The handshake goes on behind it and frees everything.
+#[test]
+fn a_delivered_rendezvous_send_completes_before_its_end_handshake() {
+    let mut net = Net::new(2, test_config());
+    let len = 16_000;
+    let (recv, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), len);
+    let started = net.now;
+    let send = net.send(0, 1, 1, pattern(len, 5));
+    while net.result(0, send).is_none() && net.now < started + 10_000_000 {
+        net.run(net.now + 500);
+    }
+    let elapsed = net.now - started;
+    assert!(net.result(0, send).is_some_and(|r| r.is_ok()));
+    assert!(
+        elapsed <= 4 * net.delay_ns,
+        "the send took {elapsed} ns, more than two round trips"
+    );
+    net.run(net.now + 100_000_000);
+    assert!(net.result(1, recv).is_some_and(|r| r.is_ok()));
+    assert_eq!(net.bytes(1, region), &pattern(len, 5)[..]);
+    assert_eq!(net.endpoints[0].stats().sends_completed_early, 1);
+    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+}
+
 #[test]
 fn per_peer_state_is_small_and_fixed() {
     let bytes = std::hint::black_box(PEER_STATE_BYTES);
