@@ -67,6 +67,8 @@ pub(crate) struct SendOp {
     pub holds_credit: bool,
     /// The receiver has matched the message (a CTS came): too late to withdraw it.
     pub peer_matched: bool,
+    /// The receiver answered WAIT: it had no receive for the message when it arrived.
+    pub told_to_wait: bool,
     /// The host asked to cancel the started send; the receiver is asked to withdraw the
     /// message and no frame of it goes out until it answers (`cancel.rs`).
     pub cancel: Option<CancelRequest>,
@@ -137,6 +139,7 @@ impl SendOp {
             completed_early: false,
             holds_credit: false,
             peer_matched: false,
+            told_to_wait: false,
             cancel: None,
             cancel_refused: false,
         }

@@ -24,6 +24,10 @@ pub(crate) struct Peer {
     pub queue_tail: Option<SendKey>,
     /// Whether the eager message at the head of the queue waits for a credit (`credit_wait.rs`).
     pub credit_wait: CreditWait,
+    /// The last rendezvous message to the peer that was answered found its receive posted (no
+    /// WAIT): the peer keeps up, so an eager message out of credits goes by rendezvous at once
+    /// instead of waiting for one (`credit_wait.rs`).
+    pub rendezvous_finds_receive: bool,
     // --- this rank receiving from the peer ---
     pub recv_window: IdWindow,
     /// Next message id whose header must be matched (MPI non-overtaking order).
@@ -81,6 +85,7 @@ impl Peer {
             queue_head: None,
             queue_tail: None,
             credit_wait: CreditWait::Idle,
+            rendezvous_finds_receive: true,
             recv_window: IdWindow::default(),
             next_match: 0,
             credits_given: 0,

@@ -241,6 +241,9 @@ impl Core {
         let retry_ns = self.config.rto_max_ns;
         let (op, timers) = self.sends.with_timers(index);
         if header.has_flag(Flags::WAIT) {
+            op.told_to_wait = true;
+            self.peers[peer].rendezvous_finds_receive = false;
+            let (op, timers) = self.sends.with_timers(index);
             op.collections.postpone(timers, now + retry_ns);
             if op.wait_deadline_ns.is_some() {
                 op.wait_deadline_ns = Some(now + retry_ns);
@@ -292,6 +295,10 @@ impl Core {
             return;
         }
         if op.phase == SendPhase::Streaming {
+            if !op.told_to_wait {
+                self.peers[op.dst].rendezvous_finds_receive = true;
+            }
+            let op = &mut self.sends[index];
             op.phase = SendPhase::Ending;
             op.extra_frame = None;
             op.wait_retries = 0;
@@ -339,7 +346,11 @@ impl Core {
         if !op.is_eager() {
             // Only a receive that matched the message makes the receiver grant frames.
             op.peer_matched = true;
+            if !op.told_to_wait {
+                self.peers[header.src].rendezvous_finds_receive = true;
+            }
         }
+        let op = &mut self.sends[index];
         if op.is_eager() {
             // The receiver discarded our frames (`drop` mode) and now has a receive for them.
             if header.has_flag(Flags::FROM_START) {

@@ -441,10 +441,64 @@ fn scatter_gather_segments() {
     }
 }
 
+/// Makes rank 1 answer a rendezvous message from rank 0 with WAIT (no receive posted when it
+/// arrives), then receives it: rank 0 then knows rank 1 falls behind, and waits for its
+/// credits instead of sending by rendezvous at once.
+fn show_receiver_behind(net: &mut Net) {
+    let long = net.send(0, 1, 99, vec![3; 16_000]);
+    net.run(net.now + 1_000_000);
+    let (recv, _) = net.recv(1, Source::Rank(0), TagMatch::Tag(99), 16_000);
+    net.run(net.now + 100_000_000);
+    assert!(net.result(0, long).is_some_and(|r| r.is_ok()));
+    assert!(net.result(1, recv).is_some_and(|r| r.is_ok()));
+}
+
+/// A window of short sends into receives already posted (the `bw` pattern): the receiver keeps
+/// up, so once the credits are spent the rest go by rendezvous at once, each RTS carrying its
+/// message whole into its receive, instead of waiting a round trip for credits.
+#[test]
+fn a_window_into_posted_receives_does_not_wait_for_credits() {
+    let config = Config {
+        eager_credits_per_peer: 2,
+        ..test_config()
+    };
+    let mut net = Net::new(2, config);
+    const MESSAGES: u8 = 20;
+    let recvs: Vec<_> = (0..MESSAGES)
+        .map(|_| net.recv(1, Source::Rank(0), TagMatch::Tag(1), 100))
+        .collect();
+    let started = net.now;
+    let sends: Vec<OpId> = (0..MESSAGES)
+        .map(|i| net.send(0, 1, 1, vec![i; 100]))
+        .collect();
+    while recvs.iter().any(|&(op, _)| net.result(1, op).is_none()) && net.now < started + 10_000_000
+    {
+        net.run(net.now + 1_000);
+    }
+    for (i, &(op, region)) in recvs.iter().enumerate() {
+        assert!(net.result(1, op).is_some_and(|r| r.is_ok()));
+        assert_eq!(net.bytes(1, region), &vec![i as u8; 100][..], "MPI order");
+    }
+    let stats = net.endpoints[0].stats();
+    assert_eq!(stats.credit_waits, 0);
+    assert_eq!(stats.credit_stalls, u64::from(MESSAGES) - 2);
+    assert!(
+        net.now - started <= 2 * net.delay_ns + 2_000,
+        "every message arrived within one crossing: {} ns",
+        net.now - started
+    );
+    net.run(net.now + 100_000_000);
+    assert!(sends
+        .iter()
+        .all(|&op| net.result(0, op).is_some_and(|r| r.is_ok())));
+    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+}
+
 /// NetPIPE's stream: the sender queues many short messages, the receiver posts one receive at
-/// a time, each after the last completed. The sender runs out of credits at once, waits for
-/// them instead of turning each message into a rendezvous one, and the receiver returns each
-/// credit at once because the sender asked: every message goes eager, in order.
+/// a time, each after the last completed. Once the receiver has shown it falls behind (a
+/// rendezvous message answered WAIT), the sender out of credits waits for them instead of
+/// turning each message into a rendezvous one, and the receiver returns each credit at once
+/// because the sender asked: every message goes eager, in order.
 #[test]
 fn a_stream_of_short_messages_waits_for_credits_and_stays_eager() {
     let config = Config {
@@ -453,6 +507,7 @@ fn a_stream_of_short_messages_waits_for_credits_and_stays_eager() {
     };
     let wait_ns = config.credit_wait_ns;
     let mut net = Net::new(2, config);
+    show_receiver_behind(&mut net);
     const MESSAGES: u8 = 20;
     let sends: Vec<OpId> = (0..MESSAGES)
         .map(|i| net.send(0, 1, 1, vec![i; 1000]))
@@ -496,6 +551,7 @@ fn a_receiver_holding_its_buffers_for_a_later_message_says_so() {
     };
     let wait_ns = config.credit_wait_ns;
     let mut net = Net::new(2, config);
+    show_receiver_behind(&mut net);
     let (wanted, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(2), 1000);
     let held: Vec<OpId> = (0..2u8).map(|i| net.send(0, 1, 1, vec![i; 1000])).collect();
     let started = net.now;
