@@ -453,6 +453,19 @@ fn show_receiver_behind(net: &mut Net) {
     assert!(net.result(1, recv).is_some_and(|r| r.is_ok()));
 }
 
+/// Two ranks with 2 eager credits each, rank 1 shown to fall behind; and the longest credit
+/// wait.
+fn net_with_receiver_behind() -> (Net, Nanos) {
+    let config = Config {
+        eager_credits_per_peer: 2,
+        ..test_config()
+    };
+    let wait_ns = config.credit_wait_ns;
+    let mut net = Net::new(2, config);
+    show_receiver_behind(&mut net);
+    (net, wait_ns)
+}
+
 /// A window of short sends into receives already posted (the `bw` pattern): the receiver keeps
 /// up, so once the credits are spent the rest go by rendezvous at once, each RTS carrying its
 /// message whole into its receive, instead of waiting a round trip for credits.
@@ -467,14 +480,12 @@ fn a_window_into_posted_receives_does_not_wait_for_credits() {
     let recvs: Vec<_> = (0..MESSAGES)
         .map(|_| net.recv(1, Source::Rank(0), TagMatch::Tag(1), 100))
         .collect();
-    let started = net.now;
     let sends: Vec<OpId> = (0..MESSAGES)
         .map(|i| net.send(0, 1, 1, vec![i; 100]))
         .collect();
-    while recvs.iter().any(|&(op, _)| net.result(1, op).is_none()) && net.now < started + 10_000_000
-    {
-        net.run(net.now + 1_000);
-    }
+    let elapsed = net.run_until(10_000_000, |net| {
+        recvs.iter().all(|&(op, _)| net.result(1, op).is_some())
+    });
     for (i, &(op, region)) in recvs.iter().enumerate() {
         assert!(net.result(1, op).is_some_and(|r| r.is_ok()));
         assert_eq!(net.bytes(1, region), &vec![i as u8; 100][..], "MPI order");
@@ -483,10 +494,15 @@ fn a_window_into_posted_receives_does_not_wait_for_credits() {
     assert_eq!(stats.credit_waits, 0);
     assert_eq!(stats.credit_stalls, u64::from(MESSAGES) - 2);
     assert!(
-        net.now - started <= 2 * net.delay_ns + 2_000,
-        "every message arrived within one crossing: {} ns",
-        net.now - started
+        elapsed <= 2 * net.delay_ns + 2_000,
+        "every message arrived within one crossing: {elapsed} ns"
     );
+    sends_end_and_state_is_freed(&mut net, &sends);
+}
+
+/// Every send of `sends` (from rank 0) succeeds once the network settles, and both ranks free
+/// all their state.
+fn sends_end_and_state_is_freed(net: &mut Net, sends: &[OpId]) {
     net.run(net.now + 100_000_000);
     assert!(sends
         .iter()
@@ -501,13 +517,7 @@ fn a_window_into_posted_receives_does_not_wait_for_credits() {
 /// because the sender asked: every message goes eager, in order.
 #[test]
 fn a_stream_of_short_messages_waits_for_credits_and_stays_eager() {
-    let config = Config {
-        eager_credits_per_peer: 2,
-        ..test_config()
-    };
-    let wait_ns = config.credit_wait_ns;
-    let mut net = Net::new(2, config);
-    show_receiver_behind(&mut net);
+    let (mut net, wait_ns) = net_with_receiver_behind();
     const MESSAGES: u8 = 20;
     let sends: Vec<OpId> = (0..MESSAGES)
         .map(|i| net.send(0, 1, 1, vec![i; 1000]))
@@ -515,10 +525,7 @@ fn a_stream_of_short_messages_waits_for_credits_and_stays_eager() {
     let started = net.now;
     for i in 0..MESSAGES {
         let (op, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), 1000);
-        let deadline = net.now + 10_000_000;
-        while net.result(1, op).is_none() && net.now < deadline {
-            net.run(net.now + 1_000);
-        }
+        net.run_until(10_000_000, |net| net.result(1, op).is_some());
         assert!(net.result(1, op).is_some_and(|r| r.is_ok()), "message {i}");
         assert_eq!(net.bytes(1, region), &vec![i; 1000][..], "MPI order");
     }
@@ -533,11 +540,7 @@ fn a_stream_of_short_messages_waits_for_credits_and_stays_eager() {
         elapsed <= MESSAGES as u64 * round_trip && elapsed < MESSAGES as u64 * wait_ns,
         "{elapsed} ns for {MESSAGES} messages"
     );
-    net.run(net.now + 100_000_000);
-    assert!(sends
-        .iter()
-        .all(|&op| net.result(0, op).is_some_and(|r| r.is_ok())));
-    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+    sends_end_and_state_is_freed(&mut net, &sends);
 }
 
 /// A receiver whose buffers for a sender are all held by messages it does not receive, while it
@@ -545,23 +548,13 @@ fn a_stream_of_short_messages_waits_for_credits_and_stays_eager() {
 /// message goes by rendezvous at once, not after the longest credit wait.
 #[test]
 fn a_receiver_holding_its_buffers_for_a_later_message_says_so() {
-    let config = Config {
-        eager_credits_per_peer: 2,
-        ..test_config()
-    };
-    let wait_ns = config.credit_wait_ns;
-    let mut net = Net::new(2, config);
-    show_receiver_behind(&mut net);
+    let (mut net, wait_ns) = net_with_receiver_behind();
     let (wanted, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(2), 1000);
     let held: Vec<OpId> = (0..2u8).map(|i| net.send(0, 1, 1, vec![i; 1000])).collect();
-    let started = net.now;
     net.send(0, 1, 2, vec![7; 1000]);
-    while net.result(1, wanted).is_none() && net.now < started + wait_ns * 2 {
-        net.run(net.now + 1_000);
-    }
+    let elapsed = net.run_until(wait_ns * 2, |net| net.result(1, wanted).is_some());
     assert!(net.result(1, wanted).is_some_and(|r| r.is_ok()));
     assert_eq!(net.bytes(1, region), &[7; 1000][..]);
-    let elapsed = net.now - started;
     assert!(
         elapsed < wait_ns / 4,
         "the later message took {elapsed} ns (longest credit wait {wait_ns} ns)"
@@ -575,10 +568,7 @@ fn a_receiver_holding_its_buffers_for_a_later_message_says_so() {
         assert!(net.result(1, op).is_some_and(|r| r.is_ok()));
         assert_eq!(net.bytes(1, region), &vec![i; 1000][..]);
     }
-    assert!(held
-        .iter()
-        .all(|&op| net.result(0, op).is_some_and(|r| r.is_ok())));
-    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+    sends_end_and_state_is_freed(&mut net, &held);
 }
 
 /// A blocking sender streaming eager messages of several frames (not copied, so each send
@@ -594,14 +584,10 @@ fn a_stream_of_multi_frame_eager_sends_is_acknowledged_at_once() {
     let mut times = Vec::new();
     for i in 0..MESSAGES as u8 {
         let (recv, _) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), 4000);
-        let started = net.now;
         let send = net.send(0, 1, 1, vec![i; 4000]);
-        while net.result(0, send).is_none() && net.now < started + 10_000_000 {
-            net.run(net.now + 1_000);
-        }
+        times.push(net.run_until(10_000_000, |net| net.result(0, send).is_some()));
         assert!(net.result(0, send).is_some_and(|r| r.is_ok()));
         assert!(net.result(1, recv).is_some_and(|r| r.is_ok()));
-        times.push(net.now - started);
     }
     let round_trip = 2 * net.delay_ns;
     assert!(
@@ -618,12 +604,8 @@ fn a_delivered_rendezvous_send_completes_before_its_end_handshake() {
     let mut net = Net::new(2, test_config());
     let len = 16_000;
     let (recv, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), len);
-    let started = net.now;
     let send = net.send(0, 1, 1, pattern(len, 5));
-    while net.result(0, send).is_none() && net.now < started + 10_000_000 {
-        net.run(net.now + 500);
-    }
-    let elapsed = net.now - started;
+    let elapsed = net.run_until(10_000_000, |net| net.result(0, send).is_some());
     assert!(net.result(0, send).is_some_and(|r| r.is_ok()));
     assert!(
         elapsed <= 4 * net.delay_ns,

@@ -106,6 +106,16 @@ impl Net {
         panic!("event limit");
     }
 
+    /// Runs in steps of 500 ns until `done` holds or `limit_ns` passed; the time it took.
+    #[allow(dead_code)]
+    pub fn run_until(&mut self, limit_ns: Nanos, done: impl Fn(&Net) -> bool) -> Nanos {
+        let started = self.now;
+        while !done(self) && self.now < started + limit_ns {
+            self.run(self.now + 500);
+        }
+        self.now - started
+    }
+
     /// Posts a user-context send of `data` from `from` to `to`.
     pub fn send(&mut self, from: u32, to: u32, tag: Tag, data: Vec<u8>) -> OpId {
         self.send_in(from, to, Context::USER, tag, data)
