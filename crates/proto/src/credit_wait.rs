@@ -108,7 +108,7 @@ impl Core {
     /// Runs the timers of credit waits: asks again, or gives up (the message goes by
     /// rendezvous). A wait whose message left the queue (cancelled) just ends.
     pub(crate) fn expire_credit_waits(&mut self, now: Nanos) {
-        for dst in 0..self.size {
+        for dst in self.peers.in_use() {
             let CreditWait::Waiting {
                 ask_again_at,
                 give_up_at,

@@ -36,7 +36,7 @@ pub const REFUSALS_BEFORE_UNREACHABLE: u32 = 3;
 
 impl Core {
     pub(crate) fn expire_peers(&mut self, now: Nanos, memory: &mut impl HostMemory) {
-        for peer in 0..self.size {
+        for peer in self.peers.in_use() {
             if self.peers.silence_deadline(peer).is_some_and(|d| d <= now) {
                 self.declare_unreachable(now, peer, memory);
                 continue;

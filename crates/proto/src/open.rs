@@ -32,6 +32,7 @@ impl Core {
         let quiet_ns = config.peer_timeout_ns.saturating_mul(QUIET_PEER_TIMEOUTS);
         let mut core = Self::new(config, job, 0, capacity + 1)?;
         core.directory = Some(Directory::new(incarnation, capacity, quiet_ns));
+        core.peers.start_open();
         Ok(core)
     }
 

@@ -96,7 +96,7 @@ impl Core {
 
     /// Sends on their own the acknowledgements and credits whose wait is over.
     pub(crate) fn expire_owed(&mut self, now: Nanos) {
-        for peer in 0..self.size {
+        for peer in self.peers.in_use() {
             let state = &mut self.peers[peer];
             if state.owed_deadline_ns.is_none_or(|d| d > now) {
                 continue;
