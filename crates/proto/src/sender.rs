@@ -215,9 +215,14 @@ impl Core {
     /// core's copy, so the host's buffer is free, as with BIP's short messages and MPI's eager
     /// sends. Bounded so that sends the host no longer sees fill at most half the send table.
     fn complete_early_if_copied(&mut self, index: SendKey) {
-        if !self.sends.may_complete_early(index) {
-            return;
+        if self.sends.may_complete_early(index) {
+            self.complete_early(index);
         }
+    }
+
+    /// Reports the send done while the core keeps it (until its acknowledgement, or the end of
+    /// its handshake): the host no longer sees it.
+    fn complete_early(&mut self, index: SendKey) {
         let status = send_status(&self.sends[index]);
         let generation = self.sends.generation(index);
         self.complete_send(index, generation, status, Ok(()));
@@ -295,9 +300,7 @@ impl Core {
             return;
         }
         if op.phase == SendPhase::Streaming {
-            if !op.told_to_wait {
-                self.peers[op.dst].rendezvous_finds_receive = true;
-            }
+            self.note_receive_found(index);
             let op = &mut self.sends[index];
             op.phase = SendPhase::Ending;
             op.extra_frame = None;
@@ -314,6 +317,16 @@ impl Core {
         }
     }
 
+    /// The receiver has taken the rendezvous message `index` (granted it, or acknowledged it
+    /// whole): unless it answered WAIT first, its receive was there when the message came
+    /// (`Peer::rendezvous_finds_receive`).
+    fn note_receive_found(&mut self, index: SendKey) {
+        let op = &self.sends[index];
+        if !op.told_to_wait {
+            self.peers[op.dst].rendezvous_finds_receive = true;
+        }
+    }
+
     /// A rendezvous send whose every frame the matched receive acknowledged completes now: its
     /// buffer is read no more (no frame is sent again once acknowledged), so the application
     /// need not wait the round trip of END and MSG-ACK, which go on behind it. In a ping-pong
@@ -321,15 +334,9 @@ impl Core {
     /// trip. Bounded with the early eager sends (`max_early_sends`).
     fn complete_early_if_delivered(&mut self, index: SendKey) {
         let op = &self.sends[index];
-        if !op.peer_matched || op.completed_early || !self.sends.has_early_room() {
-            return;
+        if op.peer_matched && !op.completed_early && self.sends.has_early_room() {
+            self.complete_early(index);
         }
-        let status = send_status(op);
-        let generation = self.sends.generation(index);
-        self.complete_send(index, generation, status, Ok(()));
-        self.sends.completed_early(index);
-        self.counters
-            .record(status.peer, |s| s.sends_completed_early += 1);
     }
 
     /// CTS: the cumulative grant grew (or is repeated); FROM_START asks for frame 0 again.
@@ -346,9 +353,7 @@ impl Core {
         if !op.is_eager() {
             // Only a receive that matched the message makes the receiver grant frames.
             op.peer_matched = true;
-            if !op.told_to_wait {
-                self.peers[header.src].rendezvous_finds_receive = true;
-            }
+            self.note_receive_found(index);
         }
         let op = &mut self.sends[index];
         if op.is_eager() {
