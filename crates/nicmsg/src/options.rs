@@ -150,7 +150,7 @@ impl Options {
     /// ranks (launched by nicmsg) keep 1500, the MTU the papers' measurements use.
     pub fn size_frames_for(&mut self, bind: std::net::SocketAddr) {
         if self.mtu_auto && bind.ip().is_loopback() {
-            self.protocol.mtu = nicmsg_udp::max_datagram_for_mtu(MTU_MAX as usize, false) as u32;
+            self.protocol.mtu = frame_for_mtu(MTU_MAX);
         }
     }
 
@@ -263,6 +263,11 @@ pub const MTU_MIN: u64 = 576;
 /// what 65535 gives; AF_XDP is used only for frames of at most 3840 bytes and falls back to UDP
 /// above that. Loopback's MTU of 65536 gives nothing more than 65535.
 pub const MTU_MAX: u64 = 65535;
+
+/// The largest frame on a link of MTU `mtu`: one IPv4 UDP datagram.
+fn frame_for_mtu(mtu: u64) -> u32 {
+    nicmsg_udp::max_datagram_for_mtu(mtu as usize, false) as u32
+}
 /// `NICMSG_EAGER_LIMIT` at most 1 MiB: above it the rendezvous handshake's round trip (tens of
 /// microseconds) is a few percent of the transfer at most, while every credit of every peer
 /// reserves a buffer of the eager limit in each receiving rank (see [`EAGER_POOL_MAX_BYTES`]).
@@ -493,7 +498,7 @@ pub static SETTINGS: &[Setting] = &[
         meaning: "the link's MTU: a frame is at most one IPv4 UDP datagram of it, the MTU less \
                   28 bytes (1472 for 1500, 8972 for 9000, 65507 for 65535)",
         apply: |o, v| {
-            o.protocol.mtu = nicmsg_udp::max_datagram_for_mtu(v.whole() as usize, false) as u32;
+            o.protocol.mtu = frame_for_mtu(v.whole());
             o.mtu_auto = false;
         },
     },

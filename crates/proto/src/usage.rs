@@ -55,11 +55,7 @@ impl Usage {
     /// True when nothing is held: no operation, no message state, no buffered data, nothing
     /// queued to transmit.
     pub fn is_empty(&self) -> bool {
-        self.sends.in_use == 0
-            && self.recvs.in_use == 0
-            && self.incoming.in_use == 0
-            && self.eager_buffers.in_use == 0
-            && self.control_queue.in_use == 0
+        self.owes_peers_nothing() && self.recvs.in_use == 0
     }
 
     /// True when nothing held concerns a peer: no send, no message arriving or awaiting its
