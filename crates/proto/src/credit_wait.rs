@@ -172,22 +172,4 @@ impl Core {
         let held = state.eager_buffers_used.count_ones() + 1;
         state.credit_requested || held >= (self.config.eager_credits_per_peer / 2).max(1)
     }
-
-    /// A credit returned to `peer` that should not wait: a frame carries it now. A queued
-    /// credit carrier reads the count when it leaves; a waiting ACK_ALL leaves now with it.
-    pub(crate) fn return_credit_now(&mut self, peer: Rank) {
-        let state = &mut self.peers[peer];
-        state.credit_requested = false;
-        if state.credit_carriers_queued > 0 {
-            return;
-        }
-        state.credit_owed = false;
-        match state.ack_owed.take() {
-            Some(msg_id) => {
-                self.queue_control(control(peer, FrameKind::Ack, Flags::ACK_ALL, msg_id, 0))
-            }
-            None => self.queue_control(control(peer, FrameKind::Credit, 0, 0, 0)),
-        }
-        self.peers.settle_owed(peer);
-    }
 }

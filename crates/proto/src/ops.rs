@@ -87,6 +87,13 @@ pub(crate) struct CancelRequest {
 /// Where the core keeps a short message's bytes.
 pub(crate) type ShortCopy = [u8; INLINE_PAYLOAD_MAX];
 
+/// Whether an eager message of `len` bytes is sent from the core's copy, its send complete at
+/// once: what a frame carries inline. The receiver reads from it that nobody waits for the
+/// message's acknowledgement (`piggyback.rs`).
+pub(crate) fn sent_from_copy(len: u64) -> bool {
+    len <= INLINE_PAYLOAD_MAX as u64
+}
+
 /// Copies `data` out of host memory into `copy`; its length, or `None` if it is longer than a
 /// frame carries inline or its memory cannot be read.
 pub(crate) fn copy_short(
@@ -94,10 +101,10 @@ pub(crate) fn copy_short(
     memory: &impl HostMemory,
     copy: &mut ShortCopy,
 ) -> Option<u16> {
-    let len = usize::try_from(data.total_len()).ok()?;
-    if len > INLINE_PAYLOAD_MAX {
+    if !sent_from_copy(data.total_len()) {
         return None;
     }
+    let len = data.total_len() as usize;
     data.read_into(memory, &mut copy[..len])
         .then_some(len as u16)
 }

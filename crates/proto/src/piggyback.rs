@@ -26,8 +26,7 @@ impl Core {
     /// longer one's send waits for this acknowledgement, which waits only if replies have been
     /// going back.
     pub(crate) fn acknowledge_eager(&mut self, now: Nanos, peer: Rank, msg_id: u32, len: u64) {
-        let copied = len <= crate::transmit::INLINE_PAYLOAD_MAX as u64;
-        if copied || self.peers[peer].replies_follow {
+        if crate::ops::sent_from_copy(len) || self.peers[peer].replies_follow {
             self.owe_ack_all(now, peer, msg_id);
         } else {
             self.queue_ack_all(peer, msg_id);
@@ -53,17 +52,39 @@ impl Core {
     }
 
     /// A credit was returned to `peer` (its `credits_given` grew): make sure a frame carries it.
+    /// It waits up to `ack_delay_ns` for a carrier, unless the peer is short of credits
+    /// ([`credit_is_urgent`](Core::credit_is_urgent)): then it leaves now, with the waiting
+    /// ACK_ALL if there is one.
     pub(crate) fn owe_credit(&mut self, now: Nanos, peer: Rank) {
-        let state = &self.peers[peer];
-        // A queued credit carrier or a waiting ACK_ALL reads the count when it leaves.
-        if state.credit_carriers_queued > 0 || state.ack_owed.is_some() {
+        let urgent = self.config.ack_delay_ns == 0 || self.credit_is_urgent(peer);
+        let state = &mut self.peers[peer];
+        if urgent {
+            state.credit_requested = false;
+        }
+        // A queued credit carrier reads the count when it leaves.
+        if state.credit_carriers_queued > 0 {
             return;
         }
-        if self.config.ack_delay_ns == 0 {
-            return self.queue_control(control(peer, FrameKind::Credit, 0, 0, 0));
+        if urgent {
+            return self.send_owed_now(peer);
         }
-        self.peers[peer].credit_owed = true;
-        self.peers.arm_owed(peer, now + self.config.ack_delay_ns);
+        // So does a waiting ACK_ALL.
+        if state.ack_owed.is_none() {
+            state.credit_owed = true;
+            self.peers.arm_owed(peer, now + self.config.ack_delay_ns);
+        }
+    }
+
+    /// Sends now what `peer` is owed: the waiting ACK_ALL, which carries the credit count, or
+    /// else a CREDIT.
+    fn send_owed_now(&mut self, peer: Rank) {
+        let state = &mut self.peers[peer];
+        state.credit_owed = false;
+        match state.ack_owed.take() {
+            Some(msg_id) => self.queue_ack_all(peer, msg_id),
+            None => self.queue_control(control(peer, FrameKind::Credit, 0, 0, 0)),
+        }
+        self.peers.settle_owed(peer);
     }
 
     fn queue_ack_all(&mut self, peer: Rank, msg_id: u32) {
@@ -102,21 +123,18 @@ impl Core {
                 continue;
             }
             state.owed_deadline_ns = None;
-            let (ack, credit) = (
-                state.ack_owed.take(),
-                std::mem::take(&mut state.credit_owed),
-            );
             if state.unreachable {
+                state.ack_owed = None;
+                state.credit_owed = false;
                 continue;
             }
-            match ack {
-                Some(msg_id) => {
-                    self.peers[peer].replies_follow = false;
-                    self.queue_ack_all(peer, msg_id)
-                }
-                None if credit => self.queue_control(control(peer, FrameKind::Credit, 0, 0, 0)),
-                None => {}
+            if state.ack_owed.is_some() {
+                // No reply carried it: a stream (`Peer::replies_follow`).
+                state.replies_follow = false;
+            } else if !state.credit_owed {
+                continue;
             }
+            self.send_owed_now(peer);
         }
     }
 

@@ -521,9 +521,6 @@ impl Core {
         }
         let state = &mut self.peers[peer];
         state.credits_given = state.credits_given.wrapping_add(1);
-        if self.credit_is_urgent(peer) {
-            return self.return_credit_now(peer);
-        }
         // Credits are filled in when a frame leaves: a frame to the peer still waiting to leave
         // carries the new count; only otherwise is a CREDIT frame needed (see `piggyback.rs`).
         self.owe_credit(now, peer);
