@@ -529,54 +529,42 @@ impl<T: Transport> Driver<T> {
             let looks_expected =
                 |slot: usize, head: &[u8], len: usize| looks_like(&expected[slot], head, len);
             let open = endpoint.is_open();
+            // Returns whether a placed frame was taken (else the transport offers it again as
+            // bytes); the answer for bytes is not read.
             let mut deliver = |origin: Origin, received: Received<'_>| -> bool {
                 let mut memory = RegistryMemory(registry);
-                if open {
-                    // Peers are added by address: the endpoint's directory decides who sent
-                    // it (nothing is placed for them).
-                    match (origin.address, received) {
-                        (Some(from), Received::Bytes(bytes)) => {
-                            endpoint.handle_frame_from(now, from, bytes, &mut memory)
-                        }
-                        // Never planned for an open endpoint (it predicts no frames); were
-                        // one offered, refusing it has it offered again as bytes.
-                        (_, Received::Placed { .. }) => {}
-                        (None, _) => stats.spoofed_frames += 1,
-                    }
-                    return false;
-                }
-                let bytes_or_head = match received {
-                    Received::Bytes(bytes) => bytes,
-                    Received::Placed { header, .. } => header,
-                };
-                let claimed = nicmsg_wire::FrameView::new_checked(bytes_or_head)
-                    .ok()
-                    .map(|frame| frame.src());
-                if origin.rank.is_none() || claimed != origin.rank {
-                    stats.spoofed_frames += 1;
-                    return true;
-                }
-                match received {
+                let (slot, header, len) = match received {
                     Received::Bytes(bytes) => {
-                        endpoint.handle_frame(now, bytes, &mut memory);
-                        true
+                        deliver_bytes(endpoint, stats, now, origin, bytes, &mut memory);
+                        return false;
                     }
-                    Received::Placed { slot, header, len } => {
-                        let taken = endpoint.handle_placed_frame(
-                            now,
-                            header,
-                            len,
-                            &expected[slot],
-                            &mut memory,
-                        ) == PlacedOutcome::Taken;
-                        if taken {
-                            stats.frames_placed += 1;
-                        } else {
-                            stats.placements_refused += 1;
-                        }
-                        taken
+                    Received::Placed { slot, header, len } => (slot, header, len),
+                };
+                let expected = &expected[slot];
+                let outcome = match (open, origin.address) {
+                    // Peers are added by address: the endpoint's directory checks the datagram
+                    // came from the predicted peer's.
+                    (true, Some(from)) => endpoint.handle_placed_frame_from(
+                        now,
+                        from,
+                        header,
+                        len,
+                        expected,
+                        &mut memory,
+                    ),
+                    (false, _) if origin.rank == Some(expected.peer) => {
+                        endpoint.handle_placed_frame(now, header, len, expected, &mut memory)
                     }
+                    // From elsewhere: the ordinary path counts it as spoofed.
+                    _ => return false,
+                };
+                let taken = outcome == PlacedOutcome::Taken;
+                if taken {
+                    stats.frames_placed += 1;
+                } else {
+                    stats.placements_refused += 1;
                 }
+                taken
             };
             // SAFETY: the targets are parts of registered receive buffers lent to the engine,
             // for frames not yet received (so nobody reads them), one frame each (disjoint).
@@ -899,6 +887,34 @@ impl<T: Transport> Driver<T> {
 
 /// Cheap check that a placed datagram's header is the guessed frame's (the protocol core
 /// verifies everything, checksum included, before taking it).
+/// A received datagram taken the ordinary way (not placed). In a job the transport names the
+/// rank whose address sent it, and the frame must claim that rank; an open endpoint's
+/// directory decides who sent it from the address.
+fn deliver_bytes(
+    endpoint: &mut Endpoint,
+    stats: &mut EngineStats,
+    now: Nanos,
+    origin: Origin,
+    bytes: &[u8],
+    memory: &mut RegistryMemory<'_>,
+) {
+    if endpoint.is_open() {
+        match origin.address {
+            Some(from) => endpoint.handle_frame_from(now, from, bytes, memory),
+            None => stats.spoofed_frames += 1,
+        }
+        return;
+    }
+    let claimed = nicmsg_wire::FrameView::new_checked(bytes)
+        .ok()
+        .map(|frame| frame.src());
+    if origin.rank.is_none() || claimed != origin.rank {
+        stats.spoofed_frames += 1;
+        return;
+    }
+    endpoint.handle_frame(now, bytes, memory);
+}
+
 fn looks_like(expected: &ExpectedFrame, head: &[u8], len: usize) -> bool {
     let Ok(frame) = nicmsg_wire::FrameView::new_checked(head) else {
         return false;
@@ -907,7 +923,7 @@ fn looks_like(expected: &ExpectedFrame, head: &[u8], len: usize) -> bool {
         && frame.kind_code() == nicmsg_wire::FrameKind::Data as u8
         && frame.msg_id() == expected.msg_id
         && frame.frame_index() == expected.frame_index
-        && frame.src() == expected.peer
+        && frame.src() == expected.wire_src
         && len == PLACED_HEADER_LEN + expected.segment.len as usize
 }
 

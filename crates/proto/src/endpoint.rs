@@ -260,7 +260,22 @@ impl Endpoint {
         memory: &mut impl HostMemory,
     ) -> PlacedOutcome {
         self.changing()
-            .handle_placed_frame(now, header, datagram_len, expected, memory)
+            .handle_placed_frame(now, None, header, datagram_len, expected, memory)
+    }
+
+    /// [`handle_placed_frame`](Self::handle_placed_frame) on an open endpoint: `from` is the
+    /// address the datagram came from, which must be the predicted peer's.
+    pub fn handle_placed_frame_from(
+        &mut self,
+        now: Nanos,
+        from: std::net::SocketAddr,
+        header: &[u8],
+        datagram_len: usize,
+        expected: &ExpectedFrame,
+        memory: &mut impl HostMemory,
+    ) -> PlacedOutcome {
+        self.changing()
+            .handle_placed_frame(now, Some(from), header, datagram_len, expected, memory)
     }
 
     /// The transport learned that `peer`'s host refused a frame to it (ICMP port unreachable):

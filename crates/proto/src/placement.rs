@@ -13,6 +13,10 @@ use nicmsg_wire::{checksum, FrameHeader, FrameKind, FrameView, FRAME_HEADER_LEN}
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ExpectedFrame {
     pub peer: Rank,
+    /// The frame's `src` and `dst` header fields: the two ranks in a job, the conversation's
+    /// names in open mode (`directory.rs`).
+    pub wire_src: u32,
+    pub wire_dst: u32,
     pub msg_id: u32,
     pub frame_index: u32,
     /// Byte offset of the payload in the message.
@@ -46,10 +50,8 @@ impl Core {
     /// the other messages in progress, from their first missing frame. A transport that places
     /// a run of coalesced frames needs the run's first frame right to place any of it.
     pub(crate) fn predict_frames(&self, out: &mut [ExpectedFrame]) -> usize {
-        // Asked before every receive batch: nothing to walk in the common idle case. An open
-        // endpoint's frames name conversations, not the ranks a prediction holds, so no guess
-        // could be confirmed: none is made (the transport then scatters nothing in vain).
-        if self.rx.incoming_usage().in_use == 0 || self.directory.is_some() {
+        // Asked before every receive batch: nothing to walk in the common idle case.
+        if self.rx.incoming_usage().in_use == 0 {
             return 0;
         }
         let latest = self.rx.latest_data();
@@ -89,6 +91,8 @@ impl Core {
         };
         // Frame 0 travels as an RTS with a longer header: never predicted.
         let first = entry.contiguous.max(from).max(1);
+        // The peer's frames carry, as `src` and `dst`, the names its frames to this side get.
+        let (to_peer_src, to_peer_dst) = self.wire_names(entry.peer);
         let end = entry.granted.min(entry.frames);
         for frame in first..end {
             if count == out.len() {
@@ -102,6 +106,8 @@ impl Core {
             if let Some(segment) = single_piece(buffer, offset, len) {
                 out[count] = ExpectedFrame {
                     peer: entry.peer,
+                    wire_src: to_peer_dst,
+                    wire_dst: to_peer_src,
                     msg_id: entry.msg_id,
                     frame_index: frame,
                     offset,
@@ -115,10 +121,12 @@ impl Core {
 
     /// Offers a datagram whose first `ExpectedFrame::HEADER_LEN` bytes are `header` and whose
     /// payload the transport already wrote where `expected` says. Verifies it is exactly that
-    /// frame and intact (checksum over the header and the payload in place) before taking it.
+    /// frame, from that peer (`from`: its address, which an open endpoint knows its peers by),
+    /// and intact (checksum over the header and the payload in place) before taking it.
     pub(crate) fn handle_placed_frame(
         &mut self,
         now: Nanos,
+        from: Option<std::net::SocketAddr>,
         header: &[u8],
         datagram_len: usize,
         expected: &ExpectedFrame,
@@ -127,13 +135,13 @@ impl Core {
         let Some(bytes) = header.first_chunk::<FRAME_HEADER_LEN>() else {
             return PlacedOutcome::NotPredicted;
         };
-        let Ok(parsed) = FrameHeader::parse(bytes) else {
+        let Ok(mut parsed) = FrameHeader::parse(bytes) else {
             return PlacedOutcome::NotPredicted;
         };
         let as_expected = parsed.kind == FrameKind::Data
             && parsed.job == self.job
-            && parsed.dst == self.rank
-            && parsed.src == expected.peer
+            && parsed.src == expected.wire_src
+            && parsed.dst == expected.wire_dst
             && parsed.msg_id == expected.msg_id
             && parsed.frame_index == expected.frame_index
             && parsed.offset == expected.offset
@@ -142,14 +150,20 @@ impl Core {
         if !as_expected || !self.intact_in_place(bytes, expected, memory) {
             return PlacedOutcome::NotPredicted;
         }
-        let Some(index) = self.rx.incoming_by_id(parsed.src, parsed.msg_id) else {
+        let Some(peer) = self.placed_frame_source(now, &parsed, from, expected, memory) else {
             return PlacedOutcome::NotPredicted;
         };
-        self.counters.record(parsed.src, |s| {
+        let Some(index) = self.rx.incoming_by_id(peer, parsed.msg_id) else {
+            return PlacedOutcome::NotPredicted;
+        };
+        // From here on the header speaks in ranks, as in `receive_frame`.
+        parsed.src = peer;
+        parsed.dst = self.rank;
+        self.counters.record(peer, |s| {
             s.frames_received += 1;
             s.bytes_received += datagram_len as u64;
         });
-        self.peers.heard_from(now, parsed.src);
+        self.peers.heard_from(now, peer);
         self.place_frame(
             now,
             index,
@@ -160,8 +174,36 @@ impl Core {
             },
             memory,
         );
-        self.start_queued_for(now, parsed.src);
+        self.start_queued_for(now, peer);
         PlacedOutcome::Taken
+    }
+
+    /// The peer an intact placed frame with the predicted names came from, or `None` to have
+    /// it handled the ordinary way. In a job the names are ranks, checked already (the driver
+    /// checked the datagram came from that rank's address). An open endpoint knows a peer by
+    /// its address: the frame must come from the predicted slot's, and is then resolved as
+    /// every frame is, so the directory hears it; a frame from anywhere else is left to the
+    /// ordinary path untouched, which resolves it once.
+    fn placed_frame_source(
+        &mut self,
+        now: Nanos,
+        header: &FrameHeader,
+        from: Option<std::net::SocketAddr>,
+        expected: &ExpectedFrame,
+        memory: &mut impl HostMemory,
+    ) -> Option<Rank> {
+        let peer = expected.peer;
+        if self.peers[peer].unreachable {
+            return None;
+        }
+        let Some(directory) = &self.directory else {
+            return Some(peer);
+        };
+        if !directory.is_active(peer) || from.is_none() || directory.address(peer) != from {
+            return None;
+        }
+        self.frame_source(now, header, from, memory)
+            .filter(|&source| source == peer)
     }
 
     fn intact_in_place(

@@ -45,6 +45,8 @@ struct OpenNet {
     dup: f64,
     reorder: f64,
     incarnations: u32,
+    /// Deliver as the engine's transport does with speculative placement (`deliver_placed`).
+    place: bool,
 }
 
 impl OpenNet {
@@ -58,6 +60,7 @@ impl OpenNet {
             dup: 0.0,
             reorder: 0.0,
             incarnations: 0,
+            place: false,
         };
         for _ in 0..nodes {
             let node = net.open(capacity);
@@ -199,9 +202,14 @@ impl OpenNet {
                 let position = self.in_flight.iter().position(|f| f.0 == next).unwrap();
                 let (_, from, to, bytes) = self.in_flight.swap_remove(position);
                 let target = (0..self.nodes.len()).find(|&i| address(i) == to);
+                let (now, place) = (self.now, self.place);
                 if let Some(Some(node)) = target.map(|i| self.nodes[i].as_mut()) {
-                    node.endpoint
-                        .handle_frame_from(self.now, from, &bytes, &mut node.memory);
+                    if place {
+                        deliver_placed(node, now, from, &bytes);
+                    } else {
+                        node.endpoint
+                            .handle_frame_from(now, from, &bytes, &mut node.memory);
+                    }
                 }
             } else {
                 let now = self.now;
@@ -214,6 +222,43 @@ impl OpenNet {
         }
         panic!("event limit");
     }
+}
+
+/// Delivers a frame as the engine's transport does with speculative placement: a frame the
+/// endpoint predicted has its payload written to the predicted place and is offered as placed
+/// (first, as if it came from another address, which must be refused); a frame refused or not
+/// predicted is handled as bytes.
+fn deliver_placed(node: &mut Node, now: Nanos, from: SocketAddr, bytes: &[u8]) {
+    let mut expected = [ExpectedFrame::default(); 64];
+    let count = node.endpoint.predict_frames(&mut expected);
+    let guess = nicmsg_wire::FrameView::new_checked(bytes)
+        .ok()
+        .and_then(|frame| {
+            expected[..count].iter().copied().find(|e| {
+                e.msg_id == frame.msg_id()
+                    && e.frame_index == frame.frame_index()
+                    && e.wire_src == frame.src()
+                    && bytes.len() == ExpectedFrame::HEADER_LEN + e.segment.len as usize
+            })
+        });
+    if let Some(guess) = guess {
+        let (header, payload) = bytes.split_at(ExpectedFrame::HEADER_LEN);
+        let start = guess.segment.offset as usize;
+        let region = &mut node.memory.0[guess.segment.region.0 as usize];
+        region[start..start + payload.len()].copy_from_slice(payload);
+        let elsewhere = SocketAddr::from(([10, 9, 9, 9], 7000));
+        let (endpoint, memory) = (&mut node.endpoint, &mut node.memory);
+        let spoofed =
+            endpoint.handle_placed_frame_from(now, elsewhere, header, bytes.len(), &guess, memory);
+        assert_eq!(spoofed, PlacedOutcome::NotPredicted, "from another address");
+        let outcome =
+            endpoint.handle_placed_frame_from(now, from, header, bytes.len(), &guess, memory);
+        if outcome == PlacedOutcome::Taken {
+            return;
+        }
+    }
+    node.endpoint
+        .handle_frame_from(now, from, bytes, &mut node.memory);
 }
 
 fn message(client: usize, n: usize, len: usize) -> Vec<u8> {
@@ -281,6 +326,32 @@ fn clients_reach_a_server_by_address_under_loss_duplication_and_reordering() {
         let stats = *net.node(0).endpoint.stats();
         assert_eq!(stats.peers_declared_unreachable, 0, "seed {seed}");
     }
+}
+
+/// Open endpoints place long messages' frames straight into the posted receive, as endpoints
+/// of a job do, recognising their peers' frames by conversation names and address; under loss,
+/// duplication and reordering every message still arrives once and intact.
+#[test]
+fn open_peers_frames_are_placed_under_loss_duplication_and_reordering() {
+    let mut placed = 0;
+    for seed in 0..20 {
+        let mut net = OpenNet::new(3, 8, seed);
+        net.place = true;
+        net.loss = 0.05;
+        net.dup = 0.05;
+        net.reorder = 0.1;
+        for round in 0..3 {
+            let len = [40_000, 200_000, 9000][round];
+            echo_round(&mut net, &[1, 2], round, len);
+        }
+        placed += net.node(0).endpoint.stats().bytes_placed_direct;
+        placed += net.node(1).endpoint.stats().bytes_placed_direct;
+        let stats = *net.node(0).endpoint.stats();
+        assert_eq!(stats.peers_declared_unreachable, 0, "seed {seed}");
+    }
+    // Of the 747,000 bytes the server and client 1 receive per seed, more than a third (frames
+    // lost, reordered or first of their message arrive the ordinary way); none without it.
+    assert!(placed > 20 * 249_000, "bytes placed: {placed}");
 }
 
 #[test]

@@ -333,6 +333,7 @@ fn main() -> ExitCode {
 fn run_open_sweep(cli: &Cli, seeds: &[u64]) -> ExitCode {
     let started = std::time::Instant::now();
     let (mut runs, mut failed, mut received, mut ok, mut errors, mut restarts) = (0, 0, 0, 0, 0, 0);
+    let mut placed = 0;
     for &seed in seeds {
         for &loss in &cli.loss {
             let mut spec = OpenSpec::new(seed, net_config(cli, loss));
@@ -346,6 +347,7 @@ fn run_open_sweep(cli: &Cli, seeds: &[u64]) -> ExitCode {
             ok += result.sends_ok;
             errors += result.sends_failed;
             restarts += result.restarts;
+            placed += result.bytes_placed;
             if !result.violations.is_empty() {
                 failed += 1;
                 if failed <= cli.show {
@@ -358,7 +360,7 @@ fn run_open_sweep(cli: &Cli, seeds: &[u64]) -> ExitCode {
         }
     }
     println!(
-        "{runs} runs, {failed} with violations, {:.1} s: {received} datagrams received, {ok} sends succeeded, {errors} failed, {restarts} restarts",
+        "{runs} runs, {failed} with violations, {:.1} s: {received} datagrams received, {ok} sends succeeded, {errors} failed, {restarts} restarts, {placed} bytes placed (odd seeds place)",
         started.elapsed().as_secs_f64()
     );
     if failed == 0 {

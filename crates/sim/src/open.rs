@@ -17,8 +17,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
 use nicmsg_proto::{
-    Completion, Config, Context, Endpoint, Nanos, OpId, Rank, SgList, Source, TagMatch,
+    Completion, Config, Context, Endpoint, ExpectedFrame, HostMemory, Nanos, OpId, PlacedOutcome,
+    Rank, SgList, Source, TagMatch,
 };
+use nicmsg_wire::FrameView;
 
 use crate::content::mix;
 use crate::memory::Arena;
@@ -38,6 +40,8 @@ const MIN_DATAGRAM: usize = 300;
 pub const MAX_VIRTUAL_NS: Nanos = 60_000_000_000;
 /// Events of one run before it is called a hang.
 const MAX_EVENTS: u64 = 10_000_000;
+/// Frames predicted per delivery: the engine's receive batch.
+const PREDICTED_FRAMES: usize = 64;
 /// Room for the header (client, life, number) at the start of every datagram.
 const HEADER: usize = 12;
 
@@ -53,6 +57,9 @@ pub struct OpenSpec {
     pub net: NetConfig,
     /// Probability that each node restarts once during the run.
     pub restart: f64,
+    /// Deliver frames as the engine does with speculative placement (`deliver`): payloads
+    /// the endpoint predicted are written straight into the posted receive. Odd seeds.
+    pub place: bool,
 }
 
 impl OpenSpec {
@@ -64,6 +71,7 @@ impl OpenSpec {
             server_slots: 8,
             net,
             restart: 0.0,
+            place: seed % 2 == 1,
         }
     }
 
@@ -86,6 +94,8 @@ pub struct OpenResult {
     pub sends_ok: u64,
     pub sends_failed: u64,
     pub restarts: u32,
+    /// Payload bytes the endpoints took in place (placing runs only).
+    pub bytes_placed: u64,
 }
 
 fn address(node: usize) -> SocketAddr {
@@ -247,8 +257,7 @@ pub fn run_open(spec: &OpenSpec) -> OpenResult {
             if let Some((_, Event::Frame(frame))) = net.pop() {
                 let life = &mut lives[frame.dst as usize];
                 let from = address(frame.src as usize);
-                life.endpoint
-                    .handle_frame_from(now, from, &frame.bytes, &mut life.memory);
+                deliver(life, now, from, &frame.bytes, spec.place);
             }
             continue;
         }
@@ -265,8 +274,46 @@ pub fn run_open(spec: &OpenSpec) -> OpenResult {
         sends_ok: ledger.sent_ok.len() as u64,
         sends_failed: ledger.sends_failed,
         restarts: restarted.iter().filter(|&&r| r).count() as u32,
+        bytes_placed: lives
+            .iter()
+            .map(|life| life.endpoint.stats().bytes_placed_direct)
+            .sum(),
         violations: ledger.violations,
     }
+}
+
+/// Hands a frame to the endpoint. With `place`, as the engine's transport with speculative
+/// placement: a DATA frame the endpoint predicted has its payload written at the predicted
+/// place first (as the kernel would scatter it) and is offered as placed; a frame refused or
+/// not predicted is then handled as bytes.
+fn deliver(life: &mut Life, now: Nanos, from: SocketAddr, bytes: &[u8], place: bool) {
+    if place {
+        let mut expected = [ExpectedFrame::default(); PREDICTED_FRAMES];
+        let count = life.endpoint.predict_frames(&mut expected);
+        let guess = FrameView::new_checked(bytes).ok().and_then(|frame| {
+            expected[..count].iter().copied().find(|e| {
+                e.wire_src == frame.src()
+                    && e.msg_id == frame.msg_id()
+                    && e.frame_index == frame.frame_index()
+                    && bytes.len() == ExpectedFrame::HEADER_LEN + e.segment.len as usize
+            })
+        });
+        if let Some(guess) = guess {
+            let (header, payload) = bytes.split_at(ExpectedFrame::HEADER_LEN);
+            let start = guess.segment.offset as usize;
+            if let Some(region) = life.memory.region_mut(guess.segment.region) {
+                region[start..start + payload.len()].copy_from_slice(payload);
+            }
+            let (endpoint, memory) = (&mut life.endpoint, &mut life.memory);
+            let outcome =
+                endpoint.handle_placed_frame_from(now, from, header, bytes.len(), &guess, memory);
+            if outcome == PlacedOutcome::Taken {
+                return;
+            }
+        }
+    }
+    life.endpoint
+        .handle_frame_from(now, from, bytes, &mut life.memory);
 }
 
 fn post_server_receive(life: &mut Life, now: Nanos) {

@@ -143,7 +143,9 @@ impl RecvSlots {
     }
 
     /// Lays the plan out over the slots: entry `i` in slot `i` without GRO; with GRO all
-    /// entries chained in slot 0, as consecutive frames of one coalesced datagram. Entries that
+    /// entries chained in slot 0, as consecutive frames of one coalesced datagram, unless
+    /// frames are so large that no datagram can carry two (loopback's 64 KiB frames): then
+    /// one per slot, as without GRO, or only the first frame of a batch could be placed. Entries that
     /// do not fit are left out (those frames are received the ordinary way). Slots without an
     /// entry keep their home iovec; only the slots the last plan changed are reset, so an empty
     /// plan (every turn of an idle engine) costs nothing.
@@ -155,7 +157,8 @@ impl RecvSlots {
         }
         self.planned_slots = 0;
         self.entries.clear();
-        let slots = if self.gro {
+        let coalesced = self.gro && plan.first().is_some_and(|first| self.two_fit(first));
+        let slots = if coalesced {
             1
         } else {
             plan.len().min(self.msgs.len())
@@ -163,7 +166,7 @@ impl RecvSlots {
         let buf = self.buf.as_mut_ptr();
         let mut cursor = self.msgs.len();
         for slot in 0..slots.min(plan.len()) {
-            let candidates = if self.gro {
+            let candidates = if coalesced {
                 0..plan.len().min(self.msgs.len())
             } else {
                 slot..slot + 1
@@ -200,6 +203,12 @@ impl RecvSlots {
             hdr.msg_iovlen = (cursor - first) as _;
             self.planned_slots = slot + 1;
         }
+    }
+
+    /// Whether one coalesced datagram can hold two frames of `placement`'s length (the frames
+    /// of a GRO run are of one length, but for a shorter last one).
+    fn two_fit(&self, placement: &Placement) -> bool {
+        2 * (placement.header_len + placement.len) <= self.capacity
     }
 
     /// Readies the slots for the next `recvmmsg`: the kernel wrote back into the value-result
