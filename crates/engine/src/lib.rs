@@ -37,7 +37,7 @@ pub mod transport;
 #[cfg(not(loom))]
 pub use clock::EngineClock;
 #[cfg(not(loom))]
-pub use driver::{Driver, EngineStats};
+pub use driver::{Driver, EngineStats, SEND_COPIES, SEND_COPY_MAX_BYTES, SEND_COPY_REGIONS};
 pub use host::{HostError, HostTable, Posted};
 #[cfg(not(loom))]
 pub use inline::{HostTurns, InlineEngine};

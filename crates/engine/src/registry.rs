@@ -8,7 +8,7 @@
 //! writing the address; the engine reads it with an acquire load.
 
 use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
-use nicmsg_proto::{HostMemory, RegionId};
+use nicmsg_proto::{HostMemory, RegionId, Segment, SgList};
 
 /// Default number of regions: every segment of every descriptor of a full table (640 x 16 would
 /// be the worst case; real operations use one or two segments).
@@ -126,5 +126,29 @@ impl HostMemory for RegistryMemory<'_> {
         // SAFETY: as above; a receive region is lent exclusively to the engine until the
         // receive completes, and the core only writes regions of pending receives.
         Some(unsafe { std::slice::from_raw_parts_mut(base, len) })
+    }
+
+    /// Straight from the send's memory to the copy, with no bounce buffer.
+    fn copy_into(&mut self, from: &SgList, to: Segment) -> bool {
+        let Some(dest) = self.0.address(to.region, to.offset, to.len) else {
+            return false;
+        };
+        if from.total_len() != to.len {
+            return false;
+        }
+        let (mut written, mut complete) = (0usize, true);
+        from.for_each_piece(0, to.len, |piece| {
+            match self.0.address(piece.region, piece.offset, piece.len) {
+                // SAFETY: both ranges lie in registered regions (checked by `address`), valid
+                // while registered; the destination is the engine's send copy, which no host
+                // buffer overlaps, and `written + piece.len <= to.len`.
+                Some(source) => unsafe {
+                    std::ptr::copy(source, dest.add(written), piece.len as usize)
+                },
+                None => complete = false,
+            }
+            written += piece.len as usize;
+        });
+        complete
     }
 }

@@ -240,9 +240,10 @@ impl Comm {
         let table = Arc::new(Table::new(options.slots, size));
         let registry = Arc::new(Registry::with_engine_regions(
             options.regions,
-            nicmsg_engine::programs::ENGINE_REGIONS,
+            nicmsg_engine::programs::ENGINE_REGIONS + nicmsg_engine::SEND_COPY_REGIONS,
         ));
         let mut driver = Driver::new(endpoint, backend, Arc::clone(&table), Arc::clone(&registry));
+        driver.lend_send_copies();
         driver.set_placement(options.placement);
         let programs_shared = Arc::new(ProgramsShared::default());
         let mut vm = nicmsg_vm::VmConfig::new(rank, size);

@@ -115,9 +115,19 @@ impl Endpoint {
 
     // --- 1. host commands ---
 
+    /// Lends the core `pieces` pieces of `piece_len` bytes from the start of host region
+    /// `region` (at most [`crate::MAX_LENT_COPIES`]) for copies of eager messages longer than
+    /// [`crate::LENT_COPY_ABOVE`]: such a send then completes as soon as it starts, and its
+    /// frames read the copy (`lent_copies.rs`). The region must stay registered, and written
+    /// by nobody else, for the endpoint's life. Before the first send.
+    pub fn lend_send_copies(&mut self, region: RegionId, piece_len: u64, pieces: u32) {
+        self.core.lend_send_copies(region, piece_len, pieces);
+    }
+
     /// Posts a send of the bytes described by `data` to `dst` with `tag` in `context`. The
-    /// bytes must stay unchanged until the completion. Short messages may complete before the
-    /// receive is posted; a message to this rank itself completes when a receive takes it.
+    /// bytes must stay unchanged until the completion. Short messages, and longer eager ones
+    /// copied into lent send copies, may complete before the receive is posted; a message to
+    /// this rank itself completes when a receive takes it.
     #[must_use = "a refused post sends nothing"]
     pub fn post_send(
         &mut self,

@@ -33,6 +33,7 @@ mod emit;
 mod endpoint;
 mod express;
 mod geometry;
+mod lent_copies;
 mod liveness;
 mod local;
 mod matching;
@@ -65,6 +66,7 @@ pub use config::{
 };
 pub use directory::MAX_OPEN_PEERS;
 pub use endpoint::Endpoint;
+pub use lent_copies::{LENT_COPY_ABOVE, MAX_LENT_COPIES};
 pub use memory::{HostMemory, RegionId, Segment, SgList, MAX_SEGMENTS};
 pub use placement::{ExpectedFrame, PlacedOutcome};
 pub use state::PEER_STATE_BYTES;

@@ -27,7 +27,39 @@ pub struct Segment {
 pub trait HostMemory {
     fn region(&self, id: RegionId) -> Option<&[u8]>;
     fn region_mut(&mut self, id: RegionId) -> Option<&mut [u8]>;
+
+    /// Copies the bytes `from` lists into `to`, a range as long (a send's bytes into a send
+    /// copy the host lent the core); false, `to` left unspecified, if a range is not there.
+    /// Here through a bounce buffer on the stack, as the two ranges are borrowed from one
+    /// `self`; a host whose regions are raw memory copies directly.
+    fn copy_into(&mut self, from: &SgList, to: Segment) -> bool {
+        if from.total_len() != to.len {
+            return false;
+        }
+        let mut bounce = [0u8; COPY_BOUNCE_BYTES];
+        let mut done = 0u64;
+        while done < to.len {
+            let chunk = (to.len - done).min(COPY_BOUNCE_BYTES as u64);
+            let read = &mut bounce[..chunk as usize];
+            if !from.read_range_into(self, done, read) {
+                return false;
+            }
+            let start = (to.offset + done) as usize;
+            let Some(dest) = self
+                .region_mut(to.region)
+                .and_then(|r| r.get_mut(start..start + chunk as usize))
+            else {
+                return false;
+            };
+            dest.copy_from_slice(read);
+            done += chunk;
+        }
+        true
+    }
 }
+
+/// Bytes [`HostMemory::copy_into`] moves at a time by default: a few pages of stack.
+const COPY_BOUNCE_BYTES: usize = 4096;
 
 /// A buffer as an ordered list of at most [`MAX_SEGMENTS`] segments, stored inline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -136,12 +168,26 @@ impl SgList {
     /// Copies the whole buffer into `out`, which must be exactly `total_len` bytes long.
     /// Returns false (leaving `out` partly written) if a region is gone.
     pub fn read_into(&self, memory: &impl HostMemory, out: &mut [u8]) -> bool {
-        if out.len() as u64 != self.total_len {
+        out.len() as u64 == self.total_len && self.read_range_into(memory, 0, out)
+    }
+
+    /// Copies `out.len()` bytes from message offset `offset` on into `out`; false if the
+    /// range is not all in the buffer's memory.
+    pub fn read_range_into<M: HostMemory + ?Sized>(
+        &self,
+        memory: &M,
+        offset: u64,
+        out: &mut [u8],
+    ) -> bool {
+        let Some(end) = offset.checked_add(out.len() as u64) else {
+            return false;
+        };
+        if end > self.total_len {
             return false;
         }
         let mut read = 0usize;
         let mut complete = true;
-        self.for_each_piece(0, self.total_len, |piece| {
+        self.for_each_piece(offset, out.len() as u64, |piece| {
             let len = piece.len as usize;
             let start = piece.offset as usize;
             match memory

@@ -61,6 +61,10 @@ pub(crate) struct SendOp {
     /// endpoint's copy of this send (`SendSide::copy`): its frames carry them from
     /// there, so the send can complete as soon as it starts. The copy's length.
     pub copy: Option<u16>,
+    /// A longer eager message's bytes were copied when it was posted into this piece of the
+    /// send copies the host lent (`SendSide::lend_copies`); `data` now lists the copy, and
+    /// the send completes as soon as it starts, as a short one does.
+    pub lent_copy: Option<u8>,
     /// The send reported success when it started; its later end completes nothing.
     pub completed_early: bool,
     /// The message took one of the receiver's eager credits (withdrawing it gives it back).
@@ -143,6 +147,7 @@ impl SendOp {
             resend_cursor: ResendCursor::default(),
             turn_frames: 0,
             copy: None,
+            lent_copy: None,
             completed_early: false,
             holds_credit: false,
             peer_matched: false,

@@ -50,8 +50,9 @@ impl Core {
     /// the other messages in progress, from their first missing frame. A transport that places
     /// a run of coalesced frames needs the run's first frame right to place any of it.
     pub(crate) fn predict_frames(&self, out: &mut [ExpectedFrame]) -> usize {
-        // Asked before every receive batch: nothing to walk in the common idle case.
-        if self.rx.incoming_usage().in_use == 0 {
+        // Asked before every receive batch: nothing to walk unless a rendezvous message is
+        // incoming (eager messages are never predicted), however many eager ones are held.
+        if self.rx.rendezvous_incoming() == 0 {
             return 0;
         }
         let latest = self.rx.latest_data();

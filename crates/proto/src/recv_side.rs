@@ -26,6 +26,10 @@ pub(crate) struct RecvSide {
     /// Posted (blocking) probes.
     probes: VecDeque<RecvKey>,
     incoming: Slab<IncomingKey, Incoming>,
+    /// Incoming messages sent by rendezvous (a message's protocol never changes): the only
+    /// ones whose frames placement predicts, so a receiver holding only eager messages (one
+    /// that falls behind a stream) walks none of them before every receive batch.
+    rendezvous_incoming: usize,
     /// Incoming messages by (sender, message id); Fx hashing as for the send side's index.
     by_id: FxHashMap<(Rank, u32), IncomingKey>,
     /// Unexpected messages in matching order.
@@ -50,6 +54,7 @@ impl RecvSide {
             probes: VecDeque::with_capacity(config.max_recvs),
             // Room for a local message per send beyond the remote ones (`insert_remote`).
             incoming: Slab::with_capacity(config.max_incoming + config.max_sends),
+            rendezvous_incoming: 0,
             by_id: FxHashMap::with_capacity_and_hasher(config.max_incoming, Default::default()),
             unexpected: VecDeque::with_capacity(config.max_incoming),
             eager_pool: vec![0; buffers * config.eager_limit as usize],
@@ -168,7 +173,15 @@ impl RecvSide {
     /// Stores an incoming message (not indexed yet: see [`index_incoming`](Self::index_incoming));
     /// `None` when the table is full.
     pub(crate) fn insert_incoming(&mut self, entry: Incoming) -> Option<IncomingKey> {
-        self.incoming.insert(entry).map(|(key, _)| key)
+        let rendezvous = !entry.is_eager();
+        let key = self.incoming.insert(entry).map(|(key, _)| key)?;
+        self.rendezvous_incoming += usize::from(rendezvous);
+        Some(key)
+    }
+
+    /// Incoming messages sent by rendezvous.
+    pub(crate) fn rendezvous_incoming(&self) -> usize {
+        self.rendezvous_incoming
     }
 
     /// Makes the message `key` findable by its sender and message id.
@@ -189,6 +202,7 @@ impl RecvSide {
     /// queue; the caller releases its eager buffer, if it has one.
     pub(crate) fn remove_incoming(&mut self, key: IncomingKey) -> Option<Incoming> {
         let entry = self.incoming.remove(key)?;
+        self.rendezvous_incoming -= usize::from(!entry.is_eager());
         self.by_id.remove(&(entry.peer, entry.msg_id));
         if entry.in_unexpected {
             self.unexpected.retain(|&i| i != key);

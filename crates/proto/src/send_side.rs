@@ -11,12 +11,13 @@ use std::ops::{Index, IndexMut};
 use rustc_hash::FxHashMap;
 
 use crate::collections::CollectionTimers;
+use crate::lent_copies::LentCopies;
 use crate::ops::{copy_short, SendOp, SendPhase, ShortCopy};
 use crate::slab::{SendKey, SideTable, Slab};
 use crate::timers::Earliest;
 use crate::transmit::INLINE_PAYLOAD_MAX;
 use crate::usage::TableUsage;
-use crate::{HostMemory, Nanos, Rank};
+use crate::{HostMemory, Nanos, Rank, RegionId, SgList};
 
 /// Frames of one send emitted before the next ready send gets its turn: keeps one large message
 /// from starving the others, yet sends each in long runs. A receiver predicts where the next
@@ -38,6 +39,8 @@ pub(crate) struct SendSide {
     active: FxHashMap<(Rank, u32), SendKey>,
     /// Sends with a frame to transmit, served round-robin, `FRAMES_PER_TURN` frames a turn.
     ready: VecDeque<SendKey>,
+    /// Send copies the host lent for longer eager messages (`lend_copies`).
+    lent: Option<LentCopies>,
     /// Sends completed when they started (short copied messages) and not yet acknowledged.
     completed_early: usize,
     /// Most such sends at a time (`Config::max_early_sends`).
@@ -50,6 +53,7 @@ impl SendSide {
             sends: Slab::with_capacity(max_sends),
             timers: SideTable::new(max_sends, CollectionTimers::default()),
             copies: SideTable::new(max_sends, [0; INLINE_PAYLOAD_MAX]),
+            lent: None,
             active: FxHashMap::with_capacity_and_hasher(max_sends, Default::default()),
             ready: VecDeque::with_capacity(max_sends),
             completed_early: 0,
@@ -71,7 +75,11 @@ impl SendSide {
     /// Removes a send; the caller has taken it out of the active index (`deactivate`). A key
     /// left in the ready queue is skipped when its turn comes.
     pub(crate) fn remove(&mut self, key: SendKey) -> Option<SendOp> {
-        self.sends.remove(key)
+        let op = self.sends.remove(key)?;
+        if let (Some(piece), Some(lent)) = (op.lent_copy, self.lent.as_mut()) {
+            lent.give_back(piece);
+        }
+        Some(op)
     }
 
     pub(crate) fn get(&self, key: SendKey) -> Option<&SendOp> {
@@ -129,6 +137,37 @@ impl SendSide {
     pub(crate) fn copy(&self, key: SendKey) -> Option<&[u8]> {
         let len = self.sends[key].copy?;
         Some(&self.copies[key][..usize::from(len)])
+    }
+
+    /// Takes `pieces` pieces of `piece_len` bytes of host region `region` (at most
+    /// [`crate::lent_copies::MAX_LENT_COPIES`]) for copies of eager messages above `LENT_COPY_ABOVE`. Replaces
+    /// any earlier loan; only before the first send.
+    pub(crate) fn lend_copies(&mut self, region: RegionId, piece_len: u64, pieces: u32) {
+        self.lent = LentCopies::new(region, piece_len, pieces);
+    }
+
+    /// Copies an eager send above `LENT_COPY_ABOVE` bytes into a free lent piece, if one is free,
+    /// the message fits it, and the send could complete early; its frames then read the copy.
+    pub(crate) fn copy_to_lent(&mut self, key: SendKey, memory: &mut impl HostMemory) {
+        let len = self.sends[key].data.total_len();
+        let fits = self.lent.as_ref().is_some_and(|lent| lent.fits(len));
+        if !fits || self.sends[key].copy.is_some() || !self.has_early_room() {
+            return;
+        }
+        let Some(lent) = self.lent.as_mut() else {
+            return;
+        };
+        let Some(piece) = lent.take() else {
+            return;
+        };
+        let to = lent.segment(piece, len);
+        let op = &mut self.sends[key];
+        if !memory.copy_into(&op.data, to) {
+            lent.give_back(piece);
+            return;
+        }
+        op.data = SgList::contiguous(to.region, to.offset, to.len);
+        op.lent_copy = Some(piece);
     }
 
     // --- started sends by message id ---
@@ -214,7 +253,8 @@ impl SendSide {
     /// True if the send may report success now: its bytes are the core's copy, and fewer than
     /// `max_early_sends` sends the host no longer sees wait for their acknowledgement.
     pub(crate) fn may_complete_early(&self, key: SendKey) -> bool {
-        self.sends[key].copy.is_some() && self.has_early_room()
+        let op = &self.sends[key];
+        (op.copy.is_some() || op.lent_copy.is_some()) && self.has_early_room()
     }
 
     /// True if fewer than `max_early_sends` sends the host no longer sees are still in the

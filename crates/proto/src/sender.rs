@@ -16,7 +16,7 @@ impl Core {
         (context, tag): (Context, Tag),
         immediate: Option<u32>,
         data: &SgList,
-        memory: &impl HostMemory,
+        memory: &mut impl HostMemory,
     ) -> Result<OpId, PostError> {
         let len = data.total_len();
         let protocol = if len <= self.config.eager_limit {
@@ -45,8 +45,11 @@ impl Core {
             table: "send",
             limit,
         })?;
-        if protocol == Protocol::Eager && frames == 1 {
-            self.sends.copy_short(index, memory);
+        if protocol == Protocol::Eager {
+            if frames == 1 {
+                self.sends.copy_short(index, memory);
+            }
+            self.sends.copy_to_lent(index, memory);
         }
         self.enqueue_for_start(dst, index);
         self.start_queued_for(now, dst);

@@ -596,6 +596,63 @@ fn a_stream_of_multi_frame_eager_sends_is_acknowledged_at_once() {
     );
 }
 
+/// Eager sends too long for a short copy are copied into the send copies the host lent: each
+/// completes as soon as it starts (no round trip for its acknowledgement), the host may reuse
+/// its buffer at once, and under loss the receiver still gets the bytes as they were posted,
+/// retransmissions read from the copy. At most as many complete early as there are copies.
+#[test]
+fn eager_sends_copied_into_lent_copies_complete_at_once_and_arrive_intact() {
+    const PIECES: u32 = 4;
+    const MESSAGES: u8 = 12;
+    let len = 6000usize;
+    for loss in [0.0, 0.1] {
+        let mut net = Net::new(2, test_config());
+        net.seed(7);
+        net.loss = loss;
+        let copies = net.region(0, vec![0; len * PIECES as usize]);
+        net.endpoints[0].lend_send_copies(copies, len as u64, PIECES);
+        let mut sends = Vec::new();
+        for i in 0..MESSAGES {
+            let send = net.send(0, 1, 1, pattern(len, i));
+            let buffer = RegionId(net.memories[0].0.len() as u32 - 1);
+            sends.push((send, buffer));
+        }
+        net.run(net.now);
+        let done_at_once = sends
+            .iter()
+            .filter(|(send, _)| net.result(0, *send).is_some())
+            .count();
+        assert_eq!(done_at_once, PIECES as usize, "loss {loss}: one per copy");
+        // The host reuses the buffers of the completed sends at once.
+        for (send, buffer) in &sends {
+            if net.result(0, *send).is_some() {
+                net.memories[0].0[buffer.0 as usize].fill(0xEE);
+            }
+        }
+        let mut recvs = Vec::new();
+        for _ in 0..MESSAGES {
+            recvs.push(net.recv(1, Source::Rank(0), TagMatch::Tag(1), len));
+        }
+        net.run(net.now + 1_000_000_000);
+        for (i, (recv, region)) in recvs.into_iter().enumerate() {
+            assert!(
+                net.result(1, recv).is_some_and(|r| r.is_ok()),
+                "loss {loss}: {i}"
+            );
+            assert_eq!(
+                net.bytes(1, region),
+                &pattern(len, i as u8)[..],
+                "loss {loss}: {i}"
+            );
+        }
+        for (send, _) in &sends {
+            assert!(net.result(0, *send).is_some_and(|r| r.is_ok()));
+        }
+        assert!(net.endpoints[0].stats().sends_completed_early >= u64::from(PIECES));
+        assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+    }
+}
+
 /// A rendezvous send completes once the matched receive acknowledged all its data (two round
 /// trips: RTS, CTS, data, ACK), not after END and MSG-ACK as well: its buffer is read no more.
 /// The handshake goes on behind it and frees everything.

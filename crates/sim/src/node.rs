@@ -351,7 +351,7 @@ impl EngineNode {
         // And the regions the engine keeps for PANIC's buffers, as a process's registry.
         let registry = Arc::new(Registry::with_engine_regions(
             slots.max(1) * nicmsg_proto::MAX_SEGMENTS,
-            ENGINE_REGIONS,
+            ENGINE_REGIONS + nicmsg_engine::SEND_COPY_REGIONS,
         ));
         let host = HostTable::new(Arc::clone(&table), Arc::clone(&registry));
         let rank = endpoint.rank();
@@ -361,6 +361,7 @@ impl EngineNode {
             table,
             Arc::clone(&registry),
         );
+        driver.lend_send_copies();
         let programs_shared = Arc::new(ProgramsShared::default());
         let config = ProgramsConfig {
             enabled: programs.enabled,
