@@ -49,6 +49,22 @@ fn recv_n(t: &mut UdpTransport, want: usize) -> Vec<(SocketAddr, Vec<u8>)> {
 }
 
 /// Deterministic bytes for frame `seq`.
+/// Receives one batch by `plan` (waiting up to a second for it to arrive); how many datagrams.
+///
+/// # Safety
+/// As `recv_batch_placed`: the plan's destinations are valid and untouched meanwhile.
+unsafe fn recv_placed_batch(receiver: &mut UdpTransport, plan: &[nicmsg_udp::Placement]) -> usize {
+    for _ in 0..1000 {
+        // SAFETY: forwarded from this function's contract.
+        let count = unsafe { receiver.recv_batch_placed(plan) }.unwrap();
+        if count > 0 {
+            return count;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    0
+}
+
 fn pattern(seq: usize, len: usize) -> Vec<u8> {
     (0..len).map(|i| (seq * 31 + i * 7) as u8).collect()
 }
@@ -541,15 +557,8 @@ fn gso_run_arrives_as_frames_placed_through_one_chain() {
                 len: if i == 2 { guess_len } else { 1000 },
             })
             .collect();
-        let mut count = 0;
-        for _ in 0..1000 {
-            // SAFETY: the destinations are disjoint parts of our own vector, untouched meanwhile.
-            count = unsafe { receiver.recv_batch_placed(&plan) }.unwrap();
-            if count > 0 {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        // SAFETY: the destinations are disjoint parts of our own vector, untouched meanwhile.
+        let count = unsafe { recv_placed_batch(&mut receiver, &plan) };
         assert_eq!(count, 5, "the run is read back as its five frames");
         for i in 0..5 {
             let (_, whole_or_head) = receiver.received(i);
@@ -597,15 +606,8 @@ fn frames_too_large_to_coalesce_are_placed_one_per_slot() {
             len: 40_000,
         })
         .collect();
-    let mut count = 0;
-    for _ in 0..1000 {
-        // SAFETY: the destinations are disjoint parts of our own vector, untouched meanwhile.
-        count = unsafe { receiver.recv_batch_placed(&plan) }.unwrap();
-        if count > 0 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
+    // SAFETY: the destinations are disjoint parts of our own vector, untouched meanwhile.
+    let count = unsafe { recv_placed_batch(&mut receiver, &plan) };
     assert_eq!(count, 3, "the three datagrams are read in one batch");
     for i in 0..3 {
         assert_eq!(receiver.placed(i), Some((i, 40_000, 40_024)), "frame {i}");
