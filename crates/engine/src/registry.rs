@@ -8,7 +8,7 @@
 //! writing the address; the engine reads it with an acquire load.
 
 use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
-use nicmsg_proto::{HostMemory, RegionId, Segment, SgList};
+use nicmsg_proto::{HostMemory, RegionId, SgList};
 
 /// Default number of regions: every segment of every descriptor of a full table (640 x 16 would
 /// be the worst case; real operations use one or two segments).
@@ -128,27 +128,85 @@ impl HostMemory for RegistryMemory<'_> {
         Some(unsafe { std::slice::from_raw_parts_mut(base, len) })
     }
 
-    /// Straight from the send's memory to the copy, with no bounce buffer.
-    fn copy_into(&mut self, from: &SgList, to: Segment) -> bool {
-        let Some(dest) = self.0.address(to.region, to.offset, to.len) else {
-            return false;
-        };
-        if from.total_len() != to.len {
+    /// Straight from buffer to buffer, piece by piece, with no bounce buffer.
+    fn copy_into(&mut self, from: &SgList, to: &SgList, len: u64) -> bool {
+        if len > from.total_len() || len > to.total_len() {
             return false;
         }
-        let (mut written, mut complete) = (0usize, true);
-        from.for_each_piece(0, to.len, |piece| {
-            match self.0.address(piece.region, piece.offset, piece.len) {
-                // SAFETY: both ranges lie in registered regions (checked by `address`), valid
-                // while registered; the destination is the engine's send copy, which no host
-                // buffer overlaps, and `written + piece.len <= to.len`.
-                Some(source) => unsafe {
-                    std::ptr::copy(source, dest.add(written), piece.len as usize)
-                },
-                None => complete = false,
-            }
-            written += piece.len as usize;
+        let registry = self.0;
+        let (mut done, mut complete) = (0u64, true);
+        from.for_each_piece(0, len, |source| {
+            let source_at = registry.address(source.region, source.offset, source.len);
+            let mut inner = 0usize;
+            to.for_each_piece(done, source.len, |target| {
+                let target_at = registry.address(target.region, target.offset, target.len);
+                match (source_at, target_at) {
+                    // SAFETY: both ranges lie in registered regions (checked by `address`),
+                    // valid while registered; `inner + target.len <= source.len`. `copy`
+                    // allows the ranges to overlap, which distinct buffers never do.
+                    (Some(source_at), Some(target_at)) => unsafe {
+                        std::ptr::copy(source_at.add(inner), target_at, target.len as usize)
+                    },
+                    _ => complete = false,
+                }
+                inner += target.len as usize;
+            });
+            done += source.len;
         });
         complete
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nicmsg_proto::Segment;
+
+    /// The direct copy between scattered buffers gives the bytes the protocol core's default
+    /// (through a bounce buffer) gives, and refuses a length beyond either buffer.
+    #[test]
+    fn copies_between_scattered_buffers_as_the_bounce_copy_does() {
+        let mut source: Vec<u8> = (0..10_000).map(|i| (i * 7) as u8).collect();
+        let mut direct = vec![0u8; 12_000];
+        let registry = Registry::new(4);
+        // SAFETY: the vectors outlive the registry's use below and nothing else touches them.
+        unsafe {
+            registry.register(RegionId(0), source.as_mut_ptr(), source.len());
+            registry.register(RegionId(1), direct.as_mut_ptr(), direct.len());
+        }
+        let piece = |region, offset, len| Segment {
+            region: RegionId(region),
+            offset,
+            len,
+        };
+        let from = SgList::new(&[piece(0, 5000, 3000), piece(0, 100, 4000)]).unwrap();
+        let to = SgList::new(&[
+            piece(1, 9000, 2500),
+            piece(1, 0, 1000),
+            piece(1, 4000, 5000),
+        ])
+        .unwrap();
+        let mut memory = RegistryMemory(&registry);
+        assert!(memory.copy_into(&from, &to, 6500));
+        assert!(
+            !memory.copy_into(&from, &to, 7001),
+            "longer than the source"
+        );
+
+        struct Vectors(Vec<Vec<u8>>);
+        impl HostMemory for Vectors {
+            fn region(&self, id: RegionId) -> Option<&[u8]> {
+                self.0.get(id.0 as usize).map(Vec::as_slice)
+            }
+            fn region_mut(&mut self, id: RegionId) -> Option<&mut [u8]> {
+                self.0.get_mut(id.0 as usize).map(Vec::as_mut_slice)
+            }
+        }
+        let mut bounced = Vectors(vec![source.clone(), vec![0u8; 12_000]]);
+        assert!(bounced.copy_into(&from, &to, 6500));
+        registry.unregister(RegionId(0));
+        registry.unregister(RegionId(1));
+        assert!(direct == bounced.0[1], "the two copies differ");
+        assert!(direct[9000..11_500] == source[5000..7500]);
     }
 }

@@ -1,13 +1,13 @@
 //! Send copies lent by the host: pieces of one registered region the core copies eager
 //! messages above [`LENT_COPY_ABOVE`] into (shorter ones fit a short send's inline copy,
-//! `ops::ShortCopy`, or are not worth it). A send copied so completes as soon as it starts, like a short one, so a stream
-//! of such messages does not wait a round trip per message for acknowledgements (TCP's socket
-//! buffer does the same for TCP). The piece stays the send's until it ends: its frames,
-//! retransmissions included, read the copy. `SendSide` takes a piece when a send is posted and
-//! gives it back when the send leaves the table.
+//! `ops::ShortCopy`, or are not worth it). A send copied so completes as soon as it starts,
+//! like a short one, so a stream of such messages does not wait a round trip per message for
+//! acknowledgements (TCP's socket buffer does the same for TCP). The piece stays the send's
+//! until it ends: its frames, retransmissions included, read the copy. `SendSide` takes a
+//! piece when a send is posted and gives it back when the send leaves the table.
 
 use crate::transmit::INLINE_PAYLOAD_MAX;
-use crate::{RegionId, Segment};
+use crate::{RegionId, SgList};
 
 /// Messages up to this length are not copied into a lent piece (their sends complete when
 /// acknowledged, or from a short copy). Shorter messages leave faster than a receiver takes
@@ -19,12 +19,9 @@ pub const LENT_COPY_ABOVE: u64 = 4096;
 const _: () = assert!(LENT_COPY_ABOVE >= INLINE_PAYLOAD_MAX as u64);
 
 /// Most send copies a host may lend (`SendSide::lend_copies`): one bit each in a word.
-pub const MAX_LENT_COPIES: u32 = 64;
+pub const MAX_LENT_COPIES: u32 = u64::BITS;
 
-/// Pieces of a host region lent to the core for copies of eager messages too long to copy
-/// inline: such a send completes as soon as it starts (a stream of them does not wait a round
-/// trip per message for acknowledgements), and its frames, retransmissions included, read the
-/// copy until the send ends and gives the piece back.
+/// The pieces of the lent region, and which are free.
 pub(crate) struct LentCopies {
     region: RegionId,
     piece_len: u64,
@@ -40,15 +37,10 @@ impl LentCopies {
         if pieces == 0 || piece_len <= LENT_COPY_ABOVE {
             return None;
         }
-        let free = if pieces == 64 {
-            u64::MAX
-        } else {
-            (1u64 << pieces) - 1
-        };
         Some(Self {
             region,
             piece_len,
-            free,
+            free: u64::MAX >> (MAX_LENT_COPIES - pieces),
         })
     }
 
@@ -74,11 +66,8 @@ impl LentCopies {
         self.free |= 1 << piece;
     }
 
-    pub(crate) fn segment(&self, piece: u8, len: u64) -> Segment {
-        Segment {
-            region: self.region,
-            offset: u64::from(piece) * self.piece_len,
-            len,
-        }
+    /// The first `len` bytes of `piece`, as a buffer.
+    pub(crate) fn buffer(&self, piece: u8, len: u64) -> SgList {
+        SgList::contiguous(self.region, u64::from(piece) * self.piece_len, len)
     }
 }

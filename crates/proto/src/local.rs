@@ -9,10 +9,6 @@ use crate::state::Core;
 use crate::*;
 use nicmsg_wire::Protocol;
 
-/// Bytes copied per step between two buffers of the same host memory (a stack buffer: no
-/// allocation, and the two regions are never borrowed at once).
-const COPY_CHUNK: usize = 4096;
-
 impl Core {
     pub(crate) fn start_local_send(
         &mut self,
@@ -79,7 +75,7 @@ impl Core {
         let source = self.sends[send].data;
         let target = self.rx[recv].buffer;
         let len = source.total_len();
-        copy_between(memory, &source, &target, len);
+        memory.copy_into(&source, &target, len);
         self.counters.record(self.rank, |s| s.bytes_copied += len);
         self.finish_recv_ok(recv, incoming);
         self.finish_local(incoming, send);
@@ -117,27 +113,5 @@ impl Core {
             self.free_incoming(incoming);
         }
         self.finish_send(send, Err(OpError::Cancelled));
-    }
-}
-
-/// Copies `len` bytes from one buffer to another of the same memory, through a stack buffer.
-fn copy_between(memory: &mut impl HostMemory, source: &SgList, target: &SgList, len: u64) {
-    let mut chunk = [0u8; COPY_CHUNK];
-    let mut done = 0u64;
-    while done < len {
-        let step = (len - done).min(COPY_CHUNK as u64) as usize;
-        let mut filled = 0;
-        source.for_each_piece(done, step as u64, |piece| {
-            let n = piece.len as usize;
-            if let Some(bytes) = memory
-                .region(piece.region)
-                .and_then(|r| r.get(piece.offset as usize..piece.offset as usize + n))
-            {
-                chunk[filled..filled + n].copy_from_slice(bytes);
-            }
-            filled += n;
-        });
-        target.write_at(memory, done, &chunk[..step]);
-        done += step as u64;
     }
 }

@@ -28,37 +28,30 @@ pub trait HostMemory {
     fn region(&self, id: RegionId) -> Option<&[u8]>;
     fn region_mut(&mut self, id: RegionId) -> Option<&mut [u8]>;
 
-    /// Copies the bytes `from` lists into `to`, a range as long (a send's bytes into a send
-    /// copy the host lent the core); false, `to` left unspecified, if a range is not there.
-    /// Here through a bounce buffer on the stack, as the two ranges are borrowed from one
-    /// `self`; a host whose regions are raw memory copies directly.
-    fn copy_into(&mut self, from: &SgList, to: Segment) -> bool {
-        if from.total_len() != to.len {
+    /// Copies the first `len` bytes of buffer `from` to the first `len` bytes of buffer `to`,
+    /// both in this memory (a message to this rank itself into its receive; a send's bytes
+    /// into a send copy the host lent the core); false, `to` left unspecified, if a range is
+    /// not there. Here through a bounce buffer on the stack, as the two buffers are borrowed
+    /// from one `self`; a host whose regions are raw memory copies directly.
+    fn copy_into(&mut self, from: &SgList, to: &SgList, len: u64) -> bool {
+        if len > from.total_len() || len > to.total_len() {
             return false;
         }
         let mut bounce = [0u8; COPY_BOUNCE_BYTES];
         let mut done = 0u64;
-        while done < to.len {
-            let chunk = (to.len - done).min(COPY_BOUNCE_BYTES as u64);
-            let read = &mut bounce[..chunk as usize];
-            if !from.read_range_into(self, done, read) {
+        while done < len {
+            let chunk = &mut bounce[..(len - done).min(COPY_BOUNCE_BYTES as u64) as usize];
+            if !from.read_range_into(self, done, chunk) || !to.write_at(self, done, chunk) {
                 return false;
             }
-            let start = (to.offset + done) as usize;
-            let Some(dest) = self
-                .region_mut(to.region)
-                .and_then(|r| r.get_mut(start..start + chunk as usize))
-            else {
-                return false;
-            };
-            dest.copy_from_slice(read);
-            done += chunk;
+            done += chunk.len() as u64;
         }
         true
     }
 }
 
-/// Bytes [`HostMemory::copy_into`] moves at a time by default: a few pages of stack.
+/// Bytes [`HostMemory::copy_into`] moves at a time by default: a page of stack, no
+/// allocation.
 const COPY_BOUNCE_BYTES: usize = 4096;
 
 /// A buffer as an ordered list of at most [`MAX_SEGMENTS`] segments, stored inline.
@@ -204,7 +197,12 @@ impl SgList {
 
     /// Copies `data` into the buffer at message offset `offset`. Returns false (writing nothing)
     /// if the range does not fit; segments were validated at post time.
-    pub fn write_at(&self, memory: &mut impl HostMemory, offset: u64, data: &[u8]) -> bool {
+    pub fn write_at<M: HostMemory + ?Sized>(
+        &self,
+        memory: &mut M,
+        offset: u64,
+        data: &[u8],
+    ) -> bool {
         let Some(end) = offset.checked_add(data.len() as u64) else {
             return false;
         };

@@ -17,7 +17,7 @@ use crate::slab::{SendKey, SideTable, Slab};
 use crate::timers::Earliest;
 use crate::transmit::INLINE_PAYLOAD_MAX;
 use crate::usage::TableUsage;
-use crate::{HostMemory, Nanos, Rank, RegionId, SgList};
+use crate::{HostMemory, Nanos, Rank, RegionId};
 
 /// Frames of one send emitted before the next ready send gets its turn: keeps one large message
 /// from starving the others, yet sends each in long runs. A receiver predicts where the next
@@ -140,8 +140,8 @@ impl SendSide {
     }
 
     /// Takes `pieces` pieces of `piece_len` bytes of host region `region` (at most
-    /// [`crate::lent_copies::MAX_LENT_COPIES`]) for copies of eager messages above `LENT_COPY_ABOVE`. Replaces
-    /// any earlier loan; only before the first send.
+    /// [`crate::lent_copies::MAX_LENT_COPIES`]) for copies of eager messages above
+    /// `LENT_COPY_ABOVE`. Replaces any earlier loan; only before the first send.
     pub(crate) fn lend_copies(&mut self, region: RegionId, piece_len: u64, pieces: u32) {
         self.lent = LentCopies::new(region, piece_len, pieces);
     }
@@ -150,23 +150,22 @@ impl SendSide {
     /// the message fits it, and the send could complete early; its frames then read the copy.
     pub(crate) fn copy_to_lent(&mut self, key: SendKey, memory: &mut impl HostMemory) {
         let len = self.sends[key].data.total_len();
-        let fits = self.lent.as_ref().is_some_and(|lent| lent.fits(len));
-        if !fits || self.sends[key].copy.is_some() || !self.has_early_room() {
+        if !self.has_early_room() {
             return;
         }
-        let Some(lent) = self.lent.as_mut() else {
+        let Some(lent) = self.lent.as_mut().filter(|lent| lent.fits(len)) else {
             return;
         };
         let Some(piece) = lent.take() else {
             return;
         };
-        let to = lent.segment(piece, len);
+        let copy = lent.buffer(piece, len);
         let op = &mut self.sends[key];
-        if !memory.copy_into(&op.data, to) {
+        if !memory.copy_into(&op.data, &copy, len) {
             lent.give_back(piece);
             return;
         }
-        op.data = SgList::contiguous(to.region, to.offset, to.len);
+        op.data = copy;
         op.lent_copy = Some(piece);
     }
 
