@@ -16,6 +16,8 @@ use nicmsg_proto::{
     Stats, TagMatch, Transmit,
 };
 use nicmsg_proto::{ExpectedFrame, PlacedOutcome};
+
+use crate::send_copies::SendCopies;
 use std::sync::Arc;
 
 /// Host commands taken per turn: bounds the time a burst of posts keeps frames waiting.
@@ -24,47 +26,6 @@ const MAX_COMMANDS_PER_TURN: usize = 64;
 const MAX_RECEIVE_BATCHES_PER_TURN: usize = 4;
 /// Frames handed to the transport in one call (one sendmmsg).
 pub const SEND_BATCH: usize = 64;
-/// Registry regions the engine keeps, beyond PANIC's, for the send copies it lends the
-/// protocol core (`Driver::lend_send_copies`).
-pub const SEND_COPY_REGIONS: usize = 1;
-
-/// Largest eager message the engine copies so that its send completes at once: up to it a copy
-/// costs a few microseconds at most, against the round trip a stream of such sends would
-/// otherwise wait per message for its acknowledgement.
-pub const SEND_COPY_MAX_BYTES: usize = 64 << 10;
-/// Send copies the engine lends the protocol core: messages a stream keeps in flight without
-/// waiting; with [`SEND_COPY_MAX_BYTES`] at most 2 MiB, whose pages are touched only as copies
-/// fill them.
-pub const SEND_COPIES: u32 = 32;
-
-/// Memory of the send copies, registered while it lives.
-struct SendCopies {
-    registry: Arc<Registry>,
-    region: nicmsg_proto::RegionId,
-    _memory: Box<[u8]>,
-}
-
-impl SendCopies {
-    fn new(registry: Arc<Registry>, region: nicmsg_proto::RegionId, len: usize) -> Self {
-        // Zeroed by the allocator: pages are touched only as copies fill them.
-        let mut memory = vec![0u8; len].into_boxed_slice();
-        // SAFETY: the memory lives as long as this value, which unregisters it when dropped;
-        // only the engine writes it (the core, copying sends into it).
-        unsafe { registry.register(region, memory.as_mut_ptr(), memory.len()) };
-        Self {
-            registry,
-            region,
-            _memory: memory,
-        }
-    }
-}
-
-impl Drop for SendCopies {
-    fn drop(&mut self) {
-        self.registry.unregister(self.region);
-    }
-}
-
 /// Frames predicted per receive batch (the transport's receive batch).
 const PLACEMENT_BATCH: usize = 64;
 /// Frames of the common small send (a reply and its acknowledgement): below this the send
@@ -193,26 +154,9 @@ impl<T: Transport> Driver<T> {
         &self.endpoint
     }
 
-    /// Lends the protocol core [`SEND_COPIES`] copies for eager sends above
-    /// `nicmsg_proto::LENT_COPY_ABOVE` bytes, of the eager limit up to [`SEND_COPY_MAX_BYTES`] (`nicmsg_proto`'s
-    /// `lent_copies.rs`: such a send completes as soon as it starts), in memory the driver
-    /// owns, registered as the registry's last engine region. Lends nothing if the registry
-    /// keeps no region beyond PANIC's ([`SEND_COPY_REGIONS`]). Before the first send.
+    /// Lends the protocol core send copies (`send_copies.rs`). Before the first send.
     pub fn lend_send_copies(&mut self) {
-        let config = self.endpoint.config();
-        let piece_len = (config.eager_limit as usize).min(SEND_COPY_MAX_BYTES);
-        let early = u32::try_from(config.max_early_sends).unwrap_or(u32::MAX);
-        let pieces = SEND_COPIES.min(early);
-        let regions = self.registry.engine_regions();
-        if regions.len() < crate::programs::ENGINE_REGIONS + SEND_COPY_REGIONS || pieces == 0 {
-            return;
-        }
-        let region = nicmsg_proto::RegionId(regions.end - 1);
-        let len = piece_len * pieces as usize;
-        let copies = SendCopies::new(Arc::clone(&self.registry), region, len);
-        self.endpoint
-            .lend_send_copies(region, piece_len as u64, pieces);
-        self.send_copies = Some(copies);
+        self.send_copies = SendCopies::lend(&self.registry, &mut self.endpoint);
     }
 
     /// Turns the speculative header/payload split on or off (`NICMSG_PLACEMENT`).

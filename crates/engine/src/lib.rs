@@ -28,6 +28,8 @@ pub mod registry;
 #[cfg(not(loom))]
 pub mod runner;
 #[cfg(not(loom))]
+mod send_copies;
+#[cfg(not(loom))]
 pub mod sharing;
 mod sync;
 pub mod table;
@@ -37,7 +39,7 @@ pub mod transport;
 #[cfg(not(loom))]
 pub use clock::EngineClock;
 #[cfg(not(loom))]
-pub use driver::{Driver, EngineStats, SEND_COPIES, SEND_COPY_MAX_BYTES, SEND_COPY_REGIONS};
+pub use driver::{Driver, EngineStats};
 pub use host::{HostError, HostTable, Posted};
 #[cfg(not(loom))]
 pub use inline::{HostTurns, InlineEngine};
@@ -46,6 +48,8 @@ pub use poller::Poller;
 pub use registry::{Registry, RegistryMemory, DEFAULT_REGIONS};
 #[cfg(not(loom))]
 pub use runner::{IdleConfig, Snapshot, ThreadEngine};
+#[cfg(not(loom))]
+pub use send_copies::{SEND_COPIES, SEND_COPY_MAX_BYTES, SEND_COPY_REGIONS};
 pub use table::{Descriptor, Envelope, OpCode, Outcome, ResultCode, Table, ANY, DEFAULT_SLOTS};
 #[cfg(not(loom))]
 pub use transport::{Origin, PlacementTarget, Received, Transport, PLACED_HEADER_LEN};
