@@ -45,6 +45,12 @@ impl Core {
         }
     }
 
+    /// The header's `src` and `dst` for a frame from `peer`: the two names swapped.
+    pub(crate) fn wire_names_from(&self, peer: Rank) -> (u32, u32) {
+        let (to_src, to_dst) = self.wire_names(peer);
+        (to_dst, to_src)
+    }
+
     /// The slot a frame from `from` belongs to, or `None` (dropped and counted). In a job the
     /// header names its ranks; in open mode the directory decides, and a restarted or
     /// forgotten peer is given up on here.

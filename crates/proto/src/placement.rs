@@ -13,10 +13,9 @@ use nicmsg_wire::{checksum, FrameHeader, FrameKind, FrameView, FRAME_HEADER_LEN}
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ExpectedFrame {
     pub peer: Rank,
-    /// The frame's `src` and `dst` header fields: the two ranks in a job, the conversation's
-    /// names in open mode (`directory.rs`).
+    /// The frame's `src` header field: the peer's rank in a job, its name for the
+    /// conversation in open mode (`directory.rs`).
     pub wire_src: u32,
-    pub wire_dst: u32,
     pub msg_id: u32,
     pub frame_index: u32,
     /// Byte offset of the payload in the message.
@@ -92,8 +91,7 @@ impl Core {
         };
         // Frame 0 travels as an RTS with a longer header: never predicted.
         let first = entry.contiguous.max(from).max(1);
-        // The peer's frames carry, as `src` and `dst`, the names its frames to this side get.
-        let (to_peer_src, to_peer_dst) = self.wire_names(entry.peer);
+        let (wire_src, _) = self.wire_names_from(entry.peer);
         let end = entry.granted.min(entry.frames);
         for frame in first..end {
             if count == out.len() {
@@ -107,8 +105,7 @@ impl Core {
             if let Some(segment) = single_piece(buffer, offset, len) {
                 out[count] = ExpectedFrame {
                     peer: entry.peer,
-                    wire_src: to_peer_dst,
-                    wire_dst: to_peer_src,
+                    wire_src,
                     msg_id: entry.msg_id,
                     frame_index: frame,
                     offset,
@@ -141,8 +138,7 @@ impl Core {
         };
         let as_expected = parsed.kind == FrameKind::Data
             && parsed.job == self.job
-            && parsed.src == expected.wire_src
-            && parsed.dst == expected.wire_dst
+            && (parsed.src, parsed.dst) == self.wire_names_from(expected.peer)
             && parsed.msg_id == expected.msg_id
             && parsed.frame_index == expected.frame_index
             && parsed.offset == expected.offset

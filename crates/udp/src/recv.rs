@@ -145,10 +145,10 @@ impl RecvSlots {
     /// Lays the plan out over the slots: entry `i` in slot `i` without GRO; with GRO all
     /// entries chained in slot 0, as consecutive frames of one coalesced datagram, unless
     /// frames are so large that no datagram can carry two (loopback's 64 KiB frames): then
-    /// one per slot, as without GRO, or only the first frame of a batch could be placed. Entries that
-    /// do not fit are left out (those frames are received the ordinary way). Slots without an
-    /// entry keep their home iovec; only the slots the last plan changed are reset, so an empty
-    /// plan (every turn of an idle engine) costs nothing.
+    /// one per slot, as without GRO, or only the first frame of a batch could be placed.
+    /// Entries that do not fit are left out (those frames are received the ordinary way). Slots
+    /// without an entry keep their home iovec; only the slots the last plan changed are reset,
+    /// so an empty plan (every turn of an idle engine) costs nothing.
     pub fn apply_plan(&mut self, plan: &[Placement]) {
         for slot in 0..self.planned_slots {
             let hdr = &mut self.msgs[slot].msg_hdr;
