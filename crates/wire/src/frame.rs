@@ -3,9 +3,11 @@
 //! The checksum is CRC32C (hardware accelerated by the `crc32c` crate) over every header byte,
 //! with the checksum field taken as zero, followed by every payload byte. Computing it this way
 //! lets a sender build the headers in one buffer and gather the payload straight from user memory.
+//! A data frame with [`Flags::LINK_CHECKED`](crate::Flags::LINK_CHECKED) leaves its payload out:
+//! the link checks it.
 
-use crate::header::{field, read_u32, FRAME_HEADER_LEN, MSG_HEADER_LEN};
-use crate::{FrameHeader, FrameKind, MsgHeader, Protocol, WireError};
+use crate::header::{field, read_u16, read_u32, FRAME_HEADER_LEN, MSG_HEADER_LEN};
+use crate::{Flags, FrameHeader, FrameKind, MsgHeader, Protocol, WireError};
 
 /// Largest header block on any frame: frame header plus message header.
 pub const MAX_HEADERS_LEN: usize = FRAME_HEADER_LEN + MSG_HEADER_LEN;
@@ -102,9 +104,15 @@ impl<'a> Frame<'a> {
     }
 }
 
-/// CRC32C over the header bytes with the checksum field read as zero, then the payload pieces.
+/// CRC32C over the header bytes with the checksum field read as zero, then the payload pieces
+/// (none when the headers say the link checks them).
 pub fn checksum(headers: &[u8], payload: &[&[u8]]) -> u32 {
     debug_assert!(headers.len() >= FRAME_HEADER_LEN);
+    let payload = if payload_link_checked(headers) {
+        &[]
+    } else {
+        payload
+    };
     if let Some(crc) = small_frame_checksum(headers, payload) {
         return crc;
     }
@@ -115,6 +123,13 @@ pub fn checksum(headers: &[u8], payload: &[&[u8]]) -> u32 {
         crc = crc32c::crc32c_append(crc, piece);
     }
     crc
+}
+
+/// True if the headers carry [`Flags::LINK_CHECKED`]: the checksum leaves the payload out.
+/// Only a parsed frame's flags are known to be allowed on its kind; for raw bytes this reads
+/// the bit as it is, which is what the sealed checksum was computed with.
+pub fn payload_link_checked(headers: &[u8]) -> bool {
+    headers.len() >= FRAME_HEADER_LEN && read_u16(headers, field::FLAGS) & Flags::LINK_CHECKED != 0
 }
 
 /// Frames up to this many bytes are checksummed by [`small_frame_checksum`].

@@ -97,9 +97,9 @@ impl FrameKind {
     pub fn allowed_flags(self) -> u16 {
         let retransmit = Flags::RETRANSMIT;
         match self {
-            Self::Eager => retransmit | Flags::ACKED | Flags::CREDITS,
-            Self::Rts => retransmit,
-            Self::Data => retransmit | Flags::RSM,
+            Self::Eager => retransmit | Flags::ACKED | Flags::CREDITS | Flags::LINK_CHECKED,
+            Self::Rts => retransmit | Flags::LINK_CHECKED,
+            Self::Data => retransmit | Flags::RSM | Flags::LINK_CHECKED,
             Self::Ack => Flags::ACK_ALL | Flags::WAIT,
             Self::Cts => Flags::FROM_START,
             Self::MsgAck => Flags::TRUNCATED,
@@ -157,6 +157,11 @@ impl Flags {
     pub const EAGER: u16 = 1 << 9;
     /// CANCEL-ACK: the message is withdrawn; it was not delivered and never will be.
     pub const CANCELLED: u16 = 1 << 10;
+    /// EAGER, RTS, DATA: the checksum covers the headers only; the payload is covered by the
+    /// link's own check (the UDP checksum, which the receiving kernel verifies before a socket
+    /// sees the datagram). A CRC32C of the payload costs as much as a copy of it on each side;
+    /// a receiver whose link checks nothing drops such frames.
+    pub const LINK_CHECKED: u16 = 1 << 11;
 }
 
 /// Message protocol recorded in the message header; must agree with the frame kind.

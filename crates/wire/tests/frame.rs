@@ -66,6 +66,43 @@ fn a_frame_in_two_places_parses_like_the_whole_and_is_checked_the_same() {
 }
 
 #[test]
+fn a_link_checked_frame_covers_its_headers_and_leaves_the_payload_to_the_link() {
+    for kind in [FrameKind::Eager, FrameKind::Rts, FrameKind::Data] {
+        let mut header = header(kind, PAYLOAD.len());
+        header.flags |= Flags::LINK_CHECKED;
+        let msg = msg_for(kind);
+        let mut out = vec![0u8; MAX_HEADERS_LEN + PAYLOAD.len()];
+        let len = emit_frame(&header, msg.as_ref(), PAYLOAD, &mut out).unwrap();
+        let bytes = &mut out[..len];
+        assert_eq!(Frame::parse(bytes).unwrap().header, header, "{kind:?}");
+        // The payload is not in the checksum: a changed byte is the link's to catch.
+        bytes[len - 1] ^= 0x10;
+        assert!(Frame::parse(bytes).is_ok(), "{kind:?}: payload left out");
+        // Every header byte still is, the message header's included.
+        for at in 0..headers_len(kind) {
+            let mut flipped = bytes.to_vec();
+            flipped[at] ^= 0x04;
+            assert!(
+                Frame::parse(&flipped).is_err(),
+                "{kind:?}: header byte {at} changed"
+            );
+        }
+    }
+}
+
+#[test]
+fn only_data_bearing_frames_may_leave_their_payload_to_the_link() {
+    for kind in ALL_KINDS {
+        let allowed = matches!(kind, FrameKind::Eager | FrameKind::Rts | FrameKind::Data);
+        assert_eq!(
+            kind.allowed_flags() & Flags::LINK_CHECKED != 0,
+            allowed,
+            "{kind:?}"
+        );
+    }
+}
+
+#[test]
 fn emit_into_larger_buffer_writes_only_the_frame() {
     for (kind, bytes) in samples() {
         let frame = Frame::parse(&bytes).unwrap();
@@ -156,10 +193,10 @@ fn flag_bits_and_allowed_flags_are_stable() {
     );
     use FrameKind::*;
     let table: [(FrameKind, u16); 16] = [
-        (Eager, 0x182),
-        (Rts, 0x02),
+        (Eager, 0x982),
+        (Rts, 0x802),
         (Cts, 0x10),
-        (Data, 0x03),
+        (Data, 0x803),
         (Ack, 0x0c),
         (End, 0x02),
         (MsgAck, 0x20),
@@ -925,7 +962,9 @@ fn emit_refuses_what_parse_would_refuse() {
 fn checksum_is_crc32c_of_the_frame_with_its_checksum_field_zeroed() {
     // Small frames take the CPU's CRC32C instruction, large ones the crate: both must give the
     // CRC32C of the whole frame, however the payload is cut into pieces.
-    let headers: Vec<u8> = (0..72u8).map(|b| b.wrapping_mul(37)).collect();
+    let mut headers: Vec<u8> = (0..72u8).map(|b| b.wrapping_mul(37)).collect();
+    // The flags word must not say the link checks the payload (it would leave it out).
+    headers[3] &= !((Flags::LINK_CHECKED >> 8) as u8);
     for len in [0usize, 1, 7, 8, 9, 63, 255, 256, 439, 440, 441, 1000, 1472] {
         let payload: Vec<u8> = (0..len).map(|i| (i * 131 + 7) as u8).collect();
         let mut whole = headers.clone();

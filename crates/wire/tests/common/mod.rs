@@ -35,11 +35,13 @@ pub fn protocol_for(kind: FrameKind) -> Protocol {
     }
 }
 
-/// A frame header of `kind` with every field non-zero and every allowed flag set.
+/// A frame header of `kind` with every field non-zero and every allowed flag set (but one).
 pub fn header(kind: FrameKind, payload_len: usize) -> FrameHeader {
     FrameHeader {
         kind,
-        flags: kind.allowed_flags(),
+        // Every flag the kind allows but the one that leaves the payload unchecked: the
+        // corruption tests need every byte covered (`LINK_CHECKED` has tests of its own).
+        flags: kind.allowed_flags() & !Flags::LINK_CHECKED,
         job: 0x1234_5678,
         src: 3,
         dst: 0xfffe_0001,
@@ -114,9 +116,14 @@ pub fn samples() -> Vec<(FrameKind, Vec<u8>)> {
 
 /// Recomputes the checksum of a (possibly edited) frame in place, so that a test reaches the
 /// check it aims at instead of stopping at the checksum. The CRC runs over the whole frame with
-/// the CRC field read as zero, so where the headers end does not matter.
+/// the CRC field read as zero, so where the headers end matters only on a frame whose payload
+/// the link checks (`Flags::LINK_CHECKED`): then the message header is covered and the payload
+/// is not.
 pub fn reseal(bytes: &mut [u8]) {
-    let (headers, rest) = bytes.split_at_mut(FRAME_HEADER_LEN);
+    let split = FrameKind::from_u8(bytes[1])
+        .map_or(FRAME_HEADER_LEN, nicmsg_wire::headers_len)
+        .min(bytes.len());
+    let (headers, rest) = bytes.split_at_mut(split);
     let crc = checksum(headers, &[rest]);
     view(headers).set_crc(crc);
 }
