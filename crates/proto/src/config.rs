@@ -96,6 +96,12 @@ pub struct Config {
     /// Control frames (ACK, CTS, ...) waiting to be transmitted; beyond it they are dropped and
     /// counted, which is safe because every control frame is recovered by retransmission.
     pub max_control_queue: usize,
+    /// The link verifies every datagram's payload itself (kernel UDP sockets: the UDP checksum),
+    /// so data frames are sealed with a checksum of their headers only (`Flags::LINK_CHECKED`)
+    /// and such frames are taken. A CRC32C of the payload costs about what a copy of it costs,
+    /// on each side (`docs/wire-format.md`). Off (the default, and on links that check nothing,
+    /// such as AF_XDP): every checksum covers the payload, and frames without are dropped.
+    pub link_checks_payload: bool,
 }
 
 impl Default for Config {
@@ -137,6 +143,7 @@ impl Default for Config {
             // the sender's timer far away even when the acknowledgement is not piggybacked.
             ack_delay_ns: 20_000,
             max_control_queue: 1024,
+            link_checks_payload: false,
         }
     }
 }

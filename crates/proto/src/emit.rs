@@ -88,6 +88,9 @@ impl Core {
         let offset = op.geometry.offset(frame);
         let len = op.geometry.len(frame);
         let mut flags = if retransmit { Flags::RETRANSMIT } else { 0 };
+        if self.config.link_checks_payload && !self.peers[peer].link_unchecked {
+            flags |= Flags::LINK_CHECKED;
+        }
         let mut aux = 0;
         if kind == FrameKind::Data && op.rsm_frame == Some(frame) {
             flags |= Flags::RSM;

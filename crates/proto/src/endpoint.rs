@@ -68,6 +68,16 @@ impl Endpoint {
         }
     }
 
+    /// Frames to `peer` cover their payload in their checksum: the peer receives through a
+    /// link that checks nothing (AF_XDP), so it takes no frame that leaves its payload to the
+    /// link. Only matters where this endpoint's own link checks payloads
+    /// (`Config::link_checks_payload`); a job learns it from the address exchange.
+    pub fn cover_payloads_to(&mut self, peer: Rank) {
+        if peer < self.core.size() {
+            self.changing().peers[peer].link_unchecked = true;
+        }
+    }
+
     /// Open mode: the rank to send to `address` through, made if new (an error when every
     /// slot is in use, or in a job).
     pub fn peer_for_address(

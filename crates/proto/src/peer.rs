@@ -28,6 +28,9 @@ pub(crate) struct Peer {
     /// WAIT): the peer keeps up, so an eager message out of credits goes by rendezvous at once
     /// instead of waiting for one (`credit_wait.rs`).
     pub rendezvous_finds_receive: bool,
+    /// The peer's link checks nothing (AF_XDP): frames to it cover their payload in their
+    /// checksum even where this rank's link checks payloads (`Config::link_checks_payload`).
+    pub link_unchecked: bool,
     // --- this rank receiving from the peer ---
     pub recv_window: IdWindow,
     /// Next message id whose header must be matched (MPI non-overtaking order).
@@ -86,6 +89,7 @@ impl Peer {
             queue_tail: None,
             credit_wait: CreditWait::Idle,
             rendezvous_finds_receive: true,
+            link_unchecked: false,
             recv_window: IdWindow::default(),
             next_match: 0,
             credits_given: 0,

@@ -120,7 +120,8 @@ impl Core {
     /// Offers a datagram whose first `ExpectedFrame::HEADER_LEN` bytes are `header` and whose
     /// payload the transport already wrote where `expected` says. Verifies it is exactly that
     /// frame, from that peer (`from`: its address, which an open endpoint knows its peers by),
-    /// and intact (checksum over the header and the payload in place) before taking it.
+    /// and intact (checksum over the header and the payload in place, or over the header alone
+    /// where the link checks the payload) before taking it.
     pub(crate) fn handle_placed_frame(
         &mut self,
         now: Nanos,
@@ -143,7 +144,8 @@ impl Core {
             && parsed.frame_index == expected.frame_index
             && parsed.offset == expected.offset
             && u64::from(parsed.payload_len) == expected.segment.len
-            && datagram_len == FRAME_HEADER_LEN + parsed.payload_len as usize;
+            && datagram_len == FRAME_HEADER_LEN + parsed.payload_len as usize
+            && self.payload_check_trusted(&parsed);
         if !as_expected || !self.intact_in_place(bytes, expected, memory) {
             return PlacedOutcome::NotPredicted;
         }

@@ -28,6 +28,9 @@ impl Core {
             }
             Err(_) => return self.count_drop(None, DropReason::Malformed),
         };
+        if !self.payload_check_trusted(&frame.header) {
+            return self.count_drop(None, DropReason::BadChecksum);
+        }
         let mut header = frame.header;
         if header.job != self.job {
             return self.count_drop(None, DropReason::WrongJob);
@@ -87,6 +90,12 @@ impl Core {
         // Credits and message ids towards a peer are only freed by its own frames, so only its
         // queue can have become startable.
         self.start_queued_for(now, peer);
+    }
+
+    /// False for a frame whose checksum leaves its payload to the link when this endpoint's
+    /// link checks nothing: its payload is unverified, so it is dropped as if corrupt.
+    pub(crate) fn payload_check_trusted(&self, header: &FrameHeader) -> bool {
+        self.config.link_checks_payload || !header.has_flag(Flags::LINK_CHECKED)
     }
 
     fn on_data_frame(

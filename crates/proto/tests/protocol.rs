@@ -194,6 +194,142 @@ fn lossy_rendezvous_retransmits_and_counts() {
     assert!(stats.data_frames_sent > (1 << 20) / 1424);
 }
 
+/// With `link_checks_payload` every data frame says so and its checksum covers its headers
+/// only, and messages of both protocols still arrive intact under loss.
+#[test]
+fn frames_leave_their_payload_to_a_link_that_checks_it() {
+    use nicmsg_wire::{Flags, FrameKind};
+    let config = Config {
+        link_checks_payload: true,
+        ..test_config()
+    };
+    let mut net = Net::new(2, config);
+    net.seed(7);
+    net.loss = 0.05;
+    let data_frames = std::rc::Rc::new(std::cell::Cell::new(0u32));
+    let seen = data_frames.clone();
+    net.filter = Some(Box::new(move |bytes: &[u8]| {
+        let frame = nicmsg_wire::Frame::parse(bytes).expect("every frame parses");
+        let kind = frame.header.kind;
+        if matches!(kind, FrameKind::Eager | FrameKind::Rts | FrameKind::Data) {
+            assert!(frame.header.has_flag(Flags::LINK_CHECKED), "{kind:?}");
+            seen.set(seen.get() + 1);
+        } else {
+            assert!(!frame.header.has_flag(Flags::LINK_CHECKED), "{kind:?}");
+        }
+        false
+    }));
+    for len in [0, 100, 5000, 300_000] {
+        let (send, recv, bytes) = transfer(&mut net, len, len % 2 == 0);
+        assert!(send.result.is_ok() && recv.result.is_ok(), "{len} bytes");
+        assert!(bytes == pattern(len, 3), "{len} bytes arrive intact");
+    }
+    assert!(data_frames.get() > 300_000 / 1424);
+    let drops = net.endpoints[1].stats().drops;
+    assert_eq!((drops.bad_checksum, drops.malformed), (0, 0), "{drops:?}");
+}
+
+/// A receiver whose link checks nothing refuses frames that leave their payload unchecked, as
+/// corrupt ones: nothing unverified is delivered.
+#[test]
+fn a_receiver_whose_link_checks_nothing_refuses_unchecked_payloads() {
+    let trusting = Config {
+        link_checks_payload: true,
+        ..test_config()
+    };
+    let mut net = Net::new(2, trusting);
+    net.endpoints[1] = Endpoint::new(test_config(), 7, 1, 2).unwrap();
+    let data = pattern(3000, 1);
+    let send_region = net.region(0, data);
+    let recv_region = net.region(1, vec![0; 3000]);
+    let now = net.now;
+    net.endpoints[1]
+        .post_recv(
+            now,
+            Source::Rank(0),
+            Context::USER,
+            TagMatch::Tag(5),
+            &SgList::contiguous(recv_region, 0, 3000),
+            &mut net.memories[1],
+        )
+        .unwrap();
+    net.endpoints[0]
+        .post_send(
+            now,
+            1,
+            Context::USER,
+            5,
+            &SgList::contiguous(send_region, 0, 3000),
+            &mut net.memories[0],
+        )
+        .unwrap();
+    net.run(net.now + 2_000_000);
+    assert!(
+        net.completions[1].is_empty(),
+        "nothing unverified completes"
+    );
+    let drops = net.endpoints[1].stats().drops;
+    assert!(drops.bad_checksum > 0 && drops.bad_checksum == drops.total());
+    assert!(net.bytes(1, recv_region).iter().all(|&b| b == 0));
+}
+
+/// A job whose rank 2 receives through a link that checks nothing (AF_XDP) beside ranks on
+/// UDP: frames to rank 2 cover their payload, frames between the others leave it to the link,
+/// and every message arrives in every direction.
+#[test]
+fn frames_to_a_peer_whose_link_checks_nothing_cover_their_payload() {
+    use nicmsg_wire::{Flags, FrameKind};
+    let checked = Config {
+        link_checks_payload: true,
+        ..test_config()
+    };
+    let mut net = Net::new(3, checked);
+    net.endpoints[2] = Endpoint::new(test_config(), 7, 2, 3).unwrap();
+    net.endpoints[0].cover_payloads_to(2);
+    net.endpoints[1].cover_payloads_to(2);
+    net.filter = Some(Box::new(|bytes: &[u8]| {
+        let frame = nicmsg_wire::Frame::parse(bytes).expect("every frame parses");
+        let h = frame.header;
+        if matches!(h.kind, FrameKind::Eager | FrameKind::Rts | FrameKind::Data) {
+            let leaves_payload = h.src != 2 && h.dst != 2;
+            assert_eq!(h.has_flag(Flags::LINK_CHECKED), leaves_payload, "{h:?}");
+        }
+        false
+    }));
+    let mut expected = Vec::new();
+    for (from, to) in [(0u32, 2u32), (1, 2), (2, 0), (0, 1), (1, 0)] {
+        for len in [100usize, 40_000] {
+            let data = pattern(len, (from * 3 + to) as u8);
+            let send = net.send(from, to, 9, data.clone());
+            let (recv, region) = net.recv(to, Source::Rank(from), TagMatch::Tag(9), len);
+            expected.push((from, send, to, recv, region, data));
+        }
+    }
+    net.run(net.now + 1_000_000_000);
+    for (from, send, to, recv, region, data) in expected {
+        assert!(
+            matches!(net.result(from, send), Some(Ok(_))),
+            "{from} -> {to}"
+        );
+        assert!(
+            matches!(net.result(to, recv), Some(Ok(_))),
+            "{from} -> {to}"
+        );
+        assert!(
+            net.bytes(to, region) == data,
+            "{from} -> {to}: {} bytes",
+            data.len()
+        );
+    }
+    for rank in 0..3 {
+        assert_eq!(
+            net.endpoints[rank].stats().drops.bad_checksum,
+            0,
+            "rank {rank}"
+        );
+    }
+}
+
 #[test]
 fn sender_out_of_credits_sends_by_rendezvous() {
     let config = Config {
