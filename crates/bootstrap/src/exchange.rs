@@ -22,21 +22,26 @@
 //! rank that frames its own datagrams (the AF_XDP transport) needs its peers' hardware
 //! addresses, which no neighbour table holds before the ranks have talked.
 //!
-//! ## Wire format (version 2)
+//! Each entry also says whether the rank receives through the kernel's UDP sockets, which
+//! verify every datagram's checksum: its peers then leave payloads out of their frames'
+//! checksums (a rank on AF_XDP, whose rings check nothing, says no).
+//!
+//! ## Wire format (version 3)
 //!
 //! Every message is a frame: a big-endian `u32` body length (at most 16 MiB) followed by the body.
 //! Integers in the body are big-endian.
 //!
 //! ```text
-//! body    = magic "NMBX" (4 bytes) | version u8 = 1 | kind u8 | payload
+//! body    = magic "NMBX" (4 bytes) | version u8 = 3 | kind u8 | payload
 //! HELLO   (kind 1, rank -> rank 0): job u32 | size u32 | rank u32 | addr
 //! TABLE   (kind 2, rank 0 -> rank): job u32 | size u32 | size x addr      (index = rank)
 //! ERROR   (kind 3, rank 0 -> rank): UTF-8 reason, the rest of the body
-//! addr    = data | link
+//! addr    = data | link | checked
 //! data    = family u8 = 4 | IPv4 (4 bytes) | port u16
 //!         | family u8 = 6 | IPv6 (16 bytes) | port u16 | scope id u32
 //! link    = length u8 = 0                          (none)
 //!         | length u8 = 6 | Ethernet address (6 bytes)
+//! checked = u8 = 0 | 1                             (1: the rank's link checks payloads)
 //! ```
 
 use std::io::{self, Read, Write};
@@ -52,7 +57,7 @@ use crate::{BootstrapError, JobEnv};
 /// The four bytes every body starts with.
 pub const MAGIC: [u8; 4] = *b"NMBX";
 /// Protocol version; a rank 0 of another version refuses the hello.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Largest body accepted (a table of about 880 000 IPv4 ranks).
 pub const MAX_BODY: usize = 16 << 20;
 
@@ -71,11 +76,19 @@ pub struct RankAddress {
     /// The Ethernet address of the interface holding `data`, for ranks that frame their own
     /// datagrams; `None` when the rank does not say.
     pub link: Option<[u8; 6]>,
+    /// The rank receives through the kernel's UDP sockets, which drop a datagram whose checksum
+    /// fails: frames to it may leave their payload out of their own checksum. False (the safe
+    /// answer) when the rank does not say.
+    pub checks_payload: bool,
 }
 
 impl RankAddress {
     pub fn new(data: SocketAddr) -> Self {
-        Self { data, link: None }
+        Self {
+            data,
+            link: None,
+            checks_payload: false,
+        }
     }
 }
 
@@ -574,6 +587,7 @@ fn put_addr(b: &mut Vec<u8>, addr: RankAddress) {
         }
         None => b.push(0),
     }
+    b.push(u8::from(addr.checks_payload));
 }
 
 fn write_frame(stream: &mut TcpStream, body: &[u8]) -> io::Result<()> {
@@ -634,7 +648,16 @@ impl<'a> Reader<'a> {
             6 => Some(self.array::<6>()?),
             _ => return None,
         };
-        Some(RankAddress { data, link })
+        let checks_payload = match self.u8()? {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
+        Some(RankAddress {
+            data,
+            link,
+            checks_payload,
+        })
     }
     fn data_addr(&mut self) -> Option<SocketAddr> {
         match self.u8()? {
@@ -685,12 +708,16 @@ mod tests {
                 link: Some([0x02, 0x42, 0xac, 0x11, 0x00, 0xff]),
                 ..plain("10.213.3.2:9001")
             },
+            RankAddress {
+                checks_payload: true,
+                ..plain("10.213.3.3:9002")
+            },
             plain("[fe80::1%7]:65535"),
             plain("[::1]:1"),
         ];
-        let body = table_body(&env(0, 4), &addrs);
+        let body = table_body(&env(0, 5), &addrs);
         let bs: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        assert_eq!(parse_reply(&env(1, 4), bs, &body).unwrap(), addrs);
+        assert_eq!(parse_reply(&env(1, 5), bs, &body).unwrap(), addrs);
     }
 
     #[test]

@@ -97,6 +97,14 @@ pub trait Transport: Send {
     /// Largest frame the backend carries.
     fn max_frame(&self) -> usize;
 
+    /// True if every datagram this transport hands over had its payload verified on the way
+    /// (the kernel drops a UDP datagram whose checksum fails), so frames may leave their
+    /// payload out of their own checksum (`Config::link_checks_payload`). False for a path
+    /// that checks nothing, such as AF_XDP's rings (the default).
+    fn checks_payload(&self) -> bool {
+        false
+    }
+
     /// Frames to `rank` go to `address` from now on (an open endpoint binding a peer slot).
     /// A transport that cannot reach peers by address refuses.
     fn bind_peer(&mut self, rank: u32, address: SocketAddr) -> io::Result<()> {
@@ -161,6 +169,10 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
 
     fn max_frame(&self) -> usize {
         (**self).max_frame()
+    }
+
+    fn checks_payload(&self) -> bool {
+        (**self).checks_payload()
     }
 
     fn bind_peer(&mut self, rank: u32, address: SocketAddr) -> io::Result<()> {

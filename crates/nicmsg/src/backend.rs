@@ -22,16 +22,19 @@ pub(crate) enum Opened {
 
 impl Opened {
     /// The addresses peers reach this rank at: its UDP address, and the Ethernet address that
-    /// peers framing their own datagrams (AF_XDP) use.
+    /// peers framing their own datagrams (AF_XDP) use; and whether its link checks payloads.
     pub(crate) fn address(&self) -> RankAddress {
         match self {
             Opened::Udp(udp) => RankAddress {
                 data: udp.local_addr(),
                 link: ethernet_address_of(udp.local_addr()),
+                checks_payload: udp.checks_payload(),
             },
+            // Also when it gives way to UDP later (`connect`): saying "unchecked" is always safe.
             Opened::Xdp(xdp) => RankAddress {
                 data: xdp.local_addr(),
                 link: Some(xdp.link_address()),
+                checks_payload: xdp.checks_payload(),
             },
         }
     }

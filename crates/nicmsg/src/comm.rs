@@ -105,8 +105,18 @@ impl Comm {
             frame = options.protocol.mtu,
             "joined the job"
         );
-        let endpoint = Endpoint::new(options.protocol.clone(), job.job, job.rank, job.size)
-            .map_err(|e| Error::Config(e.to_string()))?;
+        let mut endpoint = Endpoint::new(
+            options.protocol_for(backend.as_ref()),
+            job.job,
+            job.rank,
+            job.size,
+        )
+        .map_err(|e| Error::Config(e.to_string()))?;
+        for (rank, peer) in peers.iter().enumerate() {
+            if !peer.checks_payload {
+                endpoint.cover_payloads_to(rank as u32);
+            }
+        }
         Self::start(options, endpoint, backend)
     }
 
@@ -134,7 +144,7 @@ impl Comm {
         let udp = UdpTransport::bind(udp_options(&options, bind))?;
         let local = udp.local_addr();
         let mut endpoint = Endpoint::new_open(
-            options.protocol.clone(),
+            options.protocol_for(&udp),
             OPEN_JOB,
             fresh_incarnation(local),
             capacity,

@@ -2,7 +2,7 @@
 //! settings ([`SETTINGS`]) parses them and renders their documentation.
 
 use crate::Error;
-use nicmsg_engine::IdleConfig;
+use nicmsg_engine::{IdleConfig, Transport};
 use nicmsg_proto::{Config, UnexpectedPolicy, MAX_ACK_UNIT, RX_TRACKED_FRAMES};
 
 /// Which transport carries the frames (`NICMSG_TRANSPORT`).
@@ -52,6 +52,9 @@ pub struct Options {
     pub print_stats: bool,
     /// Speculative header/payload split on receive (`NICMSG_PLACEMENT=0` turns it off).
     pub placement: bool,
+    /// Every frame's checksum covers its payload, also where the link checks it
+    /// (`NICMSG_PAYLOAD_CRC=1`): an end-to-end check that costs a CRC32C of every byte.
+    pub payload_crc: bool,
     /// PANIC: whether the engine runs programs (`NICMSG_PROGRAMS`).
     pub programs: bool,
     /// PANIC: whether other ranks may load, unload and start programs here
@@ -81,6 +84,7 @@ impl Default for Options {
             bootstrap_timeout: std::time::Duration::from_secs(60),
             print_stats: false,
             placement: true,
+            payload_crc: false,
             programs: true,
             programs_remote: true,
             program_budget: nicmsg_vm::limits::DEFAULT_BUDGET,
@@ -221,6 +225,16 @@ impl Options {
     pub fn size_protocol_tables(&mut self) {
         self.protocol.max_recvs = self.slots;
         self.protocol.max_sends = self.slots + self.protocol.max_early_sends;
+    }
+
+    /// The protocol configuration for an endpoint on `transport`: frames leave their payload
+    /// out of their checksum where the transport's link verifies it, unless
+    /// `NICMSG_PAYLOAD_CRC` asks for the end-to-end check.
+    pub fn protocol_for(&self, transport: &dyn Transport) -> Config {
+        Config {
+            link_checks_payload: transport.checks_payload() && !self.payload_crc,
+            ..self.protocol.clone()
+        }
     }
 }
 
@@ -629,6 +643,15 @@ pub static SETTINGS: &[Setting] = &[
         apply: |o, v| o.placement = v.on(),
     },
     Setting {
+        name: "NICMSG_PAYLOAD_CRC",
+        values: Values::Switch,
+        default: "off",
+        meaning: "every frame carries a CRC32C of its payload too; off, frames over UDP check \
+                  only their headers and leave the payload to the UDP checksum the kernel \
+                  verifies (AF_XDP, which checks nothing, always covers the payload)",
+        apply: |o, v| o.payload_crc = v.on(),
+    },
+    Setting {
         name: "NICMSG_PROGRAMS",
         values: Values::Switch,
         default: "on",
@@ -750,6 +773,50 @@ mod tests {
         assert_eq!(sized(&mut Options::default(), "10.0.0.1:0"), 1472);
         let mut told = parse(&[("NICMSG_MTU", "1500")]).expect("valid");
         assert_eq!(sized(&mut told, "127.0.0.1:0"), 1472, "NICMSG_MTU wins");
+    }
+
+    /// A transport whose only answer that matters is whether its link checks payloads.
+    struct Link(bool);
+
+    impl Transport for Link {
+        fn name(&self) -> &'static str {
+            "link"
+        }
+        fn send(&mut self, _: &[(u32, &[&[u8]])]) -> std::io::Result<usize> {
+            Ok(0)
+        }
+        fn receive(
+            &mut self,
+            _: &mut dyn FnMut(nicmsg_engine::Origin, &[u8]),
+        ) -> std::io::Result<usize> {
+            Ok(0)
+        }
+        fn readable_fds(&self) -> Vec<std::os::fd::RawFd> {
+            Vec::new()
+        }
+        fn max_frame(&self) -> usize {
+            1472
+        }
+        fn checks_payload(&self) -> bool {
+            self.0
+        }
+    }
+
+    #[test]
+    fn payloads_leave_the_checksum_only_where_the_link_checks_them_and_not_when_told() {
+        let options = Options::default();
+        assert!(options.protocol_for(&Link(true)).link_checks_payload);
+        assert!(!options.protocol_for(&Link(false)).link_checks_payload);
+        let told = parse(&[("NICMSG_PAYLOAD_CRC", "1")]).expect("valid");
+        assert!(!told.protocol_for(&Link(true)).link_checks_payload);
+        assert_eq!(
+            Config {
+                link_checks_payload: false,
+                ..told.protocol_for(&Link(true))
+            },
+            told.protocol,
+            "nothing else changes"
+        );
     }
 
     #[test]

@@ -91,6 +91,13 @@ impl Transport for UdpTransport {
         UdpTransport::max_frame(self)
     }
 
+    /// The kernel verifies the UDP checksum of every datagram before the socket sees it (over
+    /// IPv6 it is mandatory; over IPv4 nicmsg's senders always fill it in, as the kernel does
+    /// unless told not to), or it never left memory (loopback).
+    fn checks_payload(&self) -> bool {
+        true
+    }
+
     fn bind_peer(&mut self, rank: u32, address: std::net::SocketAddr) -> io::Result<()> {
         UdpTransport::bind_peer(self, rank, address);
         Ok(())

@@ -8,7 +8,8 @@
 //!   net 02287d3d-...-38449751f738/4026531833   the network namespace: kernel boot id/netns inode
 //!   if eth0 192.0.2.2/24                  every IPv4 address but loopback, interface order
 //! address record (key nicmsg.addr.1), one line:
-//!   nicmsg-addr 1 192.0.2.2:40001 02:42:ac:11:00:02     data address, Ethernet address or -
+//!   nicmsg-addr 2 192.0.2.2:40001 02:42:ac:11:00:02 checked
+//!                 data address, Ethernet address or -, whether the rank's link checks payloads
 //! ```
 //!
 //! Two ranks with the same `net` share a network namespace on one running kernel, so they reach
@@ -21,7 +22,7 @@ use crate::RankAddress;
 /// First line of a host record.
 const HOST_MAGIC: &str = "nicmsg-host 1";
 /// First word and version of an address record.
-const ADDR_MAGIC: &str = "nicmsg-addr 1";
+const ADDR_MAGIC: &str = "nicmsg-addr 2";
 
 /// Most IPv4 addresses a rank publishes: its first 32 besides loopback. Hosts with more (a
 /// router, a container host with many bridges) rarely need the later ones, and each costs
@@ -196,8 +197,18 @@ pub fn encode_address(address: RankAddress) -> String {
             .join(":"),
         None => "-".into(),
     };
-    format!("{ADDR_MAGIC} {} {link}", address.data)
+    let checked = if address.checks_payload {
+        CHECKED
+    } else {
+        UNCHECKED
+    };
+    format!("{ADDR_MAGIC} {} {link} {checked}", address.data)
 }
+
+/// The last word of an address record: whether the rank's link checks payloads
+/// (`RankAddress::checks_payload`).
+const CHECKED: &str = "checked";
+const UNCHECKED: &str = "unchecked";
 
 /// Reads an address record; the error says what is wrong with it.
 pub fn decode_address(text: &str) -> Result<RankAddress, String> {
@@ -211,8 +222,10 @@ pub fn decode_address(text: &str) -> Result<RankAddress, String> {
         .strip_prefix(ADDR_MAGIC)
         .and_then(|rest| rest.strip_prefix(' '))
         .ok_or_else(|| format!("it does not start with {ADDR_MAGIC:?}"))?;
-    let [data, link] = rest.split(' ').collect::<Vec<_>>()[..] else {
-        return Err(format!("{text:?} is not \"{ADDR_MAGIC} ADDRESS LINK\""));
+    let [data, link, checked] = rest.split(' ').collect::<Vec<_>>()[..] else {
+        return Err(format!(
+            "{text:?} is not \"{ADDR_MAGIC} ADDRESS LINK {CHECKED}|{UNCHECKED}\""
+        ));
     };
     let data: SocketAddr = data
         .parse()
@@ -224,7 +237,16 @@ pub fn decode_address(text: &str) -> Result<RankAddress, String> {
         "-" => None,
         mac => Some(parse_mac(mac).ok_or_else(|| format!("{mac:?} is not an Ethernet address"))?),
     };
-    Ok(RankAddress { data, link })
+    let checks_payload = match checked {
+        CHECKED => true,
+        UNCHECKED => false,
+        other => return Err(format!("{other:?} is not {CHECKED} or {UNCHECKED}")),
+    };
+    Ok(RankAddress {
+        data,
+        link,
+        checks_payload,
+    })
 }
 
 fn parse_mac(text: &str) -> Option<[u8; 6]> {
@@ -341,6 +363,11 @@ mod tests {
             RankAddress {
                 data: "10.213.3.2:9".parse().unwrap(),
                 link: Some([0x02, 0x42, 0xac, 0x11, 0x00, 0xff]),
+                checks_payload: false,
+            },
+            RankAddress {
+                checks_payload: true,
+                ..RankAddress::new("10.213.3.3:9".parse().unwrap())
             },
             RankAddress::new("[fe80::1%7]:65535".parse().unwrap()),
         ] {
@@ -351,9 +378,10 @@ mod tests {
         assert_eq!(
             encode_address(RankAddress {
                 data: "10.0.0.1:5".parse().unwrap(),
-                link: Some([0, 1, 2, 3, 4, 0xab])
+                link: Some([0, 1, 2, 3, 4, 0xab]),
+                checks_payload: true,
             }),
-            "nicmsg-addr 1 10.0.0.1:5 00:01:02:03:04:ab"
+            "nicmsg-addr 2 10.0.0.1:5 00:01:02:03:04:ab checked"
         );
     }
 
@@ -361,14 +389,16 @@ mod tests {
     fn bad_address_records_are_refused() {
         for text in [
             "",
+            "nicmsg-addr 1 10.0.0.1:5 -",
+            "nicmsg-addr 3 10.0.0.1:5 - checked",
             "nicmsg-addr 2 10.0.0.1:5 -",
-            "nicmsg-addr 1 10.0.0.1:5",
-            "nicmsg-addr 1 10.0.0.1 -",
-            "nicmsg-addr 1 10.0.0.1:0 -",
-            "nicmsg-addr 1 0.0.0.0:5 -",
-            "nicmsg-addr 1 10.0.0.1:5 00:01:02:03:04",
-            "nicmsg-addr 1 10.0.0.1:5 00:01:02:03:04:zz",
-            "nicmsg-addr 1 10.0.0.1:5 - extra",
+            "nicmsg-addr 2 10.0.0.1:5 - yes",
+            "nicmsg-addr 2 10.0.0.1 - checked",
+            "nicmsg-addr 2 10.0.0.1:0 - checked",
+            "nicmsg-addr 2 0.0.0.0:5 - unchecked",
+            "nicmsg-addr 2 10.0.0.1:5 00:01:02:03:04 checked",
+            "nicmsg-addr 2 10.0.0.1:5 00:01:02:03:04:zz checked",
+            "nicmsg-addr 2 10.0.0.1:5 - checked extra",
         ] {
             assert!(decode_address(text).is_err(), "{text:?} accepted");
         }
