@@ -13,6 +13,7 @@
 
 use crate::rng::{stream, SimRng};
 use nicmsg_proto::{Nanos, Rank};
+use nicmsg_wire::FRAME_HEADER_LEN;
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
 
@@ -43,6 +44,12 @@ pub struct NetConfig {
     pub partition_max_ns: Nanos,
     /// Partitions always applied, besides the random one.
     pub partitions: Vec<Partition>,
+    /// The link verifies payloads, as the kernel's UDP checksum does: a corrupted copy with a
+    /// flipped bit past the frame header is dropped on arrival (counted), and the endpoints
+    /// seal data frames over their headers only (`Config::link_checks_payload`). A copy
+    /// corrupted in its first `FRAME_HEADER_LEN` bytes alone is still delivered, so the
+    /// frames' own checksum of their headers stays tested. Odd seeds of a sweep.
+    pub link_checks_payload: bool,
 }
 
 impl Default for NetConfig {
@@ -60,6 +67,7 @@ impl Default for NetConfig {
             partition: 0.0,
             partition_max_ns: 20_000_000,
             partitions: Vec::new(),
+            link_checks_payload: false,
         }
     }
 }
@@ -171,6 +179,8 @@ pub struct NetStats {
     pub corrupted: u64,
     /// Corrupted copies handed to a live endpoint (each must be dropped by its checks).
     pub corrupted_delivered: u64,
+    /// Corrupted copies the link's payload check dropped (`NetConfig::link_checks_payload`).
+    pub link_check_drops: u64,
     pub reordered: u64,
     pub partition_drops: u64,
     pub dead_drops: u64,
@@ -190,6 +200,7 @@ impl NetStats {
         self.duplicated += other.duplicated;
         self.corrupted += other.corrupted;
         self.corrupted_delivered += other.corrupted_delivered;
+        self.link_check_drops += other.link_check_drops;
         self.reordered += other.reordered;
         self.partition_drops += other.partition_drops;
         self.dead_drops += other.dead_drops;
@@ -335,7 +346,11 @@ impl Network {
             if corrupted {
                 self.stats.corrupted += 1;
                 fate.corrupted += 1;
-                self.flip_bits(&mut frame);
+                let highest_flip = self.flip_bits(&mut frame);
+                if self.config.link_checks_payload && highest_flip >= FRAME_HEADER_LEN as u64 * 8 {
+                    self.stats.link_check_drops += 1;
+                    continue;
+                }
             }
             fate.copies += 1;
             let event = Event::Frame(InFlight {
@@ -350,11 +365,12 @@ impl Network {
         fate
     }
 
-    /// Flips 1 to 3 distinct random bits.
-    fn flip_bits(&mut self, frame: &mut [u8]) {
+    /// Flips 1 to 3 distinct random bits; returns the highest bit flipped (0 for an empty
+    /// frame).
+    fn flip_bits(&mut self, frame: &mut [u8]) -> u64 {
         let bits = frame.len() as u64 * 8;
         if bits == 0 {
-            return;
+            return 0;
         }
         let count = self.rng.range(1, 3.min(bits));
         let mut flipped: Vec<u64> = Vec::with_capacity(3);
@@ -365,6 +381,7 @@ impl Network {
                 frame[(bit / 8) as usize] ^= 1 << (bit % 8);
             }
         }
+        flipped.into_iter().max().unwrap_or(0)
     }
 }
 

@@ -73,6 +73,14 @@ impl OpenSpec {
             restart: 0.0,
             place: seed % 2 == 1,
         }
+        .with_link_check(seed % 4 >= 2)
+    }
+
+    /// Seeds 2 and 3 of every 4 run on a link that checks payloads (`NetConfig`), across
+    /// both placement choices.
+    fn with_link_check(mut self, checks: bool) -> Self {
+        self.net.link_checks_payload = checks;
+        self
     }
 
     /// The command that replays this run.
@@ -176,6 +184,7 @@ pub fn run_open(spec: &OpenSpec) -> OpenResult {
         rto_max_ns: 20_000_000,
         keepalive_ns: 20_000_000,
         peer_timeout_ns: 500_000_000,
+        link_checks_payload: spec.net.link_checks_payload,
         ..Config::default()
     };
     let mut net = Network::new(spec.net.clone(), nodes as u32, spec.seed);

@@ -304,13 +304,14 @@ impl Summary {
         let n = &self.net;
         let _ = writeln!(
             out,
-            "network: {} offered, {} delivered, {} lost, {} duplicated, {} corrupted ({} reached an endpoint), {} reordered, {} cut by partitions, {} to dead ranks ({} refused), {} over MTU; longest link wait {}",
+            "network: {} offered, {} delivered, {} lost, {} duplicated, {} corrupted ({} reached an endpoint, {} dropped by the link's payload check), {} reordered, {} cut by partitions, {} to dead ranks ({} refused), {} over MTU; longest link wait {}",
             n.frames_offered,
             n.delivered,
             n.lost,
             n.duplicated,
             n.corrupted,
             n.corrupted_delivered,
+            n.link_check_drops,
             n.reordered,
             n.partition_drops,
             n.dead_drops,

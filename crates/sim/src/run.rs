@@ -239,7 +239,10 @@ pub fn run(spec: &RunSpec) -> RunResult {
             ),
         );
     }
-    let config = spec.proto.config(spec.net.mtu, spec.unexpected);
+    let config = Config {
+        link_checks_payload: spec.net.link_checks_payload,
+        ..spec.proto.config(spec.net.mtu, spec.unexpected)
+    };
     if let Err(error) = config.validate() {
         return RunResult::failed(
             spec,

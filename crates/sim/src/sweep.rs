@@ -42,6 +42,7 @@ impl SweepPlan {
         spec.seed = seed;
         spec.workload = self.workloads[(seed % self.workloads.len() as u64) as usize];
         spec.net.loss = self.losses[rest / self.policies.len()];
+        spec.net.link_checks_payload = seed % 2 == 1;
         spec.unexpected = self.policies[rest % self.policies.len()];
         spec
     }
