@@ -523,7 +523,7 @@ pub static SETTINGS: &[Setting] = &[
             max: EAGER_LIMIT_MAX,
             unit: "bytes",
         },
-        default: "by job size: 65536 up to 32 ranks, halving as the job grows, at least 8192; 8192 for an open endpoint, 65536 for the libfabric provider's",
+        default: "by job size: 65536 up to 32 ranks, halving as the job grows, at least 8192; 8192 for an open endpoint, 262144 for the libfabric provider's",
         meaning: "messages up to this length go at once (eager), longer ones after the \
                   receiver's grant (rendezvous); the same on every rank. Each rank keeps 8 \
                   buffers of it per peer for unexpected messages, at most 1 GiB in all (checked \
