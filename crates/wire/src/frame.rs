@@ -128,7 +128,7 @@ pub fn checksum(headers: &[u8], payload: &[&[u8]]) -> u32 {
 /// True if the headers carry [`Flags::LINK_CHECKED`]: the checksum leaves the payload out.
 /// Only a parsed frame's flags are known to be allowed on its kind; for raw bytes this reads
 /// the bit as it is, which is what the sealed checksum was computed with.
-pub fn payload_link_checked(headers: &[u8]) -> bool {
+fn payload_link_checked(headers: &[u8]) -> bool {
     headers.len() >= FRAME_HEADER_LEN && read_u16(headers, field::FLAGS) & Flags::LINK_CHECKED != 0
 }
 

@@ -21,9 +21,7 @@ pub mod program;
 mod view;
 
 pub use error::WireError;
-pub use frame::{
-    checksum, emit_frame, emit_headers, payload_link_checked, seal, Frame, MAX_HEADERS_LEN,
-};
+pub use frame::{checksum, emit_frame, emit_headers, seal, Frame, MAX_HEADERS_LEN};
 pub use header::{
     filter_fields, frame_len, headers_len, FrameHeader, MsgHeader, FRAME_HEADER_LEN,
     MSG_HEADER_LEN, VERSION,
