@@ -49,6 +49,12 @@ pub struct Config {
     pub credit_wait_ns: Nanos,
     /// Frames granted by each CTS (RMPP: at most 16 by default).
     pub cts_window_frames: u32,
+    /// Bytes of a rendezvous message sent right behind its RTS, before any CTS, while the
+    /// receiver keeps up (its last rendezvous message found its receive posted): they are
+    /// placed if the RTS matches at once and discarded otherwise, and then sent again after
+    /// the CTS. A blocking send of a long message then waits for the CTS round trip only
+    /// beyond them (ob1 sends its first fragment likewise). 0 waits for the CTS always.
+    pub presumed_grant_bytes: u64,
     /// Frames before the end of a window at which the RSM flag is set (RMPP's Pre-k).
     pub rsm_pre_frames: u32,
     /// Frames per acknowledged collection (EMP: 3).
@@ -121,6 +127,9 @@ impl Default for Config {
             // `RX_TRACKED_FRAMES`) with the next grant asked for half-way reach ~2 GB/s.
             cts_window_frames: 256,
             rsm_pre_frames: 128,
+            // A quarter of a MiB: on loopback a 256 KiB message then goes without waiting for
+            // its CTS; a receiver that is not ready costs at most that much sent twice.
+            presumed_grant_bytes: 256 << 10,
             ack_unit: 3,
             unexpected: UnexpectedPolicy::Buffer,
             adaptive_frames: true,

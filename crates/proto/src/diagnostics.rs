@@ -38,7 +38,7 @@ impl Core {
                 "message {}: cancel asked for, waiting for the receiver to withdraw it (CANCEL-ACK)",
                 send.msg_id
             ),
-            SendPhase::Streaming if !send.is_eager() && send.granted <= 1 => format!(
+            SendPhase::Streaming if !send.is_eager() && !send.peer_matched => format!(
                 "message {}: RTS sent, waiting for the receiver to post a matching receive (CTS)",
                 send.msg_id
             ),

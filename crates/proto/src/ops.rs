@@ -182,11 +182,13 @@ impl SendOp {
             .sum()
     }
 
-    /// Frame kind of frame `frame` as it goes out now.
+    /// Frame kind of frame `frame` as it goes out now: frame 0 of a rendezvous message is its
+    /// RTS (with the message header) until a CTS says the receiver matched it, also when
+    /// frames after it went before the CTS (`Config::presumed_grant_bytes`).
     pub fn kind_of(&self, frame: u32) -> FrameKind {
         if self.is_eager() {
             FrameKind::Eager
-        } else if frame == 0 && self.granted <= 1 {
+        } else if frame == 0 && !self.peer_matched {
             FrameKind::Rts
         } else {
             FrameKind::Data

@@ -96,7 +96,8 @@ impl Core {
             if !peer.window_open() {
                 return;
             }
-            if needs_credit && !has_credit {
+            let out_of_credit = needs_credit && !has_credit;
+            if out_of_credit {
                 if self.wait_for_credit(now, dst) {
                     return;
                 }
@@ -104,6 +105,12 @@ impl Core {
             }
             let needs_credit = needs_credit && has_credit;
             let eager = self.sends[head].is_eager();
+            let granted = match (eager, out_of_credit) {
+                (true, _) => self.sends[head].frames,
+                // Sent by rendezvous because the receiver holds its buffers: it falls behind.
+                (false, true) => 1,
+                (false, false) => self.presumed_grant(head),
+            };
             let peer = &mut self.peers[dst];
             let msg_id = peer.send_next;
             peer.send_next = peer.send_next.wrapping_add(1);
@@ -119,11 +126,31 @@ impl Core {
             op.msg_id = msg_id;
             op.holds_credit = needs_credit;
             op.phase = SendPhase::Streaming;
-            op.granted = if eager { op.frames } else { 1 };
+            op.granted = granted;
             self.sends.activate(dst, msg_id, head);
             self.sends.mark_ready(head);
             self.complete_early_if_copied(head);
         }
+    }
+
+    /// Frames of rendezvous message `index` that go before its CTS: the RTS alone, or, while
+    /// the receiver keeps up (`Peer::rendezvous_finds_receive`), those holding the first
+    /// `presumed_grant_bytes`, in whole acknowledgement collections, so that a CTS asking to
+    /// start over resends them by collection (`on_cts`).
+    fn presumed_grant(&self, index: SendKey) -> u32 {
+        let op = &self.sends[index];
+        let bytes = self.config.presumed_grant_bytes;
+        if bytes == 0 || !self.peers[op.dst].rendezvous_finds_receive {
+            return 1;
+        }
+        let covering = Geometry {
+            total_len: bytes.min(op.geometry.total_len),
+            ..op.geometry
+        }
+        .frames() as u32;
+        covering
+            .next_multiple_of(u32::from(op.ack_unit.max(1)))
+            .min(op.frames)
     }
 
     /// An eager message for which the receiver has no buffer left goes as a rendezvous
@@ -353,6 +380,7 @@ impl Core {
         if op.phase != SendPhase::Streaming {
             return;
         }
+        let first_cts = !op.peer_matched;
         if !op.is_eager() {
             // Only a receive that matched the message makes the receiver grant frames.
             op.peer_matched = true;
@@ -370,7 +398,14 @@ impl Core {
         }
         if header.has_flag(Flags::FROM_START) && op.granted <= 1 {
             op.extra_frame = Some(0);
+        } else if header.has_flag(Flags::FROM_START) && first_cts {
+            // The frames sent before the CTS found no receive and were discarded: send every
+            // one not acknowledged again now, not when its timer (postponed by the receiver's
+            // WAIT) runs out. Once: later CTSs repeat the flag until frame 0 is in.
+            let (op, timers) = self.sends.with_timers(index);
+            op.collections.resend_all_sent(timers, op.next_new);
         }
+        let op = &mut self.sends[index];
         let grant = header.frame_index.min(op.frames);
         if grant > op.granted {
             let previous = op.granted;
@@ -446,11 +481,11 @@ impl Core {
         }
     }
 
-    /// The frame to repeat when a CTS is overdue: the RTS before any grant, else the RSM frame
+    /// The frame to repeat when a CTS is overdue: the RTS before any CTS, else the RSM frame
     /// of the last window (the receiver answers a repeated RSM with its current grant).
     fn repeat_frame(&self, index: SendKey) -> Option<u32> {
         let op = self.sends.get(index)?;
-        if op.granted <= 1 {
+        if !op.peer_matched {
             return Some(0);
         }
         op.rsm_frame.or(Some(op.granted - 1))

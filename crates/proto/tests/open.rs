@@ -349,9 +349,10 @@ fn open_peers_frames_are_placed_under_loss_duplication_and_reordering() {
         let stats = *net.node(0).endpoint.stats();
         assert_eq!(stats.peers_declared_unreachable, 0, "seed {seed}");
     }
-    // Of the 747,000 bytes the server and client 1 receive per seed, more than a third (frames
-    // lost, reordered or first of their message arrive the ordinary way); none without it.
-    assert!(placed > 20 * 249_000, "bytes placed: {placed}");
+    // Of the 747,000 bytes the server and client 1 receive per seed, more than a quarter
+    // (frames lost, reordered or first of their message arrive the ordinary way, and frames
+    // sent before the CTS that overtake their RTS are sent again); none without it.
+    assert!(placed > 20 * 187_000, "bytes placed: {placed}");
 }
 
 #[test]

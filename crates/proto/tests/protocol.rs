@@ -330,6 +330,86 @@ fn frames_to_a_peer_whose_link_checks_nothing_cover_their_payload() {
     }
 }
 
+/// Kinds of the frames rank 0 sends, in order, as the network saw them.
+fn record_frames_from_0(
+    net: &mut Net,
+) -> std::rc::Rc<std::cell::RefCell<Vec<nicmsg_wire::FrameKind>>> {
+    let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let log = seen.clone();
+    net.filter = Some(Box::new(move |bytes: &[u8]| {
+        let frame = nicmsg_wire::Frame::parse(bytes).expect("every frame parses");
+        if frame.header.src == 0 {
+            log.borrow_mut().push(frame.header.kind);
+        }
+        false
+    }));
+    seen
+}
+
+/// While the receiver keeps up, a rendezvous message's first `presumed_grant_bytes` follow its
+/// RTS before any CTS and are taken by the receive the RTS matched.
+#[test]
+fn data_before_the_cts_is_taken_by_a_posted_receive() {
+    use nicmsg_wire::FrameKind;
+    let mut net = Net::new(2, test_config());
+    let seen = record_frames_from_0(&mut net);
+    let len = 100_000;
+    let (send, recv, bytes) = transfer(&mut net, len, true);
+    assert!(send.result.is_ok() && recv.result.is_ok());
+    assert!(bytes == pattern(len, 3));
+    let kinds = seen.borrow();
+    let frames = len.div_ceil(1424);
+    assert_eq!(kinds[0], FrameKind::Rts);
+    assert_eq!(
+        kinds.iter().filter(|&&k| k == FrameKind::Data).count(),
+        frames - 1,
+        "every frame once: {kinds:?}"
+    );
+    let stats = net.endpoints[1].stats();
+    assert_eq!(stats.drops.total(), 0, "{:?}", stats.drops);
+}
+
+/// Without a posted receive the frames sent before the CTS are discarded; once the receive is
+/// posted the first CTS has them sent again at once (not after the WAIT-postponed timers), and
+/// the next message, the receiver having fallen behind, waits for its CTS.
+#[test]
+fn data_before_the_cts_that_finds_no_receive_is_sent_again_at_once() {
+    use nicmsg_wire::FrameKind;
+    let mut net = Net::new(2, test_config());
+    let seen = record_frames_from_0(&mut net);
+    let len = 100_000;
+    let data = pattern(len, 3);
+    let send = net.send(0, 1, 5, data.clone());
+    net.run(net.now + 1_000_000);
+    assert!(net.result(0, send).is_none());
+    let sent_before_receive = seen.borrow().len();
+    assert!(sent_before_receive > 3, "frames went before the CTS");
+    let posted_at = net.now;
+    let (recv, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(5), len);
+    let took = net.run_until(100_000_000, |n| n.result(1, recv).is_some());
+    assert!(matches!(net.result(1, recv), Some(Ok(_))));
+    assert!(net.bytes(1, region) == data);
+    assert!(
+        took < 2_000_000,
+        "received {took} ns after the receive was posted (posted at {posted_at})"
+    );
+    // The receiver fell behind: the next message's frames wait for its CTS.
+    net.run(net.now + 10_000_000);
+    seen.borrow_mut().clear();
+    let next = net.send(0, 1, 6, pattern(len, 4));
+    net.run(net.now + 1_000_000);
+    assert_eq!(
+        *seen.borrow(),
+        vec![FrameKind::Rts],
+        "only the RTS before a CTS"
+    );
+    let (recv, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(6), len);
+    net.run(net.now + 100_000_000);
+    assert!(matches!(net.result(0, next), Some(Ok(_))));
+    assert!(matches!(net.result(1, recv), Some(Ok(_))));
+    assert!(net.bytes(1, region) == pattern(len, 4));
+}
+
 #[test]
 fn sender_out_of_credits_sends_by_rendezvous() {
     let config = Config {
