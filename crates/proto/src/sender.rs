@@ -136,7 +136,8 @@ impl Core {
     /// Frames of rendezvous message `index` that go before its CTS: the RTS alone, or, while
     /// the receiver keeps up (`Peer::rendezvous_finds_receive`), those holding the first
     /// `presumed_grant_bytes`, in whole acknowledgement collections, so that a CTS asking to
-    /// start over resends them by collection (`on_cts`).
+    /// start over resends them by collection (`on_cts`). Always fewer than a CTS window: the
+    /// receiver's first grant must exceed them, or no RSM would ever ask for the next window.
     fn presumed_grant(&self, index: SendKey) -> u32 {
         let op = &self.sends[index];
         let bytes = self.config.presumed_grant_bytes;
@@ -148,8 +149,10 @@ impl Core {
             ..op.geometry
         }
         .frames() as u32;
+        let below_first_grant = self.config.cts_window_frames.saturating_sub(1).max(1);
         covering
             .next_multiple_of(u32::from(op.ack_unit.max(1)))
+            .min(below_first_grant)
             .min(op.frames)
     }
 

@@ -67,6 +67,20 @@ impl ProtoParams {
     }
 }
 
+/// Every third seed runs with RMPP's own window, 16 frames per CTS, and its RSM anywhere from
+/// the window's end to 15 frames before it, instead of the defaults: windows much smaller than
+/// a message (and than what goes before the CTS) exercise the RSM pipeline and its recovery.
+fn rmpp_windows_on_every_third_seed(seed: u64, config: Config) -> Config {
+    if seed % 3 != 2 {
+        return config;
+    }
+    Config {
+        cts_window_frames: 16,
+        rsm_pre_frames: ((seed / 3) % 16) as u32,
+        ..config
+    }
+}
+
 /// Bounds that turn a hang into a violation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -241,7 +255,10 @@ pub fn run(spec: &RunSpec) -> RunResult {
     }
     let config = Config {
         link_checks_payload: spec.net.link_checks_payload,
-        ..spec.proto.config(spec.net.mtu, spec.unexpected)
+        ..rmpp_windows_on_every_third_seed(
+            spec.seed,
+            spec.proto.config(spec.net.mtu, spec.unexpected),
+        )
     };
     if let Err(error) = config.validate() {
         return RunResult::failed(
