@@ -53,7 +53,8 @@ pub struct Config {
     /// receiver keeps up (its last rendezvous message found its receive posted): they are
     /// placed if the RTS matches at once and discarded otherwise, and then sent again after
     /// the CTS. A blocking send of a long message then waits for the CTS round trip only
-    /// beyond them (ob1 sends its first fragment likewise). 0 waits for the CTS always.
+    /// beyond them (ob1 sends its first fragment likewise). At most `eager_limit` is sent so,
+    /// as much as an eager message sends unasked. 0 waits for the CTS always.
     pub presumed_grant_bytes: u64,
     /// Frames before the end of a window at which the RSM flag is set (RMPP's Pre-k).
     pub rsm_pre_frames: u32,

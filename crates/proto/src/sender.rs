@@ -135,12 +135,18 @@ impl Core {
 
     /// Frames of rendezvous message `index` that go before its CTS: the RTS alone, or, while
     /// the receiver keeps up (`Peer::rendezvous_finds_receive`), those holding the first
-    /// `presumed_grant_bytes`, in whole acknowledgement collections, so that a CTS asking to
+    /// `presumed_grant_bytes` (at most the eager limit), in whole acknowledgement collections,
+    /// so that a CTS asking to
     /// start over resends them by collection (`on_cts`). Always fewer than a CTS window: the
     /// receiver's first grant must exceed them, or no RSM would ever ask for the next window.
     fn presumed_grant(&self, index: SendKey) -> u32 {
         let op = &self.sends[index];
-        let bytes = self.config.presumed_grant_bytes;
+        // No more than an eager message sends unasked: the eager limit shrinks as a job grows,
+        // and so does what many senders may pour into one receiver at once.
+        let bytes = self
+            .config
+            .presumed_grant_bytes
+            .min(self.config.eager_limit);
         if bytes == 0 || !self.peers[op.dst].rendezvous_finds_receive {
             return 1;
         }

@@ -418,9 +418,11 @@ fn data_before_the_cts_that_finds_no_receive_is_sent_again_at_once() {
 fn data_before_the_cts_keeps_small_windows_moving() {
     for pre in [0, 15] {
         for recv_first in [true, false] {
+            // An eager limit of 64 KiB lets 46 frames go before the CTS, beyond the window.
             let config = Config {
                 cts_window_frames: 16,
                 rsm_pre_frames: pre,
+                eager_limit: 64 << 10,
                 ..test_config()
             };
             let mut net = Net::new(2, config);

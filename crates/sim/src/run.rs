@@ -68,8 +68,9 @@ impl ProtoParams {
 }
 
 /// Every third seed runs with RMPP's own window, 16 frames per CTS, and its RSM anywhere from
-/// the window's end to 15 frames before it, instead of the defaults: windows much smaller than
-/// a message (and than what goes before the CTS) exercise the RSM pipeline and its recovery.
+/// the window's end to 15 frames before it, instead of the defaults, and with the library's
+/// eager limit for small jobs (64 KiB): windows much smaller than a message, and than what
+/// goes before its CTS (at most the eager limit), exercise the RSM pipeline and its recovery.
 fn rmpp_windows_on_every_third_seed(seed: u64, config: Config) -> Config {
     if seed % 3 != 2 {
         return config;
@@ -77,6 +78,7 @@ fn rmpp_windows_on_every_third_seed(seed: u64, config: Config) -> Config {
     Config {
         cts_window_frames: 16,
         rsm_pre_frames: ((seed / 3) % 16) as u32,
+        eager_limit: 64 << 10,
         ..config
     }
 }
