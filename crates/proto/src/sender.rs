@@ -136,9 +136,9 @@ impl Core {
     /// Frames of rendezvous message `index` that go before its CTS: the RTS alone, or, while
     /// the receiver keeps up (`Peer::rendezvous_finds_receive`), those holding the first
     /// `presumed_grant_bytes` (at most the eager limit), in whole acknowledgement collections,
-    /// so that a CTS asking to
-    /// start over resends them by collection (`on_cts`). Always fewer than a CTS window: the
-    /// receiver's first grant must exceed them, or no RSM would ever ask for the next window.
+    /// so that a CTS asking to start over resends them by collection (`on_cts`). Always fewer
+    /// than a CTS window: the receiver's first grant must exceed them, or no RSM would ever
+    /// ask for the next window.
     fn presumed_grant(&self, index: SendKey) -> u32 {
         let op = &self.sends[index];
         // No more than an eager message sends unasked: the eager limit shrinks as a job grows,
