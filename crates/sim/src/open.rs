@@ -69,18 +69,14 @@ impl OpenSpec {
             clients: 3,
             datagrams: 8,
             server_slots: 8,
-            net,
+            net: NetConfig {
+                // Seeds 2 and 3 of every 4, across both placement choices.
+                link_checks_payload: seed % 4 >= 2,
+                ..net
+            },
             restart: 0.0,
             place: seed % 2 == 1,
         }
-        .with_link_check(seed % 4 >= 2)
-    }
-
-    /// Seeds 2 and 3 of every 4 run on a link that checks payloads (`NetConfig`), across
-    /// both placement choices.
-    fn with_link_check(mut self, checks: bool) -> Self {
-        self.net.link_checks_payload = checks;
-        self
     }
 
     /// The command that replays this run.
