@@ -895,8 +895,6 @@ impl<T: Transport> Driver<T> {
     }
 }
 
-/// Cheap check that a placed datagram's header is the guessed frame's (the protocol core
-/// verifies everything, checksum included, before taking it).
 /// A received datagram taken the ordinary way (not placed). In a job the transport names the
 /// rank whose address sent it, and the frame must claim that rank; an open endpoint's
 /// directory decides who sent it from the address.
@@ -925,6 +923,8 @@ fn deliver_bytes(
     endpoint.handle_frame(now, bytes, memory);
 }
 
+/// Cheap check that a placed datagram's header is the guessed frame's (the protocol core
+/// verifies everything, checksum included, before taking it).
 fn looks_like(expected: &ExpectedFrame, head: &[u8], len: usize) -> bool {
     let Ok(frame) = nicmsg_wire::FrameView::new_checked(head) else {
         return false;
