@@ -165,7 +165,7 @@ const MARKERS: [Marker; 4] = [
 
 /// Tableau 10: distinguishable, and still distinguishable when printed in grey thanks to the
 /// markers.
-const PALETTE: [RGBColor; 11] = [
+const PALETTE: [RGBColor; 13] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -177,10 +177,12 @@ const PALETTE: [RGBColor; 11] = [
     RGBColor(188, 189, 34),
     RGBColor(23, 190, 207),
     RGBColor(0, 0, 0),
+    RGBColor(128, 0, 0),
+    RGBColor(0, 0, 128),
 ];
 
 /// The systems a run can have, in palette order.
-const KNOWN_SYSTEMS: [&str; 12] = [
+const KNOWN_SYSTEMS: [&str; 13] = [
     "nicmsg-inline",
     "nicmsg-thread",
     "tcp-blocking",
@@ -193,6 +195,7 @@ const KNOWN_SYSTEMS: [&str; 12] = [
     "udp-frag",
     "nicmsg-lm",
     "nicmsg-lm-sendto",
+    "xdp-floor",
 ];
 
 /// The MPI systems draw in the colours of their kin: Open MPI on nicmsg as nicmsg in the same

@@ -23,6 +23,9 @@ pub enum System {
     /// The same LM socket with its send buffers on the heap: a `sendto` a frame (the A of an
     /// A/B against the transmit ring).
     LmSendto,
+    /// Frames of one MTU through a copy-mode AF_XDP socket's rings and nothing else (no
+    /// protocol, no copy in user space), spinning: the floor under any LM path on the link.
+    XdpFloor,
     /// An installed program from another project, run by [`crate::external`].
     External(crate::external::ExternalPeer),
     /// Open MPI on a transport (nicmsg's provider among them), run by [`crate::mpi`] for the
@@ -45,6 +48,7 @@ impl System {
             System::UdpFrag => "udp-frag",
             System::Lm => "nicmsg-lm",
             System::LmSendto => "nicmsg-lm-sendto",
+            System::XdpFloor => "xdp-floor",
             System::External(peer) => peer.system(),
             System::Mpi(system) => system.name(),
         }
@@ -59,6 +63,7 @@ impl System {
             System::UdpFrag => "kernel UDP, IP fragments (blocking, unreliable)",
             System::Lm => "nicmsg LM socket, transmit ring (spin 50 us, then poll)",
             System::LmSendto => "nicmsg LM socket, a sendto a frame (spin 50 us, then poll)",
+            System::XdpFloor => "raw AF_XDP rings, copy mode: no protocol, no copy (spinning)",
             System::External(peer) => peer.label(),
             System::Mpi(system) => system.label(),
         }
@@ -81,10 +86,11 @@ impl fmt::Display for System {
 /// Systems no pattern runs as a default baseline, run only when named: nicmsg itself, and
 /// `lm`'s own series (which other patterns run only when asked). The MPI systems are the MPI
 /// patterns' own (`--baselines` may name them there).
-const BY_NAME_ONLY: [System; 4] = [
+const BY_NAME_ONLY: [System; 5] = [
     System::Nicmsg,
     System::Lm,
     System::LmSendto,
+    System::XdpFloor,
     System::UdpFrag,
 ];
 

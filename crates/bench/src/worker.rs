@@ -14,7 +14,8 @@ use nicmsg_bootstrap::{exchange, job_from_env, JobEnv};
 
 use crate::external::{self, PeerContext};
 use crate::messenger::{
-    LmMessenger, Messenger, NicmsgMessenger, TcpMessenger, UdpMessenger, Waiting, LARGEST_DATAGRAM,
+    LmMessenger, Messenger, NicmsgMessenger, TcpMessenger, UdpMessenger, Waiting,
+    XdpFloorMessenger, LARGEST_DATAGRAM,
 };
 use crate::model::{Outcome, Pattern, Point, Series};
 use crate::patterns::{self, Plan};
@@ -273,6 +274,17 @@ fn connect(
             let addresses = [table[0], table[1]];
             let messenger =
                 LmMessenger::open(rank, addresses, udp_payload, (placing, ring), max_len)?;
+            (Box::new(messenger), rank)
+        }
+        System::XdpFloor => {
+            let (socket, table) = bind_udp_and_exchange(job, bind_ip)?;
+            drop(socket);
+            let addresses = [table[0], table[1]];
+            let messenger =
+                XdpFloorMessenger::open(rank, addresses, frame_payload(args.mtu), max_len)?;
+            // Both programs attached before either rank sends: a frame that reaches the peer
+            // first goes to its kernel, and the floor has no recovery.
+            exchange(job, addresses[rank as usize], BOOTSTRAP_TIMEOUT)?;
             (Box::new(messenger), rank)
         }
         System::External(_) => unreachable!("handled by run_external"),

@@ -13,7 +13,7 @@ const TABLE: &str = "/proc/thread-self/net/arp";
 const FLAG_COMPLETE: u32 = 0x2;
 
 /// The Ethernet address of `ip` on interface `interface`, if the kernel has resolved it.
-pub(crate) fn ethernet_address(ip: Ipv4Addr, interface: &str) -> io::Result<Option<[u8; 6]>> {
+pub fn ethernet_address(ip: Ipv4Addr, interface: &str) -> io::Result<Option<[u8; 6]>> {
     let table = std::fs::read_to_string(TABLE)?;
     Ok(lookup(&table, ip, interface))
 }

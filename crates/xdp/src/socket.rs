@@ -467,6 +467,15 @@ impl XskSocket {
         !self.free_tx.is_empty() && self.tx.free(1) > 0
     }
 
+    /// Send chunks ([`tx_chunk`](Self::tx_chunk)) the kernel has not finished with, after
+    /// reclaiming the finished ones. In copy mode the kernel finishes a frame when the device
+    /// has taken it (on a veth: when the peer's receive path has), so this bounds what waits
+    /// in the device's queue.
+    pub fn send_chunks_in_flight(&mut self) -> u32 {
+        self.reclaim_sent();
+        TX_CHUNKS - self.free_tx.len() as u32
+    }
+
     /// Gives an unused chunk from [`tx_chunk`](Self::tx_chunk) back.
     pub fn return_chunk(&mut self, chunk: u64) {
         self.free_tx.push(chunk);

@@ -75,12 +75,20 @@ pub fn series_for(pattern: Pattern, args: &BenchArgs) -> Result<Vec<SeriesPlan>,
             .collect(),
     };
     if pattern == Pattern::Lm {
-        // The LM socket's two sending paths always run, once each, whatever was named.
-        systems.retain(|system| !matches!(system, System::Lm | System::LmSendto));
-        systems.extend([System::LmSendto, System::Lm]);
+        // The LM socket's two sending paths and the floor under them always run, once each,
+        // whatever was named.
+        systems
+            .retain(|system| !matches!(system, System::Lm | System::LmSendto | System::XdpFloor));
+        systems.extend([System::XdpFloor, System::LmSendto, System::Lm]);
     }
     for system in systems {
-        plans.push(baseline(pattern, system, &sizes));
+        let mut plan = baseline(pattern, system, &sizes);
+        if system == System::XdpFloor && !args.netns() {
+            plan.skip = Some(Outcome::Unsupported {
+                reason: "AF_XDP needs an Ethernet interface: run with --netns".into(),
+            });
+        }
+        plans.push(plan);
     }
     for &engine in &args.engines {
         plans.push(nicmsg(pattern, engine, &sizes, Vec::new(), None));

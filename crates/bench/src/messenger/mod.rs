@@ -10,11 +10,13 @@ mod lm;
 mod nicmsg_messenger;
 mod tcp;
 mod udp;
+mod xdp_floor;
 
 pub use lm::LmMessenger;
 pub use nicmsg_messenger::NicmsgMessenger;
 pub use tcp::TcpMessenger;
 pub use udp::{UdpMessenger, LARGEST_DATAGRAM};
+pub use xdp_floor::XdpFloorMessenger;
 
 use crate::model::Copies;
 use crate::BenchError;
