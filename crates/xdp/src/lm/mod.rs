@@ -2,6 +2,7 @@
 //! to place admitted transfers, an AF_XDP socket with LM's placing filter.
 
 mod memory;
+mod report;
 mod socket;
 
 pub use memory::MAX_REGIONS;

@@ -171,6 +171,17 @@ pub struct LmSocket {
     ring_full: bool,
     sent: SendCounts,
     heap_send_buffers: u64,
+    /// Print the counters on stderr when the socket closes (`NICMSG_STATS`).
+    report_on_close: bool,
+}
+
+impl Drop for LmSocket {
+    fn drop(&mut self) {
+        if self.report_on_close {
+            let local = self.peers[self.station.config().me as usize];
+            eprintln!("nicmsg LM socket {local}:\n{}", self.stats());
+        }
+    }
 }
 
 impl LmSocket {
@@ -240,6 +251,7 @@ impl LmSocket {
             ring_full: false,
             sent: SendCounts::default(),
             heap_send_buffers: 0,
+            report_on_close: super::report::report_asked(),
         })
     }
 
