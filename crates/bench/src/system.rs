@@ -63,7 +63,7 @@ impl System {
             System::UdpFrag => "kernel UDP, IP fragments (blocking, unreliable)",
             System::Lm => "nicmsg LM socket, transmit ring (spin 50 us, then poll)",
             System::LmSendto => "nicmsg LM socket, a sendto a frame (spin 50 us, then poll)",
-            System::XdpFloor => "raw AF_XDP rings, copy mode: no protocol, no copy (spinning)",
+            System::XdpFloor => "AF_XDP rings alone, copy mode (spinning)",
             System::External(peer) => peer.label(),
             System::Mpi(system) => system.label(),
         }

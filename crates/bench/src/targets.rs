@@ -105,43 +105,55 @@ const LM_GOAL_MTU: u32 = 1500;
 
 /// Issue 18's goals for the LM path against standard UDP at MTU 1500: at least twice its
 /// bandwidth and at most half its CPU per byte for 64 KiB datagrams; and no byte copied in
-/// user space on admitted transfers.
+/// user space on admitted transfers. Beside them, the same goals for the floor under LM
+/// (`xdp-floor`: the kernel's copy-mode AF_XDP with nothing on top), which bounds what any LM
+/// implementation over it can reach on the link.
 fn lm_checks(report: &Report) -> Vec<TargetCheck> {
     let lm = view::find(report, Pattern::Lm, System::Lm.name());
     let mtu = report.environment.mtu;
-    let ratio = |name: &str, goal: &str, value: PointValue, holds: fn(f64) -> bool| {
-        if mtu != LM_GOAL_MTU {
-            return not_measured(
-                name,
-                goal,
-                format!("goal at MTU {LM_GOAL_MTU}, run at {mtu}"),
-            );
-        }
-        let of =
-            |system: System| point_value(report, (Pattern::Lm, system.name()), LM_GOAL_SIZE, value);
-        ratio_check(
-            name,
-            goal.into(),
-            &of(System::Lm),
-            &of(System::UdpFrag),
-            holds,
-        )
-    };
+    let ratio =
+        |system: System, name: &str, goal: &str, value: PointValue, holds: fn(f64) -> bool| {
+            if mtu != LM_GOAL_MTU {
+                return not_measured(
+                    name,
+                    goal,
+                    format!("goal at MTU {LM_GOAL_MTU}, run at {mtu}"),
+                );
+            }
+            let of = |system: System| {
+                point_value(report, (Pattern::Lm, system.name()), LM_GOAL_SIZE, value)
+            };
+            ratio_check(name, goal.into(), &of(system), &of(System::UdpFrag), holds)
+        };
     let bandwidth = view::headline(Pattern::Lm).expect("LM is swept by size");
+    let bandwidth: PointValue = (bandwidth.value, bandwidth.unit);
+    let cpu: PointValue = (|p| p.cpu.map(|c| c.us_per_mbyte), "us/MB");
+    let (twice, half) = (
+        ">= 2 x udp-frag (65,507 B, MTU 1500)",
+        "<= 0.5 x udp-frag (65,507 B, MTU 1500)",
+    );
     vec![
-        ratio(
-            "LM 64 KiB bandwidth",
-            ">= 2 x udp-frag (65,507 B, MTU 1500)",
-            (bandwidth.value, bandwidth.unit),
-            |ratio| ratio >= 2.0,
-        ),
-        ratio(
-            "LM 64 KiB CPU per byte",
-            "<= 0.5 x udp-frag (65,507 B, MTU 1500)",
-            (|p| p.cpu.map(|c| c.us_per_mbyte), "us/MB"),
-            |ratio| ratio <= 0.5,
-        ),
+        ratio(System::Lm, "LM 64 KiB bandwidth", twice, bandwidth, |r| {
+            r >= 2.0
+        }),
+        ratio(System::Lm, "LM 64 KiB CPU per byte", half, cpu, |r| {
+            r <= 0.5
+        }),
         zero_copy_check(lm),
+        ratio(
+            System::XdpFloor,
+            "AF_XDP floor: 64 KiB bandwidth",
+            twice,
+            bandwidth,
+            |r| r >= 2.0,
+        ),
+        ratio(
+            System::XdpFloor,
+            "AF_XDP floor: 64 KiB CPU per byte",
+            half,
+            cpu,
+            |r| r <= 0.5,
+        ),
     ]
 }
 
