@@ -11,7 +11,7 @@ use std::net::{IpAddr, SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 use nicmsg_lm::send_buffer::HoleBuffer;
-use nicmsg_lm::station::{Event, Received, SendError};
+use nicmsg_lm::station::{Event, Received, SendError, StationStats};
 use nicmsg_wire::FRAME_HEADER_LEN;
 use nicmsg_xdp::{LmSocket, LmSocketConfig, HEADERS_LEN};
 
@@ -165,12 +165,16 @@ impl LmMessenger {
         }
     }
 
-    /// One turn of the socket and what it finished; `true` if anything did.
+    /// One turn of the socket and what it finished; `true` if anything moved: a frame in or
+    /// out, or a send or receive finished. A transfer's frames flow for many turns before
+    /// its message completes, and a wait that slept meanwhile would pay a wake-up for the
+    /// next frame or grant.
     fn turn(&mut self) -> Result<bool, BenchError> {
+        let before = frame_activity(self.socket.station_stats());
         self.socket
             .progress()
             .map_err(BenchError::io("LM socket progress"))?;
-        let mut moved = false;
+        let mut moved = frame_activity(self.socket.station_stats()) != before;
         while let Some(event) = self.socket.poll_event() {
             moved = true;
             match event {
@@ -228,6 +232,20 @@ impl LmMessenger {
     fn idle(&self) -> bool {
         self.sending == 0 && self.queued.is_empty() && self.receiving.is_empty()
     }
+}
+
+/// Frames the station has taken in or sent out so far, of every kind it counts: a change
+/// between two turns means the socket is busy with a transfer.
+fn frame_activity(stats: &StationStats) -> u64 {
+    stats.placed_frames
+        + stats.copied_frames
+        + stats.duplicates
+        + stats.held_for_slot
+        + stats.damaged_landings
+        + stats.frames_sent
+        + stats.grants_sent
+        + stats.resends_asked
+        + stats.dropped_control
 }
 
 /// Bytes of a message kept for its receive slot: one `u64`, which
