@@ -8,9 +8,7 @@ use crate::programs::control::{ControlSocket, CONTROL_CHECK_NS};
 use crate::programs::{Post, Programs};
 use crate::registry::{Registry, RegistryMemory};
 use crate::table::{Descriptor, OpCode, ResultCode, Table, ANY, CANCEL_BIT};
-use crate::transport::{
-    Origin, PlacementTarget, Received, Transport, MAX_FRAME_PIECES, PLACED_HEADER_LEN,
-};
+use crate::transport::{Origin, PlacementTarget, Received, Transport, MAX_FRAME_PIECES};
 use nicmsg_proto::{
     Claim, Completion, Context, Endpoint, Nanos, OpError, OpId, OpKind, PostError, SgList, Source,
     Stats, TagMatch, Transmit,
@@ -113,6 +111,7 @@ impl<T: Transport> Driver<T> {
             expected: vec![ExpectedFrame::default(); PLACEMENT_BATCH].into_boxed_slice(),
             targets: vec![
                 PlacementTarget {
+                    header_len: 0,
                     dest: std::ptr::null_mut(),
                     len: 0
                 };
@@ -627,6 +626,7 @@ impl<T: Transport> Driver<T> {
             };
             self.expected[planned] = expected;
             self.targets[planned] = PlacementTarget {
+                header_len: expected.header_len(),
                 dest,
                 len: segment.len as usize,
             };
@@ -929,12 +929,12 @@ fn looks_like(expected: &ExpectedFrame, head: &[u8], len: usize) -> bool {
     let Ok(frame) = nicmsg_wire::FrameView::new_checked(head) else {
         return false;
     };
-    head.len() == PLACED_HEADER_LEN
-        && frame.kind_code() == nicmsg_wire::FrameKind::Data as u8
+    head.len() == expected.header_len()
+        && frame.kind_code() == expected.kind() as u8
         && frame.msg_id() == expected.msg_id
         && frame.frame_index() == expected.frame_index
         && frame.src() == expected.wire_src
-        && len == PLACED_HEADER_LEN + expected.segment.len as usize
+        && len == expected.header_len() + expected.segment.len as usize
 }
 
 fn fill_status(descriptor: &mut Descriptor, status: &nicmsg_proto::Status) {

@@ -11,9 +11,12 @@ use std::os::fd::RawFd;
 /// Most pieces of one outgoing frame: its headers plus one payload piece per buffer segment.
 pub const MAX_FRAME_PIECES: usize = 1 + nicmsg_proto::MAX_SEGMENTS;
 
-/// Where the payload of the datagram expected in one receive slot should go.
+/// Where the payload of the datagram expected in one receive slot should go: its first
+/// `header_len` bytes are headers, kept in the transport's buffer, the `len` after them go to
+/// `dest`.
 #[derive(Debug, Clone, Copy)]
 pub struct PlacementTarget {
+    pub header_len: usize,
     pub dest: *mut u8,
     pub len: usize,
 }
@@ -53,8 +56,9 @@ impl Origin {
     }
 }
 
-/// Header bytes kept in the transport's buffer for a placed datagram (a DATA frame's header).
-pub const PLACED_HEADER_LEN: usize = nicmsg_wire::FRAME_HEADER_LEN;
+/// Most header bytes kept in the transport's buffer for a placed datagram (an EAGER frame's
+/// frame and message headers; a DATA frame has the frame header alone).
+pub const PLACED_HEADER_LEN: usize = nicmsg_proto::ExpectedFrame::MAX_HEADER_LEN;
 
 pub trait Transport: Send {
     /// Which transport carries the frames, for logs and counters.

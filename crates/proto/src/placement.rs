@@ -3,11 +3,13 @@
 //! its final place (header into the engine's buffer, payload into the user's). A frame that
 //! arrives as predicted is then handled without copying it; anything else goes the normal way.
 
-use crate::ops::{Dest, RxPhase};
+use crate::ops::{Dest, LatestData, RxPhase};
 use crate::receiver::Payload;
 use crate::state::Core;
 use crate::*;
-use nicmsg_wire::{checksum, FrameHeader, FrameKind, FrameView, FRAME_HEADER_LEN};
+use nicmsg_wire::{
+    Flags, Frame, FrameHeader, FrameKind, MsgHeader, FRAME_HEADER_LEN, MSG_HEADER_LEN,
+};
 
 /// A frame expected to arrive, and where its payload belongs in host memory.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -22,11 +24,32 @@ pub struct ExpectedFrame {
     pub offset: u64,
     /// Where the payload goes: one piece of the receive buffer.
     pub segment: Segment,
+    /// A frame of an eager message (EAGER, whose every frame carries the message header),
+    /// else of a rendezvous one (DATA).
+    pub eager: bool,
 }
 
 impl ExpectedFrame {
-    /// Bytes of headers before the payload of such a frame (a DATA frame).
-    pub const HEADER_LEN: usize = FRAME_HEADER_LEN;
+    /// Most bytes of headers before a predicted frame's payload (an EAGER frame's).
+    pub const MAX_HEADER_LEN: usize = FRAME_HEADER_LEN + MSG_HEADER_LEN;
+
+    /// Bytes of headers before the payload of such a frame.
+    pub fn header_len(&self) -> usize {
+        if self.eager {
+            Self::MAX_HEADER_LEN
+        } else {
+            FRAME_HEADER_LEN
+        }
+    }
+
+    /// The kind such a frame has on the wire.
+    pub fn kind(&self) -> FrameKind {
+        if self.eager {
+            FrameKind::Eager
+        } else {
+            FrameKind::Data
+        }
+    }
 }
 
 /// What became of a frame offered as placed.
@@ -40,27 +63,34 @@ pub enum PlacedOutcome {
 }
 
 impl Core {
-    /// Fills `out` with frames likely to arrive next (missing, already granted frames of long
+    /// Fills `out` with frames likely to arrive next (missing, already granted frames of
     /// messages being received straight into a posted buffer), in order; returns how many.
     ///
     /// A sender streams a message's frames in order, so the frames that come next are most
     /// likely those after the last one that arrived: that message is predicted first, from the
     /// frame after it (frames missing before it were lost and come back later, if at all); then
-    /// the other messages in progress, from their first missing frame. A transport that places
-    /// a run of coalesced frames needs the run's first frame right to place any of it.
+    /// the eager message arriving into a posted receive, likewise; then the other rendezvous
+    /// messages in progress, from their first missing frame. A transport that places a run of
+    /// coalesced frames needs the run's first frame right to place any of it.
     pub(crate) fn predict_frames(&self, out: &mut [ExpectedFrame]) -> usize {
         // Asked before every receive batch: nothing to walk unless a rendezvous message is
-        // incoming (eager messages are never predicted), however many eager ones are held.
-        if self.rx.rendezvous_incoming() == 0 {
+        // incoming or an eager one is arriving into a posted receive, however many eager
+        // ones are held.
+        let eager = self.rx.latest_eager();
+        if self.rx.rendezvous_incoming() == 0 && eager.is_none() {
             return 0;
         }
         let latest = self.rx.latest_data();
         let mut count = 0;
-        if let Some(latest) = latest {
-            count = self.predict_message(latest.index, latest.frame + 1, out, count);
+        for from in [latest, eager].into_iter().flatten() {
+            count = self.predict_message(from.index, from.frame + 1, out, count);
+        }
+        if self.rx.rendezvous_incoming() == 0 {
+            return count;
         }
         for index in self.rx.incoming_keys() {
-            if latest.is_some_and(|latest| latest.index == index) {
+            let predicted = |l: Option<LatestData>| l.is_some_and(|l| l.index == index);
+            if predicted(latest) || predicted(eager) {
                 continue;
             }
             count = self.predict_message(index, 0, out, count);
@@ -83,16 +113,23 @@ impl Core {
         let Dest::Recv(recv) = entry.dest else {
             return count;
         };
-        if entry.is_eager() || entry.phase != RxPhase::Receiving {
+        if entry.phase != RxPhase::Receiving {
             return count;
         }
         let Some(buffer) = self.rx.recv(recv).map(|r| &r.buffer) else {
             return count;
         };
-        // Frame 0 travels as an RTS with a longer header: never predicted.
+        // Frame 0 (an RTS, or an eager message's first frame) is what matched the message to
+        // the receive: never predicted.
         let first = entry.contiguous.max(from).max(1);
         let (wire_src, _) = self.wire_names_from(entry.peer);
-        let end = entry.granted.min(entry.frames);
+        let eager = entry.is_eager();
+        // An eager message's frames all come unasked.
+        let end = if eager {
+            entry.frames
+        } else {
+            entry.granted.min(entry.frames)
+        };
         for frame in first..end {
             if count == out.len() {
                 break;
@@ -110,6 +147,7 @@ impl Core {
                     frame_index: frame,
                     offset,
                     segment,
+                    eager,
                 };
                 count += 1;
             }
@@ -117,11 +155,11 @@ impl Core {
         count
     }
 
-    /// Offers a datagram whose first `ExpectedFrame::HEADER_LEN` bytes are `header` and whose
+    /// Offers a datagram whose first `expected.header_len()` bytes are `header` and whose
     /// payload the transport already wrote where `expected` says. Verifies it is exactly that
     /// frame, from that peer (`from`: its address, which an open endpoint knows its peers by),
-    /// and intact (checksum over the header and the payload in place, or over the header alone
-    /// where the link checks the payload) before taking it.
+    /// and intact (checksum over the headers and the payload in place, or over the headers
+    /// alone where the link checks the payload) before taking it.
     pub(crate) fn handle_placed_frame(
         &mut self,
         now: Nanos,
@@ -131,24 +169,11 @@ impl Core {
         expected: &ExpectedFrame,
         memory: &mut impl HostMemory,
     ) -> PlacedOutcome {
-        let Some(bytes) = header.first_chunk::<FRAME_HEADER_LEN>() else {
+        let Some((mut parsed, msg)) =
+            self.verified_in_place(header, datagram_len, expected, memory)
+        else {
             return PlacedOutcome::NotPredicted;
         };
-        let Ok(mut parsed) = FrameHeader::parse(bytes) else {
-            return PlacedOutcome::NotPredicted;
-        };
-        let as_expected = parsed.kind == FrameKind::Data
-            && parsed.job == self.job
-            && (parsed.src, parsed.dst) == self.wire_names_from(expected.peer)
-            && parsed.msg_id == expected.msg_id
-            && parsed.frame_index == expected.frame_index
-            && parsed.offset == expected.offset
-            && u64::from(parsed.payload_len) == expected.segment.len
-            && datagram_len == FRAME_HEADER_LEN + parsed.payload_len as usize
-            && self.payload_check_trusted(&parsed);
-        if !as_expected || !self.intact_in_place(bytes, expected, memory) {
-            return PlacedOutcome::NotPredicted;
-        }
         let Some(peer) = self.placed_frame_source(now, &parsed, from, expected, memory) else {
             return PlacedOutcome::NotPredicted;
         };
@@ -163,11 +188,18 @@ impl Core {
             s.bytes_received += datagram_len as u64;
         });
         self.peers.heard_from(now, peer);
+        // What an EAGER frame carries besides its data, taken in as `receive_frame` does.
+        if parsed.has_flag(Flags::CREDITS) {
+            self.peers[peer].update_credits(parsed.aux);
+        }
+        if parsed.has_flag(Flags::ACKED) {
+            self.take_piggybacked_ack(now, &parsed);
+        }
         self.place_frame(
             now,
             index,
             &parsed,
-            None,
+            msg.as_ref(),
             Payload::InPlace {
                 len: expected.segment.len,
             },
@@ -175,6 +207,36 @@ impl Core {
         );
         self.start_queued_for(now, peer);
         PlacedOutcome::Taken
+    }
+
+    /// The frame's headers, if the datagram is exactly the predicted frame and intact: its
+    /// headers in `header`, its payload where the transport wrote it.
+    fn verified_in_place(
+        &self,
+        header: &[u8],
+        datagram_len: usize,
+        expected: &ExpectedFrame,
+        memory: &impl HostMemory,
+    ) -> Option<(FrameHeader, Option<MsgHeader>)> {
+        let headers = header.get(..expected.header_len())?;
+        let segment = expected.segment;
+        let start = segment.offset as usize;
+        let payload = memory
+            .region(segment.region)?
+            .get(start..start + segment.len as usize)?;
+        // Lengths, the checksum and the message header, as for any frame.
+        let frame = Frame::parse_parts(headers, payload).ok()?;
+        let parsed = frame.header;
+        let as_expected = parsed.kind == expected.kind()
+            && parsed.job == self.job
+            && (parsed.src, parsed.dst) == self.wire_names_from(expected.peer)
+            && parsed.msg_id == expected.msg_id
+            && parsed.frame_index == expected.frame_index
+            && parsed.offset == expected.offset
+            && u64::from(parsed.payload_len) == segment.len
+            && datagram_len == headers.len() + parsed.payload_len as usize
+            && self.payload_check_trusted(&parsed);
+        as_expected.then_some((parsed, frame.msg))
     }
 
     /// The peer an intact placed frame with the predicted names came from, or `None` to have
@@ -203,24 +265,6 @@ impl Core {
         }
         self.frame_source(now, header, from, memory)
             .filter(|&source| source == peer)
-    }
-
-    fn intact_in_place(
-        &self,
-        header: &[u8; FRAME_HEADER_LEN],
-        expected: &ExpectedFrame,
-        memory: &impl HostMemory,
-    ) -> bool {
-        let segment = expected.segment;
-        let start = segment.offset as usize;
-        let Some(payload) = memory
-            .region(segment.region)
-            .and_then(|r| r.get(start..start + segment.len as usize))
-        else {
-            return false;
-        };
-        let stored = FrameView::new_checked(&header[..]).map_or(0, |frame| frame.crc());
-        checksum(header, &[payload]) == stored
     }
 }
 

@@ -244,13 +244,19 @@ impl Core {
         }
         let entry = &mut self.rx[index];
         entry.mark_frame(frame);
+        let latest = LatestData {
+            index,
+            peer,
+            msg_id: header.msg_id,
+            frame,
+        };
         if !entry.is_eager() {
-            self.rx.set_latest_data(LatestData {
-                index,
-                peer,
-                msg_id: header.msg_id,
-                frame,
-            });
+            self.rx.set_latest_data(latest);
+        } else if matches!(entry.dest, Dest::Recv(_)) && !entry.all_frames() {
+            // Its other frames can land straight in the receive (`placement.rs`).
+            self.rx.set_latest_eager(Some(latest));
+        } else if self.rx.latest_eager().is_some_and(|l| l.index == index) {
+            self.rx.set_latest_eager(None);
         }
         let entry = &mut self.rx[index];
         // The frame that completes the message is answered by the ACK_ALL alone.

@@ -42,6 +42,10 @@ pub(crate) struct RecvSide {
     credits_per_peer: u32,
     /// Where the stream of long-message frames was last (`placement.rs`).
     latest_data: Option<LatestData>,
+    /// The frame that arrived last of an eager message going straight into a posted receive
+    /// and not yet whole: its other frames are predicted (`placement.rs`). `None` while no
+    /// such message is in progress, so receivers of short messages predict nothing.
+    latest_eager: Option<LatestData>,
 }
 
 impl RecvSide {
@@ -62,6 +66,7 @@ impl RecvSide {
             eager_limit: config.eager_limit as usize,
             credits_per_peer: config.eager_credits_per_peer,
             latest_data: None,
+            latest_eager: None,
         }
     }
 
@@ -340,11 +345,25 @@ impl RecvSide {
     /// Where the last long-message frame arrived, if that message is still held (its entry
     /// may have been freed and reused since).
     pub(crate) fn latest_data(&self) -> Option<LatestData> {
-        self.latest_data.filter(|latest| {
-            self.incoming
-                .get(latest.index)
-                .is_some_and(|e| e.peer == latest.peer && e.msg_id == latest.msg_id)
-        })
+        self.latest_data.filter(|latest| self.still_held(latest))
+    }
+
+    /// A frame of an eager message going straight into a posted receive arrived and the
+    /// message misses frames (`Some`), or the message predicted so far is whole (`None`).
+    pub(crate) fn set_latest_eager(&mut self, latest: Option<LatestData>) {
+        self.latest_eager = latest;
+    }
+
+    /// Where the last frame of an eager message still arriving into a posted receive landed,
+    /// if that message is still held.
+    pub(crate) fn latest_eager(&self) -> Option<LatestData> {
+        self.latest_eager.filter(|latest| self.still_held(latest))
+    }
+
+    fn still_held(&self, latest: &LatestData) -> bool {
+        self.incoming
+            .get(latest.index)
+            .is_some_and(|e| e.peer == latest.peer && e.msg_id == latest.msg_id)
     }
 
     // --- timers ---

@@ -238,11 +238,11 @@ fn deliver_placed(node: &mut Node, now: Nanos, from: SocketAddr, bytes: &[u8]) {
                 e.msg_id == frame.msg_id()
                     && e.frame_index == frame.frame_index()
                     && e.wire_src == frame.src()
-                    && bytes.len() == ExpectedFrame::HEADER_LEN + e.segment.len as usize
+                    && bytes.len() == e.header_len() + e.segment.len as usize
             })
         });
     if let Some(guess) = guess {
-        let (header, payload) = bytes.split_at(ExpectedFrame::HEADER_LEN);
+        let (header, payload) = bytes.split_at(guess.header_len());
         let start = guess.segment.offset as usize;
         let region = &mut node.memory.0[guess.segment.region.0 as usize];
         region[start..start + payload.len()].copy_from_slice(payload);

@@ -1007,7 +1007,7 @@ fn predicted_frames_are_taken_in_place() {
             e.handle_frame(net.now, frame, m);
             continue;
         };
-        let (header, payload) = frame.split_at(ExpectedFrame::HEADER_LEN);
+        let (header, payload) = frame.split_at(guess.header_len());
         let region = &mut net.memories[1].0[guess.segment.region.0 as usize];
         let start = guess.segment.offset as usize;
         region[start..start + payload.len()].copy_from_slice(payload);
@@ -1044,6 +1044,101 @@ fn predicted_frames_are_taken_in_place() {
     );
     let stats = net.endpoints[1].stats();
     assert!(stats.bytes_placed_direct > 0, "{stats:?}");
+    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+}
+
+/// Speculative placement of an eager message: once its first frame has matched the posted
+/// receive, its other frames are predicted (with the message header they carry) and taken in
+/// place, nothing copied; a corrupt one is refused.
+#[test]
+fn an_eager_messages_later_frames_are_taken_in_place() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let config = test_config();
+    let len = config.eager_limit as usize;
+    let mut net = Net::new(2, config);
+    let captured: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
+    let sink = Rc::clone(&captured);
+    net.filter = Some(Box::new(move |bytes: &[u8]| {
+        let is_eager = kind_of(bytes) == nicmsg_wire::FrameKind::Eager as u8;
+        if is_eager {
+            sink.borrow_mut().push(bytes.to_vec());
+        }
+        is_eager
+    }));
+    let data = pattern(len, 9);
+    let (recv_op, recv_region) = net.recv(1, Source::Rank(0), TagMatch::Tag(5), len);
+    let send_op = net.send(0, 1, 5, data.clone());
+    net.run(net.now + 50_000);
+    let mut frames = std::mem::take(&mut *captured.borrow_mut());
+    frames.sort_by_key(|frame| {
+        nicmsg_wire::FrameView::new_checked(&frame[..])
+            .unwrap()
+            .frame_index()
+    });
+    frames.dedup();
+    assert!(frames.len() > 2, "an eager message of several frames");
+    let mut expected = [ExpectedFrame::default(); 64];
+    let (e, m) = (&mut net.endpoints[1], &mut net.memories[1]);
+    assert_eq!(
+        e.predict_frames(&mut expected),
+        0,
+        "nothing before the message"
+    );
+    e.handle_frame(net.now, &frames[0], m);
+    for (n, frame) in frames.iter().enumerate().skip(1) {
+        let count = net.endpoints[1].predict_frames(&mut expected);
+        let guess = expected[..count]
+            .iter()
+            .find(|e| e.frame_index == n as u32)
+            .copied()
+            .unwrap_or_else(|| panic!("frame {n} predicted: {:?}", &expected[..count]));
+        assert!(guess.eager);
+        let (header, payload) = frame.split_at(guess.header_len());
+        let region = &mut net.memories[1].0[guess.segment.region.0 as usize];
+        let start = guess.segment.offset as usize;
+        region[start..start + payload.len()].copy_from_slice(payload);
+        let offer = |net: &mut Net| {
+            net.endpoints[1].handle_placed_frame(
+                net.now,
+                header,
+                frame.len(),
+                &guess,
+                &mut net.memories[1],
+            )
+        };
+        if n == 1 {
+            net.memories[1].0[guess.segment.region.0 as usize][start] ^= 0xFF;
+            assert_eq!(
+                offer(&mut net),
+                PlacedOutcome::NotPredicted,
+                "corrupt in place"
+            );
+            net.memories[1].0[guess.segment.region.0 as usize][start] ^= 0xFF;
+        }
+        assert_eq!(offer(&mut net), PlacedOutcome::Taken, "frame {n}");
+    }
+    let (e, _) = (&mut net.endpoints[1], &mut net.memories[1]);
+    assert_eq!(
+        e.predict_frames(&mut expected),
+        0,
+        "nothing once it is whole"
+    );
+    net.filter = None;
+    net.run(net.now + 60_000_000_000);
+    assert!(net.result(0, send_op).unwrap().is_ok());
+    assert_eq!(net.result(1, recv_op).unwrap().unwrap().len, len as u64);
+    assert!(
+        net.memories[1].0[recv_region.0 as usize] == data,
+        "bytes differ"
+    );
+    let stats = net.endpoints[1].stats();
+    let first_payload = frames[0].len() - ExpectedFrame::MAX_HEADER_LEN;
+    assert_eq!(
+        stats.bytes_placed_direct,
+        (len - first_payload) as u64,
+        "{stats:?}"
+    );
     assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
 }
 

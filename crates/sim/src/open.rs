@@ -300,11 +300,11 @@ fn deliver(life: &mut Life, now: Nanos, from: SocketAddr, bytes: &[u8], place: b
                 e.wire_src == frame.src()
                     && e.msg_id == frame.msg_id()
                     && e.frame_index == frame.frame_index()
-                    && bytes.len() == ExpectedFrame::HEADER_LEN + e.segment.len as usize
+                    && bytes.len() == e.header_len() + e.segment.len as usize
             })
         });
         if let Some(guess) = guess {
-            let (header, payload) = bytes.split_at(ExpectedFrame::HEADER_LEN);
+            let (header, payload) = bytes.split_at(guess.header_len());
             let start = guess.segment.offset as usize;
             if let Some(region) = life.memory.region_mut(guess.segment.region) {
                 region[start..start + payload.len()].copy_from_slice(payload);

@@ -74,10 +74,10 @@ impl SimTransport {
         let Some(target) = plan.get(slot) else {
             return false;
         };
-        if bytes.len() <= PLACED_HEADER_LEN {
+        if bytes.len() <= target.header_len {
             return false;
         }
-        let payload = &bytes[PLACED_HEADER_LEN..];
+        let payload = &bytes[target.header_len..];
         let written = payload.len().min(target.len);
         // SAFETY: the target is valid for writes of `target.len` bytes and nobody else
         // accesses it during the call (the caller's contract); `payload` is our own buffer.
@@ -127,7 +127,10 @@ impl Transport for SimTransport {
             .map(|(slot, (_, bytes))| unsafe { Self::scatter(plan, slot, bytes) })
             .collect();
         for (slot, (source, bytes)) in batch.iter().enumerate() {
-            let header = &bytes[..bytes.len().min(PLACED_HEADER_LEN)];
+            // As the kernel splits it: the slot's header length, else (a slot planned for
+            // nothing) what a header can be at most.
+            let header_len = plan.get(slot).map_or(PLACED_HEADER_LEN, |t| t.header_len);
+            let header = &bytes[..bytes.len().min(header_len)];
             if placed[slot] && looks_expected(slot, header, bytes.len()) {
                 self.placed += 1;
                 let offered = Received::Placed {

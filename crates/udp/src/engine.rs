@@ -3,7 +3,7 @@
 //! user memory; wrong guesses are put back together before anyone reads them).
 
 use crate::{Placement, UdpTransport, RECV_BATCH};
-use nicmsg_engine::{Origin, PlacementTarget, Received, Transport, PLACED_HEADER_LEN};
+use nicmsg_engine::{Origin, PlacementTarget, Received, Transport};
 use std::io;
 use std::os::fd::RawFd;
 
@@ -37,12 +37,13 @@ impl Transport for UdpTransport {
         deliver: &mut dyn FnMut(Origin, Received<'_>) -> bool,
     ) -> io::Result<usize> {
         let mut placements = [Placement {
-            header_len: PLACED_HEADER_LEN,
+            header_len: 0,
             dest: std::ptr::null_mut(),
             len: 0,
         }; RECV_BATCH];
         let planned = plan.len().min(RECV_BATCH);
         for (placement, target) in placements.iter_mut().zip(&plan[..planned]) {
+            placement.header_len = target.header_len;
             placement.dest = target.dest;
             placement.len = target.len;
         }
