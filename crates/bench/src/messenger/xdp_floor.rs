@@ -7,8 +7,9 @@
 //! What it measures is the kernel's own work per frame in copy mode (on the sending side an
 //! skb built and the frame copied into it, on the receiving side the XDP program and the copy
 //! into the UMEM), which every LM implementation over copy-mode AF_XDP pays and can only add
-//! to. A lost frame ends the run with [`BenchError::Lost`]; the frames in flight stay below a
-//! veth's receive queue, so a veth loses none.
+//! to. A lost frame ends the run with an error; the frames in flight stay below a veth's
+//! receive queue, so a veth loses none. A frame must fit one AF_XDP chunk (no scatter-gather
+//! here, as in LM's placing socket): at MTUs beyond that (9000) frames are of a chunk's size.
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use nicmsg_xdp::{
     ethernet_address, redirect_program, AttachMode, Counter, HeaderTemplate, Interface, Link,
-    Program, SocketMap, Station, Steering, XskSocket, HEADERS_LEN, RECEIVE_BATCH,
+    Program, SocketMap, Station, Steering, XskSocket, HEADERS_LEN, MAX_FRAME_BYTES, RECEIVE_BATCH,
 };
 
 use super::{Buffers, Messenger, MAX_WINDOW};
@@ -135,7 +136,7 @@ impl XdpFloorMessenger {
             _passed: passed,
             _udp: udp,
             template,
-            frame_data: udp_payload - FRAME_PREFIX,
+            frame_data: udp_payload.min(MAX_FRAME_BYTES - HEADERS_LEN) - FRAME_PREFIX,
             identification: 0,
             buffers: Buffers::new(max_len),
             sending: VecDeque::with_capacity(MAX_WINDOW),
@@ -265,7 +266,9 @@ impl XdpFloorMessenger {
         if sent || received {
             self.last_progress = Instant::now();
         } else if self.last_progress.elapsed() > LOSS_LIMIT {
-            return Err(BenchError::Lost(LOSS_LIMIT));
+            return Err(BenchError::Usage(format!(
+                "nothing moved for {LOSS_LIMIT:?}: a frame was lost (the floor has no recovery)"
+            )));
         }
         Ok(())
     }
