@@ -968,23 +968,55 @@ fn every_lost_control_frame_is_recovered() {
     }
 }
 
+/// Takes every frame of `kind` off the network from now on and keeps a copy of it, for a test
+/// to hand over itself.
+fn capture_frames_of_kind(
+    net: &mut Net,
+    kind: nicmsg_wire::FrameKind,
+) -> std::rc::Rc<std::cell::RefCell<Vec<Vec<u8>>>> {
+    let captured: std::rc::Rc<std::cell::RefCell<Vec<Vec<u8>>>> = Default::default();
+    let sink = std::rc::Rc::clone(&captured);
+    net.filter = Some(Box::new(move |bytes: &[u8]| {
+        let taken = kind_of(bytes) == kind as u8;
+        if taken {
+            sink.borrow_mut().push(bytes.to_vec());
+        }
+        taken
+    }));
+    captured
+}
+
+/// Lets every frame through again and runs until the send from rank 0 and the receive on
+/// rank 1 are done: both succeed, the receive holds `data`, nothing is left in any table.
+/// Returns rank 1's counters.
+fn deliver_the_rest(
+    net: &mut Net,
+    (send_op, recv_op): (OpId, OpId),
+    recv_region: RegionId,
+    data: &[u8],
+) -> Stats {
+    net.filter = None;
+    net.run(net.now + 60_000_000_000);
+    assert!(net.result(0, send_op).unwrap().is_ok());
+    assert_eq!(
+        net.result(1, recv_op).unwrap().unwrap().len,
+        data.len() as u64
+    );
+    assert!(
+        net.memories[1].0[recv_region.0 as usize] == data,
+        "bytes differ"
+    );
+    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+    *net.endpoints[1].stats()
+}
+
 /// Speculative placement: DATA frames whose payload is put at its predicted place are taken
 /// without a copy; a frame whose payload in place is corrupt is refused (then handled normally).
 #[test]
 fn predicted_frames_are_taken_in_place() {
-    use std::cell::RefCell;
-    use std::rc::Rc;
     let len = 100_000usize;
     let mut net = Net::new(2, test_config());
-    let captured: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
-    let sink = Rc::clone(&captured);
-    net.filter = Some(Box::new(move |bytes: &[u8]| {
-        let is_data = kind_of(bytes) == nicmsg_wire::FrameKind::Data as u8;
-        if is_data {
-            sink.borrow_mut().push(bytes.to_vec());
-        }
-        is_data
-    }));
+    let captured = capture_frames_of_kind(&mut net, nicmsg_wire::FrameKind::Data);
     let data = pattern(len, 3);
     let (recv_op, recv_region) = net.recv(1, Source::Rank(0), TagMatch::Tag(5), len);
     let send_op = net.send(0, 1, 5, data.clone());
@@ -1034,17 +1066,8 @@ fn predicted_frames_are_taken_in_place() {
         taken += 1;
     }
     assert!(taken > 0, "some frames were predicted");
-    net.filter = None;
-    net.run(net.now + 60_000_000_000);
-    assert!(net.result(0, send_op).unwrap().is_ok());
-    assert_eq!(net.result(1, recv_op).unwrap().unwrap().len, len as u64);
-    assert!(
-        net.memories[1].0[recv_region.0 as usize] == data,
-        "bytes differ"
-    );
-    let stats = net.endpoints[1].stats();
+    let stats = deliver_the_rest(&mut net, (send_op, recv_op), recv_region, &data);
     assert!(stats.bytes_placed_direct > 0, "{stats:?}");
-    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
 }
 
 /// Speculative placement of an eager message: once its first frame has matched the posted
@@ -1052,20 +1075,10 @@ fn predicted_frames_are_taken_in_place() {
 /// place, nothing copied; a corrupt one is refused.
 #[test]
 fn an_eager_messages_later_frames_are_taken_in_place() {
-    use std::cell::RefCell;
-    use std::rc::Rc;
     let config = test_config();
     let len = config.eager_limit as usize;
     let mut net = Net::new(2, config);
-    let captured: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
-    let sink = Rc::clone(&captured);
-    net.filter = Some(Box::new(move |bytes: &[u8]| {
-        let is_eager = kind_of(bytes) == nicmsg_wire::FrameKind::Eager as u8;
-        if is_eager {
-            sink.borrow_mut().push(bytes.to_vec());
-        }
-        is_eager
-    }));
+    let captured = capture_frames_of_kind(&mut net, nicmsg_wire::FrameKind::Eager);
     let data = pattern(len, 9);
     let (recv_op, recv_region) = net.recv(1, Source::Rank(0), TagMatch::Tag(5), len);
     let send_op = net.send(0, 1, 5, data.clone());
@@ -1124,15 +1137,7 @@ fn an_eager_messages_later_frames_are_taken_in_place() {
         0,
         "nothing once it is whole"
     );
-    net.filter = None;
-    net.run(net.now + 60_000_000_000);
-    assert!(net.result(0, send_op).unwrap().is_ok());
-    assert_eq!(net.result(1, recv_op).unwrap().unwrap().len, len as u64);
-    assert!(
-        net.memories[1].0[recv_region.0 as usize] == data,
-        "bytes differ"
-    );
-    let stats = net.endpoints[1].stats();
+    let stats = deliver_the_rest(&mut net, (send_op, recv_op), recv_region, &data);
     let first_payload = frames[0].len() - ExpectedFrame::MAX_HEADER_LEN;
     assert_eq!(
         stats.bytes_placed_direct,
