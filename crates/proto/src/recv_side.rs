@@ -26,9 +26,10 @@ pub(crate) struct RecvSide {
     /// Posted (blocking) probes.
     probes: VecDeque<RecvKey>,
     incoming: Slab<IncomingKey, Incoming>,
-    /// Incoming messages sent by rendezvous (a message's protocol never changes): the only
-    /// ones whose frames placement predicts, so a receiver holding only eager messages (one
-    /// that falls behind a stream) walks none of them before every receive batch.
+    /// Incoming messages sent by rendezvous (a message's protocol never changes): the ones
+    /// placement walks for frames to predict, so a receiver holding only eager messages (one
+    /// that falls behind a stream) walks none of them before every receive batch (the one
+    /// eager message it predicts is `latest_eager`).
     rendezvous_incoming: usize,
     /// Incoming messages by (sender, message id); Fx hashing as for the send side's index.
     by_id: FxHashMap<(Rank, u32), IncomingKey>,

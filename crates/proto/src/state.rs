@@ -93,13 +93,13 @@ impl Core {
         &self.config
     }
 
-    /// Posts a send of the bytes described by `data` to `dst` with `tag` in `context`. The
-    /// bytes must stay unchanged until the completion. Short messages may complete before the
-    /// receive is posted; a message to this rank itself completes when a receive takes it.
     pub(crate) fn lend_send_copies(&mut self, region: RegionId, piece_len: u64, pieces: u32) {
         self.sends.lend_copies(region, piece_len, pieces);
     }
 
+    /// Posts a send of the bytes described by `data` to `dst` with `tag` in `context`. The
+    /// bytes must stay unchanged until the completion. Short messages may complete before the
+    /// receive is posted; a message to this rank itself completes when a receive takes it.
     pub(crate) fn post_send(
         &mut self,
         now: Nanos,
