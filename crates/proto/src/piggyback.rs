@@ -138,6 +138,19 @@ impl Core {
         }
     }
 
+    /// Takes in what a frame from its peer (`header.src`, a rank) carries besides its own
+    /// business, on every path a frame is received by: receiver-to-sender control frames
+    /// carry the credit count, and so does an EAGER frame with CREDITS (the only kind the
+    /// flag is allowed on); an EAGER frame with ACKED acknowledges a message of ours.
+    pub(crate) fn take_in_credits_and_ack(&mut self, now: Nanos, header: &FrameHeader) {
+        if crate::state::carries_credits(header.kind) || header.has_flag(Flags::CREDITS) {
+            self.peers[header.src].update_credits(header.aux);
+        }
+        if header.has_flag(Flags::ACKED) {
+            self.take_piggybacked_ack(now, header);
+        }
+    }
+
     /// An EAGER frame with ACKED: the whole eager message it names is acknowledged. A message
     /// already finished is ignored (the frame itself is fine); a rendezvous one is invalid.
     pub(crate) fn take_piggybacked_ack(&mut self, now: Nanos, header: &FrameHeader) {

@@ -7,9 +7,7 @@ use crate::ops::{Dest, LatestData, RxPhase};
 use crate::receiver::Payload;
 use crate::state::Core;
 use crate::*;
-use nicmsg_wire::{
-    Flags, Frame, FrameHeader, FrameKind, MsgHeader, FRAME_HEADER_LEN, MSG_HEADER_LEN,
-};
+use nicmsg_wire::{Frame, FrameHeader, FrameKind, MsgHeader, FRAME_HEADER_LEN, MSG_HEADER_LEN};
 
 /// A frame expected to arrive, and where its payload belongs in host memory.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -188,13 +186,8 @@ impl Core {
             s.bytes_received += datagram_len as u64;
         });
         self.peers.heard_from(now, peer);
-        // What an EAGER frame carries besides its data, taken in as `receive_frame` does.
-        if parsed.has_flag(Flags::CREDITS) {
-            self.peers[peer].update_credits(parsed.aux);
-        }
-        if parsed.has_flag(Flags::ACKED) {
-            self.take_piggybacked_ack(now, &parsed);
-        }
+        // What an EAGER frame carries besides its data.
+        self.take_in_credits_and_ack(now, &parsed);
         self.place_frame(
             now,
             index,

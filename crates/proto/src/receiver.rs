@@ -57,14 +57,7 @@ impl Core {
             return self.count_drop(Some(peer), DropReason::DeadPeer);
         }
         self.peers.heard_from(now, peer);
-        // Receiver-to-sender control frames carry the credit count, and so does an EAGER frame
-        // with CREDITS (the only kind the flag is allowed on).
-        if crate::state::carries_credits(header.kind) || header.has_flag(Flags::CREDITS) {
-            self.peers[peer].update_credits(header.aux);
-        }
-        if header.has_flag(Flags::ACKED) {
-            self.take_piggybacked_ack(now, &header);
-        }
+        self.take_in_credits_and_ack(now, &header);
         match header.kind {
             FrameKind::Eager | FrameKind::Rts | FrameKind::Data => {
                 self.on_data_frame(now, &header, frame.msg.as_ref(), frame.payload, memory)
