@@ -52,4 +52,4 @@ pub use runner::{IdleConfig, Snapshot, ThreadEngine};
 pub use send_copies::{SEND_COPIES, SEND_COPY_MAX_BYTES, SEND_COPY_REGIONS};
 pub use table::{Descriptor, Envelope, OpCode, Outcome, ResultCode, Table, ANY, DEFAULT_SLOTS};
 #[cfg(not(loom))]
-pub use transport::{Origin, PlacementTarget, Received, Transport, PLACED_HEADER_LEN};
+pub use transport::{Origin, PlacementTarget, Received, Transport};

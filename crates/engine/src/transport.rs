@@ -56,10 +56,6 @@ impl Origin {
     }
 }
 
-/// Most header bytes kept in the transport's buffer for a placed datagram (an EAGER frame's
-/// frame and message headers; a DATA frame has the frame header alone).
-pub const PLACED_HEADER_LEN: usize = nicmsg_proto::ExpectedFrame::MAX_HEADER_LEN;
-
 pub trait Transport: Send {
     /// Which transport carries the frames, for logs and counters.
     fn name(&self) -> &'static str;

@@ -8,7 +8,7 @@
 //! unreachable) queued until the engine asks.
 
 use crate::rng::SimRng;
-use nicmsg_engine::{Origin, PlacementTarget, Received, Transport, PLACED_HEADER_LEN};
+use nicmsg_engine::{Origin, PlacementTarget, Received, Transport};
 use nicmsg_proto::Rank;
 use std::collections::VecDeque;
 use std::io;
@@ -127,11 +127,9 @@ impl Transport for SimTransport {
             .map(|(slot, (_, bytes))| unsafe { Self::scatter(plan, slot, bytes) })
             .collect();
         for (slot, (source, bytes)) in batch.iter().enumerate() {
-            // As the kernel splits it: the slot's header length, else (a slot planned for
-            // nothing) what a header can be at most.
-            let header_len = plan.get(slot).map_or(PLACED_HEADER_LEN, |t| t.header_len);
-            let header = &bytes[..bytes.len().min(header_len)];
-            if placed[slot] && looks_expected(slot, header, bytes.len()) {
+            // A placed datagram is longer than its slot's headers, which stayed here.
+            let header = placed[slot].then(|| &bytes[..plan[slot].header_len]);
+            if let Some(header) = header.filter(|h| looks_expected(slot, h, bytes.len())) {
                 self.placed += 1;
                 let offered = Received::Placed {
                     slot,
