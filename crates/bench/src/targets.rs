@@ -120,10 +120,16 @@ fn lm_checks(report: &Report) -> Vec<TargetCheck> {
                     format!("goal at MTU {LM_GOAL_MTU}, run at {mtu}"),
                 );
             }
-            let of = |system: System| {
-                point_value(report, (Pattern::Lm, system.name()), LM_GOAL_SIZE, value)
-            };
-            ratio_check(name, goal.into(), &of(system), &of(System::UdpFrag), holds)
+            let at_goal_size =
+                |series: &str| point_value(report, (Pattern::Lm, series), LM_GOAL_SIZE, value);
+            let standard_udp = at_goal_size(System::UdpFrag.name());
+            ratio_check(
+                name,
+                goal.into(),
+                &at_goal_size(system.name()),
+                &standard_udp,
+                holds,
+            )
         };
     let bandwidth = view::headline(Pattern::Lm).expect("LM is swept by size");
     let bandwidth: PointValue = (bandwidth.value, bandwidth.unit);
