@@ -294,7 +294,7 @@ fn run<T: Transport>(mut driver: Driver<T>, shared: &Shared, idle: IdleConfig) -
 fn sleep<T: Transport>(driver: &mut Driver<T>, shared: &Shared, idle: IdleConfig, now: u64) {
     shared.engine_sleeping.store(true, Ordering::SeqCst);
     // A command pushed just before the flag was set would otherwise wait a whole idle poll.
-    if !driver.table().has_commands() && shared.poller.wait(idle.sleep_ns(driver, now)) {
+    if !driver.table().has_commands() && shared.poller.watch().wait(idle.sleep_ns(driver, now)) {
         driver.socket_error();
     }
     shared.engine_sleeping.store(false, Ordering::SeqCst);
