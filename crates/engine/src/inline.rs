@@ -189,6 +189,13 @@ impl<T: Transport + 'static> HostTurns<'_, T> {
         now
     }
 
+    /// One turn at `now`, a time the caller read on the monotonic clock's engine scale; it
+    /// also counts as when the application left, so leaving reads no clock.
+    pub fn turn_at(&mut self, now: u64) -> bool {
+        self.seen_ns.set(now);
+        self.turn(now)
+    }
+
     /// Starts the operation just posted and sends its frames; in a burst of sends (see
     /// [`POST_BURST_GAP_NS`]) leaves it for the next turn instead.
     pub fn start_posted(&mut self) {

@@ -188,19 +188,18 @@ impl FabricEndpoint {
     /// A poll that found nothing: an application polls its completion queue in a loop, and on
     /// a machine with fewer cores than busy threads that loop must give the core to the engine
     /// thread that makes the progress it waits for (the library's own waits do the same).
-    fn relax(&mut self, found: usize) {
+    fn relax(&mut self, found: usize, now: u64) {
         if found > 0 || self.pending.is_empty() {
             self.idle_since = None;
             return;
         }
-        let now = nicmsg_engine::clock::monotonic_ns();
         let since = *self.idle_since.get_or_insert(now);
         nicmsg_engine::sharing::relax(now - since);
     }
 
     /// One turn of the engine, then the operations it finished, up to `out.len()`.
-    fn finished(&mut self, out: &mut [MaybeUninit<NfCompletion>]) -> usize {
-        self.endpoint.progress();
+    fn finished(&mut self, out: &mut [MaybeUninit<NfCompletion>], now: u64) -> usize {
+        self.endpoint.progress_at(now);
         let mut written = 0;
         let mut index = 0;
         while index < self.pending.len() && written < out.len() {
@@ -737,8 +736,10 @@ pub unsafe extern "C" fn nf_poll(ep: *mut c_void, out: *mut NfCompletion, max: u
     let out =
         unsafe { std::slice::from_raw_parts_mut(out.cast::<MaybeUninit<NfCompletion>>(), max) };
     catch_unwind(AssertUnwindSafe(|| {
-        let found = endpoint.finished(out);
-        endpoint.relax(found);
+        // One clock read serves the turn and the idle rule.
+        let now = nicmsg_engine::clock::monotonic_ns();
+        let found = endpoint.finished(out, now);
+        endpoint.relax(found, now);
         found
     }))
     .unwrap_or(0)

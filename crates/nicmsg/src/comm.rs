@@ -639,10 +639,10 @@ impl Comm {
 
     /// `progress_once` with the monotonic clock already read (a clock read is a good part of
     /// an idle turn's cost).
-    fn progress_at(&self, monotonic_ns: u64) {
+    pub(crate) fn progress_at(&self, monotonic_ns: u64) {
         if let Engine::Inline(engine) = &*self.engine.borrow() {
             let now = engine.clock().since_start(monotonic_ns);
-            engine.enter().turn(now);
+            engine.enter().turn_at(now);
         }
     }
 
