@@ -539,7 +539,8 @@ impl UdpTransport {
         let mut errors = 0;
         loop {
             self.stats.recv_syscalls += 1;
-            let msgs = self.recv.msgs_mut();
+            let offered = self.recv.slots_to_offer();
+            let msgs = &mut self.recv.msgs_mut()[..offered];
             // SAFETY: every `mmsghdr` points at its own iovecs, name, control buffer and buffer
             // slot (set up by `RecvSlots`), all owned by the slots and not otherwise borrowed
             // during the call, or at plan destinations the caller lent for this call.

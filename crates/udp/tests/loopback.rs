@@ -587,7 +587,7 @@ fn gso_run_arrives_as_frames_placed_through_one_chain() {
 /// planned one per slot even with GRO on, so every frame of a batch is placed, not only the
 /// first.
 #[test]
-fn frames_too_large_to_coalesce_are_placed_one_per_slot() {
+fn frames_too_large_to_coalesce_are_placed_one_per_receive() {
     use nicmsg_udp::Placement;
     let (mut sender, mut receiver) = pair(65_000, 64);
     let header = [5u8; 24];
@@ -606,12 +606,89 @@ fn frames_too_large_to_coalesce_are_placed_one_per_slot() {
             len: 40_000,
         })
         .collect();
-    // SAFETY: the destinations are disjoint parts of our own vector, untouched meanwhile.
-    let count = unsafe { recv_placed_batch(&mut receiver, &plan) };
-    assert_eq!(count, 3, "the three datagrams are read in one batch");
+    // Large guessed frames are read one per receive, each guessed afresh from what came
+    // before (here: the rest of the plan), so a datagram between them shifts no guess.
     for i in 0..3 {
-        assert_eq!(receiver.placed(i), Some((i, 40_000, 40_024)), "frame {i}");
-        assert_eq!(receiver.received_head(i), &header[..]);
+        // SAFETY: the destinations are disjoint parts of our own vector, untouched meanwhile.
+        let count = unsafe { recv_placed_batch(&mut receiver, &plan[i..]) };
+        assert_eq!(count, 1, "frame {i} alone");
+        assert_eq!(receiver.placed(0), Some((0, 40_000, 40_024)), "frame {i}");
+        assert_eq!(receiver.received_head(0), &header[..]);
+    }
+    assert_eq!(dest, payload);
+}
+
+#[test]
+fn a_datagram_between_large_guessed_frames_is_read_alone_and_shifts_no_guess() {
+    use nicmsg_udp::Placement;
+    let (mut sender, mut receiver) = pair(65_000, 64);
+    let header = [5u8; 24];
+    let control = [9u8; 40];
+    let payload: Vec<u8> = (0..80_000).map(|i| (i * 7) as u8).collect();
+    let (first, second) = payload.split_at(40_000);
+    let pieces: [&[&[u8]]; 3] = [
+        &[&control[..]],
+        &[&header[..], first],
+        &[&header[..], second],
+    ];
+    let frames: Vec<(u32, &[&[u8]])> = pieces.iter().map(|&p| (1, p)).collect();
+    assert_eq!(sender.send_batch(&frames).unwrap(), 3);
+    let mut dest = vec![0u8; 80_000];
+    let plan: Vec<Placement> = (0..2)
+        .map(|i| Placement {
+            header_len: 24,
+            dest: dest[i * 40_000..].as_mut_ptr(),
+            len: 40_000,
+        })
+        .collect();
+    // SAFETY: as above.
+    assert_eq!(unsafe { recv_placed_batch(&mut receiver, &plan) }, 1);
+    assert_eq!(
+        receiver.placed(0),
+        None,
+        "the small datagram is no guessed frame"
+    );
+    // SAFETY: its scattered bytes went to the first destination, still ours.
+    unsafe { receiver.gather_placed(0) };
+    assert_eq!(receiver.received(0).1, &control[..]);
+    for i in 0..2 {
+        // SAFETY: as above.
+        assert_eq!(unsafe { recv_placed_batch(&mut receiver, &plan[i..]) }, 1);
+        assert_eq!(receiver.placed(0), Some((0, 40_000, 40_024)), "frame {i}");
+    }
+    assert_eq!(dest, payload);
+}
+
+#[test]
+fn a_plan_mixing_a_short_last_frame_with_large_ones_goes_one_per_slot() {
+    use nicmsg_udp::Placement;
+    let (mut sender, mut receiver) = pair(65_000, 64);
+    let header = [5u8; 24];
+    let payload: Vec<u8> = (0..41_000).map(|i| (i * 11) as u8).collect();
+    let (short, large) = payload.split_at(1_000);
+    let pieces: [&[&[u8]]; 2] = [&[&header[..], short], &[&header[..], large]];
+    let frames: Vec<(u32, &[&[u8]])> = pieces.iter().map(|&p| (1, p)).collect();
+    assert_eq!(sender.send_batch(&frames).unwrap(), 2);
+    let mut dest = vec![0u8; 41_000];
+    let (short_dest, large_dest) = dest.split_at_mut(1_000);
+    let plan = [
+        Placement {
+            header_len: 24,
+            dest: short_dest.as_mut_ptr(),
+            len: 1_000,
+        },
+        Placement {
+            header_len: 24,
+            dest: large_dest.as_mut_ptr(),
+            len: 40_000,
+        },
+    ];
+    // Laid out from the short frame as one coalesced slot, the large one would be copied.
+    for i in 0..2 {
+        // SAFETY: as above.
+        assert_eq!(unsafe { recv_placed_batch(&mut receiver, &plan[i..]) }, 1);
+        let len = plan[i].len;
+        assert_eq!(receiver.placed(0), Some((0, len, len + 24)), "frame {i}");
     }
     assert_eq!(dest, payload);
 }
