@@ -36,19 +36,25 @@ impl Transport for UdpTransport {
         looks_expected: &dyn Fn(usize, &[u8], usize) -> bool,
         deliver: &mut dyn FnMut(Origin, Received<'_>) -> bool,
     ) -> io::Result<usize> {
-        let mut placements = [Placement {
-            header_len: 0,
-            dest: std::ptr::null_mut(),
-            len: 0,
-        }; RECV_BATCH];
-        let planned = plan.len().min(RECV_BATCH);
-        for (placement, target) in placements.iter_mut().zip(&plan[..planned]) {
-            placement.header_len = target.header_len;
-            placement.dest = target.dest;
-            placement.len = target.len;
-        }
-        // SAFETY: forwarded from this function's contract.
-        let count = unsafe { self.recv_batch_placed(&placements[..planned]) }?;
+        let count = if plan.is_empty() {
+            // Most turns guess nothing: no plan to build.
+            // SAFETY: an empty plan places nothing outside the transport's own buffers.
+            unsafe { self.recv_batch_placed(&[]) }?
+        } else {
+            let mut placements = [Placement {
+                header_len: 0,
+                dest: std::ptr::null_mut(),
+                len: 0,
+            }; RECV_BATCH];
+            let planned = plan.len().min(RECV_BATCH);
+            for (placement, target) in placements.iter_mut().zip(&plan[..planned]) {
+                placement.header_len = target.header_len;
+                placement.dest = target.dest;
+                placement.len = target.len;
+            }
+            // SAFETY: forwarded from this function's contract.
+            unsafe { self.recv_batch_placed(&placements[..planned]) }?
+        };
         // First put every wrong guess back together, before any frame is handled: handling a
         // frame writes its payload to its place, which may be where a wrong guess landed.
         for index in 0..count {
@@ -61,9 +67,11 @@ impl Transport for UdpTransport {
             }
         }
         for index in 0..count {
+            // The source's address is decoded once, for both.
+            let address = self.received(index).0;
             let origin = Origin {
-                rank: self.received_rank(index),
-                address: Some(self.received(index).0),
+                rank: self.peer_of(&address),
+                address: Some(address),
             };
             if let Some((entry, _, len)) = self.placed(index) {
                 let header = self.received_head(index);
