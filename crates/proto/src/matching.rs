@@ -187,7 +187,7 @@ impl Core {
                 }
                 self.set_waiter(incoming, true);
                 if discarded_data {
-                    self.request_resend(incoming);
+                    self.request_resend(now, incoming);
                 }
             }
             return;
@@ -198,8 +198,14 @@ impl Core {
     }
 
     /// `drop` mode: the data of this eager message was discarded while no receive waited; now
-    /// that one does, ask the sender to resend at once instead of at its next timeout.
-    fn request_resend(&mut self, incoming: IncomingKey) {
+    /// that one does, ask the sender to resend at once instead of at its next timeout (the
+    /// sender, told to WAIT, tries again only after `rto_max_ns`). The request is repeated
+    /// while nothing comes (`Core::repeat_resend_request`), so a lost one costs a timeout,
+    /// not `rto_max_ns`.
+    pub(crate) fn request_resend(&mut self, now: Nanos, incoming: IncomingKey) {
+        let rto = self.peers[self.rx[incoming].peer].rto.rto_ns();
+        let entry = &mut self.rx[incoming];
+        entry.deadline_ns = Some(now + rto);
         let entry = &self.rx[incoming];
         let cts = crate::receiver::control(
             entry.peer,

@@ -416,6 +416,8 @@ impl Core {
     fn on_data_complete(&mut self, now: Nanos, index: IncomingKey, memory: &mut impl HostMemory) {
         let entry = &mut self.rx[index];
         entry.phase = RxPhase::DataComplete;
+        // A resend request's timer (`drop` mode) has nothing more to ask for.
+        entry.deadline_ns = None;
         let (peer, msg_id, eager) = (entry.peer, entry.msg_id, entry.is_eager());
         let len = entry.geometry.total_len;
         if eager {
@@ -488,6 +490,11 @@ impl Core {
             if due.is_none_or(|d| d > now) {
                 continue;
             }
+            let entry = &self.rx[index];
+            if entry.is_eager() && entry.phase == RxPhase::Receiving {
+                self.repeat_resend_request(now, index);
+                continue;
+            }
             let max_retries = self.config.max_retries;
             let keepalive = self.config.keepalive_ns;
             let entry = &mut self.rx[index];
@@ -509,6 +516,33 @@ impl Core {
             };
             self.queue_control(repeat);
         }
+    }
+
+    /// A resend asked for (`drop` mode, `request_resend`) brought nothing in an RTO: ask again,
+    /// backing off, at most `max_retries` times; then leave it to the sender's own timeout.
+    /// Once a frame came the sender is sending, and its retransmissions recover the rest.
+    fn repeat_resend_request(&mut self, now: Nanos, index: IncomingKey) {
+        let max_retries = self.config.max_retries;
+        let max_ns = self.config.rto_max_ns;
+        let entry = &self.rx[index];
+        let waiting = entry.contiguous == 0 && !entry.has_frame(0);
+        let retries = entry.retries + 1;
+        let backoff = self.peers[entry.peer].rto.backed_off_ns(retries, max_ns);
+        let entry = &mut self.rx[index];
+        if !waiting || retries > max_retries {
+            entry.deadline_ns = None;
+            return;
+        }
+        entry.retries = retries;
+        entry.deadline_ns = Some(now + backoff);
+        let cts = control(
+            entry.peer,
+            FrameKind::Cts,
+            Flags::FROM_START,
+            entry.msg_id,
+            entry.frames,
+        );
+        self.queue_control(cts);
     }
 
     /// Forgets an incoming message (its buffer too) without completing anything.

@@ -1263,3 +1263,48 @@ fn kind_of(bytes: &[u8]) -> u8 {
         .expect("a frame header")
         .kind_code()
 }
+
+/// `drop` mode: the data of a message that came while no receive waited is asked for again
+/// (CTS with FROM_START) when one is posted. If that request is lost, the receiver repeats it
+/// after a timeout; the sender, told to WAIT, would try again only after `rto_max_ns`.
+#[test]
+fn a_lost_request_for_a_dropped_message_is_repeated() {
+    let config = Config {
+        unexpected: UnexpectedPolicy::Drop,
+        rto_max_ns: 50_000_000,
+        ..test_config()
+    };
+    let mut net = Net::new(2, config);
+    let send = net.send(0, 1, 7, pattern(100, 1));
+    net.run(net.now + 200_000);
+    assert!(
+        net.endpoints[1].stats().drops.no_posted_receive > 0,
+        "dropped, WAIT"
+    );
+    let requests = std::rc::Rc::new(std::cell::Cell::new(0));
+    let seen = std::rc::Rc::clone(&requests);
+    net.filter = Some(Box::new(move |bytes: &[u8]| {
+        let header = nicmsg_wire::Frame::parse(bytes).expect("parses").header;
+        let request = header.kind == nicmsg_wire::FrameKind::Cts
+            && header.has_flag(nicmsg_wire::Flags::FROM_START);
+        if request {
+            seen.set(seen.get() + 1);
+        }
+        // The first request is lost.
+        request && seen.get() == 1
+    }));
+    let posted_at = net.now;
+    let (recv, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(7), 100);
+    let took = net.run_until(40_000_000, |net| net.result(1, recv).is_some());
+    assert!(net.result(1, recv).unwrap().is_ok());
+    assert_eq!(net.bytes(1, region), pattern(100, 1));
+    assert_eq!(requests.get(), 2, "asked twice");
+    assert!(
+        took < 5_000_000,
+        "delivered {took} ns after the receive was posted at {posted_at}, not after the sender's rto_max"
+    );
+    net.filter = None;
+    net.run(net.now + 60_000_000_000);
+    assert!(net.result(0, send).unwrap().is_ok());
+    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+}
