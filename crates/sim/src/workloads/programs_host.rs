@@ -536,6 +536,24 @@ impl ProgramsHost {
             }
             phases[1][1].push(message(0, filter, FILTER_GUARDED, payload, None));
         }
+        // The series ends with a message that passes: rank 0 waits for the passed ones only,
+        // and messages to one program are never overtaken, so when the last one is passed on
+        // every dropped one before it reached the filter too (a short one's send completes
+        // from its copy, so rank 1's host cannot tell; under loss it may arrive a timeout
+        // after the phase would otherwise have ended).
+        let closing = ProgramHeader {
+            op: ProgramOp::Message,
+            trigger: FILTER_GUARDED,
+            program: filter,
+            source_program: None,
+            request: 0,
+            origin: 1,
+        };
+        let mut payload = token.to_le_bytes().to_vec();
+        payload.extend_from_slice(&u64::MAX.to_le_bytes());
+        good += 1;
+        passed.push((closing, payload.clone()));
+        phases[1][1].push(message(0, filter, FILTER_GUARDED, payload, None));
         expected[0].3 += good as u64;
         phases[1][0].push(Action::Passed {
             from: 0,
