@@ -397,3 +397,10 @@ pub(crate) struct Control {
     pub msg_id: u32,
     pub frame_index: u32,
 }
+
+impl Control {
+    /// A lone ACK_ALL: the whole message `msg_id` is held.
+    pub(crate) fn is_ack_all(&self) -> bool {
+        self.kind == FrameKind::Ack && self.flags == nicmsg_wire::Flags::ACK_ALL
+    }
+}

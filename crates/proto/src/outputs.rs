@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use crate::ops::Control;
 use crate::usage::TableUsage;
 use crate::{Completion, OpError, OpId, Rank, Status};
+use nicmsg_wire::{Flags, FrameKind};
 
 /// The control queue and the completion queue of one endpoint.
 pub(crate) struct Outputs {
@@ -49,6 +50,30 @@ impl Outputs {
         let control = self.control.pop_front();
         self.control_usage.set(self.control.len());
         control
+    }
+
+    /// `first`, an ACK_ALL just popped, is followed in the queue by ACK_ALLs to the same peer
+    /// of the next message ids: takes up to `most` of them (see `piggyback.rs`, "runs").
+    /// Returns how many it took; the caller sends `first` with that count.
+    pub(crate) fn take_ack_all_run(&mut self, first: &Control, most: u32) -> u32 {
+        let mut taken = 0;
+        while taken < most {
+            let next_id = first.msg_id.wrapping_add(taken + 1);
+            let continues = self.control.front().is_some_and(|next| {
+                next.dst == first.dst
+                    && next.kind == FrameKind::Ack
+                    && next.flags == Flags::ACK_ALL
+                    && next.frame_index == 0
+                    && next.msg_id == next_id
+            });
+            if !continues {
+                break;
+            }
+            self.control.pop_front();
+            taken += 1;
+        }
+        self.control_usage.set(self.control.len());
+        taken
     }
 
     pub(crate) fn has_control(&self) -> bool {

@@ -274,9 +274,13 @@ impl Core {
         self.sends.active(peer, msg_id)
     }
 
-    /// ACK from the receiver: a collection (or, with ACK_ALL, the whole message) arrived; with
-    /// WAIT, the receiver is alive but has not accepted the message yet.
+    /// ACK from the receiver: a collection (or, with ACK_ALL, the whole message, and with a
+    /// `frame_index` above 0 that many following messages too) arrived; with WAIT, the
+    /// receiver is alive but has not accepted the message yet.
     pub(crate) fn on_ack(&mut self, now: Nanos, header: &FrameHeader) {
+        if header.has_flag(Flags::ACK_ALL) && header.frame_index > 0 {
+            return self.on_ack_all_run(now, header);
+        }
         let Some(index) = self.active_send(header.src, header.msg_id) else {
             self.count_drop(Some(header.src), DropReason::Duplicate);
             return;
@@ -321,6 +325,23 @@ impl Core {
             }
         }
         self.after_ack(now, index);
+    }
+
+    /// An ACK_ALL of a run (`piggyback.rs`): messages `msg_id` to `msg_id + frame_index`, each
+    /// held whole by the receiver, taken as that many ACK_ALLs. A longer run than any sender
+    /// makes is dropped and counted.
+    fn on_ack_all_run(&mut self, now: Nanos, header: &FrameHeader) {
+        if header.frame_index > crate::state::MAX_ACK_ALL_RUN {
+            return self.count_drop(Some(header.src), DropReason::Invalid);
+        }
+        for step in 0..=header.frame_index {
+            let one = FrameHeader {
+                msg_id: header.msg_id.wrapping_add(step),
+                frame_index: 0,
+                ..*header
+            };
+            self.on_ack(now, &one);
+        }
     }
 
     pub(crate) fn after_ack(&mut self, now: Nanos, index: SendKey) {

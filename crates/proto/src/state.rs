@@ -47,6 +47,11 @@ pub(crate) fn carries_credits(kind: nicmsg_wire::FrameKind) -> bool {
     matches!(kind, Ack | Cts | MsgAck | Credit | CancelAck)
 }
 
+/// Most messages one ACK_ALL acknowledges after its own `msg_id` (its `frame_index`: a run of
+/// consecutive ids held whole, see `piggyback.rs`). Bounds the work a frame asks of its
+/// receiver; a burst of eager messages is rarely longer.
+pub(crate) const MAX_ACK_ALL_RUN: u32 = 63;
+
 /// Most eager buffers per peer: one bit each in a u64.
 pub(crate) const MAX_EAGER_CREDITS: u32 = 64;
 
@@ -213,9 +218,15 @@ impl Core {
         memory: &impl HostMemory,
         transmit: &mut Transmit,
     ) -> bool {
-        if let Some(control) = self.outputs.pop_control() {
+        if let Some(mut control) = self.outputs.pop_control() {
+            let mut carriers = 1;
+            if control.is_ack_all() {
+                let run = self.outputs.take_ack_all_run(&control, MAX_ACK_ALL_RUN);
+                control.frame_index = run;
+                carriers += run;
+            }
             if carries_credits(control.kind) {
-                self.peers[control.dst].credit_carriers_queued -= 1;
+                self.peers[control.dst].credit_carriers_queued -= carriers;
             }
             self.emit_control(now, control, transmit);
             return true;

@@ -1264,6 +1264,100 @@ fn kind_of(bytes: &[u8]) -> u8 {
         .kind_code()
 }
 
+/// Whole eager messages received together are acknowledged by one ACK_ALL for the run of
+/// their ids (`frame_index` counts the ids after `msg_id`), not a datagram each, and every
+/// send completes on it.
+#[test]
+fn a_burst_of_whole_eager_messages_is_acknowledged_by_one_frame() {
+    const BURST: usize = 5;
+    // Above the inline size: each send completes only on its acknowledgement.
+    const LEN: usize = 1000;
+    let mut net = Net::new(2, test_config());
+    let receives: Vec<_> = (0..BURST)
+        .map(|tag| net.recv(1, Source::Rank(0), TagMatch::Tag(tag as Tag), LEN))
+        .collect();
+    let eager = capture_frames_of_kind(&mut net, nicmsg_wire::FrameKind::Eager);
+    let sends: Vec<_> = (0..BURST)
+        .map(|tag| net.send(0, 1, tag as Tag, pattern(LEN, tag as u8)))
+        .collect();
+    net.run(net.now + 1_000);
+    assert_eq!(
+        eager.borrow().len(),
+        BURST,
+        "one frame a message, held back"
+    );
+    let acks: std::rc::Rc<std::cell::RefCell<Vec<(u16, u32, u32)>>> = Default::default();
+    let log = std::rc::Rc::clone(&acks);
+    net.filter = Some(Box::new(move |bytes: &[u8]| {
+        let header = nicmsg_wire::Frame::parse(bytes).expect("parses").header;
+        if header.kind == nicmsg_wire::FrameKind::Ack {
+            log.borrow_mut()
+                .push((header.flags, header.msg_id, header.frame_index));
+        }
+        false
+    }));
+    // The burst arrives before the receiver transmits anything.
+    for bytes in eager.borrow().iter() {
+        net.endpoints[1].handle_frame(net.now, bytes, &mut net.memories[1]);
+    }
+    net.run(net.now + 1_000_000);
+    let first_id = acks.borrow().first().map(|ack| ack.1).expect("an ACK");
+    assert_eq!(
+        *acks.borrow(),
+        [(nicmsg_wire::Flags::ACK_ALL, first_id, BURST as u32 - 1)],
+        "one ACK_ALL for the run"
+    );
+    for (tag, (send, (recv, region))) in sends.iter().zip(&receives).enumerate() {
+        assert!(net.result(0, *send).unwrap().is_ok(), "send {tag}");
+        assert!(net.result(1, *recv).unwrap().is_ok(), "receive {tag}");
+        assert_eq!(
+            net.bytes(1, *region),
+            pattern(LEN, tag as u8),
+            "bytes {tag}"
+        );
+    }
+    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+}
+
+/// An ACK_ALL whose run is longer than any sender makes is dropped and counted; one within it
+/// acknowledges the messages actually sent (the other ids count as duplicates).
+#[test]
+fn an_ack_all_run_beyond_the_limit_is_dropped() {
+    let mut net = Net::new(2, test_config());
+    let (recv, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), 1000);
+    let send = net.send(0, 1, 1, pattern(1000, 1));
+    let acks = capture_frames_of_kind(&mut net, nicmsg_wire::FrameKind::Ack);
+    net.run(net.now + 1_000_000);
+    assert!(net.result(1, recv).unwrap().is_ok());
+    assert_eq!(
+        net.result(0, send),
+        None,
+        "its acknowledgement was held back"
+    );
+    let real = acks.borrow()[0].clone();
+    let with_run = |run: u32| {
+        let mut bytes = real.clone();
+        let mut view = nicmsg_wire::FrameView::new_checked(&mut bytes[..]).unwrap();
+        view.set_frame_index(run);
+        let len = bytes.len();
+        nicmsg_wire::seal(&mut bytes[..len], &[]);
+        bytes
+    };
+    let invalid_before = net.endpoints[0].stats().drops.invalid;
+    net.endpoints[0].handle_frame(net.now, &with_run(64), &mut net.memories[0]);
+    net.run(net.now + 1_000);
+    assert_eq!(net.endpoints[0].stats().drops.invalid, invalid_before + 1);
+    assert_eq!(
+        net.result(0, send),
+        None,
+        "a run too long acknowledges nothing"
+    );
+    net.endpoints[0].handle_frame(net.now, &with_run(3), &mut net.memories[0]);
+    net.run(net.now + 1_000);
+    assert!(net.result(0, send).unwrap().is_ok());
+    assert_eq!(net.bytes(1, region), pattern(1000, 1));
+}
+
 /// `drop` mode: the data of a message that came while no receive waited is asked for again
 /// (CTS with FROM_START) when one is posted. If that request is lost, the receiver repeats it
 /// after a timeout; the sender, told to WAIT, would try again only after `rto_max_ns`.
