@@ -504,15 +504,17 @@ impl ProgramsHost {
         let (mut good, mut bad) = (0i64, 0i64);
         let mut first_kinds = [0, 1, 2];
         rng.shuffle(&mut first_kinds);
+        // Every filter message has this header (rank 1's host to `filter`).
+        let filter_message = ProgramHeader {
+            op: ProgramOp::Message,
+            trigger: FILTER_GUARDED,
+            program: filter,
+            source_program: None,
+            request: 0,
+            origin: 1,
+        };
         for seq in 0..rng.range(3, 10) {
-            let header = ProgramHeader {
-                op: ProgramOp::Message,
-                trigger: FILTER_GUARDED,
-                program: filter,
-                source_program: None,
-                request: 0,
-                origin: 1,
-            };
+            let header = filter_message;
             // With the token, with a wrong one, or too short to hold one.
             // Each kind at least once, in a random order.
             let kind = match first_kinds.get(seq as usize) {
@@ -541,18 +543,10 @@ impl ProgramsHost {
         // every dropped one before it reached the filter too (a short one's send completes
         // from its copy, so rank 1's host cannot tell; under loss it may arrive a timeout
         // after the phase would otherwise have ended).
-        let closing = ProgramHeader {
-            op: ProgramOp::Message,
-            trigger: FILTER_GUARDED,
-            program: filter,
-            source_program: None,
-            request: 0,
-            origin: 1,
-        };
         let mut payload = token.to_le_bytes().to_vec();
         payload.extend_from_slice(&u64::MAX.to_le_bytes());
         good += 1;
-        passed.push((closing, payload.clone()));
+        passed.push((filter_message, payload.clone()));
         phases[1][1].push(message(0, filter, FILTER_GUARDED, payload, None));
         expected[0].3 += good as u64;
         phases[1][0].push(Action::Passed {
