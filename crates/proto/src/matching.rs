@@ -206,6 +206,7 @@ impl Core {
         let rto = self.peers[self.rx[incoming].peer].rto.rto_ns();
         let entry = &mut self.rx[incoming];
         entry.deadline_ns = Some(now + rto);
+        entry.retries = 0;
         let entry = &self.rx[incoming];
         let cts = crate::receiver::control(
             entry.peer,

@@ -399,7 +399,7 @@ pub(crate) struct Control {
 }
 
 impl Control {
-    /// A lone ACK_ALL: the whole message `msg_id` is held.
+    /// An ACK_ALL without WAIT, as queued: the whole message `msg_id` is held.
     pub(crate) fn is_ack_all(&self) -> bool {
         self.kind == FrameKind::Ack && self.flags == nicmsg_wire::Flags::ACK_ALL
     }
