@@ -217,7 +217,8 @@ fn oversubscribed_default(ranks: u32) -> Option<Engine> {
 }
 
 /// Whether each rank will run an engine thread: `--engine`, else the launcher's choice, else
-/// `NICMSG_ENGINE` from its environment, else the library's default (thread).
+/// `NICMSG_ENGINE` from its environment, else the library's default (`auto`: the thread, for
+/// ranks the launcher did not find oversubscribed).
 fn engine_thread_per_rank(engine: Option<Engine>) -> bool {
     match engine {
         Some(engine) => engine == Engine::Thread,

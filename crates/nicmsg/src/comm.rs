@@ -101,7 +101,6 @@ impl Comm {
             size = job.size,
             address = %me.data,
             transport = backend.name(),
-            engine = ?options.engine,
             frame = options.protocol.mtu,
             "joined the job"
         );
@@ -151,7 +150,7 @@ impl Comm {
         )
         .map_err(|e| Error::Config(e.to_string()))?;
         endpoint.set_own_address(local);
-        tracing::info!(address = %local, capacity, engine = ?options.engine, frame = options.protocol.mtu, "open endpoint bound");
+        tracing::info!(address = %local, capacity, frame = options.protocol.mtu, "open endpoint bound");
         let mut comm = Self::start(options, endpoint, Box::new(udp))?;
         comm.local_address = Some(local);
         Ok(comm)
@@ -277,7 +276,17 @@ impl Comm {
                 Err(error) => tracing::warn!(%error, "no control socket for nicmsg pdl"),
             }
         }
-        let engine = match options.engine {
+        let cpus = crate::options::CpuShare::of_this_process();
+        let mode = options.engine_to_run(cpus);
+        tracing::info!(
+            ?mode,
+            chosen = options.engine_auto,
+            usable_cpus = cpus.usable,
+            online_cpus = cpus.online,
+            local_ranks = cpus.local_ranks,
+            "engine starting"
+        );
+        let engine = match mode {
             EngineMode::Inline => Engine::Inline(InlineEngine::start(driver)?),
             EngineMode::Thread => Engine::Thread(ThreadEngine::spawn(driver, options.idle)?),
         };
@@ -305,8 +314,12 @@ impl Comm {
         self.size
     }
 
+    /// The engine mode running (`NICMSG_ENGINE=auto` resolved).
     pub fn engine_mode(&self) -> EngineMode {
-        self.options.engine
+        match &*self.engine.borrow() {
+            Engine::Inline(_) => EngineMode::Inline,
+            Engine::Thread(_) => EngineMode::Thread,
+        }
     }
 
     /// The transport frames take: `"udp"` or `"xdp"`.

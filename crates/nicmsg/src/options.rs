@@ -29,6 +29,11 @@ pub enum EngineMode {
 #[derive(Debug, Clone)]
 pub struct Options {
     pub engine: EngineMode,
+    /// Choose `engine` from the CPUs this process may run on when the communicator starts (see
+    /// [`Options::engine_to_run`]): true in options read from the environment while
+    /// `NICMSG_ENGINE` is unset or `auto`; false in `Options::default()`, whose caller names
+    /// the engine.
+    pub engine_auto: bool,
     pub transport: TransportChoice,
     pub protocol: Config,
     /// Choose `protocol.eager_limit` from the job's size when the communicator starts (see
@@ -72,6 +77,7 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             engine: EngineMode::Thread,
+            engine_auto: false,
             transport: TransportChoice::Auto,
             protocol: Config::default(),
             eager_limit_auto: true,
@@ -94,7 +100,66 @@ impl Default for Options {
     }
 }
 
+/// Variables in which launchers give the number of the job's ranks on this host: Open MPI's
+/// and MPICH's (Hydra).
+const LOCAL_RANKS_VARIABLES: [&str; 2] = ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"];
+
+/// The CPUs the process may run on and how many ranks of the job share them, as the
+/// automatic engine choice sees them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuShare {
+    /// CPUs in this process's affinity mask.
+    pub usable: usize,
+    /// CPUs online on the host.
+    pub online: usize,
+    /// The job's ranks on this host (1 if no launcher said).
+    pub local_ranks: usize,
+}
+
+impl CpuShare {
+    /// This process, as the kernel and the launcher describe it.
+    pub fn of_this_process() -> Self {
+        let usable = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // SAFETY: sysconf reads a system value and has no other effect.
+        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        let local_ranks = LOCAL_RANKS_VARIABLES
+            .iter()
+            .find_map(|name| std::env::var(name).ok()?.trim().parse::<usize>().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(1);
+        Self {
+            usable,
+            online: usize::try_from(online).unwrap_or(usable).max(usable),
+            local_ranks,
+        }
+    }
+
+    /// Whether an engine thread gets a CPU beside the application thread: a process bound to
+    /// fewer CPUs than the host has keeps them to itself; an unbound one shares them with the
+    /// job's other ranks on the host.
+    pub fn has_room_for_engine_threads(&self) -> bool {
+        let sharing = if self.usable < self.online {
+            1
+        } else {
+            self.local_ranks
+        };
+        self.usable >= 2 * sharing
+    }
+}
+
 impl Options {
+    /// The engine mode to start: `engine` as `NICMSG_ENGINE` set it, or, left to choose, the
+    /// thread only where it has a CPU of its own (an engine thread sharing its application's
+    /// CPU costs every message a scheduler hand-over: 18 us a half round trip under Open MPI
+    /// with each rank bound to a core, against 3.3 us inline).
+    pub fn engine_to_run(&self, cpus: CpuShare) -> EngineMode {
+        if !self.engine_auto || cpus.has_room_for_engine_threads() {
+            self.engine
+        } else {
+            EngineMode::Inline
+        }
+    }
+
     /// Defaults overridden by the `NICMSG_*` variables of the environment: see [`SETTINGS`]
     /// (and the table in `docs/runtime.md`, rendered from it).
     pub fn from_env() -> Result<Self, Error> {
@@ -106,7 +171,11 @@ impl Options {
     /// accepts is refused with [`Error::Config`] naming the variable, the value and what is
     /// accepted. An empty value (or only whitespace) counts as unset.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, Error> {
-        let mut options = Self::default();
+        // Unset, `NICMSG_ENGINE` means `auto`; options built in code name their engine.
+        let mut options = Self {
+            engine_auto: true,
+            ..Self::default()
+        };
         for setting in SETTINGS {
             let Some(raw) = lookup(setting.name) else {
                 continue;
@@ -474,12 +543,16 @@ impl Value {
 pub static SETTINGS: &[Setting] = &[
     Setting {
         name: "NICMSG_ENGINE",
-        values: Values::Choice(&["inline", "thread"]),
-        default: "`thread`",
+        values: Values::Choice(&["auto", "inline", "thread"]),
+        default: "`auto`",
         meaning: "where protocol work runs: inside the application's calls (test, wait, ...) or \
-                  on an engine thread of its own; `nicmsg run` passes `inline` when the ranks \
+                  on an engine thread of its own; `auto`: the thread where it gets a CPU of its \
+                  own beside the application (the process may run on at least twice as many \
+                  CPUs as the job's ranks on this host that share them), else inline (a rank \
+                  that Open MPI bound to one core); `nicmsg run` passes `inline` when the ranks \
                   would need more cores than the machine has",
         apply: |o, v| {
+            o.engine_auto = v.word() == "auto";
             o.engine = match v.word() {
                 "inline" => EngineMode::Inline,
                 _ => EngineMode::Thread,
@@ -1018,7 +1091,14 @@ mod tests {
 
     #[test]
     fn the_defaults_pass_and_empty_values_count_as_unset() {
-        let defaults = format!("{:?}", Options::default());
+        // From the environment, an unset engine is chosen (`auto`): the one difference.
+        let defaults = format!(
+            "{:?}",
+            Options {
+                engine_auto: true,
+                ..Options::default()
+            }
+        );
         assert_eq!(format!("{:?}", parse(&[]).expect("defaults")), defaults);
         let empty: Vec<(&str, &str)> = SETTINGS.iter().map(|s| (s.name, "  ")).collect();
         assert_eq!(format!("{:?}", parse(&empty).expect("empty")), defaults);
@@ -1069,6 +1149,41 @@ mod tests {
                 assert!(message.starts_with(&format!("{}={text}: ", setting.name)));
             }
         }
+    }
+
+    #[test]
+    fn the_engine_left_to_choose_runs_inline_where_its_thread_would_share_the_application_cpu() {
+        let auto = Options::from_lookup(|_| None).unwrap();
+        assert!(auto.engine_auto, "unset means auto");
+        let share = |usable, online, local_ranks| CpuShare {
+            usable,
+            online,
+            local_ranks,
+        };
+        // Open MPI's default binding with as many ranks as cores: one core each.
+        assert_eq!(auto.engine_to_run(share(1, 2, 2)), EngineMode::Inline);
+        // Unbound, two ranks on two cores: four busy threads.
+        assert_eq!(auto.engine_to_run(share(2, 2, 2)), EngineMode::Inline);
+        assert_eq!(auto.engine_to_run(share(8, 8, 2)), EngineMode::Thread);
+        // Bound to two CPUs of its own.
+        assert_eq!(auto.engine_to_run(share(2, 8, 4)), EngineMode::Thread);
+        // A program started alone on a machine of one CPU.
+        assert_eq!(auto.engine_to_run(share(1, 1, 1)), EngineMode::Inline);
+
+        let named = parse(&[("NICMSG_ENGINE", "auto")]).unwrap();
+        assert!(named.engine_auto);
+        let told = parse(&[("NICMSG_ENGINE", "thread")]).unwrap();
+        assert!(!told.engine_auto);
+        assert_eq!(
+            told.engine_to_run(share(1, 2, 2)),
+            EngineMode::Thread,
+            "as told"
+        );
+        assert!(!Options::default().engine_auto, "code names its engine");
+        assert_eq!(
+            Options::default().engine_to_run(share(1, 1, 1)),
+            EngineMode::Thread
+        );
     }
 
     #[test]
