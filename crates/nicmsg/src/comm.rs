@@ -853,6 +853,40 @@ pub(crate) mod tests {
         Comm::init_with(options).expect("a one-rank job needs no network")
     }
 
+    /// `NICMSG_ENGINE` unset: a rank whose thread may run on one CPU only (as Open MPI binds a
+    /// rank) starts the inline engine; the same rank with the host's CPUs to itself starts the
+    /// thread where the host has two or more.
+    #[test]
+    fn an_engine_left_to_choose_follows_the_cpus_the_rank_may_run_on() {
+        std::env::set_var("NICMSG_RANK", "0");
+        std::env::set_var("NICMSG_SIZE", "1");
+        let auto = Options::from_lookup(|_| None).unwrap();
+        let bound = {
+            let auto = auto.clone();
+            std::thread::spawn(move || {
+                // SAFETY: a zeroed cpu_set_t is an empty set; this thread alone is restricted.
+                unsafe {
+                    let mut one: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(0, &mut one);
+                    let size = std::mem::size_of::<libc::cpu_set_t>();
+                    assert_eq!(libc::sched_setaffinity(0, size, &one), 0, "bind to CPU 0");
+                }
+                Comm::init_with(auto).unwrap().engine_mode()
+            })
+            .join()
+            .unwrap()
+        };
+        assert_eq!(bound, EngineMode::Inline, "bound to one CPU");
+        let free = Comm::init_with(auto).unwrap().engine_mode();
+        let cpus = crate::options::CpuShare::of_this_process();
+        let expected = if cpus.has_room_for_engine_threads() {
+            EngineMode::Thread
+        } else {
+            EngineMode::Inline
+        };
+        assert_eq!(free, expected, "{cpus:?}");
+    }
+
     #[test]
     fn stats_come_from_a_live_engine_and_fail_with_a_dead_one() {
         let comm = solo_thread();
