@@ -864,12 +864,23 @@ pub(crate) mod tests {
         let bound = {
             let auto = auto.clone();
             std::thread::spawn(move || {
-                // SAFETY: a zeroed cpu_set_t is an empty set; this thread alone is restricted.
+                // SAFETY: cpu_set_t is plain bits (zeroed: an empty set); both calls read or
+                // write one of this size, and only this thread is restricted.
                 unsafe {
-                    let mut one: libc::cpu_set_t = std::mem::zeroed();
-                    libc::CPU_SET(0, &mut one);
                     let size = std::mem::size_of::<libc::cpu_set_t>();
-                    assert_eq!(libc::sched_setaffinity(0, size, &one), 0, "bind to CPU 0");
+                    let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+                    assert_eq!(libc::sched_getaffinity(0, size, &mut allowed), 0);
+                    // The first CPU this process may use (not always CPU 0 in a container).
+                    let first = (0..libc::CPU_SETSIZE as usize)
+                        .find(|&cpu| libc::CPU_ISSET(cpu, &allowed))
+                        .expect("some CPU is allowed");
+                    let mut one: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(first, &mut one);
+                    assert_eq!(
+                        libc::sched_setaffinity(0, size, &one),
+                        0,
+                        "bind to CPU {first}"
+                    );
                 }
                 Comm::init_with(auto).unwrap().engine_mode()
             })
