@@ -187,7 +187,9 @@ impl Core {
                 }
                 self.set_waiter(incoming, true);
                 if discarded_data {
-                    self.request_resend(now, incoming);
+                    // `drop` mode: ask the sender to resend now, not at its next timeout.
+                    self.ask_to_resume(incoming);
+                    self.expect_resumption(now, incoming);
                 }
             }
             return;
@@ -195,27 +197,10 @@ impl Core {
         entry.dest = Dest::Recv(recv);
         self.set_waiter(incoming, true);
         self.grant_first_window(incoming);
-    }
-
-    /// `drop` mode: the data of this eager message was discarded while no receive waited; now
-    /// that one does, ask the sender to resend at once instead of at its next timeout (the
-    /// sender, told to WAIT, tries again only after `rto_max_ns`). The request is repeated
-    /// while nothing comes (`Core::repeat_resend_request`), so a lost one costs a timeout,
-    /// not `rto_max_ns`.
-    pub(crate) fn request_resend(&mut self, now: Nanos, incoming: IncomingKey) {
-        let rto = self.peers[self.rx[incoming].peer].rto.rto_ns();
-        let entry = &mut self.rx[incoming];
-        entry.deadline_ns = Some(now + rto);
-        entry.retries = 0;
-        let entry = &self.rx[incoming];
-        let cts = crate::receiver::control(
-            entry.peer,
-            nicmsg_wire::FrameKind::Cts,
-            nicmsg_wire::Flags::FROM_START,
-            entry.msg_id,
-            entry.frames,
-        );
-        self.queue_control(cts);
+        if self.rx[incoming].discarded {
+            // The RTS's data was discarded and its sender told to WAIT: the grant resumes it.
+            self.expect_resumption(now, incoming);
+        }
     }
 
     /// A receive too short for its message: the message is consumed without data.

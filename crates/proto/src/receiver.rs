@@ -416,7 +416,7 @@ impl Core {
     fn on_data_complete(&mut self, now: Nanos, index: IncomingKey, memory: &mut impl HostMemory) {
         let entry = &mut self.rx[index];
         entry.phase = RxPhase::DataComplete;
-        // A resend request's timer (`drop` mode) has nothing more to ask for.
+        // A request to resume (`expect_resumption`) has nothing more to ask for.
         entry.deadline_ns = None;
         let (peer, msg_id, eager) = (entry.peer, entry.msg_id, entry.is_eager());
         let len = entry.geometry.total_len;
@@ -490,9 +490,8 @@ impl Core {
             if due.is_none_or(|d| d > now) {
                 continue;
             }
-            let entry = &self.rx[index];
-            if entry.is_eager() && entry.phase == RxPhase::Receiving {
-                self.repeat_resend_request(now, index);
+            if self.rx[index].phase == RxPhase::Receiving {
+                self.repeat_resume_request(now, index);
                 continue;
             }
             let max_retries = self.config.max_retries;
@@ -518,10 +517,39 @@ impl Core {
         }
     }
 
-    /// A resend asked for (`drop` mode, `request_resend`) brought nothing in an RTO: ask again,
+    /// Asks the sender of a message whose data was discarded (it was told to WAIT) to send it
+    /// from the start: for an eager message a CTS with FROM_START, for a rendezvous message
+    /// its grant (which says FROM_START while frame 0 is missing).
+    pub(crate) fn ask_to_resume(&mut self, index: IncomingKey) {
+        let entry = &self.rx[index];
+        if !entry.is_eager() {
+            return self.send_grant(index);
+        }
+        let cts = control(
+            entry.peer,
+            FrameKind::Cts,
+            Flags::FROM_START,
+            entry.msg_id,
+            entry.frames,
+        );
+        self.queue_control(cts);
+    }
+
+    /// A sender told to WAIT tries again only after `rto_max_ns`; once a receive matched its
+    /// message the receiver has asked it to resume, and repeats the request on the peer's RTO
+    /// while nothing comes (`repeat_resume_request`), so a lost request costs a timeout, not
+    /// `rto_max_ns`.
+    pub(crate) fn expect_resumption(&mut self, now: Nanos, index: IncomingKey) {
+        let rto = self.peers[self.rx[index].peer].rto.rto_ns();
+        let entry = &mut self.rx[index];
+        entry.deadline_ns = Some(now + rto);
+        entry.retries = 0;
+    }
+
+    /// A request to resume (`expect_resumption`) brought nothing in an RTO: ask again,
     /// backing off, at most `max_retries` times; then leave it to the sender's own timeout.
     /// Once a frame came the sender is sending, and its retransmissions recover the rest.
-    fn repeat_resend_request(&mut self, now: Nanos, index: IncomingKey) {
+    fn repeat_resume_request(&mut self, now: Nanos, index: IncomingKey) {
         let max_retries = self.config.max_retries;
         let max_ns = self.config.rto_max_ns;
         let entry = &self.rx[index];
@@ -535,14 +563,7 @@ impl Core {
         }
         entry.retries = retries;
         entry.deadline_ns = Some(now + backoff);
-        let cts = control(
-            entry.peer,
-            FrameKind::Cts,
-            Flags::FROM_START,
-            entry.msg_id,
-            entry.frames,
-        );
-        self.queue_control(cts);
+        self.ask_to_resume(index);
     }
 
     /// Forgets an incoming message (its buffer too) without completing anything.

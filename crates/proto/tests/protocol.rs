@@ -1363,13 +1363,27 @@ fn an_ack_all_run_beyond_the_limit_is_dropped() {
 /// after a timeout; the sender, told to WAIT, would try again only after `rto_max_ns`.
 #[test]
 fn a_lost_request_for_a_dropped_message_is_repeated() {
+    a_lost_request_to_resume_is_repeated(UnexpectedPolicy::Drop, 100);
+}
+
+/// The same for a rendezvous message whose RTS found no receive (in the default mode): its
+/// sender was told to WAIT, and the first grant, which asks for it from the start, is lost.
+#[test]
+fn a_lost_first_grant_to_a_waiting_sender_is_repeated() {
+    a_lost_request_to_resume_is_repeated(UnexpectedPolicy::Buffer, 20_000);
+}
+
+/// A message of `len` bytes from 0 to 1, sent before its receive is posted: its data is
+/// discarded and its sender told to WAIT; the receiver's first request to resume (a CTS with
+/// FROM_START) is lost. The message must arrive a timeout or so after the receive is posted.
+fn a_lost_request_to_resume_is_repeated(unexpected: UnexpectedPolicy, len: usize) {
     let config = Config {
-        unexpected: UnexpectedPolicy::Drop,
+        unexpected,
         rto_max_ns: 50_000_000,
         ..test_config()
     };
     let mut net = Net::new(2, config);
-    let send = net.send(0, 1, 7, pattern(100, 1));
+    let send = net.send(0, 1, 7, pattern(len, 1));
     net.run(net.now + 200_000);
     assert!(
         net.endpoints[1].stats().drops.no_posted_receive > 0,
@@ -1388,10 +1402,10 @@ fn a_lost_request_for_a_dropped_message_is_repeated() {
         request && seen.get() == 1
     }));
     let posted_at = net.now;
-    let (recv, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(7), 100);
+    let (recv, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(7), len);
     let took = net.run_until(40_000_000, |net| net.result(1, recv).is_some());
     assert!(net.result(1, recv).unwrap().is_ok());
-    assert_eq!(net.bytes(1, region), pattern(100, 1));
+    assert_eq!(net.bytes(1, region), pattern(len, 1));
     assert_eq!(requests.get(), 2, "asked twice");
     assert!(
         took < 5_000_000,
