@@ -2,7 +2,7 @@
 //! including the speculative header/payload split (a receive plan's payloads land straight in
 //! user memory; wrong guesses are put back together before anyone reads them).
 
-use crate::{Placement, UdpTransport, RECV_BATCH};
+use crate::{UdpTransport, RECV_BATCH};
 use nicmsg_engine::{Origin, PlacementTarget, Received, Transport};
 use std::io;
 use std::os::fd::RawFd;
@@ -36,25 +36,9 @@ impl Transport for UdpTransport {
         looks_expected: &dyn Fn(usize, &[u8], usize) -> bool,
         deliver: &mut dyn FnMut(Origin, Received<'_>) -> bool,
     ) -> io::Result<usize> {
-        let count = if plan.is_empty() {
-            // Most turns guess nothing: no plan to build.
-            // SAFETY: an empty plan places nothing outside the transport's own buffers.
-            unsafe { self.recv_batch_placed(&[]) }?
-        } else {
-            let mut placements = [Placement {
-                header_len: 0,
-                dest: std::ptr::null_mut(),
-                len: 0,
-            }; RECV_BATCH];
-            let planned = plan.len().min(RECV_BATCH);
-            for (placement, target) in placements.iter_mut().zip(&plan[..planned]) {
-                placement.header_len = target.header_len;
-                placement.dest = target.dest;
-                placement.len = target.len;
-            }
-            // SAFETY: forwarded from this function's contract.
-            unsafe { self.recv_batch_placed(&placements[..planned]) }?
-        };
+        let planned = &plan[..plan.len().min(RECV_BATCH)];
+        // SAFETY: forwarded from this function's contract.
+        let count = unsafe { self.recv_batch_placed(planned) }?;
         // First put every wrong guess back together, before any frame is handled: handling a
         // frame writes its payload to its place, which may be where a wrong guess landed.
         for index in 0..count {

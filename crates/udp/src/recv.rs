@@ -22,14 +22,10 @@ const RECV_SLOT_ALIGN: usize = 64;
 /// (64 KiB less the headers).
 pub(crate) const GRO_SLOT_BYTES: usize = 65536;
 
-/// Where the payload of a frame expected in a receive should go: the frame's first `header_len`
-/// bytes stay in the transport's buffer, the next `len` bytes go to `dest`.
-#[derive(Debug, Clone, Copy)]
-pub struct Placement {
-    pub header_len: usize,
-    pub dest: *mut u8,
-    pub len: usize,
-}
+/// Where the payload of a frame expected in a receive should go: the engine's placement target
+/// (the frame's first `header_len` bytes stay in the transport's buffer, the next `len` bytes
+/// go to `dest`), so the engine's plan is handed to `recvmmsg` as it is.
+pub use nicmsg_engine::PlacementTarget as Placement;
 
 /// A plan entry as laid out in a slot.
 #[derive(Clone, Copy)]
