@@ -65,6 +65,18 @@ unsafe fn recv_placed_batch(receiver: &mut UdpTransport, plan: &[nicmsg_udp::Pla
     0
 }
 
+/// A plan guessing frames of 24 bytes of header and `frame` bytes of payload, one after
+/// another over `dest`.
+fn plan_over(dest: &mut [u8], frame: usize) -> Vec<nicmsg_udp::Placement> {
+    dest.chunks_mut(frame)
+        .map(|piece| nicmsg_udp::Placement {
+            header_len: 24,
+            dest: piece.as_mut_ptr(),
+            len: frame,
+        })
+        .collect()
+}
+
 fn pattern(seq: usize, len: usize) -> Vec<u8> {
     (0..len).map(|i| (seq * 31 + i * 7) as u8).collect()
 }
@@ -588,7 +600,6 @@ fn gso_run_arrives_as_frames_placed_through_one_chain() {
 /// first.
 #[test]
 fn frames_too_large_to_coalesce_are_placed_one_per_receive() {
-    use nicmsg_udp::Placement;
     let (mut sender, mut receiver) = pair(65_000, 64);
     let header = [5u8; 24];
     let payload: Vec<u8> = (0..120_000).map(|i| (i * 13) as u8).collect();
@@ -599,13 +610,7 @@ fn frames_too_large_to_coalesce_are_placed_one_per_receive() {
     let frames: Vec<(u32, &[&[u8]])> = pieces.iter().map(|p| (1, &p[..])).collect();
     assert_eq!(sender.send_batch(&frames).unwrap(), 3);
     let mut dest = vec![0u8; 120_000];
-    let plan: Vec<Placement> = (0..3)
-        .map(|i| Placement {
-            header_len: 24,
-            dest: dest[i * 40_000..].as_mut_ptr(),
-            len: 40_000,
-        })
-        .collect();
+    let plan = plan_over(&mut dest, 40_000);
     // Large guessed frames are read one per receive, each guessed afresh from what came
     // before (here: the rest of the plan), so a datagram between them shifts no guess.
     for i in 0..3 {
@@ -620,7 +625,6 @@ fn frames_too_large_to_coalesce_are_placed_one_per_receive() {
 
 #[test]
 fn a_datagram_between_large_guessed_frames_is_read_alone_and_shifts_no_guess() {
-    use nicmsg_udp::Placement;
     let (mut sender, mut receiver) = pair(65_000, 64);
     let header = [5u8; 24];
     let control = [9u8; 40];
@@ -634,13 +638,7 @@ fn a_datagram_between_large_guessed_frames_is_read_alone_and_shifts_no_guess() {
     let frames: Vec<(u32, &[&[u8]])> = pieces.iter().map(|&p| (1, p)).collect();
     assert_eq!(sender.send_batch(&frames).unwrap(), 3);
     let mut dest = vec![0u8; 80_000];
-    let plan: Vec<Placement> = (0..2)
-        .map(|i| Placement {
-            header_len: 24,
-            dest: dest[i * 40_000..].as_mut_ptr(),
-            len: 40_000,
-        })
-        .collect();
+    let plan = plan_over(&mut dest, 40_000);
     // SAFETY: as above.
     assert_eq!(unsafe { recv_placed_batch(&mut receiver, &plan) }, 1);
     assert_eq!(
