@@ -278,10 +278,9 @@ fn connect(
         }
         System::XdpFloor => {
             let (socket, table) = bind_udp_and_exchange(job, bind_ip)?;
-            drop(socket);
             let addresses = [table[0], table[1]];
-            let messenger =
-                XdpFloorMessenger::open(rank, addresses, frame_payload(args.mtu), max_len)?;
+            let payload = frame_payload(args.mtu);
+            let messenger = XdpFloorMessenger::open(rank, socket, addresses, payload, max_len)?;
             // Both programs attached before either rank sends: a frame that reaches the peer
             // first goes to its kernel, and the floor has no recovery.
             exchange(job, addresses[rank as usize], BOOTSTRAP_TIMEOUT)?;

@@ -77,10 +77,13 @@ pub struct XdpFloorMessenger {
 
 impl XdpFloorMessenger {
     /// Rank `rank`'s end at `addresses[rank]` (both ranks' addresses, IPv4 on an Ethernet
-    /// interface; root). Call [`Self::open`] on both ranks, and let both finish it, before
-    /// either sends: a frame sent before the peer's program is attached goes to its kernel.
+    /// interface; root), where `udp` is bound: it keeps the port and sends the datagram that
+    /// resolves the peer's Ethernet address. Call [`Self::open`] on both ranks, and let both
+    /// finish it, before either sends: a frame sent before the peer's program is attached
+    /// goes to its kernel.
     pub fn open(
         rank: u32,
+        udp: UdpSocket,
         addresses: [SocketAddr; 2],
         udp_payload: usize,
         max_len: usize,
@@ -99,7 +102,6 @@ impl XdpFloorMessenger {
                     me.ip()
                 ))
             })?;
-        let udp = UdpSocket::bind(me).map_err(BenchError::io("binding the floor's port"))?;
         let peer_mac = resolve(&udp, *peer.ip(), &interface.name)?;
         let socket = XskSocket::open(interface.index, QUEUE)
             .map_err(BenchError::io("opening an AF_XDP socket"))?;
@@ -358,7 +360,8 @@ mod tests {
             "127.0.0.1:1".parse().expect("address"),
             "127.0.0.1:2".parse().expect("address"),
         ];
-        let error = XdpFloorMessenger::open(0, addresses, 1472, 64)
+        let udp = UdpSocket::bind("127.0.0.1:0").expect("a loopback port");
+        let error = XdpFloorMessenger::open(0, udp, addresses, 1472, 64)
             .err()
             .expect("loopback has no Ethernet address");
         assert!(
