@@ -31,6 +31,7 @@ pub mod runner;
 mod send_copies;
 #[cfg(not(loom))]
 pub mod sharing;
+pub mod switch;
 mod sync;
 pub mod table;
 #[cfg(not(loom))]

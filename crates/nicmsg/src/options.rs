@@ -436,9 +436,6 @@ pub enum Value {
     Checked,
 }
 
-const SWITCH_ON: [&str; 4] = ["1", "true", "yes", "on"];
-const SWITCH_OFF: [&str; 4] = ["0", "false", "no", "off"];
-
 impl Values {
     /// The value `text` (trimmed, not empty) stands for, if accepted.
     pub fn parse(&self, text: &str) -> Option<Value> {
@@ -449,11 +446,7 @@ impl Values {
                 .find(|word| word.eq_ignore_ascii_case(text))
         };
         match *self {
-            Values::Switch => match (word_of(&SWITCH_ON), word_of(&SWITCH_OFF)) {
-                (Some(_), _) => Some(Value::Switch(true)),
-                (_, Some(_)) => Some(Value::Switch(false)),
-                _ => None,
-            },
+            Values::Switch => nicmsg_engine::switch::parse(text).map(Value::Switch),
             Values::Choice(words) => word_of(words).map(Value::Choice),
             Values::Whole { min, max, .. } => text
                 .parse::<u64>()
@@ -1111,9 +1104,9 @@ mod tests {
         for setting in SETTINGS {
             let (good, bad): (Vec<String>, Vec<String>) = match setting.values {
                 Values::Switch => (
-                    SWITCH_ON
+                    nicmsg_engine::switch::ON
                         .iter()
-                        .chain(&SWITCH_OFF)
+                        .chain(&nicmsg_engine::switch::OFF)
                         .flat_map(|w| [w.to_string(), w.to_uppercase()])
                         .collect(),
                     vec!["2".into(), "onn".into(), "y".into()],

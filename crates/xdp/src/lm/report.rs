@@ -6,12 +6,10 @@ use std::fmt;
 
 use super::LmSocketStats;
 
-/// Values of `NICMSG_STATS` that turn the report on (the same as every nicmsg switch).
-const SWITCH_ON: [&str; 4] = ["1", "true", "yes", "on"];
-
-/// Whether `NICMSG_STATS` asks for the report.
+/// Whether `NICMSG_STATS` asks for the report (read as every nicmsg switch is).
 pub(crate) fn report_asked() -> bool {
-    std::env::var("NICMSG_STATS").is_ok_and(|value| SWITCH_ON.contains(&value.trim()))
+    std::env::var("NICMSG_STATS")
+        .is_ok_and(|value| nicmsg_engine::switch::parse(&value) == Some(true))
 }
 
 impl fmt::Display for LmSocketStats {
