@@ -276,16 +276,18 @@ impl Comm {
                 Err(error) => tracing::warn!(%error, "no control socket for nicmsg pdl"),
             }
         }
-        let cpus = crate::options::CpuShare::of_this_process();
-        let mode = options.engine_to_run(cpus);
-        tracing::info!(
-            ?mode,
-            chosen = options.engine_auto,
-            usable_cpus = cpus.usable,
-            online_cpus = cpus.online,
-            local_ranks = cpus.local_ranks,
-            "engine starting"
-        );
+        // The CPUs are looked at only when the choice is the library's.
+        let mode = options.engine_to_run(|| {
+            let cpus = crate::options::CpuShare::of_this_process();
+            tracing::info!(
+                usable_cpus = cpus.usable,
+                online_cpus = cpus.online,
+                local_ranks = cpus.local_ranks,
+                "engine left to choose (NICMSG_ENGINE=auto)"
+            );
+            cpus
+        });
+        tracing::info!(?mode, chosen = options.engine_auto, "engine starting");
         let engine = match mode {
             EngineMode::Inline => Engine::Inline(InlineEngine::start(driver)?),
             EngineMode::Thread => Engine::Thread(ThreadEngine::spawn(driver, options.idle)?),

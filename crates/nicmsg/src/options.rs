@@ -152,8 +152,9 @@ impl Options {
     /// thread only where it has a CPU of its own (an engine thread sharing its application's
     /// CPU costs every message a scheduler hand-over: 18 us a half round trip under Open MPI
     /// with each rank bound to a core, against 3.3 us inline).
-    pub fn engine_to_run(&self, cpus: CpuShare) -> EngineMode {
-        if !self.engine_auto || cpus.has_room_for_engine_threads() {
+    /// `cpus` is asked only when the choice is left to the library.
+    pub fn engine_to_run(&self, cpus: impl FnOnce() -> CpuShare) -> EngineMode {
+        if !self.engine_auto || cpus().has_room_for_engine_threads() {
             self.engine
         } else {
             EngineMode::Inline
@@ -1154,27 +1155,27 @@ mod tests {
             local_ranks,
         };
         // Open MPI's default binding with as many ranks as cores: one core each.
-        assert_eq!(auto.engine_to_run(share(1, 2, 2)), EngineMode::Inline);
+        assert_eq!(auto.engine_to_run(|| share(1, 2, 2)), EngineMode::Inline);
         // Unbound, two ranks on two cores: four busy threads.
-        assert_eq!(auto.engine_to_run(share(2, 2, 2)), EngineMode::Inline);
-        assert_eq!(auto.engine_to_run(share(8, 8, 2)), EngineMode::Thread);
+        assert_eq!(auto.engine_to_run(|| share(2, 2, 2)), EngineMode::Inline);
+        assert_eq!(auto.engine_to_run(|| share(8, 8, 2)), EngineMode::Thread);
         // Bound to two CPUs of its own.
-        assert_eq!(auto.engine_to_run(share(2, 8, 4)), EngineMode::Thread);
+        assert_eq!(auto.engine_to_run(|| share(2, 8, 4)), EngineMode::Thread);
         // A program started alone on a machine of one CPU.
-        assert_eq!(auto.engine_to_run(share(1, 1, 1)), EngineMode::Inline);
+        assert_eq!(auto.engine_to_run(|| share(1, 1, 1)), EngineMode::Inline);
 
         let named = parse(&[("NICMSG_ENGINE", "auto")]).unwrap();
         assert!(named.engine_auto);
         let told = parse(&[("NICMSG_ENGINE", "thread")]).unwrap();
         assert!(!told.engine_auto);
         assert_eq!(
-            told.engine_to_run(share(1, 2, 2)),
+            told.engine_to_run(|| share(1, 2, 2)),
             EngineMode::Thread,
             "as told"
         );
         assert!(!Options::default().engine_auto, "code names its engine");
         assert_eq!(
-            Options::default().engine_to_run(share(1, 1, 1)),
+            Options::default().engine_to_run(|| share(1, 1, 1)),
             EngineMode::Thread
         );
     }
