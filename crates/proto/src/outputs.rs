@@ -7,7 +7,6 @@ use std::collections::VecDeque;
 use crate::ops::Control;
 use crate::usage::TableUsage;
 use crate::{Completion, OpError, OpId, Rank, Status};
-use nicmsg_wire::{Flags, FrameKind};
 
 /// The control queue and the completion queue of one endpoint.
 pub(crate) struct Outputs {
@@ -60,11 +59,7 @@ impl Outputs {
         while taken < most {
             let next_id = first.msg_id.wrapping_add(taken + 1);
             let continues = self.control.front().is_some_and(|next| {
-                next.dst == first.dst
-                    && next.kind == FrameKind::Ack
-                    && next.flags == Flags::ACK_ALL
-                    && next.frame_index == 0
-                    && next.msg_id == next_id
+                next.is_ack_all() && next.dst == first.dst && next.msg_id == next_id
             });
             if !continues {
                 break;
