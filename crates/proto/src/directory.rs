@@ -36,6 +36,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 
+use rustc_hash::FxSeededState;
+
 use crate::{Nanos, Rank};
 
 /// Most peer slots of one open endpoint. Each costs its protocol state (`PEER_STATE_BYTES`)
@@ -106,16 +108,24 @@ pub(crate) enum Arrival {
     Full,
 }
 
+/// The hash state of the address tables: Fx, seeded per incarnation.
+fn seeded(incarnation: u32) -> FxSeededState {
+    FxSeededState::with_seed(incarnation as usize)
+}
+
 /// The slots of an open endpoint and the addresses they are bound to.
 pub(crate) struct Directory {
     /// This endpoint's incarnation: the random part of its conversation names.
     incarnation: u32,
     /// By rank; slot 0 is this endpoint.
     slots: Vec<Slot>,
-    /// Active slots by address (one per address).
-    by_address: HashMap<SocketAddr, Rank>,
+    /// Active slots by address (one per address). Looked up for every send and receive posted
+    /// by address, so hashed with Fx (a tenth of SipHash's cost for an address), seeded with
+    /// the incarnation so that no precomputed set of addresses collides; a peer that collides
+    /// anyway costs probes, bounded by the table's size (`MAX_OPEN_PEERS`).
+    by_address: HashMap<SocketAddr, Rank, FxSeededState>,
     /// Retired slots by address and the peer's name for the conversation.
-    retired: HashMap<(SocketAddr, u32), Rank>,
+    retired: HashMap<(SocketAddr, u32), Rank, FxSeededState>,
     /// Slots bound to a new address since the driver last looked, for the transport (each
     /// rank at most once: `binding_queued`).
     bindings: VecDeque<Rank>,
@@ -137,8 +147,8 @@ impl Directory {
         Self {
             incarnation,
             slots: vec![FREE_SLOT; slots],
-            by_address: HashMap::with_capacity(slots),
-            retired: HashMap::with_capacity(slots),
+            by_address: HashMap::with_capacity_and_hasher(slots, seeded(incarnation)),
+            retired: HashMap::with_capacity_and_hasher(slots, seeded(incarnation)),
             bindings: VecDeque::with_capacity(slots),
             binding_queued: vec![false; slots],
             rebound: Vec::with_capacity(slots),
