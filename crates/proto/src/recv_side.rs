@@ -18,11 +18,36 @@ use crate::timers::Earliest;
 use crate::usage::TableUsage;
 use crate::{Config, Context, Nanos, Rank, Source, Status, Tag, TagMatch};
 
+/// The queue of the application's posted receives.
+const ORDINARY: usize = 0;
+/// The queue of the engine's standing receives.
+const STANDING: usize = 1;
+
+/// The posted queue a receive in `context` waits in.
+fn queue_of(context: Context) -> usize {
+    if context.always_received() {
+        STANDING
+    } else {
+        ORDINARY
+    }
+}
+
+/// Where a posted receive waits: its queue and its position in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PostedAt {
+    queue: usize,
+    index: usize,
+}
+
 /// Receives, probes and incoming messages of one endpoint, and the queues that match them.
 pub(crate) struct RecvSide {
     recvs: Slab<RecvKey, RecvOp>,
-    /// Unmatched receives in the order they were posted.
-    posted: VecDeque<RecvKey>,
+    /// Unmatched receives in the order they were posted, in two queues: the application's
+    /// (`ORDINARY`) and the engine's standing receives (`STANDING`, contexts that are
+    /// [`Context::always_received`]). A receive only takes messages of its own context, so
+    /// splitting them keeps MPI's order, and a message for the application does not scan
+    /// past the engine's inboxes, which are posted first and always there.
+    posted: [VecDeque<RecvKey>; 2],
     /// Posted (blocking) probes.
     probes: VecDeque<RecvKey>,
     incoming: Slab<IncomingKey, Incoming>,
@@ -55,7 +80,10 @@ impl RecvSide {
         let buffers = size as usize * config.eager_credits_per_peer as usize;
         Self {
             recvs: Slab::with_capacity(config.max_recvs),
-            posted: VecDeque::with_capacity(config.max_recvs),
+            posted: [
+                VecDeque::with_capacity(config.max_recvs),
+                VecDeque::with_capacity(config.max_recvs),
+            ],
             probes: VecDeque::with_capacity(config.max_recvs),
             // Room for a local message per send beyond the remote ones (`insert_remote`).
             incoming: Slab::with_capacity(config.max_incoming + config.max_sends),
@@ -110,32 +138,43 @@ impl RecvSide {
         self.recvs.usage
     }
 
-    /// Queues an unmatched receive behind those posted before it.
+    /// Queues an unmatched receive behind those of its queue posted before it.
     pub(crate) fn post(&mut self, key: RecvKey) {
-        self.posted.push_back(key);
+        let queue = queue_of(self.recvs[key].context);
+        self.posted[queue].push_back(key);
     }
 
-    /// The position in the posted queue of the first receive (in posting order) that takes a
-    /// message from `peer` with this context and tag.
-    pub(crate) fn find_posted(&self, peer: Rank, (context, tag): (Context, Tag)) -> Option<usize> {
-        self.posted
+    /// Where the first receive (in posting order) that takes a message from `peer` with this
+    /// context and tag waits.
+    pub(crate) fn find_posted(
+        &self,
+        peer: Rank,
+        (context, tag): (Context, Tag),
+    ) -> Option<PostedAt> {
+        let queue = queue_of(context);
+        let index = self.posted[queue]
             .iter()
-            .position(|&i| self.recvs[i].accepts(peer, context, tag))
+            .position(|&i| self.recvs[i].accepts(peer, context, tag))?;
+        Some(PostedAt { queue, index })
     }
 
-    /// The posted receive at `position` (from [`find_posted`](Self::find_posted)).
-    pub(crate) fn posted_at(&self, position: usize) -> RecvKey {
-        self.posted[position]
+    /// The posted receive at `at` (from [`find_posted`](Self::find_posted)).
+    pub(crate) fn posted_at(&self, at: PostedAt) -> RecvKey {
+        self.posted[at.queue][at.index]
     }
 
-    /// Takes the posted receive at `position` off the queue: it matched.
-    pub(crate) fn take_posted(&mut self, position: usize) -> RecvKey {
-        self.posted.remove(position).expect("position is valid")
+    /// Takes the posted receive at `at` off its queue: it matched.
+    pub(crate) fn take_posted(&mut self, at: PostedAt) -> RecvKey {
+        self.posted[at.queue]
+            .remove(at.index)
+            .expect("position is valid")
     }
 
-    /// Takes a receive off the posted queue, wherever it is (cancelled or failed).
+    /// Takes a receive off the posted queues, wherever it is (cancelled or failed).
     pub(crate) fn unpost(&mut self, key: RecvKey) {
-        self.posted.retain(|&i| i != key);
+        for queue in &mut self.posted {
+            queue.retain(|&i| i != key);
+        }
     }
 
     /// True if a posted receive or a blocking probe may take a message from `peer` (one naming
@@ -146,7 +185,7 @@ impl RecvSide {
             let op = &self.recvs[key];
             op.source.matches(peer) && !op.context.always_received()
         };
-        self.posted.iter().any(accepts) || self.probes.iter().any(accepts)
+        self.posted[ORDINARY].iter().any(accepts) || self.probes.iter().any(accepts)
     }
 
     /// Lists a blocking probe until a message it matches arrives.
@@ -469,12 +508,41 @@ mod tests {
         let (second, _) = side.insert_recv(|| any).unwrap();
         side.post(first);
         side.post(second);
-        assert_eq!(side.find_posted(2, (Context::USER, 4)), Some(1));
-        assert_eq!(side.find_posted(1, (Context::USER, 4)), Some(0));
-        assert_eq!(side.take_posted(0), first);
-        assert_eq!(side.posted_at(0), second);
+        let at = |index| PostedAt {
+            queue: ORDINARY,
+            index,
+        };
+        assert_eq!(side.find_posted(2, (Context::USER, 4)), Some(at(1)));
+        assert_eq!(side.find_posted(1, (Context::USER, 4)), Some(at(0)));
+        assert_eq!(side.take_posted(at(0)), first);
+        assert_eq!(side.posted_at(at(0)), second);
         side.unpost(second);
         assert_eq!(side.find_posted(1, (Context::USER, 4)), None);
+    }
+
+    #[test]
+    fn the_engines_standing_receives_wait_apart_from_the_applications() {
+        let mut side = RecvSide::new(&config(), 3);
+        let inbox = RecvOp {
+            context: Context::PROGRAM_MESSAGES,
+            ..receive(OpKind::Recv, Source::Any, TagMatch::Any)
+        };
+        let (standing, _) = side.insert_recv(|| inbox).unwrap();
+        let any = receive(OpKind::Recv, Source::Any, TagMatch::Any);
+        let (ordinary, _) = side.insert_recv(|| any).unwrap();
+        side.post(standing);
+        side.post(ordinary);
+        let user = side.find_posted(1, (Context::USER, 4)).unwrap();
+        assert_eq!(user.index, 0, "no standing receive is scanned first");
+        assert_eq!(side.posted_at(user), ordinary);
+        let program = side.find_posted(1, (Context::PROGRAM_MESSAGES, 4)).unwrap();
+        assert_eq!(side.posted_at(program), standing);
+        assert!(side.awaits_from(1), "the application's receive waits");
+        side.unpost(ordinary);
+        assert!(!side.awaits_from(1), "a standing receive is not a wait");
+        assert_eq!(side.find_posted(1, (Context::USER, 4)), None);
+        assert_eq!(side.take_posted(program), standing);
+        assert_eq!(side.find_posted(1, (Context::PROGRAM_MESSAGES, 4)), None);
     }
 
     #[test]
