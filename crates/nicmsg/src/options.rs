@@ -758,7 +758,8 @@ pub static SETTINGS: &[Setting] = &[
         name: "NICMSG_GRO",
         values: Values::Switch,
         default: "on",
-        meaning: "UDP receive coalescing: the kernel hands over a run of a peer's frames at once",
+        meaning: "UDP receive coalescing: the kernel hands over a run of a peer's frames at \
+                  once (asked for only while runs arrive)",
         apply: |o, v| o.gro = v.on(),
     },
     Setting {

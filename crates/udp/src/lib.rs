@@ -28,6 +28,7 @@
 
 mod addr;
 mod engine;
+mod gro;
 mod offload;
 mod recv;
 mod refused;

@@ -81,7 +81,10 @@ pub(crate) struct RecvSlots {
     /// Longest frame accepted; longer ones (or longer segments of a GRO datagram) are counted
     /// as truncated and skipped, as they would be without GRO.
     max_frame: usize,
+    /// The socket can coalesce: slots are GRO-sized and offer a control buffer.
     gro: bool,
+    /// The socket coalesces now (`UDP_GRO` on, see `gro.rs`): plans chain frames in slot 0.
+    coalescing: bool,
     /// Plan entries of the last receive, by slot and offset.
     entries: Vec<PlacedEntry>,
     /// Slots `0..planned_slots` point into the plan's iovecs instead of their home one.
@@ -124,6 +127,7 @@ impl RecvSlots {
             capacity,
             max_frame,
             gro,
+            coalescing: gro,
             entries: Vec::with_capacity(batch),
             planned_slots: 0,
             one_slot: false,
@@ -150,8 +154,14 @@ impl RecvSlots {
         self.msgs.len()
     }
 
-    pub fn gro(&self) -> bool {
-        self.gro
+    /// Whether the socket coalesces received runs now.
+    pub fn coalescing(&self) -> bool {
+        self.coalescing
+    }
+
+    /// The socket's `UDP_GRO` is now `on` (never on for slots built without GRO).
+    pub fn set_coalescing(&mut self, on: bool) {
+        self.coalescing = on && self.gro;
     }
 
     /// Lays the plan out over the slots: entry `i` in slot `i` without GRO; with GRO all
@@ -237,7 +247,7 @@ impl RecvSlots {
     /// a message's short last frame with large frames goes one per slot: laid out from the short
     /// one, slot 0 would hold it alone and every large frame of the batch would be copied.
     fn coalesces(&self, plan: &[Placement]) -> bool {
-        self.gro && !plan.is_empty() && plan.iter().all(|placement| self.two_fit(placement))
+        self.coalescing && !plan.is_empty() && plan.iter().all(|placement| self.two_fit(placement))
     }
 
     /// Whether one coalesced datagram can hold two frames of `placement`'s length (the frames

@@ -9,6 +9,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr;
 
 use crate::addr::{canonical, RawAddr, RAW_ADDR_LEN};
+use crate::gro::{GroSwitch, Switch};
 use crate::offload::{set_segment_size, ControlBuffer, UDP_GRO};
 use crate::recv::{empty_iovec, zeroed_mmsghdr, Placement, RecvSlots};
 use crate::stats::{SendErrors, UdpStats};
@@ -217,6 +218,8 @@ pub struct UdpTransport {
     by_addr: Vec<(SocketAddr, u32)>,
     send: SendSlots,
     recv: RecvSlots,
+    /// Whether `UDP_GRO` is on now (only while peers send runs, see `gro.rs`).
+    gro: GroSwitch,
     stats: UdpStats,
     /// The kernel reported a socket error (an ICMP error answered a datagram): its error queue
     /// may hold refusals for [`take_refused`](Self::take_refused).
@@ -281,6 +284,7 @@ impl UdpTransport {
             by_addr: Vec::new(),
             send: SendSlots::new(options.send_batch, options.gso),
             recv: RecvSlots::new(options.recv_batch, options.max_frame, gro),
+            gro: GroSwitch::new(gro),
             stats: UdpStats::default(),
             errors_queued: false,
         })
@@ -473,6 +477,9 @@ impl UdpTransport {
             self.stats.bytes_received += bytes as u64;
             self.stats.gro_datagrams += coalesced as u64;
             if frames > 0 {
+                if let Some(switch) = self.gro.after_receive(frames) {
+                    self.switch_gro(switch);
+                }
                 return Ok(frames);
             }
         }
@@ -523,14 +530,41 @@ impl UdpTransport {
         self.peer_of(&self.received(i).0)
     }
 
-    /// Whether received datagrams may be coalesced runs (`UDP_GRO` is on).
+    /// Whether received datagrams may be coalesced runs (`UDP_GRO` is on now: only while runs
+    /// arrive, see `gro.rs`).
     pub fn gro(&self) -> bool {
-        self.recv.gro()
+        self.recv.coalescing()
     }
 
     /// Counters since `bind`.
     pub fn stats(&self) -> &UdpStats {
         &self.stats
+    }
+
+    /// Turns `UDP_GRO` on or off (see `gro.rs`). Off only if the socket's queue is empty right
+    /// after: a datagram queued coalesced before the switch would be read without the segment
+    /// size that splits it, so the option goes back on for it. A failed switch leaves the
+    /// option as it was.
+    fn switch_gro(&mut self, switch: Switch) {
+        let fd = self.fd();
+        let on = switch == Switch::On;
+        if set_int_option(fd, libc::SOL_UDP, UDP_GRO, libc::c_int::from(on)).is_err() {
+            self.gro.switched(!on);
+            return;
+        }
+        if !on && queued_bytes(fd) != Some(0) {
+            let _ = set_int_option(fd, libc::SOL_UDP, UDP_GRO, 1);
+            self.stats.gro_kept_on += 1;
+            self.gro.switched(true);
+            return;
+        }
+        if on {
+            self.stats.gro_turned_on += 1;
+        } else {
+            self.stats.gro_turned_off += 1;
+        }
+        self.gro.switched(on);
+        self.recv.set_coalescing(on);
     }
 
     /// The receive path: one `recvmmsg` into the slots. Returns how many slots the kernel
@@ -863,6 +897,14 @@ pub fn force_buffer_sizes(fd: RawFd, bytes: usize) {
             let _ = set_int_option(fd, libc::SOL_SOCKET, plain, bytes);
         }
     }
+}
+
+/// The length of the first datagram queued on the socket (`FIONREAD`), 0 when none is.
+fn queued_bytes(fd: RawFd) -> Option<usize> {
+    let mut bytes: libc::c_int = 0;
+    // SAFETY: `FIONREAD` writes one `c_int` through the pointer, to a live local.
+    let rc = unsafe { libc::ioctl(fd, libc::FIONREAD, ptr::from_mut(&mut bytes)) };
+    (rc == 0).then_some(bytes as usize)
 }
 
 fn set_int_option(

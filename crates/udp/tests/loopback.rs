@@ -48,7 +48,6 @@ fn recv_n(t: &mut UdpTransport, want: usize) -> Vec<(SocketAddr, Vec<u8>)> {
     out
 }
 
-/// Deterministic bytes for frame `seq`.
 /// Receives one batch by `plan` (waiting up to a second for it to arrive); how many datagrams.
 ///
 /// # Safety
@@ -77,6 +76,7 @@ fn plan_over(dest: &mut [u8], frame: usize) -> Vec<nicmsg_udp::Placement> {
         .collect()
 }
 
+/// Deterministic bytes for frame `seq`.
 fn pattern(seq: usize, len: usize) -> Vec<u8> {
     (0..len).map(|i| (seq * 31 + i * 7) as u8).collect()
 }
@@ -689,4 +689,101 @@ fn a_plan_mixing_a_short_last_frame_with_large_ones_goes_one_per_slot() {
         assert_eq!(receiver.placed(0), Some((0, len, len + 24)), "frame {i}");
     }
     assert_eq!(dest, payload);
+}
+
+/// Sends `frames` as one batch (a run of equal frames goes as one GSO datagram) and, once they
+/// have all crossed, receives them; asserts they arrive whole and in order.
+fn send_run_and_receive(
+    sender: &mut UdpTransport,
+    receiver: &mut UdpTransport,
+    frames: &[Vec<u8>],
+) {
+    let pieces: Vec<[&[u8]; 1]> = frames.iter().map(|f| [&f[..]]).collect();
+    let batch: Vec<(u32, &[&[u8]])> = pieces.iter().map(|p| (1, &p[..])).collect();
+    assert_eq!(sender.send_batch(&batch).unwrap(), frames.len());
+    // Every segment is queued before the first receive, so one receive sees the run.
+    std::thread::sleep(Duration::from_millis(20));
+    let got: Vec<Vec<u8>> = recv_n(receiver, frames.len())
+        .into_iter()
+        .map(|(_, bytes)| bytes)
+        .collect();
+    assert_eq!(got, frames, "the run arrives whole, in order");
+}
+
+/// `UDP_GRO` costs every received datagram, so it goes off after a long stretch of receives
+/// of one frame each and on again when a run arrives (cut up by the kernel while off); the
+/// run's frames arrive whole either way, and the next run arrives coalesced.
+#[test]
+fn gro_goes_off_for_single_frames_and_on_for_runs() {
+    let (mut sender, mut receiver) = pair(1472, 64);
+    if !receiver.gro() {
+        eprintln!("skipped: this kernel does not coalesce UDP (UDP_GRO)");
+        return;
+    }
+    for seq in 0..300 {
+        let frame = pattern(seq, 100);
+        assert_eq!(sender.send_batch(&[(1, &[&frame[..]])]).unwrap(), 1);
+        let got = recv_n(&mut receiver, 1);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].1, frame);
+    }
+    assert_eq!(receiver.stats().gro_turned_off, 1, "{:?}", receiver.stats());
+    assert!(!receiver.gro());
+    let run: Vec<Vec<u8>> = (0..5).map(|seq| pattern(1000 + seq, 1000)).collect();
+    send_run_and_receive(&mut sender, &mut receiver, &run);
+    assert_eq!(receiver.stats().gro_datagrams, 0, "cut up while off");
+    assert_eq!(receiver.stats().gro_turned_on, 1, "{:?}", receiver.stats());
+    assert!(receiver.gro());
+    send_run_and_receive(&mut sender, &mut receiver, &run);
+    assert_eq!(receiver.stats().gro_datagrams, 1, "coalesced once on again");
+}
+
+/// The switch off waits while a datagram is queued: one the kernel coalesced before the switch
+/// would be read without the segment size that splits it. Receiving one datagram a call, the
+/// receive that ends the stretch of single frames leaves a coalesced run queued behind it.
+#[test]
+fn gro_stays_on_while_a_coalesced_run_is_queued() {
+    let one_per_call = |max_frame| {
+        UdpTransport::bind(UdpOptions {
+            bind: loopback_v4(),
+            max_frame,
+            recv_batch: 1,
+            ..UdpOptions::default()
+        })
+        .expect("bind on loopback")
+    };
+    let (mut sender, mut receiver) = (bind(1472, 64), one_per_call(1472));
+    let peers = [sender.local_addr(), receiver.local_addr()];
+    sender.set_peers(&peers);
+    receiver.set_peers(&peers);
+    if !receiver.gro() {
+        eprintln!("skipped: this kernel does not coalesce UDP (UDP_GRO)");
+        return;
+    }
+    for seq in 0..255 {
+        let frame = pattern(seq, 100);
+        assert_eq!(sender.send_batch(&[(1, &[&frame[..]])]).unwrap(), 1);
+        assert_eq!(recv_n(&mut receiver, 1).len(), 1);
+    }
+    // The 256th single frame, with a run queued behind it (coalesced: GRO is still on).
+    let mut expected = vec![pattern(255, 100)];
+    assert_eq!(sender.send_batch(&[(1, &[&expected[0][..]])]).unwrap(), 1);
+    let run: Vec<Vec<u8>> = (0..5).map(|seq| pattern(1000 + seq, 1000)).collect();
+    let pieces: Vec<[&[u8]; 1]> = run.iter().map(|f| [&f[..]]).collect();
+    let batch: Vec<(u32, &[&[u8]])> = pieces.iter().map(|p| (1, &p[..])).collect();
+    assert_eq!(sender.send_batch(&batch).unwrap(), 5);
+    std::thread::sleep(Duration::from_millis(20));
+    expected.extend(run);
+    let got: Vec<Vec<u8>> = recv_n(&mut receiver, 6)
+        .into_iter()
+        .map(|(_, bytes)| bytes)
+        .collect();
+    assert_eq!(got, expected, "every frame whole, in order");
+    assert_eq!(receiver.stats().gro_kept_on, 1, "{:?}", receiver.stats());
+    assert_eq!(receiver.stats().gro_turned_off, 0);
+    assert_eq!(
+        receiver.stats().gro_datagrams,
+        1,
+        "the run was split by its segment size"
+    );
 }
