@@ -13,7 +13,9 @@
 //!   `max_frame` bytes; [`UdpTransport::received`] reads them back. With `UDP_GRO` a slot takes
 //!   a whole coalesced run (64 KiB) and is split back into its frames, each read as a datagram
 //!   of its own; a receive plan chains the frames it expects through one slot, so their payload
-//!   still lands straight in user memory.
+//!   still lands straight in user memory. After a long stretch of receives of one frame each
+//!   (a ping-pong) the socket receives one datagram a call with `UDP_GRO` off, which costs
+//!   each datagram less, and goes back to batches at the first backlog (`mode.rs`).
 //! - **Fast path**: no allocation, no lock, no blocking. All buffers are allocated by
 //!   [`UdpTransport::bind`]. The file descriptor is exposed for `epoll`/`poll`.
 //! - **Errors**: `EAGAIN`/`ENOBUFS` stop a send and leave the rest to the caller; per-datagram
@@ -28,7 +30,7 @@
 
 mod addr;
 mod engine;
-mod gro;
+mod mode;
 mod offload;
 mod recv;
 mod refused;

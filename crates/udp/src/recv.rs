@@ -83,8 +83,9 @@ pub(crate) struct RecvSlots {
     max_frame: usize,
     /// The socket can coalesce: slots are GRO-sized and offer a control buffer.
     gro: bool,
-    /// The socket coalesces now (`UDP_GRO` on, see `gro.rs`): plans chain frames in slot 0.
-    coalescing: bool,
+    /// The socket receives one datagram at a time now (`mode.rs`): one slot offered, and
+    /// `UDP_GRO` off, so plans do not chain frames in slot 0.
+    single_frames: bool,
     /// Plan entries of the last receive, by slot and offset.
     entries: Vec<PlacedEntry>,
     /// Slots `0..planned_slots` point into the plan's iovecs instead of their home one.
@@ -127,7 +128,7 @@ impl RecvSlots {
             capacity,
             max_frame,
             gro,
-            coalescing: gro,
+            single_frames: false,
             entries: Vec::with_capacity(batch),
             planned_slots: 0,
             one_slot: false,
@@ -154,14 +155,19 @@ impl RecvSlots {
         self.msgs.len()
     }
 
-    /// Whether the socket coalesces received runs now.
-    pub fn coalescing(&self) -> bool {
-        self.coalescing
+    /// Whether the socket can coalesce received runs at all (slots are GRO-sized).
+    pub fn can_coalesce(&self) -> bool {
+        self.gro
     }
 
-    /// The socket's `UDP_GRO` is now `on` (never on for slots built without GRO).
-    pub fn set_coalescing(&mut self, on: bool) {
-        self.coalescing = on && self.gro;
+    /// Whether the socket coalesces received runs now.
+    pub fn coalescing(&self) -> bool {
+        self.gro && !self.single_frames
+    }
+
+    /// The socket receives one datagram at a time from now on (`UDP_GRO` off), or in batches.
+    pub fn set_single_frames(&mut self, single: bool) {
+        self.single_frames = single;
     }
 
     /// Lays the plan out over the slots: entry `i` in slot `i` without GRO; with GRO all
@@ -233,9 +239,10 @@ impl RecvSlots {
 
     /// How many slots the next `recvmmsg` offers the kernel: all of them, but one while a plan
     /// guesses a frame per slot and any of its frames is large (see
-    /// [`ONE_PLANNED_DATAGRAM_MIN_BYTES`]; the last frame of a message is usually short).
+    /// [`ONE_PLANNED_DATAGRAM_MIN_BYTES`]; the last frame of a message is usually short), and
+    /// one while the socket receives single frames (`mode.rs`).
     pub fn slots_to_offer(&self) -> usize {
-        if self.one_slot {
+        if self.one_slot || self.single_frames {
             1
         } else {
             self.msgs.len()
@@ -247,7 +254,9 @@ impl RecvSlots {
     /// a message's short last frame with large frames goes one per slot: laid out from the short
     /// one, slot 0 would hold it alone and every large frame of the batch would be copied.
     fn coalesces(&self, plan: &[Placement]) -> bool {
-        self.coalescing && !plan.is_empty() && plan.iter().all(|placement| self.two_fit(placement))
+        self.coalescing()
+            && !plan.is_empty()
+            && plan.iter().all(|placement| self.two_fit(placement))
     }
 
     /// Whether one coalesced datagram can hold two frames of `placement`'s length (the frames

@@ -63,12 +63,12 @@ pub struct UdpStats {
     pub datagrams_received: u64,
     /// Coalesced datagrams received (`UDP_GRO`), each split into the frames it carried.
     pub gro_datagrams: u64,
-    /// Times `UDP_GRO` went on because a receive brought a run of frames, and off after a
-    /// long stretch of single frames (`gro.rs`).
-    pub gro_turned_on: u64,
-    pub gro_turned_off: u64,
-    /// Times it stayed on because a datagram was queued when it was to go off.
-    pub gro_kept_on: u64,
+    /// Times receiving went one datagram at a time (`UDP_GRO` off) after a long stretch of
+    /// single frames, and back to batches for a burst or a run (`mode.rs`).
+    pub to_single_frames: u64,
+    pub to_batches: u64,
+    /// Times it stayed in batches because a datagram was queued when `UDP_GRO` went off.
+    pub single_frames_deferred: u64,
     /// Bytes of the datagrams received whole.
     pub bytes_received: u64,
     /// Datagrams dropped on the send side, by reason.

@@ -9,7 +9,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr;
 
 use crate::addr::{canonical, RawAddr, RAW_ADDR_LEN};
-use crate::gro::{GroSwitch, Switch};
+use crate::mode::{Mode, ReceiveMode};
 use crate::offload::{set_segment_size, ControlBuffer, UDP_GRO};
 use crate::recv::{empty_iovec, zeroed_mmsghdr, Placement, RecvSlots};
 use crate::stats::{SendErrors, UdpStats};
@@ -218,8 +218,8 @@ pub struct UdpTransport {
     by_addr: Vec<(SocketAddr, u32)>,
     send: SendSlots,
     recv: RecvSlots,
-    /// Whether `UDP_GRO` is on now (only while peers send runs, see `gro.rs`).
-    gro: GroSwitch,
+    /// In batches (`UDP_GRO` on) or one datagram at a time (see `mode.rs`).
+    receive_mode: ReceiveMode,
     stats: UdpStats,
     /// The kernel reported a socket error (an ICMP error answered a datagram): its error queue
     /// may hold refusals for [`take_refused`](Self::take_refused).
@@ -284,7 +284,7 @@ impl UdpTransport {
             by_addr: Vec::new(),
             send: SendSlots::new(options.send_batch, options.gso),
             recv: RecvSlots::new(options.recv_batch, options.max_frame, gro),
-            gro: GroSwitch::new(gro),
+            receive_mode: ReceiveMode::new(),
             stats: UdpStats::default(),
             errors_queued: false,
         })
@@ -469,6 +469,7 @@ impl UdpTransport {
             self.recv.reset();
             let filled = self.recv_into_slots()?;
             if filled == 0 {
+                self.receive_mode.after_receive(0);
                 return Ok(0);
             }
             let (frames, bytes, truncated, coalesced) = self.recv.split(filled);
@@ -477,8 +478,8 @@ impl UdpTransport {
             self.stats.bytes_received += bytes as u64;
             self.stats.gro_datagrams += coalesced as u64;
             if frames > 0 {
-                if let Some(switch) = self.gro.after_receive(frames) {
-                    self.switch_gro(switch);
+                if let Some(mode) = self.receive_mode.after_receive(frames) {
+                    self.switch_mode(mode);
                 }
                 return Ok(frames);
             }
@@ -541,30 +542,34 @@ impl UdpTransport {
         &self.stats
     }
 
-    /// Turns `UDP_GRO` on or off (see `gro.rs`). Off only if the socket's queue is empty right
-    /// after: a datagram queued coalesced before the switch would be read without the segment
-    /// size that splits it, so the option goes back on for it. A failed switch leaves the
-    /// option as it was.
-    fn switch_gro(&mut self, switch: Switch) {
+    /// Receives in `mode` from now on (see `mode.rs`): `UDP_GRO` on for batches, off for
+    /// single frames where the socket can coalesce at all. Single frames only if the socket's
+    /// queue is empty right after `UDP_GRO` went off: a datagram queued coalesced before the
+    /// switch would be read without the segment size that splits it, so the socket stays in
+    /// batches for it. A failed switch of `UDP_GRO` leaves everything as it was.
+    fn switch_mode(&mut self, mode: Mode) {
         let fd = self.fd();
-        let on = switch == Switch::On;
-        if set_int_option(fd, libc::SOL_UDP, UDP_GRO, libc::c_int::from(on)).is_err() {
-            self.gro.switched(!on);
-            return;
+        let batches = mode == Mode::Batches;
+        if self.recv.can_coalesce() {
+            let gro = libc::c_int::from(batches);
+            if set_int_option(fd, libc::SOL_UDP, UDP_GRO, gro).is_err() {
+                self.receive_mode.switched(self.receive_mode.mode());
+                return;
+            }
+            if !batches && queued_bytes(fd) != Some(0) {
+                let _ = set_int_option(fd, libc::SOL_UDP, UDP_GRO, 1);
+                self.stats.single_frames_deferred += 1;
+                self.receive_mode.switched(Mode::Batches);
+                return;
+            }
         }
-        if !on && queued_bytes(fd) != Some(0) {
-            let _ = set_int_option(fd, libc::SOL_UDP, UDP_GRO, 1);
-            self.stats.gro_kept_on += 1;
-            self.gro.switched(true);
-            return;
-        }
-        if on {
-            self.stats.gro_turned_on += 1;
+        if batches {
+            self.stats.to_batches += 1;
         } else {
-            self.stats.gro_turned_off += 1;
+            self.stats.to_single_frames += 1;
         }
-        self.gro.switched(on);
-        self.recv.set_coalescing(on);
+        self.receive_mode.switched(mode);
+        self.recv.set_single_frames(!batches);
     }
 
     /// The receive path: one `recvmmsg` into the slots. Returns how many slots the kernel
