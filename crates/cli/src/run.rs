@@ -337,6 +337,8 @@ pub fn run(args: &RunArgs) -> Result<Outcome, LaunchError> {
         cmd.args(&args.command[1..])
             .env("NICMSG_RANK", rank.to_string())
             .env("NICMSG_SIZE", args.ranks.to_string())
+            // Every rank of the job runs on this machine (with `--netns` too).
+            .env("NICMSG_LOCAL_RANKS", args.ranks.to_string())
             .env("NICMSG_JOB", job.to_string())
             .env("NICMSG_BOOTSTRAP", bootstrap.to_string())
             .env("NICMSG_BIND_IP", bind_ip);

@@ -11,7 +11,8 @@
 //!
 //! Who runs the driver is one atomic word (`owner`): the host takes it on entering the
 //! library ([`InlineEngine::enter`]) and gives it back on leaving; the standby takes it only
-//! when it is free and the application has been away for [`HOST_AWAY_NS`], for a bounded
+//! when it is free and the application has been away for [`HOST_AWAY_NS`] (or
+//! [`HOST_AWAY_SHARED_CPU_NS`] where it shares the application's CPU), for a bounded
 //! burst of turns. The host never waits longer than one such burst (microseconds); the standby
 //! never waits on the host (it parks, backing off, and looks again). Entering and leaving cost
 //! an atomic exchange and two stores: no system call, no lock.
@@ -52,8 +53,35 @@ pub const STANDBY_PARK_MAX_NS: u64 = 16_000_000;
 pub const STANDBY_MAX_SLEEP_NS: u64 = 10_000_000;
 /// The application counts as away only after this long outside the library: between two calls
 /// of a communication loop (a few hundred nanoseconds) the standby must not take the driver,
-/// or the next call would wait for its burst of turns.
+/// or the next call would wait for its burst of turns. For a standby with a CPU of its own.
 pub const HOST_AWAY_NS: u64 = 50_000;
+/// The same for a standby that shares the application's CPU (each rank bound to one core, as
+/// under `mpirun`): taking over, it takes the CPU from the application's computation, and
+/// the context switches and the exchanges it starts cost more than the overlap gains. Open
+/// MPI's overlap pattern (10 KiB, 5 messages each way, both ranks bound): an iteration with
+/// 400 us of computation took 468-523 us taking over after 50 us, 432-434 us after 5 ms, and
+/// 1,723-1,779 against 1,655-1,664 us with 1,600 us of computation. Liveness needs answers
+/// within seconds (`peer_timeout_ns`), so 5 ms costs it nothing; a peer waiting for this rank
+/// meanwhile waits as it would for any rank whose progress is inside its calls.
+pub const HOST_AWAY_SHARED_CPU_NS: u64 = 5_000_000;
+
+/// Whether the standby thread has a CPU of its own or shares the application's: how soon it
+/// takes over when the application is away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StandbyCpu {
+    Own,
+    Shared,
+}
+
+impl StandbyCpu {
+    /// How long the application must have been away before the standby takes the driver.
+    pub fn away_ns(self) -> u64 {
+        match self {
+            Self::Own => HOST_AWAY_NS,
+            Self::Shared => HOST_AWAY_SHARED_CPU_NS,
+        }
+    }
+}
 /// Turns the standby runs before giving the driver back: bounds how long an application
 /// returning to the library waits for it.
 const STANDBY_TURNS: usize = 16;
@@ -83,6 +111,8 @@ struct Shared<T: Transport> {
     park: Poller,
     /// When the application last left the library, on the engine clock.
     host_left_at: AtomicU64,
+    /// How long it must have been away before the standby takes over ([`StandbyCpu`]).
+    away_ns: u64,
     /// When a post of the application last sent frames at once.
     posted_sent_at: AtomicU64,
     shutdown: AtomicBool,
@@ -103,7 +133,7 @@ pub struct InlineEngine<T: Transport + 'static> {
 }
 
 impl<T: Transport + 'static> InlineEngine<T> {
-    pub fn start(driver: Driver<T>) -> std::io::Result<Self> {
+    pub fn start(driver: Driver<T>, standby_cpu: StandbyCpu) -> std::io::Result<Self> {
         let fds = driver.transport().readable_fds();
         let shared = Arc::new(Shared {
             owner: AtomicU32::new(owner::FREE),
@@ -112,6 +142,7 @@ impl<T: Transport + 'static> InlineEngine<T> {
             poller: Poller::new(&fds)?,
             park: Poller::new(&[])?,
             host_left_at: AtomicU64::new(0),
+            away_ns: standby_cpu.away_ns(),
             posted_sent_at: AtomicU64::new(0),
             shutdown: AtomicBool::new(false),
             standby_turns: AtomicU64::new(0),
@@ -315,7 +346,7 @@ fn stand_by<T: Transport>(shared: &Shared<T>) {
 /// `None` if the application holds the driver or left it only a moment ago.
 fn take_over<T: Transport>(shared: &Shared<T>, socket_error: bool) -> Option<u64> {
     let away_since = shared.host_left_at.load(Ordering::Relaxed);
-    if shared.clock.now().saturating_sub(away_since) < HOST_AWAY_NS {
+    if shared.clock.now().saturating_sub(away_since) < shared.away_ns {
         return None;
     }
     shared

@@ -43,7 +43,7 @@ pub use clock::EngineClock;
 pub use driver::{Driver, EngineStats};
 pub use host::{HostError, HostTable, Posted};
 #[cfg(not(loom))]
-pub use inline::{HostTurns, InlineEngine};
+pub use inline::{HostTurns, InlineEngine, StandbyCpu};
 #[cfg(not(loom))]
 pub use poller::Poller;
 pub use registry::{Registry, RegistryMemory, DEFAULT_REGIONS};

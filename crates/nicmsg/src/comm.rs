@@ -276,7 +276,8 @@ impl Comm {
                 Err(error) => tracing::warn!(%error, "no control socket for nicmsg pdl"),
             }
         }
-        // The CPUs are looked at only when the choice is the library's.
+        // The CPUs are looked at only when the choice is the library's, or for the standby.
+        let mut cpus_seen = None;
         let mode = options.engine_to_run(|| {
             let cpus = crate::options::CpuShare::of_this_process();
             tracing::info!(
@@ -285,11 +286,17 @@ impl Comm {
                 local_ranks = cpus.local_ranks,
                 "engine left to choose (NICMSG_ENGINE=auto)"
             );
+            cpus_seen = Some(cpus);
             cpus
         });
         tracing::info!(?mode, chosen = options.engine_auto, "engine starting");
         let engine = match mode {
-            EngineMode::Inline => Engine::Inline(InlineEngine::start(driver)?),
+            EngineMode::Inline => {
+                let cpus = cpus_seen.unwrap_or_else(crate::options::CpuShare::of_this_process);
+                let standby = cpus.standby_cpu();
+                tracing::info!(?standby, "standby thread's CPU");
+                Engine::Inline(InlineEngine::start(driver, standby)?)
+            }
             EngineMode::Thread => Engine::Thread(ThreadEngine::spawn(driver, options.idle)?),
         };
         Ok(Self {

@@ -2,7 +2,7 @@
 //! settings ([`SETTINGS`]) parses them and renders their documentation.
 
 use crate::Error;
-use nicmsg_engine::{IdleConfig, Transport};
+use nicmsg_engine::{IdleConfig, StandbyCpu, Transport};
 use nicmsg_proto::{Config, UnexpectedPolicy, MAX_ACK_UNIT, RX_TRACKED_FRAMES};
 
 /// Which transport carries the frames (`NICMSG_TRANSPORT`).
@@ -100,9 +100,13 @@ impl Default for Options {
     }
 }
 
-/// Variables in which launchers give the number of the job's ranks on this host: Open MPI's
-/// and MPICH's (Hydra).
-const LOCAL_RANKS_VARIABLES: [&str; 2] = ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"];
+/// Variables in which launchers give the number of the job's ranks on this host: `nicmsg
+/// run`'s, Open MPI's and MPICH's (Hydra).
+const LOCAL_RANKS_VARIABLES: [&str; 3] = [
+    "NICMSG_LOCAL_RANKS",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "MPI_LOCALNRANKS",
+];
 
 /// The CPUs the process may run on and how many ranks of the job share them, as the
 /// automatic engine choice sees them.
@@ -144,6 +148,16 @@ impl CpuShare {
             self.local_ranks
         };
         self.usable >= 2 * sharing
+    }
+
+    /// Where the inline engine's standby thread runs: on a CPU of its own where an engine
+    /// thread would have one, else on the application's.
+    pub fn standby_cpu(&self) -> StandbyCpu {
+        if self.has_room_for_engine_threads() {
+            StandbyCpu::Own
+        } else {
+            StandbyCpu::Shared
+        }
     }
 }
 
@@ -1179,6 +1193,21 @@ mod tests {
             Options::default().engine_to_run(|| share(1, 1, 1)),
             EngineMode::Thread
         );
+    }
+
+    #[test]
+    fn the_standby_takes_over_late_where_it_shares_the_application_cpu() {
+        let share = |usable, online, local_ranks| CpuShare {
+            usable,
+            online,
+            local_ranks,
+        };
+        // Open MPI's binding, one core a rank: the standby would take it from the computation.
+        assert_eq!(share(1, 2, 2).standby_cpu(), StandbyCpu::Shared);
+        assert_eq!(share(2, 2, 2).standby_cpu(), StandbyCpu::Shared);
+        // Inline by choice on a machine with cores to spare.
+        assert_eq!(share(8, 8, 2).standby_cpu(), StandbyCpu::Own);
+        assert!(StandbyCpu::Shared.away_ns() > 10 * StandbyCpu::Own.away_ns());
     }
 
     #[test]
