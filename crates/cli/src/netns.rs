@@ -210,6 +210,9 @@ impl Topology {
     /// daemon in the namespace holding the address, as ssh would on the host of that address.
     /// With `bind_nicmsg` the daemon's environment (which its ranks inherit) sets
     /// `NICMSG_BIND_IP` to that address; without, the ranks find their addresses themselves.
+    /// Each daemon keeps its session files in a directory of its namespace's own: the
+    /// namespaces share one file system and host name, and daemons creating the same session
+    /// directory at once now and then failed (`mkdir ... File exists`, `orte_init failed`).
     pub fn launch_agent(&self, bind_nicmsg: bool) -> String {
         let mut script = String::from("#!/bin/sh\nhost=$1\nshift\ncase $host in\n");
         for rank in 0..self.ranks {
@@ -218,15 +221,23 @@ impl Topology {
         }
         script += "  *) echo \"launch agent: no namespace has $host\" >&2; exit 1 ;;\nesac\n";
         let bind = if bind_nicmsg {
-            "env NICMSG_BIND_IP=\"$host\" "
+            "NICMSG_BIND_IP=\"$host\" "
         } else {
             ""
         };
+        let sessions = self.daemon_session_base().display().to_string();
         script += &format!(
-            "exec {} netns exec \"$ns\" {bind}sh -c \"$*\"\n",
-            self.ip().display()
+            "exec {} netns exec \"$ns\" env OMPI_MCA_orte_tmpdir_base=\"{sessions}-$ns\" \
+             {bind}sh -c \"$*\"\n",
+            self.ip().display(),
         );
         script
+    }
+
+    /// Where the launch agent's daemons keep their session files: this path, then `-` and the
+    /// namespace's name. Removed with the namespaces.
+    fn daemon_session_base(&self) -> PathBuf {
+        std::env::temp_dir().join("ompi-sessions")
     }
 
     /// Path of the `ip` command (ranks are started with `ip netns exec`).
@@ -349,6 +360,11 @@ impl Topology {
     /// (empty when all went well); safe to call more than once.
     pub fn cleanup(&mut self) -> Vec<String> {
         let names: Vec<String> = self.created.drain(..).rev().collect();
+        let base = self.daemon_session_base().display().to_string();
+        for name in &names {
+            // Only a launch agent's daemons made these; most topologies have none.
+            let _ = std::fs::remove_dir_all(format!("{base}-{name}"));
+        }
         delete_all(&self.tools.ip, &names)
     }
 }
@@ -582,5 +598,9 @@ mod tests {
             topo.bootstrap_addr(),
             "10.213.71.1:7470".parse::<SocketAddr>().unwrap()
         );
+        let agent = topo.launch_agent(true);
+        assert!(agent.contains("  10.213.71.2) ns=nicmsg-4321-1 ;;"));
+        assert!(agent.contains("ompi-sessions-$ns\" NICMSG_BIND_IP=\"$host\" sh -c"));
+        assert!(!topo.launch_agent(false).contains("NICMSG_BIND_IP"));
     }
 }
