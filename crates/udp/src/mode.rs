@@ -107,6 +107,13 @@ impl ReceiveMode {
 mod tests {
     use super::*;
 
+    /// `count` receives of one frame each, none of which switches.
+    fn single_frames(receive: &mut ReceiveMode, count: u32) {
+        for _ in 0..count {
+            assert_eq!(receive.after_receive(1), None);
+        }
+    }
+
     fn single_frames_after_the_stretch() -> ReceiveMode {
         let mut receive = ReceiveMode::new();
         for _ in 1..SINGLE_FRAME_RECEIVES_BEFORE_SWITCH {
@@ -135,17 +142,13 @@ mod tests {
     fn frames_in_a_row_go_back_to_batches() {
         let mut receive = single_frames_after_the_stretch();
         assert_eq!(receive.after_receive(0), None);
-        for _ in 1..BACKLOG_RECEIVES {
-            assert_eq!(receive.after_receive(1), None);
-        }
+        single_frames(&mut receive, BACKLOG_RECEIVES - 1);
         assert_eq!(
             receive.after_receive(0),
             None,
             "the socket was empty after all"
         );
-        for _ in 1..BACKLOG_RECEIVES {
-            assert_eq!(receive.after_receive(1), None);
-        }
+        single_frames(&mut receive, BACKLOG_RECEIVES - 1);
         assert_eq!(receive.after_receive(1), Some(Mode::Batches));
         receive.switched(Mode::Batches);
         assert_eq!(receive.mode(), Mode::Batches);
@@ -165,13 +168,9 @@ mod tests {
     #[test]
     fn a_run_restarts_the_stretch() {
         let mut receive = ReceiveMode::new();
-        for _ in 1..SINGLE_FRAME_RECEIVES_BEFORE_SWITCH {
-            assert_eq!(receive.after_receive(1), None);
-        }
+        single_frames(&mut receive, SINGLE_FRAME_RECEIVES_BEFORE_SWITCH - 1);
         assert_eq!(receive.after_receive(3), None, "already in batches");
-        for _ in 1..SINGLE_FRAME_RECEIVES_BEFORE_SWITCH {
-            assert_eq!(receive.after_receive(1), None);
-        }
+        single_frames(&mut receive, SINGLE_FRAME_RECEIVES_BEFORE_SWITCH - 1);
         assert_eq!(
             receive.after_receive(0),
             None,
