@@ -752,6 +752,17 @@ fn sends_end_and_state_is_freed(net: &mut Net, sends: &[OpId]) {
     assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
 }
 
+/// Rank 1 receives `messages` messages of 1000 bytes with tag 1 from rank 0, posting each
+/// receive after the last completed, and checks they are message 0, 1, ... in MPI order.
+fn receive_one_at_a_time(net: &mut Net, messages: u8) {
+    for i in 0..messages {
+        let (op, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), 1000);
+        net.run_until(10_000_000, |net| net.result(1, op).is_some());
+        assert!(net.result(1, op).is_some_and(|r| r.is_ok()), "message {i}");
+        assert_eq!(net.bytes(1, region), &vec![i; 1000][..], "MPI order");
+    }
+}
+
 /// NetPIPE's stream: the sender queues many short messages, the receiver posts one receive at
 /// a time, each after the last completed. Once the receiver has shown it falls behind (a
 /// rendezvous message answered WAIT), the sender out of credits waits for them instead of
@@ -765,12 +776,7 @@ fn a_stream_of_short_messages_waits_for_credits_and_stays_eager() {
         .map(|i| net.send(0, 1, 1, vec![i; 1000]))
         .collect();
     let started = net.now;
-    for i in 0..MESSAGES {
-        let (op, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), 1000);
-        net.run_until(10_000_000, |net| net.result(1, op).is_some());
-        assert!(net.result(1, op).is_some_and(|r| r.is_ok()), "message {i}");
-        assert_eq!(net.bytes(1, region), &vec![i; 1000][..], "MPI order");
-    }
+    receive_one_at_a_time(&mut net, MESSAGES);
     let elapsed = net.now - started;
     let stats = net.endpoints[0].stats();
     assert_eq!(stats.credit_stalls, 0, "no message went by rendezvous");
@@ -803,12 +809,7 @@ fn a_credit_wait_that_runs_out_sends_one_message_by_rendezvous() {
         1,
         "the head went by rendezvous"
     );
-    for i in 0..MESSAGES {
-        let (op, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), 1000);
-        net.run_until(10_000_000, |net| net.result(1, op).is_some());
-        assert!(net.result(1, op).is_some_and(|r| r.is_ok()), "message {i}");
-        assert_eq!(net.bytes(1, region), &vec![i; 1000][..], "MPI order");
-    }
+    receive_one_at_a_time(&mut net, MESSAGES);
     let stats = net.endpoints[0].stats();
     assert_eq!(stats.credit_stalls, 1, "the others waited for credits");
     assert!(stats.credit_waits >= 2, "the next shortage was waited out");
