@@ -28,12 +28,7 @@
 //! Why the wait is still bounded (`credit_wait_ns`): a receiver may hold its buffers while it
 //! waits on a third rank that waits on this sender (a program that relies on buffering, which
 //! MPI allows to deadlock but ob1 and TCP let through). The bound makes that cost a wait, not a
-//! hang (sim workloads `credits` and `trickle`). A wait that runs out sends the one message at
-//! its head by rendezvous; the next shortage is waited out again. Only a receiver that says
-//! its buffers are held (WAIT) has every message sent by rendezvous until a credit comes back:
-//! one that is merely slow would answer each of them with WAIT, and each would cross twice
-//! (`NPopenmpi -s` at 8 B on the provider: a third of the messages resent, 98,761 of 300,107,
-//! when a run-out wait did that; 1,036 now, and 7-9 % more messages a second).
+//! hang (sim workloads `credits` and `trickle`).
 
 use crate::receiver::control;
 use crate::state::Core;
@@ -51,11 +46,8 @@ pub(crate) enum CreditWait {
         ask_again_at: Nanos,
         give_up_at: Nanos,
     },
-    /// A wait ran out: the message at the head goes by rendezvous, and the next shortage is
-    /// waited out again.
-    GaveUp,
-    /// The peer said its buffers are held: eager messages go by rendezvous until a credit
-    /// comes back (`Peer::update_credits` makes it `Idle` again).
+    /// The peer said its buffers are held, or a wait ran out: eager messages go by rendezvous
+    /// until a credit comes back (`Peer::update_credits` makes it `Idle` again).
     Expired,
 }
 
@@ -67,7 +59,7 @@ impl CreditWait {
                 ask_again_at,
                 give_up_at,
             } => Some(ask_again_at.min(give_up_at)),
-            CreditWait::Idle | CreditWait::GaveUp | CreditWait::Expired => None,
+            CreditWait::Idle | CreditWait::Expired => None,
         }
     }
 }
@@ -96,14 +88,10 @@ impl Core {
                 true
             }
             CreditWait::Waiting { give_up_at, .. } if now < give_up_at => true,
-            // A receiver that is only slow (a stream whose receiver posts one receive at a
-            // time) would take every later message by rendezvous too, each answered with WAIT
-            // and sent twice: one message goes, and the next shortage is waited out.
-            CreditWait::Waiting { .. } | CreditWait::GaveUp => {
-                self.peers[dst].credit_wait = CreditWait::Idle;
+            CreditWait::Waiting { .. } | CreditWait::Expired => {
+                self.peers[dst].credit_wait = CreditWait::Expired;
                 false
             }
-            CreditWait::Expired => false,
         }
     }
 
@@ -131,9 +119,9 @@ impl Core {
             if self.peers[dst].queue_head.is_none() {
                 self.peers[dst].credit_wait = CreditWait::Idle;
             } else if give_up_at <= now {
-                // Given up before the queue runs: a head that cannot start now (message window
+                // Expired before the queue runs: a head that cannot start now (message window
                 // closed) must not leave a deadline in the past behind.
-                self.peers[dst].credit_wait = CreditWait::GaveUp;
+                self.peers[dst].credit_wait = CreditWait::Expired;
                 self.start_queued_for(now, dst);
             } else if ask_again_at <= now {
                 self.ask_for_credits(now, dst);

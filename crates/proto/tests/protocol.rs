@@ -791,31 +791,6 @@ fn a_stream_of_short_messages_waits_for_credits_and_stays_eager() {
     sends_end_and_state_is_freed(&mut net, &sends);
 }
 
-/// A credit wait that runs out sends the message at its head by rendezvous, and only that one:
-/// a receiver that is only slow (it posts its receives late) would answer every later message
-/// sent so with WAIT, and each would cross twice. The next shortage is waited out again, and
-/// once the receives come the stream goes on eager.
-#[test]
-fn a_credit_wait_that_runs_out_sends_one_message_by_rendezvous() {
-    let (mut net, wait_ns) = net_with_receiver_behind();
-    const MESSAGES: u8 = 6;
-    let sends: Vec<OpId> = (0..MESSAGES)
-        .map(|i| net.send(0, 1, 1, vec![i; 1000]))
-        .collect();
-    // The receiver posts nothing for longer than one wait, shorter than two.
-    net.run(net.now + wait_ns * 3 / 2);
-    assert_eq!(
-        net.endpoints[0].stats().credit_stalls,
-        1,
-        "the head went by rendezvous"
-    );
-    receive_one_at_a_time(&mut net, MESSAGES);
-    let stats = net.endpoints[0].stats();
-    assert_eq!(stats.credit_stalls, 1, "the others waited for credits");
-    assert!(stats.credit_waits >= 2, "the next shortage was waited out");
-    sends_end_and_state_is_freed(&mut net, &sends);
-}
-
 /// A receiver whose buffers for a sender are all held by messages it does not receive, while it
 /// waits for a later message, answers the sender's request for credits with WAIT: the later
 /// message goes by rendezvous at once, not after the longest credit wait.
