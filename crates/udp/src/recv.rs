@@ -249,6 +249,11 @@ impl RecvSlots {
         }
     }
 
+    /// Whether the last plan made the receive offer one slot for its large frames.
+    pub fn plan_takes_one_slot(&self) -> bool {
+        self.one_slot
+    }
+
     /// Whether `plan` is laid out as one coalesced datagram in slot 0 (see `apply_plan`): with
     /// GRO, when every frame it guesses could share a datagram with another. A plan that mixes
     /// a message's short last frame with large frames goes one per slot: laid out from the short

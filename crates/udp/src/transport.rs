@@ -469,7 +469,8 @@ impl UdpTransport {
             self.recv.reset();
             let filled = self.recv_into_slots()?;
             if filled == 0 {
-                self.receive_mode.after_receive(0);
+                let switch = self.receive_mode.after_receive(0);
+                debug_assert!(switch.is_none(), "an empty socket never switches");
                 return Ok(0);
             }
             let (frames, bytes, truncated, coalesced) = self.recv.split(filled);
@@ -478,8 +479,12 @@ impl UdpTransport {
             self.stats.bytes_received += bytes as u64;
             self.stats.gro_datagrams += coalesced as u64;
             if frames > 0 {
-                if let Some(mode) = self.receive_mode.after_receive(frames) {
-                    self.switch_mode(mode);
+                // A plan of large frames offers one slot (`slots_to_offer`): what that brings
+                // says nothing of how the peers send.
+                if !self.recv.plan_takes_one_slot() {
+                    if let Some(mode) = self.receive_mode.after_receive(frames) {
+                        self.switch_mode(mode);
+                    }
                 }
                 return Ok(frames);
             }
@@ -532,7 +537,7 @@ impl UdpTransport {
     }
 
     /// Whether received datagrams may be coalesced runs (`UDP_GRO` is on now: only while runs
-    /// arrive, see `gro.rs`).
+    /// arrive, see `mode.rs`).
     pub fn gro(&self) -> bool {
         self.recv.coalescing()
     }
@@ -546,7 +551,8 @@ impl UdpTransport {
     /// single frames where the socket can coalesce at all. Single frames only if the socket's
     /// queue is empty right after `UDP_GRO` went off: a datagram queued coalesced before the
     /// switch would be read without the segment size that splits it, so the socket stays in
-    /// batches for it. A failed switch of `UDP_GRO` leaves everything as it was.
+    /// batches for it. A failed switch of `UDP_GRO` leaves everything as it was; should
+    /// turning it back on fail, the socket receives single frames, as the kernel then has it.
     fn switch_mode(&mut self, mode: Mode) {
         let fd = self.fd();
         let batches = mode == Mode::Batches;
@@ -556,8 +562,10 @@ impl UdpTransport {
                 self.receive_mode.switched(self.receive_mode.mode());
                 return;
             }
-            if !batches && queued_bytes(fd) != Some(0) {
-                let _ = set_int_option(fd, libc::SOL_UDP, UDP_GRO, 1);
+            if !batches
+                && queued_bytes(fd) != Some(0)
+                && set_int_option(fd, libc::SOL_UDP, UDP_GRO, 1).is_ok()
+            {
                 self.stats.single_frames_deferred += 1;
                 self.receive_mode.switched(Mode::Batches);
                 return;
