@@ -225,9 +225,14 @@ impl Topology {
         } else {
             ""
         };
-        let sessions = self.daemon_session_base().display().to_string();
+        // Single-quoted for the shell, whatever the temporary directory's name holds.
+        let sessions = self
+            .daemon_session_base()
+            .display()
+            .to_string()
+            .replace('\'', "'\\''");
         script += &format!(
-            "exec {} netns exec \"$ns\" env OMPI_MCA_orte_tmpdir_base=\"{sessions}-$ns\" \
+            "exec {} netns exec \"$ns\" env OMPI_MCA_orte_tmpdir_base='{sessions}'-\"$ns\" \
              {bind}sh -c \"$*\"\n",
             self.ip().display(),
         );
@@ -360,12 +365,14 @@ impl Topology {
     /// (empty when all went well); safe to call more than once.
     pub fn cleanup(&mut self) -> Vec<String> {
         let names: Vec<String> = self.created.drain(..).rev().collect();
+        let problems = delete_all(&self.tools.ip, &names);
+        // After the namespaces (and the daemons in them) are gone. Only a launch agent's
+        // daemons made these (Open MPI 4's `orte_tmpdir_base`); most topologies have none.
         let base = self.daemon_session_base().display().to_string();
         for name in &names {
-            // Only a launch agent's daemons made these; most topologies have none.
             let _ = std::fs::remove_dir_all(format!("{base}-{name}"));
         }
-        delete_all(&self.tools.ip, &names)
+        problems
     }
 }
 
@@ -600,7 +607,7 @@ mod tests {
         );
         let agent = topo.launch_agent(true);
         assert!(agent.contains("  10.213.71.2) ns=nicmsg-4321-1 ;;"));
-        assert!(agent.contains("ompi-sessions-$ns\" NICMSG_BIND_IP=\"$host\" sh -c"));
+        assert!(agent.contains("ompi-sessions'-\"$ns\" NICMSG_BIND_IP=\"$host\" sh -c"));
         assert!(!topo.launch_agent(false).contains("NICMSG_BIND_IP"));
     }
 }
