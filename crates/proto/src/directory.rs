@@ -33,10 +33,10 @@
 //! frame of it is answered with RESET. Were the record gone sooner, a late retransmission of a message the endpoint
 //! took (its acknowledgement lost) would read as a new conversation and be taken again.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 
-use rustc_hash::FxSeededState;
+use rustc_hash::FxHashMap;
 
 use crate::{Nanos, Rank};
 
@@ -108,11 +108,6 @@ pub(crate) enum Arrival {
     Full,
 }
 
-/// The hash state of the address tables: Fx, seeded per incarnation.
-fn seeded(incarnation: u32) -> FxSeededState {
-    FxSeededState::with_seed(incarnation as usize)
-}
-
 /// The slots of an open endpoint and the addresses they are bound to.
 pub(crate) struct Directory {
     /// This endpoint's incarnation: the random part of its conversation names.
@@ -120,12 +115,12 @@ pub(crate) struct Directory {
     /// By rank; slot 0 is this endpoint.
     slots: Vec<Slot>,
     /// Active slots by address (one per address). Looked up for every send and receive posted
-    /// by address, so hashed with Fx (a tenth of SipHash's cost for an address), seeded with
-    /// the incarnation so that no precomputed set of addresses collides; a peer that collides
-    /// anyway costs probes, bounded by the table's size (`MAX_OPEN_PEERS`).
-    by_address: HashMap<SocketAddr, Rank, FxSeededState>,
+    /// by address, so hashed with Fx (a tenth of SipHash's cost for an address). Fx is not
+    /// keyed: whoever picks the source addresses of new conversations can make them collide,
+    /// which costs each lookup probes, at most the table's size (`MAX_OPEN_PEERS`).
+    by_address: FxHashMap<SocketAddr, Rank>,
     /// Retired slots by address and the peer's name for the conversation.
-    retired: HashMap<(SocketAddr, u32), Rank, FxSeededState>,
+    retired: FxHashMap<(SocketAddr, u32), Rank>,
     /// Slots bound to a new address since the driver last looked, for the transport (each
     /// rank at most once: `binding_queued`).
     bindings: VecDeque<Rank>,
@@ -147,8 +142,8 @@ impl Directory {
         Self {
             incarnation,
             slots: vec![FREE_SLOT; slots],
-            by_address: HashMap::with_capacity_and_hasher(slots, seeded(incarnation)),
-            retired: HashMap::with_capacity_and_hasher(slots, seeded(incarnation)),
+            by_address: FxHashMap::with_capacity_and_hasher(slots, Default::default()),
+            retired: FxHashMap::with_capacity_and_hasher(slots, Default::default()),
             bindings: VecDeque::with_capacity(slots),
             binding_queued: vec![false; slots],
             rebound: Vec::with_capacity(slots),
