@@ -156,7 +156,10 @@ impl CpuShare {
     /// outnumber cores without being bound (`nicmsg run -n 8` on 2 cores) its quick answers
     /// for a rank the scheduler set aside are what keep that rank's peers going: there a
     /// standby that waited 5 ms left peers unanswered until they declared the rank unreachable
-    /// (the stress test's probe phase, 8 ranks).
+    /// (the stress test's probe phase, 8 ranks). A host of one CPU keeps the 50 us for the same
+    /// reason: its ranks, if several, share it unbound. `usable` counts a container's CPU
+    /// quota too (`available_parallelism`), so an unbound rank held to one CPU by its quota
+    /// gets the late standby, as a bound one.
     pub fn standby_cpu(&self) -> StandbyCpu {
         if self.usable == 1 && self.usable < self.online {
             StandbyCpu::Shared
