@@ -12,6 +12,7 @@ use std::mem;
 use std::ptr;
 
 use crate::addr::{RawAddr, RAW_ADDR_LEN};
+use crate::mode::{Mode, ReceiveMode};
 use crate::offload::{gro_segment_size, receive_control_into, ControlBuffer};
 
 /// Receive slots start on cache-line boundaries, so a frame's header and payload copies out of
@@ -83,9 +84,9 @@ pub(crate) struct RecvSlots {
     max_frame: usize,
     /// The socket can coalesce: slots are GRO-sized and offer a control buffer.
     gro: bool,
-    /// The socket receives one datagram at a time now (`mode.rs`): one slot offered, and
-    /// `UDP_GRO` off, so plans do not chain frames in slot 0.
-    single_frames: bool,
+    /// In batches, or one datagram at a time (`mode.rs`): then one slot is offered and
+    /// `UDP_GRO` is off, so plans do not chain frames in slot 0.
+    pub(crate) mode: ReceiveMode,
     /// Plan entries of the last receive, by slot and offset.
     entries: Vec<PlacedEntry>,
     /// Slots `0..planned_slots` point into the plan's iovecs instead of their home one.
@@ -128,7 +129,7 @@ impl RecvSlots {
             capacity,
             max_frame,
             gro,
-            single_frames: false,
+            mode: ReceiveMode::new(),
             entries: Vec::with_capacity(batch),
             planned_slots: 0,
             one_slot: false,
@@ -162,12 +163,11 @@ impl RecvSlots {
 
     /// Whether the socket coalesces received runs now.
     pub fn coalescing(&self) -> bool {
-        self.gro && !self.single_frames
+        self.gro && !self.single_frames()
     }
 
-    /// The socket receives one datagram at a time from now on (`UDP_GRO` off), or in batches.
-    pub fn set_single_frames(&mut self, single: bool) {
-        self.single_frames = single;
+    fn single_frames(&self) -> bool {
+        self.mode.mode() == Mode::SingleFrames
     }
 
     /// Lays the plan out over the slots: entry `i` in slot `i` without GRO; with GRO all
@@ -242,7 +242,7 @@ impl RecvSlots {
     /// [`ONE_PLANNED_DATAGRAM_MIN_BYTES`]; the last frame of a message is usually short), and
     /// one while the socket receives single frames (`mode.rs`).
     pub fn slots_to_offer(&self) -> usize {
-        if self.one_slot || self.single_frames {
+        if self.one_slot || self.single_frames() {
             1
         } else {
             self.msgs.len()

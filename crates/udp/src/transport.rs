@@ -9,7 +9,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr;
 
 use crate::addr::{canonical, RawAddr, RAW_ADDR_LEN};
-use crate::mode::{Mode, ReceiveMode};
+use crate::mode::Mode;
 use crate::offload::{set_segment_size, ControlBuffer, UDP_GRO};
 use crate::recv::{empty_iovec, zeroed_mmsghdr, Placement, RecvSlots};
 use crate::stats::{SendErrors, UdpStats};
@@ -218,8 +218,6 @@ pub struct UdpTransport {
     by_addr: Vec<(SocketAddr, u32)>,
     send: SendSlots,
     recv: RecvSlots,
-    /// In batches (`UDP_GRO` on) or one datagram at a time (see `mode.rs`).
-    receive_mode: ReceiveMode,
     stats: UdpStats,
     /// The kernel reported a socket error (an ICMP error answered a datagram): its error queue
     /// may hold refusals for [`take_refused`](Self::take_refused).
@@ -284,7 +282,6 @@ impl UdpTransport {
             by_addr: Vec::new(),
             send: SendSlots::new(options.send_batch, options.gso),
             recv: RecvSlots::new(options.recv_batch, options.max_frame, gro),
-            receive_mode: ReceiveMode::new(),
             stats: UdpStats::default(),
             errors_queued: false,
         })
@@ -469,7 +466,7 @@ impl UdpTransport {
             self.recv.reset();
             let filled = self.recv_into_slots()?;
             if filled == 0 {
-                let switch = self.receive_mode.after_receive(0);
+                let switch = self.recv.mode.after_receive(0);
                 debug_assert!(switch.is_none(), "an empty socket never switches");
                 return Ok(0);
             }
@@ -482,7 +479,7 @@ impl UdpTransport {
                 // A plan of large frames offers one slot (`slots_to_offer`): what that brings
                 // says nothing of how the peers send.
                 if !self.recv.plan_takes_one_slot() {
-                    if let Some(mode) = self.receive_mode.after_receive(frames) {
+                    if let Some(mode) = self.recv.mode.after_receive(frames) {
                         self.switch_mode(mode);
                     }
                 }
@@ -559,7 +556,7 @@ impl UdpTransport {
         if self.recv.can_coalesce() {
             let gro = libc::c_int::from(batches);
             if set_int_option(fd, libc::SOL_UDP, UDP_GRO, gro).is_err() {
-                self.receive_mode.switched(self.receive_mode.mode());
+                self.recv.mode.stay();
                 return;
             }
             if !batches
@@ -567,7 +564,7 @@ impl UdpTransport {
                 && set_int_option(fd, libc::SOL_UDP, UDP_GRO, 1).is_ok()
             {
                 self.stats.single_frames_deferred += 1;
-                self.receive_mode.switched(Mode::Batches);
+                self.recv.mode.stay();
                 return;
             }
         }
@@ -576,8 +573,7 @@ impl UdpTransport {
         } else {
             self.stats.to_single_frames += 1;
         }
-        self.receive_mode.switched(mode);
-        self.recv.set_single_frames(!batches);
+        self.recv.mode.switched(mode);
     }
 
     /// The receive path: one `recvmmsg` into the slots. Returns how many slots the kernel

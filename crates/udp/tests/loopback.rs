@@ -691,23 +691,33 @@ fn a_plan_mixing_a_short_last_frame_with_large_ones_goes_one_per_slot() {
     assert_eq!(dest, payload);
 }
 
-/// Sends `frames` as one batch (a run of equal frames goes as one GSO datagram) and, once they
-/// have all crossed, receives them; asserts they arrive whole and in order.
+/// Sends `frames` (rank 1) as one batch: a run of equal frames goes as one GSO datagram. Waits
+/// until every datagram is queued, so the receives that follow find a backlog.
+fn send_run(sender: &mut UdpTransport, frames: &[Vec<u8>]) {
+    let pieces: Vec<[&[u8]; 1]> = frames.iter().map(|f| [&f[..]]).collect();
+    let batch: Vec<(u32, &[&[u8]])> = pieces.iter().map(|p| (1, &p[..])).collect();
+    assert_eq!(sender.send_batch(&batch).unwrap(), frames.len());
+    std::thread::sleep(Duration::from_millis(20));
+}
+
+/// Receives as many datagrams as `expected` holds and asserts they are those, in order.
+fn receive_in_order(receiver: &mut UdpTransport, expected: &[Vec<u8>], what: &str) {
+    let got: Vec<Vec<u8>> = recv_n(receiver, expected.len())
+        .into_iter()
+        .map(|(_, bytes)| bytes)
+        .collect();
+    assert_eq!(got, expected, "{what}");
+}
+
+/// Sends `frames` as one batch and, once they have all crossed, receives them; asserts they
+/// arrive whole and in order.
 fn send_run_and_receive(
     sender: &mut UdpTransport,
     receiver: &mut UdpTransport,
     frames: &[Vec<u8>],
 ) {
-    let pieces: Vec<[&[u8]; 1]> = frames.iter().map(|f| [&f[..]]).collect();
-    let batch: Vec<(u32, &[&[u8]])> = pieces.iter().map(|p| (1, &p[..])).collect();
-    assert_eq!(sender.send_batch(&batch).unwrap(), frames.len());
-    // Every datagram is queued before the first receive: the receives find a backlog.
-    std::thread::sleep(Duration::from_millis(20));
-    let got: Vec<Vec<u8>> = recv_n(receiver, frames.len())
-        .into_iter()
-        .map(|(_, bytes)| bytes)
-        .collect();
-    assert_eq!(got, frames, "the run arrives whole, in order");
+    send_run(sender, frames);
+    receive_in_order(receiver, frames, "the run arrives whole, in order");
 }
 
 /// Sends one frame and receives it, then finds the socket empty (as an engine's next poll does).
@@ -787,16 +797,9 @@ fn single_frames_wait_while_a_coalesced_run_is_queued() {
     let mut expected = vec![pattern(255, 100)];
     assert_eq!(sender.send_batch(&[(1, &[&expected[0][..]])]).unwrap(), 1);
     let run: Vec<Vec<u8>> = (0..5).map(|seq| pattern(1000 + seq, 1000)).collect();
-    let pieces: Vec<[&[u8]; 1]> = run.iter().map(|f| [&f[..]]).collect();
-    let batch: Vec<(u32, &[&[u8]])> = pieces.iter().map(|p| (1, &p[..])).collect();
-    assert_eq!(sender.send_batch(&batch).unwrap(), 5);
-    std::thread::sleep(Duration::from_millis(20));
+    send_run(&mut sender, &run);
     expected.extend(run);
-    let got: Vec<Vec<u8>> = recv_n(&mut receiver, 6)
-        .into_iter()
-        .map(|(_, bytes)| bytes)
-        .collect();
-    assert_eq!(got, expected, "every frame whole, in order");
+    receive_in_order(&mut receiver, &expected, "every frame whole, in order");
     assert_eq!(
         receiver.stats().single_frames_deferred,
         1,
