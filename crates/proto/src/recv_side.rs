@@ -170,11 +170,12 @@ impl RecvSide {
             .expect("position is valid")
     }
 
-    /// Takes a receive off the posted queues, wherever it is (cancelled or failed).
+    /// Takes a receive off its posted queue, wherever it is in it (cancelled or failed).
     pub(crate) fn unpost(&mut self, key: RecvKey) {
-        for queue in &mut self.posted {
-            queue.retain(|&i| i != key);
-        }
+        let Some(op) = self.recvs.get(key) else {
+            return;
+        };
+        self.posted[queue_of(op.context)].retain(|&i| i != key);
     }
 
     /// True if a posted receive or a blocking probe may take a message from `peer` (one naming
