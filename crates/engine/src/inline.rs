@@ -82,6 +82,7 @@ impl StandbyCpu {
         }
     }
 }
+
 /// Turns the standby runs before giving the driver back: bounds how long an application
 /// returning to the library waits for it.
 const STANDBY_TURNS: usize = 16;

@@ -276,24 +276,26 @@ impl Comm {
                 Err(error) => tracing::warn!(%error, "no control socket for nicmsg pdl"),
             }
         }
-        // The CPUs are looked at only when the choice is the library's, or for the standby.
-        let mut cpus_seen = None;
-        let mode = options.engine_to_run(|| {
-            let cpus = crate::options::CpuShare::of_this_process();
-            tracing::info!(
-                usable_cpus = cpus.usable,
-                online_cpus = cpus.online,
-                local_ranks = cpus.local_ranks,
-                "engine left to choose (NICMSG_ENGINE=auto)"
-            );
-            cpus_seen = Some(cpus);
-            cpus
-        });
+        // The CPUs are read (once) only when the engine is the library's to choose, or for an
+        // inline engine's standby.
+        let mut cpus = None;
+        let mut cpus_of_process = || {
+            *cpus.get_or_insert_with(|| {
+                let share = crate::options::CpuShare::of_this_process();
+                tracing::info!(
+                    usable_cpus = share.usable,
+                    online_cpus = share.online,
+                    local_ranks = share.local_ranks,
+                    "CPUs this rank may run on"
+                );
+                share
+            })
+        };
+        let mode = options.engine_to_run(&mut cpus_of_process);
         tracing::info!(?mode, chosen = options.engine_auto, "engine starting");
         let engine = match mode {
             EngineMode::Inline => {
-                let cpus = cpus_seen.unwrap_or_else(crate::options::CpuShare::of_this_process);
-                let standby = cpus.standby_cpu();
+                let standby = cpus_of_process().standby_cpu();
                 tracing::info!(?standby, "standby thread's CPU");
                 Engine::Inline(InlineEngine::start(driver, standby)?)
             }
