@@ -16,6 +16,15 @@
 //! points into is not reused until it has). A frame that may not take the head address goes
 //! the ordinary way (the kernel's socket, one copy), so nothing waits for a slot.
 //!
+//! A device whose buffers are smaller than a frame (AF_XDP with scatter-gather: a 9000-byte
+//! frame fills three 3840-byte buffers) writes the frame across as many consecutive addresses
+//! as it needs. So each slot stands for the run of addresses its frame fills
+//! ([`Slot::addresses`]), posted one buffer apart so the frame lands in one piece. A placement
+//! run is taken whole (only its frame, of exactly its length, may take it). A void run may be
+//! taken by a shorter frame, which fills only the first addresses: the rest of the run stays
+//! at the head as a void run of its own ([`FillQueue::device_take`] splits it), so any frame
+//! that fits still drains it. Ordinary chunks are one buffer each.
+//!
 //! The queue has two cursors: the device's (addresses it has taken; on AF_XDP the filter counts
 //! them in a map) and the engine's (taken addresses whose frames the engine has seen, in the
 //! same order, from the receive ring). The engine changes only slots the device has not taken.
@@ -30,6 +39,16 @@ pub struct TransferKey(pub u32);
 /// The most slots a fill queue holds: AF_XDP's fill ring of 4096 entries (the transport's
 /// size), so the mirror can never hold an address the device's ring could not.
 pub const MAX_FILL_SLOTS: usize = 4096;
+
+/// The device buffer of a device that writes every frame at one address, whatever its length
+/// (a frame never spans buffers).
+pub const WHOLE_FRAME_BUFFERS: u32 = u32::MAX;
+
+/// How many consecutive device buffers of `buffer_bytes` a frame of `len` bytes fills (an empty
+/// frame still takes one).
+pub fn buffers_for(len: u32, buffer_bytes: u32) -> u32 {
+    len.div_ceil(buffer_bytes).max(1)
+}
 
 /// The most transfers open at once at one receiver: the paper admits one; a few more let an
 /// aborted transfer's voided slots drain while the next is placed.
@@ -46,11 +65,14 @@ pub enum Slot {
         index: u32,
         len: u32,
     },
-    /// A place of `transfer`'s frame `index` given up: any frame of at most `capacity` bytes.
+    /// A place of `transfer`'s frame `index` given up: any frame of at most `capacity` bytes,
+    /// landing `skip` bytes past where frame `index` would have (not 0 only for the rest of a
+    /// run a shorter frame took the start of).
     Void {
         transfer: TransferKey,
         index: u32,
         capacity: u32,
+        skip: u32,
     },
 }
 
@@ -61,6 +83,21 @@ impl Slot {
             Slot::Ordinary { .. } => None,
             Slot::Placement { transfer, .. } | Slot::Void { transfer, .. } => Some(transfer),
         }
+    }
+
+    /// The longest frame the slot takes: a placement's exact length, else its capacity.
+    pub fn max_len(&self) -> u32 {
+        match *self {
+            Slot::Placement { len, .. } => len,
+            Slot::Ordinary { capacity, .. } | Slot::Void { capacity, .. } => capacity,
+        }
+    }
+
+    /// How many consecutive device buffers of `buffer_bytes` the slot is posted as: as many as
+    /// its longest frame fills. A void slot keeps its placement's run (its capacity is the
+    /// placed frame's length).
+    pub fn addresses(&self, buffer_bytes: u32) -> u32 {
+        buffers_for(self.max_len(), buffer_bytes)
     }
 }
 
@@ -104,21 +141,26 @@ pub struct FillQueue {
     /// How many of `slots` (from the front) the device has taken.
     taken: usize,
     capacity: usize,
+    /// The device's buffer size ([`WHOLE_FRAME_BUFFERS`] if a frame never spans buffers).
+    buffer_bytes: u32,
     /// Transfers whose placement slots may be taken by their frames.
     open: Vec<TransferKey>,
 }
 
 impl FillQueue {
-    /// A queue of at most `capacity` slots (at most [`MAX_FILL_SLOTS`]).
-    pub fn new(capacity: usize) -> Self {
+    /// A queue of at most `capacity` slots (at most [`MAX_FILL_SLOTS`]) on a device whose
+    /// buffers hold `buffer_bytes` each.
+    pub fn new(capacity: usize, buffer_bytes: u32) -> Self {
         assert!(
             capacity > 0 && capacity <= MAX_FILL_SLOTS,
             "fill queue of {capacity}"
         );
+        assert!(buffer_bytes > 0, "device buffers of 0 bytes");
         Self {
             slots: VecDeque::with_capacity(capacity),
             taken: 0,
             capacity,
+            buffer_bytes,
             open: Vec::with_capacity(MAX_OPEN_TRANSFERS),
         }
     }
@@ -128,8 +170,12 @@ impl FillQueue {
         self.capacity - self.slots.len()
     }
 
-    /// Posts a slot behind the others.
+    /// Posts a slot behind the others. An ordinary chunk must be one device buffer.
     pub fn post(&mut self, slot: Slot) -> Result<(), FillError> {
+        debug_assert!(
+            !matches!(slot, Slot::Ordinary { .. }) || slot.addresses(self.buffer_bytes) == 1,
+            "an ordinary chunk larger than a device buffer"
+        );
         if self.slots.len() == self.capacity {
             return Err(FillError::Full);
         }
@@ -164,8 +210,9 @@ impl FillQueue {
     }
 
     /// The steering rule: may `arrival` take the head slot? A frame of an open transfer may
-    /// take only its own placement slot; any frame that fits may take an ordinary or void one;
-    /// everything else goes the ordinary way, so no frame ever lands on bytes not meant for it.
+    /// take only its own placement slot; any frame that fits may take an ordinary or void one
+    /// (a void run's start, if shorter: [`device_take`](Self::device_take)); everything else
+    /// goes the ordinary way, so no frame ever lands on bytes not meant for it.
     pub fn steer(&self, arrival: Arrival) -> Steer {
         let Some(head) = self.head() else {
             return Steer::Kernel;
@@ -195,11 +242,44 @@ impl FillQueue {
         }
     }
 
-    /// The device takes the head slot for a frame [`steer`](Self::steer) sent to the ring.
-    pub fn device_take(&mut self) -> Slot {
-        let slot = *self
+    /// The device takes the head slot for a frame of `len` bytes that [`steer`](Self::steer)
+    /// sent to the ring. A frame that fills fewer buffers than a void run takes the start of
+    /// it: that part is the slot taken, and the rest stays at the head.
+    pub fn device_take(&mut self, len: u32) -> Slot {
+        let head = *self
             .head()
             .expect("the device takes a slot it was steered to");
+        let filled = buffers_for(len, self.buffer_bytes);
+        let slot = match head {
+            Slot::Void {
+                transfer,
+                index,
+                capacity,
+                skip,
+            } if filled < head.addresses(self.buffer_bytes) => {
+                let taken_bytes = filled * self.buffer_bytes;
+                let rest = Slot::Void {
+                    transfer,
+                    index,
+                    capacity: capacity - taken_bytes,
+                    skip: skip + taken_bytes,
+                };
+                let taken = Slot::Void {
+                    transfer,
+                    index,
+                    capacity: taken_bytes,
+                    skip,
+                };
+                self.slots[self.taken] = rest;
+                self.slots.insert(self.taken, taken);
+                taken
+            }
+            _ => head,
+        };
+        debug_assert!(
+            filled == slot.addresses(self.buffer_bytes),
+            "a frame of {len} B took {slot:?}: the steering rule let it"
+        );
         self.taken += 1;
         slot
     }
@@ -229,12 +309,18 @@ impl FillQueue {
                         transfer,
                         index,
                         capacity: capacity_of(index),
+                        skip: 0,
                     };
                     voided += 1;
                 }
             }
         }
         voided
+    }
+
+    /// The device's buffer size the queue was made for.
+    pub fn buffer_bytes(&self) -> u32 {
+        self.buffer_bytes
     }
 
     /// Every slot in the queue, oldest first, taken by the device or not.
@@ -281,7 +367,7 @@ mod tests {
 
     #[test]
     fn only_the_frame_a_placement_slot_is_for_takes_it() {
-        let mut fill = FillQueue::new(8);
+        let mut fill = FillQueue::new(8, WHOLE_FRAME_BUFFERS);
         fill.open(T).unwrap();
         fill.post(place(2)).unwrap();
         fill.post(place(1)).unwrap();
@@ -297,7 +383,7 @@ mod tests {
             "a frame of another length never lands on a placement slot"
         );
         assert_eq!(fill.steer(frame(2)), Steer::Ring);
-        assert_eq!(fill.device_take(), place(2));
+        assert_eq!(fill.device_take(100), place(2));
         assert_eq!(fill.steer(frame(1)), Steer::Ring);
         fill.close(T);
         assert_eq!(
@@ -309,7 +395,7 @@ mod tests {
 
     #[test]
     fn ordinary_and_void_slots_take_any_frame_that_fits() {
-        let mut fill = FillQueue::new(8);
+        let mut fill = FillQueue::new(8, WHOLE_FRAME_BUFFERS);
         fill.post(Slot::Ordinary {
             chunk: 0,
             capacity: 64,
@@ -322,7 +408,7 @@ mod tests {
             "too long for the chunk"
         );
         assert_eq!(fill.steer(Arrival::Ordinary { len: 64 }), Steer::Ring);
-        fill.device_take();
+        fill.device_take(64);
         assert_eq!(
             fill.steer(Arrival::Ordinary { len: 1 }),
             Steer::Kernel,
@@ -337,15 +423,47 @@ mod tests {
     }
 
     #[test]
+    fn a_void_run_is_drained_by_shorter_frames_a_part_at_a_time() {
+        // Buffers of 40 bytes: a 100-byte placement is a run of three addresses.
+        let mut fill = FillQueue::new(8, 40);
+        assert_eq!(place(0).addresses(40), 3);
+        fill.open(T).unwrap();
+        fill.post(place(1)).unwrap();
+        fill.post(place(0)).unwrap();
+        assert_eq!(fill.void(T, |_| 100), 2);
+        assert_eq!(fill.steer(Arrival::Ordinary { len: 101 }), Steer::Kernel);
+        assert_eq!(fill.steer(Arrival::Ordinary { len: 41 }), Steer::Ring);
+        let void = |capacity, skip| Slot::Void {
+            transfer: T,
+            index: 1,
+            capacity,
+            skip,
+        };
+        assert_eq!(fill.device_take(41), void(80, 0), "two buffers of the run");
+        assert_eq!(
+            fill.head(),
+            Some(&void(20, 80)),
+            "the rest waits at the head"
+        );
+        assert_eq!(fill.steer(Arrival::Ordinary { len: 21 }), Steer::Kernel);
+        assert_eq!(fill.steer(Arrival::Ordinary { len: 20 }), Steer::Ring);
+        assert_eq!(fill.device_take(1), void(20, 80));
+        assert_eq!(fill.device_take(100).addresses(40), 3, "a whole run");
+        assert_eq!(fill.slots_of(T), 3);
+        assert_eq!(fill.engine_take(), Some(void(80, 0)));
+        assert_eq!(fill.engine_take(), Some(void(20, 80)));
+    }
+
+    #[test]
     fn the_engine_sees_taken_slots_in_order() {
-        let mut fill = FillQueue::new(2);
+        let mut fill = FillQueue::new(2, WHOLE_FRAME_BUFFERS);
         assert_eq!(fill.engine_take(), None);
         fill.post(place(1)).unwrap();
         fill.post(place(0)).unwrap();
         assert_eq!(fill.post(place(0)), Err(FillError::Full));
         fill.open(T).unwrap();
-        fill.device_take();
-        fill.device_take();
+        fill.device_take(100);
+        fill.device_take(100);
         assert_eq!(fill.void(T, |_| 1), 0, "taken slots are the device's");
         assert_eq!(fill.engine_take(), Some(place(1)));
         assert_eq!(fill.engine_take(), Some(place(0)));

@@ -386,7 +386,7 @@ impl Placement {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fill::{Arrival, Steer};
+    use crate::fill::{Arrival, Steer, WHOLE_FRAME_BUFFERS};
 
     const H: usize = 8;
     const P: usize = 32;
@@ -417,7 +417,7 @@ mod tests {
         };
         match fill.steer(arrival) {
             Steer::Ring => {
-                let Slot::Placement { index: at, .. } = fill.device_take() else {
+                let Slot::Placement { index: at, .. } = fill.device_take(frame.len() as u32) else {
                     panic!("a transfer's frame took another slot");
                 };
                 let start = g.landing_offset(at);
@@ -441,7 +441,7 @@ mod tests {
         let g = Geometry::new(H, P).unwrap();
         let data = message(200);
         let mut placement = Placement::new(KEY, g, 200, 4).unwrap();
-        let mut fill = FillQueue::new(16);
+        let mut fill = FillQueue::new(16, WHOLE_FRAME_BUFFERS);
         let mut region = vec![0u8; placement.region_len()];
         assert_eq!(
             placement.grant_floor(),
@@ -472,7 +472,7 @@ mod tests {
         let g = Geometry::new(H, P).unwrap();
         let data = message(300);
         let mut placement = Placement::new(KEY, g, 300, 3).unwrap();
-        let mut fill = FillQueue::new(16);
+        let mut fill = FillQueue::new(16, WHOLE_FRAME_BUFFERS);
         let mut region = vec![0u8; placement.region_len()];
         placement
             .post_slots(&mut fill, &region, &mut |_| {})
@@ -505,7 +505,7 @@ mod tests {
         let g = Geometry::new(H, P).unwrap();
         let data = message(96);
         let mut placement = Placement::new(KEY, g, 96, 1).unwrap();
-        let mut fill = FillQueue::new(4);
+        let mut fill = FillQueue::new(4, WHOLE_FRAME_BUFFERS);
         let mut region = vec![0u8; placement.region_len()];
         // Frame 1 first by copy (its slot is not posted: window 1 holds frame 2's).
         placement
@@ -516,7 +516,7 @@ mod tests {
             Copied::Copied
         );
         // Frame 2 lands damaged: its headers covered frame 1's tail, which comes back.
-        fill.device_take();
+        fill.device_take((H + 32) as u32);
         let start = g.landing_offset(2);
         region[start..start + H + 32].fill(0xaa);
         fill.engine_take();
@@ -537,7 +537,7 @@ mod tests {
     fn an_aborted_transfer_voids_its_waiting_slots() {
         let g = Geometry::new(H, P).unwrap();
         let mut placement = Placement::new(KEY, g, 1024, 8).unwrap();
-        let mut fill = FillQueue::new(16);
+        let mut fill = FillQueue::new(16, WHOLE_FRAME_BUFFERS);
         let region = vec![0u8; placement.region_len()];
         assert_eq!(
             placement
@@ -554,7 +554,7 @@ mod tests {
     fn a_smaller_window_posts_fewer_slots_and_never_grows_past_the_first() {
         let g = Geometry::new(H, P).unwrap();
         let mut placement = Placement::new(KEY, g, 200, 4).unwrap();
-        let mut fill = FillQueue::new(16);
+        let mut fill = FillQueue::new(16, WHOLE_FRAME_BUFFERS);
         let region = vec![0u8; placement.region_len()];
         placement.set_window(2);
         let posted = placement

@@ -44,7 +44,7 @@ use nicmsg_wire::admission::AdmissionRepr;
 use nicmsg_wire::FRAME_HEADER_LEN;
 
 use crate::admission::{Admission, Event as AdmissionEvent, Nanos, PeerId};
-use crate::fill::{FillQueue, Slot, TransferKey, MAX_FILL_SLOTS};
+use crate::fill::{FillQueue, Slot, TransferKey, MAX_FILL_SLOTS, WHOLE_FRAME_BUFFERS};
 use crate::geometry::{Geometry, MAX_HEADER_LEN};
 use crate::placement::MAX_WINDOW;
 use crate::send_buffer::HoleBuffer;
@@ -92,8 +92,11 @@ pub struct StationConfig {
     pub geometry: Geometry,
     /// Placement slots waiting at once, and frames a sender by copy may have ahead.
     pub window: u32,
-    /// The device's fill queue.
+    /// The device's fill queue: slots, each a run of addresses ([`crate::fill::Slot::addresses`]).
     pub fill_slots: usize,
+    /// The device's buffer size: a frame longer fills several consecutive fill addresses
+    /// (AF_XDP with scatter-gather); [`WHOLE_FRAME_BUFFERS`] if a frame never spans buffers.
+    pub device_buffer_bytes: u32,
     /// Ordinary chunks kept in the fill queue while nothing is placed, for a device that
     /// has no other way for frames (the simulator's); 0 where the packet filter sends every
     /// other frame to the kernel's socket.
@@ -115,6 +118,7 @@ impl StationConfig {
             geometry,
             window: MAX_WINDOW,
             fill_slots: MAX_FILL_SLOTS,
+            device_buffer_bytes: WHOLE_FRAME_BUFFERS,
             ordinary_chunks: 0,
             chunk_capacity: 2048,
             retry_ns: 2_000_000,
@@ -245,12 +249,19 @@ impl<R: Regions> Station<R> {
             config.me,
             config.peers
         );
+        assert!(
+            config.ordinary_chunks == 0
+                || config.device_buffer_bytes as usize
+                    >= header_len + config.geometry.frame_payload(),
+            "ordinary chunks need device buffers that hold a whole frame: a frame spanning \
+             buffers could never take one, and the slots behind it would wait for ever"
+        );
         let peers = config.peers as usize;
         let mut station = Self {
             config,
             link_len: header_len - FRAME_HEADER_LEN,
             admission: Admission::new(config.me, config.peers),
-            fill: FillQueue::new(config.fill_slots),
+            fill: FillQueue::new(config.fill_slots, config.device_buffer_bytes),
             regions,
             sending: Vec::with_capacity(MAX_SENDING),
             next_number: vec![1; peers],

@@ -577,9 +577,11 @@ impl<R: Regions> Station<R> {
 
     /// The oldest slot, which the next receive ring entry filled, for a device that counts
     /// its own takes (the packet filter's cursor): the entry itself says the device took it.
-    pub fn next_device_landing(&mut self) -> Option<Slot> {
+    /// `len` is the frame's length, link headers included: a frame shorter than a void run
+    /// took only the start of it ([`FillQueue::device_take`]).
+    pub fn next_device_landing(&mut self, len: u32) -> Option<Slot> {
         self.fill.head()?;
-        self.fill.device_take();
+        self.fill.device_take(len);
         self.fill.engine_take()
     }
 
@@ -607,11 +609,14 @@ impl<R: Regions> Station<R> {
             ) => self.take_placed(now, from, transfer, index, kept, frame_len),
             (
                 Slot::Void {
-                    transfer, index, ..
+                    transfer,
+                    index,
+                    skip,
+                    ..
                 },
                 Landing::Region { kept, frame_len },
             ) => {
-                let frame = self.region_frame(transfer, index, kept, frame_len);
+                let frame = self.region_frame(transfer, (index, skip), kept, frame_len);
                 self.reroute(now, from, transfer, Some(&frame));
                 Ok(())
             }
@@ -622,12 +627,13 @@ impl<R: Regions> Station<R> {
         }
     }
 
-    /// A frame that landed in a void slot, put together to go the ordinary way (rare: the
-    /// transfer was given up while its slots waited).
+    /// A frame that landed in a void slot (`skip` bytes past frame `index`'s place), put
+    /// together to go the ordinary way (rare: the transfer was given up while its slots
+    /// waited).
     fn region_frame(
         &mut self,
         key: TransferKey,
-        index: u32,
+        (index, skip): (u32, u32),
         kept: &[u8],
         frame_len: usize,
     ) -> Vec<u8> {
@@ -636,7 +642,9 @@ impl<R: Regions> Station<R> {
             return Vec::new();
         };
         let region = self.regions.bytes(placed.region);
-        let payload = landed_payload(region, &geometry, index, (kept.len(), frame_len));
+        let start = geometry.landing_offset(index) + skip as usize + geometry.header_len();
+        let len = frame_len.saturating_sub(kept.len());
+        let payload = region.get(start..start + len).unwrap_or(&[]);
         [kept, payload].concat()
     }
 

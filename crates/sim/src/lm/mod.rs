@@ -18,6 +18,7 @@
 mod frames;
 mod node;
 
+use nicmsg_lm::fill::WHOLE_FRAME_BUFFERS;
 use nicmsg_lm::Geometry;
 use nicmsg_proto::Nanos;
 
@@ -193,6 +194,16 @@ fn transfer_len(rng: &mut SimRng, payload: usize) -> usize {
     }
 }
 
+/// The device's buffer size: half the runs write a frame at one address, the others across a
+/// run of two or three buffers (AF_XDP with scatter-gather at MTU 9000: 3840-byte buffers).
+fn device_buffer(rng: &mut SimRng, mtu: u32) -> u32 {
+    match rng.below(4) {
+        0 => mtu / 3 + 1,
+        1 => mtu / 2 + 1,
+        _ => WHOLE_FRAME_BUFFERS,
+    }
+}
+
 /// Runs one seed.
 pub fn run_lm(spec: &LmSpec) -> LmResult {
     let mut rng = SimRng::new(spec.seed, 0x4c4d);
@@ -200,7 +211,13 @@ pub fn run_lm(spec: &LmSpec) -> LmResult {
     let payload = spec.net.mtu as usize - header_len;
     let geometry = Geometry::new(header_len, payload).expect("the simulation's MTU fits LM");
     let window = [1, 2, 8, 32, 128][rng.below(5) as usize];
-    let ordinary_chunks = [0, 0, 4, 16][rng.below(4) as usize];
+    let device_buffer_bytes = device_buffer(&mut rng, spec.net.mtu);
+    let ordinary_chunks = match device_buffer_bytes {
+        // A device whose frames span buffers has the kernel's path for every other frame
+        // (AF_XDP): ordinary chunks would be one buffer, which a frame of a run can never take.
+        WHOLE_FRAME_BUFFERS => [0, 0, 4, 16][rng.below(4) as usize],
+        _ => 0,
+    };
     let mut plans = Vec::new();
     for from in 0..spec.nodes {
         for _ in 0..spec.transfers {
@@ -211,7 +228,10 @@ pub fn run_lm(spec: &LmSpec) -> LmResult {
         }
     }
     let mut nodes: Vec<Node> = (0..spec.nodes)
-        .map(|me| Node::new(me, spec.nodes, geometry, window, ordinary_chunks))
+        .map(|me| {
+            let device = (ordinary_chunks, device_buffer_bytes);
+            Node::new(me, spec.nodes, geometry, window, device)
+        })
         .collect();
     for (at, plan) in plans.into_iter().enumerate() {
         nodes[at / spec.transfers as usize].outgoing.push(plan);

@@ -119,12 +119,22 @@ pub struct Node {
 }
 
 impl Node {
-    pub fn new(me: u32, nodes: u32, geometry: Geometry, window: u32, ordinary_chunks: u32) -> Self {
+    /// A node whose device has `ordinary_chunks` chunks and buffers of `device_buffer_bytes`
+    /// (a frame longer takes a run of fill addresses, as AF_XDP with scatter-gather does).
+    pub fn new(
+        me: u32,
+        nodes: u32,
+        geometry: Geometry,
+        window: u32,
+        (ordinary_chunks, device_buffer_bytes): (u32, u32),
+    ) -> Self {
         let mut config = StationConfig::new(me, nodes, frames::JOB, geometry);
         config.window = window;
         config.fill_slots = FILL_SLOTS;
+        config.device_buffer_bytes = device_buffer_bytes;
         config.ordinary_chunks = ordinary_chunks;
-        config.chunk_capacity = ORDINARY_CHUNK;
+        // An ordinary chunk is one device buffer.
+        config.chunk_capacity = ORDINARY_CHUNK.min(device_buffer_bytes);
         let regions = SimRegions {
             node: me,
             allocated: 0,
@@ -198,7 +208,10 @@ impl Node {
             }
             Steer::Ring => {
                 stats.ring_frames += 1;
-                let slot = self.station.fill_queue_mut().device_take();
+                let slot = self
+                    .station
+                    .fill_queue_mut()
+                    .device_take(bytes.len() as u32);
                 self.land(slot, bytes, v);
                 let kept = match slot {
                     Slot::Ordinary { .. } => None,
@@ -228,14 +241,24 @@ impl Node {
             }
             Slot::Placement {
                 transfer, index, ..
-            }
-            | Slot::Void {
-                transfer, index, ..
-            } => self.land_in_region(transfer, index, bytes, v),
+            } => self.land_in_region(transfer, (index, 0), bytes, v),
+            Slot::Void {
+                transfer,
+                index,
+                skip,
+                ..
+            } => self.land_in_region(transfer, (index, skip), bytes, v),
         }
     }
 
-    fn land_in_region(&mut self, key: TransferKey, index: u32, bytes: &[u8], v: &mut Violations) {
+    /// Writes the frame `skip` bytes past frame `index`'s place in `key`'s region.
+    fn land_in_region(
+        &mut self,
+        key: TransferKey,
+        (index, skip): (u32, u32),
+        bytes: &[u8],
+        v: &mut Violations,
+    ) {
         let me = self.me;
         let geometry = self.station.config().geometry;
         let Some(region) = self.station.region_of(key) else {
@@ -244,7 +267,7 @@ impl Node {
             ));
             return;
         };
-        let start = geometry.landing_offset(index);
+        let start = geometry.landing_offset(index) + skip as usize;
         let end = start + bytes.len();
         if end > region.len() {
             v.push(format!(
