@@ -12,16 +12,22 @@
 //! record at the cursor             frame                                   action
 //! none (nothing posted there yet)  any                                     pass to the kernel
 //! ordinary chunk / void place      at most `capacity` bytes                take it
-//! place of frame i of transfer k   exactly `len` bytes, LM-DATA, aux = k,  keep its headers,
-//!                                  frame index = i                         take it
+//! place of frame i of transfer k   exactly `len` bytes, LM-DATA, aux = k,  take it
+//!                                  frame index = i
 //! anything else                                                            pass to the kernel
 //! ```
 //!
-//! Taking an address clears its record, advances the cursor and redirects the frame to the
-//! socket; passing counts the frame and leaves it to the kernel's UDP socket (the ordinary path,
-//! one copy). Because the next frame to land overwrites a placed frame's headers (LM's whole
-//! point), the program keeps a copy of them, by position, in the table; the engine checks the
-//! landing with those.
+//! Taking an address clears its record, keeps a copy of the frame's headers by position in the
+//! table (the next frame to land overwrites a placed frame's headers: LM's whole point), advances
+//! the cursor by the addresses the frame fills and redirects the frame to the socket; passing
+//! counts the frame and leaves it to the kernel's UDP socket (the ordinary path, one copy).
+//!
+//! A socket bound with scatter-gather (frames longer than a chunk: MTU 9000) receives a frame
+//! across consecutive fill addresses, [`BUFFER_BYTES`] each, so the engine posts a frame's place
+//! as a run of addresses one buffer apart, with the record at the first; the cursor moves past
+//! the run at once. A void place keeps a record at every address of its run, each for the rest
+//! of the run, so a shorter frame that takes its start leaves the rest drainable
+//! (`nicmsg_lm::fill` says why).
 //!
 //! What keeps the cursor equal to the kernel's own count of addresses taken:
 //!
@@ -30,11 +36,11 @@
 //!   mode, where each queue is served by its own NAPI poll (generic mode on veth may run one
 //!   queue's frames on two CPUs at once). Frames of other queues never touch the table.
 //! * Every frame the program redirects must be taken: the engine publishes an address in the
-//!   fill ring *before* writing its record, so a record the program sees has its address
-//!   behind it; only frames in one buffer are taken (a socket bound without scatter-gather
-//!   drops a longer one); the receive ring is as large as the fill ring, and the engine posts
-//!   an address only while fewer than the fill ring's size are posted and not yet seen, so the
-//!   receive ring has room for every landing. A redirect that fails anyway (the socket taken
+//!   fill ring *before* writing its record, so a record the program sees has its address (its
+//!   whole run) behind it; a socket bound without scatter-gather takes only frames in one buffer
+//!   (it drops a longer one); the receive ring is as large as the fill ring, and the engine
+//!   posts an address only while fewer than the fill ring's size are posted and not yet seen,
+//!   so the receive ring has room for every landing. A redirect that fails anyway (the socket taken
 //!   out of the map) leaves the cursor one ahead; the engine sees it as a landing at another
 //!   address than its slot's, which it checks for every frame.
 //! * The program reads a record's words with plain loads after its kind: on x86-64 (stores are
@@ -59,6 +65,9 @@ use crate::program::*;
 pub const PLACING_POSITIONS: usize = nicmsg_lm::fill::MAX_FILL_SLOTS;
 /// Bytes of a frame's headers the program keeps: Ethernet, IPv4, UDP and the frame header.
 pub const KEPT_HEADERS_LEN: usize = HEADERS_LEN + nicmsg_wire::FRAME_HEADER_LEN;
+/// Bytes of a frame the kernel writes at one fill address (a chunk less its headroom): a longer
+/// frame, on a socket bound with scatter-gather, fills the next addresses too.
+pub const BUFFER_BYTES: usize = crate::socket::MAX_FRAME_BYTES;
 
 const _: () = assert!(PLACING_POSITIONS.is_power_of_two());
 // The fill and receive rings are this size: positions never wrap onto an address in flight,
@@ -192,6 +201,8 @@ pub struct PlacingSteering {
     pub table_fd: i32,
     /// Counts the rank's frames passed to the kernel (not allowed the head address).
     pub passed_counter_fd: i32,
+    /// The socket is bound with scatter-gather: a frame longer than a buffer may be taken.
+    pub scatter_gather: bool,
 }
 
 /// Labels of the placing program's jumps.
@@ -218,15 +229,17 @@ pub fn placing_program(steering: &PlacingSteering) -> Vec<Insn> {
     program.place(Place);
     emit_place_checks(&mut program);
     program.place(Take);
+    emit_keep_headers(&mut program);
     emit_take(&mut program, steering.sockets_map_fd);
     program.end_with_kernel_and_pass(Kernel, Pass, steering.passed_counter_fd);
     program.finish()
 }
 
 /// Leaves `R4` = the frame's length, `R7` = the table, `R8` = the cursor, `R9` = the record
-/// at the cursor, `R0` = its length field; goes to `Kernel` for a frame of another queue, in
-/// several buffers, or with no record at the cursor, to `Take` for a chunk it fits, to `Place`
-/// for a place (`R2`, `R3` = the frame's bounds again).
+/// at the cursor, `R0` = its length field, `R2`, `R3` = the frame's first buffer's bounds, with
+/// the headers to keep inside it; goes to `Kernel` for a frame of another queue, too short, in
+/// several buffers on a socket without scatter-gather, or with no record at the cursor, to
+/// `Take` for a chunk it fits, to `Place` for a place.
 fn emit_length_and_record(program: &mut Assembly<Label>, steering: &PlacingSteering) {
     use Label::*;
     use Reg::*;
@@ -239,11 +252,17 @@ fn emit_length_and_record(program: &mut Assembly<Label>, steering: &PlacingSteer
     program.emit(Insn::mov_reg(R4, R0), None);
     program.emit(Insn::load(SIZE_W, R2, R6, MD_DATA), None);
     program.emit(Insn::load(SIZE_W, R3, R6, MD_DATA_END), None);
-    // Only a frame in one buffer (its length all before `data_end`) may be taken: a socket
-    // bound without scatter-gather would drop a longer one after the cursor counted it.
     program.emit(Insn::jump_gt_imm(R4, MAX_FRAME_LEN, 0), Some(Kernel));
+    if !steering.scatter_gather {
+        // Only a frame in one buffer (its length all before `data_end`) may be taken: a socket
+        // bound without scatter-gather would drop a longer one after the cursor counted it.
+        program.emit(Insn::mov_reg(R5, R2), None);
+        program.emit(Insn::add_reg(R5, R4), None);
+        program.emit(Insn::jump_gt_reg(R5, R3, 0), Some(Kernel));
+    }
+    // The headers to keep must be in the first buffer.
     program.emit(Insn::mov_reg(R5, R2), None);
-    program.emit(Insn::add_reg(R5, R4), None);
+    program.emit(Insn::add_imm(R5, KEPT_HEADERS_LEN as i32), None);
     program.emit(Insn::jump_gt_reg(R5, R3, 0), Some(Kernel));
     program.emit_all(Insn::load_map_value(R7, steering.table_fd));
     program.emit(Insn::load(SIZE_DW, R8, R7, CURSOR_AT as i16), None);
@@ -262,15 +281,12 @@ fn emit_length_and_record(program: &mut Assembly<Label>, steering: &PlacingSteer
 }
 
 /// The head is a frame's place: the frame must be exactly that one (length, kind, transfer,
-/// index), else `Kernel`; then its headers are kept at the cursor's position.
+/// index), else `Kernel`.
 fn emit_place_checks(program: &mut Assembly<Label>) {
     use Label::*;
     use Reg::*;
     let at_header = |offset: usize| (HEADERS_LEN + offset) as i16;
     program.emit(Insn::jump_ne_reg(R4, R0, 0), Some(Kernel));
-    program.emit(Insn::mov_reg(R4, R2), None);
-    program.emit(Insn::add_imm(R4, KEPT_HEADERS_LEN as i32), None);
-    program.emit(Insn::jump_gt_reg(R4, R3, 0), Some(Kernel));
     program.emit(Insn::load(SIZE_B, R5, R2, at_header(field::KIND)), None);
     program.emit(
         Insn::jump_ne32_imm(R5, FrameKind::LmData as u32, 0),
@@ -284,7 +300,12 @@ fn emit_place_checks(program: &mut Assembly<Label>) {
         program.emit(Insn::load(SIZE_W, R0, R9, record_field), None);
         program.emit(Insn::jump_ne_reg(R5, R0, 0), Some(Kernel));
     }
-    // R1 = where its headers go.
+}
+
+/// Keeps the frame's headers at the cursor's position (every frame taken: a void place's
+/// landing is read back with them too).
+fn emit_keep_headers(program: &mut Assembly<Label>) {
+    use Reg::*;
     program.emit(Insn::mov_reg(R1, R8), None);
     program.emit(Insn::and_imm(R1, PLACING_POSITIONS as i32 - 1), None);
     program.emit(Insn::mul_imm(R1, KEPT_STRIDE as i32), None);
@@ -301,14 +322,19 @@ fn emit_place_checks(program: &mut Assembly<Label>) {
     program.emit(Insn::store(SIZE_H, R1, tail, R5), None);
 }
 
-/// Clears the record, advances the cursor and redirects the frame to the socket.
+/// Clears the record, advances the cursor past the addresses the frame fills and redirects
+/// the frame to the socket.
 fn emit_take(program: &mut Assembly<Label>, sockets_map_fd: i32) {
     use Reg::*;
     program.emit(
         Insn::store_imm(SIZE_W, R9, RECORD_KIND, KIND_NONE as i32),
         None,
     );
-    program.emit(Insn::add_imm(R8, 1), None);
+    // The kernel fills `ceil(len / BUFFER_BYTES)` addresses (one for every frame of a socket
+    // without scatter-gather, which takes only frames in one buffer).
+    program.emit(Insn::add_imm(R4, BUFFER_BYTES as i32 - 1), None);
+    program.emit(Insn::div_imm(R4, BUFFER_BYTES as i32), None);
+    program.emit(Insn::add_reg(R8, R4), None);
     program.emit(Insn::store(SIZE_DW, R7, CURSOR_AT as i16, R8), None);
     program.emit_all(Insn::load_map_fd(R1, sockets_map_fd));
     program.emit(Insn::load(SIZE_W, R2, R6, MD_RX_QUEUE_INDEX), None);
@@ -330,6 +356,7 @@ mod tests {
             queue: 0,
             table_fd: 4,
             passed_counter_fd: 5,
+            scatter_gather: true,
         }
     }
 

@@ -51,6 +51,7 @@ pub(crate) const SOURCE_IMM: u8 = 0x00;
 pub(crate) const SOURCE_REG: u8 = 0x08;
 pub(crate) const OP_ADD: u8 = 0x00;
 pub(crate) const OP_MUL: u8 = 0x20;
+pub(crate) const OP_DIV: u8 = 0x30;
 pub(crate) const OP_AND: u8 = 0x50;
 pub(crate) const OP_LSH: u8 = 0x60;
 pub(crate) const OP_MOV: u8 = 0xb0;
@@ -193,6 +194,11 @@ impl Insn {
 
     pub(crate) fn mul_imm(dst: Reg, imm: i32) -> Self {
         Self::new(CLASS_ALU64 | OP_MUL | SOURCE_IMM, dst, Reg::R0, 0, imm)
+    }
+
+    /// `dst /= imm` (unsigned; `imm` not 0).
+    pub(crate) fn div_imm(dst: Reg, imm: i32) -> Self {
+        Self::new(CLASS_ALU64 | OP_DIV | SOURCE_IMM, dst, Reg::R0, 0, imm)
     }
 
     pub(crate) fn lsh_imm(dst: Reg, imm: i32) -> Self {

@@ -96,8 +96,15 @@ pub enum ReceiveMode {
     /// receiving, and the caller posts fill addresses itself, anywhere in those bytes
     /// ([`XskSocket::post_fill`]), so each frame lands where the caller chose. Then
     /// `sending_bytes` the caller lays send buffers out in ([`XskSocket::sending_memory`]) and
-    /// sends frames from where they are ([`XskSocket::queue_frame`]).
-    Placing { bytes: usize, sending_bytes: usize },
+    /// sends frames from where they are ([`XskSocket::queue_frame`]). With `scatter_gather`
+    /// the socket is bound with `XDP_USE_SG` (kernel 6.6 and later): a frame longer than a
+    /// chunk's [`MAX_FRAME_BYTES`] is received across consecutive fill addresses, each filled to
+    /// [`MAX_FRAME_BYTES`], and sent as a chain of descriptors of at most a chunk.
+    Placing {
+        bytes: usize,
+        sending_bytes: usize,
+        scatter_gather: bool,
+    },
 }
 
 /// A part of a UMEM lent out: send buffers whose frames leave by transmit descriptors
@@ -177,6 +184,7 @@ impl XskSocket {
             ReceiveMode::Placing {
                 bytes,
                 sending_bytes,
+                ..
             } => (
                 bytes.next_multiple_of(CHUNK_BYTES),
                 sending_bytes.next_multiple_of(CHUNK_BYTES),
@@ -260,9 +268,16 @@ impl XskSocket {
             Binding::Copy => libc::XDP_COPY,
             Binding::ZeroCopyElseCopy => 0,
         };
+        let scatter_gather = match self.mode {
+            ReceiveMode::Placing {
+                scatter_gather: true,
+                ..
+            } => libc::XDP_USE_SG,
+            _ => 0,
+        };
         let address = libc::sockaddr_xdp {
             sxdp_family: libc::AF_XDP as u16,
-            sxdp_flags: mode | libc::XDP_USE_NEED_WAKEUP,
+            sxdp_flags: mode | libc::XDP_USE_NEED_WAKEUP | scatter_gather,
             sxdp_ifindex: ifindex,
             sxdp_queue_id: queue,
             sxdp_shared_umem_fd: 0,
@@ -345,17 +360,20 @@ impl XskSocket {
         self.fill.publish();
     }
 
-    /// Placing mode: calls `landed(position, len)` for up to `limit` frames that landed, in the
-    /// order the kernel took their fill addresses (`position` is where the frame's first byte
-    /// is in the UMEM), and releases their receive entries. Returns how many there were.
-    pub fn take_landed(&mut self, limit: u32, mut landed: impl FnMut(usize, usize)) -> u32 {
+    /// Placing mode: calls `landed(position, len, continues)` for up to `limit` buffers that
+    /// landed, in the order the kernel took their fill addresses (`position` is where the
+    /// buffer's first byte is in the UMEM; `continues`: the frame goes on in the next buffer, on
+    /// a socket bound with scatter-gather), and releases their receive entries. Returns how
+    /// many there were.
+    pub fn take_landed(&mut self, limit: u32, mut landed: impl FnMut(usize, usize, bool)) -> u32 {
         let count = self.rx.ready(limit);
         for i in 0..count {
             let desc = self.rx.peek(i);
             // Unaligned mode: the base address in the low 48 bits, the data's offset above.
             let base = desc.addr & libc::XSK_UNALIGNED_BUF_ADDR_MASK;
             let offset = desc.addr >> libc::XSK_UNALIGNED_BUF_OFFSET_SHIFT;
-            landed((base + offset) as usize, desc.len as usize);
+            let continues = desc.options & libc::XDP_PKT_CONTD != 0;
+            landed((base + offset) as usize, desc.len as usize, continues);
         }
         self.rx.release(count);
         count
@@ -397,26 +415,47 @@ impl XskSocket {
     }
 
     /// Placing mode: queues the frame at `address..address + len` of the sending memory (a
-    /// send buffer's frame, its headers written) for sending, as it is. False if the tx ring
-    /// is full. Until the kernel is done with it ([`frames_in_flight`](Self::frames_in_flight)
-    /// counts it till then) its bytes must not change.
+    /// send buffer's frame, its headers written) for sending, as it is: one descriptor, or on a
+    /// socket bound with scatter-gather a chain of descriptors of a chunk each for a longer
+    /// frame. False if the tx ring has no room for them. Until the kernel is done with it
+    /// ([`frames_in_flight`](Self::frames_in_flight) counts its descriptors till then) its
+    /// bytes must not change.
     pub fn queue_frame(&mut self, address: u64, len: usize) -> bool {
         let end = address as usize + len;
         assert!(
             address as usize >= self.receiving_len() && end <= self.free_tx_start(),
             "a frame at {address} of {len} B is outside the sending memory"
         );
-        assert!(len <= CHUNK_BYTES, "a frame longer than a chunk");
-        if self.tx.free(1) == 0 {
+        let pieces = len.div_ceil(CHUNK_BYTES).max(1) as u32;
+        assert!(
+            pieces == 1 || self.scatter_gather(),
+            "a frame longer than a chunk on a socket without scatter-gather"
+        );
+        if self.tx.free(pieces) < pieces {
             return false;
         }
-        self.tx.push(Desc {
-            addr: address,
-            len: len as u32,
-            options: 0,
-        });
-        self.frames_in_flight += 1;
+        for piece in 0..pieces {
+            let start = piece as usize * CHUNK_BYTES;
+            let piece_len = (len - start).min(CHUNK_BYTES);
+            let last = piece + 1 == pieces;
+            self.tx.push(Desc {
+                addr: address + start as u64,
+                len: piece_len as u32,
+                options: if last { 0 } else { libc::XDP_PKT_CONTD },
+            });
+        }
+        self.frames_in_flight += pieces;
         true
+    }
+
+    fn scatter_gather(&self) -> bool {
+        matches!(
+            self.mode,
+            ReceiveMode::Placing {
+                scatter_gather: true,
+                ..
+            }
+        )
     }
 
     /// Frames queued with [`queue_frame`](Self::queue_frame) the kernel has not finished, as

@@ -27,7 +27,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{address_of, enter, Pair};
-use nicmsg_lm::fill::{FillQueue, Slot, TransferKey};
+use nicmsg_lm::fill::{FillQueue, Slot, TransferKey, WHOLE_FRAME_BUFFERS};
 use nicmsg_lm::send_buffer::HoleBuffer;
 use nicmsg_lm::{Geometry, Placement};
 use nicmsg_wire::{emit_headers, seal, FrameHeader, FrameKind, FRAME_HEADER_LEN};
@@ -160,6 +160,7 @@ fn receive_all(
         ReceiveMode::Placing {
             bytes,
             sending_bytes: 0,
+            scatter_gather: false,
         },
         Binding::ZeroCopyElseCopy,
     )
@@ -183,6 +184,7 @@ fn receive_all(
             queue: 0,
             table_fd: table.fd(),
             passed_counter_fd: passed.fd(),
+            scatter_gather: false,
         }),
     };
     let program = Program::load(&program, "nicmsg_lm").expect("load");
@@ -303,7 +305,7 @@ impl Receiver {
         grants: &mpsc::Sender<(usize, u32)>,
     ) -> nicmsg_lm::placement::PlacementStats {
         let mut placement = Placement::new(key, geometry, len as u64, WINDOW).expect("placement");
-        let mut fill = FillQueue::new(4096);
+        let mut fill = FillQueue::new(4096, WHOLE_FRAME_BUFFERS);
         let region_len = placement.region_len();
         let started = Instant::now();
         let posted = self.post(&mut placement, &mut fill);
@@ -317,9 +319,9 @@ impl Receiver {
             self.drain_ordinary();
             let mut landed = Vec::new();
             self.socket
-                .take_landed(64, |position, bytes| landed.push((position, bytes)));
+                .take_landed(64, |position, bytes, _| landed.push((position, bytes)));
             for (position, bytes) in landed {
-                let slot = fill.device_take();
+                let slot = fill.device_take(bytes as u32);
                 assert_eq!(fill.engine_take(), Some(slot));
                 let Slot::Placement {
                     index,

@@ -6,7 +6,8 @@
 //! placement while the receiver is busy (its transfers come by copy). Every byte is checked;
 //! the receiver's counters show what was placed and what copied. Run clean and under 5 % loss
 //! (nftables on the bridge between the namespaces, which every frame crosses, whether the
-//! kernel's stack or the transmit ring sent it). Needs root, `ip` and `nft`; skips itself
+//! kernel's stack or the transmit ring sent it), at MTU 1500 and at MTU 9000 (each frame placed
+//! across three AF_XDP buffers, scatter-gather). Needs root, `ip` and `nft`; skips itself
 //! (saying why) otherwise.
 
 mod common;
@@ -24,18 +25,23 @@ use nicmsg_xdp::{LmSocket, LmSocketConfig, LmSocketStats};
 
 const JOB: u32 = 0x4c4d;
 const LARGEST: usize = 64 << 20;
-/// One frame's payload at MTU 1500.
-const FRAME: usize = 1472 - 48;
-const SENDER_SIZES: [usize; 8] = [
-    1,
-    FRAME,
-    FRAME + 1,
-    65_536,
-    1 << 20,
-    5_000_003,
-    8 << 20,
-    LARGEST,
-];
+/// The frame header's length: a frame's payload is the UDP payload less it.
+const FRAME_HEADER: usize = 48;
+/// Transfers of the sender, the second and third one frame and one byte more: `frame` is one
+/// frame's payload.
+fn sender_sizes(frame: usize) -> [usize; 8] {
+    [
+        1,
+        frame,
+        frame + 1,
+        65_536,
+        1 << 20,
+        5_000_003,
+        8 << 20,
+        LARGEST,
+    ]
+}
+const SENDER_TRANSFERS: u32 = 8;
 const THIRD_SIZES: [usize; 4] = [3_000, 65_536, 1 << 20, 4 << 20];
 const DEADLINE: Duration = Duration::from_secs(120);
 
@@ -58,20 +64,51 @@ fn peers() -> Vec<SocketAddrV4> {
     ]
 }
 
+/// The link's MTU and the UDP payload of a frame on it.
+#[derive(Debug, Clone, Copy)]
+struct Link {
+    mtu: u32,
+    udp_payload: usize,
+}
+
+const MTU_1500: Link = Link {
+    mtu: 1500,
+    udp_payload: 1472,
+};
+const MTU_9000: Link = Link {
+    mtu: 9000,
+    udp_payload: 8972,
+};
+
 #[test]
 fn transfers_of_1_byte_to_64_mib_are_placed_with_a_third_sender_clean() {
-    run("nmls", 0);
+    run("nmls", 0, MTU_1500);
 }
 
 #[test]
 fn transfers_of_1_byte_to_64_mib_are_placed_with_a_third_sender_under_5_percent_loss() {
-    run("nmll", 5);
+    run("nmll", 5, MTU_1500);
 }
 
-fn run(prefix: &str, loss_percent: u32) {
+#[test]
+fn jumbo_frames_are_placed_across_buffers_clean() {
+    run("nmjs", 0, MTU_9000);
+}
+
+#[test]
+fn jumbo_frames_are_placed_across_buffers_under_5_percent_loss() {
+    run("nmjl", 5, MTU_9000);
+}
+
+fn run(prefix: &str, loss_percent: u32, link: Link) {
     let Some(pair) = Pair::create_bridged(prefix) else {
         return;
     };
+    if link.mtu != 1500 && !pair.set_mtu(link.mtu) {
+        eprintln!("skipped: the links cannot take MTU {}", link.mtu);
+        return;
+    }
+    let sender_sizes = sender_sizes(link.udp_payload - FRAME_HEADER);
     if loss_percent > 0 && !pair.drop_on_bridge(loss_percent) {
         eprintln!("skipped: `nft` cannot add the loss rules here");
         return;
@@ -86,7 +123,7 @@ fn run(prefix: &str, loss_percent: u32) {
         );
         thread::spawn(move || {
             enter(&ns);
-            receive(&done, &big)
+            receive(&done, &big, link)
         })
     };
     // The receiver's filter must be attached before anything is sent.
@@ -95,14 +132,14 @@ fn run(prefix: &str, loss_percent: u32) {
         let ns = pair.names[1].clone();
         thread::spawn(move || {
             enter(&ns);
-            send(SENDER, &SENDER_SIZES, None)
+            send(SENDER, &sender_sizes, None, link)
         })
     };
     let third = {
         let (ns, big) = (pair.names[1].clone(), Arc::clone(&big_placed));
         thread::spawn(move || {
             enter(&ns);
-            send(THIRD, &THIRD_SIZES, Some(&big))
+            send(THIRD, &THIRD_SIZES, Some(&big), link)
         })
     };
     let (sent, sender_stats) = sender.join().expect("sender");
@@ -142,7 +179,7 @@ fn run(prefix: &str, loss_percent: u32) {
     assert_eq!(third_stats.ring_frames, 0, "{third_stats:?}");
     senders_done.store(true, Ordering::Release);
     let (received, stats) = receiver.join().expect("receiver");
-    report(loss_percent, &sent, &third_sent, &received, &stats);
+    report(link, loss_percent, (&sent, &third_sent), &received, &stats);
     let s = stats.station;
     for (from, sizes) in [(SENDER, &sent), (THIRD, &third_sent)] {
         for (number, &len) in sizes.iter().enumerate() {
@@ -155,7 +192,7 @@ fn run(prefix: &str, loss_percent: u32) {
             );
         }
     }
-    let largest = received[&(SENDER, SENDER_SIZES.len() as u32)];
+    let largest = received[&(SENDER, SENDER_TRANSFERS)];
     assert!(largest.1, "the 64 MiB transfer was placed");
     assert_eq!(
         s.copied_bytes_placed, 0,
@@ -170,12 +207,12 @@ fn run(prefix: &str, loss_percent: u32) {
     drop(pair);
 }
 
-fn open(me: u32, placing_bytes: usize, sending_bytes: usize) -> LmSocket {
+fn open(me: u32, (placing_bytes, sending_bytes): (usize, usize), link: Link) -> LmSocket {
     LmSocket::open(LmSocketConfig {
         peers: peers(),
         me,
         job: JOB,
-        udp_payload: 1472,
+        udp_payload: link.udp_payload,
         placing_bytes,
         sending_bytes,
     })
@@ -187,10 +224,15 @@ fn open(me: u32, placing_bytes: usize, sending_bytes: usize) -> LmSocket {
 /// sender sends through the transmit ring from buffers in its UMEM (the placing memory it
 /// opens is not used: nobody sends to it), the third node from heap buffers by `sendto`
 /// (one XDP program per interface: they share a namespace).
-fn send(me: u32, sizes: &[usize], wait_for: Option<&AtomicBool>) -> (Vec<usize>, LmSocketStats) {
+fn send(
+    me: u32,
+    sizes: &[usize],
+    wait_for: Option<&AtomicBool>,
+    link: Link,
+) -> (Vec<usize>, LmSocketStats) {
     let mut socket = match me {
-        SENDER => open(me, 1 << 20, LARGEST + LARGEST / 8),
-        _ => open(me, 0, 0),
+        SENDER => open(me, (1 << 20, LARGEST + LARGEST / 8), link),
+        _ => open(me, (0, 0), link),
     };
     let started = Instant::now();
     while wait_for.is_some_and(|flag| !flag.load(Ordering::Acquire)) {
@@ -234,15 +276,19 @@ fn send(me: u32, sizes: &[usize], wait_for: Option<&AtomicBool>) -> (Vec<usize>,
 
 /// Receives until both senders are done; returns (len, placed) per (sender, number). Sets
 /// `big_placed` once every transfer of the sender but its last is in and the last is placed.
-fn receive(senders_done: &AtomicBool, big_placed: &AtomicBool) -> (Arrivals, LmSocketStats) {
-    let mut socket = open(RECEIVER, 2 * (LARGEST + (1 << 20)), 0);
+fn receive(
+    senders_done: &AtomicBool,
+    big_placed: &AtomicBool,
+    link: Link,
+) -> (Arrivals, LmSocketStats) {
+    let mut socket = open(RECEIVER, (2 * (LARGEST + (1 << 20)), 0), link);
     let mut received = BTreeMap::new();
     let mut placed_before_big = u64::MAX;
     let started = Instant::now();
     while !senders_done.load(Ordering::Acquire) {
         assert!(started.elapsed() < DEADLINE, "the senders never finished");
         socket.progress().expect("progress");
-        let earlier = (1..SENDER_SIZES.len() as u32).all(|n| received.contains_key(&(SENDER, n)));
+        let earlier = (1..SENDER_TRANSFERS).all(|n| received.contains_key(&(SENDER, n)));
         if earlier
             && socket.placing_from() == Some(SENDER)
             && socket.station_stats().placed_frames > placed_before_big
@@ -273,7 +319,7 @@ fn receive(senders_done: &AtomicBool, big_placed: &AtomicBool) -> (Arrivals, LmS
             received.insert((from, number), (len, placed)).is_none(),
             "delivered twice"
         );
-        if (from, number) == (SENDER, SENDER_SIZES.len() as u32 - 1) {
+        if (from, number) == (SENDER, SENDER_TRANSFERS - 1) {
             placed_before_big = socket.station_stats().placed_frames;
         }
     }
@@ -294,16 +340,23 @@ fn check(from: u32, number: u32, bytes: &[u8]) -> usize {
     bytes.len()
 }
 
-fn report(loss: u32, sent: &[usize], third: &[usize], received: &Arrivals, stats: &LmSocketStats) {
+fn report(
+    link: Link,
+    loss: u32,
+    (sent, third): (&[usize], &[usize]),
+    received: &Arrivals,
+    stats: &LmSocketStats,
+) {
     let s = &stats.station;
     let placed: Vec<usize> = received.values().filter(|r| r.1).map(|r| r.0).collect();
     eprintln!(
-        "{loss} % loss: sender {} transfers ({} B largest), third {} transfers; placed {} \
+        "MTU {}, {loss} % loss: sender {} transfers ({} B largest), third {} transfers; placed {} \
          transfers ({placed:?} B), {} by copy; bytes placed {}, copied into placed regions {}, \
          copied for transfers by copy {}; frames placed {}, copied {}, held for their slot {}, \
          grants sent {}, resends asked {}, passed to the kernel \
          by the filter {}, dropped by the kernel on the way to the AF_XDP socket {}; AF_XDP \
          bound in {} mode",
+        link.mtu,
         sent.len(),
         sent.iter().max().unwrap_or(&0),
         third.len(),

@@ -3,6 +3,7 @@
 
 mod memory;
 mod report;
+mod runs;
 mod socket;
 
 pub use memory::MAX_REGIONS;

@@ -31,11 +31,14 @@ use nicmsg_lm::{Geometry, Slot};
 use nicmsg_wire::FRAME_HEADER_LEN;
 
 use super::memory::{LmMemory, SendArea, UmemRegions};
+use super::runs::{FillRuns, Run};
 use crate::bpf::{AttachMode, Counter, Link, Program, SocketMap};
 use crate::interface::Interface;
 use crate::neighbours;
 use crate::packet::{HeaderTemplate, Station as LinkStation, ETHER_LEN, HEADERS_LEN};
-use crate::placing::{placing_program, PlacingSteering, PlacingTable};
+use crate::placing::{
+    placing_program, PlacingSteering, PlacingTable, BUFFER_BYTES, PLACING_POSITIONS,
+};
 use crate::socket::{Binding, ReceiveMode, XskSocket, KERNEL_HEADROOM, MAX_FRAME_BYTES};
 
 /// Frames taken from the kernel's socket and from the receive ring per turn: a turn stays
@@ -60,6 +63,9 @@ const KEPT_SOURCE_PORT: std::ops::Range<usize> = 34..36;
 /// the longest interval (reading the table costs a file read).
 const FIRST_RESOLVE_INTERVAL: Duration = Duration::from_millis(1);
 const LONGEST_RESOLVE_INTERVAL: Duration = Duration::from_millis(50);
+/// The longest link frame LM places: a 9000-byte MTU's (with its Ethernet header), three AF_XDP
+/// buffers.
+const MAX_PLACED_FRAME: usize = 9000 + ETHER_LEN;
 /// The longest sleep in [`LmSocket::wait`] while a finished send waits for the kernel to be
 /// done with its frames on the transmit ring (the completion ring wakes no one).
 const COMPLETION_WAIT: Duration = Duration::from_millis(1);
@@ -71,7 +77,8 @@ pub struct LmSocketConfig {
     pub peers: Vec<SocketAddrV4>,
     pub me: PeerId,
     pub job: u32,
-    /// UDP payload per frame: 1472 on a 1500-byte link, 8972 on a 9000-byte one.
+    /// UDP payload per frame: 1472 on a 1500-byte link, 8972 on a 9000-byte one (placed
+    /// across three AF_XDP buffers with scatter-gather: kernel 6.6 or later).
     pub udp_payload: usize,
     /// Receive memory for placed transfers, in the UMEM of an AF_XDP socket (the largest
     /// transfer placed needs its length and a little more); 0 opens no AF_XDP socket, and
@@ -119,10 +126,9 @@ struct PlacingSide {
     table: PlacingTable,
     passed: Counter,
     xsk: XskSocket,
-    /// Fill addresses posted and not yet seen landed, with their slots, oldest first; with
-    /// `taken`, the positions the table is indexed by.
-    in_flight: VecDeque<(u64, Slot)>,
-    taken: u64,
+    /// Fill addresses posted and not yet seen landed, a run for each slot, oldest first, with
+    /// the positions the table is indexed by.
+    runs: FillRuns,
     local: SocketAddrV4,
     interface: Interface,
 }
@@ -200,17 +206,21 @@ impl LmSocket {
         .map_err(|error| invalid(&error.to_string()))?;
         if config.placing_bytes > 0 && !Self::can_place(config.udp_payload) {
             return Err(invalid(&format!(
-                "frames of {} bytes do not fit a {MAX_FRAME_BYTES}-byte AF_XDP chunk: place \
-                 at an MTU of {} or less, or receive by copy (placing_bytes 0)",
+                "frames of {} bytes are longer than LM places (a {}-byte link frame at \
+                 most): receive by copy (placing_bytes 0)",
                 HEADERS_LEN + config.udp_payload,
-                MAX_FRAME_BYTES - ETHER_LEN
+                MAX_PLACED_FRAME
             )));
         }
         let udp = UdpSocket::bind(local)?;
         nicmsg_udp::force_buffer_sizes(udp.as_raw_fd(), SOCKET_BUFFER_BYTES);
         let mut placing = match config.placing_bytes {
             0 => None,
-            bytes => Some(open_placing(local, bytes, config.sending_bytes)?),
+            bytes => Some(open_placing(
+                local,
+                (bytes, config.sending_bytes),
+                spans_buffers(config.udp_payload),
+            )?),
         };
         let send_area = match placing.as_ref() {
             Some(side) if config.sending_bytes > 0 => {
@@ -228,7 +238,11 @@ impl LmSocket {
             None => LmMemory::None,
         };
         let peers = u32::try_from(config.peers.len()).map_err(|_| invalid("too many peers"))?;
-        let station_config = StationConfig::new(config.me, peers, config.job, geometry);
+        let mut station_config = StationConfig::new(config.me, peers, config.job, geometry);
+        station_config.device_buffer_bytes = BUFFER_BYTES as u32;
+        // Every slot may be a run of addresses: the fill ring holds that many of the longest.
+        let longest = geometry.header_len() + geometry.frame_payload();
+        station_config.fill_slots = PLACING_POSITIONS / longest.div_ceil(BUFFER_BYTES);
         let ring_side = placing.as_ref().filter(|_| send_area.is_some());
         let routes = config
             .peers
@@ -256,9 +270,11 @@ impl LmSocket {
     }
 
     /// Whether frames of `udp_payload` bytes can be placed: a frame, its link headers
-    /// included, must fit one AF_XDP chunk.
+    /// included, up to a 9000-byte link's. One longer than an AF_XDP chunk's
+    /// [`MAX_FRAME_BYTES`] spans buffers, which needs a socket bound with scatter-gather
+    /// (kernel 6.6 or later; [`open`](Self::open) fails where the kernel refuses it).
     pub fn can_place(udp_payload: usize) -> bool {
-        HEADERS_LEN + udp_payload <= MAX_FRAME_BYTES
+        HEADERS_LEN + udp_payload <= MAX_PLACED_FRAME
     }
 
     /// How transfers are cut into frames (send buffers must be made with it).
@@ -453,7 +469,7 @@ impl LmSocket {
             if self
                 .placing
                 .as_ref()
-                .is_none_or(|side| side.taken >= cursor)
+                .is_none_or(|side| side.runs.taken() >= cursor)
             {
                 break;
             }
@@ -467,31 +483,40 @@ impl LmSocket {
         let Some(side) = self.placing.as_mut() else {
             return Ok(());
         };
-        let mut landed = [(0usize, 0usize); RECEIVE_BATCH];
+        let mut landed = [(0usize, 0usize, false); RECEIVE_BATCH];
         let mut count = 0;
-        side.xsk.take_landed(RECEIVE_BATCH as u32, |at, len| {
-            landed[count] = (at, len);
-            count += 1;
-        });
-        for &(at, len) in &landed[..count] {
+        side.xsk
+            .take_landed(RECEIVE_BATCH as u32, |at, len, continues| {
+                landed[count] = (at, len, continues);
+                count += 1;
+            });
+        for &(at, len, continues) in &landed[..count] {
             let side = self.placing.as_mut().expect("checked above");
-            let expected = side.in_flight.pop_front().map(|(address, _)| address);
-            let slot = self.station.next_device_landing();
-            let kept = side.table.kept_headers(side.taken);
-            side.taken += 1;
-            let (Some(slot), Some(address)) = (slot, expected) else {
+            let frame = match side.runs.land(at, len, continues) {
+                Ok(Some(frame)) => frame,
+                Ok(None) => continue,
+                Err(error) => {
+                    self.desyncs += 1;
+                    return Err(io::Error::other(format!(
+                        "{error}: the placing filter's cursor and the kernel disagree"
+                    )));
+                }
+            };
+            // The filter cleared the record of the frame's first address; the rest of a void
+            // run it filled still hold theirs, which must not outlive it.
+            for position in frame.position + 1..frame.position + u64::from(frame.addresses) {
+                side.table.clear(position);
+            }
+            let kept = side.table.kept_headers(frame.position);
+            let Some(slot) = self.station.next_device_landing(frame.len as u32) else {
                 self.desyncs += 1;
                 return Err(io::Error::other(
                     "a landing with no fill slot posted for it",
                 ));
             };
-            if at != address as usize + KERNEL_HEADROOM || len < HEADERS_LEN {
+            if frame.len < HEADERS_LEN {
                 self.desyncs += 1;
-                return Err(io::Error::other(format!(
-                    "a frame landed at {at}, its fill slot's address is {}: the placing \
-                     filter's cursor and the kernel disagree",
-                    address as usize + KERNEL_HEADROOM
-                )));
+                return Err(io::Error::other("a landing shorter than its headers"));
             }
             let source = SocketAddrV4::new(
                 Ipv4Addr::from(<[u8; 4]>::try_from(&kept[KEPT_SOURCE_IP]).expect("4 bytes")),
@@ -501,7 +526,7 @@ impl LmSocket {
             let from = self.peer_of(source).unwrap_or(PeerId::MAX);
             let landing = Landing::Region {
                 kept: &kept[HEADERS_LEN..],
-                frame_len: len - HEADERS_LEN,
+                frame_len: frame.len - HEADERS_LEN,
             };
             if self.station.take_landed(now, from, slot, landing).is_err() {
                 self.desyncs += 1;
@@ -523,7 +548,7 @@ impl LmSocket {
         let Some(side) = self.placing.as_mut() else {
             return;
         };
-        let before = side.in_flight.len();
+        let before = side.runs.len();
         while let Some(Posted { slot, region }) = self.station.poll_fill() {
             // The station posts ordinary chunks only when configured with some (a simulated
             // device's); this socket's other frames go to the kernel.
@@ -535,26 +560,36 @@ impl LmSocket {
             };
             let address =
                 (regions.start(region) + geometry.landing_offset(index) - KERNEL_HEADROOM) as u64;
-            let room = side.xsk.post_fill(address);
-            assert!(room, "the station posts at most the fill ring's size");
-            side.in_flight.push_back((address, slot));
+            let run = Run {
+                address,
+                addresses: slot.addresses(BUFFER_BYTES as u32),
+            };
+            for piece in 0..u64::from(run.addresses) {
+                let room = side.xsk.post_fill(address + piece * BUFFER_BYTES as u64);
+                assert!(room, "the station posts at most the fill ring's size");
+            }
+            side.runs.post(run);
         }
-        if side.in_flight.len() == before {
+        if side.runs.len() == before {
             return;
         }
-        // Addresses first, then their records: a record the filter sees has its address.
+        // Addresses first, then their records: a record the filter sees has its whole run.
         side.xsk.publish_fill();
-        // Every address posted and not yet taken is in `in_flight`, so the next position is
-        // the taken count plus the addresses ahead of it.
-        for (position, (_, slot)) in
-            (side.taken + before as u64..).zip(side.in_flight.range(before..))
-        {
+        // The station's slots not yet seen landed are the runs, in the same order.
+        let new_runs = self.station.fill_slots().zip(side.runs.runs()).skip(before);
+        for (slot, (position, run)) in new_runs {
+            // The filter moves past a run at once: only its first address has a record.
+            for continued in 1..u64::from(run.addresses) {
+                side.table.clear(position + continued);
+            }
             side.table.record(position, slot);
         }
     }
 
-    /// Placement slots the station gave up (their transfer ended early) become ordinary
-    /// ones for the filter too, so any frame drains them and the queue moves on.
+    /// Placement slots the station gave up (their transfer ended early) become void ones for
+    /// the filter too, so any frame that fits drains them and the queue moves on. Every
+    /// address of a void run gets a record, for the rest of the run from there: a shorter
+    /// frame may take the run's start.
     fn rewrite_voided(&mut self) {
         let Some(side) = self.placing.as_mut() else {
             return;
@@ -563,16 +598,34 @@ impl LmSocket {
             return;
         }
         let cursor = side.table.cursor();
-        for (offset, slot) in self.station.fill_slots().enumerate() {
-            let position = side.taken + offset as u64;
-            if position < cursor || !matches!(slot, Slot::Void { .. }) {
+        for (slot, (first, run)) in self.station.fill_slots().zip(side.runs.runs()) {
+            let &Slot::Void {
+                transfer,
+                index,
+                capacity,
+                skip,
+            } = slot
+            else {
                 continue;
-            }
-            side.table.record(position, slot);
-            if side.table.cursor() > position {
-                // The filter took the position meanwhile, perhaps before this write: its
-                // record must not outlive it.
-                side.table.clear(position);
+            };
+            for piece in 0..run.addresses {
+                let position = first + u64::from(piece);
+                let before = piece * BUFFER_BYTES as u32;
+                if position < cursor || before >= capacity {
+                    continue;
+                }
+                let rest = Slot::Void {
+                    transfer,
+                    index,
+                    capacity: capacity - before,
+                    skip: skip + before,
+                };
+                side.table.record(position, &rest);
+                if side.table.cursor() > position {
+                    // The filter took the position meanwhile, perhaps before this write: its
+                    // record must not outlive it.
+                    side.table.clear(position);
+                }
             }
         }
     }
@@ -739,8 +792,8 @@ fn queue_on_ring(
 /// placing filter for `local`'s port.
 fn open_placing(
     local: SocketAddrV4,
-    bytes: usize,
-    sending_bytes: usize,
+    (bytes, sending_bytes): (usize, usize),
+    scatter_gather: bool,
 ) -> io::Result<PlacingSide> {
     let interface = Interface::with_address(*local.ip())?.ok_or_else(|| {
         invalid("no Ethernet interface holds the address (AF_XDP placement needs one)")
@@ -748,8 +801,22 @@ fn open_placing(
     let mode = ReceiveMode::Placing {
         bytes,
         sending_bytes,
+        scatter_gather,
     };
-    let xsk = XskSocket::open_with(interface.index, 0, mode, Binding::ZeroCopyElseCopy)?;
+    let xsk = XskSocket::open_with(interface.index, 0, mode, Binding::ZeroCopyElseCopy).map_err(
+        |error| match error.raw_os_error() {
+            Some(libc::EINVAL | libc::EOPNOTSUPP) if scatter_gather => io::Error::new(
+                error.kind(),
+                format!(
+                    "{error}: frames longer than an AF_XDP chunk need a socket bound with \
+                     scatter-gather (XDP_USE_SG, kernel 6.6 or later); place at an MTU of \
+                     {} or less, or receive by copy",
+                    MAX_FRAME_BYTES - ETHER_LEN
+                ),
+            ),
+            _ => error,
+        },
+    )?;
     let map = SocketMap::create(1)?;
     map.insert(0, xsk.fd())?;
     let passed = Counter::create()?;
@@ -762,6 +829,7 @@ fn open_placing(
             queue: 0,
             table_fd: table.fd(),
             passed_counter_fd: passed.fd(),
+            scatter_gather,
         }),
         "nicmsg_lm",
     )?;
@@ -774,11 +842,16 @@ fn open_placing(
         table,
         passed,
         xsk,
-        in_flight: VecDeque::new(),
-        taken: 0,
+        runs: FillRuns::default(),
         local,
         interface,
     })
+}
+
+/// Whether frames of `udp_payload` bytes are longer than one AF_XDP buffer, so the placing
+/// socket needs scatter-gather.
+fn spans_buffers(udp_payload: usize) -> bool {
+    HEADERS_LEN + udp_payload > BUFFER_BYTES
 }
 
 /// One datagram if one is there, without blocking (the socket itself blocks, so sends wait

@@ -58,6 +58,22 @@ impl Pair {
         Some(pair)
     }
 
+    /// Sets the MTU of every link of the pair (each `eth0`, and the bridge and its ports).
+    /// False if a link refuses it.
+    pub fn set_mtu(&self, mtu: u32) -> bool {
+        let mtu = mtu.to_string();
+        let mut ok = true;
+        if let Some(bridge) = &self.bridge {
+            for link in ["port0", "port1", "br0"] {
+                ok = ok && ip(&["-n", bridge, "link", "set", link, "mtu", &mtu]);
+            }
+        }
+        for name in &self.names {
+            ok = ok && ip(&["-n", name, "link", "set", "eth0", "mtu", &mtu]);
+        }
+        ok
+    }
+
     /// Drops `percent` of the IPv4 frames crossing the bridge (either way), with nftables in
     /// the bridge's namespace. False if the pair has no bridge or `nft` cannot load the rule.
     pub fn drop_on_bridge(&self, percent: u32) -> bool {
