@@ -182,7 +182,7 @@ const PALETTE: [RGBColor; 13] = [
 ];
 
 /// The systems a run can have, in palette order.
-const KNOWN_SYSTEMS: [&str; 13] = [
+const KNOWN_SYSTEMS: [&str; 14] = [
     "nicmsg-inline",
     "nicmsg-thread",
     "tcp-blocking",
@@ -195,6 +195,7 @@ const KNOWN_SYSTEMS: [&str; 13] = [
     "udp-frag",
     "nicmsg-lm",
     "nicmsg-lm-sendto",
+    "nicmsg-lm-copy",
     "xdp-floor",
 ];
 

@@ -23,6 +23,9 @@ pub enum System {
     /// The same LM socket with its send buffers on the heap: a `sendto` a frame (the A of an
     /// A/B against the transmit ring).
     LmSendto,
+    /// The same LM socket without AF_XDP: every transfer by copy through the kernel's UDP
+    /// socket, a `sendto` a frame (the A of an A/B against placement).
+    LmCopy,
     /// Frames of one MTU through a copy-mode AF_XDP socket's rings and nothing else (no
     /// protocol, no copy in user space), spinning: the floor under any LM path on the link.
     XdpFloor,
@@ -48,6 +51,7 @@ impl System {
             System::UdpFrag => "udp-frag",
             System::Lm => "nicmsg-lm",
             System::LmSendto => "nicmsg-lm-sendto",
+            System::LmCopy => "nicmsg-lm-copy",
             System::XdpFloor => "xdp-floor",
             System::External(peer) => peer.system(),
             System::Mpi(system) => system.name(),
@@ -63,6 +67,7 @@ impl System {
             System::UdpFrag => "kernel UDP, IP fragments (blocking, unreliable)",
             System::Lm => "nicmsg LM socket, transmit ring (spin 50 us, then poll)",
             System::LmSendto => "nicmsg LM socket, a sendto a frame (spin 50 us, then poll)",
+            System::LmCopy => "nicmsg LM socket, every transfer by copy (spin 50 us, then poll)",
             System::XdpFloor => "AF_XDP rings alone, copy mode (spinning)",
             System::External(peer) => peer.label(),
             System::Mpi(system) => system.label(),
@@ -86,10 +91,11 @@ impl fmt::Display for System {
 /// Systems no pattern runs as a default baseline, run only when named: nicmsg itself, and
 /// `lm`'s own series (which other patterns run only when asked). The MPI systems are the MPI
 /// patterns' own (`--baselines` may name them there).
-const BY_NAME_ONLY: [System; 5] = [
+const BY_NAME_ONLY: [System; 6] = [
     System::Nicmsg,
     System::Lm,
     System::LmSendto,
+    System::LmCopy,
     System::XdpFloor,
     System::UdpFrag,
 ];

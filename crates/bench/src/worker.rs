@@ -263,13 +263,14 @@ fn connect(
             let messenger = UdpMessenger::new(socket, datagram, waiting, max_len)?;
             (Box::new(messenger), rank)
         }
-        System::Lm | System::LmSendto => {
+        System::Lm | System::LmSendto | System::LmCopy => {
             // The LM socket binds its own address: a port is picked by binding once, and
             // given back just before the socket takes it.
             let (probe, table) = bind_udp_and_exchange(job, bind_ip)?;
             drop(probe);
             let udp_payload = frame_payload(args.mtu);
-            let placing = LmMessenger::can_place_at(bind_ip, udp_payload);
+            let placing = args.system != System::LmCopy
+                && LmMessenger::can_place_at(bind_ip, udp_payload);
             let ring = args.system == System::Lm;
             let addresses = [table[0], table[1]];
             let messenger =

@@ -75,11 +75,16 @@ pub fn series_for(pattern: Pattern, args: &BenchArgs) -> Result<Vec<SeriesPlan>,
             .collect(),
     };
     if pattern == Pattern::Lm {
-        // The LM socket's two sending paths and the floor under them always run, once each,
-        // whatever was named.
-        systems
-            .retain(|system| !matches!(system, System::Lm | System::LmSendto | System::XdpFloor));
-        systems.extend([System::XdpFloor, System::LmSendto, System::Lm]);
+        // The LM socket by copy, its two sending paths with placement and the floor under
+        // them always run, once each, whatever was named.
+        let lm_systems = [
+            System::XdpFloor,
+            System::LmCopy,
+            System::LmSendto,
+            System::Lm,
+        ];
+        systems.retain(|system| !lm_systems.contains(system));
+        systems.extend(lm_systems);
     }
     for system in systems {
         let mut plan = baseline(pattern, system, &sizes);

@@ -116,8 +116,8 @@ impl LmMessenger {
     }
 
     /// Whether the LM socket can place at `ip` (an interface of a namespace, not loopback)
-    /// with frames of `udp_payload` bytes ([`LmSocket::can_place`]: at MTU 9000 every
-    /// transfer comes by copy).
+    /// with frames of `udp_payload` bytes ([`LmSocket::can_place`]: up to MTU 9000, whose
+    /// frames span three AF_XDP buffers).
     pub fn can_place_at(ip: IpAddr, udp_payload: usize) -> bool {
         !ip.is_loopback() && LmSocket::can_place(udp_payload)
     }
