@@ -108,6 +108,15 @@ const LOCAL_RANKS_VARIABLES: [&str; 3] = [
     "MPI_LOCALNRANKS",
 ];
 
+/// The ranks taken to share the host when no launcher says how many do: the smallest job that
+/// exchanges messages on one host is two processes (a ping-pong, a client and its server:
+/// `fi_pingpong`, the datagram examples). Counting such a process alone put an engine thread
+/// beside each of two applications on a two-CPU host, four busy threads on two CPUs:
+/// `fi_pingpong -p nicmsg` took 18.9 us a message against 3.2-3.7 us inline. Where the guess is
+/// wrong (one process on the host), inline costs little: its standby answers while the
+/// application computes.
+pub const UNLAUNCHED_LOCAL_RANKS: usize = 2;
+
 /// The CPUs the process may run on and how many ranks of the job share them, as the
 /// automatic engine choice sees them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,7 +125,7 @@ pub struct CpuShare {
     pub usable: usize,
     /// CPUs online on the host.
     pub online: usize,
-    /// The job's ranks on this host (1 if no launcher said).
+    /// The job's ranks on this host ([`UNLAUNCHED_LOCAL_RANKS`] if no launcher said).
     pub local_ranks: usize,
 }
 
@@ -130,7 +139,7 @@ impl CpuShare {
             .iter()
             .find_map(|name| std::env::var(name).ok()?.trim().parse::<usize>().ok())
             .filter(|&n| n > 0)
-            .unwrap_or(1);
+            .unwrap_or(UNLAUNCHED_LOCAL_RANKS);
         Self {
             usable,
             online: usize::try_from(online).unwrap_or(usable).max(usable),
@@ -1184,6 +1193,10 @@ mod tests {
         assert_eq!(auto.engine_to_run(|| share(8, 8, 2)), EngineMode::Thread);
         // Bound to two CPUs of its own.
         assert_eq!(auto.engine_to_run(|| share(2, 8, 4)), EngineMode::Thread);
+        // No launcher: taken as one of two processes on the host (`fi_pingpong`).
+        let unlaunched = |usable| share(usable, usable, UNLAUNCHED_LOCAL_RANKS);
+        assert_eq!(auto.engine_to_run(|| unlaunched(2)), EngineMode::Inline);
+        assert_eq!(auto.engine_to_run(|| unlaunched(4)), EngineMode::Thread);
         // A program started alone on a machine of one CPU.
         assert_eq!(auto.engine_to_run(|| share(1, 1, 1)), EngineMode::Inline);
 
