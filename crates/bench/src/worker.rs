@@ -269,8 +269,8 @@ fn connect(
             let (probe, table) = bind_udp_and_exchange(job, bind_ip)?;
             drop(probe);
             let udp_payload = frame_payload(args.mtu);
-            let placing = args.system != System::LmCopy
-                && LmMessenger::can_place_at(bind_ip, udp_payload);
+            let placing =
+                args.system != System::LmCopy && LmMessenger::can_place_at(bind_ip, udp_payload);
             let ring = args.system == System::Lm;
             let addresses = [table[0], table[1]];
             let messenger =
