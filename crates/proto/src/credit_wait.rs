@@ -29,6 +29,17 @@
 //! waits on a third rank that waits on this sender (a program that relies on buffering, which
 //! MPI allows to deadlock but ob1 and TCP let through). The bound makes that cost a wait, not a
 //! hang (sim workloads `credits` and `trickle`).
+//!
+//! Why a wait that ran out lets only a few messages by rendezvous, then waits again: a stream
+//! whose receiver fell behind for a moment (descheduled for 2 ms) has hundreds of messages
+//! queued. Sent all by rendezvous, each cost the receiver, posting one receive at a time, a
+//! round trip (WAIT, then a resume), and the eager messages behind them, whose credits end the
+//! shortage, were consumed only after all of them: about 11 ms later, by when the next wait had
+//! run out. NetPIPE's 8-byte stream resent a third of its messages so. Letting
+//! `eager_credits_per_peer` of them go per wait that runs out keeps the backlog at
+//! the receiver as short as its buffers; a receiver that holds its buffers for good costs its
+//! sender one wait per that many messages, still no hang. One that says so (WAIT) gets every
+//! message by rendezvous at once.
 
 use crate::receiver::control;
 use crate::state::Core;
@@ -46,9 +57,12 @@ pub(crate) enum CreditWait {
         ask_again_at: Nanos,
         give_up_at: Nanos,
     },
-    /// The peer said its buffers are held, or a wait ran out: eager messages go by rendezvous
-    /// until a credit comes back (`Peer::update_credits` makes it `Idle` again).
-    Expired,
+    /// The peer said its buffers are held for a later message: eager messages go by
+    /// rendezvous until a credit comes back (`Peer::update_credits` makes it `Idle` again).
+    Held,
+    /// A wait ran out: the next `left` messages that find no credit go by rendezvous, then the
+    /// next one waits for a credit again (module documentation).
+    RanOut { left: u32 },
 }
 
 impl CreditWait {
@@ -59,7 +73,7 @@ impl CreditWait {
                 ask_again_at,
                 give_up_at,
             } => Some(ask_again_at.min(give_up_at)),
-            CreditWait::Idle | CreditWait::Expired => None,
+            CreditWait::Idle | CreditWait::Held | CreditWait::RanOut { .. } => None,
         }
     }
 }
@@ -88,11 +102,33 @@ impl Core {
                 true
             }
             CreditWait::Waiting { give_up_at, .. } if now < give_up_at => true,
-            CreditWait::Waiting { .. } | CreditWait::Expired => {
-                self.peers[dst].credit_wait = CreditWait::Expired;
-                false
+            CreditWait::Waiting { .. } => {
+                self.peers[dst].credit_wait = self.ran_out();
+                self.take_one_by_rendezvous(dst)
             }
+            CreditWait::RanOut { left: 0 } => {
+                // The messages a run-out wait let through are out: wait for a credit again.
+                self.peers[dst].credit_wait = CreditWait::Idle;
+                self.wait_for_credit(now, dst)
+            }
+            CreditWait::RanOut { .. } => self.take_one_by_rendezvous(dst),
+            CreditWait::Held => false,
         }
+    }
+
+    /// A wait that ran out: how many messages it lets go by rendezvous.
+    fn ran_out(&self) -> CreditWait {
+        CreditWait::RanOut {
+            left: self.config.eager_credits_per_peer.max(1),
+        }
+    }
+
+    /// One message of a run-out wait goes by rendezvous: false (do not wait).
+    fn take_one_by_rendezvous(&mut self, dst: Rank) -> bool {
+        if let CreditWait::RanOut { left } = &mut self.peers[dst].credit_wait {
+            *left = left.saturating_sub(1);
+        }
+        false
     }
 
     /// Sends `dst` a CREDIT with REQUEST, and the next one a retransmission timeout later if
@@ -119,9 +155,9 @@ impl Core {
             if self.peers[dst].queue_head.is_none() {
                 self.peers[dst].credit_wait = CreditWait::Idle;
             } else if give_up_at <= now {
-                // Expired before the queue runs: a head that cannot start now (message window
+                // Ran out before the queue runs: a head that cannot start now (message window
                 // closed) must not leave a deadline in the past behind.
-                self.peers[dst].credit_wait = CreditWait::Expired;
+                self.peers[dst].credit_wait = self.ran_out();
                 self.start_queued_for(now, dst);
             } else if ask_again_at <= now {
                 self.ask_for_credits(now, dst);
@@ -134,8 +170,11 @@ impl Core {
     /// the queue).
     pub(crate) fn on_credits_held(&mut self, peer: Rank) {
         let state = &mut self.peers[peer];
-        if matches!(state.credit_wait, CreditWait::Waiting { .. }) {
-            state.credit_wait = CreditWait::Expired;
+        if matches!(
+            state.credit_wait,
+            CreditWait::Waiting { .. } | CreditWait::RanOut { .. }
+        ) {
+            state.credit_wait = CreditWait::Held;
         }
     }
 
