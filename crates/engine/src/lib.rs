@@ -31,6 +31,7 @@ pub mod runner;
 mod send_copies;
 #[cfg(not(loom))]
 pub mod sharing;
+pub mod signal;
 pub mod switch;
 mod sync;
 pub mod table;
@@ -51,6 +52,7 @@ pub use registry::{Registry, RegistryMemory, DEFAULT_REGIONS};
 pub use runner::{IdleConfig, Snapshot, ThreadEngine};
 #[cfg(not(loom))]
 pub use send_copies::{SEND_COPIES, SEND_COPY_MAX_BYTES, SEND_COPY_REGIONS};
+pub use signal::CompletionSignal;
 pub use table::{Descriptor, Envelope, OpCode, Outcome, ResultCode, Table, ANY, DEFAULT_SLOTS};
 #[cfg(not(loom))]
 pub use transport::{Origin, PlacementTarget, Received, Transport};

@@ -200,6 +200,8 @@ pub struct Table {
     /// Bumped by the engine after every completion: a futex word for blocking waits
     /// ([`Table::completion_count`], [`Table::wait_for_completion_after`]).
     completions: AtomicU32,
+    /// Made readable after a completion for a host sleeping in its own poll loop.
+    signal: crate::signal::CompletionSignal,
     /// Peers the engine has declared unreachable, a bit per rank: the host refuses sends to
     /// them at once instead of posting operations that can only fail.
     unreachable: Box<[AtomicU64]>,
@@ -227,10 +229,18 @@ impl Table {
             ring_head: AtomicUsize::new(0),
             ring_tail: AtomicUsize::new(0),
             completions: AtomicU32::new(0),
+            signal: crate::signal::CompletionSignal::default(),
             unreachable: (0..(ranks as usize).div_ceil(64))
                 .map(|_| AtomicU64::new(0))
                 .collect(),
         }
+    }
+
+    /// The signal a host sleeping in its own poll loop arms: readable after the next
+    /// completion. Arm it, then compare [`Table::completion_count`] with the count read before
+    /// the last look at the slots: sleep only if it did not change.
+    pub fn completion_signal(&self) -> &crate::signal::CompletionSignal {
+        &self.signal
     }
 
     /// How many completions the engine has made (wrapping): a host reads it before checking
@@ -258,6 +268,7 @@ impl Table {
     #[cfg(not(loom))]
     pub fn wake_all_for_failure(&self) {
         self.completions.fetch_add(1, Ordering::SeqCst);
+        self.signal.notify();
         self.wake_waiting_hosts();
     }
 
@@ -391,5 +402,6 @@ impl Table {
         entry.descriptor.with_mut(|d| fill(unsafe { &mut *d }));
         entry.state.store(state::DONE, Ordering::Release);
         self.completions.fetch_add(1, Ordering::SeqCst);
+        self.signal.notify();
     }
 }

@@ -745,6 +745,43 @@ pub unsafe extern "C" fn nf_poll(ep: *mut c_void, out: *mut NfCompletion, max: u
     .unwrap_or(0)
 }
 
+/// The endpoint's completion descriptor (`FI_WAIT_FD`): readable after a completion once
+/// armed with [`nf_arm`]. A negative `FI_E*` code if it cannot be made.
+///
+/// # Safety
+/// `ep` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn nf_completion_fd(ep: *mut c_void) -> c_int {
+    // SAFETY: the caller's contract.
+    let Some(endpoint) = (unsafe { endpoint_mut(ep) }) else {
+        return -fi_errno::EINVAL;
+    };
+    endpoint.endpoint.completion_fd().unwrap_or(-fi_errno::EIO)
+}
+
+/// How many completions the endpoint's engine has made (wrapping): read before looking for
+/// completions, compared after [`nf_arm`].
+///
+/// # Safety
+/// `ep` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn nf_completion_count(ep: *mut c_void) -> u32 {
+    // SAFETY: the caller's contract.
+    unsafe { endpoint_mut(ep) }.map_or(0, |endpoint| endpoint.endpoint.completion_count())
+}
+
+/// Arms the completion descriptor: the next completion makes it readable.
+///
+/// # Safety
+/// `ep` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn nf_arm(ep: *mut c_void) {
+    // SAFETY: the caller's contract.
+    if let Some(endpoint) = unsafe { endpoint_mut(ep) } {
+        endpoint.endpoint.arm_completion_fd();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,13 +11,16 @@
  * the engine does its protocol work on its own thread (or inline, inside these calls).
  */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <rdma/fabric.h>
 #include <rdma/fi_atomic.h>
@@ -92,6 +95,9 @@ int nf_peek(void *ep, const struct sockaddr_in *from, int tagged, uint64_t tag, 
 int nf_discard(void *ep, uint64_t claim);
 int nf_cancel(void *ep, void *context);
 size_t nf_poll(void *ep, struct nf_completion *out, size_t max);
+int nf_completion_fd(void *ep);
+uint32_t nf_completion_count(void *ep);
+void nf_arm(void *ep);
 
 static pthread_mutex_t provider_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -151,6 +157,10 @@ struct nicmsg_cq {
 	struct nicmsg_ep *eps[NICMSG_CQ_EPS];
 	size_t ep_count;
 	struct fi_cq_err_entry last_error;
+	enum fi_wait_obj wait_obj;
+	/* FI_WAIT_FD: an epoll instance over the completion descriptors of the queue's
+	 * endpoints (readable when any is), what FI_GETWAIT gives; -1 otherwise. */
+	int wait_fd;
 };
 
 struct nicmsg_ep {
@@ -831,12 +841,56 @@ static int cq_close(struct fid *fid)
 	pthread_mutex_unlock(&provider_lock);
 	if (in_use)
 		return -FI_EBUSY;
+	if (cq->wait_fd >= 0)
+		close(cq->wait_fd);
 	free(cq->entries);
 	free(cq);
 	return 0;
 }
 
-FID_OPS(cq_fid_ops, cq_close, no_bind, no_control);
+/* FI_GETWAIT gives the descriptor of an FI_WAIT_FD queue; FI_GETWAITOBJ the kind of wait
+ * (sread polls, yielding the CPU between looks, where no descriptor was asked for). */
+static int cq_control(struct fid *fid, int command, void *arg)
+{
+	struct nicmsg_cq *cq = (struct nicmsg_cq *)fid;
+	switch (command) {
+	case FI_GETWAIT:
+		if (cq->wait_fd < 0)
+			return -FI_ENODATA;
+		*(int *)arg = cq->wait_fd;
+		return 0;
+	case FI_GETWAITOBJ:
+		*(enum fi_wait_obj *)arg = cq->wait_obj == FI_WAIT_UNSPEC ? FI_WAIT_YIELD : cq->wait_obj;
+		return 0;
+	default:
+		return -FI_ENOSYS;
+	}
+}
+
+FID_OPS(cq_fid_ops, cq_close, no_bind, cq_control);
+
+/* fi_trywait for one FI_WAIT_FD queue: 0 if the application may sleep on its descriptor,
+ * -FI_EAGAIN if completions are there to read. The descriptors are armed before the engines'
+ * completion counts are read again, so a completion after the look either changes a count or
+ * finds its descriptor armed and makes it readable (engine/src/signal.rs). */
+static int cq_trywait_locked(struct nicmsg_cq *cq)
+{
+	if (cq->wait_fd < 0)
+		return -FI_EINVAL;
+	uint32_t seen[NICMSG_CQ_EPS];
+	for (size_t e = 0; e < cq->ep_count; e++)
+		seen[e] = cq->eps[e]->engine ? nf_completion_count(cq->eps[e]->engine) : 0;
+	cq_progress(cq);
+	if (cq->count > 0)
+		return -FI_EAGAIN;
+	for (size_t e = 0; e < cq->ep_count; e++)
+		if (cq->eps[e]->engine)
+			nf_arm(cq->eps[e]->engine);
+	for (size_t e = 0; e < cq->ep_count; e++)
+		if (cq->eps[e]->engine && nf_completion_count(cq->eps[e]->engine) != seen[e])
+			return -FI_EAGAIN;
+	return 0;
+}
 
 static struct fi_ops_cq cq_ops = {
 	.size = sizeof(struct fi_ops_cq),
@@ -859,11 +913,22 @@ static int domain_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr,
 	if (format != FI_CQ_FORMAT_CONTEXT && format != FI_CQ_FORMAT_MSG &&
 	    format != FI_CQ_FORMAT_DATA && format != FI_CQ_FORMAT_TAGGED)
 		return -FI_ENOSYS;
-	if (attr && attr->wait_obj != FI_WAIT_NONE && attr->wait_obj != FI_WAIT_UNSPEC)
+	enum fi_wait_obj wait_obj = attr ? attr->wait_obj : FI_WAIT_NONE;
+	if (wait_obj != FI_WAIT_NONE && wait_obj != FI_WAIT_UNSPEC && wait_obj != FI_WAIT_YIELD &&
+	    wait_obj != FI_WAIT_FD)
 		return -FI_ENOSYS;
 	struct nicmsg_cq *cq = calloc(1, sizeof(*cq));
 	if (!cq)
 		return -FI_ENOMEM;
+	cq->wait_obj = wait_obj;
+	cq->wait_fd = -1;
+	if (wait_obj == FI_WAIT_FD) {
+		cq->wait_fd = epoll_create1(EPOLL_CLOEXEC);
+		if (cq->wait_fd < 0) {
+			free(cq);
+			return -FI_EMFILE;
+		}
+	}
 	cq->format = format;
 	cq->cq.fid.fclass = FI_CLASS_CQ;
 	cq->cq.fid.context = context;
@@ -882,6 +947,14 @@ static int cq_attach(struct nicmsg_cq *cq, struct nicmsg_ep *ep)
 			return 0;
 	if (cq->ep_count == NICMSG_CQ_EPS)
 		return -FI_ENOSPC;
+	if (cq->wait_fd >= 0) {
+		int fd = ep->engine ? nf_completion_fd(ep->engine) : -FI_EINVAL;
+		if (fd < 0)
+			return fd;
+		struct epoll_event event = {.events = EPOLLIN};
+		if (epoll_ctl(cq->wait_fd, EPOLL_CTL_ADD, fd, &event) && errno != EEXIST)
+			return -FI_EIO;
+	}
 	cq->eps[cq->ep_count++] = ep;
 	return 0;
 }
@@ -893,6 +966,11 @@ static void cq_detach(struct nicmsg_cq *cq, struct nicmsg_ep *ep)
 	for (size_t i = 0; i < cq->ep_count; i++) {
 		if (cq->eps[i] == ep) {
 			cq->eps[i] = cq->eps[--cq->ep_count];
+			if (cq->wait_fd >= 0 && ep->engine) {
+				int fd = nf_completion_fd(ep->engine);
+				if (fd >= 0)
+					epoll_ctl(cq->wait_fd, EPOLL_CTL_DEL, fd, NULL);
+			}
 			return;
 		}
 	}
@@ -1552,7 +1630,20 @@ STUB(int, fabric_passive_ep, -FI_ENOSYS, struct fid_fabric *fabric, struct fi_in
 
 STUB(int, fabric_wait_open, -FI_ENOSYS, struct fid_fabric *fabric, struct fi_wait_attr *attr, struct fid_wait **waitset)
 
-STUB(int, fabric_trywait, -FI_ENOSYS, struct fid_fabric *fabric, struct fid **fids, int count)
+/* fi_trywait: 0 if the application may sleep on the descriptors of the FI_WAIT_FD queues
+ * `fids`, -FI_EAGAIN if one has completions to read first. */
+static int fabric_trywait(struct fid_fabric *fabric, struct fid **fids, int count)
+{
+	(void)fabric;
+	for (int i = 0; i < count; i++) {
+		if (!fids[i] || fids[i]->fclass != FI_CLASS_CQ)
+			return -FI_EINVAL;
+		int ready = LOCKED(cq_trywait_locked((struct nicmsg_cq *)fids[i]));
+		if (ready)
+			return ready;
+	}
+	return 0;
+}
 
 static int fabric_domain2(struct fid_fabric *fabric, struct fi_info *info,
 			  struct fid_domain **domain, uint64_t flags, void *context)

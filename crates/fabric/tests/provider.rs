@@ -179,6 +179,40 @@ fn completions_name_their_source_in_the_address_vector() {
     assert!(String::from_utf8_lossy(&output.stdout).contains("source: ok"));
 }
 
+/// `FI_WAIT_FD`: an application sleeping in `poll(2)` on its completion queue's descriptor,
+/// after `fi_trywait` said it may, wakes when a message arrives, in both engine modes
+/// (`tests/fabric/wait_fd.c`; inline, the standby thread's turns complete the receive).
+#[test]
+fn a_completion_wakes_an_application_sleeping_on_the_queue_descriptor() {
+    if !installed("cc") {
+        eprintln!("skipped: no C compiler (cc)");
+        return;
+    }
+    let Some(dir) = provider_dir("wait_fd") else {
+        return;
+    };
+    let program = compile(
+        "cc",
+        "tests/fabric/wait_fd.c",
+        &dir,
+        &["-lfabric", "-lpthread"],
+    );
+    for engine in ["thread", "inline"] {
+        let run = Command::new(&program)
+            .env("FI_PROVIDER_PATH", &dir)
+            .env("NICMSG_ENGINE", engine)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("wait_fd starts");
+        let output = finish(run, RUN_LIMIT, "wait_fd");
+        assert_success(&output, &format!("FI_WAIT_FD check ({engine})"));
+        let text = String::from_utf8_lossy(&output.stdout);
+        eprintln!("{engine}: {text}");
+        assert!(text.contains("wait_fd: ok"));
+    }
+}
+
 /// One fi_pingpong run: a server, then a client on loopback, on a port of their own.
 fn pingpong(dir: &Path, port: u16, extra: &[&str]) {
     let mut args = vec!["-p", "nicmsg", "-e", "rdm", "-c", "-I", "200"];

@@ -657,6 +657,26 @@ impl Comm {
         crate::programs::Programs::new(self)
     }
 
+    /// A descriptor that becomes readable after the engine completes one of this
+    /// communicator's operations, for a host that sleeps in its own poll loop (libfabric's
+    /// `FI_WAIT_FD`). Before each sleep: read [`completion_count`](Self::completion_count),
+    /// look at the requests, [`arm_completion_fd`](Self::arm_completion_fd), and sleep only if
+    /// the count has not changed since. Inline, the completions that wake the host are the
+    /// standby's, once the host has been away (`NICMSG_ENGINE`, docs/runtime.md).
+    pub(crate) fn completion_fd(&self) -> Result<std::os::fd::RawFd, Error> {
+        Ok(self.table.completion_signal().fd()?)
+    }
+
+    /// How many completions the engine has made (wrapping).
+    pub(crate) fn completion_count(&self) -> u32 {
+        self.table.completion_count()
+    }
+
+    /// Arms the completion descriptor: the next completion makes it readable.
+    pub(crate) fn arm_completion_fd(&self) {
+        self.table.completion_signal().arm();
+    }
+
     pub(crate) fn progress_once(&self) {
         self.progress_at(nicmsg_engine::clock::monotonic_ns());
     }

@@ -178,6 +178,26 @@ impl TaggedEndpoint {
     pub fn stats(&self) -> Result<crate::Snapshot, Error> {
         self.comm.stats()
     }
+
+    /// A descriptor readable after the engine completes one of this endpoint's operations,
+    /// for a caller sleeping in its own poll loop (libfabric's `FI_WAIT_FD`). Before each
+    /// sleep: read [`completion_count`](Self::completion_count), look at the requests,
+    /// [`arm_completion_fd`](Self::arm_completion_fd), and sleep only if the count has not
+    /// changed since. Inline, the completions that wake the caller are the standby thread's,
+    /// once the caller has been away from the library.
+    pub fn completion_fd(&self) -> Result<std::os::fd::RawFd, Error> {
+        self.comm.completion_fd()
+    }
+
+    /// How many completions the engine has made (wrapping).
+    pub fn completion_count(&self) -> u32 {
+        self.comm.completion_count()
+    }
+
+    /// Arms the completion descriptor: the next completion makes it readable.
+    pub fn arm_completion_fd(&self) {
+        self.comm.arm_completion_fd();
+    }
 }
 
 impl Request<'_> {

@@ -1,0 +1,191 @@
+/*
+ * FI_WAIT_FD on nicmsg's provider: an application sleeps in poll(2) on its completion queue's
+ * descriptor (FI_GETWAIT), after fi_trywait says it may, and wakes when a message arrives.
+ * Two endpoints in one process on loopback: the receiver posts a tagged receive and sleeps;
+ * a second thread sends to it 200 ms later. Checks that the descriptor stays quiet while
+ * nothing completes, that the sleeper wakes within a second of the send, and that the
+ * completion is there to read. Prints "wait_fd: ok" and exits 0, or says what failed.
+ *
+ *   cc -o wait_fd wait_fd.c -lfabric -lpthread && FI_PROVIDER_PATH=DIR ./wait_fd
+ */
+#include <poll.h>
+#include <pthread.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHECK(call)                                                                        \
+	do {                                                                               \
+		int check_ret_ = (int)(call);                                              \
+		if (check_ret_ < 0) {                                                      \
+			fprintf(stderr, "wait_fd: %s failed: %s\n", #call,                  \
+				fi_strerror(-check_ret_));                                 \
+			exit(1);                                                           \
+		}                                                                          \
+	} while (0)
+
+#define FAIL(...)                                                                          \
+	do {                                                                               \
+		fprintf(stderr, "wait_fd: " __VA_ARGS__);                                  \
+		fputc('\n', stderr);                                                       \
+		exit(1);                                                                   \
+	} while (0)
+
+/* The sender's delay, and how long the sleeper may take to wake after it. */
+#define SEND_AFTER_MS 200
+#define WAKE_WITHIN_MS 1000
+
+struct node {
+	struct fid_ep *ep;
+	struct fid_av *av;
+	struct fid_cq *cq;
+	char name[64];
+	size_t name_len;
+};
+
+struct sender {
+	struct node *node;
+	fi_addr_t to;
+};
+
+static double now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static void open_node(struct fi_info *info, struct fid_domain *domain, struct node *n,
+		      enum fi_wait_obj wait_obj)
+{
+	struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
+	struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = wait_obj};
+	CHECK(fi_av_open(domain, &av_attr, &n->av, NULL));
+	CHECK(fi_cq_open(domain, &cq_attr, &n->cq, NULL));
+	CHECK(fi_endpoint(domain, info, &n->ep, NULL));
+	CHECK(fi_ep_bind(n->ep, &n->av->fid, 0));
+	CHECK(fi_ep_bind(n->ep, &n->cq->fid, FI_TRANSMIT | FI_RECV));
+	CHECK(fi_enable(n->ep));
+	n->name_len = sizeof(n->name);
+	CHECK(fi_getname(&n->ep->fid, n->name, &n->name_len));
+}
+
+/* Sends "wake up" after SEND_AFTER_MS, then reads its queue until the send completes. */
+static void *send_later(void *arg)
+{
+	struct sender *s = arg;
+	static char message[] = "wake up";
+	usleep(SEND_AFTER_MS * 1000);
+	CHECK(fi_tsend(s->node->ep, message, sizeof(message), NULL, s->to, 5, message));
+	struct fi_cq_tagged_entry entry;
+	for (long spins = 0; spins < 100000000; spins++) {
+		ssize_t got = fi_cq_read(s->node->cq, &entry, 1);
+		if (got == 1)
+			return NULL;
+		if (got != -FI_EAGAIN)
+			FAIL("the sender's fi_cq_read: %s", fi_strerror((int)-got));
+	}
+	FAIL("the send never completed");
+	return NULL;
+}
+
+/* fi_trywait, reading what it says is there; 0 once the caller may sleep. */
+static void settle(struct fid_fabric *fabric, struct node *n)
+{
+	struct fid *fids[] = {&n->cq->fid};
+	for (int tries = 0; tries < 1000; tries++) {
+		int ready = fi_trywait(fabric, fids, 1);
+		if (ready == 0)
+			return;
+		if (ready != -FI_EAGAIN)
+			FAIL("fi_trywait: %s", fi_strerror(-ready));
+		struct fi_cq_tagged_entry entry;
+		if (fi_cq_read(n->cq, &entry, 1) == 1)
+			FAIL("a completion before anything was sent");
+	}
+	FAIL("fi_trywait never let the application sleep");
+}
+
+int main(void)
+{
+	struct fi_info *hints = fi_allocinfo(), *info;
+	hints->ep_attr->type = FI_EP_RDM;
+	hints->caps = FI_TAGGED;
+	hints->fabric_attr->prov_name = strdup("nicmsg");
+	CHECK(fi_getinfo(FI_VERSION(1, 9), NULL, NULL, 0, hints, &info));
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	CHECK(fi_fabric(info->fabric_attr, &fabric, NULL));
+	CHECK(fi_domain(fabric, info, &domain, NULL));
+	struct node receiver, sender;
+	open_node(info, domain, &receiver, FI_WAIT_FD);
+	open_node(info, domain, &sender, FI_WAIT_NONE);
+
+	enum fi_wait_obj kind;
+	CHECK(fi_control(&receiver.cq->fid, FI_GETWAITOBJ, &kind));
+	if (kind != FI_WAIT_FD)
+		FAIL("FI_GETWAITOBJ says %d, not FI_WAIT_FD", (int)kind);
+	int fd = -1;
+	CHECK(fi_control(&receiver.cq->fid, FI_GETWAIT, &fd));
+	struct fid *plain[] = {&sender.cq->fid};
+	if (fi_trywait(fabric, plain, 1) != -FI_EINVAL)
+		FAIL("fi_trywait on a queue without a descriptor is not refused");
+
+	fi_addr_t to_receiver;
+	CHECK(fi_av_insert(sender.av, receiver.name, 1, &to_receiver, 0, NULL) - 1);
+	char in[16] = {0};
+	CHECK(fi_trecv(receiver.ep, in, sizeof(in), NULL, FI_ADDR_UNSPEC, 5, 0, in));
+
+	/* Nothing sent yet: the descriptor stays quiet. */
+	settle(fabric, &receiver);
+	struct pollfd quiet = {.fd = fd, .events = POLLIN};
+	if (poll(&quiet, 1, 100) != 0)
+		FAIL("the descriptor is readable with nothing completed");
+
+	struct sender s = {.node = &sender, .to = to_receiver};
+	pthread_t thread;
+	double sent_from = now_ms();
+	pthread_create(&thread, NULL, send_later, &s);
+	struct fi_cq_tagged_entry entry;
+	for (;;) {
+		settle(fabric, &receiver);
+		struct pollfd wake = {.fd = fd, .events = POLLIN};
+		int woke = poll(&wake, 1, SEND_AFTER_MS + 10 * WAKE_WITHIN_MS);
+		if (woke <= 0)
+			FAIL("asleep %.0f ms: the message never woke the descriptor",
+			     now_ms() - sent_from);
+		ssize_t got = fi_cq_read(receiver.cq, &entry, 1);
+		if (got == 1)
+			break;
+		if (got != -FI_EAGAIN)
+			FAIL("fi_cq_read: %s", fi_strerror((int)-got));
+	}
+	double waited = now_ms() - sent_from;
+	pthread_join(thread, NULL);
+	if (entry.op_context != in || entry.tag != 5 || strcmp(in, "wake up"))
+		FAIL("the wrong completion: context %p, tag %llu, \"%s\"", entry.op_context,
+		     (unsigned long long)entry.tag, in);
+	if (waited > SEND_AFTER_MS + WAKE_WITHIN_MS)
+		FAIL("woke %.0f ms after the send", waited - SEND_AFTER_MS);
+
+	fi_close(&receiver.ep->fid);
+	fi_close(&sender.ep->fid);
+	fi_close(&receiver.cq->fid);
+	fi_close(&sender.cq->fid);
+	fi_close(&receiver.av->fid);
+	fi_close(&sender.av->fid);
+	fi_close(&domain->fid);
+	fi_close(&fabric->fid);
+	fi_freeinfo(info);
+	fi_freeinfo(hints);
+	printf("wait_fd: ok, woke %.1f ms after the send\n", waited - SEND_AFTER_MS);
+	return 0;
+}
