@@ -10,7 +10,7 @@
 
 use std::ffi::{c_char, c_int, c_void};
 use std::mem::MaybeUninit;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use nicmsg::tagged::{Delivery, Space, TaggedEndpoint};
@@ -60,6 +60,15 @@ const PROVIDER_EAGER_LIMIT: u64 = 256 << 10;
 /// The largest message: the protocol's largest (`nicmsg::dgram::MAX_DATAGRAM_BYTES`).
 const MAX_MESSAGE_BYTES: usize = nicmsg::dgram::MAX_DATAGRAM_BYTES;
 
+/// A socket address as `union nf_addr` in `provider.c`: IPv4 or IPv6 by its family (the first
+/// field of either).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union NfAddr {
+    v4: libc::sockaddr_in,
+    v6: libc::sockaddr_in6,
+}
+
 /// A finished operation, laid out as `struct nf_completion` in `provider.c`.
 #[repr(C)]
 pub struct NfCompletion {
@@ -77,7 +86,7 @@ pub struct NfCompletion {
     /// Whether a successful completion goes to the queue (errors of operations with a
     /// context always do).
     pub wanted: u8,
-    pub source: libc::sockaddr_in,
+    pub source: NfAddr,
     /// Written by the C half when the entry is queued (`FI_SOURCE`).
     pub source_fi_addr: u64,
 }
@@ -252,29 +261,64 @@ fn completion(pending: &Pending, result: Result<(), Error>, delivery: &Delivery)
     }
 }
 
-fn socket_address(address: Option<SocketAddr>) -> libc::sockaddr_in {
-    // SAFETY: sockaddr_in is plain old data; all zeroes is a valid (unspecified) value.
-    let mut out: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-    if let Some(SocketAddr::V4(v4)) = address {
-        out.sin_family = libc::AF_INET as libc::sa_family_t;
-        out.sin_port = v4.port().to_be();
-        out.sin_addr.s_addr = u32::from(*v4.ip()).to_be();
+fn socket_address(address: Option<SocketAddr>) -> NfAddr {
+    // SAFETY: both members are plain old data; all zeroes is a valid (unspecified) value.
+    let mut out: NfAddr = unsafe { std::mem::zeroed() };
+    match address {
+        Some(SocketAddr::V4(v4)) => {
+            // SAFETY: writing plain data into a zeroed union member.
+            let a = unsafe { &mut out.v4 };
+            a.sin_family = libc::AF_INET as libc::sa_family_t;
+            a.sin_port = v4.port().to_be();
+            a.sin_addr.s_addr = u32::from(*v4.ip()).to_be();
+        }
+        Some(SocketAddr::V6(v6)) => {
+            // SAFETY: as above.
+            let a = unsafe { &mut out.v6 };
+            a.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            a.sin6_port = v6.port().to_be();
+            a.sin6_flowinfo = v6.flowinfo();
+            a.sin6_addr.s6_addr = v6.ip().octets();
+            a.sin6_scope_id = v6.scope_id();
+        }
+        None => {}
     }
     out
 }
 
-/// The address in a `sockaddr_in`, or `None` for a null pointer.
+/// The address in a `union nf_addr`, or `None` for a null pointer or a family other than
+/// IPv4 and IPv6.
 ///
 /// # Safety
-/// `address` is null or points to a `sockaddr_in`.
-unsafe fn address_of(address: *const libc::sockaddr_in) -> Option<SocketAddr> {
+/// `address` is null or points to a `union nf_addr`.
+unsafe fn address_of(address: *const NfAddr) -> Option<SocketAddr> {
     // SAFETY: the caller's contract.
     let address = unsafe { address.as_ref() }?;
-    let ip = Ipv4Addr::from(u32::from_be(address.sin_addr.s_addr));
-    Some(SocketAddr::V4(SocketAddrV4::new(
-        ip,
-        u16::from_be(address.sin_port),
-    )))
+    // SAFETY: the family is the first field of both members, and every bit pattern of the
+    // union's bytes is a valid value of either (plain integers).
+    let family = i32::from(unsafe { address.v4.sin_family });
+    match family {
+        libc::AF_INET => {
+            // SAFETY: as above.
+            let a = unsafe { &address.v4 };
+            let ip = Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                ip,
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above.
+            let a = unsafe { &address.v6 };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(a.sin6_addr.s6_addr),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
 }
 
 /// The iovecs of an operation, checked: at most [`MAX_SEGMENTS`] pieces (the engine's
@@ -377,10 +421,10 @@ unsafe fn endpoint_mut<'a>(ep: *mut c_void) -> Option<&'a mut FabricEndpoint> {
 /// null, with the reason written to `reason` (NUL-terminated, cut to `reason_len`).
 ///
 /// # Safety
-/// `bind` points to a `sockaddr_in`; `reason` is valid for `reason_len` bytes.
+/// `bind` points to a `union nf_addr`; `reason` is valid for `reason_len` bytes.
 #[no_mangle]
 pub unsafe extern "C" fn nf_open(
-    bind: *const libc::sockaddr_in,
+    bind: *const NfAddr,
     reason: *mut c_char,
     reason_len: usize,
 ) -> *mut c_void {
@@ -420,9 +464,9 @@ pub unsafe extern "C" fn nf_close(ep: *mut c_void) {
 /// The endpoint's address (what `fi_getname` gives).
 ///
 /// # Safety
-/// `ep` is a live handle; `out` is valid for writing a `sockaddr_in`.
+/// `ep` is a live handle; `out` is valid for writing a `union nf_addr`.
 #[no_mangle]
-pub unsafe extern "C" fn nf_name(ep: *mut c_void, out: *mut libc::sockaddr_in) -> c_int {
+pub unsafe extern "C" fn nf_name(ep: *mut c_void, out: *mut NfAddr) -> c_int {
     // SAFETY: the caller's contract.
     let Some(endpoint) = (unsafe { endpoint_mut(ep) }) else {
         return -fi_errno::EINVAL;
@@ -438,13 +482,13 @@ pub unsafe extern "C" fn nf_name(ep: *mut c_void, out: *mut libc::sockaddr_in) -
 ///
 /// # Safety
 /// `ep` is a live handle; `iov` holds `count` iovecs valid until the send completes (or
-/// during this call with `inject`); `to` points to a `sockaddr_in`.
+/// during this call with `inject`); `to` points to a `union nf_addr`.
 #[no_mangle]
 pub unsafe extern "C" fn nf_send(
     ep: *mut c_void,
     iov: *const libc::iovec,
     count: usize,
-    to: *const libc::sockaddr_in,
+    to: *const NfAddr,
     tagged: c_int,
     tag: u64,
     has_data: c_int,
@@ -498,13 +542,13 @@ pub unsafe extern "C" fn nf_send(
 ///
 /// # Safety
 /// `ep` is a live handle; `iov` holds `count` iovecs valid for writing until the receive
-/// completes; `from` is null or points to a `sockaddr_in`.
+/// completes; `from` is null or points to a `union nf_addr`.
 #[no_mangle]
 pub unsafe extern "C" fn nf_recv(
     ep: *mut c_void,
     iov: *const libc::iovec,
     count: usize,
-    from: *const libc::sockaddr_in,
+    from: *const NfAddr,
     tagged: c_int,
     tag: u64,
     ignore: u64,
@@ -617,12 +661,12 @@ unsafe fn post_operation(
 /// [`nf_discard`] naming the claim written to `*claim` get it.
 ///
 /// # Safety
-/// `ep` is a live handle; `from` is null or points to a `sockaddr_in`; `out` is valid for
+/// `ep` is a live handle; `from` is null or points to a `union nf_addr`; `out` is valid for
 /// writing an [`NfCompletion`]; `claim` is null or valid for writing.
 #[no_mangle]
 pub unsafe extern "C" fn nf_peek(
     ep: *mut c_void,
-    from: *const libc::sockaddr_in,
+    from: *const NfAddr,
     tagged: c_int,
     tag: u64,
     ignore: u64,

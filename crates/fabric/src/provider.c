@@ -62,6 +62,14 @@
 
 /* ---- The Rust side (src/endpoint.rs) ---- */
 
+/* A socket address, IPv4 or IPv6 by its family: what the address vector holds, what
+ * fi_getname gives (as long as the family's own sockaddr), and what crosses to Rust. */
+union nf_addr {
+	struct sockaddr sa;
+	struct sockaddr_in in;
+	struct sockaddr_in6 in6;
+};
+
 struct nf_completion {
 	void *context;
 	void *buf;
@@ -74,23 +82,23 @@ struct nf_completion {
 	uint8_t tagged;
 	uint8_t has_data;
 	uint8_t wanted;
-	struct sockaddr_in source;
+	union nf_addr source;
 	/* FI_SOURCE: the source's address in the endpoint's vector, written when the entry is
 	 * queued (the Rust side leaves FI_ADDR_NOTAVAIL). */
 	uint64_t source_fi_addr;
 };
 
-void *nf_open(const struct sockaddr_in *bind, char *reason, size_t reason_len);
+void *nf_open(const union nf_addr *bind, char *reason, size_t reason_len);
 void nf_close(void *ep);
-int nf_name(void *ep, struct sockaddr_in *out);
-int nf_send(void *ep, const struct iovec *iov, size_t count, const struct sockaddr_in *to,
+int nf_name(void *ep, union nf_addr *out);
+int nf_send(void *ep, const struct iovec *iov, size_t count, const union nf_addr *to,
 	    int tagged, uint64_t tag, int has_data, uint64_t data, void *context, int wanted,
 	    int inject);
-int nf_recv(void *ep, const struct iovec *iov, size_t count, const struct sockaddr_in *from,
+int nf_recv(void *ep, const struct iovec *iov, size_t count, const union nf_addr *from,
 	    int tagged, uint64_t tag, uint64_t ignore, void *context, int wanted);
 int nf_recv_claimed(void *ep, const struct iovec *iov, size_t count, uint64_t claim,
 		    void *context, int wanted);
-int nf_peek(void *ep, const struct sockaddr_in *from, int tagged, uint64_t tag, uint64_t ignore,
+int nf_peek(void *ep, const union nf_addr *from, int tagged, uint64_t tag, uint64_t ignore,
 	    void *context, struct nf_completion *out, uint64_t *claim);
 int nf_discard(void *ep, uint64_t claim);
 int nf_cancel(void *ep, void *context);
@@ -98,6 +106,8 @@ size_t nf_poll(void *ep, struct nf_completion *out, size_t max);
 int nf_completion_fd(void *ep);
 uint32_t nf_completion_count(void *ep);
 void nf_arm(void *ep);
+
+static uint32_t address_format(void);
 
 static pthread_mutex_t provider_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -135,7 +145,7 @@ struct nicmsg_eq {
 struct nicmsg_av {
 	struct fid_av av;
 	enum fi_av_type type;
-	struct sockaddr_in *addrs;
+	union nf_addr *addrs;
 	bool *live;
 	size_t count;
 	size_t capacity;
@@ -271,8 +281,8 @@ static bool hints_allow(const struct fi_info *hints)
 		if (hints->ep_attr->tx_ctx_cnt > 1 || hints->ep_attr->rx_ctx_cnt > 1)
 			return false;
 	}
-	if (hints->addr_format != FI_FORMAT_UNSPEC && hints->addr_format != FI_SOCKADDR_IN &&
-	    hints->addr_format != FI_SOCKADDR)
+	if (hints->addr_format != FI_FORMAT_UNSPEC && hints->addr_format != FI_SOCKADDR &&
+	    hints->addr_format != address_format())
 		return false;
 	if (hints->fabric_attr && hints->fabric_attr->name &&
 	    strcmp(hints->fabric_attr->name, NICMSG_FABRIC_NAME))
@@ -323,7 +333,7 @@ static struct fi_info *describe(const struct fi_info *hints)
 		return NULL;
 	info->caps = granted_caps(hints);
 	info->mode = 0;
-	info->addr_format = FI_SOCKADDR_IN;
+	info->addr_format = address_format();
 
 	info->tx_attr->caps = info->caps;
 	info->tx_attr->op_flags = hints && hints->tx_attr ? hints->tx_attr->op_flags : 0;
@@ -411,7 +421,7 @@ static bool av_grow(struct nicmsg_av *av, size_t needed)
 	size_t capacity = av->capacity ? av->capacity : 64;
 	while (capacity < needed)
 		capacity *= 2;
-	struct sockaddr_in *addrs = realloc(av->addrs, capacity * sizeof(*addrs));
+	union nf_addr *addrs = realloc(av->addrs, capacity * sizeof(*addrs));
 	if (!addrs)
 		return false;
 	av->addrs = addrs;
@@ -423,15 +433,51 @@ static bool av_grow(struct nicmsg_av *av, size_t needed)
 	return true;
 }
 
-static size_t address_hash(const struct sockaddr_in *address)
+/* The size of an address of `family`'s own sockaddr (0 for a family nicmsg does not take). */
+static size_t address_len(sa_family_t family)
 {
-	uint64_t key = ((uint64_t)address->sin_addr.s_addr << 16) | address->sin_port;
+	switch (family) {
+	case AF_INET:
+		return sizeof(struct sockaddr_in);
+	case AF_INET6:
+		return sizeof(struct sockaddr_in6);
+	default:
+		return 0;
+	}
+}
+
+/* The address's port (network order), and its IP's bytes. */
+static uint16_t address_port(const union nf_addr *a)
+{
+	return a->sa.sa_family == AF_INET6 ? a->in6.sin6_port : a->in.sin_port;
+}
+
+static const uint8_t *address_ip(const union nf_addr *a, size_t *len)
+{
+	if (a->sa.sa_family == AF_INET6) {
+		*len = sizeof(a->in6.sin6_addr);
+		return a->in6.sin6_addr.s6_addr;
+	}
+	*len = sizeof(a->in.sin_addr);
+	return (const uint8_t *)&a->in.sin_addr;
+}
+
+static size_t address_hash(const union nf_addr *address)
+{
+	size_t len;
+	const uint8_t *ip = address_ip(address, &len);
+	uint64_t key = address_port(address);
+	for (size_t i = 0; i < len; i++)
+		key = (key << 8 | key >> 56) ^ ip[i];
 	return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 32);
 }
 
-static bool same_address(const struct sockaddr_in *a, const struct sockaddr_in *b)
+static bool same_address(const union nf_addr *a, const union nf_addr *b)
 {
-	return a->sin_addr.s_addr == b->sin_addr.s_addr && a->sin_port == b->sin_port;
+	size_t a_len, b_len;
+	const uint8_t *a_ip = address_ip(a, &a_len), *b_ip = address_ip(b, &b_len);
+	return a->sa.sa_family == b->sa.sa_family && address_port(a) == address_port(b) &&
+	       a_len == b_len && !memcmp(a_ip, b_ip, a_len);
 }
 
 static void index_address(struct nicmsg_av *av, fi_addr_t at)
@@ -467,7 +513,7 @@ static bool av_index_grow(struct nicmsg_av *av, size_t needed)
 
 /* FI_SOURCE: where `from` is in the vector (the first live entry, if inserted twice), or
  * FI_ADDR_NOTAVAIL. */
-static fi_addr_t av_source(const struct nicmsg_av *av, const struct sockaddr_in *from)
+static fi_addr_t av_source(const struct nicmsg_av *av, const union nf_addr *from)
 {
 	if (!av || !av->slots)
 		return FI_ADDR_NOTAVAIL;
@@ -486,15 +532,22 @@ static int av_insert_locked(struct nicmsg_av *av, const void *addr, size_t count
 {
 	if (!av_grow(av, av->count + count) || !av_index_grow(av, av->count + count))
 		return -FI_ENOMEM;
-	const struct sockaddr_in *given = addr;
+	/* The addresses are of the domain's format, all of one family: the first says which,
+	 * and so how far apart they lie (sockaddr_in or sockaddr_in6). */
+	const char *given = addr;
+	size_t stride = count ? address_len(((const struct sockaddr *)given)->sa_family) : 0;
+	if (count && !stride)
+		return -FI_EINVAL;
 	int inserted = 0;
 	for (size_t i = 0; i < count; i++) {
-		bool valid = given[i].sin_family == AF_INET && given[i].sin_port != 0;
+		union nf_addr entry = {0};
+		memcpy(&entry, given + i * stride, stride);
+		bool valid = address_len(entry.sa.sa_family) == stride && address_port(&entry) != 0;
 		if (fi_addr)
 			fi_addr[i] = valid ? av->count : FI_ADDR_NOTAVAIL;
 		if (!valid)
 			continue;
-		av->addrs[av->count] = given[i];
+		av->addrs[av->count] = entry;
 		av->live[av->count] = true;
 		index_address(av, av->count);
 		av->count++;
@@ -529,7 +582,7 @@ static int av_remove(struct fid_av *fid, fi_addr_t *fi_addr, size_t count, uint6
 }
 
 /* The socket address of `fi_addr`, or NULL if the vector holds none there. */
-static const struct sockaddr_in *av_address(struct nicmsg_av *av, fi_addr_t fi_addr)
+static const union nf_addr *av_address(struct nicmsg_av *av, fi_addr_t fi_addr)
 {
 	if (!av || fi_addr >= av->count || !av->live[fi_addr])
 		return NULL;
@@ -539,13 +592,13 @@ static const struct sockaddr_in *av_address(struct nicmsg_av *av, fi_addr_t fi_a
 static int av_lookup_locked(struct nicmsg_av *av, fi_addr_t fi_addr, void *addr,
 			    size_t *addrlen)
 {
-	const struct sockaddr_in *found = av_address(av, fi_addr);
+	const union nf_addr *found = av_address(av, fi_addr);
 	if (!found)
 		return -FI_ENOENT;
-	size_t room = *addrlen;
-	*addrlen = sizeof(*found);
-	memcpy(addr, found, room < sizeof(*found) ? room : sizeof(*found));
-	return room < sizeof(*found) ? -FI_ETOOSMALL : 0;
+	size_t room = *addrlen, len = address_len(found->sa.sa_family);
+	*addrlen = len;
+	memcpy(addr, found, room < len ? room : len);
+	return room < len ? -FI_ETOOSMALL : 0;
 }
 
 static int av_lookup(struct fid_av *fid, fi_addr_t fi_addr, void *addr, size_t *addrlen)
@@ -556,10 +609,16 @@ static int av_lookup(struct fid_av *fid, fi_addr_t fi_addr, void *addr, size_t *
 static const char *av_straddr(struct fid_av *fid, const void *addr, char *buf, size_t *len)
 {
 	(void)fid;
-	const struct sockaddr_in *sin = addr;
-	char ip[INET_ADDRSTRLEN] = "?";
-	inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof(ip));
-	int written = snprintf(buf, *len, "%s:%u", ip, ntohs(sin->sin_port));
+	const union nf_addr *a = addr;
+	char ip[INET6_ADDRSTRLEN] = "?";
+	int written;
+	if (a->sa.sa_family == AF_INET6) {
+		inet_ntop(AF_INET6, &a->in6.sin6_addr, ip, sizeof(ip));
+		written = snprintf(buf, *len, "[%s]:%u", ip, ntohs(a->in6.sin6_port));
+	} else {
+		inet_ntop(AF_INET, &a->in.sin_addr, ip, sizeof(ip));
+		written = snprintf(buf, *len, "%s:%u", ip, ntohs(a->in.sin_port));
+	}
 	*len = (size_t)written + 1;
 	return buf;
 }
@@ -647,7 +706,7 @@ static void cq_push(struct nicmsg_cq *cq, const struct nicmsg_ep *ep,
 {
 	struct nf_completion *queued = &cq->entries[(cq->head + cq->count) % cq->capacity];
 	*queued = *entry;
-	bool sourced = ep->source && !entry->is_send && entry->source.sin_port;
+	bool sourced = ep->source && !entry->is_send && address_port(&entry->source);
 	queued->source_fi_addr = sourced ? av_source(ep->av, &entry->source) : FI_ADDR_NOTAVAIL;
 	cq->count++;
 }
@@ -1057,15 +1116,15 @@ STUB(ssize_t, ep_size_left, -FI_ENOSYS, struct fid_ep *ep)
 static int cm_getname(fid_t fid, void *addr, size_t *addrlen)
 {
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
-	struct sockaddr_in name;
+	union nf_addr name;
 	int got = LOCKED(nf_name(ep->engine, &name));
 	if (got)
 		return got;
-	size_t room = *addrlen;
-	*addrlen = sizeof(name);
-	if (!addr || room < sizeof(name))
+	size_t room = *addrlen, len = address_len(name.sa.sa_family);
+	*addrlen = len;
+	if (!addr || room < len)
 		return -FI_ETOOSMALL;
-	memcpy(addr, &name, sizeof(name));
+	memcpy(addr, &name, len);
 	return 0;
 }
 
@@ -1088,7 +1147,7 @@ STUB(int, cm_join, -FI_ENOSYS, struct fid_ep *ep, const void *addr, uint64_t fla
 /* -- moving messages -- */
 
 /* The destination's socket address, or NULL (an address the vector does not hold). */
-static const struct sockaddr_in *destination(struct nicmsg_ep *ep, fi_addr_t addr)
+static const union nf_addr *destination(struct nicmsg_ep *ep, fi_addr_t addr)
 {
 	return av_address(ep->av, addr);
 }
@@ -1096,12 +1155,12 @@ static const struct sockaddr_in *destination(struct nicmsg_ep *ep, fi_addr_t add
 /* A directed receive's source, or NULL for any (FI_ADDR_UNSPEC, or an endpoint that was not
  * given FI_DIRECTED_RECV, whose receives ignore the address). `*unknown` is set for an
  * address the vector does not hold. */
-static const struct sockaddr_in *source(struct nicmsg_ep *ep, fi_addr_t addr, bool *unknown)
+static const union nf_addr *source(struct nicmsg_ep *ep, fi_addr_t addr, bool *unknown)
 {
 	*unknown = false;
 	if (!ep->directed || addr == FI_ADDR_UNSPEC)
 		return NULL;
-	const struct sockaddr_in *found = av_address(ep->av, addr);
+	const union nf_addr *found = av_address(ep->av, addr);
 	*unknown = !found;
 	return found;
 }
@@ -1124,7 +1183,7 @@ static ssize_t send_locked(struct nicmsg_ep *ep, const struct iovec *iov, size_t
 		return -FI_EOPBADSTATE;
 	if (count > NICMSG_IOV_LIMIT)
 		return -FI_EINVAL;
-	const struct sockaddr_in *to = destination(ep, dest);
+	const union nf_addr *to = destination(ep, dest);
 	if (!to)
 		return -FI_EADDRNOTAVAIL;
 	return nf_send(ep->engine, iov, count, to, tagged, tag, has_data, data, context, wanted,
@@ -1140,7 +1199,7 @@ static ssize_t recv_locked(struct nicmsg_ep *ep, const struct iovec *iov, size_t
 	if (count > NICMSG_IOV_LIMIT)
 		return -FI_EINVAL;
 	bool unknown;
-	const struct sockaddr_in *from = source(ep, src, &unknown);
+	const union nf_addr *from = source(ep, src, &unknown);
 	if (unknown)
 		return -FI_EADDRNOTAVAIL;
 	return nf_recv(ep->engine, iov, count, from, tagged, tag, ignore, context, wanted);
@@ -1164,7 +1223,7 @@ static ssize_t peek_locked(struct nicmsg_ep *ep, const struct fi_msg_tagged *msg
 	if (!cq_room(ep->rx_cq, 1))
 		return -FI_EAGAIN;
 	bool unknown;
-	const struct sockaddr_in *from = source(ep, msg->addr, &unknown);
+	const union nf_addr *from = source(ep, msg->addr, &unknown);
 	if (unknown)
 		return -FI_EADDRNOTAVAIL;
 	struct nf_completion found;
@@ -1449,16 +1508,35 @@ static struct fi_ops_tagged tagged_ops = {
 	.injectdata = tagged_injectdata,
 };
 
-/* The address the endpoint binds: NICMSG_BIND_IP if set, else loopback; any free port. */
-static void bind_address(struct sockaddr_in *bind)
+/* The address the endpoint binds: NICMSG_BIND_IP if set (IPv4 or IPv6), else IPv4
+ * loopback; any free port. Its family is the provider's address format. */
+static void bind_address(union nf_addr *bind)
 {
 	memset(bind, 0, sizeof(*bind));
-	bind->sin_family = AF_INET;
-	bind->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	const char *ip = getenv("NICMSG_BIND_IP");
-	if (ip && *ip && inet_pton(AF_INET, ip, &bind->sin_addr) != 1)
-		fprintf(stderr, "nicmsg provider: NICMSG_BIND_IP=%s is not an IPv4 address; "
+	if (ip && *ip) {
+		if (inet_pton(AF_INET, ip, &bind->in.sin_addr) == 1) {
+			bind->in.sin_family = AF_INET;
+			return;
+		}
+		if (inet_pton(AF_INET6, ip, &bind->in6.sin6_addr) == 1) {
+			bind->in6.sin6_family = AF_INET6;
+			return;
+		}
+		fprintf(stderr, "nicmsg provider: NICMSG_BIND_IP=%s is not an IPv4 or IPv6 address; "
 				"binding loopback\n", ip);
+	}
+	memset(bind, 0, sizeof(*bind));
+	bind->in.sin_family = AF_INET;
+	bind->in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+}
+
+/* The address format of the endpoints this process opens (their bind address's family). */
+static uint32_t address_format(void)
+{
+	union nf_addr bind;
+	bind_address(&bind);
+	return bind.sa.sa_family == AF_INET6 ? FI_SOCKADDR_IN6 : FI_SOCKADDR_IN;
 }
 
 static int domain_endpoint(struct fid_domain *domain, struct fi_info *info,
@@ -1471,7 +1549,7 @@ static int domain_endpoint(struct fid_domain *domain, struct fi_info *info,
 	struct nicmsg_ep *ep = calloc(1, sizeof(*ep));
 	if (!ep)
 		return -FI_ENOMEM;
-	struct sockaddr_in bind;
+	union nf_addr bind;
 	bind_address(&bind);
 	char reason[256] = "";
 	ep->engine = LOCKED(nf_open(&bind, reason, sizeof(reason)));

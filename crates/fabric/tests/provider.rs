@@ -214,7 +214,7 @@ fn a_completion_wakes_an_application_sleeping_on_the_queue_descriptor() {
 }
 
 /// One fi_pingpong run: a server, then a client on loopback, on a port of their own.
-fn pingpong(dir: &Path, port: u16, extra: &[&str]) {
+fn pingpong(dir: &Path, port: u16, extra: &[&str], env: &[(&str, &str)]) {
     let mut args = vec!["-p", "nicmsg", "-e", "rdm", "-c", "-I", "200"];
     args.extend_from_slice(extra);
     let port = port.to_string();
@@ -222,6 +222,7 @@ fn pingpong(dir: &Path, port: u16, extra: &[&str]) {
         .args(&args)
         .args(["-B", &port])
         .env("FI_PROVIDER_PATH", dir)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -231,6 +232,7 @@ fn pingpong(dir: &Path, port: u16, extra: &[&str]) {
         .args(&args)
         .args(["-P", &port, "127.0.0.1"])
         .env("FI_PROVIDER_PATH", dir)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -259,8 +261,63 @@ fn fi_pingpong_runs_untagged_and_tagged() {
     };
     // Ports of this test's own (fi_pingpong's default, 47592, may be taken).
     let base = 47600 + (std::process::id() % 200) as u16 * 2;
-    pingpong(&dir, base, &[]);
-    pingpong(&dir, base + 1, &["-m", "tagged"]);
+    pingpong(&dir, base, &[], &[]);
+    pingpong(&dir, base + 1, &["-m", "tagged"], &[]);
+}
+
+/// Whether this host has an IPv6 loopback to bind (a container may have IPv6 turned off).
+fn has_ipv6_loopback() -> bool {
+    std::net::UdpSocket::bind("[::1]:0").is_ok()
+}
+
+/// The provider over IPv6 (`NICMSG_BIND_IP=::1`): `fi_info` gives `FI_SOCKADDR_IN6`,
+/// `fi_pingpong` runs tagged with every byte checked, and the MPI check passes on 4 ranks.
+#[test]
+fn the_provider_runs_over_ipv6() {
+    if !has_ipv6_loopback() {
+        eprintln!("skipped: no IPv6 loopback (::1) to bind here");
+        return;
+    }
+    let Some(dir) = provider_dir("ipv6") else {
+        return;
+    };
+    let ipv6 = [("NICMSG_BIND_IP", "::1")];
+    if installed("fi_info") {
+        let listed = Command::new("fi_info")
+            .args(["-p", "nicmsg", "-v"])
+            .env("FI_PROVIDER_PATH", &dir)
+            .envs(ipv6)
+            .output()
+            .expect("fi_info runs");
+        let text = String::from_utf8_lossy(&listed.stdout);
+        assert!(
+            text.contains("FI_SOCKADDR_IN6"),
+            "fi_info over IPv6:\n{text}"
+        );
+    }
+    if installed("fi_pingpong") {
+        let port = 47000 + (std::process::id() % 200) as u16;
+        pingpong(&dir, port, &["-m", "tagged"], &ipv6);
+    }
+    if installed("mpicc") && installed("mpirun") {
+        let program = compile("mpicc", "tests/mpi/mpi_check.c", &dir, &[]);
+        let run = on_nicmsg(&mut Command::new("mpirun"), &dir)
+            .args(["-x", "NICMSG_BIND_IP"])
+            .envs(ipv6)
+            .args(["--allow-run-as-root", "--oversubscribe", "-n", "4"])
+            .arg(&program)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("mpirun starts");
+        let output = finish(run, RUN_LIMIT, "mpirun mpi_check over IPv6");
+        assert_mpi_check_passed(&output, "mpirun -n 4 mpi_check on nicmsg over IPv6");
+        let stats = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stats.contains("nicmsg stats [::1]:"),
+            "the ranks did not bind ::1:\n{stats}"
+        );
+    }
 }
 
 /// Checks an `mpirun` of the MPI check on 4 ranks: it passed, and the messages went through
