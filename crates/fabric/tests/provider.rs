@@ -155,28 +155,44 @@ fn fi_info_lists_the_provider_with_its_capabilities() {
     );
 }
 
+/// Compiles the C check `tests/fabric/<name>.c` against libfabric and runs it on the provider
+/// once for each environment of `runs`, asserting that it succeeds and prints "<name>: ok".
+/// Skips (saying why) without a C compiler or where the provider was built without
+/// libfabric's headers.
+fn run_c_check(name: &str, libraries: &[&str], runs: &[&[(&str, &str)]]) {
+    if !installed("cc") {
+        eprintln!("{name}: skipped: no C compiler (cc)");
+        return;
+    }
+    let Some(dir) = provider_dir(name) else {
+        return;
+    };
+    let program = compile("cc", &format!("tests/fabric/{name}.c"), &dir, libraries);
+    for env in runs {
+        let run = Command::new(&program)
+            .env("FI_PROVIDER_PATH", &dir)
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the check starts");
+        let output = finish(run, RUN_LIMIT, name);
+        assert_success(&output, &format!("{name} {env:?}"));
+        let text = String::from_utf8_lossy(&output.stdout);
+        eprintln!("{name} {env:?}: {text}");
+        assert!(
+            text.contains(&format!("{name}: ok")),
+            "{name} {env:?}: {text}"
+        );
+    }
+}
+
 /// `FI_SOURCE`: `fi_cq_readfrom` names a receive's sender by its place in the receiver's
 /// address vector, and `FI_ADDR_NOTAVAIL` for a sender the vector does not hold
 /// (`tests/fabric/source.c`, built against libfabric's headers).
 #[test]
 fn completions_name_their_source_in_the_address_vector() {
-    if !installed("cc") {
-        eprintln!("skipped: no C compiler (cc)");
-        return;
-    }
-    let Some(dir) = provider_dir("source") else {
-        return;
-    };
-    let program = compile("cc", "tests/fabric/source.c", &dir, &["-lfabric"]);
-    let run = Command::new(&program)
-        .env("FI_PROVIDER_PATH", &dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("source starts");
-    let output = finish(run, RUN_LIMIT, "source");
-    assert_success(&output, "FI_SOURCE check");
-    assert!(String::from_utf8_lossy(&output.stdout).contains("source: ok"));
+    run_c_check("source", &["-lfabric"], &[&[]]);
 }
 
 /// `FI_WAIT_FD`: an application sleeping in `poll(2)` on its completion queue's descriptor,
@@ -184,33 +200,14 @@ fn completions_name_their_source_in_the_address_vector() {
 /// (`tests/fabric/wait_fd.c`; inline, the standby thread's turns complete the receive).
 #[test]
 fn a_completion_wakes_an_application_sleeping_on_the_queue_descriptor() {
-    if !installed("cc") {
-        eprintln!("skipped: no C compiler (cc)");
-        return;
-    }
-    let Some(dir) = provider_dir("wait_fd") else {
-        return;
-    };
-    let program = compile(
-        "cc",
-        "tests/fabric/wait_fd.c",
-        &dir,
+    run_c_check(
+        "wait_fd",
         &["-lfabric", "-lpthread"],
+        &[
+            &[("NICMSG_ENGINE", "thread")],
+            &[("NICMSG_ENGINE", "inline")],
+        ],
     );
-    for engine in ["thread", "inline"] {
-        let run = Command::new(&program)
-            .env("FI_PROVIDER_PATH", &dir)
-            .env("NICMSG_ENGINE", engine)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("wait_fd starts");
-        let output = finish(run, RUN_LIMIT, "wait_fd");
-        assert_success(&output, &format!("FI_WAIT_FD check ({engine})"));
-        let text = String::from_utf8_lossy(&output.stdout);
-        eprintln!("{engine}: {text}");
-        assert!(text.contains("wait_fd: ok"));
-    }
 }
 
 /// One fi_pingpong run: a server, then a client on loopback, on a port of their own.
@@ -300,18 +297,7 @@ fn the_provider_runs_over_ipv6() {
         pingpong(&dir, port, &["-m", "tagged"], &ipv6);
     }
     if installed("mpicc") && installed("mpirun") {
-        let program = compile("mpicc", "tests/mpi/mpi_check.c", &dir, &[]);
-        let run = on_nicmsg(&mut Command::new("mpirun"), &dir)
-            .args(["-x", "NICMSG_BIND_IP"])
-            .envs(ipv6)
-            .args(["--allow-run-as-root", "--oversubscribe", "-n", "4"])
-            .arg(&program)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("mpirun starts");
-        let output = finish(run, RUN_LIMIT, "mpirun mpi_check over IPv6");
-        assert_mpi_check_passed(&output, "mpirun -n 4 mpi_check on nicmsg over IPv6");
+        let output = run_mpi_check(&dir, &ipv6, "over IPv6");
         let stats = String::from_utf8_lossy(&output.stderr);
         assert!(
             stats.contains("nicmsg stats [::1]:"),
@@ -353,16 +339,30 @@ fn open_mpi_runs_the_mpi_check_on_four_ranks() {
     let Some(dir) = provider_dir("mpi") else {
         return;
     };
-    let program = compile("mpicc", "tests/mpi/mpi_check.c", &dir, &[]);
-    let run = on_nicmsg(&mut Command::new("mpirun"), &dir)
+    run_mpi_check(&dir, &[], "on loopback");
+}
+
+/// Compiles the project's MPI check and runs it under `mpirun -n 4` on the provider in `dir`,
+/// with `env` passed to every rank; asserts it passed. Returns mpirun's output.
+fn run_mpi_check(dir: &ProviderDir, env: &[(&str, &str)], what: &str) -> Output {
+    let program = compile("mpicc", "tests/mpi/mpi_check.c", dir, &[]);
+    let mut mpirun = Command::new("mpirun");
+    on_nicmsg(&mut mpirun, dir);
+    for (name, _) in env {
+        mpirun.args(["-x", name]);
+    }
+    let run = mpirun
+        .envs(env.iter().copied())
         .args(["--allow-run-as-root", "--oversubscribe", "-n", "4"])
         .arg(&program)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("mpirun starts");
-    let output = finish(run, RUN_LIMIT, "mpirun mpi_check");
-    assert_mpi_check_passed(&output, "mpirun -n 4 mpi_check on nicmsg");
+    let what = format!("mpirun -n 4 mpi_check on nicmsg {what}");
+    let output = finish(run, RUN_LIMIT, &what);
+    assert_mpi_check_passed(&output, &what);
+    output
 }
 
 /// Loss on the bridge between the namespaces: 5 %, the figure.

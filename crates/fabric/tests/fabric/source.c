@@ -6,47 +6,12 @@
  *
  *   cc -o source source.c -lfabric && FI_PROVIDER_PATH=DIR ./source
  */
-#include <rdma/fabric.h>
-#include <rdma/fi_cm.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
-#include <rdma/fi_errno.h>
+#define CHECK_NAME "source"
+#include "check.h"
 #include <rdma/fi_tagged.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CHECK(call)                                                                        \
-	do {                                                                               \
-		int check_ret_ = (int)(call);                                              \
-		if (check_ret_ < 0) {                                                      \
-			fprintf(stderr, "source: %s failed: %s\n", #call,                   \
-				fi_strerror(-check_ret_));                                 \
-			exit(1);                                                           \
-		}                                                                          \
-	} while (0)
-
-struct node {
-	struct fid_ep *ep;
-	struct fid_av *av;
-	struct fid_cq *cq;
-	char name[64];
-	size_t name_len;
-};
-
-static void open_node(struct fi_info *info, struct fid_domain *domain, struct node *n)
-{
-	struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
-	struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED};
-	CHECK(fi_av_open(domain, &av_attr, &n->av, NULL));
-	CHECK(fi_cq_open(domain, &cq_attr, &n->cq, NULL));
-	CHECK(fi_endpoint(domain, info, &n->ep, NULL));
-	CHECK(fi_ep_bind(n->ep, &n->av->fid, 0));
-	CHECK(fi_ep_bind(n->ep, &n->cq->fid, FI_TRANSMIT | FI_RECV));
-	CHECK(fi_enable(n->ep));
-	n->name_len = sizeof(n->name);
-	CHECK(fi_getname(&n->ep->fid, n->name, &n->name_len));
-}
 
 /* Reads one completion of `n`'s queue, with its source; progresses every node meanwhile. */
 static void read_one(struct node *nodes, int count, struct node *n,
@@ -72,18 +37,13 @@ static void read_one(struct node *nodes, int count, struct node *n,
 
 int main(void)
 {
-	struct fi_info *hints = fi_allocinfo(), *info;
-	hints->ep_attr->type = FI_EP_RDM;
-	hints->caps = FI_TAGGED | FI_SOURCE;
-	hints->fabric_attr->prov_name = strdup("nicmsg");
-	CHECK(fi_getinfo(FI_VERSION(1, 9), NULL, NULL, 0, hints, &info));
+	struct fi_info *info;
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
-	CHECK(fi_fabric(info->fabric_attr, &fabric, NULL));
-	CHECK(fi_domain(fabric, info, &domain, NULL));
+	open_domain(FI_TAGGED | FI_SOURCE, &info, &fabric, &domain);
 	struct node nodes[3]; /* receiver, known sender, unknown sender */
 	for (int i = 0; i < 3; i++)
-		open_node(info, domain, &nodes[i]);
+		open_node(info, domain, &nodes[i], FI_WAIT_NONE);
 	struct node *receiver = &nodes[0], *known = &nodes[1], *stranger = &nodes[2];
 	fi_addr_t known_at, receiver_at_known, receiver_at_stranger;
 	CHECK(fi_av_insert(receiver->av, stranger->name, 1, NULL, 0, NULL) - 1); /* index 0 */
@@ -119,7 +79,6 @@ int main(void)
 	fi_close(&domain->fid);
 	fi_close(&fabric->fid);
 	fi_freeinfo(info);
-	fi_freeinfo(hints);
 	printf("source: ok\n");
 	return 0;
 }

@@ -10,27 +10,14 @@
  */
 #include <poll.h>
 #include <pthread.h>
-#include <rdma/fabric.h>
-#include <rdma/fi_cm.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
-#include <rdma/fi_errno.h>
+#define CHECK_NAME "wait_fd"
+#include "check.h"
 #include <rdma/fi_tagged.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-#define CHECK(call)                                                                        \
-	do {                                                                               \
-		int check_ret_ = (int)(call);                                              \
-		if (check_ret_ < 0) {                                                      \
-			fprintf(stderr, "wait_fd: %s failed: %s\n", #call,                  \
-				fi_strerror(-check_ret_));                                 \
-			exit(1);                                                           \
-		}                                                                          \
-	} while (0)
 
 #define FAIL(...)                                                                          \
 	do {                                                                               \
@@ -43,14 +30,6 @@
 #define SEND_AFTER_MS 200
 #define WAKE_WITHIN_MS 1000
 
-struct node {
-	struct fid_ep *ep;
-	struct fid_av *av;
-	struct fid_cq *cq;
-	char name[64];
-	size_t name_len;
-};
-
 struct sender {
 	struct node *node;
 	fi_addr_t to;
@@ -61,21 +40,6 @@ static double now_ms(void)
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
-static void open_node(struct fi_info *info, struct fid_domain *domain, struct node *n,
-		      enum fi_wait_obj wait_obj)
-{
-	struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
-	struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = wait_obj};
-	CHECK(fi_av_open(domain, &av_attr, &n->av, NULL));
-	CHECK(fi_cq_open(domain, &cq_attr, &n->cq, NULL));
-	CHECK(fi_endpoint(domain, info, &n->ep, NULL));
-	CHECK(fi_ep_bind(n->ep, &n->av->fid, 0));
-	CHECK(fi_ep_bind(n->ep, &n->cq->fid, FI_TRANSMIT | FI_RECV));
-	CHECK(fi_enable(n->ep));
-	n->name_len = sizeof(n->name);
-	CHECK(fi_getname(&n->ep->fid, n->name, &n->name_len));
 }
 
 /* Sends "wake up" after SEND_AFTER_MS, then reads its queue until the send completes. */
@@ -116,15 +80,10 @@ static void settle(struct fid_fabric *fabric, struct node *n)
 
 int main(void)
 {
-	struct fi_info *hints = fi_allocinfo(), *info;
-	hints->ep_attr->type = FI_EP_RDM;
-	hints->caps = FI_TAGGED;
-	hints->fabric_attr->prov_name = strdup("nicmsg");
-	CHECK(fi_getinfo(FI_VERSION(1, 9), NULL, NULL, 0, hints, &info));
+	struct fi_info *info;
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
-	CHECK(fi_fabric(info->fabric_attr, &fabric, NULL));
-	CHECK(fi_domain(fabric, info, &domain, NULL));
+	open_domain(FI_TAGGED, &info, &fabric, &domain);
 	struct node receiver, sender;
 	open_node(info, domain, &receiver, FI_WAIT_FD);
 	open_node(info, domain, &sender, FI_WAIT_NONE);
@@ -185,7 +144,6 @@ int main(void)
 	fi_close(&domain->fid);
 	fi_close(&fabric->fid);
 	fi_freeinfo(info);
-	fi_freeinfo(hints);
 	printf("wait_fd: ok, woke %.1f ms after the send\n", waited - SEND_AFTER_MS);
 	return 0;
 }
