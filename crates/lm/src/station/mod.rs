@@ -249,12 +249,14 @@ impl<R: Regions> Station<R> {
             config.me,
             config.peers
         );
+        let largest_frame = header_len + config.geometry.frame_payload();
         assert!(
             config.ordinary_chunks == 0
-                || config.device_buffer_bytes as usize
-                    >= header_len + config.geometry.frame_payload(),
-            "ordinary chunks need device buffers that hold a whole frame: a frame spanning \
-             buffers could never take one, and the slots behind it would wait for ever"
+                || (config.device_buffer_bytes as usize >= largest_frame
+                    && config.chunk_capacity as usize >= largest_frame),
+            "ordinary chunks must take any frame, {largest_frame} B: a frame that fits none \
+             (longer than a chunk, or spanning device buffers) could never drain one, and the \
+             slots behind it would wait for ever"
         );
         let peers = config.peers as usize;
         let mut station = Self {

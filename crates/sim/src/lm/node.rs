@@ -133,8 +133,11 @@ impl Node {
         config.fill_slots = FILL_SLOTS;
         config.device_buffer_bytes = device_buffer_bytes;
         config.ordinary_chunks = ordinary_chunks;
-        // An ordinary chunk is one device buffer.
-        config.chunk_capacity = ORDINARY_CHUNK.min(device_buffer_bytes);
+        // An ordinary chunk is one device buffer, and takes any frame of the run's MTU: a
+        // chunk too small for the data frames would hold every slot behind it for good.
+        let largest_frame = (geometry.header_len() + geometry.frame_payload()) as u32;
+        let chunk = ORDINARY_CHUNK.max(largest_frame);
+        config.chunk_capacity = chunk.min(device_buffer_bytes);
         let regions = SimRegions {
             node: me,
             allocated: 0,
@@ -145,7 +148,7 @@ impl Node {
             alive: true,
             station: Station::new(config, regions),
             ring: VecDeque::new(),
-            chunks: vec![vec![0; ORDINARY_CHUNK as usize]; ordinary_chunks as usize],
+            chunks: vec![vec![0; chunk as usize]; ordinary_chunks as usize],
             received: BTreeMap::new(),
             outgoing: Vec::new(),
             out: Vec::new(),
