@@ -396,7 +396,7 @@ fn run_lm_sweep(cli: &Cli, seeds: &[u64]) -> ExitCode {
         }
     });
     println!(
-        "{} runs, {} violations, {:.1} s: {} transfers ({} placed, {} one-copy); frames: {} placed, {} copied ({} held for their slot, {} damaged landings); bytes of placed transfers: {} placed, {} copied, {} restored from shadows; {} admitted transfers on clean networks copied nothing",
+        "{} runs, {} violations, {:.1} s: {} transfers ({} placed, {} one-copy); frames: {} placed, {} copied ({} held for their slot, {} damaged landings, {} resends asked, {} frames resent); bytes of placed transfers: {} placed, {} copied, {} restored from shadows; {} admitted transfers on clean networks copied nothing",
         specs.len(),
         failures.len(),
         started.elapsed().as_secs_f64(),
@@ -407,6 +407,8 @@ fn run_lm_sweep(cli: &Cli, seeds: &[u64]) -> ExitCode {
         total.copied_frames,
         total.held_for_slot,
         total.damaged_landings,
+        total.resends_asked,
+        total.frames_resent,
         total.placed_bytes,
         total.copied_bytes_placed,
         total.restored_bytes,
