@@ -190,7 +190,8 @@ impl WorkloadKind {
                 "bursts beyond the eager credits, then a later tag and a barrier waited for first"
             }
             WorkloadKind::Trickle => {
-                "NetPIPE's stream: many short sends at once, received one at a time (credit waits)"
+                "NetPIPE's stream: a burst of short sends, then one by one, received one at a time \
+                 (credit waits)"
             }
             WorkloadKind::Programs => {
                 "PANIC: PDL programs loaded, run, messaged and unloaded on every engine (engine mode)"
