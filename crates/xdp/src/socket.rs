@@ -17,6 +17,9 @@ pub const CHUNK_BYTES: usize = 4096;
 pub const KERNEL_HEADROOM: usize = 256;
 /// Largest frame (Ethernet header included) a chunk holds after the kernel's headroom.
 pub const MAX_FRAME_BYTES: usize = CHUNK_BYTES - KERNEL_HEADROOM;
+/// Largest frame sent as a chain of descriptors on a socket bound with scatter-gather: a
+/// 9000-byte MTU's with its Ethernet header (three chunks).
+pub const MAX_CHAIN_BYTES: usize = 9000 + 14;
 /// Chunks for receiving and entries of the fill and rx rings (16 MiB): a rank that does not
 /// poll for a while (an inline engine while the application computes) keeps a 256-frame window
 /// from each of 16 senders before the kernel must drop, about what a UDP socket's 4 MiB buffer
@@ -428,8 +431,13 @@ impl XskSocket {
         );
         let pieces = len.div_ceil(CHUNK_BYTES).max(1) as u32;
         assert!(
-            pieces == 1 || self.scatter_gather(),
-            "a frame longer than a chunk on a socket without scatter-gather"
+            pieces == 1 || (self.scatter_gather() && len <= MAX_CHAIN_BYTES),
+            "a frame of {len} B on a socket {} scatter-gather",
+            if self.scatter_gather() {
+                "with"
+            } else {
+                "without"
+            }
         );
         if self.tx.free(pieces) < pieces {
             return false;
@@ -497,13 +505,26 @@ impl XskSocket {
 
     /// Whether one more frame can be queued now, a frame of the sending memory
     /// ([`queue_frame`](Self::queue_frame)) or one copied into a send chunk
-    /// ([`tx_chunk`](Self::tx_chunk)): the tx ring has a free entry and a send chunk is free.
-    /// Finished sends are reclaimed first.
+    /// ([`tx_chunk`](Self::tx_chunk)): the tx ring has room for the longest frame's
+    /// descriptors (three on a socket bound with scatter-gather, one otherwise) and a send chunk
+    /// is free. Finished sends are reclaimed first. Less room would make a long frame look
+    /// unfit for the ring, and its caller send it another way, ahead of frames on the ring.
     pub fn can_queue(&mut self) -> bool {
-        if self.free_tx.is_empty() || self.tx.free(1) == 0 {
+        let wanted = self.max_frame_descriptors();
+        if self.free_tx.is_empty() || self.tx.free(wanted) < wanted {
             self.reclaim_sent();
         }
-        !self.free_tx.is_empty() && self.tx.free(1) > 0
+        !self.free_tx.is_empty() && self.tx.free(wanted) >= wanted
+    }
+
+    /// Descriptors the longest frame takes on the tx ring: a jumbo frame's, at most
+    /// [`MAX_CHAIN_BYTES`], in chunks, where the socket is bound with scatter-gather.
+    fn max_frame_descriptors(&self) -> u32 {
+        if self.scatter_gather() {
+            MAX_CHAIN_BYTES.div_ceil(CHUNK_BYTES) as u32
+        } else {
+            1
+        }
     }
 
     /// Send chunks ([`tx_chunk`](Self::tx_chunk)) the kernel has not finished with, after

@@ -64,8 +64,8 @@ const KEPT_SOURCE_PORT: std::ops::Range<usize> = 34..36;
 const FIRST_RESOLVE_INTERVAL: Duration = Duration::from_millis(1);
 const LONGEST_RESOLVE_INTERVAL: Duration = Duration::from_millis(50);
 /// The longest link frame LM places: a 9000-byte MTU's (with its Ethernet header), three AF_XDP
-/// buffers.
-const MAX_PLACED_FRAME: usize = 9000 + ETHER_LEN;
+/// buffers, and the longest the transmit ring sends as a chain.
+const MAX_PLACED_FRAME: usize = crate::socket::MAX_CHAIN_BYTES;
 /// The longest sleep in [`LmSocket::wait`] while a finished send waits for the kernel to be
 /// done with its frames on the transmit ring (the completion ring wakes no one).
 const COMPLETION_WAIT: Duration = Duration::from_millis(1);
