@@ -165,9 +165,13 @@ impl FillQueue {
         }
     }
 
-    /// Slots that may still be posted.
+    /// Slots that may still be posted. A void run split by a shorter frame
+    /// ([`device_take`](Self::device_take)) counts as two slots but fills no more addresses,
+    /// so the queue may hold more slots than its capacity for a while; it takes no new one
+    /// until it is below it again (each slot posted is then at most one run of the longest
+    /// frame, and the device's addresses never overflow).
     pub fn free(&self) -> usize {
-        self.capacity - self.slots.len()
+        self.capacity.saturating_sub(self.slots.len())
     }
 
     /// Posts a slot behind the others. An ordinary chunk must be one device buffer.
@@ -176,7 +180,7 @@ impl FillQueue {
             !matches!(slot, Slot::Ordinary { .. }) || slot.addresses(self.buffer_bytes) == 1,
             "an ordinary chunk larger than a device buffer"
         );
-        if self.slots.len() == self.capacity {
+        if self.slots.len() >= self.capacity {
             return Err(FillError::Full);
         }
         self.slots.push_back(slot);
@@ -452,6 +456,26 @@ mod tests {
         assert_eq!(fill.slots_of(T), 3);
         assert_eq!(fill.engine_take(), Some(void(80, 0)));
         assert_eq!(fill.engine_take(), Some(void(20, 80)));
+    }
+
+    #[test]
+    fn a_split_in_a_full_queue_posts_nothing_more_until_it_drains() {
+        let mut fill = FillQueue::new(1, 40);
+        fill.open(T).unwrap();
+        fill.post(place(0)).unwrap();
+        fill.void(T, |_| 100);
+        fill.device_take(10);
+        assert_eq!(fill.free(), 0, "two slots in a queue of one");
+        assert_eq!(fill.post(place(1)), Err(FillError::Full));
+        fill.engine_take();
+        assert_eq!(
+            fill.steer(Arrival::Ordinary { len: 60 }),
+            Steer::Ring,
+            "the rest"
+        );
+        fill.device_take(60);
+        fill.engine_take();
+        assert_eq!(fill.free(), 1);
     }
 
     #[test]
