@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -169,8 +170,13 @@ struct nicmsg_cq {
 	struct fi_cq_err_entry last_error;
 	enum fi_wait_obj wait_obj;
 	/* FI_WAIT_FD: an epoll instance over the completion descriptors of the queue's
-	 * endpoints (readable when any is), what FI_GETWAIT gives; -1 otherwise. */
+	 * endpoints (readable when any is) and over `signal_fd`, what FI_GETWAIT gives; -1
+	 * otherwise. */
 	int wait_fd;
+	/* FI_WAIT_FD: an eventfd rung when another queue's progress moves an entry into this one
+	 * (an endpoint's send and receive queues may differ, and share its engine's descriptor,
+	 * which that progress may already have drained); -1 otherwise. */
+	int signal_fd;
 };
 
 struct nicmsg_ep {
@@ -711,10 +717,27 @@ static void cq_push(struct nicmsg_cq *cq, const struct nicmsg_ep *ep,
 	cq->count++;
 }
 
+/* Whether `cq` (if any) has no room for another entry. */
+static bool cq_full(const struct nicmsg_cq *cq)
+{
+	return cq && cq->count >= NICMSG_CQ_MAX;
+}
+
 static void cq_pop(struct nicmsg_cq *cq)
 {
 	cq->head = (cq->head + 1) % cq->capacity;
 	cq->count--;
+}
+
+/* Wakes an application sleeping on `cq`'s descriptor: progress of another queue moved an
+ * entry into it. */
+static void cq_signal_other(struct nicmsg_cq *cq)
+{
+	if (cq->signal_fd < 0)
+		return;
+	uint64_t one = 1;
+	ssize_t written = write(cq->signal_fd, &one, sizeof(one));
+	(void)written; /* a full counter is readable anyway */
 }
 
 /* Takes what the engines of the queue's endpoints finished, into the queues they are bound
@@ -735,8 +758,11 @@ static void cq_progress(struct nicmsg_cq *cq)
 			/* Successes only where wanted; errors of operations with a context always
 			 * (an inject has none, and libfabric reports nothing of it). */
 			bool reported = batch[i].wanted || (batch[i].err && batch[i].context);
-			if (to && reported)
+			if (to && reported) {
 				cq_push(to, ep, &batch[i]);
+				if (to != cq)
+					cq_signal_other(to);
+			}
 		}
 	}
 }
@@ -902,6 +928,8 @@ static int cq_close(struct fid *fid)
 		return -FI_EBUSY;
 	if (cq->wait_fd >= 0)
 		close(cq->wait_fd);
+	if (cq->signal_fd >= 0)
+		close(cq->signal_fd);
 	free(cq->entries);
 	free(cq);
 	return 0;
@@ -936,12 +964,22 @@ static int cq_trywait_locked(struct nicmsg_cq *cq)
 {
 	if (cq->wait_fd < 0)
 		return -FI_EINVAL;
+	uint64_t rung;
+	ssize_t drained = read(cq->signal_fd, &rung, sizeof(rung));
+	(void)drained; /* empty: EAGAIN */
 	uint32_t seen[NICMSG_CQ_EPS];
 	for (size_t e = 0; e < cq->ep_count; e++)
 		seen[e] = cq->eps[e]->engine ? nf_completion_count(cq->eps[e]->engine) : 0;
 	cq_progress(cq);
 	if (cq->count > 0)
 		return -FI_EAGAIN;
+	/* An endpoint whose other queue is full was not polled: what its engine finished may
+	 * be this queue's. The application reads that queue first. */
+	for (size_t e = 0; e < cq->ep_count; e++) {
+		struct nicmsg_ep *ep = cq->eps[e];
+		if (cq_full(ep->tx_cq) || cq_full(ep->rx_cq))
+			return -FI_EAGAIN;
+	}
 	for (size_t e = 0; e < cq->ep_count; e++)
 		if (cq->eps[e]->engine)
 			nf_arm(cq->eps[e]->engine);
@@ -981,9 +1019,17 @@ static int domain_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr,
 		return -FI_ENOMEM;
 	cq->wait_obj = wait_obj;
 	cq->wait_fd = -1;
+	cq->signal_fd = -1;
 	if (wait_obj == FI_WAIT_FD) {
 		cq->wait_fd = epoll_create1(EPOLL_CLOEXEC);
-		if (cq->wait_fd < 0) {
+		cq->signal_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		struct epoll_event event = {.events = EPOLLIN};
+		if (cq->wait_fd < 0 || cq->signal_fd < 0 ||
+		    epoll_ctl(cq->wait_fd, EPOLL_CTL_ADD, cq->signal_fd, &event)) {
+			if (cq->wait_fd >= 0)
+				close(cq->wait_fd);
+			if (cq->signal_fd >= 0)
+				close(cq->signal_fd);
 			free(cq);
 			return -FI_EMFILE;
 		}

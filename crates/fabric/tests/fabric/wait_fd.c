@@ -4,7 +4,10 @@
  * Two endpoints in one process on loopback: the receiver posts a tagged receive and sleeps;
  * a second thread sends to it 200 ms later. Checks that the descriptor stays quiet while
  * nothing completes, that the sleeper wakes within a second of the send, and that the
- * completion is there to read. Prints "wait_fd: ok" and exits 0, or says what failed.
+ * completion is there to read. Then an endpoint whose sends and receives complete to two
+ * queues of their own: its send completion, moved into the send queue by the receive queue's
+ * fi_trywait (which drains the engine's descriptor the two share), still makes the send
+ * queue's descriptor readable. Prints "wait_fd: ok" and exits 0, or says what failed.
  *
  *   cc -o wait_fd wait_fd.c -lfabric -lpthread && FI_PROVIDER_PATH=DIR ./wait_fd
  */
@@ -78,6 +81,59 @@ static void settle(struct fid_fabric *fabric, struct node *n)
 	FAIL("fi_trywait never let the application sleep");
 }
 
+/* The split endpoint's check: a send completion that the receive queue's fi_trywait moves
+ * into the send queue wakes the send queue's descriptor. */
+static void check_split_queues(struct fi_info *info, struct fid_fabric *fabric,
+			       struct fid_domain *domain, struct node *receiver)
+{
+	struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
+	struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_FD};
+	struct fid_av *av;
+	struct fid_cq *tx, *rx;
+	struct fid_ep *ep;
+	CHECK(fi_av_open(domain, &av_attr, &av, NULL));
+	CHECK(fi_cq_open(domain, &cq_attr, &tx, NULL));
+	CHECK(fi_cq_open(domain, &cq_attr, &rx, NULL));
+	CHECK(fi_endpoint(domain, info, &ep, NULL));
+	CHECK(fi_ep_bind(ep, &av->fid, 0));
+	CHECK(fi_ep_bind(ep, &tx->fid, FI_TRANSMIT));
+	CHECK(fi_ep_bind(ep, &rx->fid, FI_RECV));
+	CHECK(fi_enable(ep));
+	int tx_fd = -1;
+	CHECK(fi_control(&tx->fid, FI_GETWAIT, &tx_fd));
+	fi_addr_t to;
+	CHECK(fi_av_insert(av, receiver->name, 1, &to, 0, NULL) - 1);
+	char in[16] = {0};
+	CHECK(fi_trecv(receiver->ep, in, sizeof(in), NULL, FI_ADDR_UNSPEC, 6, 0, in));
+	struct fid *tx_only[] = {&tx->fid}, *rx_only[] = {&rx->fid};
+	if (fi_trywait(fabric, tx_only, 1))
+		FAIL("the idle send queue may not sleep");
+	static char message[] = "split";
+	CHECK(fi_tsend(ep, message, sizeof(message), NULL, to, 6, message));
+	for (long round = 0; round < 2000000; round++) {
+		/* The receive queue's look moves the send's completion into the send queue and
+		 * drains the engine's descriptor: only the send queue's own signal is left. */
+		int ready = fi_trywait(fabric, rx_only, 1);
+		if (ready && ready != -FI_EAGAIN)
+			FAIL("fi_trywait of the receive queue: %s", fi_strerror(-ready));
+		struct fi_cq_tagged_entry other;
+		fi_cq_read(receiver->cq, &other, 1); /* the receiver's progress */
+		struct pollfd wake = {.fd = tx_fd, .events = POLLIN};
+		if (poll(&wake, 1, 0) != 1)
+			continue;
+		struct fi_cq_tagged_entry entry;
+		ssize_t got = fi_cq_read(tx, &entry, 1);
+		if (got != 1 || entry.op_context != message)
+			FAIL("the send queue woke without the send's completion (%zd)", got);
+		fi_close(&ep->fid);
+		fi_close(&tx->fid);
+		fi_close(&rx->fid);
+		fi_close(&av->fid);
+		return;
+	}
+	FAIL("the send queue's descriptor never woke for its completion");
+}
+
 int main(void)
 {
 	struct fi_info *info;
@@ -134,6 +190,8 @@ int main(void)
 		     (unsigned long long)entry.tag, in);
 	if (waited > SEND_AFTER_MS + WAKE_WITHIN_MS)
 		FAIL("woke %.0f ms after the send", waited - SEND_AFTER_MS);
+
+	check_split_queues(info, fabric, domain, &receiver);
 
 	fi_close(&receiver.ep->fid);
 	fi_close(&sender.ep->fid);
