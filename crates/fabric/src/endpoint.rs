@@ -803,6 +803,19 @@ pub unsafe extern "C" fn nf_completion_fd(ep: *mut c_void) -> c_int {
     endpoint.endpoint.completion_fd().unwrap_or(-fi_errno::EIO)
 }
 
+/// Whether the endpoint's engine runs on a thread of its own (1), so completions come while
+/// the application sleeps; 0 inline (or for a null handle).
+///
+/// # Safety
+/// `ep` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn nf_progress_is_automatic(ep: *mut c_void) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { endpoint_mut(ep) }.map_or(0, |endpoint| {
+        c_int::from(endpoint.endpoint.engine_mode() == nicmsg::EngineMode::Thread)
+    })
+}
+
 /// How many completions the endpoint's engine has made (wrapping): read before looking for
 /// completions, compared after [`nf_arm`].
 ///

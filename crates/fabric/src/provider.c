@@ -18,9 +18,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <rdma/fabric.h>
@@ -107,6 +109,7 @@ size_t nf_poll(void *ep, struct nf_completion *out, size_t max);
 int nf_completion_fd(void *ep);
 uint32_t nf_completion_count(void *ep);
 void nf_arm(void *ep);
+int nf_progress_is_automatic(void *ep);
 
 static uint32_t address_format(void);
 
@@ -867,8 +870,39 @@ static ssize_t cq_readerr(struct fid_cq *fid, struct fi_cq_err_entry *buf, uint6
 	return LOCKED(cq_readerr_locked((struct nicmsg_cq *)fid, buf));
 }
 
-/* Waits by polling: the engine has no descriptor to sleep on that covers both its thread and
- * its inline mode. A negative timeout waits for ever. */
+static int cq_trywait_locked(struct nicmsg_cq *cq);
+
+/* How long fi_cq_sread polls before it sleeps: a reply a few microseconds away (a ping-pong)
+ * is taken at polling latency; sleeping at once cost an inline ping-pong 157 us a round trip
+ * (a 20 us nap is 70 us on this kernel's timer slack). */
+#define NICMSG_SREAD_SPIN_NS 50000L
+/* The longest single sleep on a queue's descriptor: a bound on a wake-up that never came. */
+#define NICMSG_SREAD_SLICE_MS 100
+
+/* Whether fi_cq_sread may sleep on the queue's descriptor: every endpoint's engine runs on a
+ * thread of its own, whose completions make the descriptor readable. An inline engine moves
+ * only inside calls (and on its standby thread, 50 us to 5 ms after the application left), so
+ * sread keeps polling it. */
+static bool cq_completions_come_by_themselves(const struct nicmsg_cq *cq)
+{
+	if (cq->wait_fd < 0 || cq->ep_count == 0)
+		return false;
+	for (size_t e = 0; e < cq->ep_count; e++)
+		if (!cq->eps[e]->engine || !nf_progress_is_automatic(cq->eps[e]->engine))
+			return false;
+	return true;
+}
+
+static long elapsed_ns(const struct timespec *since)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (now.tv_sec - since->tv_sec) * 1000000000L + (now.tv_nsec - since->tv_nsec);
+}
+
+/* fi_cq_sread: polls for NICMSG_SREAD_SPIN_NS, then sleeps on the queue's descriptor where the
+ * engines run on threads of their own (after fi_trywait's check), else naps between polls. A
+ * negative timeout waits for ever. */
 static ssize_t cq_wait_read(struct nicmsg_cq *cq, void *buf, size_t count, fi_addr_t *src_addr,
 			    int timeout)
 {
@@ -878,13 +912,23 @@ static ssize_t cq_wait_read(struct nicmsg_cq *cq, void *buf, size_t count, fi_ad
 		ssize_t got = LOCKED(cq_read_locked(cq, buf, count, src_addr));
 		if (got != -FI_EAGAIN)
 			return got;
-		if (timeout >= 0) {
-			struct timespec now;
-			clock_gettime(CLOCK_MONOTONIC, &now);
-			long elapsed_ms = (now.tv_sec - start.tv_sec) * 1000 +
-					  (now.tv_nsec - start.tv_nsec) / 1000000;
-			if (elapsed_ms >= timeout)
-				return -FI_EAGAIN;
+		long waited = elapsed_ns(&start);
+		if (timeout >= 0 && waited >= timeout * 1000000L)
+			return -FI_EAGAIN;
+		if (waited < NICMSG_SREAD_SPIN_NS)
+			continue;
+		if (LOCKED(cq_completions_come_by_themselves(cq))) {
+			int ready = LOCKED(cq_trywait_locked(cq));
+			if (ready == -FI_EAGAIN)
+				continue;
+			if (ready == 0) {
+				long left_ms = timeout >= 0 ? timeout - waited / 1000000L : NICMSG_SREAD_SLICE_MS;
+				int slice = left_ms < NICMSG_SREAD_SLICE_MS ? (int)left_ms + 1
+									    : NICMSG_SREAD_SLICE_MS;
+				struct pollfd wake = {.fd = cq->wait_fd, .events = POLLIN};
+				poll(&wake, 1, slice);
+				continue;
+			}
 		}
 		struct timespec nap = {.tv_sec = 0, .tv_nsec = 20000};
 		nanosleep(&nap, NULL);
@@ -942,7 +986,7 @@ static int cq_control(struct fid *fid, int command, void *arg)
 	struct nicmsg_cq *cq = (struct nicmsg_cq *)fid;
 	switch (command) {
 	case FI_GETWAIT:
-		if (cq->wait_fd < 0)
+		if (cq->wait_obj != FI_WAIT_FD)
 			return -FI_ENODATA;
 		*(int *)arg = cq->wait_fd;
 		return 0;
@@ -1020,7 +1064,9 @@ static int domain_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr,
 	cq->wait_obj = wait_obj;
 	cq->wait_fd = -1;
 	cq->signal_fd = -1;
-	if (wait_obj == FI_WAIT_FD) {
+	/* Every queue with a wait object has the descriptor, sread sleeps on it too; only
+	 * FI_WAIT_FD hands it out (FI_GETWAIT). */
+	if (wait_obj != FI_WAIT_NONE) {
 		cq->wait_fd = epoll_create1(EPOLL_CLOEXEC);
 		cq->signal_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 		struct epoll_event event = {.events = EPOLLIN};

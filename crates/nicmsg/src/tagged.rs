@@ -189,6 +189,13 @@ impl TaggedEndpoint {
         self.comm.completion_fd()
     }
 
+    /// Where the engine runs: on a thread of its own (completions come while the caller
+    /// sleeps), or inline (only inside calls, and the standby's turns once the caller has been
+    /// away).
+    pub fn engine_mode(&self) -> crate::EngineMode {
+        self.comm.engine_mode()
+    }
+
     /// How many completions the engine has made (wrapping).
     pub fn completion_count(&self) -> u32 {
         self.comm.completion_count()

@@ -7,11 +7,14 @@
  * completion is there to read. Then an endpoint whose sends and receives complete to two
  * queues of their own: its send completion, moved into the send queue by the receive queue's
  * fi_trywait (which drains the engine's descriptor the two share), still makes the send
- * queue's descriptor readable. Prints "wait_fd: ok" and exits 0, or says what failed.
+ * queue's descriptor readable. Last, fi_cq_sread: it times out with nothing to read, and
+ * returns a completion that comes while it sleeps. Prints "wait_fd: ok" and exits 0, or says
+ * what failed.
  *
  *   cc -o wait_fd wait_fd.c -lfabric -lpthread && FI_PROVIDER_PATH=DIR ./wait_fd
  */
 #include <poll.h>
+#include <stdbool.h>
 #include <pthread.h>
 #define CHECK_NAME "wait_fd"
 #include "check.h"
@@ -110,6 +113,7 @@ static void check_split_queues(struct fi_info *info, struct fid_fabric *fabric,
 		FAIL("the idle send queue may not sleep");
 	static char message[] = "split";
 	CHECK(fi_tsend(ep, message, sizeof(message), NULL, to, 6, message));
+	bool received = false;
 	for (long round = 0; round < 2000000; round++) {
 		/* The receive queue's look moves the send's completion into the send queue and
 		 * drains the engine's descriptor: only the send queue's own signal is left. */
@@ -117,7 +121,8 @@ static void check_split_queues(struct fi_info *info, struct fid_fabric *fabric,
 		if (ready && ready != -FI_EAGAIN)
 			FAIL("fi_trywait of the receive queue: %s", fi_strerror(-ready));
 		struct fi_cq_tagged_entry other;
-		fi_cq_read(receiver->cq, &other, 1); /* the receiver's progress */
+		if (fi_cq_read(receiver->cq, &other, 1) == 1) /* the receiver's progress */
+			received = true;
 		struct pollfd wake = {.fd = tx_fd, .events = POLLIN};
 		if (poll(&wake, 1, 0) != 1)
 			continue;
@@ -125,6 +130,9 @@ static void check_split_queues(struct fi_info *info, struct fid_fabric *fabric,
 		ssize_t got = fi_cq_read(tx, &entry, 1);
 		if (got != 1 || entry.op_context != message)
 			FAIL("the send queue woke without the send's completion (%zd)", got);
+		/* The receiver's completion, unless the loop above read it already. */
+		while (!received)
+			received = fi_cq_read(receiver->cq, &other, 1) == 1;
 		fi_close(&ep->fid);
 		fi_close(&tx->fid);
 		fi_close(&rx->fid);
@@ -132,6 +140,25 @@ static void check_split_queues(struct fi_info *info, struct fid_fabric *fabric,
 		return;
 	}
 	FAIL("the send queue's descriptor never woke for its completion");
+}
+
+/* fi_cq_sread times out with nothing coming, and returns the completion of a message sent
+ * while it sleeps. */
+static void check_sread(struct node *receiver, struct node *sender, fi_addr_t to_receiver)
+{
+	struct fi_cq_tagged_entry entry;
+	ssize_t got = fi_cq_sread(receiver->cq, &entry, 1, NULL, 50);
+	if (got != -FI_EAGAIN)
+		FAIL("fi_cq_sread with nothing to read gave %zd, not -FI_EAGAIN", got);
+	char in[16] = {0};
+	CHECK(fi_trecv(receiver->ep, in, sizeof(in), NULL, FI_ADDR_UNSPEC, 5, 0, in));
+	struct sender s = {.node = sender, .to = to_receiver};
+	pthread_t thread;
+	pthread_create(&thread, NULL, send_later, &s);
+	got = fi_cq_sread(receiver->cq, &entry, 1, NULL, SEND_AFTER_MS + 10 * WAKE_WITHIN_MS);
+	pthread_join(thread, NULL);
+	if (got != 1 || entry.op_context != in || strcmp(in, "wake up"))
+		FAIL("fi_cq_sread gave %zd for a message sent while it slept", got);
 }
 
 int main(void)
@@ -192,6 +219,7 @@ int main(void)
 		FAIL("woke %.0f ms after the send", waited - SEND_AFTER_MS);
 
 	check_split_queues(info, fabric, domain, &receiver);
+	check_sread(&receiver, &sender, to_receiver);
 
 	fi_close(&receiver.ep->fid);
 	fi_close(&sender.ep->fid);
