@@ -178,8 +178,10 @@ struct nicmsg_cq {
 	int wait_fd;
 	/* FI_WAIT_FD: an eventfd rung when another queue's progress moves an entry into this one
 	 * (an endpoint's send and receive queues may differ, and share its engine's descriptor,
-	 * which that progress may already have drained); -1 otherwise. */
+	 * which that progress may already have drained), and by fi_cq_signal; -1 otherwise. */
 	int signal_fd;
+	/* fi_cq_signal was called: the next fi_cq_sread that finds nothing returns. */
+	bool signaled;
 };
 
 struct nicmsg_ep {
@@ -720,12 +722,6 @@ static void cq_push(struct nicmsg_cq *cq, const struct nicmsg_ep *ep,
 	cq->count++;
 }
 
-/* Whether `cq` (if any) has no room for another entry. */
-static bool cq_full(const struct nicmsg_cq *cq)
-{
-	return cq && cq->count >= NICMSG_CQ_MAX;
-}
-
 static void cq_pop(struct nicmsg_cq *cq)
 {
 	cq->head = (cq->head + 1) % cq->capacity;
@@ -744,10 +740,13 @@ static void cq_signal_other(struct nicmsg_cq *cq)
 }
 
 /* Takes what the engines of the queue's endpoints finished, into the queues they are bound
- * to (an endpoint may send to one queue and receive to another). */
-static void cq_progress(struct nicmsg_cq *cq)
+ * to (an endpoint may send to one queue and receive to another). Returns whether an engine
+ * may hold more: a poll that filled the room it was given (a batch, or what the queues had
+ * left) stopped before the engine ran out. */
+static bool cq_progress(struct nicmsg_cq *cq)
 {
 	struct nf_completion batch[NICMSG_POLL_BATCH];
+	bool cut_short = false;
 	for (size_t e = 0; e < cq->ep_count; e++) {
 		struct nicmsg_ep *ep = cq->eps[e];
 		if (!ep->engine)
@@ -756,6 +755,7 @@ static void cq_progress(struct nicmsg_cq *cq)
 		 * application reads, so no completion is ever dropped. */
 		size_t room = cq_room(ep->rx_cq, cq_room(ep->tx_cq, NICMSG_POLL_BATCH));
 		size_t n = nf_poll(ep->engine, batch, room);
+		cut_short |= n == room;
 		for (size_t i = 0; i < n; i++) {
 			struct nicmsg_cq *to = batch[i].is_send ? ep->tx_cq : ep->rx_cq;
 			/* Successes only where wanted; errors of operations with a context always
@@ -768,6 +768,7 @@ static void cq_progress(struct nicmsg_cq *cq)
 			}
 		}
 	}
+	return cut_short;
 }
 
 static uint64_t completion_flags(const struct nf_completion *c)
@@ -872,6 +873,14 @@ static ssize_t cq_readerr(struct fid_cq *fid, struct fi_cq_err_entry *buf, uint6
 
 static int cq_trywait_locked(struct nicmsg_cq *cq);
 
+/* Takes a pending fi_cq_signal: true once per signal. */
+static bool cq_take_signal(struct nicmsg_cq *cq)
+{
+	bool signaled = cq->signaled;
+	cq->signaled = false;
+	return signaled;
+}
+
 /* How long fi_cq_sread polls before it sleeps: a reply a few microseconds away (a ping-pong)
  * is taken at polling latency; sleeping at once cost an inline ping-pong 157 us a round trip
  * (a 20 us nap is 70 us on this kernel's timer slack). */
@@ -912,6 +921,8 @@ static ssize_t cq_wait_read(struct nicmsg_cq *cq, void *buf, size_t count, fi_ad
 		ssize_t got = LOCKED(cq_read_locked(cq, buf, count, src_addr));
 		if (got != -FI_EAGAIN)
 			return got;
+		if (LOCKED(cq_take_signal(cq)))
+			return -FI_EAGAIN; /* fi_cq_signal */
 		long waited = elapsed_ns(&start);
 		if (timeout >= 0 && waited >= timeout * 1000000L)
 			return -FI_EAGAIN;
@@ -919,7 +930,9 @@ static ssize_t cq_wait_read(struct nicmsg_cq *cq, void *buf, size_t count, fi_ad
 			continue;
 		if (LOCKED(cq_completions_come_by_themselves(cq))) {
 			int ready = LOCKED(cq_trywait_locked(cq));
-			if (ready == -FI_EAGAIN)
+			/* Entries to read: read them. Otherwise (another queue of an endpoint
+			 * must be read first) nap below rather than spin on the lock. */
+			if (ready == -FI_EAGAIN && LOCKED(cq->count) > 0)
 				continue;
 			if (ready == 0) {
 				long left_ms = timeout >= 0 ? timeout - waited / 1000000L : NICMSG_SREAD_SLICE_MS;
@@ -949,10 +962,22 @@ static ssize_t cq_sreadfrom(struct fid_cq *fid, void *buf, size_t count, fi_addr
 	return cq_wait_read((struct nicmsg_cq *)fid, buf, count, src_addr, timeout);
 }
 
+/* fi_cq_signal: a thread waiting in fi_cq_sread returns (-FI_EAGAIN), the next to call it if
+ * none waits. */
+static int cq_signal_locked(struct nicmsg_cq *cq)
+{
+	cq->signaled = true;
+	if (cq->signal_fd >= 0) {
+		uint64_t one = 1;
+		ssize_t written = write(cq->signal_fd, &one, sizeof(one));
+		(void)written;
+	}
+	return 0;
+}
+
 static int cq_signal(struct fid_cq *fid)
 {
-	(void)fid;
-	return 0;
+	return LOCKED(cq_signal_locked((struct nicmsg_cq *)fid));
 }
 
 static const char *cq_strerror(struct fid_cq *fid, int prov_errno, const void *err_data,
@@ -1014,16 +1039,10 @@ static int cq_trywait_locked(struct nicmsg_cq *cq)
 	uint32_t seen[NICMSG_CQ_EPS];
 	for (size_t e = 0; e < cq->ep_count; e++)
 		seen[e] = cq->eps[e]->engine ? nf_completion_count(cq->eps[e]->engine) : 0;
-	cq_progress(cq);
-	if (cq->count > 0)
+	/* A poll cut short (a full batch, or queues with little room left) may have left this
+	 * queue's completions in the engine, counted before `seen`: look again first. */
+	if (cq_progress(cq) || cq->count > 0)
 		return -FI_EAGAIN;
-	/* An endpoint whose other queue is full was not polled: what its engine finished may
-	 * be this queue's. The application reads that queue first. */
-	for (size_t e = 0; e < cq->ep_count; e++) {
-		struct nicmsg_ep *ep = cq->eps[e];
-		if (cq_full(ep->tx_cq) || cq_full(ep->rx_cq))
-			return -FI_EAGAIN;
-	}
 	for (size_t e = 0; e < cq->ep_count; e++)
 		if (cq->eps[e]->engine)
 			nf_arm(cq->eps[e]->engine);
@@ -1136,6 +1155,10 @@ static int ep_bind_locked(struct nicmsg_ep *ep, struct fid *bfid, uint64_t flags
 	case FI_CLASS_CQ: {
 		struct nicmsg_cq *cq = (struct nicmsg_cq *)bfid;
 		if (!(flags & (FI_TRANSMIT | FI_RECV)))
+			return -FI_EINVAL;
+		/* One queue a direction: rebinding would leave the old queue holding the endpoint. */
+		if (((flags & FI_TRANSMIT) && ep->tx_cq && ep->tx_cq != cq) ||
+		    ((flags & FI_RECV) && ep->rx_cq && ep->rx_cq != cq))
 			return -FI_EINVAL;
 		int attached = cq_attach(cq, ep);
 		if (attached)

@@ -7,9 +7,11 @@
  * completion is there to read. Then an endpoint whose sends and receives complete to two
  * queues of their own: its send completion, moved into the send queue by the receive queue's
  * fi_trywait (which drains the engine's descriptor the two share), still makes the send
- * queue's descriptor readable. Last, fi_cq_sread: it times out with nothing to read, and
- * returns a completion that comes while it sleeps. Prints "wait_fd: ok" and exits 0, or says
- * what failed.
+ * queue's descriptor readable. Then a receive completion behind hundreds of unreported inject
+ * completions is not slept over. Last, fi_cq_sread: it times out with nothing to read, returns
+ * a completion that comes while it sleeps, and returns when another thread calls
+ * fi_cq_signal; and a second queue bound for the same direction is refused. Prints
+ * "wait_fd: ok" and exits 0, or says what failed.
  *
  *   cc -o wait_fd wait_fd.c -lfabric -lpthread && FI_PROVIDER_PATH=DIR ./wait_fd
  */
@@ -142,6 +144,68 @@ static void check_split_queues(struct fi_info *info, struct fid_fabric *fabric,
 	FAIL("the send queue's descriptor never woke for its completion");
 }
 
+/* A receive completion behind many unreported ones (injects, reported by nothing): fi_trywait
+ * must not let the application sleep while the engine still holds it. */
+static void check_behind_injects(struct fid_fabric *fabric, struct node *sender,
+				 fi_addr_t to_receiver, struct node *receiver, fi_addr_t to_sender)
+{
+	enum { INJECTS = 300 };
+	char in[16] = {0};
+	static char ping[] = "ping", reply[] = "after";
+	CHECK(fi_trecv(sender->ep, in, sizeof(in), NULL, FI_ADDR_UNSPEC, 8, 0, in));
+	for (int i = 0; i < INJECTS; i++) {
+		ssize_t sent;
+		while ((sent = fi_tinject(sender->ep, ping, sizeof(ping), to_receiver, 9)) ==
+		       -FI_EAGAIN) {
+			struct fi_cq_tagged_entry none;
+			fi_cq_read(sender->cq, &none, 1);
+		}
+		CHECK(sent);
+	}
+	char drop[16];
+	for (int i = 0; i < INJECTS; i++) {
+		CHECK(fi_trecv(receiver->ep, drop, sizeof(drop), NULL, FI_ADDR_UNSPEC, 9, 0, NULL));
+		struct fi_cq_tagged_entry got;
+		while (fi_cq_read(receiver->cq, &got, 1) != 1)
+			;
+	}
+	CHECK(fi_tsend(receiver->ep, reply, sizeof(reply), NULL, to_sender, 8, reply));
+	usleep(200 * 1000); /* every engine has finished */
+	int fd = -1;
+	CHECK(fi_control(&sender->cq->fid, FI_GETWAIT, &fd));
+	struct fid *fids[] = {&sender->cq->fid};
+	for (int round = 0; round < 10000; round++) {
+		struct fi_cq_tagged_entry entry;
+		struct fi_cq_tagged_entry other;
+		fi_cq_read(receiver->cq, &other, 1); /* the reply's completion */
+		if (fi_cq_read(sender->cq, &entry, 1) == 1) {
+			if (entry.op_context != in || strcmp(in, "after"))
+				FAIL("the wrong completion behind the injects");
+			return;
+		}
+		if (fi_trywait(fabric, fids, 1) != 0)
+			continue;
+		struct pollfd wake = {.fd = fd, .events = POLLIN};
+		if (poll(&wake, 1, 2000) != 0)
+			continue;
+		/* Slept the whole time: the completion must not have been there all along (each
+		 * read takes a batch of what the engine holds). */
+		for (int read = 0; read < 2 * INJECTS; read++)
+			if (fi_cq_read(sender->cq, &entry, 1) == 1)
+				FAIL("fi_trywait let the application sleep over a completion in the "
+				     "engine");
+	}
+	FAIL("the receive behind the injects never completed");
+}
+
+/* fi_cq_sread returns when another thread calls fi_cq_signal. */
+static void *signal_later(void *arg)
+{
+	usleep(100 * 1000);
+	CHECK(fi_cq_signal((struct fid_cq *)arg));
+	return NULL;
+}
+
 /* fi_cq_sread times out with nothing coming, and returns the completion of a message sent
  * while it sleeps. */
 static void check_sread(struct node *receiver, struct node *sender, fi_addr_t to_receiver)
@@ -159,6 +223,11 @@ static void check_sread(struct node *receiver, struct node *sender, fi_addr_t to
 	pthread_join(thread, NULL);
 	if (got != 1 || entry.op_context != in || strcmp(in, "wake up"))
 		FAIL("fi_cq_sread gave %zd for a message sent while it slept", got);
+	pthread_create(&thread, NULL, signal_later, receiver->cq);
+	got = fi_cq_sread(receiver->cq, &entry, 1, NULL, -1);
+	pthread_join(thread, NULL);
+	if (got != -FI_EAGAIN)
+		FAIL("fi_cq_sread gave %zd after fi_cq_signal, not -FI_EAGAIN", got);
 }
 
 int main(void)
@@ -219,7 +288,24 @@ int main(void)
 		FAIL("woke %.0f ms after the send", waited - SEND_AFTER_MS);
 
 	check_split_queues(info, fabric, domain, &receiver);
+	fi_addr_t to_sender;
+	CHECK(fi_av_insert(receiver.av, sender.name, 1, &to_sender, 0, NULL) - 1);
+	struct node fd_sender;
+	open_node(info, domain, &fd_sender, FI_WAIT_FD);
+	fi_addr_t fd_to_receiver, receiver_to_fd;
+	CHECK(fi_av_insert(fd_sender.av, receiver.name, 1, &fd_to_receiver, 0, NULL) - 1);
+	CHECK(fi_av_insert(receiver.av, fd_sender.name, 1, &receiver_to_fd, 0, NULL) - 1);
+	check_behind_injects(fabric, &fd_sender, fd_to_receiver, &receiver, receiver_to_fd);
 	check_sread(&receiver, &sender, to_receiver);
+	struct fid_cq *second;
+	struct fi_cq_attr attr = {.format = FI_CQ_FORMAT_TAGGED};
+	CHECK(fi_cq_open(domain, &attr, &second, NULL));
+	if (fi_ep_bind(receiver.ep, &second->fid, FI_TRANSMIT) != -FI_EINVAL)
+		FAIL("a second send queue for one endpoint is not refused");
+	fi_close(&second->fid);
+	fi_close(&fd_sender.ep->fid);
+	fi_close(&fd_sender.cq->fid);
+	fi_close(&fd_sender.av->fid);
 
 	fi_close(&receiver.ep->fid);
 	fi_close(&sender.ep->fid);
