@@ -15,14 +15,20 @@ use std::ffi::OsStr;
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 /// How long one program of a test may run before it counts as hung.
 const RUN_LIMIT: Duration = Duration::from_secs(180);
 
+/// Held by each test while it runs: the tests of this file run one at a time. Side by side on
+/// two cores, three `mpirun`s and two `fi_pingpong` pairs slowed a `fi_pingpong` server past
+/// the half second its client waits before connecting (one failure in a workspace run).
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 /// A directory holding the provider under the name libfabric looks for (and what a test
-/// compiles), removed when the test ends, also when it fails.
-struct ProviderDir(PathBuf);
+/// compiles), removed when the test ends, also when it fails; and the test's turn.
+struct ProviderDir(PathBuf, #[allow(dead_code)] MutexGuard<'static, ()>);
 
 impl Deref for ProviderDir {
     type Target = Path;
@@ -62,7 +68,10 @@ fn provider_dir(test: &str) -> Option<ProviderDir> {
         .unwrap_or_else(|| panic!("libnicmsg_fi.so is not built beside {}", deps.display()));
     let dir = std::env::temp_dir().join(format!("nicmsg-fi-{}-{test}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("provider directory");
-    let dir = ProviderDir(dir);
+    let turn = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let dir = ProviderDir(dir, turn);
     std::fs::copy(&built, dir.join("libnicmsg-fi.so")).expect("copy the provider");
     let listed = Command::new("fi_info")
         .args(["-p", "nicmsg"])
@@ -210,6 +219,16 @@ fn a_completion_wakes_an_application_sleeping_on_the_queue_descriptor() {
     );
 }
 
+/// A TCP port of loopback nobody holds now, for fi_pingpong's own connection: a fixed one
+/// could be taken, and the tests run beside each other (mpirun's connections, the other
+/// fi_pingpong) pick theirs from the same ephemeral range.
+fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("a free TCP port")
+}
+
 /// One fi_pingpong run: a server, then a client on loopback, on a port of their own.
 fn pingpong(dir: &Path, port: u16, extra: &[&str], env: &[(&str, &str)]) {
     let mut args = vec!["-p", "nicmsg", "-e", "rdm", "-c", "-I", "200"];
@@ -256,10 +275,9 @@ fn fi_pingpong_runs_untagged_and_tagged() {
     let Some(dir) = provider_dir("pingpong") else {
         return;
     };
-    // Ports of this test's own (fi_pingpong's default, 47592, may be taken).
-    let base = 47600 + (std::process::id() % 200) as u16 * 2;
-    pingpong(&dir, base, &[], &[]);
-    pingpong(&dir, base + 1, &["-m", "tagged"], &[]);
+    // A port of each run's own (fi_pingpong's default, 47592, may be taken).
+    pingpong(&dir, free_tcp_port(), &[], &[]);
+    pingpong(&dir, free_tcp_port(), &["-m", "tagged"], &[]);
 }
 
 /// Whether this host has an IPv6 loopback to bind (a container may have IPv6 turned off).
@@ -293,8 +311,7 @@ fn the_provider_runs_over_ipv6() {
         );
     }
     if installed("fi_pingpong") {
-        let port = 47000 + (std::process::id() % 200) as u16;
-        pingpong(&dir, port, &["-m", "tagged"], &ipv6);
+        pingpong(&dir, free_tcp_port(), &["-m", "tagged"], &ipv6);
     }
     if installed("mpicc") && installed("mpirun") {
         let output = run_mpi_check(&dir, &ipv6, "over IPv6");
