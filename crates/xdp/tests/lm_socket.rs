@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use common::{address_of, enter, Pair};
 use nicmsg_lm::station::{Event, Received};
-use nicmsg_xdp::{LmSocket, LmSocketConfig, LmSocketStats};
+use nicmsg_xdp::{LmSocket, LmSocketConfig, LmSocketStats, HEADERS_LEN, MAX_FRAME_BYTES};
 
 const JOB: u32 = 0x4c4d;
 const LARGEST: usize = 64 << 20;
@@ -100,7 +100,32 @@ fn jumbo_frames_are_placed_across_buffers_under_5_percent_loss() {
     run("nmjl", 5, MTU_9000);
 }
 
+/// Whether the running kernel is at least `major.minor` (from `uname`'s release).
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    // SAFETY: an all-zero utsname is valid; uname fills it.
+    let mut name: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `name` is a valid utsname to write.
+    if unsafe { libc::uname(&mut name) } != 0 {
+        return false;
+    }
+    // SAFETY: uname wrote a NUL-terminated release string.
+    let release = unsafe { std::ffi::CStr::from_ptr(name.release.as_ptr()) };
+    let mut parts = release
+        .to_string_lossy()
+        .split(['.', '-'])
+        .map(|part| part.parse::<u32>().unwrap_or(0))
+        .collect::<Vec<_>>()
+        .into_iter();
+    let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    found >= (major, minor)
+}
+
 fn run(prefix: &str, loss_percent: u32, link: Link) {
+    let spans_buffers = HEADERS_LEN + link.udp_payload > MAX_FRAME_BYTES;
+    if spans_buffers && !kernel_at_least(6, 6) {
+        eprintln!("skipped: frames longer than an AF_XDP chunk need XDP_USE_SG (kernel 6.6)");
+        return;
+    }
     let Some(pair) = Pair::create_bridged(prefix) else {
         return;
     };
