@@ -10,12 +10,13 @@
 
 use std::ffi::{c_char, c_int, c_void};
 use std::mem::MaybeUninit;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use nicmsg::tagged::{Delivery, Space, TaggedEndpoint};
 use nicmsg::{Error, Options, Request};
 use nicmsg_proto::{Claim, TagMatch, MAX_SEGMENTS};
+use nicmsg_udp::{RawAddr, RAW_ADDR_LEN};
 
 /// libfabric's error codes used here (`rdma/fi_errno.h`; the first ones are errno's).
 mod fi_errno {
@@ -60,14 +61,9 @@ const PROVIDER_EAGER_LIMIT: u64 = 256 << 10;
 /// The largest message: the protocol's largest (`nicmsg::dgram::MAX_DATAGRAM_BYTES`).
 const MAX_MESSAGE_BYTES: usize = nicmsg::dgram::MAX_DATAGRAM_BYTES;
 
-/// A socket address as `union nf_addr` in `provider.c`: IPv4 or IPv6 by its family (the first
-/// field of either).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub union NfAddr {
-    v4: libc::sockaddr_in,
-    v6: libc::sockaddr_in6,
-}
+/// A socket address as `union nf_addr` in `provider.c`: IPv4 or IPv6 by its family (the UDP
+/// transport's own layout of it).
+pub type NfAddr = RawAddr;
 
 /// A finished operation, laid out as `struct nf_completion` in `provider.c`.
 #[repr(C)]
@@ -261,29 +257,11 @@ fn completion(pending: &Pending, result: Result<(), Error>, delivery: &Delivery)
     }
 }
 
+/// `address` as the C half holds it, as is (no family mapping); all zeroes for none.
 fn socket_address(address: Option<SocketAddr>) -> NfAddr {
-    // SAFETY: both members are plain old data; all zeroes is a valid (unspecified) value.
-    let mut out: NfAddr = unsafe { std::mem::zeroed() };
-    match address {
-        Some(SocketAddr::V4(v4)) => {
-            // SAFETY: writing plain data into a zeroed union member.
-            let a = unsafe { &mut out.v4 };
-            a.sin_family = libc::AF_INET as libc::sa_family_t;
-            a.sin_port = v4.port().to_be();
-            a.sin_addr.s_addr = u32::from(*v4.ip()).to_be();
-        }
-        Some(SocketAddr::V6(v6)) => {
-            // SAFETY: as above.
-            let a = unsafe { &mut out.v6 };
-            a.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            a.sin6_port = v6.port().to_be();
-            a.sin6_flowinfo = v6.flowinfo();
-            a.sin6_addr.s6_addr = v6.ip().octets();
-            a.sin6_scope_id = v6.scope_id();
-        }
-        None => {}
-    }
-    out
+    address.map_or_else(RawAddr::zeroed, |address| {
+        RawAddr::from_socket_addr(address, address.is_ipv6()).0
+    })
 }
 
 /// The address in a `union nf_addr`, or `None` for a null pointer or a family other than
@@ -293,32 +271,7 @@ fn socket_address(address: Option<SocketAddr>) -> NfAddr {
 /// `address` is null or points to a `union nf_addr`.
 unsafe fn address_of(address: *const NfAddr) -> Option<SocketAddr> {
     // SAFETY: the caller's contract.
-    let address = unsafe { address.as_ref() }?;
-    // SAFETY: the family is the first field of both members, and every bit pattern of the
-    // union's bytes is a valid value of either (plain integers).
-    let family = i32::from(unsafe { address.v4.sin_family });
-    match family {
-        libc::AF_INET => {
-            // SAFETY: as above.
-            let a = unsafe { &address.v4 };
-            let ip = Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
-            Some(SocketAddr::V4(SocketAddrV4::new(
-                ip,
-                u16::from_be(a.sin_port),
-            )))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: as above.
-            let a = unsafe { &address.v6 };
-            Some(SocketAddr::V6(SocketAddrV6::new(
-                Ipv6Addr::from(a.sin6_addr.s6_addr),
-                u16::from_be(a.sin6_port),
-                a.sin6_flowinfo,
-                a.sin6_scope_id,
-            )))
-        }
-        _ => None,
-    }
+    unsafe { address.as_ref() }?.socket_addr(RAW_ADDR_LEN)
 }
 
 /// The iovecs of an operation, checked: at most [`MAX_SEGMENTS`] pieces (the engine's

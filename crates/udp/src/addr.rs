@@ -5,19 +5,20 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 /// Room for a `sockaddr_in` or a `sockaddr_in6`: what a UDP socket sends to or receives from.
 /// 28 bytes instead of the 128 of `sockaddr_storage`, which keeps the peer table and the
-/// receive slots small.
+/// receive slots small. Also the address the libfabric provider passes between its C and Rust
+/// halves (`union nf_addr`).
 #[derive(Clone, Copy)]
 #[repr(C)]
-pub(crate) union RawAddr {
+pub union RawAddr {
     v4: libc::sockaddr_in,
     v6: libc::sockaddr_in6,
 }
 
 /// Size the kernel may write as a source address into one [`RawAddr`].
-pub(crate) const RAW_ADDR_LEN: libc::socklen_t = mem::size_of::<RawAddr>() as libc::socklen_t;
+pub const RAW_ADDR_LEN: libc::socklen_t = mem::size_of::<RawAddr>() as libc::socklen_t;
 
 impl RawAddr {
-    pub(crate) fn zeroed() -> Self {
+    pub fn zeroed() -> Self {
         // SAFETY: both variants are plain C structs of integers, for which all-zero is valid.
         unsafe { mem::zeroed() }
     }
@@ -26,7 +27,7 @@ impl RawAddr {
     /// socket reaches IPv4 peers through IPv4-mapped addresses (dual stack); an IPv4 socket reaches
     /// an IPv4-mapped IPv6 address as plain IPv4. Any other IPv6 address on an IPv4 socket is
     /// passed as is, and the kernel refuses it per datagram (counted as a send error).
-    pub(crate) fn from_socket_addr(addr: SocketAddr, socket_ipv6: bool) -> (Self, libc::socklen_t) {
+    pub fn from_socket_addr(addr: SocketAddr, socket_ipv6: bool) -> (Self, libc::socklen_t) {
         let addr = match (addr, socket_ipv6) {
             (SocketAddr::V4(a), true) => {
                 SocketAddr::V6(SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0))
@@ -67,7 +68,7 @@ impl RawAddr {
 
     /// The address the kernel wrote (`len` bytes), in canonical form; `None` for a family other
     /// than IPv4 or IPv6, or a short length.
-    pub(crate) fn socket_addr(&self, len: libc::socklen_t) -> Option<SocketAddr> {
+    pub fn socket_addr(&self, len: libc::socklen_t) -> Option<SocketAddr> {
         // SAFETY: the family field lies at the same offset in both variants, and every bit pattern
         // is a valid integer; a zeroed or kernel-written value is always initialised.
         let family = unsafe { self.v4.sin_family } as libc::c_int;

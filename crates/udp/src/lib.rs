@@ -37,7 +37,7 @@ mod refused;
 mod stats;
 mod transport;
 
-pub use addr::canonical;
+pub use addr::{canonical, RawAddr, RAW_ADDR_LEN};
 pub use recv::Placement;
 pub use refused::MAX_REFUSALS_PER_DRAIN;
 pub use stats::{SendErrors, UdpStats};
