@@ -198,6 +198,9 @@ struct nicmsg_ep {
 	/* FI_SOURCE asked for: receive completions name their source in the vector. */
 	bool source;
 	bool enabled;
+	/* The engine runs on a thread of its own (fixed when it opens): completions come while
+	 * the application sleeps. */
+	bool automatic;
 };
 
 /* ---- Stubs for what nicmsg does not offer ---- */
@@ -728,9 +731,9 @@ static void cq_pop(struct nicmsg_cq *cq)
 	cq->count--;
 }
 
-/* Wakes an application sleeping on `cq`'s descriptor: progress of another queue moved an
- * entry into it. */
-static void cq_signal_other(struct nicmsg_cq *cq)
+/* Wakes an application sleeping on `cq`'s descriptor (progress of another queue moved an
+ * entry into it, or fi_cq_signal). */
+static void cq_ring(struct nicmsg_cq *cq)
 {
 	if (cq->signal_fd < 0)
 		return;
@@ -764,7 +767,7 @@ static bool cq_progress(struct nicmsg_cq *cq)
 			if (to && reported) {
 				cq_push(to, ep, &batch[i]);
 				if (to != cq)
-					cq_signal_other(to);
+					cq_ring(to);
 			}
 		}
 	}
@@ -897,7 +900,7 @@ static bool cq_completions_come_by_themselves(const struct nicmsg_cq *cq)
 	if (cq->wait_fd < 0 || cq->ep_count == 0)
 		return false;
 	for (size_t e = 0; e < cq->ep_count; e++)
-		if (!cq->eps[e]->engine || !nf_progress_is_automatic(cq->eps[e]->engine))
+		if (!cq->eps[e]->engine || !cq->eps[e]->automatic)
 			return false;
 	return true;
 }
@@ -967,11 +970,7 @@ static ssize_t cq_sreadfrom(struct fid_cq *fid, void *buf, size_t count, fi_addr
 static int cq_signal_locked(struct nicmsg_cq *cq)
 {
 	cq->signaled = true;
-	if (cq->signal_fd >= 0) {
-		uint64_t one = 1;
-		ssize_t written = write(cq->signal_fd, &one, sizeof(one));
-		(void)written;
-	}
+	cq_ring(cq);
 	return 0;
 }
 
@@ -1673,6 +1672,7 @@ static int domain_endpoint(struct fid_domain *domain, struct fi_info *info,
 		free(ep);
 		return -FI_EOTHER;
 	}
+	ep->automatic = LOCKED(nf_progress_is_automatic(ep->engine));
 	uint64_t caps = info ? info->caps : nicmsg_caps;
 	ep->directed = caps & FI_DIRECTED_RECV;
 	ep->source = caps & FI_SOURCE;
