@@ -271,12 +271,10 @@ impl XskSocket {
             Binding::Copy => libc::XDP_COPY,
             Binding::ZeroCopyElseCopy => 0,
         };
-        let scatter_gather = match self.mode {
-            ReceiveMode::Placing {
-                scatter_gather: true,
-                ..
-            } => libc::XDP_USE_SG,
-            _ => 0,
+        let scatter_gather = if self.scatter_gather() {
+            libc::XDP_USE_SG
+        } else {
+            0
         };
         let address = libc::sockaddr_xdp {
             sxdp_family: libc::AF_XDP as u16,
