@@ -103,32 +103,28 @@ impl Core {
             }
             CreditWait::Waiting { give_up_at, .. } if now < give_up_at => true,
             CreditWait::Waiting { .. } => {
-                self.peers[dst].credit_wait = self.ran_out();
-                self.take_one_by_rendezvous(dst)
+                // This message is the first the run-out wait lets through.
+                self.peers[dst].credit_wait = CreditWait::RanOut {
+                    left: self.ran_out_messages() - 1,
+                };
+                false
             }
             CreditWait::RanOut { left: 0 } => {
                 // The messages a run-out wait let through are out: wait for a credit again.
                 self.peers[dst].credit_wait = CreditWait::Idle;
                 self.wait_for_credit(now, dst)
             }
-            CreditWait::RanOut { .. } => self.take_one_by_rendezvous(dst),
+            CreditWait::RanOut { left } => {
+                self.peers[dst].credit_wait = CreditWait::RanOut { left: left - 1 };
+                false
+            }
             CreditWait::Held => false,
         }
     }
 
-    /// A wait that ran out: how many messages it lets go by rendezvous.
-    fn ran_out(&self) -> CreditWait {
-        CreditWait::RanOut {
-            left: self.config.eager_credits_per_peer.max(1),
-        }
-    }
-
-    /// One message of a run-out wait goes by rendezvous: false (do not wait).
-    fn take_one_by_rendezvous(&mut self, dst: Rank) -> bool {
-        if let CreditWait::RanOut { left } = &mut self.peers[dst].credit_wait {
-            *left = left.saturating_sub(1);
-        }
-        false
+    /// How many messages a wait that ran out lets go by rendezvous.
+    fn ran_out_messages(&self) -> u32 {
+        self.config.eager_credits_per_peer.max(1)
     }
 
     /// Sends `dst` a CREDIT with REQUEST, and the next one a retransmission timeout later if
@@ -157,7 +153,9 @@ impl Core {
             } else if give_up_at <= now {
                 // Ran out before the queue runs: a head that cannot start now (message window
                 // closed) must not leave a deadline in the past behind.
-                self.peers[dst].credit_wait = self.ran_out();
+                self.peers[dst].credit_wait = CreditWait::RanOut {
+                    left: self.ran_out_messages(),
+                };
                 self.start_queued_for(now, dst);
             } else if ask_again_at <= now {
                 self.ask_for_credits(now, dst);
