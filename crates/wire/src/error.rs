@@ -25,6 +25,8 @@ pub enum WireError {
     FramePayloadTooSmall(u32),
     #[error("acknowledgement unit must be at least one frame")]
     ZeroAckUnit,
+    #[error("the frame's checksum covers its payload: its headers cannot be verified alone")]
+    PayloadNotLinkChecked,
     #[error("checksum mismatch: header says {stored:#010x}, computed {computed:#010x}")]
     BadChecksum { stored: u32, computed: u32 },
     #[error("unknown program operation {0}")]

@@ -52,6 +52,34 @@ impl<'a> Frame<'a> {
         Self::check_parts(header, headers, payload)
     }
 
+    /// Parses and verifies the header block of a frame whose checksum leaves its payload to
+    /// the link ([`Flags::LINK_CHECKED`]), before its payload is read: everything about the
+    /// frame but the payload's own bytes is then known to be as sent. A receiver that reads a
+    /// datagram's headers ahead of the datagram (`MSG_PEEK`) learns from this where the payload
+    /// may go. `headers` is exactly the header block; frames whose checksum covers their
+    /// payload are refused, as their headers cannot be verified alone.
+    pub fn parse_link_checked_headers(
+        headers: &'a [u8],
+    ) -> Result<(FrameHeader, Option<MsgHeader>), WireError> {
+        let header = Self::parse_header(headers)?;
+        if !header.has_flag(Flags::LINK_CHECKED) {
+            return Err(WireError::PayloadNotLinkChecked);
+        }
+        if headers.len() != header.headers_len() {
+            return Err(WireError::LengthMismatch {
+                declared: header.headers_len() as u32,
+                actual: headers.len(),
+            });
+        }
+        let stored = read_u32(&headers[..FRAME_HEADER_LEN], field::CRC);
+        let computed = checksum(headers, &[]);
+        if stored != computed {
+            return Err(WireError::BadChecksum { stored, computed });
+        }
+        let msg = Self::parse_msg_header(header, headers)?;
+        Ok((header, msg))
+    }
+
     fn parse_header(bytes: &[u8]) -> Result<FrameHeader, WireError> {
         let Some(frame_header) = bytes.first_chunk::<FRAME_HEADER_LEN>() else {
             return Err(WireError::Truncated {
@@ -80,27 +108,35 @@ impl<'a> Frame<'a> {
         if stored != computed {
             return Err(WireError::BadChecksum { stored, computed });
         }
-        let msg = if header.kind.has_msg_header() {
-            let msg_bytes: &[u8; MSG_HEADER_LEN] =
-                headers[FRAME_HEADER_LEN..]
-                    .try_into()
-                    .map_err(|_| WireError::Truncated {
-                        len: headers.len(),
-                        need: header.headers_len(),
-                    })?;
-            let msg = MsgHeader::parse(msg_bytes)?;
-            if msg.protocol != protocol_of(header.kind) {
-                return Err(WireError::ProtocolMismatch);
-            }
-            Some(msg)
-        } else {
-            None
-        };
+        let msg = Self::parse_msg_header(header, headers)?;
         Ok(Self {
             header,
             msg,
             payload,
         })
+    }
+
+    /// The message header of an EAGER or RTS frame (`None` for other kinds), from the header
+    /// block `headers` of `header`.
+    fn parse_msg_header(
+        header: FrameHeader,
+        headers: &[u8],
+    ) -> Result<Option<MsgHeader>, WireError> {
+        if !header.kind.has_msg_header() {
+            return Ok(None);
+        }
+        let msg_bytes: &[u8; MSG_HEADER_LEN] =
+            headers[FRAME_HEADER_LEN..]
+                .try_into()
+                .map_err(|_| WireError::Truncated {
+                    len: headers.len(),
+                    need: header.headers_len(),
+                })?;
+        let msg = MsgHeader::parse(msg_bytes)?;
+        if msg.protocol != protocol_of(header.kind) {
+            return Err(WireError::ProtocolMismatch);
+        }
+        Ok(Some(msg))
     }
 }
 

@@ -91,6 +91,45 @@ fn a_link_checked_frame_covers_its_headers_and_leaves_the_payload_to_the_link() 
 }
 
 #[test]
+fn the_headers_of_a_link_checked_frame_are_verified_without_its_payload() {
+    // A receiver that reads a datagram's headers ahead of it decides from them alone where the
+    // payload goes: every header byte must be checked, and nothing else accepted.
+    for kind in [FrameKind::Eager, FrameKind::Rts, FrameKind::Data] {
+        let mut header = header(kind, PAYLOAD.len());
+        header.flags |= Flags::LINK_CHECKED;
+        let msg = msg_for(kind);
+        let mut out = vec![0u8; MAX_HEADERS_LEN + PAYLOAD.len()];
+        let len = emit_frame(&header, msg.as_ref(), PAYLOAD, &mut out).unwrap();
+        let headers = &out[..headers_len(kind)];
+        assert_eq!(
+            Frame::parse_link_checked_headers(headers),
+            Ok((header, msg)),
+            "{kind:?}"
+        );
+        for at in 0..headers.len() {
+            let mut flipped = headers.to_vec();
+            flipped[at] ^= 0x04;
+            assert!(
+                Frame::parse_link_checked_headers(&flipped).is_err(),
+                "{kind:?}: header byte {at} changed"
+            );
+        }
+        assert!(
+            Frame::parse_link_checked_headers(&out[..headers.len() + 1]).is_err(),
+            "{kind:?}: a payload byte taken for a header"
+        );
+        assert!(Frame::parse_link_checked_headers(&out[..len][..headers.len() - 1]).is_err());
+        // A checksum over the payload cannot be checked from the headers.
+        let plain = build_with(&self::header(kind, PAYLOAD.len()), msg.as_ref(), PAYLOAD);
+        assert_eq!(
+            Frame::parse_link_checked_headers(&plain[..headers_len(kind)]),
+            Err(WireError::PayloadNotLinkChecked),
+            "{kind:?}"
+        );
+    }
+}
+
+#[test]
 fn only_data_bearing_frames_may_leave_their_payload_to_the_link() {
     for kind in ALL_KINDS {
         let allowed = matches!(kind, FrameKind::Eager | FrameKind::Rts | FrameKind::Data);
