@@ -253,6 +253,23 @@ impl Directory {
         Arrival::Restarted { old: peer, new }
     }
 
+    /// The active slot of the conversation a frame from `from` naming `src` and `dst` belongs
+    /// to, if `resolve_arrival` would take it as that slot's without opening, renaming or
+    /// retiring anything; `None` otherwise. Changes nothing.
+    pub(crate) fn peer_of_conversation(
+        &self,
+        from: SocketAddr,
+        src: u32,
+        dst: u32,
+    ) -> Option<Rank> {
+        if src == 0 || dst == 0 {
+            return None;
+        }
+        let peer = self.slot_named(dst, from)?;
+        let slot = &self.slots[peer as usize];
+        (slot.state == SlotState::Active && slot.theirs == src).then_some(peer)
+    }
+
     /// The slot whose conversation this endpoint named `name`, bound to `from`.
     fn slot_named(&self, name: u32, from: SocketAddr) -> Option<Rank> {
         let peer = (name ^ self.incarnation) & SLOT_MASK;

@@ -362,6 +362,19 @@ impl Endpoint {
         self.core.predict_frames(out)
     }
 
+    /// Where the payload of the next datagram goes, read from its first bytes `head` before it
+    /// is received (`datagram_len`: its whole length; `from`: its source address), if it is
+    /// the RTS of a new message that a posted receive takes at once (`first_frame.rs`). Offer
+    /// it placed there like a predicted frame.
+    pub fn predict_first_frame(
+        &self,
+        head: &[u8],
+        datagram_len: usize,
+        from: Option<std::net::SocketAddr>,
+    ) -> Option<ExpectedFrame> {
+        self.core.predict_first_frame(head, datagram_len, from)
+    }
+
     // --- observation ---
 
     pub fn stats(&self) -> &Stats {

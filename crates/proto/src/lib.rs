@@ -32,6 +32,7 @@ mod drain;
 mod emit;
 mod endpoint;
 mod express;
+mod first_frame;
 mod geometry;
 mod lent_copies;
 mod liveness;

@@ -23,8 +23,11 @@ pub struct ExpectedFrame {
     /// Where the payload goes: one piece of the receive buffer.
     pub segment: Segment,
     /// A frame of an eager message (EAGER, whose every frame carries the message header),
-    /// else of a rendezvous one (DATA).
+    /// else of a rendezvous one (DATA, or its RTS when `first`).
     pub eager: bool,
+    /// The RTS of a rendezvous message not known yet, read ahead of its datagram
+    /// (`first_frame.rs`): it carries the message header, and its arrival matches the message.
+    pub first: bool,
 }
 
 impl ExpectedFrame {
@@ -33,7 +36,7 @@ impl ExpectedFrame {
 
     /// Bytes of headers before the payload of such a frame.
     pub fn header_len(&self) -> usize {
-        if self.eager {
+        if self.eager || self.first {
             Self::MAX_HEADER_LEN
         } else {
             FRAME_HEADER_LEN
@@ -42,10 +45,10 @@ impl ExpectedFrame {
 
     /// The kind such a frame has on the wire.
     pub fn kind(&self) -> FrameKind {
-        if self.eager {
-            FrameKind::Eager
-        } else {
-            FrameKind::Data
+        match (self.eager, self.first) {
+            (true, _) => FrameKind::Eager,
+            (false, true) => FrameKind::Rts,
+            (false, false) => FrameKind::Data,
         }
     }
 }
@@ -146,6 +149,7 @@ impl Core {
                     offset,
                     segment,
                     eager,
+                    first: false,
                 };
                 count += 1;
             }
@@ -175,9 +179,16 @@ impl Core {
         let Some(peer) = self.placed_frame_source(now, &parsed, from, expected, memory) else {
             return PlacedOutcome::NotPredicted;
         };
-        let Some(index) = self.rx.incoming_by_id(peer, parsed.msg_id) else {
-            return PlacedOutcome::NotPredicted;
+        // A message already known (a DATA frame, or an EAGER one after the first), or the RTS
+        // of a new one (`first_frame.rs`).
+        let known = self.rx.incoming_by_id(peer, parsed.msg_id);
+        let still_lands = match known {
+            Some(_) => !expected.first,
+            None => expected.first && self.first_frame_still_lands(&parsed, msg.as_ref(), expected),
         };
+        if !still_lands {
+            return PlacedOutcome::NotPredicted;
+        }
         // From here on the header speaks in ranks, as in `receive_frame`.
         parsed.src = peer;
         parsed.dst = self.rank;
@@ -188,16 +199,13 @@ impl Core {
         self.peers.heard_from(now, peer);
         // What an EAGER frame carries besides its data.
         self.take_in_credits_and_ack(now, &parsed);
-        self.place_frame(
-            now,
-            index,
-            &parsed,
-            msg.as_ref(),
-            Payload::InPlace {
-                len: expected.segment.len,
-            },
-            memory,
-        );
+        let payload = Payload::InPlace {
+            len: expected.segment.len,
+        };
+        match known {
+            Some(index) => self.place_frame(now, index, &parsed, msg.as_ref(), payload, memory),
+            None => self.on_data_frame(now, &parsed, msg.as_ref(), payload, memory),
+        }
         self.start_queued_for(now, peer);
         PlacedOutcome::Taken
     }
@@ -262,7 +270,7 @@ impl Core {
 }
 
 /// The one segment piece covering `[offset, offset+len)` of a buffer, if it is one piece.
-fn single_piece(buffer: &SgList, offset: u64, len: u64) -> Option<Segment> {
+pub(crate) fn single_piece(buffer: &SgList, offset: u64, len: u64) -> Option<Segment> {
     let mut found = None;
     let mut pieces = 0;
     buffer.for_each_piece(offset, len, |piece| {

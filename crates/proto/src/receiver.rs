@@ -60,7 +60,8 @@ impl Core {
         self.take_in_credits_and_ack(now, &header);
         match header.kind {
             FrameKind::Eager | FrameKind::Rts | FrameKind::Data => {
-                self.on_data_frame(now, &header, frame.msg.as_ref(), frame.payload, memory)
+                let payload = Payload::Bytes(frame.payload);
+                self.on_data_frame(now, &header, frame.msg.as_ref(), payload, memory)
             }
             FrameKind::Ack => self.on_ack(now, &header),
             FrameKind::Cts => self.on_cts(now, &header),
@@ -91,12 +92,14 @@ impl Core {
         self.config.link_checks_payload || !header.has_flag(Flags::LINK_CHECKED)
     }
 
-    fn on_data_frame(
+    /// An EAGER, RTS or DATA frame, its payload in hand or already where it belongs (a
+    /// predicted frame the transport placed: `placement.rs`, `first_frame.rs`).
+    pub(crate) fn on_data_frame(
         &mut self,
         now: Nanos,
         header: &FrameHeader,
         msg: Option<&MsgHeader>,
-        payload: &[u8],
+        payload: Payload<'_>,
         memory: &mut impl HostMemory,
     ) {
         let peer = header.src;
@@ -105,8 +108,10 @@ impl Core {
             IdPlace::Beyond => return self.count_drop(Some(peer), DropReason::Invalid),
             IdPlace::Open => {}
         }
-        if self.deliver_express(now, header, msg, payload, memory) {
-            return;
+        if let Payload::Bytes(bytes) = payload {
+            if self.deliver_express(now, header, msg, bytes, memory) {
+                return;
+            }
         }
         let index = match self.rx.incoming_by_id(peer, header.msg_id) {
             Some(index) => index,
@@ -118,7 +123,7 @@ impl Core {
                 None => return self.count_drop(Some(peer), DropReason::Invalid),
             },
         };
-        self.place_frame(now, index, header, msg, Payload::Bytes(payload), memory);
+        self.place_frame(now, index, header, msg, payload, memory);
     }
 
     /// A frame of a message this rank already finished: acknowledge everything again so the

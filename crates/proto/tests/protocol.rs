@@ -1184,6 +1184,132 @@ fn an_eager_messages_later_frames_are_taken_in_place() {
     assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
 }
 
+/// The RTS of a message, read ahead of its datagram (`first_frame.rs`), is predicted only into
+/// the receive that handling it now would bind, and exactly there: not before that receive is
+/// posted, not into a receive too short for the message, not with a header byte changed or a
+/// length that disagrees, and not a second time. Taken in place, it delivers the message like
+/// any RTS, its payload never copied.
+#[test]
+fn a_first_frame_read_ahead_is_predicted_only_into_the_receive_it_binds() {
+    let config = Config {
+        link_checks_payload: true,
+        ..test_config()
+    };
+    let len = 100_000usize;
+    let mut net = Net::new(2, config);
+    let captured = capture_frames_of_kind(&mut net, nicmsg_wire::FrameKind::Rts);
+    let data = pattern(len, 4);
+    let send_op = net.send(0, 1, 5, data.clone());
+    net.run(net.now + 50_000);
+    let rts = captured.borrow()[0].clone();
+    let head = &rts[..ExpectedFrame::MAX_HEADER_LEN];
+    let predict = |net: &Net| net.endpoints[1].predict_first_frame(head, rts.len(), None);
+    assert_eq!(predict(&net), None, "no receive posted");
+    let (other_tag, _) = net.recv(1, Source::Rank(0), TagMatch::Tag(6), len);
+    assert_eq!(predict(&net), None, "the receive posted takes another tag");
+    let (short, _) = net.recv(1, Source::Rank(0), TagMatch::Tag(5), len - 1);
+    assert_eq!(
+        predict(&net),
+        None,
+        "the receive posted is too short: truncation"
+    );
+    let now = net.now;
+    for op in [other_tag, short] {
+        assert_eq!(
+            net.endpoints[1].cancel(now, op),
+            Ok(CancelOutcome::Cancelled)
+        );
+    }
+    let (recv_op, recv_region) = net.recv(1, Source::Rank(0), TagMatch::Tag(5), len);
+    let guess = predict(&net).expect("predicted into the receive posted");
+    assert!(guess.first && !guess.eager);
+    assert_eq!((guess.frame_index, guess.offset), (0, 0));
+    assert_eq!(guess.segment.region, recv_region);
+    assert_eq!(guess.segment.offset, 0);
+    assert_eq!(guess.header_len() + guess.segment.len as usize, rts.len());
+    let e = &net.endpoints[1];
+    assert_eq!(
+        e.predict_first_frame(head, rts.len() + 1, None),
+        None,
+        "longer"
+    );
+    for at in 0..head.len() {
+        let mut changed = head.to_vec();
+        changed[at] ^= 0x01;
+        assert_eq!(
+            e.predict_first_frame(&changed, rts.len(), None),
+            None,
+            "header byte {at} changed"
+        );
+    }
+    let (header, payload) = rts.split_at(guess.header_len());
+    net.memories[1].0[recv_region.0 as usize][..payload.len()].copy_from_slice(payload);
+    let outcome = net.endpoints[1].handle_placed_frame(
+        net.now,
+        header,
+        rts.len(),
+        &guess,
+        &mut net.memories[1],
+    );
+    assert_eq!(outcome, PlacedOutcome::Taken);
+    assert_eq!(
+        predict(&net),
+        None,
+        "the message is known now: a copy is a duplicate"
+    );
+    let stats = deliver_the_rest(&mut net, (send_op, recv_op), recv_region, &data);
+    assert!(
+        stats.bytes_placed_direct >= payload.len() as u64,
+        "the RTS's payload counts as placed: {stats:?}"
+    );
+}
+
+/// MPI matches a sender's messages in the order it sent them: the RTS of a second message,
+/// read ahead while the first has not arrived, is not predicted into the receive the first
+/// will take.
+#[test]
+fn a_first_frame_is_not_predicted_ahead_of_an_earlier_message_of_its_sender() {
+    let config = Config {
+        link_checks_payload: true,
+        ..test_config()
+    };
+    let len = 100_000usize;
+    let mut net = Net::new(2, config);
+    let captured = capture_frames_of_kind(&mut net, nicmsg_wire::FrameKind::Rts);
+    let (first, second) = (pattern(len, 5), pattern(len, 6));
+    let first_send = net.send(0, 1, 5, first.clone());
+    let second_send = net.send(0, 1, 5, second.clone());
+    net.run(net.now + 50_000);
+    let rts: Vec<Vec<u8>> = captured.borrow().clone();
+    let msg_id = |frame: &[u8]| nicmsg_wire::FrameView::new_checked(frame).unwrap().msg_id();
+    let later = rts
+        .iter()
+        .find(|f| msg_id(f) != msg_id(&rts[0]))
+        .expect("two RTS");
+    let (recv_op, recv_region) = net.recv(1, Source::Rank(0), TagMatch::Tag(5), len);
+    let head = |frame: &[u8]| frame[..ExpectedFrame::MAX_HEADER_LEN].to_vec();
+    let e = &net.endpoints[1];
+    assert_eq!(
+        e.predict_first_frame(&head(later), later.len(), None),
+        None,
+        "the first message takes this receive"
+    );
+    assert!(e
+        .predict_first_frame(&head(&rts[0]), rts[0].len(), None)
+        .is_some());
+    let (second_recv, second_region) = net.recv(1, Source::Rank(0), TagMatch::Tag(5), len);
+    net.filter = None;
+    net.run(net.now + 60_000_000_000);
+    for (send, recv, region, data) in [
+        (first_send, recv_op, recv_region, &first),
+        (second_send, second_recv, second_region, &second),
+    ] {
+        assert!(net.result(0, send).unwrap().is_ok());
+        assert!(net.result(1, recv).unwrap().is_ok());
+        assert!(net.bytes(1, region) == &data[..], "in the order sent");
+    }
+}
+
 #[test]
 fn messages_to_self_match_in_order_probe_truncate_and_cancel() {
     let mut net = Net::new(2, test_config());
