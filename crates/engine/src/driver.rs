@@ -8,7 +8,7 @@ use crate::programs::control::{ControlSocket, CONTROL_CHECK_NS};
 use crate::programs::{Post, Programs};
 use crate::registry::{Registry, RegistryMemory};
 use crate::table::{Descriptor, OpCode, ResultCode, Table, ANY, CANCEL_BIT};
-use crate::transport::{Origin, PlacementTarget, Received, Transport, MAX_FRAME_PIECES};
+use crate::transport::{Origin, Peeked, PlacementTarget, Received, Transport, MAX_FRAME_PIECES};
 use nicmsg_proto::{
     Claim, Completion, Context, Endpoint, Nanos, OpError, OpId, OpKind, PostError, SgList, Source,
     Stats, TagMatch, Transmit,
@@ -26,6 +26,16 @@ const MAX_RECEIVE_BATCHES_PER_TURN: usize = 4;
 pub const SEND_BATCH: usize = 64;
 /// Frames predicted per receive batch (the transport's receive batch).
 const PLACEMENT_BATCH: usize = 64;
+/// Datagrams from this many bytes on are worth reading the headers of ahead, when nothing is
+/// predicted, to place the RTS of a message straight into its posted receive
+/// (`nicmsg_proto`'s `first_frame.rs`): the look is a system call (about 1 us), the copy it
+/// saves costs more from about this size on (a 64 KiB frame: 5 us or more).
+pub const FIRST_FRAME_PEEK_MIN_BYTES: usize = 16 << 10;
+/// Looks ahead in a row that find only shorter datagrams before the engine stops looking, until
+/// a datagram of [`FIRST_FRAME_PEEK_MIN_BYTES`] is copied again: between two long messages come
+/// a short frame or two (the END of the last, an acknowledgement), while a stream of short
+/// messages has none long, and then costs a system call per batch only this many times.
+const SHORT_PEEKS_BEFORE_STOPPING: u32 = 8;
 /// Frames of the common small send (a reply and its acknowledgement): below this the send
 /// scratch is sized for it rather than for a full batch.
 const SMALL_SEND_BATCH: usize = 4;
@@ -58,6 +68,10 @@ pub struct EngineStats {
     pub frames_predicted: u64,
     pub frames_placed: u64,
     pub placements_refused: u64,
+    /// Datagrams whose headers were read ahead of them, and the RTS frames of those that were
+    /// predicted into their receive (`FIRST_FRAME_PEEK_MIN_BYTES`).
+    pub datagrams_peeked: u64,
+    pub first_frames_predicted: u64,
     /// Datagrams on the control socket (`nicmsg pdl`) that were not requests.
     pub malformed_control: u64,
 }
@@ -80,6 +94,10 @@ pub struct Driver<T: Transport> {
     placement: bool,
     expected: Box<[ExpectedFrame]>,
     targets: Box<[PlacementTarget]>,
+    /// Read the headers of the next datagram ahead when nothing is predicted, while this is
+    /// not 0: looks left before stopping ([`SHORT_PEEKS_BEFORE_STOPPING`]).
+    peeks_left: u32,
+    peek_min_bytes: usize,
     /// When each table slot was posted, and when the watchdog last reported it.
     posted_at: Box<[Nanos]>,
     reported_at: Box<[Nanos]>,
@@ -118,6 +136,8 @@ impl<T: Transport> Driver<T> {
                 PLACEMENT_BATCH
             ]
             .into_boxed_slice(),
+            peeks_left: 0,
+            peek_min_bytes: FIRST_FRAME_PEEK_MIN_BYTES,
             posted_at: vec![0; table.len()].into_boxed_slice(),
             reported_at: vec![0; table.len()].into_boxed_slice(),
             unsent: Outbox::with_capacity(SEND_BATCH * MAX_SEND_BATCHES_PER_TURN),
@@ -161,6 +181,12 @@ impl<T: Transport> Driver<T> {
     /// Turns the speculative header/payload split on or off (`NICMSG_PLACEMENT`).
     pub fn set_placement(&mut self, enabled: bool) {
         self.placement = enabled;
+    }
+
+    /// Datagrams from `bytes` on have their headers read ahead ([`FIRST_FRAME_PEEK_MIN_BYTES`],
+    /// the default); the simulator lowers it so its small frames take that path too.
+    pub fn set_peek_min_bytes(&mut self, bytes: usize) {
+        self.peek_min_bytes = bytes;
     }
 
     pub fn table_arc(&self) -> &Arc<Table> {
@@ -530,7 +556,15 @@ impl<T: Transport> Driver<T> {
     fn receive(&mut self, now: Nanos) -> bool {
         let mut any = false;
         for _ in 0..MAX_RECEIVE_BATCHES_PER_TURN {
-            let planned = self.plan_placements();
+            let mut planned = self.plan_placements();
+            if planned == 0 && self.peeks_left > 0 {
+                match self.plan_first_frame() {
+                    FirstFrame::NothingWaits => break,
+                    FirstFrame::Planned => planned = 1,
+                    FirstFrame::NotPlanned => {}
+                }
+            }
+            let (peek_min_bytes, mut large_copied) = (self.peek_min_bytes, false);
             let endpoint = &mut self.endpoint;
             let registry = &self.registry;
             let stats = &mut self.stats;
@@ -544,6 +578,7 @@ impl<T: Transport> Driver<T> {
                 let mut memory = RegistryMemory(registry);
                 let (slot, header, len) = match received {
                     Received::Bytes(bytes) => {
+                        large_copied |= bytes.len() >= peek_min_bytes;
                         deliver_bytes(endpoint, stats, now, origin, bytes, &mut memory);
                         return false;
                     }
@@ -584,6 +619,9 @@ impl<T: Transport> Driver<T> {
                     &mut deliver,
                 )
             };
+            if large_copied {
+                self.peeks_left = SHORT_PEEKS_BEFORE_STOPPING;
+            }
             match received {
                 Ok(0) => break,
                 Ok(_) => {
@@ -634,6 +672,63 @@ impl<T: Transport> Driver<T> {
         }
         self.stats.frames_predicted += planned as u64;
         planned
+    }
+
+    /// Reads the headers of the next datagram ahead of it and, if it is the RTS of a message
+    /// that a posted receive takes at once, plans its payload straight into that receive
+    /// (`nicmsg_proto`'s `first_frame.rs`) as plan entry 0.
+    fn plan_first_frame(&mut self) -> FirstFrame {
+        if !self.placement {
+            return FirstFrame::NotPlanned;
+        }
+        let mut head = [0u8; ExpectedFrame::MAX_HEADER_LEN];
+        let (origin, len, head_len) = match self.transport.peek(&mut head) {
+            Peeked::Nothing => return FirstFrame::NothingWaits,
+            Peeked::Unknown => return FirstFrame::NotPlanned,
+            Peeked::Datagram {
+                origin,
+                len,
+                head_len,
+            } => (origin, len, head_len.min(head.len())),
+        };
+        self.stats.datagrams_peeked += 1;
+        if len < self.peek_min_bytes {
+            // Looking ahead at short frames costs more than their copies. This one is received
+            // alone: the datagram behind it (the RTS after an END) is looked at too.
+            self.peeks_left -= 1;
+            self.transport.receive_one_next();
+            return FirstFrame::NotPlanned;
+        }
+        self.peeks_left = SHORT_PEEKS_BEFORE_STOPPING;
+        // A long datagram that is not such an RTS is received in a batch with those behind it
+        // (a receiver behind its sender copies them all anyway); one that is, alone.
+        let Some(expected) =
+            self.endpoint
+                .predict_first_frame(&head[..head_len], len, origin.address)
+        else {
+            return FirstFrame::NotPlanned;
+        };
+        // In a job the datagram must come from the rank its header names (as for every frame).
+        if !self.endpoint.is_open() && origin.rank != Some(expected.peer) {
+            return FirstFrame::NotPlanned;
+        }
+        let segment = expected.segment;
+        let Some(dest) = self
+            .registry
+            .address(segment.region, segment.offset, segment.len)
+        else {
+            return FirstFrame::NotPlanned;
+        };
+        self.expected[0] = expected;
+        self.targets[0] = PlacementTarget {
+            header_len: expected.header_len(),
+            dest,
+            len: segment.len as usize,
+        };
+        self.stats.frames_predicted += 1;
+        self.stats.first_frames_predicted += 1;
+        self.transport.receive_one_next();
+        FirstFrame::Planned
     }
 
     fn transmit(&mut self, now: Nanos) -> bool {
@@ -898,6 +993,16 @@ impl<T: Transport> Driver<T> {
 /// A received datagram taken the ordinary way (not placed). In a job the transport names the
 /// rank whose address sent it, and the frame must claim that rank; an open endpoint's
 /// directory decides who sent it from the address.
+/// What reading the next datagram's headers ahead gave (`Driver::plan_first_frame`).
+enum FirstFrame {
+    /// Nothing waits to be received.
+    NothingWaits,
+    /// Plan entry 0 is the RTS waiting.
+    Planned,
+    /// Receive as usual.
+    NotPlanned,
+}
+
 fn deliver_bytes(
     endpoint: &mut Endpoint,
     stats: &mut EngineStats,

@@ -55,4 +55,4 @@ pub use send_copies::{SEND_COPIES, SEND_COPY_MAX_BYTES, SEND_COPY_REGIONS};
 pub use signal::CompletionSignal;
 pub use table::{Descriptor, Envelope, OpCode, Outcome, ResultCode, Table, ANY, DEFAULT_SLOTS};
 #[cfg(not(loom))]
-pub use transport::{Origin, PlacementTarget, Received, Transport};
+pub use transport::{Origin, Peeked, PlacementTarget, Received, Transport};

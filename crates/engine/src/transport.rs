@@ -56,6 +56,23 @@ impl Origin {
     }
 }
 
+/// What waits at the head of a transport's receive queue ([`Transport::peek`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peeked {
+    /// Nothing: a receive now would bring nothing either.
+    Nothing,
+    /// A datagram from `origin` whose first frame is `len` bytes long (a transport that
+    /// receives runs of frames as one datagram gives the first's), its first `head_len` bytes
+    /// copied out.
+    Datagram {
+        origin: Origin,
+        len: usize,
+        head_len: usize,
+    },
+    /// The transport cannot tell (it cannot look ahead, or the look failed): receive as usual.
+    Unknown,
+}
+
 pub trait Transport: Send {
     /// Which transport carries the frames, for logs and counters.
     fn name(&self) -> &'static str;
@@ -89,6 +106,20 @@ pub trait Transport: Send {
             deliver(source, Received::Bytes(bytes));
         })
     }
+
+    /// Copies the first bytes of the next datagram waiting into `head` without taking it, so
+    /// the engine can decide where its payload goes before receiving it (the RTS of a message
+    /// whose receive is posted: `nicmsg_proto`'s `first_frame.rs`). The next receive then gets
+    /// that datagram first. A transport that cannot look ahead says `Unknown` (the default).
+    fn peek(&mut self, head: &mut [u8]) -> Peeked {
+        let _ = head;
+        Peeked::Unknown
+    }
+
+    /// The next receive takes at most one datagram: the one [`peek`](Self::peek) saw, so the
+    /// datagrams behind it are looked at before they are received. Without it a batch would
+    /// take the RTS waiting behind a short frame the engine looked at. The default ignores it.
+    fn receive_one_next(&mut self) {}
 
     /// Descriptors of which one becomes readable when datagrams arrive (for blocking waits):
     /// one per path frames may come in by.
@@ -161,6 +192,14 @@ impl<T: Transport + ?Sized> Transport for Box<T> {
     ) -> io::Result<usize> {
         // SAFETY: forwarded from this function's contract.
         unsafe { (**self).receive_placed(plan, looks_expected, deliver) }
+    }
+
+    fn peek(&mut self, head: &mut [u8]) -> Peeked {
+        (**self).peek(head)
+    }
+
+    fn receive_one_next(&mut self) {
+        (**self).receive_one_next()
     }
 
     fn readable_fds(&self) -> Vec<RawFd> {

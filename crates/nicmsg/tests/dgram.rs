@@ -52,6 +52,48 @@ fn clients_and_a_server_by_address_over_loopback() {
     assert!(server.try_peek_from().expect("peek").is_none());
 }
 
+/// Long datagrams into a receive posted before they leave land with no copy at all: the data
+/// frames by the engine's prediction, and the first frame of each (its RTS, which matches it)
+/// by reading its headers ahead of it (`first_frame.rs` in the protocol core). The first such
+/// datagram is copied (nothing has been looked ahead at yet), the ones after it are not.
+#[test]
+fn long_datagrams_into_a_posted_receive_are_placed_from_their_first_frame() {
+    const ROUNDS: usize = 4;
+    let len = 1 << 20;
+    let server = DgramSocket::bind("127.0.0.1:0").expect("bind the server");
+    let client = DgramSocket::bind("127.0.0.1:0").expect("bind the client");
+    let (server_address, client_address) = (server.local_addr(), client.local_addr());
+    let sender = thread::spawn(move || {
+        let mut ready = [0u8; 1];
+        for round in 0..ROUNDS {
+            let (_, from) = client.recv_from(&mut ready).expect("the server is ready");
+            assert_eq!(from, server_address);
+            client.send_to(&pattern(len, round), from).expect("send");
+        }
+    });
+    let mut buffer = vec![0u8; len];
+    for round in 0..ROUNDS {
+        let receive = server.irecv_from(&mut buffer).expect("post the receive");
+        server.send_to(&[1], client_address).expect("say ready");
+        let status = receive.wait().expect("receive");
+        assert_eq!(status.len, len as u64);
+        assert!(buffer == pattern(len, round), "round {round}: bytes differ");
+    }
+    sender.join().expect("the client");
+    let stats = server.stats().expect("stats");
+    assert!(
+        stats.engine.first_frames_predicted >= (ROUNDS - 1) as u64,
+        "{:?}",
+        stats.engine
+    );
+    let received = (ROUNDS * len) as u64;
+    assert!(
+        stats.protocol.bytes_placed_direct >= received - received / ROUNDS as u64,
+        "all but the first datagram placed: {:?}",
+        stats.protocol
+    );
+}
+
 #[test]
 fn a_long_datagram_for_a_short_buffer_is_reported_not_cut() {
     let server = DgramSocket::bind("127.0.0.1:0").expect("bind");

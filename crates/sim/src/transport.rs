@@ -8,7 +8,7 @@
 //! unreachable) queued until the engine asks.
 
 use crate::rng::SimRng;
-use nicmsg_engine::{Origin, PlacementTarget, Received, Transport};
+use nicmsg_engine::{Origin, Peeked, PlacementTarget, Received, Transport};
 use nicmsg_proto::Rank;
 use std::collections::VecDeque;
 use std::io;
@@ -27,6 +27,8 @@ pub struct SimTransport {
     outbox: Vec<(Rank, Vec<u8>)>,
     refused: Vec<Rank>,
     rng: SimRng,
+    /// The next receive takes one datagram (`Transport::receive_one_next`).
+    one_datagram_next: bool,
     /// Counters: send calls that took fewer frames than offered, datagrams received placed.
     pub partial_sends: u64,
     pub placed: u64,
@@ -40,6 +42,7 @@ impl SimTransport {
             outbox: Vec::new(),
             refused: Vec::new(),
             rng,
+            one_datagram_next: false,
             partial_sends: 0,
             placed: 0,
         }
@@ -58,6 +61,16 @@ impl SimTransport {
     /// The frames sent since the last call, in order.
     pub fn take_sent(&mut self) -> std::vec::Drain<'_, (Rank, Vec<u8>)> {
         self.outbox.drain(..)
+    }
+
+    /// Datagrams the next receive takes, and forgets a request for one.
+    fn batch_len(&mut self) -> usize {
+        let limit = if std::mem::take(&mut self.one_datagram_next) {
+            1
+        } else {
+            RECEIVE_BATCH
+        };
+        self.inbox.len().min(limit)
     }
 
     pub fn has_pending_input(&self) -> bool {
@@ -104,7 +117,7 @@ impl Transport for SimTransport {
     }
 
     fn receive(&mut self, deliver: &mut dyn FnMut(Origin, &[u8])) -> io::Result<usize> {
-        let count = self.inbox.len().min(RECEIVE_BATCH);
+        let count = self.batch_len();
         for (source, bytes) in self.inbox.drain(..count) {
             deliver(Origin::rank(Some(source)), &bytes);
         }
@@ -117,7 +130,7 @@ impl Transport for SimTransport {
         looks_expected: &dyn Fn(usize, &[u8], usize) -> bool,
         deliver: &mut dyn FnMut(Origin, Received<'_>) -> bool,
     ) -> io::Result<usize> {
-        let count = self.inbox.len().min(RECEIVE_BATCH);
+        let count = self.batch_len();
         let batch: Vec<(Rank, Vec<u8>)> = self.inbox.drain(..count).collect();
         // The kernel writes every datagram of the batch before the engine looks at any.
         let placed: Vec<bool> = batch
@@ -144,6 +157,23 @@ impl Transport for SimTransport {
             deliver(Origin::rank(Some(*source)), Received::Bytes(bytes));
         }
         Ok(count)
+    }
+
+    fn peek(&mut self, head: &mut [u8]) -> Peeked {
+        let Some((source, bytes)) = self.inbox.front() else {
+            return Peeked::Nothing;
+        };
+        let head_len = head.len().min(bytes.len());
+        head[..head_len].copy_from_slice(&bytes[..head_len]);
+        Peeked::Datagram {
+            origin: Origin::rank(Some(*source)),
+            len: bytes.len(),
+            head_len,
+        }
+    }
+
+    fn receive_one_next(&mut self) {
+        self.one_datagram_next = true;
     }
 
     fn readable_fds(&self) -> Vec<RawFd> {

@@ -3,7 +3,7 @@
 //! user memory; wrong guesses are put back together before anyone reads them).
 
 use crate::{UdpTransport, RECV_BATCH};
-use nicmsg_engine::{Origin, PlacementTarget, Received, Transport};
+use nicmsg_engine::{Origin, Peeked, PlacementTarget, Received, Transport};
 use std::io;
 use std::os::fd::RawFd;
 
@@ -76,6 +76,25 @@ impl Transport for UdpTransport {
         Ok(count)
     }
 
+    fn peek(&mut self, head: &mut [u8]) -> Peeked {
+        match self.peek_next(head) {
+            Ok(Some((address, len, head_len))) => Peeked::Datagram {
+                origin: Origin {
+                    rank: self.peer_of(&address),
+                    address: Some(address),
+                },
+                len,
+                head_len,
+            },
+            Ok(None) => Peeked::Nothing,
+            Err(_) => Peeked::Unknown,
+        }
+    }
+
+    fn receive_one_next(&mut self) {
+        self.receive_one_datagram_next();
+    }
+
     fn readable_fds(&self) -> Vec<RawFd> {
         vec![self.fd()]
     }
@@ -111,11 +130,12 @@ impl Transport for UdpTransport {
     fn summary(&self) -> String {
         let s = self.stats();
         format!(
-            "transport udp: datagrams sent {}, received {}, receive calls {}, \
+            "transport udp: datagrams sent {}, received {}, receive calls {}, looks ahead {}, \
              received longer than a frame ({} bytes) and dropped {}, dropped on send {}",
             s.datagrams_sent,
             s.datagrams_received,
             s.recv_syscalls,
+            s.peeks,
             UdpTransport::max_frame(self),
             s.truncated,
             s.send_errors.total()

@@ -93,6 +93,8 @@ pub(crate) struct RecvSlots {
     planned_slots: usize,
     /// The next receive offers one slot (see [`ONE_PLANNED_DATAGRAM_MIN_BYTES`]).
     one_slot: bool,
+    /// The next receive offers one slot whatever its plan (`Transport::receive_one_next`).
+    pub(crate) one_datagram_next: bool,
     /// Frames of the last receive, in arrival order.
     pub ready: Vec<Datagram>,
     /// Slots the kernel wrote in the last `recvmmsg`; their value-result fields are reset
@@ -133,6 +135,7 @@ impl RecvSlots {
             entries: Vec::with_capacity(batch),
             planned_slots: 0,
             one_slot: false,
+            one_datagram_next: false,
             ready: Vec::with_capacity(batch),
             dirty: 0,
         };
@@ -242,16 +245,17 @@ impl RecvSlots {
     /// [`ONE_PLANNED_DATAGRAM_MIN_BYTES`]; the last frame of a message is usually short), and
     /// one while the socket receives single frames (`mode.rs`).
     pub fn slots_to_offer(&self) -> usize {
-        if self.one_slot || self.single_frames() {
+        if self.plan_takes_one_slot() || self.single_frames() {
             1
         } else {
             self.msgs.len()
         }
     }
 
-    /// Whether the last plan made the receive offer one slot for its large frames.
+    /// Whether the last plan made the receive offer one slot for its large frames, or the
+    /// engine asked for one datagram.
     pub fn plan_takes_one_slot(&self) -> bool {
-        self.one_slot
+        self.one_slot || self.one_datagram_next
     }
 
     /// Whether `plan` is laid out as one coalesced datagram in slot 0 (see `apply_plan`): with

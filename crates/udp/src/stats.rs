@@ -50,6 +50,8 @@ pub struct UdpStats {
     pub send_syscalls: u64,
     /// `recvmmsg` calls, failed and empty ones included.
     pub recv_syscalls: u64,
+    /// Looks at the next datagram's headers ahead of it (`peek_next`), one system call each.
+    pub peeks: u64,
     /// Datagrams the kernel accepted (each segment of a GSO datagram counts as one).
     pub datagrams_sent: u64,
     /// GSO datagrams the kernel accepted (runs of frames sent with one `UDP_SEGMENT` message).

@@ -10,7 +10,9 @@ use std::ptr;
 
 use crate::addr::{canonical, RawAddr, RAW_ADDR_LEN};
 use crate::mode::Mode;
-use crate::offload::{set_segment_size, ControlBuffer, UDP_GRO};
+use crate::offload::{
+    gro_segment_size, receive_control_into, set_segment_size, ControlBuffer, UDP_GRO,
+};
 use crate::recv::{empty_iovec, zeroed_mmsghdr, Placement, RecvSlots};
 use crate::stats::{SendErrors, UdpStats};
 use crate::{
@@ -464,7 +466,10 @@ impl UdpTransport {
         self.recv.apply_plan(plan);
         loop {
             self.recv.reset();
-            let filled = self.recv_into_slots()?;
+            let filled = self.recv_into_slots();
+            // Asked for once: the datagram looked at is taken (or the socket had nothing).
+            self.recv.one_datagram_next = false;
+            let filled = filled?;
             if filled == 0 {
                 let switch = self.recv.mode.after_receive(0);
                 debug_assert!(switch.is_none(), "an empty socket never switches");
@@ -486,6 +491,62 @@ impl UdpTransport {
                 return Ok(frames);
             }
         }
+    }
+
+    /// Copies the first bytes of the next datagram waiting into `head` without taking it
+    /// (`MSG_PEEK`): its source address (canonical), the length of its first frame (the whole
+    /// datagram, or the first segment of one the kernel coalesced) and how many bytes were
+    /// copied; `None` when the socket has nothing. An error is the next receive's to report:
+    /// a failed look only says nothing.
+    pub fn peek_next(&mut self, head: &mut [u8]) -> io::Result<Option<(SocketAddr, usize, usize)>> {
+        let mut name = RawAddr::zeroed();
+        let mut iov = libc::iovec {
+            iov_base: head.as_mut_ptr().cast(),
+            iov_len: head.len(),
+        };
+        // SAFETY: an all-zero `msghdr` is valid (null pointers, zero lengths).
+        let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+        msg.msg_name = (&mut name as *mut RawAddr).cast();
+        msg.msg_namelen = RAW_ADDR_LEN;
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        let mut control = ControlBuffer::EMPTY;
+        if self.recv.can_coalesce() {
+            receive_control_into(&mut msg, &mut control);
+        }
+        self.stats.peeks += 1;
+        // SAFETY: `msg` points at `name`, `iov` and `head`, all valid and ours for the call.
+        let rc = unsafe {
+            libc::recvmsg(
+                self.socket.as_raw_fd(),
+                &mut msg,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+            )
+        };
+        if rc < 0 {
+            let err = io::Error::last_os_error();
+            return match err.raw_os_error() {
+                Some(libc::EAGAIN) => Ok(None),
+                _ => Err(err),
+            };
+        }
+        // SAFETY: with GRO possible, `msg` was pointed at `control` for this receive.
+        let segment = self
+            .recv
+            .can_coalesce()
+            .then(|| unsafe { gro_segment_size(&msg) })
+            .flatten();
+        let len = segment.map_or(rc as usize, |segment| segment.min(rc as usize));
+        let addr = name
+            .socket_addr(msg.msg_namelen)
+            .unwrap_or(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)));
+        Ok(Some((addr, len, len.min(head.len()))))
+    }
+
+    /// The next receive offers the kernel one slot, whatever its plan: it takes the datagram
+    /// [`peek_next`](Self::peek_next) saw and no more.
+    pub fn receive_one_datagram_next(&mut self) {
+        self.recv.one_datagram_next = true;
     }
 
     /// Number of datagrams readable from the last [`recv_batch`](Self::recv_batch).

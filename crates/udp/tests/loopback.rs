@@ -813,3 +813,66 @@ fn single_frames_wait_while_a_coalesced_run_is_queued() {
         "the run was split by its segment size"
     );
 }
+
+/// A look ahead (`peek_next`) copies the next datagram's first bytes and gives its first
+/// frame's length and source without taking it: the receive after it gets that datagram. A
+/// run the kernel coalesced (GRO) gives its first frame's length, not the run's.
+#[test]
+fn a_look_ahead_gives_the_next_frame_and_leaves_it_to_the_receive() {
+    let (mut sender, mut receiver) = pair(1472, 64);
+    let mut head = [0u8; 32];
+    assert_eq!(receiver.peek_next(&mut head).unwrap(), None, "nothing yet");
+    let header = [3u8; 24];
+    let payload: Vec<u8> = (0..5000).map(|i| (i * 11) as u8).collect();
+    let pieces: Vec<[&[u8]; 2]> = payload
+        .chunks(1000)
+        .map(|chunk| [&header[..], chunk])
+        .collect();
+    let frames: Vec<(u32, &[&[u8]])> = pieces.iter().map(|p| (1, &p[..])).collect();
+    assert_eq!(sender.send_batch(&frames).unwrap(), 5);
+    let start = Instant::now();
+    let peeked = loop {
+        if let Some(peeked) = receiver.peek_next(&mut head).unwrap() {
+            break peeked;
+        }
+        assert!(start.elapsed() < DEADLINE, "the run arrives");
+        std::thread::yield_now();
+    };
+    assert_eq!(peeked, (sender.local_addr(), 1024, 32), "the first frame");
+    assert_eq!(&head[..24], &header[..]);
+    assert_eq!(&head[24..], &payload[..8]);
+    let again = receiver.peek_next(&mut head).unwrap();
+    assert_eq!(again, Some(peeked), "a look takes nothing");
+    let received = recv_n(&mut receiver, 5);
+    assert_eq!(received.len(), 5);
+    for (i, (from, bytes)) in received.iter().enumerate() {
+        assert_eq!(*from, sender.local_addr());
+        assert_eq!(&bytes[24..], &payload[i * 1000..][..1000], "frame {i}");
+    }
+    assert_eq!(receiver.stats().peeks, 3);
+}
+
+/// Asked to, a receive takes one datagram (the one looked at) and leaves the next queued.
+#[test]
+fn a_receive_asked_for_one_datagram_leaves_the_next() {
+    let (mut sender, mut receiver) = pair(1472, 64);
+    for len in [100, 700] {
+        let payload = pattern(len, len);
+        assert_eq!(sender.send_batch(&[(1, &[&payload[..]][..])]).unwrap(), 1);
+    }
+    let start = Instant::now();
+    while receiver.peek_next(&mut [0u8; 8]).unwrap().is_none() {
+        assert!(start.elapsed() < DEADLINE, "the datagrams arrive");
+        std::thread::yield_now();
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    receiver.receive_one_datagram_next();
+    assert_eq!(receiver.recv_batch().unwrap(), 1, "one datagram");
+    assert_eq!(receiver.received(0).1, &pattern(100, 100)[..]);
+    assert_eq!(
+        receiver.recv_batch().unwrap(),
+        1,
+        "the next, asked for once"
+    );
+    assert_eq!(receiver.received(0).1, &pattern(700, 700)[..]);
+}
