@@ -72,6 +72,10 @@ pub struct EngineStats {
     /// predicted into their receive (`FIRST_FRAME_PEEK_MIN_BYTES`).
     pub datagrams_peeked: u64,
     pub first_frames_predicted: u64,
+    /// First frames predicted that the core then refused: their payload went into a receive
+    /// that does not get their message. The prediction is exact, so this stays 0 (the
+    /// simulator counts anything else as a violation).
+    pub first_frames_refused: u64,
     /// Datagrams on the control socket (`nicmsg pdl`) that were not requests.
     pub malformed_control: u64,
 }
@@ -607,6 +611,7 @@ impl<T: Transport> Driver<T> {
                     stats.frames_placed += 1;
                 } else {
                     stats.placements_refused += 1;
+                    stats.first_frames_refused += u64::from(expected.first);
                 }
                 taken
             };
@@ -674,9 +679,9 @@ impl<T: Transport> Driver<T> {
         planned
     }
 
-    /// Reads the headers of the next datagram ahead of it and, if it is the RTS of a message
-    /// that a posted receive takes at once, plans its payload straight into that receive
-    /// (`nicmsg_proto`'s `first_frame.rs`) as plan entry 0.
+    /// Reads the headers of the next datagram ahead of it and, if it is the first frame of a
+    /// message (its RTS, or an EAGER frame) that a posted receive takes at once, plans its
+    /// payload straight into that receive (`nicmsg_proto`'s `first_frame.rs`) as plan entry 0.
     fn plan_first_frame(&mut self) -> FirstFrame {
         if !self.placement {
             return FirstFrame::NotPlanned;
@@ -700,8 +705,13 @@ impl<T: Transport> Driver<T> {
             return FirstFrame::NotPlanned;
         }
         self.peeks_left = SHORT_PEEKS_BEFORE_STOPPING;
-        // A long datagram that is not such an RTS is received in a batch with those behind it
-        // (a receiver behind its sender copies them all anyway); one that is, alone.
+        if len > self.transport.max_frame() {
+            // The transport drops it (a peer's frames longer than ours): nothing may be
+            // planned for it, or its payload would land in a receive it never binds.
+            return FirstFrame::NotPlanned;
+        }
+        // A long datagram that is not such a first frame is received in a batch with those
+        // behind it (a receiver behind its sender copies them all anyway); one that is, alone.
         let Some(expected) =
             self.endpoint
                 .predict_first_frame(&head[..head_len], len, origin.address)
@@ -997,7 +1007,7 @@ impl<T: Transport> Driver<T> {
 enum FirstFrame {
     /// Nothing waits to be received.
     NothingWaits,
-    /// Plan entry 0 is the RTS waiting.
+    /// Plan entry 0 is the first frame of a message, waiting.
     Planned,
     /// Receive as usual.
     NotPlanned,

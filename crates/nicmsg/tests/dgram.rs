@@ -94,6 +94,46 @@ fn long_datagrams_into_a_posted_receive_are_placed_from_their_first_frame() {
     );
 }
 
+/// A peer whose frames are longer than this socket's (here 64 KiB against 20,000 B) has them
+/// dropped by the transport. Its RTS, looked at ahead, must not be planned into the receive
+/// posted for it: that receive never binds the message, and after it is cancelled its buffer
+/// must be as it was.
+#[test]
+fn a_receive_for_frames_too_long_for_the_socket_is_left_untouched() {
+    let mut options = nicmsg::Options::from_env().expect("options");
+    options.protocol.mtu = 20_000;
+    options.mtu_auto = false;
+    let server = DgramSocket::bind_with("127.0.0.1:0", options).expect("bind the server");
+    let client = DgramSocket::bind("127.0.0.1:0").expect("bind the client");
+    let server_address = server.local_addr();
+    server.send_to(&[1], client.local_addr()).expect("hello");
+    let sender = thread::spawn(move || {
+        let (_, from) = client.recv_from(&mut [0u8; 1]).expect("hello");
+        assert_eq!(from, server_address);
+        client
+            .send_to(&pattern(18_000, 1), server_address)
+            .expect("a datagram in frames the server takes");
+        // Never delivered: it ends when the server is given up on.
+        let _ = client.send_to(&pattern(1 << 20, 2), server_address);
+    });
+    let mut first = vec![0u8; 20_000];
+    let (len, _) = server.recv_from(&mut first).expect("receive it");
+    assert_eq!(len, 18_000, "copied: the server looks ahead from now on");
+    let mut buffer = vec![0xEEu8; 1 << 20];
+    {
+        let receive = server.irecv_from(&mut buffer).expect("post the receive");
+        thread::sleep(std::time::Duration::from_millis(300));
+        receive.cancel();
+        assert!(matches!(receive.wait(), Err(Error::Cancelled)));
+    }
+    assert!(
+        buffer.iter().all(|&byte| byte == 0xEE),
+        "a cancelled receive was written"
+    );
+    drop(server);
+    drop(sender);
+}
+
 #[test]
 fn a_long_datagram_for_a_short_buffer_is_reported_not_cut() {
     let server = DgramSocket::bind("127.0.0.1:0").expect("bind");

@@ -364,8 +364,8 @@ impl Endpoint {
 
     /// Where the payload of the next datagram goes, read from its first bytes `head` before it
     /// is received (`datagram_len`: its whole length; `from`: its source address), if it is
-    /// the RTS of a new message that a posted receive takes at once (`first_frame.rs`). Offer
-    /// it placed there like a predicted frame.
+    /// the first frame of a new message (an RTS or EAGER frame) that a posted receive takes at
+    /// once (`first_frame.rs`). Offer it placed there like a predicted frame.
     pub fn predict_first_frame(
         &self,
         head: &[u8],

@@ -25,9 +25,9 @@ use nicmsg_wire::{Frame, FrameHeader, FrameKind, MsgHeader, Protocol, MAX_HEADER
 use std::net::SocketAddr;
 
 impl Core {
-    /// Where the payload of the datagram whose first bytes are `head` goes, if it is the RTS of
-    /// a new rendezvous message that a posted receive takes at once, intact headers and all;
-    /// `None` for anything else. `datagram_len` is the whole datagram's length; `from` its
+    /// Where the payload of the datagram whose first bytes are `head` goes, if it is the first
+    /// frame to arrive of a new message (its RTS, or any of its EAGER frames) that a posted
+    /// receive takes at once, intact headers and all; `None` for anything else. `datagram_len` is the whole datagram's length; `from` its
     /// source address (how an open endpoint knows its peers). Changes nothing.
     pub(crate) fn predict_first_frame(
         &self,

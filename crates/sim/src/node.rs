@@ -60,6 +60,7 @@ pub struct EngineTotals {
     pub placements_refused: u64,
     /// First frames of messages predicted from their headers read ahead (`first_frame.rs`).
     pub first_frames_predicted: u64,
+    pub first_frames_refused: u64,
     pub partial_sends: u64,
 }
 
@@ -74,9 +75,14 @@ impl EngineTotals {
         self.frames_placed += other.frames_placed;
         self.placements_refused += other.placements_refused;
         self.first_frames_predicted += other.first_frames_predicted;
+        self.first_frames_refused += other.first_frames_refused;
         self.partial_sends += other.partial_sends;
     }
 }
+
+/// Datagrams from this length on are looked at ahead in a third of the engines: data frames at
+/// the simulator's MTUs, not control frames (48 to 80 bytes).
+const PEEK_FROM_DATA_FRAMES: usize = 256;
 
 /// Engine turns one service may take in one instant before the run is declared livelocked: a
 /// turn that always finds work (a timer always due, a frame that never leaves).
@@ -358,17 +364,22 @@ impl EngineNode {
         ));
         let host = HostTable::new(Arc::clone(&table), Arc::clone(&registry));
         let rank = endpoint.rank();
-        // Half the engines read every datagram's headers ahead when nothing is predicted (the
-        // default waits for frames longer than the simulator's), so first frames are placed.
-        let peek_every_datagram = rng.chance(0.5);
+        // Most engines read datagrams' headers ahead when nothing is predicted (the default
+        // waits for frames longer than the simulator's): every datagram, or from data frames
+        // on, so that control frames are the short looks that end the looking.
+        let peek_min_bytes = match rng.below(3) {
+            0 => None,
+            1 => Some(0),
+            _ => Some(PEEK_FROM_DATA_FRAMES),
+        };
         let mut driver = Driver::new(
             endpoint,
             SimTransport::new(mtu, rng),
             table,
             Arc::clone(&registry),
         );
-        if peek_every_datagram {
-            driver.set_peek_min_bytes(0);
+        if let Some(bytes) = peek_min_bytes {
+            driver.set_peek_min_bytes(bytes);
         }
         driver.lend_send_copies();
         let programs_shared = Arc::new(ProgramsShared::default());
@@ -428,6 +439,7 @@ impl EngineNode {
             frames_placed: stats.frames_placed,
             placements_refused: stats.placements_refused,
             first_frames_predicted: stats.first_frames_predicted,
+            first_frames_refused: stats.first_frames_refused,
             partial_sends: self.driver.transport().partial_sends,
         }
     }

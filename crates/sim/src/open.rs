@@ -288,9 +288,10 @@ pub fn run_open(spec: &OpenSpec) -> OpenResult {
 }
 
 /// Hands a frame to the endpoint. With `place`, as the engine's transport with speculative
-/// placement: a DATA frame the endpoint predicted has its payload written at the predicted
-/// place first (as the kernel would scatter it) and is offered as placed; a frame refused or
-/// not predicted is then handled as bytes.
+/// placement: a frame the endpoint predicted (a DATA frame, or the first frame of a message
+/// from its headers read ahead) has its payload written at the predicted place first (as the
+/// kernel would scatter it) and is offered as placed; a frame refused or not predicted is then
+/// handled as bytes.
 fn deliver(life: &mut Life, now: Nanos, from: SocketAddr, bytes: &[u8], place: bool) {
     if place {
         let mut expected = [ExpectedFrame::default(); PREDICTED_FRAMES];
@@ -302,6 +303,12 @@ fn deliver(life: &mut Life, now: Nanos, from: SocketAddr, bytes: &[u8], place: b
                     && e.frame_index == frame.frame_index()
                     && bytes.len() == e.header_len() + e.segment.len as usize
             })
+        });
+        // Else the first frame of a message, from its headers read ahead (as the engine does).
+        let guess = guess.or_else(|| {
+            let head = &bytes[..bytes.len().min(ExpectedFrame::MAX_HEADER_LEN)];
+            life.endpoint
+                .predict_first_frame(head, bytes.len(), Some(from))
         });
         if let Some(guess) = guess {
             let (header, payload) = bytes.split_at(guess.header_len());

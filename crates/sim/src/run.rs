@@ -606,7 +606,18 @@ impl Sim {
         for rank in 0..ranks {
             let r = rank as usize;
             if let Some(node) = world.nodes[r].engine() {
-                engine.add(&node.totals());
+                let totals = node.totals();
+                engine.add(&totals);
+                if totals.first_frames_refused > 0 {
+                    world.violations.push(
+                        now,
+                        "first-frame-refused",
+                        format!(
+                            "rank {rank}: {} first frame(s) predicted into a receive and refused there: their payload went where no message of theirs lies",
+                            totals.first_frames_refused
+                        ),
+                    );
+                }
                 let outstanding = node.host().outstanding();
                 if all_completed && world.deaths[r].is_none() && outstanding != 0 {
                     world.violations.push(

@@ -467,7 +467,9 @@ impl UdpTransport {
         loop {
             self.recv.reset();
             let filled = self.recv_into_slots();
-            // Asked for once: the datagram looked at is taken (or the socket had nothing).
+            // One slot offered for the plan's large frames or for the datagram the engine
+            // looked at (asked for once: it is taken now, or the socket had nothing).
+            let one_slot = self.recv.plan_takes_one_slot();
             self.recv.one_datagram_next = false;
             let filled = filled?;
             if filled == 0 {
@@ -481,23 +483,28 @@ impl UdpTransport {
             self.stats.bytes_received += bytes as u64;
             self.stats.gro_datagrams += coalesced as u64;
             if frames > 0 {
-                // A plan of large frames offers one slot (`slots_to_offer`): what that brings
-                // says nothing of how the peers send.
-                if !self.recv.plan_takes_one_slot() {
+                // One slot offered (`slots_to_offer`): what that brings says nothing of how
+                // the peers send.
+                if !one_slot {
                     if let Some(mode) = self.recv.mode.after_receive(frames) {
                         self.switch_mode(mode);
                     }
                 }
                 return Ok(frames);
             }
+            // Only datagrams longer than a frame, dropped: the plan was for them (a frame the
+            // engine looked at and found too long is never planned, but a guess may be wrong),
+            // so the next receive places nothing where the plan said.
+            self.recv.apply_plan(&[]);
         }
     }
 
     /// Copies the first bytes of the next datagram waiting into `head` without taking it
     /// (`MSG_PEEK`): its source address (canonical), the length of its first frame (the whole
     /// datagram, or the first segment of one the kernel coalesced) and how many bytes were
-    /// copied; `None` when the socket has nothing. An error is the next receive's to report:
-    /// a failed look only says nothing.
+    /// copied; `None` when the socket has nothing. A pending error (ICMP-derived) is cleared by
+    /// the look as by a receive, so it is noted here for `take_refused` as the receive path
+    /// does, and returned.
     pub fn peek_next(&mut self, head: &mut [u8]) -> io::Result<Option<(SocketAddr, usize, usize)>> {
         let mut name = RawAddr::zeroed();
         let mut iov = libc::iovec {
@@ -525,10 +532,17 @@ impl UdpTransport {
         };
         if rc < 0 {
             let err = io::Error::last_os_error();
-            return match err.raw_os_error() {
-                Some(libc::EAGAIN) => Ok(None),
-                _ => Err(err),
-            };
+            let errno = err.raw_os_error().unwrap_or(0);
+            if errno == libc::EAGAIN {
+                // An empty look is an empty poll, as `recv_batch_placed` counts one.
+                let switch = self.recv.mode.after_receive(0);
+                debug_assert!(switch.is_none(), "an empty socket never switches");
+                return Ok(None);
+            }
+            if reports_refusal(errno) {
+                self.errors_queued = true;
+            }
+            return Err(err);
         }
         // SAFETY: with GRO possible, `msg` was pointed at `control` for this receive.
         let segment = self
@@ -670,12 +684,7 @@ impl UdpTransport {
                 libc::EBADF | libc::ENOTSOCK | libc::EFAULT | libc::EINVAL => return Err(err),
                 // An ICMP error answered an earlier datagram: the call reported it once (and
                 // cleared it); the error queue tells which peer.
-                libc::ECONNREFUSED
-                | libc::EHOSTUNREACH
-                | libc::ENETUNREACH
-                | libc::EHOSTDOWN
-                | libc::ENETDOWN
-                | libc::EMSGSIZE => self.errors_queued = true,
+                errno if reports_refusal(errno) => self.errors_queued = true,
                 _ => {
                     self.stats.recv_errors += 1;
                     errors += 1;
@@ -821,6 +830,20 @@ impl UdpTransport {
         self.stats.datagrams_sent += frames as u64;
         frames
     }
+}
+
+/// Whether a receive call's error is an ICMP error answering an earlier datagram (reported once,
+/// and cleared, by the call): the socket's error queue then tells which peer.
+fn reports_refusal(errno: i32) -> bool {
+    matches!(
+        errno,
+        libc::ECONNREFUSED
+            | libc::EHOSTUNREACH
+            | libc::ENETUNREACH
+            | libc::EHOSTDOWN
+            | libc::ENETDOWN
+            | libc::EMSGSIZE
+    )
 }
 
 fn count_send_error(errors: &mut SendErrors, errno: i32) {
