@@ -41,6 +41,13 @@ const SHORT_PEEKS_BEFORE_STOPPING: u32 = 8;
 const SMALL_SEND_BATCH: usize = 4;
 /// Send batches per turn, for the same fairness reason.
 const MAX_SEND_BATCHES_PER_TURN: usize = 8;
+/// Turns in a row whose receive left datagrams waiting that may put off an expired
+/// retransmission timer. Those datagrams are most often the acknowledgements that make it moot:
+/// after a computation, an inline engine finds the peer's whole message and its
+/// acknowledgements queued, and reading a few batches a turn (large frames come one a
+/// receive), it resent 1.7 % of the frames of a 1 MiB overlap pattern for nothing. Bounded, so
+/// a flood of frames delays no timer for long.
+const MAX_TIMEOUTS_PUT_OFF: u32 = 16;
 /// How often the engine looks for refusals (ICMP port unreachable) the kernel may not have
 /// reported (`Transport::take_refused`): one system call per 10 ms, and a dead peer found
 /// within 10 ms of its host refusing a frame.
@@ -98,6 +105,10 @@ pub struct Driver<T: Transport> {
     placement: bool,
     expected: Box<[ExpectedFrame]>,
     targets: Box<[PlacementTarget]>,
+    /// Whether the last receive found the socket empty, and the turns since a due timer last
+    /// ran while datagrams were left waiting ([`MAX_TIMEOUTS_PUT_OFF`]).
+    received_all: bool,
+    timeouts_put_off: u32,
     /// Read the headers of the next datagram ahead when nothing is predicted, while this is
     /// not 0: looks left before stopping ([`SHORT_PEEKS_BEFORE_STOPPING`]).
     peeks_left: u32,
@@ -140,6 +151,8 @@ impl<T: Transport> Driver<T> {
                 PLACEMENT_BATCH
             ]
             .into_boxed_slice(),
+            received_all: true,
+            timeouts_put_off: 0,
             peeks_left: 0,
             peek_min_bytes: FIRST_FRAME_PEEK_MIN_BYTES,
             posted_at: vec![0; table.len()].into_boxed_slice(),
@@ -232,11 +245,7 @@ impl<T: Transport> Driver<T> {
         busy |= self.transmit(now);
         busy |= self.receive(now);
         busy |= self.take_refusals(now);
-        if self
-            .endpoint
-            .poll_timeout()
-            .is_some_and(|deadline| deadline <= now)
-        {
+        if self.timeout_is_due(now) {
             let mut memory = RegistryMemory(&self.registry);
             self.endpoint.handle_timeout(now, &mut memory);
             busy = true;
@@ -250,6 +259,24 @@ impl<T: Transport> Driver<T> {
         }
         self.report_unreachable_peers();
         busy
+    }
+
+    /// True if a protocol timer expired and may run now: not while the receive left datagrams
+    /// waiting, which may acknowledge what the timer would resend ([`MAX_TIMEOUTS_PUT_OFF`]).
+    fn timeout_is_due(&mut self, now: Nanos) -> bool {
+        if self
+            .endpoint
+            .poll_timeout()
+            .is_none_or(|deadline| deadline > now)
+        {
+            return false;
+        }
+        if !self.received_all && self.timeouts_put_off < MAX_TIMEOUTS_PUT_OFF {
+            self.timeouts_put_off += 1;
+            return false;
+        }
+        self.timeouts_put_off = 0;
+        true
     }
 
     /// Lets PANIC's programs handle what they received, and posts what they asked for.
@@ -559,11 +586,15 @@ impl<T: Transport> Driver<T> {
 
     fn receive(&mut self, now: Nanos) -> bool {
         let mut any = false;
+        self.received_all = false;
         for _ in 0..MAX_RECEIVE_BATCHES_PER_TURN {
             let mut planned = self.plan_placements();
             if planned == 0 && self.peeks_left > 0 {
                 match self.plan_first_frame() {
-                    FirstFrame::NothingWaits => break,
+                    FirstFrame::NothingWaits => {
+                        self.received_all = true;
+                        break;
+                    }
                     FirstFrame::Planned => planned = 1,
                     FirstFrame::NotPlanned => {}
                 }
@@ -628,7 +659,10 @@ impl<T: Transport> Driver<T> {
                 self.peeks_left = SHORT_PEEKS_BEFORE_STOPPING;
             }
             match received {
-                Ok(0) => break,
+                Ok(0) => {
+                    self.received_all = true;
+                    break;
+                }
                 Ok(_) => {
                     any = true;
                     // Answer at once (ACKs, CTS): a sender waits for them, and a full turn of
@@ -644,6 +678,8 @@ impl<T: Transport> Driver<T> {
                     self.stats.transport_errors += 1;
                     let count = self.stats.transport_errors;
                     crate::errors::log_transport_error(count, "receive", &error);
+                    // Nothing more comes from this receive: timers run as usual.
+                    self.received_all = true;
                     break;
                 }
             }
