@@ -120,9 +120,11 @@ impl Core {
         let Some(buffer) = self.rx.recv(recv).map(|r| &r.buffer) else {
             return count;
         };
-        // Frame 0 (an RTS, or an eager message's first frame) is what matched the message to
-        // the receive: never predicted.
-        let first = entry.contiguous.max(from).max(1);
+        // Frame 0 is missing from a matched message when its data was not kept (an RTS that
+        // came before its receive was posted): it comes again, as a DATA frame once the CTS is
+        // in (an RTS resent before that is a wrong guess, put back together), or as an EAGER
+        // frame like the others.
+        let first = entry.contiguous.max(from);
         let (wire_src, _) = self.wire_names_from(entry.peer);
         let eager = entry.is_eager();
         // An eager message's frames all come unasked.

@@ -1264,6 +1264,34 @@ fn a_first_frame_read_ahead_is_predicted_only_into_the_receive_it_binds() {
     );
 }
 
+/// An RTS that came before its receive was posted has its data dropped (the receiver keeps
+/// the header); once the receive is posted, frame 0 comes again, as a DATA frame, and is
+/// predicted into the receive like the frames after it.
+#[test]
+fn frame_0_sent_again_after_its_receive_was_posted_is_predicted() {
+    let len = 100_000usize;
+    let mut net = Net::new(2, test_config());
+    let data = pattern(len, 7);
+    let send_op = net.send(0, 1, 5, data.clone());
+    net.run(net.now + 20_000);
+    let mut expected = [ExpectedFrame::default(); 64];
+    assert_eq!(
+        net.endpoints[1].predict_frames(&mut expected),
+        0,
+        "no receive yet"
+    );
+    let (recv_op, recv_region) = net.recv(1, Source::Rank(0), TagMatch::Tag(5), len);
+    let count = net.endpoints[1].predict_frames(&mut expected);
+    let frame_0 = expected[..count]
+        .iter()
+        .find(|e| e.frame_index == 0)
+        .copied()
+        .expect("frame 0 predicted");
+    assert!(!frame_0.eager && !frame_0.first, "a DATA frame");
+    assert_eq!((frame_0.offset, frame_0.segment.region), (0, recv_region));
+    deliver_the_rest(&mut net, (send_op, recv_op), recv_region, &data);
+}
+
 /// MPI matches a sender's messages in the order it sent them: the RTS of a second message,
 /// read ahead while the first has not arrived, is not predicted into the receive the first
 /// will take.
