@@ -589,7 +589,9 @@ impl<T: Transport> Driver<T> {
         self.received_all = false;
         for _ in 0..MAX_RECEIVE_BATCHES_PER_TURN {
             let mut planned = self.plan_placements();
-            if planned == 0 && self.peeks_left > 0 {
+            // Only a posted receive can take a first frame: a rank that only sends looks at
+            // nothing (its acknowledgements would use up the short looks).
+            if planned == 0 && self.peeks_left > 0 && self.endpoint.has_posted_receives() {
                 match self.plan_first_frame() {
                     FirstFrame::NothingWaits => {
                         self.received_all = true;

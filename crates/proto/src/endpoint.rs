@@ -362,6 +362,12 @@ impl Endpoint {
         self.core.predict_frames(out)
     }
 
+    /// True if the application has a receive posted that no message matched yet: only then
+    /// can the first frame of a message be predicted ([`predict_first_frame`](Self::predict_first_frame)).
+    pub fn has_posted_receives(&self) -> bool {
+        self.core.rx.has_application_posted()
+    }
+
     /// Where the payload of the next datagram goes, read from its first bytes `head` before it
     /// is received (`datagram_len`: its whole length; `from`: its source address), if it is
     /// the first frame of a new message (an RTS or EAGER frame) that a posted receive takes at

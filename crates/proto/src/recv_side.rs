@@ -158,6 +158,11 @@ impl RecvSide {
         Some(PostedAt { queue, index })
     }
 
+    /// True if the application has a receive posted and not matched yet.
+    pub(crate) fn has_application_posted(&self) -> bool {
+        !self.posted[ORDINARY].is_empty()
+    }
+
     /// The posted receive at `at` (from [`find_posted`](Self::find_posted)).
     pub(crate) fn posted_at(&self, at: PostedAt) -> RecvKey {
         self.posted[at.queue][at.index]
