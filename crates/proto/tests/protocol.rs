@@ -1184,6 +1184,18 @@ fn an_eager_messages_later_frames_are_taken_in_place() {
     assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
 }
 
+/// Two ranks whose frames leave their payload to the link (so headers read ahead can be
+/// verified alone), and the RTS frames rank 1 would get, held back.
+fn net_capturing_link_checked_rts() -> (Net, std::rc::Rc<std::cell::RefCell<Vec<Vec<u8>>>>) {
+    let config = Config {
+        link_checks_payload: true,
+        ..test_config()
+    };
+    let mut net = Net::new(2, config);
+    let captured = capture_frames_of_kind(&mut net, nicmsg_wire::FrameKind::Rts);
+    (net, captured)
+}
+
 /// The RTS of a message, read ahead of its datagram (`first_frame.rs`), is predicted only into
 /// the receive that handling it now would bind, and exactly there: not before that receive is
 /// posted, not into a receive too short for the message, not with a header byte changed or a
@@ -1191,13 +1203,8 @@ fn an_eager_messages_later_frames_are_taken_in_place() {
 /// any RTS, its payload never copied.
 #[test]
 fn a_first_frame_read_ahead_is_predicted_only_into_the_receive_it_binds() {
-    let config = Config {
-        link_checks_payload: true,
-        ..test_config()
-    };
     let len = 100_000usize;
-    let mut net = Net::new(2, config);
-    let captured = capture_frames_of_kind(&mut net, nicmsg_wire::FrameKind::Rts);
+    let (mut net, captured) = net_capturing_link_checked_rts();
     let data = pattern(len, 4);
     let send_op = net.send(0, 1, 5, data.clone());
     net.run(net.now + 50_000);
@@ -1297,13 +1304,8 @@ fn frame_0_sent_again_after_its_receive_was_posted_is_predicted() {
 /// will take.
 #[test]
 fn a_first_frame_is_not_predicted_ahead_of_an_earlier_message_of_its_sender() {
-    let config = Config {
-        link_checks_payload: true,
-        ..test_config()
-    };
     let len = 100_000usize;
-    let mut net = Net::new(2, config);
-    let captured = capture_frames_of_kind(&mut net, nicmsg_wire::FrameKind::Rts);
+    let (mut net, captured) = net_capturing_link_checked_rts();
     let (first, second) = (pattern(len, 5), pattern(len, 6));
     let first_send = net.send(0, 1, 5, first.clone());
     let second_send = net.send(0, 1, 5, second.clone());

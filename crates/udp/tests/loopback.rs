@@ -76,6 +76,14 @@ fn plan_over(dest: &mut [u8], frame: usize) -> Vec<nicmsg_udp::Placement> {
         .collect()
 }
 
+/// Sends `payload` to rank 1 in frames of `header` and `chunk` bytes of it, in one batch;
+/// how many frames the transport took.
+fn send_in_frames(sender: &mut UdpTransport, header: &[u8], payload: &[u8], chunk: usize) -> usize {
+    let pieces: Vec<[&[u8]; 2]> = payload.chunks(chunk).map(|c| [header, c]).collect();
+    let frames: Vec<(u32, &[&[u8]])> = pieces.iter().map(|p| (1, &p[..])).collect();
+    sender.send_batch(&frames).unwrap()
+}
+
 /// Deterministic bytes for frame `seq`.
 fn pattern(seq: usize, len: usize) -> Vec<u8> {
     (0..len).map(|i| (seq * 31 + i * 7) as u8).collect()
@@ -603,12 +611,7 @@ fn frames_too_large_to_coalesce_are_placed_one_per_receive() {
     let (mut sender, mut receiver) = pair(65_000, 64);
     let header = [5u8; 24];
     let payload: Vec<u8> = (0..120_000).map(|i| (i * 13) as u8).collect();
-    let pieces: Vec<[&[u8]; 2]> = payload
-        .chunks(40_000)
-        .map(|chunk| [&header[..], chunk])
-        .collect();
-    let frames: Vec<(u32, &[&[u8]])> = pieces.iter().map(|p| (1, &p[..])).collect();
-    assert_eq!(sender.send_batch(&frames).unwrap(), 3);
+    assert_eq!(send_in_frames(&mut sender, &header, &payload, 40_000), 3);
     let mut dest = vec![0u8; 120_000];
     let plan = plan_over(&mut dest, 40_000);
     // Large guessed frames are read one per receive, each guessed afresh from what came
@@ -824,12 +827,7 @@ fn a_look_ahead_gives_the_next_frame_and_leaves_it_to_the_receive() {
     assert_eq!(receiver.peek_next(&mut head).unwrap(), None, "nothing yet");
     let header = [3u8; 24];
     let payload: Vec<u8> = (0..5000).map(|i| (i * 11) as u8).collect();
-    let pieces: Vec<[&[u8]; 2]> = payload
-        .chunks(1000)
-        .map(|chunk| [&header[..], chunk])
-        .collect();
-    let frames: Vec<(u32, &[&[u8]])> = pieces.iter().map(|p| (1, &p[..])).collect();
-    assert_eq!(sender.send_batch(&frames).unwrap(), 5);
+    assert_eq!(send_in_frames(&mut sender, &header, &payload, 1000), 5);
     let start = Instant::now();
     let peeked = loop {
         if let Some(peeked) = receiver.peek_next(&mut head).unwrap() {

@@ -65,15 +65,24 @@ fn a_frame_in_two_places_parses_like_the_whole_and_is_checked_the_same() {
     }
 }
 
+/// A frame of `kind` carrying `PAYLOAD` whose checksum leaves the payload to the link: its
+/// headers, message header and bytes.
+fn link_checked_frame(kind: FrameKind) -> (FrameHeader, Option<MsgHeader>, Vec<u8>) {
+    let mut header = header(kind, PAYLOAD.len());
+    header.flags |= Flags::LINK_CHECKED;
+    let msg = msg_for(kind);
+    let mut out = vec![0u8; MAX_HEADERS_LEN + PAYLOAD.len()];
+    let len = emit_frame(&header, msg.as_ref(), PAYLOAD, &mut out).unwrap();
+    out.truncate(len);
+    (header, msg, out)
+}
+
 #[test]
 fn a_link_checked_frame_covers_its_headers_and_leaves_the_payload_to_the_link() {
     for kind in [FrameKind::Eager, FrameKind::Rts, FrameKind::Data] {
-        let mut header = header(kind, PAYLOAD.len());
-        header.flags |= Flags::LINK_CHECKED;
-        let msg = msg_for(kind);
-        let mut out = vec![0u8; MAX_HEADERS_LEN + PAYLOAD.len()];
-        let len = emit_frame(&header, msg.as_ref(), PAYLOAD, &mut out).unwrap();
-        let bytes = &mut out[..len];
+        let (header, _, mut out) = link_checked_frame(kind);
+        let len = out.len();
+        let bytes = &mut out[..];
         assert_eq!(Frame::parse(bytes).unwrap().header, header, "{kind:?}");
         // The payload is not in the checksum: a changed byte is the link's to catch.
         bytes[len - 1] ^= 0x10;
@@ -95,11 +104,7 @@ fn the_headers_of_a_link_checked_frame_are_verified_without_its_payload() {
     // A receiver that reads a datagram's headers ahead of it decides from them alone where the
     // payload goes: every header byte must be checked, and nothing else accepted.
     for kind in [FrameKind::Eager, FrameKind::Rts, FrameKind::Data] {
-        let mut header = header(kind, PAYLOAD.len());
-        header.flags |= Flags::LINK_CHECKED;
-        let msg = msg_for(kind);
-        let mut out = vec![0u8; MAX_HEADERS_LEN + PAYLOAD.len()];
-        let len = emit_frame(&header, msg.as_ref(), PAYLOAD, &mut out).unwrap();
+        let (header, msg, out) = link_checked_frame(kind);
         let headers = &out[..headers_len(kind)];
         assert_eq!(
             Frame::parse_link_checked_headers(headers),
@@ -118,7 +123,7 @@ fn the_headers_of_a_link_checked_frame_are_verified_without_its_payload() {
             Frame::parse_link_checked_headers(&out[..headers.len() + 1]).is_err(),
             "{kind:?}: a payload byte taken for a header"
         );
-        assert!(Frame::parse_link_checked_headers(&out[..len][..headers.len() - 1]).is_err());
+        assert!(Frame::parse_link_checked_headers(&headers[..headers.len() - 1]).is_err());
         // A checksum over the payload cannot be checked from the headers.
         let plain = build_with(&self::header(kind, PAYLOAD.len()), msg.as_ref(), PAYLOAD);
         assert_eq!(
