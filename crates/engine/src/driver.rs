@@ -41,12 +41,13 @@ const SHORT_PEEKS_BEFORE_STOPPING: u32 = 8;
 const SMALL_SEND_BATCH: usize = 4;
 /// Send batches per turn, for the same fairness reason.
 const MAX_SEND_BATCHES_PER_TURN: usize = 8;
-/// Turns in a row whose receive left datagrams waiting that may put off an expired
-/// retransmission timer. Those datagrams are most often the acknowledgements that make it moot:
-/// after a computation, an inline engine finds the peer's whole message and its
+/// Turns in a row that may put off an expired protocol timer while datagrams wait in the
+/// socket after the turn's receive. Those datagrams are most often the acknowledgements that
+/// make it moot: after a computation, an inline engine finds the peer's whole message and its
 /// acknowledgements queued, and reading a few batches a turn (large frames come one a
 /// receive), it resent 1.7 % of the frames of a 1 MiB overlap pattern for nothing. Bounded, so
-/// a flood of frames delays no timer for long.
+/// a flood of frames delays no timer for long; each such turn received something, so no wait
+/// sleeps over the timer meanwhile.
 const MAX_TIMEOUTS_PUT_OFF: u32 = 16;
 /// How often the engine looks for refusals (ICMP port unreachable) the kernel may not have
 /// reported (`Transport::take_refused`): one system call per 10 ms, and a dead peer found
@@ -105,8 +106,8 @@ pub struct Driver<T: Transport> {
     placement: bool,
     expected: Box<[ExpectedFrame]>,
     targets: Box<[PlacementTarget]>,
-    /// Whether the last receive found the socket empty, and the turns since a due timer last
-    /// ran while datagrams were left waiting ([`MAX_TIMEOUTS_PUT_OFF`]).
+    /// Whether the last receive found the socket empty, and the turns in a row that put off a
+    /// due timer ([`MAX_TIMEOUTS_PUT_OFF`]).
     received_all: bool,
     timeouts_put_off: u32,
     /// Read the headers of the next datagram ahead when nothing is predicted, while this is
@@ -261,22 +262,30 @@ impl<T: Transport> Driver<T> {
         busy
     }
 
-    /// True if a protocol timer expired and may run now: not while the receive left datagrams
-    /// waiting, which may acknowledge what the timer would resend ([`MAX_TIMEOUTS_PUT_OFF`]).
+    /// True if a protocol timer expired and may run now: not while datagrams wait that may
+    /// acknowledge what the timer would resend ([`MAX_TIMEOUTS_PUT_OFF`]).
     fn timeout_is_due(&mut self, now: Nanos) -> bool {
         if self
             .endpoint
             .poll_timeout()
             .is_none_or(|deadline| deadline > now)
         {
+            self.timeouts_put_off = 0;
             return false;
         }
-        if !self.received_all && self.timeouts_put_off < MAX_TIMEOUTS_PUT_OFF {
+        if self.timeouts_put_off < MAX_TIMEOUTS_PUT_OFF && self.datagrams_wait() {
             self.timeouts_put_off += 1;
             return false;
         }
         self.timeouts_put_off = 0;
         true
+    }
+
+    /// True if the last receive stopped with datagrams still in the socket: it stopped early
+    /// (a completion to hand back, its batches used up) and a look finds one. A transport that
+    /// cannot look says no, so its timers run as they always did.
+    fn datagrams_wait(&mut self) -> bool {
+        !self.received_all && matches!(self.transport.peek(&mut [0u8; 1]), Peeked::Datagram { .. })
     }
 
     /// Lets PANIC's programs handle what they received, and posts what they asked for.
@@ -589,8 +598,9 @@ impl<T: Transport> Driver<T> {
         self.received_all = false;
         for _ in 0..MAX_RECEIVE_BATCHES_PER_TURN {
             let mut planned = self.plan_placements();
-            // Only a posted receive can take a first frame: a rank that only sends looks at
-            // nothing (its acknowledgements would use up the short looks).
+            // Only an application receive posted can take a first frame the engine predicts
+            // (its programs' standing receives are left out): a rank that only sends looks at
+            // nothing, or its acknowledgements would use up the short looks.
             if planned == 0 && self.peeks_left > 0 && self.endpoint.has_posted_receives() {
                 match self.plan_first_frame() {
                     FirstFrame::NothingWaits => {
