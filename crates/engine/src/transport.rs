@@ -73,6 +73,20 @@ pub enum Peeked {
     Unknown,
 }
 
+impl Peeked {
+    /// The look at a datagram a transport holds in memory (the simulator's, a test's): its
+    /// first bytes copied into `head`.
+    pub fn held(origin: Origin, bytes: &[u8], head: &mut [u8]) -> Self {
+        let head_len = head.len().min(bytes.len());
+        head[..head_len].copy_from_slice(&bytes[..head_len]);
+        Self::Datagram {
+            origin,
+            len: bytes.len(),
+            head_len,
+        }
+    }
+}
+
 pub trait Transport: Send {
     /// Which transport carries the frames, for logs and counters.
     fn name(&self) -> &'static str;

@@ -160,15 +160,9 @@ impl Transport for SimTransport {
     }
 
     fn peek(&mut self, head: &mut [u8]) -> Peeked {
-        let Some((source, bytes)) = self.inbox.front() else {
-            return Peeked::Nothing;
-        };
-        let head_len = head.len().min(bytes.len());
-        head[..head_len].copy_from_slice(&bytes[..head_len]);
-        Peeked::Datagram {
-            origin: Origin::rank(Some(*source)),
-            len: bytes.len(),
-            head_len,
+        match self.inbox.front() {
+            Some((source, bytes)) => Peeked::held(Origin::rank(Some(*source)), bytes, head),
+            None => Peeked::Nothing,
         }
     }
 
