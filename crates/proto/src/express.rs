@@ -6,7 +6,6 @@
 //! credit returned, duplicate window, liveness bookkeeping), so anything that is not this case
 //! takes the general path unchanged.
 
-use crate::geometry::Geometry;
 use crate::state::Core;
 use crate::window::IdPlace;
 use crate::*;
@@ -59,15 +58,11 @@ impl Core {
     /// The general path's checks of a first frame (`admit_message`, `place_frame`), for a
     /// message of exactly one frame.
     fn is_whole_eager_message(&self, header: &FrameHeader, msg: &MsgHeader, len: usize) -> bool {
-        let geometry = Geometry {
-            total_len: msg.total_len,
-            frame_payload: msg.frame_payload,
-            protocol: msg.protocol,
+        let Some(geometry) = self.admissible(msg) else {
+            return false;
         };
         header.kind == FrameKind::Eager
             && msg.protocol == Protocol::Eager
-            && msg.total_len <= self.config.eager_limit
-            && msg.ack_unit <= MAX_ACK_UNIT
             && geometry.frames() == 1
             && geometry.agrees(header.frame_index, header.offset, len as u64)
     }

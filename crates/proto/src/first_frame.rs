@@ -17,7 +17,6 @@
 //! changing anything. When the frame arrives placed, the same checks run again before anything
 //! changes, and it then takes the ordinary path with its payload already in place.
 
-use crate::geometry::Geometry;
 use crate::state::Core;
 use crate::window::IdPlace;
 use crate::*;
@@ -27,8 +26,9 @@ use std::net::SocketAddr;
 impl Core {
     /// Where the payload of the datagram whose first bytes are `head` goes, if it is the first
     /// frame to arrive of a new message (its RTS, or any of its EAGER frames) that a posted
-    /// receive takes at once, intact headers and all; `None` for anything else. `datagram_len` is the whole datagram's length; `from` its
-    /// source address (how an open endpoint knows its peers). Changes nothing.
+    /// receive takes at once, intact headers and all; `None` for anything else.
+    /// `datagram_len` is the whole datagram's length; `from` its source address (how an open
+    /// endpoint knows its peers). Changes nothing.
     pub(crate) fn predict_first_frame(
         &self,
         head: &[u8],
@@ -58,11 +58,7 @@ impl Core {
     /// renaming anything: in a job the header's rank; in open mode a conversation under way.
     fn known_source(&self, header: &FrameHeader, from: Option<SocketAddr>) -> Option<Rank> {
         match &self.directory {
-            None => {
-                let named =
-                    header.dst == self.rank && header.src < self.size && header.src != self.rank;
-                named.then_some(header.src)
-            }
+            None => self.names_a_peer(header).then_some(header.src),
             Some(directory) => directory.peer_of_conversation(from?, header.src, header.dst),
         }
     }
@@ -84,24 +80,15 @@ impl Core {
         if !new_and_next || state.unreachable || !self.payload_check_trusted(header) {
             return None;
         }
-        let geometry = Geometry {
-            total_len: msg.total_len,
-            frame_payload: msg.frame_payload,
-            protocol: msg.protocol,
-        };
+        let geometry = self.admissible(msg)?;
         let len = u64::from(header.payload_len);
         // A rendezvous message is admitted by its RTS (frame 0); an eager one by whichever of
         // its frames comes first.
-        let first = match msg.protocol {
-            Protocol::Rendezvous => header.frame_index == 0,
-            Protocol::Eager => msg.total_len <= self.config.eager_limit,
-        };
+        let first = msg.protocol == Protocol::Eager || header.frame_index == 0;
         let admitted = first
-            && msg.ack_unit <= MAX_ACK_UNIT
-            && u32::try_from(geometry.frames()).is_ok()
             && geometry.agrees(header.frame_index, header.offset, len)
             && len > 0
-            && self.has_room_for_incoming();
+            && self.has_room_for_remote();
         if !admitted {
             return None;
         }
@@ -111,13 +98,6 @@ impl Core {
             return None;
         }
         crate::placement::single_piece(buffer, header.offset, len)
-    }
-
-    /// True if `insert_remote` would take one more incoming message.
-    fn has_room_for_incoming(&self) -> bool {
-        let usage = self.rx.incoming_usage();
-        let local = self.peers[self.rank].sends_in_flight as usize;
-        usage.in_use < usage.limit && usage.in_use.saturating_sub(local) < self.config.max_incoming
     }
 
     /// True if a predicted RTS that arrived placed, intact, with `header` (`msg`) would still

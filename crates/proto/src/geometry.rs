@@ -4,7 +4,7 @@
 //! (every EAGER frame, and the RTS, which is frame 0 of a rendezvous) have `MSG_HEADER_LEN` fewer
 //! payload bytes. A zero-byte message is one frame with no payload.
 
-use nicmsg_wire::{Protocol, MSG_HEADER_LEN};
+use nicmsg_wire::{MsgHeader, Protocol, MSG_HEADER_LEN};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Geometry {
@@ -15,6 +15,15 @@ pub(crate) struct Geometry {
 }
 
 impl Geometry {
+    /// The cut of the message a message header describes.
+    pub fn of(msg: &MsgHeader) -> Self {
+        Self {
+            total_len: msg.total_len,
+            frame_payload: msg.frame_payload,
+            protocol: msg.protocol,
+        }
+    }
+
     fn first_capacity(&self) -> u64 {
         u64::from(self.frame_payload) - MSG_HEADER_LEN as u64
     }

@@ -90,12 +90,17 @@ impl Core {
     /// Inserts an entry for a message from another rank, unless `max_incoming` of them are
     /// held already (the rest of the table is kept for messages to self).
     pub(crate) fn insert_remote(&mut self, entry: Incoming) -> Option<IncomingKey> {
-        let local = self.peers[self.rank].sends_in_flight as usize;
-        let remote = self.rx.incoming_usage().in_use.saturating_sub(local);
-        if remote >= self.config.max_incoming {
+        if !self.has_room_for_remote() {
             return None;
         }
         self.rx.insert_incoming(entry)
+    }
+
+    /// True if [`insert_remote`](Self::insert_remote) takes one more entry.
+    pub(crate) fn has_room_for_remote(&self) -> bool {
+        let usage = self.rx.incoming_usage();
+        let local = self.peers[self.rank].sends_in_flight as usize;
+        usage.in_use < usage.limit && usage.in_use.saturating_sub(local) < self.config.max_incoming
     }
 
     /// A probe claimed the local send's message: a receive has it for MPI, too late to cancel.

@@ -51,6 +51,12 @@ impl Core {
         (to_dst, to_src)
     }
 
+    /// In a job: whether the header names this rank as its destination and another member of
+    /// the job as its source.
+    pub(crate) fn names_a_peer(&self, header: &FrameHeader) -> bool {
+        header.dst == self.rank && header.src < self.size && header.src != self.rank
+    }
+
     /// The slot a frame from `from` belongs to, or `None` (dropped and counted). In a job the
     /// header names its ranks; in open mode the directory decides, and a restarted or
     /// forgotten peer is given up on here.
@@ -62,8 +68,7 @@ impl Core {
         memory: &mut impl HostMemory,
     ) -> Option<Rank> {
         let Some(directory) = self.directory.as_mut() else {
-            let named =
-                header.dst == self.rank && header.src < self.size && header.src != self.rank;
+            let named = self.names_a_peer(header);
             if !named {
                 self.count_drop(None, DropReason::WrongRank);
             }

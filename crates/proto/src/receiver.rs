@@ -150,19 +150,10 @@ impl Core {
         memory: &mut impl HostMemory,
     ) -> Option<IncomingKey> {
         let peer = header.src;
-        let geometry = Geometry {
-            total_len: msg.total_len,
-            frame_payload: msg.frame_payload,
-            protocol: msg.protocol,
-        };
-        let frames_fit = u32::try_from(geometry.frames()).is_ok();
-        if !frames_fit
-            || msg.ack_unit > MAX_ACK_UNIT
-            || (msg.protocol == Protocol::Eager && msg.total_len > self.config.eager_limit)
-        {
+        let Some(geometry) = self.admissible(msg) else {
             self.count_drop(Some(peer), DropReason::Invalid);
             return None;
-        }
+        };
         // In `buffer` mode an eager message that cannot be matched at once needs one of the
         // peer's buffers; credits guarantee one unless the sender broke the protocol. In `drop`
         // mode only its header is kept and its data is discarded.
@@ -190,6 +181,18 @@ impl Core {
             debug_assert!(assigned, "checked before admitting");
         }
         Some(index)
+    }
+
+    /// The cut of a message whose header `admit_message` takes (its frames fit the frame
+    /// counters, its acknowledgement unit the receiver's bitmap, an eager message the eager
+    /// limit); `None` for a header dropped as invalid. The express path and the prediction of
+    /// first frames ask the same.
+    pub(crate) fn admissible(&self, msg: &MsgHeader) -> Option<Geometry> {
+        let geometry = Geometry::of(msg);
+        let valid = u32::try_from(geometry.frames()).is_ok()
+            && msg.ack_unit <= MAX_ACK_UNIT
+            && (msg.protocol != Protocol::Eager || msg.total_len <= self.config.eager_limit);
+        valid.then_some(geometry)
     }
 
     pub(crate) fn answer_wait(&mut self, header: &FrameHeader) {
