@@ -76,8 +76,8 @@ pub struct EngineStats {
     pub frames_predicted: u64,
     pub frames_placed: u64,
     pub placements_refused: u64,
-    /// Datagrams whose headers were read ahead of them, and the RTS frames of those that were
-    /// predicted into their receive (`FIRST_FRAME_PEEK_MIN_BYTES`).
+    /// Datagrams whose headers were read ahead of them, and those that were the first frame of
+    /// a message predicted into its receive (`FIRST_FRAME_PEEK_MIN_BYTES`).
     pub datagrams_peeked: u64,
     pub first_frames_predicted: u64,
     /// First frames predicted that the core then refused: their payload went into a receive
@@ -106,9 +106,7 @@ pub struct Driver<T: Transport> {
     placement: bool,
     expected: Box<[ExpectedFrame]>,
     targets: Box<[PlacementTarget]>,
-    /// Whether the last receive found the socket empty, and the turns in a row that put off a
-    /// due timer ([`MAX_TIMEOUTS_PUT_OFF`]).
-    received_all: bool,
+    /// Turns in a row that put off a due timer ([`MAX_TIMEOUTS_PUT_OFF`]).
     timeouts_put_off: u32,
     /// Read the headers of the next datagram ahead when nothing is predicted, while this is
     /// not 0: looks left before stopping ([`SHORT_PEEKS_BEFORE_STOPPING`]).
@@ -152,7 +150,6 @@ impl<T: Transport> Driver<T> {
                 PLACEMENT_BATCH
             ]
             .into_boxed_slice(),
-            received_all: true,
             timeouts_put_off: 0,
             peeks_left: 0,
             peek_min_bytes: FIRST_FRAME_PEEK_MIN_BYTES,
@@ -244,9 +241,10 @@ impl<T: Transport> Driver<T> {
         // New sends leave before the receive poll: a reply posted by the host is on the
         // critical path of its peer, a receive poll that finds nothing is not.
         busy |= self.transmit(now);
-        busy |= self.receive(now);
+        let received = self.receive(now);
+        busy |= received.any;
         busy |= self.take_refusals(now);
-        if self.timeout_is_due(now) {
+        if self.timeout_is_due(now, received.drained) {
             let mut memory = RegistryMemory(&self.registry);
             self.endpoint.handle_timeout(now, &mut memory);
             busy = true;
@@ -263,8 +261,10 @@ impl<T: Transport> Driver<T> {
     }
 
     /// True if a protocol timer expired and may run now: not while datagrams wait that may
-    /// acknowledge what the timer would resend ([`MAX_TIMEOUTS_PUT_OFF`]).
-    fn timeout_is_due(&mut self, now: Nanos) -> bool {
+    /// acknowledge what the timer would resend ([`MAX_TIMEOUTS_PUT_OFF`]): the turn's receive
+    /// stopped early (`drained` false: a completion to hand back, its batches used up) and a
+    /// look finds one. A transport that cannot look runs its timers as it always did.
+    fn timeout_is_due(&mut self, now: Nanos, drained: bool) -> bool {
         if self
             .endpoint
             .poll_timeout()
@@ -273,19 +273,15 @@ impl<T: Transport> Driver<T> {
             self.timeouts_put_off = 0;
             return false;
         }
-        if self.timeouts_put_off < MAX_TIMEOUTS_PUT_OFF && self.datagrams_wait() {
+        let put_off = self.timeouts_put_off < MAX_TIMEOUTS_PUT_OFF
+            && !drained
+            && matches!(self.transport.peek(&mut [0u8; 1]), Peeked::Datagram { .. });
+        if put_off {
             self.timeouts_put_off += 1;
             return false;
         }
         self.timeouts_put_off = 0;
         true
-    }
-
-    /// True if the last receive stopped with datagrams still in the socket: it stopped early
-    /// (a completion to hand back, its batches used up) and a look finds one. A transport that
-    /// cannot look says no, so its timers run as they always did.
-    fn datagrams_wait(&mut self) -> bool {
-        !self.received_all && matches!(self.transport.peek(&mut [0u8; 1]), Peeked::Datagram { .. })
     }
 
     /// Lets PANIC's programs handle what they received, and posts what they asked for.
@@ -593,9 +589,11 @@ impl<T: Transport> Driver<T> {
         }
     }
 
-    fn receive(&mut self, now: Nanos) -> bool {
-        let mut any = false;
-        self.received_all = false;
+    fn receive(&mut self, now: Nanos) -> ReceiveTurn {
+        let mut turn = ReceiveTurn {
+            any: false,
+            drained: false,
+        };
         for _ in 0..MAX_RECEIVE_BATCHES_PER_TURN {
             let mut planned = self.plan_placements();
             // Only an application receive posted can take a first frame the engine predicts
@@ -604,7 +602,7 @@ impl<T: Transport> Driver<T> {
             if planned == 0 && self.peeks_left > 0 && self.endpoint.has_posted_receives() {
                 match self.plan_first_frame() {
                     FirstFrame::NothingWaits => {
-                        self.received_all = true;
+                        turn.drained = true;
                         break;
                     }
                     FirstFrame::Planned => planned = 1,
@@ -672,11 +670,11 @@ impl<T: Transport> Driver<T> {
             }
             match received {
                 Ok(0) => {
-                    self.received_all = true;
+                    turn.drained = true;
                     break;
                 }
                 Ok(_) => {
-                    any = true;
+                    turn.any = true;
                     // Answer at once (ACKs, CTS): a sender waits for them, and a full turn of
                     // receive batches would delay them past its retransmission timeout.
                     self.transmit(now);
@@ -691,12 +689,12 @@ impl<T: Transport> Driver<T> {
                     let count = self.stats.transport_errors;
                     crate::errors::log_transport_error(count, "receive", &error);
                     // Nothing more comes from this receive: timers run as usual.
-                    self.received_all = true;
+                    turn.drained = true;
                     break;
                 }
             }
         }
-        any
+        turn
     }
 
     /// Asks the protocol core which frames come next and resolves where their payload goes.
@@ -1048,9 +1046,6 @@ impl<T: Transport> Driver<T> {
     }
 }
 
-/// A received datagram taken the ordinary way (not placed). In a job the transport names the
-/// rank whose address sent it, and the frame must claim that rank; an open endpoint's
-/// directory decides who sent it from the address.
 /// What reading the next datagram's headers ahead gave (`Driver::plan_first_frame`).
 enum FirstFrame {
     /// Nothing waits to be received.
@@ -1061,6 +1056,17 @@ enum FirstFrame {
     NotPlanned,
 }
 
+/// What one turn's receive did.
+struct ReceiveTurn {
+    /// It took at least one datagram.
+    any: bool,
+    /// It stopped because the socket was empty (or failed), not early.
+    drained: bool,
+}
+
+/// A received datagram taken the ordinary way (not placed). In a job the transport names the
+/// rank whose address sent it, and the frame must claim that rank; an open endpoint's
+/// directory decides who sent it from the address.
 fn deliver_bytes(
     endpoint: &mut Endpoint,
     stats: &mut EngineStats,
