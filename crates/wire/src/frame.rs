@@ -42,13 +42,7 @@ impl<'a> Frame<'a> {
     /// LM placed, whose headers were kept aside before the next landing covered them and whose
     /// payload is where it landed. `headers` is exactly the header block.
     pub fn parse_parts(headers: &'a [u8], payload: &'a [u8]) -> Result<Self, WireError> {
-        let header = Self::parse_header(headers)?;
-        if headers.len() != header.headers_len() {
-            return Err(WireError::LengthMismatch {
-                declared: header.headers_len() as u32,
-                actual: headers.len(),
-            });
-        }
+        let header = Self::parse_header_block(headers)?;
         Self::check_parts(header, headers, payload)
     }
 
@@ -61,23 +55,26 @@ impl<'a> Frame<'a> {
     pub fn parse_link_checked_headers(
         headers: &'a [u8],
     ) -> Result<(FrameHeader, Option<MsgHeader>), WireError> {
-        let header = Self::parse_header(headers)?;
+        let header = Self::parse_header_block(headers)?;
         if !header.has_flag(Flags::LINK_CHECKED) {
             return Err(WireError::PayloadNotLinkChecked);
         }
+        // The checksum leaves the payload out: none is needed to check it.
+        check_checksum(headers, &[])?;
+        let msg = Self::parse_msg_header(header, headers)?;
+        Ok((header, msg))
+    }
+
+    /// The frame header of `headers`, which must be exactly its header block.
+    fn parse_header_block(headers: &[u8]) -> Result<FrameHeader, WireError> {
+        let header = Self::parse_header(headers)?;
         if headers.len() != header.headers_len() {
             return Err(WireError::LengthMismatch {
                 declared: header.headers_len() as u32,
                 actual: headers.len(),
             });
         }
-        let stored = read_u32(&headers[..FRAME_HEADER_LEN], field::CRC);
-        let computed = checksum(headers, &[]);
-        if stored != computed {
-            return Err(WireError::BadChecksum { stored, computed });
-        }
-        let msg = Self::parse_msg_header(header, headers)?;
-        Ok((header, msg))
+        Ok(header)
     }
 
     fn parse_header(bytes: &[u8]) -> Result<FrameHeader, WireError> {
@@ -103,11 +100,7 @@ impl<'a> Frame<'a> {
                 actual: payload.len(),
             });
         }
-        let stored = read_u32(&headers[..FRAME_HEADER_LEN], field::CRC);
-        let computed = checksum(headers, &[payload]);
-        if stored != computed {
-            return Err(WireError::BadChecksum { stored, computed });
-        }
+        check_checksum(headers, &[payload])?;
         let msg = Self::parse_msg_header(header, headers)?;
         Ok(Self {
             header,
@@ -138,6 +131,16 @@ impl<'a> Frame<'a> {
         }
         Ok(Some(msg))
     }
+}
+
+/// Whether the checksum sealed in `headers` is the one of `headers` and `payload`.
+fn check_checksum(headers: &[u8], payload: &[&[u8]]) -> Result<(), WireError> {
+    let stored = read_u32(&headers[..FRAME_HEADER_LEN], field::CRC);
+    let computed = checksum(headers, payload);
+    if stored != computed {
+        return Err(WireError::BadChecksum { stored, computed });
+    }
+    Ok(())
 }
 
 /// CRC32C over the header bytes with the checksum field read as zero, then the payload pieces
