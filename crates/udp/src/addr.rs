@@ -66,6 +66,13 @@ impl RawAddr {
         }
     }
 
+    /// The address a received datagram came from (`len` bytes written by the kernel), in
+    /// canonical form; `0.0.0.0:0`, which is no peer's, for anything else.
+    pub fn source_addr(&self, len: libc::socklen_t) -> SocketAddr {
+        self.socket_addr(len)
+            .unwrap_or(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)))
+    }
+
     /// The address the kernel wrote (`len` bytes), in canonical form; `None` for a family other
     /// than IPv4 or IPv6, or a short length.
     pub fn socket_addr(&self, len: libc::socklen_t) -> Option<SocketAddr> {

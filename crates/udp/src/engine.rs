@@ -5,7 +5,18 @@
 use crate::{UdpTransport, RECV_BATCH};
 use nicmsg_engine::{Origin, Peeked, PlacementTarget, Received, Transport};
 use std::io;
+use std::net::SocketAddr;
 use std::os::fd::RawFd;
+
+impl UdpTransport {
+    /// Who sent a datagram from `address`: the rank it belongs to, if a peer's, and the address.
+    fn origin_of(&self, address: SocketAddr) -> Origin {
+        Origin {
+            rank: self.peer_of(&address),
+            address: Some(address),
+        }
+    }
+}
 
 impl Transport for UdpTransport {
     fn name(&self) -> &'static str {
@@ -19,13 +30,8 @@ impl Transport for UdpTransport {
     fn receive(&mut self, deliver: &mut dyn FnMut(Origin, &[u8])) -> io::Result<usize> {
         let count = self.recv_batch()?;
         for index in 0..count {
-            let rank = self.received_rank(index);
             let (address, bytes) = self.received(index);
-            let origin = Origin {
-                rank,
-                address: Some(address),
-            };
-            deliver(origin, bytes);
+            deliver(self.origin_of(address), bytes);
         }
         Ok(count)
     }
@@ -52,11 +58,7 @@ impl Transport for UdpTransport {
         }
         for index in 0..count {
             // The source's address is decoded once, for both.
-            let address = self.received(index).0;
-            let origin = Origin {
-                rank: self.peer_of(&address),
-                address: Some(address),
-            };
+            let origin = self.origin_of(self.received(index).0);
             if let Some((entry, _, len)) = self.placed(index) {
                 let header = self.received_head(index);
                 let placed = Received::Placed {
@@ -79,10 +81,7 @@ impl Transport for UdpTransport {
     fn peek(&mut self, head: &mut [u8]) -> Peeked {
         match self.peek_next(head) {
             Ok(Some((address, len, head_len))) => Peeked::Datagram {
-                origin: Origin {
-                    rank: self.peer_of(&address),
-                    address: Some(address),
-                },
+                origin: self.origin_of(address),
                 len,
                 head_len,
             },

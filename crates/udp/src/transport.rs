@@ -551,10 +551,11 @@ impl UdpTransport {
             .then(|| unsafe { gro_segment_size(&msg) })
             .flatten();
         let len = segment.map_or(rc as usize, |segment| segment.min(rc as usize));
-        let addr = name
-            .socket_addr(msg.msg_namelen)
-            .unwrap_or(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)));
-        Ok(Some((addr, len, len.min(head.len()))))
+        Ok(Some((
+            name.source_addr(msg.msg_namelen),
+            len,
+            len.min(head.len()),
+        )))
     }
 
     /// The next receive offers the kernel one slot, whatever its plan: it takes the datagram
@@ -573,10 +574,7 @@ impl UdpTransport {
     /// The frames of a datagram the kernel coalesced (GRO) count as datagrams of their own.
     pub fn received(&self, i: usize) -> (SocketAddr, &[u8]) {
         let (name, len) = self.recv.name(self.recv.ready[i].slot);
-        let addr = name
-            .socket_addr(len)
-            .unwrap_or(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)));
-        (addr, self.recv.bytes(i))
+        (name.source_addr(len), self.recv.bytes(i))
     }
 
     /// For the `i`-th datagram, if it exactly filled a plan entry (its length is the entry's
