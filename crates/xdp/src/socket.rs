@@ -19,7 +19,7 @@ pub const KERNEL_HEADROOM: usize = 256;
 pub const MAX_FRAME_BYTES: usize = CHUNK_BYTES - KERNEL_HEADROOM;
 /// Largest frame sent as a chain of descriptors on a socket bound with scatter-gather: a
 /// 9000-byte MTU's with its Ethernet header (three chunks).
-pub const MAX_CHAIN_BYTES: usize = 9000 + 14;
+pub const MAX_CHAIN_BYTES: usize = 9000 + crate::packet::ETHER_LEN;
 /// Chunks for receiving and entries of the fill and rx rings (16 MiB): a rank that does not
 /// poll for a while (an inline engine while the application computes) keeps a 256-frame window
 /// from each of 16 senders before the kernel must drop, about what a UDP socket's 4 MiB buffer
