@@ -626,6 +626,40 @@ fn frames_too_large_to_coalesce_are_placed_one_per_receive() {
     assert_eq!(dest, payload);
 }
 
+/// Large frames that still share a coalesced datagram (20 KB each, three in one) are read one
+/// coalesced datagram a receive, the plan laid over it: a batch would place the first
+/// datagram's run and copy every datagram behind it, whose slots the plan does not reach.
+#[test]
+fn large_coalesced_frames_are_placed_one_datagram_a_receive() {
+    let (mut sender, mut receiver) = pair(65_000, 64);
+    if !receiver.gro() {
+        eprintln!("skipped: this kernel does not coalesce UDP (UDP_GRO)");
+        return;
+    }
+    let header = [5u8; 24];
+    let payload: Vec<u8> = (0..100_000).map(|i| (i * 17) as u8).collect();
+    assert_eq!(send_in_frames(&mut sender, &header, &payload, 20_000), 5);
+    std::thread::sleep(Duration::from_millis(20));
+    let mut dest = vec![0u8; 100_000];
+    let plan = plan_over(&mut dest, 20_000);
+    let mut next = 0;
+    while next < plan.len() {
+        // SAFETY: the destinations are disjoint parts of our own vector, untouched meanwhile.
+        let count = unsafe { recv_placed_batch(&mut receiver, &plan[next..]) };
+        assert!((1..=3).contains(&count), "one coalesced datagram: {count}");
+        for frame in 0..count {
+            assert_eq!(
+                receiver.placed(frame),
+                Some((frame, 20_000, 20_024)),
+                "frame {}",
+                next + frame
+            );
+        }
+        next += count;
+    }
+    assert_eq!(dest, payload);
+}
+
 #[test]
 fn a_datagram_between_large_guessed_frames_is_read_alone_and_shifts_no_guess() {
     let (mut sender, mut receiver) = pair(65_000, 64);
