@@ -62,6 +62,8 @@ pub struct EngineTotals {
     pub first_frames_predicted: u64,
     pub first_frames_refused: u64,
     pub partial_sends: u64,
+    /// Damaged copies of frames taken as duplicates (`SimTransport::note_damaged_copy`).
+    pub damaged_copies_over_their_frame: u64,
 }
 
 impl EngineTotals {
@@ -77,8 +79,15 @@ impl EngineTotals {
         self.first_frames_predicted += other.first_frames_predicted;
         self.first_frames_refused += other.first_frames_refused;
         self.partial_sends += other.partial_sends;
+        self.damaged_copies_over_their_frame += other.damaged_copies_over_their_frame;
     }
 }
+
+/// A third of the engines look at their socket between 20 and 100 us after a frame arrives
+/// (`EngineNode::poll_lag`): long enough for a sender's frames to queue up, below the
+/// shortest retransmission timeout (`rto_min_ns`, 200 us).
+const MIN_POLL_LAG: Nanos = 20_000;
+const POLL_LAG_SPREAD: u64 = 80_000;
 
 /// Datagrams from this length on are looked at ahead in a third of the engines: data frames at
 /// the simulator's MTUs, not control frames (48 to 80 bytes).
@@ -124,6 +133,12 @@ pub struct EngineNode {
     posts_per_slot: Vec<u32>,
     /// The table's completion counter when completions were last looked for.
     completions_seen: u32,
+    /// How long frames wait in the socket before the engine looks, for an engine that is
+    /// busy elsewhere (its rank computing, or descheduled); `None`: it looks at once. Frames
+    /// then queue up behind each other, and the engine receives them in runs and batches.
+    poll_lag: Option<Nanos>,
+    /// When such an engine next looks at its socket.
+    poll_at: Option<Nanos>,
 }
 
 /// What one service step produced.
@@ -291,10 +306,21 @@ impl Node {
         }
     }
 
-    pub fn handle_frame(&mut self, now: Nanos, source: Rank, bytes: Vec<u8>, arena: &mut Arena) {
+    /// A frame arrives. Returns whether the rank is to be serviced now; if not, its next
+    /// deadline moved (an engine that looks at its socket later).
+    pub fn handle_frame(
+        &mut self,
+        now: Nanos,
+        source: Rank,
+        bytes: Vec<u8>,
+        arena: &mut Arena,
+    ) -> bool {
         match self {
-            Self::Core(endpoint) => endpoint.handle_frame(now, &bytes, arena),
-            Self::Engine(node) => node.driver.transport_mut().arrive(source, bytes),
+            Self::Core(endpoint) => {
+                endpoint.handle_frame(now, &bytes, arena);
+                true
+            }
+            Self::Engine(node) => node.arrive(now, source, bytes),
         }
     }
 
@@ -313,10 +339,19 @@ impl Node {
         }
     }
 
+    /// The rank died: frames waiting for its engine are never read. Returns how many of them
+    /// were damaged on the way.
+    pub fn discard_unread(&mut self) -> u64 {
+        match self {
+            Self::Core(_) => 0,
+            Self::Engine(node) => node.driver.transport_mut().discard_unread(),
+        }
+    }
+
     pub fn next_deadline(&self) -> Option<Nanos> {
         match self {
             Self::Core(endpoint) => endpoint.poll_timeout(),
-            Self::Engine(node) => node.driver.next_deadline(),
+            Self::Engine(node) => node.next_deadline(),
         }
     }
 
@@ -372,6 +407,7 @@ impl EngineNode {
             1 => Some(0),
             _ => Some(PEEK_FROM_DATA_FRAMES),
         };
+        let poll_lag = (rng.below(3) == 0).then(|| MIN_POLL_LAG + rng.below(POLL_LAG_SPREAD));
         let mut driver = Driver::new(
             endpoint,
             SimTransport::new(mtu, rng),
@@ -402,6 +438,25 @@ impl EngineNode {
             pending: BTreeMap::new(),
             posts_per_slot: vec![0; slots.max(1)],
             completions_seen: 0,
+            poll_lag,
+            poll_at: None,
+        }
+    }
+
+    /// A frame arrives in the socket; returns whether the engine looks at once.
+    fn arrive(&mut self, now: Nanos, source: Rank, bytes: Vec<u8>) -> bool {
+        self.driver.transport_mut().arrive(source, bytes);
+        let Some(lag) = self.poll_lag else {
+            return true;
+        };
+        self.poll_at.get_or_insert(now + lag);
+        false
+    }
+
+    fn next_deadline(&self) -> Option<Nanos> {
+        match (self.driver.next_deadline(), self.poll_at) {
+            (Some(timer), Some(poll)) => Some(timer.min(poll)),
+            (timer, poll) => timer.or(poll),
         }
     }
 
@@ -441,6 +496,10 @@ impl EngineNode {
             first_frames_predicted: stats.first_frames_predicted,
             first_frames_refused: stats.first_frames_refused,
             partial_sends: self.driver.transport().partial_sends,
+            damaged_copies_over_their_frame: self
+                .driver
+                .transport()
+                .damaged_copies_over_their_frame,
         }
     }
 
@@ -549,6 +608,8 @@ impl EngineNode {
     }
 
     fn step(&mut self, now: Nanos, out: &mut Output) -> Result<bool, String> {
+        // Serviced now, for whatever reason: its turns take everything waiting.
+        self.poll_at = None;
         let mut progressed = false;
         let mut turns = 0u64;
         while self.driver.turn(now) {

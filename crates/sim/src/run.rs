@@ -482,8 +482,12 @@ impl Sim {
                     );
                 }
                 let world = &mut self.world;
-                world.nodes[dst].handle_frame(now, frame.src, frame.bytes, &mut world.arenas[dst]);
-                world.dirty.insert(frame.dst);
+                let node = &mut world.nodes[dst];
+                if node.handle_frame(now, frame.src, frame.bytes, &mut world.arenas[dst]) {
+                    world.dirty.insert(frame.dst);
+                } else {
+                    self.timers[dst] = node.next_deadline();
+                }
             }
             Event::Wake { rank, token } => {
                 self.note([now, 3, rank as u64, token]);
@@ -518,6 +522,10 @@ impl Sim {
                 }
                 self.world.deaths[rank as usize] = Some(now);
                 self.timers[rank as usize] = None;
+                // An engine that looks at its socket late leaves frames there unread: the
+                // damaged ones among them never reached an endpoint.
+                let unread = self.world.nodes[rank as usize].discard_unread();
+                self.world.net.stats.corrupted_delivered -= unread;
             }
         }
     }
@@ -701,9 +709,12 @@ impl Sim {
             }
             bad_reads += world.arenas[r].bad_reads();
         }
-        // A corrupted source or destination field fails the engine's source check first.
-        let checksum_drops =
-            stats.drops.bad_checksum + stats.drops.malformed + engine.spoofed_frames;
+        // A corrupted source or destination field fails the engine's source check first. A
+        // damaged copy placed where its frame's real payload already lay is a duplicate.
+        let checksum_drops = stats.drops.bad_checksum
+            + stats.drops.malformed
+            + engine.spoofed_frames
+            + engine.damaged_copies_over_their_frame;
         if checksum_drops != world.net.stats.corrupted_delivered {
             world.violations.push(
                 now,
