@@ -61,12 +61,14 @@ impl Origin {
 pub enum Peeked {
     /// Nothing: a receive now would bring nothing either.
     Nothing,
-    /// A datagram from `origin` whose first frame is `len` bytes long (a transport that
-    /// receives runs of frames as one datagram gives the first's), its first `head_len` bytes
-    /// copied out.
+    /// A datagram from `origin` whose first frame is `len` bytes long, `datagram_len` in all
+    /// (a transport that receives a run of frames as one datagram gives the first frame's
+    /// length and the run's; the frames after the first are `len` long but the last), its
+    /// first `head_len` bytes copied out.
     Datagram {
         origin: Origin,
         len: usize,
+        datagram_len: usize,
         head_len: usize,
     },
     /// The transport cannot tell (it cannot look ahead, or the look failed): receive as usual.
@@ -77,11 +79,18 @@ impl Peeked {
     /// The look at a datagram a transport holds in memory (the simulator's, a test's): its
     /// first bytes copied into `head`.
     pub fn held(origin: Origin, bytes: &[u8], head: &mut [u8]) -> Self {
-        let head_len = head.len().min(bytes.len());
-        head[..head_len].copy_from_slice(&bytes[..head_len]);
+        Self::held_run(origin, bytes, bytes.len(), head)
+    }
+
+    /// The look at a run of datagrams held in memory that a receive takes as one coalesced
+    /// datagram of `run_len` bytes, `first` its first: its first bytes copied into `head`.
+    pub fn held_run(origin: Origin, first: &[u8], run_len: usize, head: &mut [u8]) -> Self {
+        let head_len = head.len().min(first.len());
+        head[..head_len].copy_from_slice(&first[..head_len]);
         Self::Datagram {
             origin,
-            len: bytes.len(),
+            len: first.len(),
+            datagram_len: run_len,
             head_len,
         }
     }

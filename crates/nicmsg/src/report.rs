@@ -36,7 +36,7 @@ pub fn render(who: &str, snapshot: &Snapshot) -> String {
     let engine = &snapshot.engine;
     let _ = writeln!(
         out,
-        "nicmsg stats {who}: credit waits {} stalls {}, control frames dropped (queue full) {}, liveness probes {}, peers unreachable {}, acks piggybacked {}, express deliveries {}, sends completed early {} (unconfirmed {}), engine turns {}, commands {}, frames predicted {} placed {} refused {}, datagrams peeked {} (first frames predicted {}, refused {}), spoofed frames {}, orphan frames {}, transport errors {}",
+        "nicmsg stats {who}: credit waits {} stalls {}, control frames dropped (queue full) {}, liveness probes {}, peers unreachable {}, acks piggybacked {}, express deliveries {}, sends completed early {} (unconfirmed {}), engine turns {}, commands {}, frames predicted {} placed {} refused {}, datagrams peeked {} (first frames predicted {}, frames behind them {}, refused {}), spoofed frames {}, orphan frames {}, transport errors {}",
         snapshot.protocol.credit_waits,
         snapshot.protocol.credit_stalls,
         snapshot.protocol.control_overflows,
@@ -53,6 +53,7 @@ pub fn render(who: &str, snapshot: &Snapshot) -> String {
         engine.placements_refused,
         engine.datagrams_peeked,
         engine.first_frames_predicted,
+        engine.frames_behind_first,
         engine.first_frames_refused,
         engine.spoofed_frames,
         engine.orphan_frames,

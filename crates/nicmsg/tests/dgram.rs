@@ -94,6 +94,62 @@ fn long_datagrams_into_a_posted_receive_are_placed_from_their_first_frame() {
     );
 }
 
+/// Eager messages whose frames the kernel coalesces two to a datagram (GRO; 200,000 B with a
+/// 256 KiB eager limit: eight frames of 25 KB) into a receive posted before they leave: the
+/// first frame, and the frame coalesced behind it, are placed from a look at the headers
+/// (`first_frame.rs`), the rest by prediction, so only the first message (before anything
+/// was looked at) is copied.
+#[test]
+fn eager_frames_coalesced_behind_a_first_frame_are_placed_with_it() {
+    const ROUNDS: usize = 8;
+    let len = 200_000;
+    let probe = nicmsg_udp::UdpTransport::bind(nicmsg_udp::UdpOptions {
+        bind: "127.0.0.1:0".parse().expect("address"),
+        ..nicmsg_udp::UdpOptions::default()
+    })
+    .expect("bind a probe");
+    if !probe.gro() {
+        eprintln!("skipped: this kernel does not coalesce UDP (UDP_GRO)");
+        return;
+    }
+    let bind = || {
+        let mut options = nicmsg::Options::from_env().expect("options");
+        options.protocol.eager_limit = 256 << 10;
+        DgramSocket::bind_with("127.0.0.1:0", options).expect("bind")
+    };
+    let (server, client) = (bind(), bind());
+    let (server_address, client_address) = (server.local_addr(), client.local_addr());
+    let sender = thread::spawn(move || {
+        let mut ready = [0u8; 1];
+        for round in 0..ROUNDS {
+            let (_, from) = client.recv_from(&mut ready).expect("the server is ready");
+            assert_eq!(from, server_address);
+            client.send_to(&pattern(len, round), from).expect("send");
+        }
+    });
+    let mut buffer = vec![0u8; len];
+    for round in 0..ROUNDS {
+        let receive = server.irecv_from(&mut buffer).expect("post the receive");
+        server.send_to(&[1], client_address).expect("say ready");
+        assert_eq!(receive.wait().expect("receive").len, len as u64);
+        assert!(buffer == pattern(len, round), "round {round}: bytes differ");
+    }
+    sender.join().expect("the client");
+    let stats = server.stats().expect("stats");
+    assert!(
+        stats.engine.frames_behind_first >= (ROUNDS - 1) as u64,
+        "{:?}",
+        stats.engine
+    );
+    let received = (ROUNDS * len) as u64;
+    let copied = stats.protocol.bytes_placed + stats.protocol.bytes_copied;
+    assert!(
+        copied <= received / ROUNDS as u64 + received / 50,
+        "all but the first message placed: {copied} of {received} bytes copied, {:?}",
+        stats.protocol
+    );
+}
+
 /// A peer whose frames are longer than this socket's (here 64 KiB against 20,000 B) has them
 /// dropped by the transport. Its RTS, looked at ahead, must not be planned into the receive
 /// posted for it: that receive never binds the message, and after it is cancelled its buffer

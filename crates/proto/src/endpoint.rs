@@ -381,6 +381,14 @@ impl Endpoint {
         self.core.predict_first_frame(head, datagram_len, from)
     }
 
+    /// Fills `out` with where the frames of the datagram a look ahead saw go, before it is
+    /// received: its first frame, as [`predict_first_frame`](Self::predict_first_frame) says,
+    /// then the frames of the same message behind it where the transport coalesced a run of
+    /// frames into one datagram (`first_frame.rs`). Returns how many; offer each placed.
+    pub fn predict_first_frames(&self, look: &LookAhead<'_>, out: &mut [ExpectedFrame]) -> usize {
+        self.core.predict_first_frames(look, out)
+    }
+
     // --- observation ---
 
     pub fn stats(&self) -> &Stats {

@@ -67,6 +67,7 @@ pub use config::{
 };
 pub use directory::MAX_OPEN_PEERS;
 pub use endpoint::Endpoint;
+pub use first_frame::LookAhead;
 pub use lent_copies::{LENT_COPY_ABOVE, MAX_LENT_COPIES};
 pub use memory::{HostMemory, RegionId, Segment, SgList, MAX_SEGMENTS};
 pub use placement::{ExpectedFrame, PlacedOutcome};

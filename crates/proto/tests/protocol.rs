@@ -1271,6 +1271,93 @@ fn a_first_frame_read_ahead_is_predicted_only_into_the_receive_it_binds() {
     );
 }
 
+/// A transport that receives a run of one sender's frames as one datagram (UDP with GRO) has
+/// the frames behind a first frame predicted with it (`first_frame.rs`): the next frames of
+/// the same message, into the receive the first binds, as far as their lengths fit the run.
+/// Taken in place one after the other, they deliver the message with none of it copied.
+#[test]
+fn frames_behind_a_first_frame_in_a_coalesced_run_are_predicted_with_it() {
+    let len = 8_000usize;
+    let config = Config {
+        link_checks_payload: true,
+        ..test_config()
+    };
+    let mut net = Net::new(2, config);
+    let captured = capture_frames_of_kind(&mut net, nicmsg_wire::FrameKind::Eager);
+    let data = pattern(len, 8);
+    let send_op = net.send(0, 1, 5, data.clone());
+    net.run(net.now + 50_000);
+    let frames: Vec<Vec<u8>> = captured.borrow().clone();
+    assert!(frames.len() >= 4, "an eager message of several frames");
+    let run_len: usize = frames.iter().map(Vec::len).sum();
+    let look = |datagram_len: usize| LookAhead {
+        head: &frames[0][..ExpectedFrame::MAX_HEADER_LEN],
+        frame_len: frames[0].len(),
+        datagram_len,
+        from: None,
+    };
+    let mut out = [ExpectedFrame::default(); 64];
+    let predict = |net: &Net, look: &LookAhead<'_>, out: &mut [ExpectedFrame]| {
+        net.endpoints[1].predict_first_frames(look, out)
+    };
+    assert_eq!(predict(&net, &look(run_len), &mut out), 0, "no receive");
+    let (recv_op, recv_region) = net.recv(1, Source::Rank(0), TagMatch::Tag(5), len);
+    let three = frames[..3].iter().map(Vec::len).sum();
+    assert_eq!(predict(&net, &look(three), &mut out), 3, "a run of three");
+    assert_eq!(
+        predict(&net, &look(frames[0].len() + 10), &mut out),
+        1,
+        "a run whose second frame is not the message's next"
+    );
+    assert_eq!(
+        predict(&net, &look(run_len), &mut out[..2]),
+        2,
+        "room for two"
+    );
+    let count = predict(&net, &look(run_len), &mut out);
+    assert_eq!(count, frames.len(), "the whole message in one run");
+    let mut offset = 0;
+    for (index, (expected, frame)) in out[..count].iter().zip(&frames).enumerate() {
+        assert_eq!(expected.frame_index, index as u32);
+        assert_eq!(expected.first, index == 0);
+        assert!(expected.eager);
+        assert_eq!(
+            (expected.segment.region, expected.segment.offset),
+            (recv_region, offset)
+        );
+        assert_eq!(
+            expected.header_len() + expected.segment.len as usize,
+            frame.len()
+        );
+        offset += expected.segment.len;
+    }
+    // As the kernel scatters the run, then each frame is offered as placed, in order.
+    for (expected, frame) in out[..count].iter().zip(&frames) {
+        let payload = &frame[expected.header_len()..];
+        let start = expected.segment.offset as usize;
+        net.memories[1].0[recv_region.0 as usize][start..start + payload.len()]
+            .copy_from_slice(payload);
+    }
+    for (expected, frame) in out[..count].iter().zip(&frames) {
+        let header = &frame[..expected.header_len()];
+        let outcome = net.endpoints[1].handle_placed_frame(
+            net.now,
+            header,
+            frame.len(),
+            expected,
+            &mut net.memories[1],
+        );
+        assert_eq!(
+            outcome,
+            PlacedOutcome::Taken,
+            "frame {}",
+            expected.frame_index
+        );
+    }
+    let stats = deliver_the_rest(&mut net, (send_op, recv_op), recv_region, &data);
+    assert_eq!(stats.bytes_copied, 0, "nothing copied: {stats:?}");
+}
+
 /// An RTS that came before its receive was posted has its data dropped (the receiver keeps
 /// the header); once the receive is posted, frame 0 comes again, as a DATA frame, and is
 /// predicted into the receive like the frames after it.

@@ -60,6 +60,8 @@ pub struct EngineTotals {
     pub placements_refused: u64,
     /// First frames of messages predicted from their headers read ahead (`first_frame.rs`).
     pub first_frames_predicted: u64,
+    /// Frames behind them in a coalesced run, predicted with them.
+    pub frames_behind_first: u64,
     pub first_frames_refused: u64,
     pub partial_sends: u64,
     /// Damaged copies of frames taken as duplicates (`SimTransport::note_damaged_copy`).
@@ -77,6 +79,7 @@ impl EngineTotals {
         self.frames_placed += other.frames_placed;
         self.placements_refused += other.placements_refused;
         self.first_frames_predicted += other.first_frames_predicted;
+        self.frames_behind_first += other.frames_behind_first;
         self.first_frames_refused += other.first_frames_refused;
         self.partial_sends += other.partial_sends;
         self.damaged_copies_over_their_frame += other.damaged_copies_over_their_frame;
@@ -407,13 +410,15 @@ impl EngineNode {
             1 => Some(0),
             _ => Some(PEEK_FROM_DATA_FRAMES),
         };
+        // Half of them see runs of frames as one datagram when they look ahead, as UDP with
+        // GRO receives them, and place the frames behind a message's first one too.
+        let coalesce_runs = rng.chance(0.5);
         let poll_lag = (rng.below(3) == 0).then(|| MIN_POLL_LAG + rng.below(POLL_LAG_SPREAD));
-        let mut driver = Driver::new(
-            endpoint,
-            SimTransport::new(mtu, rng),
-            table,
-            Arc::clone(&registry),
-        );
+        let mut transport = SimTransport::new(mtu, rng);
+        if coalesce_runs {
+            transport.coalesce_runs();
+        }
+        let mut driver = Driver::new(endpoint, transport, table, Arc::clone(&registry));
         if let Some(bytes) = peek_min_bytes {
             driver.set_peek_min_bytes(bytes);
         }
@@ -494,6 +499,7 @@ impl EngineNode {
             frames_placed: stats.frames_placed,
             placements_refused: stats.placements_refused,
             first_frames_predicted: stats.first_frames_predicted,
+            frames_behind_first: stats.frames_behind_first,
             first_frames_refused: stats.first_frames_refused,
             partial_sends: self.driver.transport().partial_sends,
             damaged_copies_over_their_frame: self

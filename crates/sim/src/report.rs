@@ -354,13 +354,14 @@ impl Summary {
         if e.turns > 0 {
             let _ = writeln!(
                 out,
-                "engines: {} turns, {} commands, {} frames placed of {} predicted ({} refused, {} first frames predicted), {} partial sends, {} orphan frames dropped, {} frames of a wrong source",
+                "engines: {} turns, {} commands, {} frames placed of {} predicted ({} refused, {} first frames predicted, {} frames behind them), {} partial sends, {} orphan frames dropped, {} frames of a wrong source",
                 e.turns,
                 e.commands,
                 e.frames_placed,
                 e.frames_predicted,
                 e.placements_refused,
                 e.first_frames_predicted,
+                e.frames_behind_first,
                 e.partial_sends,
                 e.orphan_frames,
                 e.spoofed_frames

@@ -18,6 +18,10 @@ use std::os::fd::RawFd;
 pub const RECEIVE_BATCH: usize = 64;
 /// Chance that a send call takes fewer frames than offered (a full socket buffer).
 const PARTIAL_SEND_CHANCE: f64 = 0.05;
+/// Most bytes and most frames the kernel coalesces into one received datagram (GRO): one IP
+/// packet's worth, and `UDP_MAX_SEGMENTS`.
+const COALESCED_MAX_BYTES: usize = 65536;
+const COALESCED_MAX_FRAMES: usize = 64;
 
 pub struct SimTransport {
     mtu: usize,
@@ -29,6 +33,12 @@ pub struct SimTransport {
     rng: SimRng,
     /// The next receive takes one datagram (`Transport::receive_one_next`).
     one_datagram_next: bool,
+    /// Runs of datagrams are coalesced as UDP with GRO does: a look ahead sees a run of one
+    /// source's datagrams of one length (the last may be shorter) as one datagram, and the
+    /// receive of one datagram after it takes the run.
+    coalesces: bool,
+    /// Datagrams in the run the last look saw.
+    looked_run: usize,
     /// Counters: send calls that took fewer frames than offered, datagrams received placed.
     pub partial_sends: u64,
     pub placed: u64,
@@ -46,6 +56,8 @@ impl SimTransport {
             refused: Vec::new(),
             rng,
             one_datagram_next: false,
+            coalesces: false,
+            looked_run: 1,
             partial_sends: 0,
             placed: 0,
             damaged_copies_over_their_frame: 0,
@@ -67,16 +79,6 @@ impl SimTransport {
         self.outbox.drain(..)
     }
 
-    /// Datagrams the next receive takes, and forgets a request for one.
-    fn batch_len(&mut self) -> usize {
-        let limit = if std::mem::take(&mut self.one_datagram_next) {
-            1
-        } else {
-            RECEIVE_BATCH
-        };
-        self.inbox.len().min(limit)
-    }
-
     /// A placed datagram was taken: if it is damaged, it may be only because its frame's real
     /// payload was already at its place, written there by the ordinary handling of an intact
     /// copy earlier in the batch (the core verifies the payload where it lies). It is then a
@@ -91,6 +93,50 @@ impl SimTransport {
         if bytes.get(target.header_len..) != Some(placed) {
             self.damaged_copies_over_their_frame += 1;
         }
+    }
+
+    /// Has looks ahead see runs of datagrams as one, as with GRO (see `coalesces`).
+    pub fn coalesce_runs(&mut self) {
+        self.coalesces = true;
+    }
+
+    /// Datagrams the next receive takes (one datagram asked for: the run looked at), and
+    /// forgets a request for one.
+    fn batch_len(&mut self) -> usize {
+        let limit = if std::mem::take(&mut self.one_datagram_next) {
+            std::mem::replace(&mut self.looked_run, 1)
+        } else {
+            RECEIVE_BATCH
+        };
+        self.inbox.len().min(limit)
+    }
+
+    /// How many datagrams at the head of the inbox GRO would hand over as one, and their
+    /// length: one source's, each as long as the first but the last, which may be shorter.
+    fn run_at_head(&self) -> (usize, usize) {
+        let Some((source, first)) = self.inbox.front() else {
+            return (0, 0);
+        };
+        let (mut count, mut bytes) = (1, first.len());
+        if !self.coalesces {
+            return (count, bytes);
+        }
+        for (from, datagram) in self.inbox.iter().skip(1) {
+            let fits = from == source
+                && !datagram.is_empty()
+                && datagram.len() <= first.len()
+                && bytes + datagram.len() <= COALESCED_MAX_BYTES
+                && count < COALESCED_MAX_FRAMES;
+            if !fits {
+                break;
+            }
+            count += 1;
+            bytes += datagram.len();
+            if datagram.len() < first.len() {
+                break;
+            }
+        }
+        (count, bytes)
     }
 
     /// The host died: the datagrams in its socket are never read. Returns how many of them
@@ -192,10 +238,12 @@ impl Transport for SimTransport {
     }
 
     fn peek(&mut self, head: &mut [u8]) -> Peeked {
-        match self.inbox.front() {
-            Some((source, bytes)) => Peeked::held(Origin::rank(Some(*source)), bytes, head),
-            None => Peeked::Nothing,
-        }
+        let (run, run_len) = self.run_at_head();
+        let Some((source, bytes)) = self.inbox.front() else {
+            return Peeked::Nothing;
+        };
+        self.looked_run = run;
+        Peeked::held_run(Origin::rank(Some(*source)), bytes, run_len, head)
     }
 
     fn receive_one_next(&mut self) {

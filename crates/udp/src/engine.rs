@@ -80,10 +80,11 @@ impl Transport for UdpTransport {
 
     fn peek(&mut self, head: &mut [u8]) -> Peeked {
         match self.peek_next(head) {
-            Ok(Some((address, len, head_len))) => Peeked::Datagram {
-                origin: self.origin_of(address),
-                len,
-                head_len,
+            Ok(Some(peeked)) => Peeked::Datagram {
+                origin: self.origin_of(peeked.from),
+                len: peeked.frame_len,
+                datagram_len: peeked.datagram_len,
+                head_len: peeked.head_len,
             },
             Ok(None) => Peeked::Nothing,
             Err(_) => Peeked::Unknown,

@@ -41,7 +41,7 @@ pub use addr::{canonical, RawAddr, RAW_ADDR_LEN};
 pub use recv::Placement;
 pub use refused::MAX_REFUSALS_PER_DRAIN;
 pub use stats::{SendErrors, UdpStats};
-pub use transport::{force_buffer_sizes, SendBatch, UdpOptions, UdpTransport};
+pub use transport::{force_buffer_sizes, PeekedDatagram, SendBatch, UdpOptions, UdpTransport};
 
 /// Frames per `sendmmsg` by default. One system call costs about a microsecond; 64 frames make
 /// that a few percent of the per-frame cost, and the scratch (64 `mmsghdr` + 64 × 17 `iovec`,

@@ -206,6 +206,20 @@ const MAX_GSO_SEGMENTS: usize = 64;
 /// Most iovecs in one message (`UIO_MAXIOV`).
 const MAX_IOVECS_PER_DATAGRAM: usize = 1024;
 
+/// What a look at the next datagram waiting saw ([`UdpTransport::peek_next`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeekedDatagram {
+    /// Its source address, canonical.
+    pub from: SocketAddr,
+    /// The length of its first frame: the whole datagram, or the first segment of a run the
+    /// kernel coalesced (GRO).
+    pub frame_len: usize,
+    /// The whole datagram's length: more than `frame_len` for a coalesced run.
+    pub datagram_len: usize,
+    /// How many of its first bytes were copied.
+    pub head_len: usize,
+}
+
 /// A non-blocking UDP socket with batched, zero-copy sends and batched receives.
 ///
 /// Driven by one thread (`&mut self`); `Send`, so it may be moved to that thread.
@@ -500,12 +514,10 @@ impl UdpTransport {
     }
 
     /// Copies the first bytes of the next datagram waiting into `head` without taking it
-    /// (`MSG_PEEK`): its source address (canonical), the length of its first frame (the whole
-    /// datagram, or the first segment of one the kernel coalesced) and how many bytes were
-    /// copied; `None` when the socket has nothing. A pending error (ICMP-derived) is cleared by
-    /// the look as by a receive, so it is noted here for `take_refused` as the receive path
-    /// does, and returned.
-    pub fn peek_next(&mut self, head: &mut [u8]) -> io::Result<Option<(SocketAddr, usize, usize)>> {
+    /// (`MSG_PEEK`); `None` when the socket has nothing. A pending error (ICMP-derived) is
+    /// cleared by the look as by a receive, so it is noted here for `take_refused` as the
+    /// receive path does, and returned.
+    pub fn peek_next(&mut self, head: &mut [u8]) -> io::Result<Option<PeekedDatagram>> {
         let mut name = RawAddr::zeroed();
         let mut iov = libc::iovec {
             iov_base: head.as_mut_ptr().cast(),
@@ -550,12 +562,14 @@ impl UdpTransport {
             .can_coalesce()
             .then(|| unsafe { gro_segment_size(&msg) })
             .flatten();
-        let len = segment.map_or(rc as usize, |segment| segment.min(rc as usize));
-        Ok(Some((
-            name.source_addr(msg.msg_namelen),
-            len,
-            len.min(head.len()),
-        )))
+        let datagram_len = rc as usize;
+        let frame_len = segment.map_or(datagram_len, |segment| segment.min(datagram_len));
+        Ok(Some(PeekedDatagram {
+            from: name.source_addr(msg.msg_namelen),
+            frame_len,
+            datagram_len,
+            head_len: frame_len.min(head.len()),
+        }))
     }
 
     /// The next receive offers the kernel one slot, whatever its plan: it takes the datagram
