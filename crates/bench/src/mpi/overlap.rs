@@ -13,14 +13,17 @@
 //! * throughput = 2 x [`BATCH`] x size / *t* (sent and received, EMP figure 6);
 //! * CPU fraction = *w* / *t*;
 //! * availability = *c* / *t*, RMPP's "the same work without communication over with
-//!   communication" (figure 9): the computation is calibrated on a quiet core before
-//!   `MPI_Init`, so *c* microseconds of it take *c* alone;
+//!   communication" (figure 9): the computation's rate is measured once, on a quiet core and
+//!   without any communication library, and every system's runs compute at it, so *c*
+//!   microseconds of it take *c* alone and every system does the same work (see
+//!   [`shared_rate`]);
 //! * effective bandwidth = availability x throughput (RMPP figure 11).
 
 use super::{Job, Options};
 use crate::external::process::{self, CommandLine, Exit};
 use crate::model::{Overlap, Point, Summary};
 use crate::patterns::Plan;
+use std::sync::OnceLock;
 
 /// The program's source.
 pub const SOURCE: &str = include_str!("../../tests/mpi/overlap.c");
@@ -40,6 +43,12 @@ pub const WARMUP: u64 = 20;
 pub const QUICK_WARMUP: u64 = 5;
 /// `mpicc`'s time limit.
 const COMPILE_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+/// `./overlap calibrate`'s time limit (it takes about a tenth of a second).
+const CALIBRATE_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The computation's rate (units a microsecond) every system's runs use, measured by the
+/// first series that needs it.
+static SHARED_RATE: OnceLock<f64> = OnceLock::new();
 
 /// One line the program printed for one amount of computation.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -178,6 +187,36 @@ fn compile(job: &mut Job) -> Result<(), String> {
     Ok(())
 }
 
+/// The computation's rate for every system compared: `./overlap calibrate` run once per
+/// process (before any system's first run), then handed to each run (`OVERLAP_UNITS_PER_US`).
+/// Each run used to calibrate itself before `MPI_Init`, and the rate moved by a few percent
+/// from run to run, more than the systems differ: in one suite run, at 1,600 us of
+/// computation, Open MPI on TCP and on nicmsg spent the same share of the iteration computing
+/// (0.977) but their availabilities read 1.000 (capped) and 0.970.
+fn shared_rate(job: &Job) -> Result<f64, String> {
+    if let Some(&rate) = SHARED_RATE.get() {
+        return Ok(rate);
+    }
+    let command = CommandLine::new("./overlap").args(["calibrate"]);
+    let done = process::run_bounded(&command, job.path(), "calibrate", CALIBRATE_LIMIT)
+        .map_err(|e| format!("cannot run {command}: {e}"))?;
+    if done.exit != Exit::Success {
+        return Err(super::tail(&format!("{command} failed"), &done.output));
+    }
+    let rate = parse_calibration(&done.output)
+        .ok_or_else(|| super::tail(&format!("{command} printed no rate"), &done.output))?;
+    Ok(*SHARED_RATE.get_or_init(|| rate))
+}
+
+/// The rate of a `calibration units_per_us=...` line, if there is one with a positive rate.
+fn parse_calibration(output: &str) -> Option<f64> {
+    output
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("calibration units_per_us="))
+        .and_then(|rate| rate.parse::<f64>().ok())
+        .filter(|&rate| rate > 0.0 && rate.is_finite())
+}
+
 /// Compiles the program, checks the path, then one `mpirun` per size.
 pub(super) fn run(
     job: &mut Job,
@@ -191,8 +230,10 @@ pub(super) fn run(
         .to_vec();
     let check = job.check(&check)?;
     job.commands.push(check);
+    let rate = shared_rate(job)?;
+    let shared = ["-x".to_string(), format!("OVERLAP_UNITS_PER_US={rate:.6}")];
     for &size in sizes {
-        let command = job.command(&[], &args(size, opts));
+        let command = job.command(&shared, &args(size, opts));
         job.commands.push(job.record(&command));
         let output = job
             .run(&command, &format!("overlap-{size}"))
@@ -229,6 +270,19 @@ mod tests {
         point size=10240 batch=5 compute_us=1000.000 iterations=374 loop_us=387295.100 \
         computing_us=375891.696 computing_median_us=1000.105 median_us=1029.228 \
         min_us=1000.274 max_us=2710.274 p99_us=1087.497 mean_us=1035.509\n";
+
+    #[test]
+    fn the_calibration_line_gives_the_shared_rate() {
+        assert_eq!(parse_calibration(OUTPUT), Some(2022.440702));
+        for output in [
+            "",
+            "calibration units_per_us=0\n",
+            "calibration units_per_us=-3\n",
+            "calibration units_per_us=fast\n",
+        ] {
+            assert_eq!(parse_calibration(output), None, "{output:?}");
+        }
+    }
 
     #[test]
     fn parses_every_point_line() {

@@ -5,11 +5,14 @@
  * run the same loop; rank 0 prints one line per amount of computation.
  *
  *   mpirun -n 2 ... ./overlap SIZE BATCH BUDGET_US MIN_ITERATIONS MAX_ITERATIONS WARMUP C1,C2,...
+ *   ./overlap calibrate
  *
  * The timed loop runs BUDGET_US / (an iteration's time in the warm-up) iterations, between
  * MIN_ITERATIONS and MAX_ITERATIONS, after WARMUP untimed ones; rank 0 decides, both run it.
  * The computation is a busy loop calibrated before MPI_Init, on a quiet core without any
- * communication library loaded, so C microseconds of it take C microseconds alone. RMPP's
+ * communication library loaded, so C microseconds of it take C microseconds alone; or, where
+ * OVERLAP_UNITS_PER_US is set, at that rate (what `./overlap calibrate` printed once for all
+ * the systems compared, so that each does the same work for a given C). RMPP's
  * processor availability (the same work without communication over with communication) is then
  * C / an iteration's time; `nicmsg bench` computes it from the numbers printed here:
  *
@@ -117,12 +120,24 @@ static double iteration(int batch, size_t size, size_t alloc, int peer, uint64_t
 static void usage(void)
 {
 	fprintf(stderr, "usage: overlap SIZE BATCH BUDGET_US MIN_ITERATIONS MAX_ITERATIONS "
-			"WARMUP C1,C2,...\n");
+			"WARMUP C1,C2,...\n       overlap calibrate\n");
 	exit(2);
+}
+
+/* The computation's rate: the one the comparison shares (OVERLAP_UNITS_PER_US), or measured. */
+static double units_per_us_to_use(void)
+{
+	const char *shared = getenv("OVERLAP_UNITS_PER_US");
+	double rate = shared ? atof(shared) : 0.0;
+	return rate > 0.0 ? rate : calibrate();
 }
 
 int main(int argc, char **argv)
 {
+	if (argc == 2 && strcmp(argv[1], "calibrate") == 0) {
+		printf("calibration units_per_us=%.6f\n", calibrate());
+		return 0;
+	}
 	if (argc != 8)
 		usage();
 	size_t size = strtoull(argv[1], NULL, 10);
@@ -133,7 +148,7 @@ int main(int argc, char **argv)
 	if (batch < 1 || budget <= 0 || min_iterations < 1 || max_iterations < min_iterations)
 		usage();
 
-	double units_per_us = calibrate();
+	double units_per_us = units_per_us_to_use();
 
 	MPI_Init(&argc, &argv);
 	int ranks;
