@@ -369,16 +369,17 @@ impl Endpoint {
     }
 
     /// Where the payload of the next datagram goes, read from its first bytes `head` before it
-    /// is received (`datagram_len`: its whole length; `from`: its source address), if it is
-    /// the first frame of a new message (an RTS or EAGER frame) that a posted receive takes at
-    /// once (`first_frame.rs`). Offer it placed there like a predicted frame.
+    /// is received (`frame_len`: the length of its first frame, the whole datagram unless the
+    /// transport coalesced a run; `from`: its source address), if it is the first frame of a
+    /// new message (an RTS or EAGER frame) that a posted receive takes at once
+    /// (`first_frame.rs`). Offer it placed there like a predicted frame.
     pub fn predict_first_frame(
         &self,
         head: &[u8],
-        datagram_len: usize,
+        frame_len: usize,
         from: Option<std::net::SocketAddr>,
     ) -> Option<ExpectedFrame> {
-        self.core.predict_first_frame(head, datagram_len, from)
+        self.core.predict_first_frame(head, frame_len, from)
     }
 
     /// Fills `out` with where the frames of the datagram a look ahead saw go, before it is

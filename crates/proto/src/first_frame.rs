@@ -16,7 +16,6 @@
 //! `on_data_frame`, `admit_message`, `match_in_order`, `bind` and `place_frame`, made without
 //! changing anything. When the frame arrives placed, the same checks run again before anything
 //! changes, and it then takes the ordinary path with its payload already in place.
-
 //!
 //! A transport that receives a run of one sender's frames as one datagram (UDP with GRO) has the
 //! frames behind the first one in it guessed too: they are most likely the next frames of the
@@ -50,15 +49,16 @@ impl Core {
     /// Where the payload of the datagram whose first bytes are `head` goes, if it is the first
     /// frame to arrive of a new message (its RTS, or any of its EAGER frames) that a posted
     /// receive takes at once, intact headers and all; `None` for anything else.
-    /// `datagram_len` is the whole datagram's length; `from` its source address (how an open
-    /// endpoint knows its peers). Changes nothing.
+    /// `frame_len` is the length of the datagram's first frame (the whole datagram unless the
+    /// transport coalesced a run: see [`predict_first_frames`](Self::predict_first_frames));
+    /// `from` its source address (how an open endpoint knows its peers). Changes nothing.
     pub(crate) fn predict_first_frame(
         &self,
         head: &[u8],
-        datagram_len: usize,
+        frame_len: usize,
         from: Option<SocketAddr>,
     ) -> Option<ExpectedFrame> {
-        self.first_frame_prediction(head, datagram_len, from)
+        self.first_frame_prediction(head, frame_len, from)
             .map(|(first, ..)| first)
     }
 

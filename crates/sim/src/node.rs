@@ -157,11 +157,20 @@ pub struct Output {
 }
 
 impl Node {
-    /// A rank's node; in engine mode its programs are set up as `programs` says.
-    pub fn new(mode: SimMode, endpoint: Endpoint, rng: SimRng, programs: ProgramsSetup) -> Self {
+    /// A rank's node; in engine mode its programs are set up as `programs` says, and `busy`
+    /// makes its engine a busy one (`RunSpec::busy_engines`).
+    pub fn new(
+        mode: SimMode,
+        endpoint: Endpoint,
+        rng: SimRng,
+        programs: ProgramsSetup,
+        busy: bool,
+    ) -> Self {
         match mode {
             SimMode::Core => Self::Core(Box::new(endpoint)),
-            SimMode::Engine => Self::Engine(Box::new(EngineNode::new(endpoint, rng, programs))),
+            SimMode::Engine => {
+                Self::Engine(Box::new(EngineNode::new(endpoint, rng, programs, busy)))
+            }
         }
     }
 
@@ -387,7 +396,7 @@ impl Node {
 }
 
 impl EngineNode {
-    fn new(endpoint: Endpoint, mut rng: SimRng, programs: ProgramsSetup) -> Self {
+    fn new(endpoint: Endpoint, mut rng: SimRng, programs: ProgramsSetup, busy: bool) -> Self {
         let config = endpoint.config();
         // Room for every operation the core takes: the table never refuses first.
         let slots = config.max_sends + config.max_recvs;
@@ -406,14 +415,16 @@ impl EngineNode {
         // waits for frames longer than the simulator's): every datagram, or from data frames
         // on, so that control frames are the short looks that end the looking.
         let peek_min_bytes = match rng.below(3) {
+            _ if busy => Some(PEEK_FROM_DATA_FRAMES),
             0 => None,
             1 => Some(0),
             _ => Some(PEEK_FROM_DATA_FRAMES),
         };
         // Half of them see runs of frames as one datagram when they look ahead, as UDP with
         // GRO receives them, and place the frames behind a message's first one too.
-        let coalesce_runs = rng.chance(0.5);
-        let poll_lag = (rng.below(3) == 0).then(|| MIN_POLL_LAG + rng.below(POLL_LAG_SPREAD));
+        let coalesce_runs = rng.chance(0.5) || busy;
+        let lags = rng.below(3) == 0 || busy;
+        let poll_lag = lags.then(|| MIN_POLL_LAG + rng.below(POLL_LAG_SPREAD));
         let mut transport = SimTransport::new(mtu, rng);
         if coalesce_runs {
             transport.coalesce_runs();

@@ -72,6 +72,9 @@ pub fn replay_command(spec: &RunSpec) -> String {
         spec.net.reorder,
         spec.net.corrupt
     );
+    if spec.busy_engines {
+        cmd.push_str(" --busy-engines");
+    }
     let net = &spec.net;
     let default_net = crate::net::NetConfig::default();
     let mut flag = |name: &str, value: String| {
@@ -80,6 +83,7 @@ pub fn replay_command(spec: &RunSpec) -> String {
     if spec.mode != crate::node::SimMode::default() {
         flag("mode", spec.mode.name().to_string());
     }
+
     if let Some(ranks) = spec.ranks {
         flag("ranks", ranks.to_string());
     }

@@ -119,6 +119,9 @@ pub struct RunSpec {
     pub limits: Limits,
     /// What each rank runs: the whole engine, or the protocol core alone.
     pub mode: SimMode,
+    /// Every engine looks late, sees coalesced runs and looks ahead from data frames on
+    /// (`--busy-engines`); else a third, a half and two thirds of them, drawn per engine.
+    pub busy_engines: bool,
     /// Print every event (for replays).
     pub trace: bool,
 }
@@ -135,6 +138,7 @@ impl RunSpec {
             proto: ProtoParams::default(),
             limits: Limits::default(),
             mode: SimMode::default(),
+            busy_engines: false,
             trace: false,
         }
     }
@@ -276,7 +280,13 @@ pub fn run(spec: &RunSpec) -> RunResult {
         match Endpoint::new(config.clone(), job, rank, ranks) {
             Ok(endpoint) => {
                 let programs = spec.workload.programs_setup(rank, ranks, spec.seed);
-                nodes.push(Node::new(spec.mode, endpoint, rng, programs))
+                nodes.push(Node::new(
+                    spec.mode,
+                    endpoint,
+                    rng,
+                    programs,
+                    spec.busy_engines,
+                ))
             }
             Err(error) => {
                 return RunResult::failed(

@@ -101,10 +101,11 @@ impl SimTransport {
     }
 
     /// Datagrams the next receive takes (one datagram asked for: the run looked at), and
-    /// forgets a request for one.
+    /// forgets a request for one and the run looked at (a later request looks again).
     fn batch_len(&mut self) -> usize {
+        let run = std::mem::replace(&mut self.looked_run, 1);
         let limit = if std::mem::take(&mut self.one_datagram_next) {
-            std::mem::replace(&mut self.looked_run, 1)
+            run
         } else {
             RECEIVE_BATCH
         };

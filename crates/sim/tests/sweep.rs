@@ -87,6 +87,47 @@ fn every_workload_under_loss_has_no_violations() {
     );
 }
 
+/// Busy engines (`RunSpec::busy_engines`): each looks at its socket late, so frames queue up,
+/// sees a sender's runs coalesced as UDP with GRO delivers them, and reads headers ahead from
+/// data frames on. First frames, and the frames coalesced behind them, are then placed from
+/// looks ahead into posted receives far more often than in the default mix, under loss,
+/// duplication, reordering and corruption.
+#[test]
+fn busy_engines_placing_first_frames_and_the_frames_behind_them_have_no_violations() {
+    let mut template = faulty_template();
+    template.busy_engines = true;
+    template.net.dup = 0.05;
+    template.net.reorder = 0.2;
+    let plan = SweepPlan {
+        seeds: (2000..2240).collect(),
+        workloads: WorkloadKind::MESSAGING.to_vec(),
+        losses: vec![0.0, 0.05],
+        policies: vec![UnexpectedPolicy::Buffer],
+        template,
+    };
+    let summary = sweep(
+        &plan,
+        &SweepOptions {
+            jobs: jobs(),
+            keep_failures: 30,
+            ..SweepOptions::default()
+        },
+    );
+    assert_eq!(summary.runs, 480);
+    let engine = &summary.engine;
+    assert!(
+        engine.first_frames_predicted > 100 && engine.frames_behind_first > 100,
+        "first frames and the frames behind them were hardly placed: {engine:?}"
+    );
+    assert_eq!(engine.first_frames_refused, 0);
+    assert_eq!(
+        summary.violations,
+        0,
+        "invariant violations:\n{}",
+        summary.render()
+    );
+}
+
 #[test]
 fn the_protocol_core_alone_under_loss_has_no_violations() {
     let mut template = faulty_template();
