@@ -52,6 +52,29 @@ fn clients_and_a_server_by_address_over_loopback() {
     assert!(server.try_peek_from().expect("peek").is_none());
 }
 
+/// `client` sends `rounds` datagrams of `len` bytes to `server`, each once the server has
+/// posted the receive for it and said so: every datagram meets its receive already posted.
+/// Each arrives whole, in order.
+fn send_into_posted_receives(server: &DgramSocket, client: DgramSocket, len: usize, rounds: usize) {
+    let (server_address, client_address) = (server.local_addr(), client.local_addr());
+    let sender = thread::spawn(move || {
+        let mut ready = [0u8; 1];
+        for round in 0..rounds {
+            let (_, from) = client.recv_from(&mut ready).expect("the server is ready");
+            assert_eq!(from, server_address);
+            client.send_to(&pattern(len, round), from).expect("send");
+        }
+    });
+    let mut buffer = vec![0u8; len];
+    for round in 0..rounds {
+        let receive = server.irecv_from(&mut buffer).expect("post the receive");
+        server.send_to(&[1], client_address).expect("say ready");
+        assert_eq!(receive.wait().expect("receive").len, len as u64);
+        assert!(buffer == pattern(len, round), "round {round}: bytes differ");
+    }
+    sender.join().expect("the client");
+}
+
 /// Long datagrams into a receive posted before they leave land with no copy at all: the data
 /// frames by the engine's prediction, and the first frame of each (its RTS, which matches it)
 /// by reading its headers ahead of it (`first_frame.rs` in the protocol core). The first such
@@ -62,24 +85,7 @@ fn long_datagrams_into_a_posted_receive_are_placed_from_their_first_frame() {
     let len = 1 << 20;
     let server = DgramSocket::bind("127.0.0.1:0").expect("bind the server");
     let client = DgramSocket::bind("127.0.0.1:0").expect("bind the client");
-    let (server_address, client_address) = (server.local_addr(), client.local_addr());
-    let sender = thread::spawn(move || {
-        let mut ready = [0u8; 1];
-        for round in 0..ROUNDS {
-            let (_, from) = client.recv_from(&mut ready).expect("the server is ready");
-            assert_eq!(from, server_address);
-            client.send_to(&pattern(len, round), from).expect("send");
-        }
-    });
-    let mut buffer = vec![0u8; len];
-    for round in 0..ROUNDS {
-        let receive = server.irecv_from(&mut buffer).expect("post the receive");
-        server.send_to(&[1], client_address).expect("say ready");
-        let status = receive.wait().expect("receive");
-        assert_eq!(status.len, len as u64);
-        assert!(buffer == pattern(len, round), "round {round}: bytes differ");
-    }
-    sender.join().expect("the client");
+    send_into_posted_receives(&server, client, len, ROUNDS);
     let stats = server.stats().expect("stats");
     assert!(
         stats.engine.first_frames_predicted >= (ROUNDS - 1) as u64,
@@ -117,24 +123,8 @@ fn eager_frames_coalesced_behind_a_first_frame_are_placed_with_it() {
         options.protocol.eager_limit = 256 << 10;
         DgramSocket::bind_with("127.0.0.1:0", options).expect("bind")
     };
-    let (server, client) = (bind(), bind());
-    let (server_address, client_address) = (server.local_addr(), client.local_addr());
-    let sender = thread::spawn(move || {
-        let mut ready = [0u8; 1];
-        for round in 0..ROUNDS {
-            let (_, from) = client.recv_from(&mut ready).expect("the server is ready");
-            assert_eq!(from, server_address);
-            client.send_to(&pattern(len, round), from).expect("send");
-        }
-    });
-    let mut buffer = vec![0u8; len];
-    for round in 0..ROUNDS {
-        let receive = server.irecv_from(&mut buffer).expect("post the receive");
-        server.send_to(&[1], client_address).expect("say ready");
-        assert_eq!(receive.wait().expect("receive").len, len as u64);
-        assert!(buffer == pattern(len, round), "round {round}: bytes differ");
-    }
-    sender.join().expect("the client");
+    let server = bind();
+    send_into_posted_receives(&server, bind(), len, ROUNDS);
     let stats = server.stats().expect("stats");
     assert!(
         stats.engine.frames_behind_first >= (ROUNDS - 1) as u64,

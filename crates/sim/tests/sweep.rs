@@ -6,13 +6,36 @@
 //! test profile.
 
 use nicmsg_proto::UnexpectedPolicy;
-use nicmsg_sim::{sweep, NetConfig, RunSpec, SimMode, SweepOptions, SweepPlan, WorkloadKind};
+use nicmsg_sim::{
+    sweep, NetConfig, RunSpec, SimMode, Summary, SweepOptions, SweepPlan, WorkloadKind,
+};
 
 fn jobs() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(2)
         .min(8)
+}
+
+/// Runs `plan` on every core, keeping the first failures for the report.
+fn sweep_keeping_failures(plan: &SweepPlan) -> Summary {
+    sweep(
+        plan,
+        &SweepOptions {
+            jobs: jobs(),
+            keep_failures: 30,
+            ..SweepOptions::default()
+        },
+    )
+}
+
+fn assert_no_violations(summary: &Summary) {
+    assert_eq!(
+        summary.violations,
+        0,
+        "invariant violations:\n{}",
+        summary.render()
+    );
 }
 
 fn faulty_template() -> RunSpec {
@@ -43,14 +66,7 @@ fn every_workload_under_loss_has_no_violations() {
     };
     assert_eq!(plan.template.mode, SimMode::Engine);
     assert_eq!(plan.len(), 2304);
-    let summary = sweep(
-        &plan,
-        &SweepOptions {
-            jobs: jobs(),
-            keep_failures: 30,
-            ..SweepOptions::default()
-        },
-    );
+    let summary = sweep_keeping_failures(&plan);
     assert_eq!(summary.runs, 2304);
     for kind in WorkloadKind::MESSAGING {
         assert!(
@@ -79,12 +95,7 @@ fn every_workload_under_loss_has_no_violations() {
         engine.frames_placed > 0 && engine.partial_sends > 0 && engine.commands > 0,
         "the engine's placement and back-pressure paths were not exercised: {engine:?}"
     );
-    assert_eq!(
-        summary.violations,
-        0,
-        "invariant violations:\n{}",
-        summary.render()
-    );
+    assert_no_violations(&summary);
 }
 
 /// Busy engines (`RunSpec::busy_engines`): each looks at its socket late, so frames queue up,
@@ -105,14 +116,7 @@ fn busy_engines_placing_first_frames_and_the_frames_behind_them_have_no_violatio
         policies: vec![UnexpectedPolicy::Buffer],
         template,
     };
-    let summary = sweep(
-        &plan,
-        &SweepOptions {
-            jobs: jobs(),
-            keep_failures: 30,
-            ..SweepOptions::default()
-        },
-    );
+    let summary = sweep_keeping_failures(&plan);
     assert_eq!(summary.runs, 480);
     let engine = &summary.engine;
     assert!(
@@ -120,12 +124,7 @@ fn busy_engines_placing_first_frames_and_the_frames_behind_them_have_no_violatio
         "first frames and the frames behind them were hardly placed: {engine:?}"
     );
     assert_eq!(engine.first_frames_refused, 0);
-    assert_eq!(
-        summary.violations,
-        0,
-        "invariant violations:\n{}",
-        summary.render()
-    );
+    assert_no_violations(&summary);
 }
 
 #[test]
@@ -139,22 +138,10 @@ fn the_protocol_core_alone_under_loss_has_no_violations() {
         policies: vec![UnexpectedPolicy::Buffer, UnexpectedPolicy::Drop],
         template,
     };
-    let summary = sweep(
-        &plan,
-        &SweepOptions {
-            jobs: jobs(),
-            keep_failures: 30,
-            ..SweepOptions::default()
-        },
-    );
+    let summary = sweep_keeping_failures(&plan);
     assert_eq!(summary.runs, 528);
     assert_eq!(summary.engine.turns, 0, "core mode runs no engine");
-    assert_eq!(
-        summary.violations,
-        0,
-        "invariant violations:\n{}",
-        summary.render()
-    );
+    assert_no_violations(&summary);
 }
 
 #[test]
@@ -168,14 +155,7 @@ fn panic_programs_under_loss_duplication_reordering_and_deaths_have_no_violation
         policies: vec![UnexpectedPolicy::Buffer, UnexpectedPolicy::Drop],
         template: faulty_template(),
     };
-    let summary = sweep(
-        &plan,
-        &SweepOptions {
-            jobs: jobs(),
-            keep_failures: 30,
-            ..SweepOptions::default()
-        },
-    );
+    let summary = sweep_keeping_failures(&plan);
     assert_eq!(summary.runs, 2400);
     let net = &summary.net;
     assert!(
@@ -191,12 +171,7 @@ fn panic_programs_under_loss_duplication_reordering_and_deaths_have_no_violation
         "{}",
         summary.render()
     );
-    assert_eq!(
-        summary.violations,
-        0,
-        "invariant violations:\n{}",
-        summary.render()
-    );
+    assert_no_violations(&summary);
 }
 
 #[test]
@@ -211,14 +186,7 @@ fn panic_host_side_under_loss_duplication_reordering_and_deaths_has_no_violation
         policies: vec![UnexpectedPolicy::Buffer, UnexpectedPolicy::Drop],
         template: faulty_template(),
     };
-    let summary = sweep(
-        &plan,
-        &SweepOptions {
-            jobs: jobs(),
-            keep_failures: 30,
-            ..SweepOptions::default()
-        },
-    );
+    let summary = sweep_keeping_failures(&plan);
     assert_eq!(summary.runs, 512);
     let net = &summary.net;
     assert!(
@@ -229,12 +197,7 @@ fn panic_host_side_under_loss_duplication_reordering_and_deaths_has_no_violation
             && net.dead_drops > 0,
         "faults not exercised: {net:?}"
     );
-    assert_eq!(
-        summary.violations,
-        0,
-        "invariant violations:\n{}",
-        summary.render()
-    );
+    assert_no_violations(&summary);
 }
 
 #[test]
@@ -263,19 +226,8 @@ fn full_scale_workloads_without_faults_have_no_violations() {
         policies: vec![UnexpectedPolicy::Buffer, UnexpectedPolicy::Drop],
         template,
     };
-    let summary = sweep(
-        &plan,
-        &SweepOptions {
-            jobs: jobs(),
-            ..SweepOptions::default()
-        },
-    );
-    assert_eq!(
-        summary.violations,
-        0,
-        "invariant violations:\n{}",
-        summary.render()
-    );
+    let summary = sweep_keeping_failures(&plan);
+    assert_no_violations(&summary);
 
     let mut spec = faulty_template();
     spec.workload = WorkloadKind::AllToAll;
