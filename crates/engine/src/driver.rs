@@ -747,18 +747,18 @@ impl<T: Transport> Driver<T> {
             return FirstFrame::NotPlanned;
         }
         let mut head = [0u8; ExpectedFrame::MAX_HEADER_LEN];
-        let (origin, len, datagram_len, head_len) = match self.transport.peek(&mut head) {
+        let (origin, frame_len, datagram_len, head_len) = match self.transport.peek(&mut head) {
             Peeked::Nothing => return FirstFrame::NothingWaits,
             Peeked::Unknown => return FirstFrame::NotPlanned,
             Peeked::Datagram {
                 origin,
-                len,
+                frame_len,
                 datagram_len,
                 head_len,
-            } => (origin, len, datagram_len, head_len.min(head.len())),
+            } => (origin, frame_len, datagram_len, head_len.min(head.len())),
         };
         self.stats.datagrams_peeked += 1;
-        if len < self.peek_min_bytes {
+        if frame_len < self.peek_min_bytes {
             // Looking ahead at short frames costs more than their copies. This one is received
             // alone: the datagram behind it (the RTS after an END) is looked at too.
             self.peeks_left -= 1;
@@ -766,7 +766,7 @@ impl<T: Transport> Driver<T> {
             return FirstFrame::NotPlanned;
         }
         self.peeks_left = SHORT_PEEKS_BEFORE_STOPPING;
-        if len > self.transport.max_frame() {
+        if frame_len > self.transport.max_frame() {
             // The transport drops it (a peer's frames longer than ours): nothing may be
             // planned for it, or its payload would land in a receive it never binds.
             return FirstFrame::NotPlanned;
@@ -775,7 +775,7 @@ impl<T: Transport> Driver<T> {
         // behind it (a receiver behind its sender copies them all anyway); one that is, alone.
         let look = LookAhead {
             head: &head[..head_len],
-            frame_len: len,
+            frame_len,
             datagram_len,
             from: origin.address,
         };

@@ -61,13 +61,13 @@ impl Origin {
 pub enum Peeked {
     /// Nothing: a receive now would bring nothing either.
     Nothing,
-    /// A datagram from `origin` whose first frame is `len` bytes long, `datagram_len` in all
-    /// (a transport that receives a run of frames as one datagram gives the first frame's
-    /// length and the run's; the frames after the first are `len` long but the last), its
-    /// first `head_len` bytes copied out.
+    /// A datagram from `origin` whose first frame is `frame_len` bytes long, `datagram_len`
+    /// in all (a transport that receives a run of frames as one datagram gives the first
+    /// frame's length and the run's; the frames after the first are `frame_len` long but the
+    /// last), its first `head_len` bytes copied out.
     Datagram {
         origin: Origin,
-        len: usize,
+        frame_len: usize,
         datagram_len: usize,
         head_len: usize,
     },
@@ -89,7 +89,7 @@ impl Peeked {
         head[..head_len].copy_from_slice(&first[..head_len]);
         Self::Datagram {
             origin,
-            len: first.len(),
+            frame_len: first.len(),
             datagram_len: run_len,
             head_len,
         }

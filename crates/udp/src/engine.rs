@@ -82,7 +82,7 @@ impl Transport for UdpTransport {
         match self.peek_next(head) {
             Ok(Some(peeked)) => Peeked::Datagram {
                 origin: self.origin_of(peeked.from),
-                len: peeked.frame_len,
+                frame_len: peeked.frame_len,
                 datagram_len: peeked.datagram_len,
                 head_len: peeked.head_len,
             },
