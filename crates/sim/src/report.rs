@@ -83,7 +83,6 @@ pub fn replay_command(spec: &RunSpec) -> String {
     if spec.mode != crate::node::SimMode::default() {
         flag("mode", spec.mode.name().to_string());
     }
-
     if let Some(ranks) = spec.ranks {
         flag("ranks", ranks.to_string());
     }

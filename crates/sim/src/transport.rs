@@ -85,7 +85,7 @@ impl SimTransport {
     /// duplicate, and counted as such rather than as a bad checksum. A damaged payload found
     /// at its place is not counted here, so the run's corruption check reports it.
     fn note_damaged_copy(&mut self, target: &PlacementTarget, bytes: &[u8]) {
-        if nicmsg_wire::Frame::parse(bytes).is_ok() {
+        if !damaged(bytes) {
             return;
         }
         // SAFETY: the target is valid for reads of its length during the receive (contract).
@@ -146,7 +146,7 @@ impl SimTransport {
         let damaged = self
             .inbox
             .drain(..)
-            .filter(|(_, bytes)| nicmsg_wire::Frame::parse(bytes).is_err())
+            .filter(|(_, bytes)| damaged(bytes))
             .count();
         damaged as u64
     }
@@ -270,4 +270,11 @@ impl Transport for SimTransport {
         }
         count
     }
+}
+
+/// Whether a datagram was damaged on the way: it no longer parses as a frame. The network's
+/// damage always shows so (a changed header or payload byte fails the checksum, or the frame's
+/// structure); a link that checks payloads drops payload damage before any endpoint sees it.
+fn damaged(bytes: &[u8]) -> bool {
+    nicmsg_wire::Frame::parse(bytes).is_err()
 }
