@@ -96,8 +96,7 @@ impl Core {
             return None;
         }
         let peer = self.known_source(&header, from)?;
-        let buffer = self.first_frame_receive(peer, &header, &msg)?;
-        let segment = single_piece(buffer, header.offset, u64::from(header.payload_len))?;
+        let (segment, buffer) = self.first_frame_destination(peer, &header, &msg)?;
         let first = ExpectedFrame {
             peer,
             wire_src: header.src,
@@ -122,16 +121,18 @@ impl Core {
 
     /// The piece of a posted receive where the frame `header` (`msg`) from `peer`, the first
     /// to arrive of a new message (its RTS, or any EAGER frame of it), puts its payload if
-    /// handled now, or `None` if handling it would do anything else (a duplicate, a message
-    /// matched later or unexpected, a receive too short, no room for its state).
+    /// handled now, and that receive's buffer; or `None` if handling it would do anything else
+    /// (a duplicate, a message matched later or unexpected, a receive too short, no room for
+    /// its state).
     fn first_frame_destination(
         &self,
         peer: Rank,
         header: &FrameHeader,
         msg: &MsgHeader,
-    ) -> Option<Segment> {
+    ) -> Option<(Segment, &SgList)> {
         let buffer = self.first_frame_receive(peer, header, msg)?;
-        single_piece(buffer, header.offset, u64::from(header.payload_len))
+        let segment = single_piece(buffer, header.offset, u64::from(header.payload_len))?;
+        Some((segment, buffer))
     }
 
     /// The buffer of the posted receive that the frame `header` (`msg`) from `peer` binds if
@@ -175,9 +176,8 @@ impl Core {
         msg: Option<&MsgHeader>,
         expected: &ExpectedFrame,
     ) -> bool {
-        msg.is_some_and(|msg| {
-            self.first_frame_destination(expected.peer, header, msg) == Some(expected.segment)
-        })
+        msg.and_then(|msg| self.first_frame_destination(expected.peer, header, msg))
+            .is_some_and(|(segment, _)| segment == expected.segment)
     }
 }
 

@@ -1185,14 +1185,16 @@ fn an_eager_messages_later_frames_are_taken_in_place() {
 }
 
 /// Two ranks whose frames leave their payload to the link (so headers read ahead can be
-/// verified alone), and the RTS frames rank 1 would get, held back.
-fn net_capturing_link_checked_rts() -> (Net, std::rc::Rc<std::cell::RefCell<Vec<Vec<u8>>>>) {
+/// verified alone), and the frames of `kind` rank 1 would get, held back.
+fn net_capturing_link_checked(
+    kind: nicmsg_wire::FrameKind,
+) -> (Net, std::rc::Rc<std::cell::RefCell<Vec<Vec<u8>>>>) {
     let config = Config {
         link_checks_payload: true,
         ..test_config()
     };
     let mut net = Net::new(2, config);
-    let captured = capture_frames_of_kind(&mut net, nicmsg_wire::FrameKind::Rts);
+    let captured = capture_frames_of_kind(&mut net, kind);
     (net, captured)
 }
 
@@ -1204,7 +1206,7 @@ fn net_capturing_link_checked_rts() -> (Net, std::rc::Rc<std::cell::RefCell<Vec<
 #[test]
 fn a_first_frame_read_ahead_is_predicted_only_into_the_receive_it_binds() {
     let len = 100_000usize;
-    let (mut net, captured) = net_capturing_link_checked_rts();
+    let (mut net, captured) = net_capturing_link_checked(nicmsg_wire::FrameKind::Rts);
     let data = pattern(len, 4);
     let send_op = net.send(0, 1, 5, data.clone());
     net.run(net.now + 50_000);
@@ -1278,12 +1280,7 @@ fn a_first_frame_read_ahead_is_predicted_only_into_the_receive_it_binds() {
 #[test]
 fn frames_behind_a_first_frame_in_a_coalesced_run_are_predicted_with_it() {
     let len = 8_000usize;
-    let config = Config {
-        link_checks_payload: true,
-        ..test_config()
-    };
-    let mut net = Net::new(2, config);
-    let captured = capture_frames_of_kind(&mut net, nicmsg_wire::FrameKind::Eager);
+    let (mut net, captured) = net_capturing_link_checked(nicmsg_wire::FrameKind::Eager);
     let data = pattern(len, 8);
     let send_op = net.send(0, 1, 5, data.clone());
     net.run(net.now + 50_000);
@@ -1392,7 +1389,7 @@ fn frame_0_sent_again_after_its_receive_was_posted_is_predicted() {
 #[test]
 fn a_first_frame_is_not_predicted_ahead_of_an_earlier_message_of_its_sender() {
     let len = 100_000usize;
-    let (mut net, captured) = net_capturing_link_checked_rts();
+    let (mut net, captured) = net_capturing_link_checked(nicmsg_wire::FrameKind::Rts);
     let (first, second) = (pattern(len, 5), pattern(len, 6));
     let first_send = net.send(0, 1, 5, first.clone());
     let second_send = net.send(0, 1, 5, second.clone());
