@@ -51,20 +51,25 @@ impl Outputs {
         control
     }
 
-    /// `first`, an ACK_ALL just popped, is followed in the queue by ACK_ALLs to the same peer
-    /// of the next message ids: takes up to `most` of them (see `piggyback.rs`, "runs").
-    /// Returns how many it took; the caller sends `first` with that count.
-    pub(crate) fn take_ack_all_run(&mut self, first: &Control, most: u32) -> u32 {
+    /// `first`, an ACK_ALL just popped (of a run of `first.frame_index` more ids), is followed
+    /// in the queue by ACK_ALLs to the same peer of the next message ids: joins them to its
+    /// run while it stays at most `most` ids after its first (see `piggyback.rs`, "runs").
+    /// Returns how many frames it took.
+    pub(crate) fn take_ack_all_run(&mut self, first: &mut Control, most: u32) -> u32 {
         let mut taken = 0;
-        while taken < most {
-            let next_id = first.msg_id.wrapping_add(taken + 1);
-            let continues = self.control.front().is_some_and(|next| {
-                next.is_ack_all() && next.dst == first.dst && next.msg_id == next_id
+        loop {
+            let next_id = first.msg_id.wrapping_add(first.frame_index + 1);
+            let joins = self.control.front().is_some_and(|next| {
+                next.is_ack_all()
+                    && next.dst == first.dst
+                    && next.msg_id == next_id
+                    && first.frame_index + 1 + next.frame_index <= most
             });
-            if !continues {
+            if !joins {
                 break;
             }
-            self.control.pop_front();
+            let next = self.control.pop_front().expect("looked at");
+            first.frame_index += 1 + next.frame_index;
             taken += 1;
         }
         self.control_usage.set(self.control.len());

@@ -3,6 +3,7 @@
 
 use crate::credit_wait::CreditWait;
 use crate::drain::Drain;
+use crate::piggyback::OwedAcks;
 use crate::rto::RtoEstimator;
 use crate::slab::SendKey;
 use crate::window::IdWindow;
@@ -37,6 +38,9 @@ pub(crate) struct Peer {
     pub next_match: u32,
     /// Eager messages from the peer this rank has finished with, ever: the credits returned.
     pub credits_given: u32,
+    /// `credits_given` as the last frame that carried it to the peer said: the credits
+    /// returned since are ones the peer cannot spend yet.
+    pub credits_reported: u32,
     /// Eager buffers in use by the peer's unexpected messages (bit per buffer).
     pub eager_buffers_used: u64,
     /// Queued control frames to the peer that carry the credit count (ACK, CTS, MSG-ACK,
@@ -44,7 +48,7 @@ pub(crate) struct Peer {
     pub credit_carriers_queued: u32,
     /// A whole eager message from the peer whose ACK_ALL has not left yet: it waits up to
     /// `ack_delay_ns` for an EAGER frame to the peer to carry it (`piggyback.rs`).
-    pub ack_owed: Option<u32>,
+    pub ack_owed: Option<OwedAcks>,
     /// Credits returned to the peer that no frame has carried yet.
     pub credit_owed: bool,
     /// EAGER frames went to the peer since an acknowledgement owed to it last had to leave on
@@ -93,6 +97,7 @@ impl Peer {
             recv_window: IdWindow::default(),
             next_match: 0,
             credits_given: 0,
+            credits_reported: 0,
             eager_buffers_used: 0,
             credit_carriers_queued: 0,
             ack_owed: None,

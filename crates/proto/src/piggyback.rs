@@ -10,10 +10,15 @@
 //! to the peer since one last had to leave on its own (`Peer::replies_follow`, TCP's ping-pong
 //! mode), and leaves at once in a stream.
 //!
-//! At most one ACK_ALL per peer waits: a second whole message sends both at once (as TCP
-//! acknowledges every second segment), so a stream of messages is acknowledged as promptly as
-//! before and only the last of a burst waits, at most `ack_delay_ns`. A lost carrier is
-//! repaired as a lost ACK is: the sender retransmits and the duplicate is acknowledged again.
+//! A second whole message before any reply makes a stream. If the sender of either waits for
+//! its acknowledgement, both leave at once (as TCP acknowledges every second segment), so a
+//! stream of longer messages is acknowledged as promptly as before. If nobody waits (short
+//! messages sent from copies), the acknowledgements of consecutive messages gather into one
+//! run ([`OwedAcks`]) that leaves with the next carrier, at its deadline (`ack_delay_ns` after
+//! its first message), or with a credit that cannot wait (`credit_is_urgent`): a receiver
+//! slower than its sender then sends one frame per half a window of credits, not one or two
+//! per message. A lost carrier is repaired as a lost ACK is: the sender retransmits and the
+//! duplicate is acknowledged again.
 //!
 //! Runs: ACK_ALLs queued to one peer for consecutive message ids (a burst of eager messages
 //! received together) leave as one frame, the first id in `msg_id` and the number of ids
@@ -22,7 +27,7 @@
 //! messages each way (the overlap pattern) those acknowledgements outnumbered the data.
 
 use crate::receiver::control;
-use crate::state::Core;
+use crate::state::{Core, MAX_ACK_ALL_RUN};
 use crate::*;
 use nicmsg_wire::{Flags, FrameHeader, FrameKind};
 
@@ -32,29 +37,43 @@ impl Core {
     /// longer one's send waits for this acknowledgement, which waits only if replies have been
     /// going back.
     pub(crate) fn acknowledge_eager(&mut self, now: Nanos, peer: Rank, msg_id: u32, len: u64) {
-        if crate::ops::sent_from_copy(len) || self.peers[peer].replies_follow {
-            self.owe_ack_all(now, peer, msg_id);
+        let sender_waits = !crate::ops::sent_from_copy(len);
+        if !sender_waits || self.peers[peer].replies_follow {
+            self.owe_ack_all(now, peer, msg_id, sender_waits);
         } else {
             self.queue_ack_all(peer, msg_id);
         }
     }
 
     /// The eager message `msg_id` from `peer` is held whole: acknowledge it, now or with the
-    /// next EAGER frame to `peer`.
-    fn owe_ack_all(&mut self, now: Nanos, peer: Rank, msg_id: u32) {
+    /// next EAGER frame to `peer`. A second message before any reply is a stream: if its
+    /// sender or an earlier one's waits, every owed acknowledgement leaves now; if nobody
+    /// waits, the run grows until a carrier, its deadline or an urgent credit takes it.
+    fn owe_ack_all(&mut self, now: Nanos, peer: Rank, msg_id: u32, sender_waits: bool) {
         if self.config.ack_delay_ns == 0 {
             return self.queue_ack_all(peer, msg_id);
         }
         let state = &mut self.peers[peer];
-        if let Some(earlier) = state.ack_owed.take() {
-            state.replies_follow = false;
-            self.queue_ack_all(peer, earlier);
-            self.queue_ack_all(peer, msg_id);
-            self.peers.settle_owed(peer);
+        let Some(owed) = state.ack_owed.take() else {
+            state.ack_owed = Some(OwedAcks::new(msg_id, sender_waits));
+            self.peers.arm_owed(peer, now + self.config.ack_delay_ns);
             return;
+        };
+        state.replies_follow = false;
+        match owed.extended(msg_id, sender_waits) {
+            Some(run) if !run.sender_waits => state.ack_owed = Some(run),
+            Some(run) => self.queue_ack_run(peer, run),
+            None => {
+                self.queue_ack_run(peer, owed);
+                let next = OwedAcks::new(msg_id, sender_waits);
+                if sender_waits {
+                    self.queue_ack_run(peer, next);
+                } else {
+                    self.peers[peer].ack_owed = Some(next);
+                }
+            }
         }
-        state.ack_owed = Some(msg_id);
-        self.peers.arm_owed(peer, now + self.config.ack_delay_ns);
+        self.peers.settle_owed(peer);
     }
 
     /// A credit was returned to `peer` (its `credits_given` grew): make sure a frame carries it.
@@ -87,14 +106,22 @@ impl Core {
         let state = &mut self.peers[peer];
         state.credit_owed = false;
         match state.ack_owed.take() {
-            Some(msg_id) => self.queue_ack_all(peer, msg_id),
+            Some(run) => self.queue_ack_run(peer, run),
             None => self.queue_control(control(peer, FrameKind::Credit, 0, 0, 0)),
         }
         self.peers.settle_owed(peer);
     }
 
-    fn queue_ack_all(&mut self, peer: Rank, msg_id: u32) {
+    /// One ACK_ALL for `msg_id` alone. Its `frame_index` is 0, always: in an ACK_ALL it counts
+    /// the messages after `msg_id` acknowledged with it (a run), never a frame's index.
+    pub(crate) fn queue_ack_all(&mut self, peer: Rank, msg_id: u32) {
         self.queue_control(control(peer, FrameKind::Ack, Flags::ACK_ALL, msg_id, 0));
+    }
+
+    /// One ACK_ALL frame for a run of consecutive messages (`frame_index` more after the first).
+    fn queue_ack_run(&mut self, peer: Rank, run: OwedAcks) {
+        let ack = control(peer, FrameKind::Ack, Flags::ACK_ALL, run.first, run.more);
+        self.queue_control(ack);
     }
 
     /// An EAGER frame to `peer` is being built: let it carry what is owed to the peer.
@@ -104,20 +131,28 @@ impl Core {
         let state = &mut self.peers[peer];
         header.flags |= Flags::CREDITS;
         header.aux = state.credits_given;
+        state.credits_reported = state.credits_given;
         state.credit_owed = false;
         // Frames go back to the peer: its next acknowledgement may wait for one.
         state.replies_follow = true;
-        if let Some(msg_id) = state.ack_owed.take() {
-            header.flags |= Flags::ACKED;
-            header.acked_id = msg_id;
-            self.counters.record(peer, |s| s.acks_piggybacked += 1);
+        match state.ack_owed.take() {
+            Some(OwedAcks { first, more: 0, .. }) => {
+                header.flags |= Flags::ACKED;
+                header.acked_id = first;
+                self.counters.record(peer, |s| s.acks_piggybacked += 1);
+            }
+            // A frame acknowledges one message: a run leaves as its own ACK_ALL, next.
+            Some(run) => self.queue_ack_run(peer, run),
+            None => {}
         }
         self.peers.settle_owed(peer);
     }
 
     /// A control frame that carries the credit count left for `peer`.
     pub(crate) fn credits_carried(&mut self, peer: Rank) {
-        self.peers[peer].credit_owed = false;
+        let state = &mut self.peers[peer];
+        state.credits_reported = state.credits_given;
+        state.credit_owed = false;
         self.peers.settle_owed(peer);
     }
 
@@ -170,5 +205,36 @@ impl Core {
         }
         op.collections.ack_all();
         self.after_ack(now, index);
+    }
+}
+
+/// Whole eager messages from one peer, consecutive ids, whose ACK_ALLs wait together for a
+/// carrier: `first` and the `more` after it, as one ACK_ALL frame of a run says them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OwedAcks {
+    pub first: u32,
+    pub more: u32,
+    /// The sender of one of them waits for its acknowledgement (a longer eager message).
+    pub sender_waits: bool,
+}
+
+impl OwedAcks {
+    fn new(first: u32, sender_waits: bool) -> Self {
+        Self {
+            first,
+            more: 0,
+            sender_waits,
+        }
+    }
+
+    /// The run with `msg_id` after its last, or `None` if `msg_id` is not the next id or the
+    /// run is as long as a frame says.
+    fn extended(self, msg_id: u32, sender_waits: bool) -> Option<Self> {
+        let next = self.first.wrapping_add(self.more).wrapping_add(1);
+        (msg_id == next && self.more < MAX_ACK_ALL_RUN).then_some(Self {
+            more: self.more + 1,
+            sender_waits: self.sender_waits || sender_waits,
+            ..self
+        })
     }
 }

@@ -130,14 +130,7 @@ impl Core {
     /// sender stops retransmitting (its earlier ACK was lost), deliver nothing.
     fn reacknowledge_finished(&mut self, header: &FrameHeader) {
         self.count_drop(Some(header.src), DropReason::Duplicate);
-        let ack = control(
-            header.src,
-            FrameKind::Ack,
-            Flags::ACK_ALL,
-            header.msg_id,
-            header.frame_index,
-        );
-        self.queue_control(ack);
+        self.queue_ack_all(header.src, header.msg_id);
     }
 
     /// First frame of a message not seen before: create its state and match it in MPI order.
@@ -319,13 +312,7 @@ impl Core {
             return;
         }
         if entry.all_frames() {
-            self.queue_control(control(
-                peer,
-                FrameKind::Ack,
-                Flags::ACK_ALL,
-                header.msg_id,
-                header.frame_index,
-            ));
+            self.queue_ack_all(peer, header.msg_id);
         } else if entry.collection_complete(header.frame_index) {
             self.queue_control(control(
                 peer,
@@ -431,7 +418,7 @@ impl Core {
         if eager {
             self.acknowledge_eager(now, peer, msg_id, len);
         } else {
-            self.queue_control(control(peer, FrameKind::Ack, Flags::ACK_ALL, msg_id, 0));
+            self.queue_ack_all(peer, msg_id);
         }
         self.set_waiter(index, false);
         // Finished for duplicate detection now; END and CLEANUP find the entry by its index.

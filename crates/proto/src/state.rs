@@ -221,9 +221,7 @@ impl Core {
         if let Some(mut control) = self.outputs.pop_control() {
             let mut carriers = 1;
             if control.is_ack_all() {
-                let run = self.outputs.take_ack_all_run(&control, MAX_ACK_ALL_RUN);
-                control.frame_index = run;
-                carriers += run;
+                carriers += self.outputs.take_ack_all_run(&mut control, MAX_ACK_ALL_RUN);
             }
             if carries_credits(control.kind) {
                 self.peers[control.dst].credit_carriers_queued -= carriers;
