@@ -86,6 +86,9 @@ impl Comm {
             let credits = options.protocol.eager_credits_per_peer;
             options.protocol.eager_limit = crate::options::eager_limit_for(job.size, credits);
         }
+        let small = options.protocol.small_credits_per_peer;
+        options.protocol.small_credits_per_peer =
+            crate::options::small_credits_for(job.size, small);
         options.check_for_job(job.size)?;
         options.size_protocol_tables();
         let bind_ip = bootstrap

@@ -342,6 +342,10 @@ impl Options {
 /// Memory every rank sets aside for unexpected eager messages (its eager pool: one buffer of
 /// the eager limit per credit per peer), which the default eager limit is chosen to fit.
 pub const EAGER_POOL_BUDGET_BYTES: u64 = 16 << 20;
+/// Memory every rank sets aside for unexpected messages of at most 256 bytes (one buffer of
+/// 256 bytes per small credit per peer, `nicmsg_proto::SMALL_MESSAGE_MAX`): the protocol's 32
+/// credits up to 2,048 ranks, fewer in larger jobs ([`small_credits_for`]).
+pub const SMALL_POOL_BUDGET_BYTES: u64 = 16 << 20;
 /// Largest default eager limit: messages up to 64 KiB go out at once, without the rendezvous
 /// handshake's round trip (16 KiB ping-pong over netns: about 100 -> 50 us), in jobs small
 /// enough that the pool stays within [`EAGER_POOL_BUDGET_BYTES`] (32 ranks at 8 credits).
@@ -360,6 +364,15 @@ pub fn eager_limit_for(size: u32, credits: u32) -> u64 {
         1 << per_buffer.ilog2()
     };
     fitting.clamp(floor, MAX_DEFAULT_EAGER_LIMIT)
+}
+
+/// The small credits per peer for a job of `size` ranks: `wanted`, or as many as fit
+/// [`SMALL_POOL_BUDGET_BYTES`], at least one. Every rank of a job computes the same, as the
+/// protocol requires.
+pub fn small_credits_for(size: u32, wanted: u32) -> u32 {
+    let per_rank = u64::from(size.max(1)) * nicmsg_proto::SMALL_MESSAGE_MAX;
+    let fitting = SMALL_POOL_BUDGET_BYTES / per_rank;
+    fitting.min(u64::from(wanted)).max(1) as u32
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -916,6 +929,19 @@ mod tests {
             told.protocol,
             "nothing else changes"
         );
+    }
+
+    #[test]
+    fn small_credits_shrink_only_in_large_jobs_and_never_to_none() {
+        assert_eq!(small_credits_for(64, 32), 32);
+        assert_eq!(small_credits_for(2048, 32), 32);
+        assert_eq!(small_credits_for(4096, 32), 16);
+        assert_eq!(small_credits_for(65536, 32), 1);
+        assert_eq!(small_credits_for(8, 4), 4, "never more than asked");
+        for size in [1, 3000, 10_000] {
+            let pool = u64::from(size) * u64::from(small_credits_for(size, 32)) * 256;
+            assert!(pool <= SMALL_POOL_BUDGET_BYTES, "size {size}");
+        }
     }
 
     #[test]

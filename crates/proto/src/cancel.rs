@@ -20,6 +20,7 @@
 //! finished with no entry behind; matching steps over such ids (`match_in_order`), so the
 //! sender's later messages are matched in order as if it had never been sent.
 
+use crate::credits::CreditClass;
 use crate::ops::{CancelRequest, Dest, Incoming, RxPhase, SendPhase};
 use crate::receiver::control;
 use crate::state::Core;
@@ -84,7 +85,7 @@ impl Core {
             retries: 0,
         });
         op.extra_frame = None;
-        let request = cancel_frame(op.dst, op.msg_id, op.holds_credit);
+        let request = cancel_frame(op.dst, op.msg_id, op.credit);
         self.queue_control(request);
         self.counters.record_total(|s| s.cancels_requested += 1);
     }
@@ -99,7 +100,7 @@ impl Core {
         };
         cancel.retries += 1;
         cancel.deadline_ns = now + rto.backed_off_ns(cancel.retries, max_ns);
-        let request = cancel_frame(op.dst, op.msg_id, op.holds_credit);
+        let request = cancel_frame(op.dst, op.msg_id, op.credit);
         self.queue_control(request);
     }
 
@@ -147,7 +148,7 @@ impl Core {
         if place == IdPlace::Beyond {
             return self.count_drop(Some(peer), DropReason::Invalid);
         }
-        let returns_credit = header.has_flag(Flags::EAGER);
+        let returns_credit = credit_withdrawn(header);
         match self.rx.incoming_by_id(peer, msg_id) {
             Some(index) => {
                 let entry = &self.rx[index];
@@ -193,7 +194,7 @@ impl Core {
 
     /// Turns an unmatched message into a tombstone: its data and buffer go, its credit goes
     /// back, its id is finished, and matching will step over it.
-    fn withdraw(&mut self, now: Nanos, index: IncomingKey, returns_credit: bool) {
+    fn withdraw(&mut self, now: Nanos, index: IncomingKey, returns_credit: Option<CreditClass>) {
         self.set_waiter(index, false);
         let keepalive = self.config.keepalive_ns;
         let entry = &mut self.rx[index];
@@ -210,14 +211,30 @@ impl Core {
             self.rx.release_eager_buffer(slot, &mut self.peers);
         }
         self.peers[peer].recv_window.finish(msg_id);
-        if returns_credit {
-            self.return_credit(now, peer);
+        if let Some(class) = returns_credit {
+            self.return_credit(now, peer, class);
         }
         self.counters.record(peer, |s| s.messages_withdrawn += 1);
     }
 }
 
-fn cancel_frame(dst: Rank, msg_id: u32, holds_credit: bool) -> crate::ops::Control {
-    let flags = if holds_credit { Flags::EAGER } else { 0 };
+fn cancel_frame(dst: Rank, msg_id: u32, credit: Option<CreditClass>) -> crate::ops::Control {
+    let flags = match credit {
+        None => 0,
+        Some(CreditClass::Eager) => Flags::EAGER,
+        Some(CreditClass::Small) => Flags::EAGER | Flags::SMALL_CREDIT,
+    };
     control(dst, FrameKind::Cancel, flags, msg_id, 0)
+}
+
+/// The credit a CANCEL says its message holds (flags EAGER and SMALL_CREDIT).
+fn credit_withdrawn(header: &FrameHeader) -> Option<CreditClass> {
+    if !header.has_flag(Flags::EAGER) {
+        return None;
+    }
+    Some(if header.has_flag(Flags::SMALL_CREDIT) {
+        CreditClass::Small
+    } else {
+        CreditClass::Eager
+    })
 }

@@ -41,6 +41,7 @@
 //! sender one wait per that many messages, still no hang. One that says so (WAIT) gets every
 //! message by rendezvous at once.
 
+use crate::credits::CreditClass;
 use crate::receiver::control;
 use crate::state::Core;
 use crate::*;
@@ -188,15 +189,23 @@ impl Core {
         self.queue_control(control(peer, FrameKind::Credit, flags, 0, 0));
     }
 
-    /// True if every eager buffer of `peer` holds a message while a receive or probe waits for
+    /// True if every buffer of a class of `peer` holds a message while a receive or probe waits for
     /// another message `peer` may send. A receive that one of the buffered messages matched
     /// would have taken it, so that receive waits for a later message: the buffers are not
     /// freed before the sender's next message arrives. (While an earlier message of the peer
     /// is still missing, the buffered ones cannot be matched yet either, and the answer costs
     /// the sender only one message by rendezvous.)
+    ///
+    /// Either class held whole counts: the request does not say which class the sender is
+    /// short of, and a WAIT it did not need costs it only messages by rendezvous until its
+    /// next credit (the answer carries the counts, and a credit in it ends the wait first).
     fn holds_credits_while_waiting(&self, peer: Rank) -> bool {
-        let used = self.peers[peer].eager_buffers_used.count_ones();
-        used >= self.config.eager_credits_per_peer && self.rx.awaits_from(peer)
+        let state = &self.peers[peer];
+        let all_held =
+            |used: u64, class: CreditClass| used.count_ones() >= class.per_peer(&self.config);
+        let held = all_held(state.eager_buffers_used, CreditClass::Eager)
+            || all_held(state.small_buffers_used, CreditClass::Small);
+        held && self.rx.awaits_from(peer)
     }
 
     /// Whether a credit just returned to `peer` should leave at once rather than wait
@@ -212,7 +221,10 @@ impl Core {
     /// receiver has yet to take.
     pub(crate) fn credit_is_urgent(&self, peer: Rank) -> bool {
         let state = &self.peers[peer];
-        let untold = state.credits_given.wrapping_sub(state.credits_reported);
-        state.credit_requested || untold >= (self.config.eager_credits_per_peer / 2).max(1)
+        let half_untold = |class: CreditClass| {
+            let untold = state.credits_given.ahead_of(state.credits_reported, class);
+            u32::from(untold) >= (class.per_peer(&self.config) / 2).max(1)
+        };
+        state.credit_requested || half_untold(CreditClass::Eager) || half_untold(CreditClass::Small)
     }
 }

@@ -11,7 +11,7 @@ impl Core {
         let peer = &self.peers[control.dst];
         let carries_credits = crate::state::carries_credits(control.kind);
         let aux = if carries_credits {
-            peer.credits_given
+            peer.credits_given.to_aux()
         } else {
             0
         };

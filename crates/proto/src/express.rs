@@ -6,6 +6,7 @@
 //! credit returned, duplicate window, liveness bookkeeping), so anything that is not this case
 //! takes the general path unchanged.
 
+use crate::credits::CreditClass;
 use crate::state::Core;
 use crate::window::IdPlace;
 use crate::*;
@@ -100,6 +101,6 @@ impl Core {
             generation,
         };
         self.complete(id, Ok(status));
-        self.return_credit(now, peer);
+        self.return_credit(now, peer, CreditClass::of(len));
     }
 }

@@ -26,9 +26,11 @@ mod collections;
 mod config;
 mod counters;
 mod credit_wait;
+mod credits;
 mod diagnostics;
 mod directory;
 mod drain;
+mod eager_pool;
 mod emit;
 mod endpoint;
 mod express;
@@ -65,6 +67,7 @@ pub use config::{
     Config, ConfigError, UnexpectedPolicy, MAX_ACK_UNIT, MAX_INFLIGHT_COLLECTIONS, MAX_RANKS,
     MSG_WINDOW, RX_TRACKED_FRAMES,
 };
+pub use credits::SMALL_MESSAGE_MAX;
 pub use directory::MAX_OPEN_PEERS;
 pub use endpoint::Endpoint;
 pub use first_frame::LookAhead;

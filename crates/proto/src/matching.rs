@@ -1,6 +1,7 @@
 //! MPI matching: posted receives and unexpected messages, both kept in order; messages of one
 //! sender are matched in message-id order (non-overtaking); probe and cancel.
 
+use crate::credits::CreditClass;
 use crate::ops::{Dest, RecvOp, RecvState, RxPhase};
 use crate::state::Core;
 use crate::window::IdPlace;
@@ -260,7 +261,7 @@ impl Core {
             _ => {}
         }
         self.free_incoming(incoming);
-        self.return_credit(now, peer);
+        self.return_credit(now, peer, CreditClass::of(len as u64));
     }
 
     /// Completes a receive with its message's status.

@@ -168,6 +168,7 @@ fn slot_is_idle(
     if state.sends_in_flight != 0
         || state.waiters != 0
         || state.eager_buffers_used != 0
+        || state.small_buffers_used != 0
         || state.queue_head.is_some()
     {
         return false;

@@ -3,6 +3,7 @@
 
 use crate::collections::{Collections, ResendCursor};
 use crate::config::RX_TRACKED_FRAMES;
+use crate::credits::CreditClass;
 use crate::geometry::Geometry;
 use crate::memory::{HostMemory, SgList};
 use crate::slab::{IncomingKey, RecvKey, SendKey};
@@ -67,8 +68,9 @@ pub(crate) struct SendOp {
     pub lent_copy: Option<u8>,
     /// The send reported success when it started; its later end completes nothing.
     pub completed_early: bool,
-    /// The message took one of the receiver's eager credits (withdrawing it gives it back).
-    pub holds_credit: bool,
+    /// The message took one of the receiver's credits, of this class (withdrawing it gives it
+    /// back).
+    pub(crate) credit: Option<CreditClass>,
     /// The receiver has matched the message (a CTS came): too late to withdraw it.
     pub peer_matched: bool,
     /// The receiver answered WAIT: it had no receive for the message when it arrived.
@@ -149,7 +151,7 @@ impl SendOp {
             copy: None,
             lent_copy: None,
             completed_early: false,
-            holds_credit: false,
+            credit: None,
             peer_matched: false,
             told_to_wait: false,
             cancel: None,

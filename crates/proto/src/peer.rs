@@ -2,6 +2,7 @@
 //! the job from start-up and is a few dozen bytes (see `PEER_STATE_BYTES`).
 
 use crate::credit_wait::CreditWait;
+use crate::credits::{CreditClass, CreditCounts};
 use crate::drain::Drain;
 use crate::piggyback::OwedAcks;
 use crate::rto::RtoEstimator;
@@ -15,11 +16,11 @@ pub(crate) struct Peer {
     /// Next message id to assign.
     pub send_next: u32,
     pub send_window: IdWindow,
-    /// Eager messages started towards the peer, ever (wrapping).
-    pub eager_started: u32,
+    /// Eager messages started towards the peer, ever, by credit class (wrapping).
+    pub(crate) credits_spent: CreditCounts,
     /// Credits the peer has returned, ever (wrapping, cumulative so a lost CREDIT is repaired by
     /// any later frame).
-    pub credits_returned: u32,
+    pub(crate) credits_returned: CreditCounts,
     /// Sends waiting to start, FIFO through `SendOp::next_queued`.
     pub queue_head: Option<SendKey>,
     pub queue_tail: Option<SendKey>,
@@ -37,12 +38,14 @@ pub(crate) struct Peer {
     /// Next message id whose header must be matched (MPI non-overtaking order).
     pub next_match: u32,
     /// Eager messages from the peer this rank has finished with, ever: the credits returned.
-    pub credits_given: u32,
+    pub(crate) credits_given: CreditCounts,
     /// `credits_given` as the last frame that carried it to the peer said: the credits
     /// returned since are ones the peer cannot spend yet.
-    pub credits_reported: u32,
+    pub(crate) credits_reported: CreditCounts,
     /// Eager buffers in use by the peer's unexpected messages (bit per buffer).
     pub eager_buffers_used: u64,
+    /// Small buffers in use by the peer's unexpected messages of at most 256 bytes.
+    pub small_buffers_used: u64,
     /// Queued control frames to the peer that carry the credit count (ACK, CTS, MSG-ACK,
     /// CREDIT).
     pub credit_carriers_queued: u32,
@@ -87,8 +90,8 @@ impl Peer {
         Self {
             send_next: 0,
             send_window: IdWindow::default(),
-            eager_started: 0,
-            credits_returned: 0,
+            credits_spent: CreditCounts::default(),
+            credits_returned: CreditCounts::default(),
             queue_head: None,
             queue_tail: None,
             credit_wait: CreditWait::Idle,
@@ -96,9 +99,10 @@ impl Peer {
             link_unchecked: false,
             recv_window: IdWindow::default(),
             next_match: 0,
-            credits_given: 0,
-            credits_reported: 0,
+            credits_given: CreditCounts::default(),
+            credits_reported: CreditCounts::default(),
             eager_buffers_used: 0,
+            small_buffers_used: 0,
             credit_carriers_queued: 0,
             ack_owed: None,
             credit_owed: false,
@@ -118,23 +122,35 @@ impl Peer {
         }
     }
 
-    /// Credits this rank may still spend on eager messages to the peer.
-    pub fn credits_available(&self, credits_per_peer: u32) -> u32 {
-        let outstanding = self.eager_started.wrapping_sub(self.credits_returned);
-        credits_per_peer.saturating_sub(outstanding)
+    /// Credits of `class` this rank may still spend on eager messages to the peer, of the
+    /// `per_peer` the peer keeps buffers for.
+    pub(crate) fn credits_available(&self, class: CreditClass, per_peer: u32) -> u32 {
+        let outstanding = self.credits_spent.ahead_of(self.credits_returned, class);
+        per_peer.saturating_sub(u32::from(outstanding))
     }
 
-    /// Takes a cumulative credit count from a frame; older (reordered) counts are ignored.
-    pub fn update_credits(&mut self, returned: u32) -> bool {
-        let advance = returned.wrapping_sub(self.credits_returned);
-        let outstanding = self.eager_started.wrapping_sub(self.credits_returned);
-        if advance == 0 || advance > outstanding {
-            return false;
+    /// Takes the cumulative credit counts of a frame (`aux`); an older (reordered) count of a
+    /// class, or one beyond what was spent, is ignored. True if any credit came back.
+    pub(crate) fn update_credits(&mut self, aux: u32) -> bool {
+        let counts = CreditCounts::from_aux(aux);
+        let mut advanced = false;
+        for class in [CreditClass::Eager, CreditClass::Small] {
+            let advance = counts.ahead_of(self.credits_returned, class);
+            let outstanding = self.credits_spent.ahead_of(self.credits_returned, class);
+            if advance == 0 || advance > outstanding {
+                continue;
+            }
+            match class {
+                CreditClass::Eager => self.credits_returned.eager = counts.eager,
+                CreditClass::Small => self.credits_returned.small = counts.small,
+            }
+            advanced = true;
         }
-        self.credits_returned = returned;
-        // A credit came back: the next shortage is waited out again.
-        self.credit_wait = CreditWait::Idle;
-        true
+        if advanced {
+            // A credit came back: the next shortage is waited out again.
+            self.credit_wait = CreditWait::Idle;
+        }
+        advanced
     }
 
     /// Room for another message id in flight.

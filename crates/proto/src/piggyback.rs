@@ -130,7 +130,7 @@ impl Core {
     pub(crate) fn piggyback_on(&mut self, peer: Rank, header: &mut FrameHeader) {
         let state = &mut self.peers[peer];
         header.flags |= Flags::CREDITS;
-        header.aux = state.credits_given;
+        header.aux = state.credits_given.to_aux();
         state.credits_reported = state.credits_given;
         state.credit_owed = false;
         // Frames go back to the peer: its next acknowledgement may wait for one.

@@ -2,6 +2,7 @@
 //! offset, collection ACKs, duplicate detection, CTS grants with RSM pipelining, END/MSG-ACK/
 //! CLEANUP, and eager credits.
 
+use crate::credits::CreditClass;
 use crate::geometry::Geometry;
 use crate::ops::{Control, Dest, Incoming, LatestData, RxPhase};
 use crate::state::Core;
@@ -154,7 +155,9 @@ impl Core {
         let eager_needs_buffer = buffering
             && msg.protocol == Protocol::Eager
             && !self.can_match_now(peer, header.msg_id, (Context(msg.context), msg.tag))
-            && !self.rx.has_free_eager_buffer(peer, &self.peers);
+            && !self
+                .rx
+                .has_free_eager_buffer(peer, msg.total_len, &self.peers);
         if eager_needs_buffer {
             self.answer_wait(header);
             return None;
@@ -572,13 +575,14 @@ impl Core {
         }
     }
 
-    /// Returns one eager credit to the peer: the message left its buffer (or never needed one).
-    pub(crate) fn return_credit(&mut self, now: Nanos, peer: Rank) {
+    /// Returns one credit of `class` to the peer: the message left its buffer (or never needed
+    /// one).
+    pub(crate) fn return_credit(&mut self, now: Nanos, peer: Rank, class: CreditClass) {
         if self.config.unexpected != UnexpectedPolicy::Buffer {
             return;
         }
         let state = &mut self.peers[peer];
-        state.credits_given = state.credits_given.wrapping_add(1);
+        state.credits_given.add_one(class);
         // Credits are filled in when a frame leaves: a frame to the peer still waiting to leave
         // carries the new count; only otherwise is a CREDIT frame needed (see `piggyback.rs`).
         self.owe_credit(now, peer);

@@ -11,6 +11,8 @@ use std::ops::{Index, IndexMut};
 
 use rustc_hash::FxHashMap;
 
+use crate::credits::CreditClass;
+use crate::eager_pool::EagerPool;
 use crate::ops::{Dest, Incoming, LatestData, RecvOp};
 use crate::peers::Peers;
 use crate::slab::{IncomingKey, RecvKey, Slab};
@@ -60,12 +62,8 @@ pub(crate) struct RecvSide {
     by_id: FxHashMap<(Rank, u32), IncomingKey>,
     /// Unexpected messages in matching order.
     unexpected: VecDeque<IncomingKey>,
-    /// Unexpected eager data: `credits_per_peer` buffers of `eager_limit` bytes per peer. Which
-    /// of a peer's buffers are in use is part of its state (`Peer::eager_buffers_used`).
-    eager_pool: Vec<u8>,
-    eager_usage: TableUsage,
-    eager_limit: usize,
-    credits_per_peer: u32,
+    /// Unexpected eager data, in buffers of both credit classes (`eager_pool.rs`).
+    eager_pool: EagerPool,
     /// Where the stream of long-message frames was last (`placement.rs`).
     latest_data: Option<LatestData>,
     /// The frame that arrived last of an eager message going straight into a posted receive
@@ -77,7 +75,6 @@ pub(crate) struct RecvSide {
 impl RecvSide {
     /// The tables of an endpoint in a job of `size` ranks, all allocated here.
     pub(crate) fn new(config: &Config, size: u32) -> Self {
-        let buffers = size as usize * config.eager_credits_per_peer as usize;
         Self {
             recvs: Slab::with_capacity(config.max_recvs),
             posted: [
@@ -90,10 +87,7 @@ impl RecvSide {
             rendezvous_incoming: 0,
             by_id: FxHashMap::with_capacity_and_hasher(config.max_incoming, Default::default()),
             unexpected: VecDeque::with_capacity(config.max_incoming),
-            eager_pool: vec![0; buffers * config.eager_limit as usize],
-            eager_usage: TableUsage::new(buffers),
-            eager_limit: config.eager_limit as usize,
-            credits_per_peer: config.eager_credits_per_peer,
+            eager_pool: EagerPool::new(config, size),
             latest_data: None,
             latest_eager: None,
         }
@@ -334,51 +328,40 @@ impl RecvSide {
 
     // --- the eager pool ---
 
-    /// True if `peer` has an eager buffer free.
-    pub(crate) fn has_free_eager_buffer(&self, peer: Rank, peers: &Peers) -> bool {
-        (!peers[peer].eager_buffers_used).trailing_zeros() < self.credits_per_peer
+    /// True if `peer` has a buffer free for an eager message of `len` bytes.
+    pub(crate) fn has_free_eager_buffer(&self, peer: Rank, len: u64, peers: &Peers) -> bool {
+        self.eager_pool.has_free(peer, CreditClass::of(len), peers)
     }
 
-    /// Gives the message `key` one of its sender's eager buffers; false if none is free
+    /// Gives the message `key` one of its sender's buffers of its class; false if none is free
     /// (credits guarantee one unless the sender broke the protocol).
     pub(crate) fn assign_eager_buffer(&mut self, key: IncomingKey, peers: &mut Peers) -> bool {
-        let peer = self.incoming[key].peer;
-        let used = &mut peers[peer].eager_buffers_used;
-        let free = (!*used).trailing_zeros();
-        if free >= self.credits_per_peer {
+        let entry = &self.incoming[key];
+        let class = CreditClass::of(entry.geometry.total_len);
+        let Some(slot) = self.eager_pool.assign(entry.peer, class, peers) else {
             return false;
-        }
-        *used |= 1 << free;
-        self.eager_usage.set(self.eager_usage.in_use + 1);
-        self.incoming[key].dest = Dest::Buffer(peer * self.credits_per_peer + free);
+        };
+        self.incoming[key].dest = Dest::Buffer(slot);
         true
     }
 
     /// Frees an eager buffer (its message was delivered, truncated, withdrawn or dropped).
     pub(crate) fn release_eager_buffer(&mut self, slot: u32, peers: &mut Peers) {
-        let (peer, bit) = (slot / self.credits_per_peer, slot % self.credits_per_peer);
-        debug_assert!(
-            peers[peer].eager_buffers_used & (1 << bit) != 0,
-            "buffer {slot} not in use"
-        );
-        peers[peer].eager_buffers_used &= !(1 << bit);
-        self.eager_usage.set(self.eager_usage.in_use - 1);
+        self.eager_pool.release(slot, peers);
     }
 
     /// The bytes of eager buffer `slot`.
     pub(crate) fn eager_buffer(&self, slot: u32) -> &[u8] {
-        let start = slot as usize * self.eager_limit;
-        &self.eager_pool[start..start + self.eager_limit]
+        self.eager_pool.buffer(slot)
     }
 
     /// Stores `bytes` at `offset` of eager buffer `slot`.
     pub(crate) fn write_eager(&mut self, slot: u32, offset: u64, bytes: &[u8]) {
-        let start = slot as usize * self.eager_limit + offset as usize;
-        self.eager_pool[start..start + bytes.len()].copy_from_slice(bytes);
+        self.eager_pool.write(slot, offset, bytes);
     }
 
     pub(crate) fn eager_usage(&self) -> TableUsage {
-        self.eager_usage
+        self.eager_pool.usage()
     }
 
     // --- placement ---
@@ -465,13 +448,18 @@ mod tests {
     fn config() -> Config {
         Config {
             eager_credits_per_peer: 2,
+            small_credits_per_peer: 2,
             ..Config::default()
         }
     }
 
     fn message(peer: Rank, msg_id: u32, tag: Tag) -> Incoming {
+        message_of(peer, msg_id, tag, 10)
+    }
+
+    fn message_of(peer: Rank, msg_id: u32, tag: Tag, total_len: u64) -> Incoming {
         let geometry = Geometry {
-            total_len: 10,
+            total_len,
             frame_payload: 1000,
             protocol: Protocol::Eager,
         };
@@ -568,30 +556,44 @@ mod tests {
     }
 
     #[test]
-    fn eager_buffers_are_bounded_per_peer_and_hold_their_bytes() {
+    fn eager_buffers_are_bounded_per_peer_and_class_and_hold_their_bytes() {
         let config = config();
         let mut peers = Peers::new(&config, 0, 3);
         let mut side = RecvSide::new(&config, 3);
-        let keys: Vec<_> = (0..3)
-            .map(|id| side.insert_incoming(message(1, id, 0)).unwrap())
+        let (small, long) = (10, 1000);
+        let keys: Vec<_> = [small, small, small, long, long, long]
+            .into_iter()
+            .zip(0..)
+            .map(|(len, id)| side.insert_incoming(message_of(1, id, 0, len)).unwrap())
             .collect();
         assert!(side.assign_eager_buffer(keys[0], &mut peers));
         assert!(side.assign_eager_buffer(keys[1], &mut peers));
-        assert!(!side.has_free_eager_buffer(1, &peers));
+        assert!(!side.has_free_eager_buffer(1, small, &peers));
         assert!(
-            side.has_free_eager_buffer(2, &peers),
+            side.has_free_eager_buffer(1, long, &peers),
+            "small messages take buffers of their own"
+        );
+        assert!(
+            side.has_free_eager_buffer(2, small, &peers),
             "buffers are per peer"
         );
         assert!(!side.assign_eager_buffer(keys[2], &mut peers));
-        let Dest::Buffer(slot) = side[keys[1]].dest else {
-            panic!("a buffer was assigned")
-        };
-        side.write_eager(slot, 2, b"abc");
-        assert_eq!(&side.eager_buffer(slot)[..5], b"\0\0abc");
-        assert_eq!(side.eager_usage().in_use, 2);
-        side.release_eager_buffer(slot, &mut peers);
-        assert!(side.has_free_eager_buffer(1, &peers));
-        assert_eq!(side.eager_usage().peak, 2);
+        assert!(side.assign_eager_buffer(keys[3], &mut peers));
+        assert!(side.assign_eager_buffer(keys[4], &mut peers));
+        assert!(!side.assign_eager_buffer(keys[5], &mut peers));
+        for (key, len) in [(keys[1], small as usize), (keys[4], long as usize)] {
+            let Dest::Buffer(slot) = side[key].dest else {
+                panic!("a buffer was assigned")
+            };
+            assert!(side.eager_buffer(slot).len() >= len);
+            side.write_eager(slot, 2, b"abc");
+            assert_eq!(&side.eager_buffer(slot)[..5], b"\0\0abc");
+            assert_eq!(side.eager_usage().in_use, 4);
+            side.release_eager_buffer(slot, &mut peers);
+            assert!(side.has_free_eager_buffer(1, len as u64, &peers));
+            side.assign_eager_buffer(key, &mut peers);
+        }
+        assert_eq!(side.eager_usage().peak, 4);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! (RTS with first data, CTS windows, RSM, END, MSG-ACK, CLEANUP), acknowledgements and
 //! retransmission timers.
 
+use crate::credits::CreditClass;
 use crate::geometry::Geometry;
 use crate::ops::{Control, SendOp, SendPhase};
 use crate::state::Core;
@@ -92,7 +93,8 @@ impl Core {
             let eager = op.is_eager();
             let peer = &self.peers[dst];
             let needs_credit = eager && self.config.unexpected == UnexpectedPolicy::Buffer;
-            let has_credit = peer.credits_available(self.config.eager_credits_per_peer) > 0;
+            let class = CreditClass::of(op.data.total_len());
+            let has_credit = peer.credits_available(class, class.per_peer(&self.config)) > 0;
             if !peer.window_open() {
                 return;
             }
@@ -116,7 +118,7 @@ impl Core {
             peer.send_next = peer.send_next.wrapping_add(1);
             peer.sends_in_flight += 1;
             if needs_credit {
-                peer.eager_started = peer.eager_started.wrapping_add(1);
+                peer.credits_spent.add_one(class);
             }
             let op = &mut self.sends[head];
             peer.queue_head = op.next_queued.take();
@@ -124,7 +126,7 @@ impl Core {
                 peer.queue_tail = None;
             }
             op.msg_id = msg_id;
-            op.holds_credit = needs_credit;
+            op.credit = needs_credit.then_some(class);
             op.phase = SendPhase::Streaming;
             op.granted = granted;
             self.sends.activate(dst, msg_id, head);

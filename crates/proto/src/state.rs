@@ -71,6 +71,9 @@ impl Core {
         if config.eager_credits_per_peer > MAX_EAGER_CREDITS {
             return Err(ConfigError::ZeroLimit("eager_credits_per_peer <= 64"));
         }
+        if config.small_credits_per_peer > MAX_EAGER_CREDITS {
+            return Err(ConfigError::ZeroLimit("small_credits_per_peer <= 64"));
+        }
         let completions_limit = config.max_sends + config.max_recvs;
         Ok(Self {
             job,

@@ -133,18 +133,35 @@ fn an_unmatched_rendezvous_send_is_withdrawn_and_never_delivered() {
     }
 }
 
+/// For both credit classes: a short message's credit is a small buffer's, and the receiver,
+/// which never saw the message, learns the class from the CANCEL. (A short send completes at
+/// once from its copy, and is then too late to cancel, unless the sends allowed to complete
+/// early are all taken: none are allowed here.)
 #[test]
 fn a_withdrawn_eager_send_returns_its_credit() {
-    let credits = config().eager_credits_per_peer as usize;
-    let mut net = Net::new(2, config());
+    withdrawn_eager_send_returns_its_credit(1000, config());
+    let no_early_sends = Config {
+        max_early_sends: 0,
+        ..config()
+    };
+    withdrawn_eager_send_returns_its_credit(SMALL_MESSAGE_MAX as usize, no_early_sends);
+}
+
+fn withdrawn_eager_send_returns_its_credit(len: usize, config: Config) {
+    let credits = if len as u64 <= SMALL_MESSAGE_MAX {
+        config.small_credits_per_peer
+    } else {
+        config.eager_credits_per_peer
+    } as usize;
+    let mut net = Net::new(2, config);
     // Cancelled before any of its frames left: the receiver never sees the message.
-    let withdrawn = net.send(0, 1, 3, vec![1; 1000]);
+    let withdrawn = net.send(0, 1, 3, vec![1; len]);
     assert_eq!(cancel(&mut net, 0, withdrawn), Ok(CancelOutcome::Requested));
     net.run(net.now + 100_000_000);
     assert_eq!(net.result(0, withdrawn), Some(Err(OpError::Cancelled)));
     // Every credit is back: as many unmatched eager messages as credits go eager.
     let held: Vec<OpId> = (0..credits)
-        .map(|i| net.send(0, 1, 5, vec![i as u8; 1000]))
+        .map(|i| net.send(0, 1, 5, vec![i as u8; len]))
         .collect();
     net.run(net.now + 100_000_000);
     assert_eq!(net.endpoints[0].stats().credit_stalls, 0);
@@ -156,12 +173,12 @@ fn a_withdrawn_eager_send_returns_its_credit() {
     assert_eq!(cancel(&mut net, 0, late), Err(CancelError::UnknownOp));
     let drained: Vec<_> = held
         .iter()
-        .map(|_| net.recv(1, Source::Rank(0), TagMatch::Any, 1000))
+        .map(|_| net.recv(1, Source::Rank(0), TagMatch::Any, len))
         .collect();
     net.run(net.now + 100_000_000);
     for (i, (op, region)) in drained.into_iter().enumerate() {
-        assert_eq!(net.result(1, op), status(0, 5, 1000));
-        assert_eq!(net.bytes(1, region), &vec![i as u8; 1000][..]);
+        assert_eq!(net.result(1, op), status(0, 5, len));
+        assert_eq!(net.bytes(1, region), &vec![i as u8; len][..]);
     }
     net.run(net.now + 5_000_000_000);
     assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));

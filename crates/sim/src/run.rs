@@ -83,6 +83,19 @@ fn rmpp_windows_on_every_third_seed(seed: u64, config: Config) -> Config {
     }
 }
 
+/// Half the seeds (those with bit 2 set) give short messages 2 to 6 small credits instead of
+/// the default 32, so that the workloads' bursts of short messages run out of them as they run
+/// out of eager credits (waits, requests, WAIT and rendezvous for both classes).
+fn few_small_credits_on_half_the_seeds(seed: u64, config: Config) -> Config {
+    if (seed >> 2) & 1 == 0 {
+        return config;
+    }
+    Config {
+        small_credits_per_peer: 2 + (seed % 5) as u32,
+        ..config
+    }
+}
+
 /// Bounds that turn a hang into a violation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -261,9 +274,12 @@ pub fn run(spec: &RunSpec) -> RunResult {
     }
     let config = Config {
         link_checks_payload: spec.net.link_checks_payload,
-        ..rmpp_windows_on_every_third_seed(
+        ..few_small_credits_on_half_the_seeds(
             spec.seed,
-            spec.proto.config(spec.net.mtu, spec.unexpected),
+            rmpp_windows_on_every_third_seed(
+                spec.seed,
+                spec.proto.config(spec.net.mtu, spec.unexpected),
+            ),
         )
     };
     if let Err(error) = config.validate() {

@@ -105,7 +105,7 @@ impl FrameKind {
             Self::MsgAck => Flags::TRUNCATED,
             Self::End | Self::Cleanup => retransmit,
             Self::Credit => Flags::REQUEST | Flags::WAIT,
-            Self::Cancel => Flags::EAGER,
+            Self::Cancel => Flags::EAGER | Flags::SMALL_CREDIT,
             Self::CancelAck => Flags::CANCELLED,
             Self::Reset => 0,
             Self::LmData => retransmit,
@@ -162,6 +162,10 @@ impl Flags {
     /// sees the datagram). A CRC32C of the payload costs as much as a copy of it on each side;
     /// a receiver whose link checks nothing drops such frames.
     pub const LINK_CHECKED: u16 = 1 << 11;
+    /// CANCEL with EAGER: the credit the withdrawn message holds is a small message's (at
+    /// most 256 bytes; the receiver keeps separate buffers for those and may never have seen
+    /// the message to tell).
+    pub const SMALL_CREDIT: u16 = 1 << 12;
 }
 
 /// Message protocol recorded in the message header; must agree with the frame kind.

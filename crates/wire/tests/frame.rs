@@ -246,7 +246,7 @@ fn flag_bits_and_allowed_flags_are_stable() {
         (MsgAck, 0x20),
         (Cleanup, 0x02),
         (Credit, 0x48),
-        (Cancel, 0x200),
+        (Cancel, 0x1200),
         (CancelAck, 0x400),
         (Reset, 0),
         (PdlProgram, 0),
@@ -263,7 +263,7 @@ fn flag_bits_and_allowed_flags_are_stable() {
 
 #[test]
 fn sizes() {
-    assert_eq!(VERSION, 2);
+    assert_eq!(VERSION, 3);
     assert_eq!(FRAME_HEADER_LEN, 48);
     assert_eq!(MSG_HEADER_LEN, 32);
     assert_eq!(MAX_HEADERS_LEN, 80);
@@ -293,7 +293,7 @@ fn frame_header_layout_is_pinned() {
     header.emit(&mut bytes);
     #[rustfmt::skip]
     let expected: [u8; 48] = [
-        0x02, 0x04, 0x03, 0x00,  // version 2, kind DATA (4), flags RSM|RETRANSMIT (LE)
+        0x03, 0x04, 0x03, 0x00,  // version 3, kind DATA (4), flags RSM|RETRANSMIT (LE)
         0x04, 0x05, 0x06, 0x07,  // job
         0x08, 0x09, 0x0a, 0x0b,  // src
         0x0c, 0x0d, 0x0e, 0x0f,  // dst
@@ -463,7 +463,7 @@ fn whole_eager_frame_is_pinned() {
     #[rustfmt::skip]
     let expected: [u8; 83] = [
         // frame header
-        0x02, 0x01, 0x00, 0x00,  // version 2, kind EAGER, no flags
+        0x03, 0x01, 0x00, 0x00,  // version 3, kind EAGER, no flags
         0x01, 0x00, 0x00, 0x00,  // job 1
         0x02, 0x00, 0x00, 0x00,  // src 2
         0x03, 0x00, 0x00, 0x00,  // dst 3
@@ -473,7 +473,7 @@ fn whole_eager_frame_is_pinned() {
         0x03, 0x00, 0x00, 0x00,  // payload_len 3
         0x00, 0x00, 0x00, 0x00,  // aux 0
         0x00, 0x00, 0x00, 0x00,  // acked_id (zero: no ACKED flag)
-        0xef, 0x7b, 0x4b, 0x5f,  // CRC32C 0x5f4b7bef, little-endian
+        0xb3, 0x3b, 0x84, 0x7b,  // CRC32C 0x7b843bb3, little-endian
         // message header
         0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // total_len 3
         0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // tag 9
@@ -889,7 +889,7 @@ fn error_messages_are_informative() {
         ),
         (
             WireError::UnsupportedVersion(7),
-            "unsupported wire version 7 (this build speaks version 2)",
+            "unsupported wire version 7 (this build speaks version 3)",
         ),
         (WireError::UnknownKind(0xab), "unknown frame type 0xab"),
         (WireError::UnknownProtocol(9), "unknown message protocol 9"),
