@@ -35,9 +35,10 @@
 //! queued. Sent all by rendezvous, each cost the receiver, posting one receive at a time, a
 //! round trip (WAIT, then a resume), and the eager messages behind them, whose credits end the
 //! shortage, were consumed only after all of them: about 11 ms later, by when the next wait had
-//! run out. NetPIPE's 8-byte stream resent a third of its messages so. Letting
-//! `eager_credits_per_peer` of them go per wait that runs out keeps the backlog at
-//! the receiver as short as its buffers; a receiver that holds its buffers for good costs its
+//! run out. NetPIPE's 8-byte stream resent a third of its messages so. Letting as many of
+//! them go per wait that runs out as the receiver keeps buffers of the waiting message's class
+//! (`eager_credits_per_peer` or `small_credits_per_peer`) keeps the backlog at the receiver
+//! as short as its buffers; a receiver that holds its buffers for good costs its
 //! sender one wait per that many messages, still no hang. One that says so (WAIT) gets every
 //! message by rendezvous at once.
 
@@ -106,7 +107,7 @@ impl Core {
             CreditWait::Waiting { .. } => {
                 // This message is the first the run-out wait lets through.
                 self.peers[dst].credit_wait = CreditWait::RanOut {
-                    left: self.ran_out_messages() - 1,
+                    left: self.ran_out_messages(dst) - 1,
                 };
                 false
             }
@@ -123,9 +124,14 @@ impl Core {
         }
     }
 
-    /// How many messages a wait that ran out lets go by rendezvous.
-    fn ran_out_messages(&self) -> u32 {
-        self.config.eager_credits_per_peer.max(1)
+    /// How many messages a wait for `dst`'s credits that ran out lets go by rendezvous: as
+    /// many as `dst` keeps buffers of the class the waiting message (the queue's head) spends.
+    fn ran_out_messages(&self, dst: Rank) -> u32 {
+        let class = match self.peers[dst].queue_head {
+            Some(head) => CreditClass::of(self.sends[head].data.total_len()),
+            None => CreditClass::Eager,
+        };
+        class.per_peer(&self.config).max(1)
     }
 
     /// Sends `dst` a CREDIT with REQUEST, and the next one a retransmission timeout later if
@@ -155,7 +161,7 @@ impl Core {
                 // Ran out before the queue runs: a head that cannot start now (message window
                 // closed) must not leave a deadline in the past behind.
                 self.peers[dst].credit_wait = CreditWait::RanOut {
-                    left: self.ran_out_messages(),
+                    left: self.ran_out_messages(dst),
                 };
                 self.start_queued_for(now, dst);
             } else if ask_again_at <= now {

@@ -19,6 +19,7 @@
 //! A short message never falls back on an eager credit: the receiver could then not tell
 //! which buffer it holds, and a small buffer might not be free for it.
 
+use crate::state::Core;
 use crate::transmit::INLINE_PAYLOAD_MAX;
 use crate::Config;
 
@@ -55,8 +56,12 @@ impl CreditClass {
 }
 
 /// Cumulative, wrapping counts of both classes: credits spent, returned, given or told. On the
-/// wire (`aux`) the eager count is the low 16 bits and the small count the high 16; 16 bits
-/// wrap safely, as at most 64 credits of a class are ever outstanding.
+/// wire (`aux`) the eager count is the low 16 bits and the small count the high 16. 16 bits
+/// wrap safely for counts that are fresh, as at most 64 credits of a class are outstanding: a
+/// count is taken only if it moves the sender's forward by no more than it has outstanding.
+/// A frame delayed past some 65,000 later credits of its class could pass that test; it would
+/// make the sender spend credits the receiver has not freed, which the receiver answers as
+/// any message without a buffer (WAIT, a retry later): slower, never a lost message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct CreditCounts {
     pub eager: u16,
@@ -93,6 +98,28 @@ impl CreditCounts {
     /// How far `self` is ahead of `earlier` in `class`.
     pub(crate) fn ahead_of(self, earlier: Self, class: CreditClass) -> u16 {
         self.of(class).wrapping_sub(earlier.of(class))
+    }
+}
+
+impl Core {
+    /// Credits not settled with live peers, both classes, both directions: spent on messages
+    /// to a peer and not returned, plus returned to a peer and not yet told. Zero once an
+    /// exchange that lost no frame has gone quiet (the simulator checks it); a lost frame that
+    /// carried a count leaves it unsettled until a later frame carries it again.
+    pub(crate) fn credits_unsettled(&self) -> u64 {
+        let mut unsettled = 0;
+        for peer in self.peers.in_use() {
+            let state = &self.peers[peer];
+            if state.unreachable {
+                continue;
+            }
+            for class in [CreditClass::Eager, CreditClass::Small] {
+                let spent = state.credits_spent.ahead_of(state.credits_returned, class);
+                let untold = state.credits_given.ahead_of(state.credits_reported, class);
+                unsettled += u64::from(spent) + u64::from(untold);
+            }
+        }
+        unsettled
     }
 }
 

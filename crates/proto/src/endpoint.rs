@@ -405,6 +405,12 @@ impl Endpoint {
         self.core.usage()
     }
 
+    /// Eager credits not settled with live peers (spent and not returned, or returned and not
+    /// yet told): zero once an exchange that lost no frame has gone quiet.
+    pub fn credits_unsettled(&self) -> u64 {
+        self.core.credits_unsettled()
+    }
+
     /// True when the peer has been declared unreachable.
     pub fn is_peer_unreachable(&self, peer: Rank) -> bool {
         self.core.is_peer_unreachable(peer)

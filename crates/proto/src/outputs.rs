@@ -159,6 +159,50 @@ mod tests {
         assert_eq!(outputs.control_usage().in_use, 0);
     }
 
+    fn ack_all(dst: Rank, msg_id: u32, more: u32) -> Control {
+        Control {
+            dst,
+            kind: FrameKind::Ack,
+            flags: nicmsg_wire::Flags::ACK_ALL,
+            msg_id,
+            frame_index: more,
+        }
+    }
+
+    /// Queued ACK_ALLs of the next ids to the same peer join a run, itself possibly a run,
+    /// while it stays within the bound a receiver accepts; anything else stays queued.
+    #[test]
+    fn acknowledgements_join_a_run_up_to_its_bound() {
+        let mut outputs = Outputs::new(8, 1);
+        for control in [
+            ack_all(1, 10, 2),
+            ack_all(1, 13, 0),
+            ack_all(1, 14, 3),
+            ack_all(2, 18, 0),
+        ] {
+            outputs.push_control(control);
+        }
+        let mut first = outputs.pop_control().expect("queued");
+        assert_eq!(outputs.take_ack_all_run(&mut first, 63), 2);
+        assert_eq!((first.msg_id, first.frame_index), (10, 7), "ids 10 to 17");
+        assert_eq!(
+            outputs.pop_control().map(|c| c.dst),
+            Some(2),
+            "another peer's stays"
+        );
+
+        outputs.push_control(ack_all(1, 0, 61));
+        outputs.push_control(ack_all(1, 62, 2));
+        let mut first = outputs.pop_control().expect("queued");
+        assert_eq!(
+            outputs.take_ack_all_run(&mut first, 63),
+            0,
+            "64 after 0 is one too many"
+        );
+        assert_eq!(first.frame_index, 61);
+        assert_eq!(outputs.control_usage().in_use, 1);
+    }
+
     #[test]
     fn frames_to_a_dropped_peer_are_forgotten() {
         let mut outputs = Outputs::new(4, 1);

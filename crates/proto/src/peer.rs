@@ -49,8 +49,8 @@ pub(crate) struct Peer {
     /// Queued control frames to the peer that carry the credit count (ACK, CTS, MSG-ACK,
     /// CREDIT).
     pub credit_carriers_queued: u32,
-    /// A whole eager message from the peer whose ACK_ALL has not left yet: it waits up to
-    /// `ack_delay_ns` for an EAGER frame to the peer to carry it (`piggyback.rs`).
+    /// Whole eager messages from the peer, consecutive ids, whose ACK_ALLs have not left yet:
+    /// they wait for a frame to the peer to carry them, or their deadline (`piggyback.rs`).
     pub ack_owed: Option<OwedAcks>,
     /// Credits returned to the peer that no frame has carried yet.
     pub credit_owed: bool,
@@ -156,5 +156,43 @@ impl Peer {
     /// Room for another message id in flight.
     pub fn window_open(&self) -> bool {
         self.send_next.wrapping_sub(self.send_window.base) < crate::config::MSG_WINDOW
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn aux(eager: u16, small: u16) -> u32 {
+        CreditCounts { eager, small }.to_aux()
+    }
+
+    /// Counts come back per class, cumulative: an older count (a reordered or duplicated
+    /// frame) and one beyond what was spent (a broken or hostile peer) are ignored, class by
+    /// class, across the 16-bit wrap.
+    #[test]
+    fn credit_counts_are_taken_per_class_and_never_backwards_or_beyond_what_was_spent() {
+        let mut peer = Peer::new(1_000);
+        peer.credits_spent = CreditCounts { eager: 3, small: 2 };
+        assert!(peer.update_credits(aux(2, 0)));
+        assert_eq!(peer.credits_available(CreditClass::Eager, 8), 7);
+        assert_eq!(peer.credits_available(CreditClass::Small, 4), 2);
+        assert!(!peer.update_credits(aux(1, 0)), "older");
+        assert!(
+            !peer.update_credits(aux(2, 3)),
+            "small: beyond what was spent"
+        );
+        assert_eq!(peer.credits_returned, CreditCounts { eager: 2, small: 0 });
+        assert!(peer.update_credits(aux(9, 2)), "eager beyond, small taken");
+        assert_eq!(peer.credits_returned, CreditCounts { eager: 2, small: 2 });
+
+        peer.credits_spent.eager = 1;
+        peer.credits_returned.eager = u16::MAX;
+        assert!(peer.update_credits(aux(0, 2)), "across the wrap");
+        assert_eq!(peer.credits_returned.eager, 0);
+        assert!(
+            !peer.update_credits(aux(u16::MAX, 2)),
+            "older across the wrap"
+        );
     }
 }

@@ -483,9 +483,10 @@ fn sender_out_of_credits_sends_by_rendezvous() {
     assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
 }
 
-/// More unmatched eager messages than credits, then one with another tag whose receive is
-/// posted first: MPI requires that receive to complete (non-overtaking orders only messages
-/// that match the same receive), so the sender out of credits must not hold it back.
+/// More unmatched eager messages than credits (of either class), then one with another tag
+/// whose receive is posted first: MPI requires that receive to complete (non-overtaking orders
+/// only messages that match the same receive), so the sender out of credits must not hold it
+/// back.
 #[test]
 fn a_receive_for_a_later_tag_completes_behind_unmatched_messages_beyond_the_credits() {
     for len in [8usize, 1000, 4000] {
@@ -500,7 +501,9 @@ fn a_receive_for_a_later_tag_completes_behind_unmatched_messages_beyond_the_cred
             .map(|i| net.send(0, 1, 1, vec![i as u8; len]))
             .collect();
         let later = net.send(0, 1, 2, vec![0xAB; len]);
-        net.run(net.now + 1_000_000_000);
+        // The receiver says its buffers of the class are held (WAIT): the later message goes
+        // by rendezvous well before a credit wait could run out.
+        net.run(net.now + test_config().credit_wait_ns / 2);
         assert_eq!(
             net.result(1, wanted),
             Some(Ok(Status {
@@ -1797,4 +1800,71 @@ fn re_acknowledging_a_duplicate_frame_acknowledges_only_its_message() {
         assert_eq!(net.bytes(1, region), &pattern(lens[i], i as u8)[..]);
     }
     sends_end_and_state_is_freed(&mut net, &sends);
+}
+
+/// Acknowledgement runs of short messages, with a gap in their ids (a long message between
+/// them is acknowledged its own way) and a reply that carries what is owed: every short
+/// message is acknowledged once, in time, so nothing is sent twice.
+#[test]
+fn acknowledgement_runs_around_a_gap_and_a_reply_lose_nothing() {
+    let mut net = Net::new(2, test_config());
+    let lens = [8, 100, 20_000, 8, 200];
+    let recvs: Vec<_> = lens
+        .iter()
+        .map(|&len| net.recv(1, Source::Rank(0), TagMatch::Tag(1), len))
+        .collect();
+    let sends: Vec<OpId> = lens
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| net.send(0, 1, 1, pattern(len, i as u8)))
+        .collect();
+    // The short messages are in; a reply from the receiver carries what it still owes the
+    // sender, before the run's deadline sends it.
+    net.run(net.now + net.delay_ns + 2_000);
+    assert!([0, 1, 3, 4]
+        .iter()
+        .all(|&i| net.result(1, recvs[i].0).is_some()));
+    let reply = net.send(1, 0, 2, vec![7; 8]);
+    let (back, _) = net.recv(0, Source::Rank(1), TagMatch::Tag(2), 8);
+    net.run(net.now + 10_000_000);
+    for (i, &(op, region)) in recvs.iter().enumerate() {
+        assert!(net.result(1, op).is_some_and(|r| r.is_ok()), "message {i}");
+        assert_eq!(net.bytes(1, region), &pattern(lens[i], i as u8)[..]);
+    }
+    assert!(net.result(0, back).is_some_and(|r| r.is_ok()));
+    assert!(net.result(1, reply).is_some_and(|r| r.is_ok()));
+    assert_eq!(
+        net.endpoints[0].stats().frames_retransmitted,
+        0,
+        "every acknowledgement arrived before a timeout"
+    );
+    sends_end_and_state_is_freed(&mut net, &sends);
+}
+
+/// A receiver shown to fall behind, its small buffers for the sender all held by messages no
+/// receive wants, while its receive waits for a later short message: asked for credits, it
+/// answers WAIT, and the later message goes by rendezvous at once instead of waiting out the
+/// credit wait.
+#[test]
+fn small_buffers_held_for_good_are_said_so_and_the_later_message_goes_at_once() {
+    let (mut net, wait_ns) = net_with_receiver_behind_at(2);
+    let (wanted, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(2), 8);
+    let held: Vec<OpId> = (0..4u8).map(|i| net.send(0, 1, 1, vec![i; 8])).collect();
+    let later = net.send(0, 1, 2, vec![0xAB; 8]);
+    let elapsed = net.run_until(wait_ns, |net| net.result(1, wanted).is_some());
+    assert!(
+        elapsed < wait_ns / 2,
+        "the wanted message took {elapsed} ns (credit wait {wait_ns} ns)"
+    );
+    assert_eq!(net.bytes(1, region), &[0xAB; 8][..]);
+    let drained: Vec<_> = (0..4)
+        .map(|_| net.recv(1, Source::Rank(0), TagMatch::Tag(1), 8))
+        .collect();
+    net.run(net.now + 100_000_000);
+    for (i, &(op, region)) in drained.iter().enumerate() {
+        assert!(net.result(1, op).is_some_and(|r| r.is_ok()));
+        assert_eq!(net.bytes(1, region), &[i as u8; 8][..], "MPI order");
+    }
+    assert!(net.result(0, later).is_some_and(|r| r.is_ok()));
+    sends_end_and_state_is_freed(&mut net, &held);
 }

@@ -48,7 +48,7 @@ pub struct NetConfig {
     /// flipped bit past the frame header is dropped on arrival (counted), and the endpoints
     /// seal data frames over their headers only (`Config::link_checks_payload`). A copy
     /// corrupted in its first `FRAME_HEADER_LEN` bytes alone is still delivered, so the
-    /// frames' own checksum of their headers stays tested. Odd seeds of a sweep.
+    /// frames' own checksum of their headers stays tested. Half the seeds of a sweep.
     pub link_checks_payload: bool,
 }
 

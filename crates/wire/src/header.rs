@@ -85,15 +85,17 @@ pub struct FrameHeader {
     /// Per sender-receiver pair sequence number of the message this frame belongs to.
     pub msg_id: u32,
     /// EAGER/RTS/DATA: index of this frame in its message. ACK: index of the frame that completed
-    /// (or re-acknowledges) a collection. CTS: cumulative number of frames granted.
+    /// (or re-acknowledges) a collection; with ACK_ALL, how many messages after `msg_id` are
+    /// acknowledged whole too (a run). CTS: cumulative number of frames granted.
     pub frame_index: u32,
     /// EAGER/RTS/DATA: byte offset of the payload in the message.
     pub offset: u64,
     /// Bytes of payload after the headers.
     pub payload_len: u32,
     /// DATA with RSM: the grant limit the window was sent under. Receiver-to-sender control
-    /// (ACK, CTS, MSG-ACK, CREDIT) and EAGER with CREDITS: cumulative eager credits returned to
-    /// the frame's receiver.
+    /// (ACK, CTS, MSG-ACK, CREDIT, CANCEL-ACK) and EAGER with CREDITS: the credits returned to
+    /// the frame's receiver, two cumulative, wrapping 16-bit counts: eager credits (messages of
+    /// more than 256 bytes) in the low half, small credits in the high half.
     pub aux: u32,
     /// EAGER with ACKED: id of a message from the frame's receiver to its sender that the sender
     /// holds whole (a piggybacked ACK with ACK_ALL). Zero on every other frame (the bytes are

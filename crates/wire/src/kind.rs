@@ -25,7 +25,8 @@ pub enum FrameKind {
     MsgAck = 7,
     /// The sender knows the message is delivered; the receiver may free its state (RMPP).
     Cleanup = 8,
-    /// Returns eager credits (cumulative count in `aux`); with `REQUEST`, asks the peer for one;
+    /// Returns credits of both classes (cumulative counts in `aux`); with `REQUEST`, asks the
+    /// peer for one;
     /// with `WAIT`, says none will come back before a later message.
     Credit = 9,
     /// The sender withdraws message `msg_id`: the receiver drops it if no receive has matched
@@ -149,11 +150,12 @@ impl Flags {
     /// to its sender (a piggybacked ACK with ACK_ALL: a reply carries the acknowledgement of the
     /// request, so the request costs no acknowledgement datagram of its own).
     pub const ACKED: u16 = 1 << 7;
-    /// EAGER: `aux` carries the cumulative eager credits returned to the frame's receiver, as on
-    /// receiver-to-sender control frames (credits ride on replies too).
+    /// EAGER: `aux` carries the cumulative credits of both classes returned to the frame's
+    /// receiver, as on receiver-to-sender control frames (credits ride on replies too).
     pub const CREDITS: u16 = 1 << 8;
-    /// CANCEL: the message was sent eager and so holds one of the receiver's eager credits,
-    /// which withdrawing it returns (the receiver may never have seen the message).
+    /// CANCEL: the message was sent eager and so holds one of the receiver's credits (a small
+    /// one with `SMALL_CREDIT`), which withdrawing it returns (the receiver may never have seen
+    /// the message).
     pub const EAGER: u16 = 1 << 9;
     /// CANCEL-ACK: the message is withdrawn; it was not delivered and never will be.
     pub const CANCELLED: u16 = 1 << 10;
