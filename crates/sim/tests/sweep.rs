@@ -217,17 +217,7 @@ fn panic_workloads_need_the_engine() {
 fn full_scale_workloads_without_faults_have_no_violations() {
     // Default message counts (multi-megabyte messages included) on a clean network, and a
     // larger all-to-all.
-    let mut template = RunSpec::new(0, WorkloadKind::PingPong);
-    template.limits.max_virtual_ns = 20_000_000_000;
-    let plan = SweepPlan {
-        seeds: (100..109).collect(),
-        workloads: WorkloadKind::ALL.to_vec(),
-        losses: vec![0.0],
-        policies: vec![UnexpectedPolicy::Buffer, UnexpectedPolicy::Drop],
-        template,
-    };
-    let summary = sweep_keeping_failures(&plan);
-    assert_no_violations(&summary);
+    every_workload_without_loss_has_no_violations(100..109, NetConfig::default());
 
     let mut spec = faulty_template();
     spec.workload = WorkloadKind::AllToAll;
@@ -249,15 +239,21 @@ fn full_scale_workloads_without_faults_have_no_violations() {
 /// nothing else shows.
 #[test]
 fn without_loss_every_credit_of_both_classes_is_settled() {
-    let mut template = RunSpec::new(0, WorkloadKind::PingPong);
-    template.net = NetConfig {
+    let net = NetConfig {
         dup: 0.05,
         reorder: 0.2,
         ..NetConfig::default()
     };
+    every_workload_without_loss_has_no_violations(0..96, net);
+}
+
+/// Every workload for each of `seeds`, both policies, on `net` with no loss.
+fn every_workload_without_loss_has_no_violations(seeds: std::ops::Range<u64>, net: NetConfig) {
+    let mut template = RunSpec::new(0, WorkloadKind::PingPong);
+    template.net = net;
     template.limits.max_virtual_ns = 20_000_000_000;
     let plan = SweepPlan {
-        seeds: (0..96).collect(),
+        seeds: seeds.collect(),
         workloads: WorkloadKind::ALL.to_vec(),
         losses: vec![0.0],
         policies: vec![UnexpectedPolicy::Buffer, UnexpectedPolicy::Drop],
