@@ -206,11 +206,10 @@ impl Core {
     /// short of, and a WAIT it did not need costs it only messages by rendezvous until its
     /// next credit (the answer carries the counts, and a credit in it ends the wait first).
     fn holds_credits_while_waiting(&self, peer: Rank) -> bool {
-        let state = &self.peers[peer];
-        let all_held =
-            |used: u64, class: CreditClass| used.count_ones() >= class.per_peer(&self.config);
-        let held = all_held(state.eager_buffers_used, CreditClass::Eager)
-            || all_held(state.small_buffers_used, CreditClass::Small);
+        let used = &self.peers[peer].buffers_used;
+        let held = CreditClass::ALL
+            .into_iter()
+            .any(|class| used[class].count_ones() >= class.per_peer(&self.config));
         held && self.rx.awaits_from(peer)
     }
 
@@ -231,6 +230,6 @@ impl Core {
             let untold = state.credits_given.ahead_of(state.credits_reported, class);
             u32::from(untold) >= (class.per_peer(&self.config) / 2).max(1)
         };
-        state.credit_requested || half_untold(CreditClass::Eager) || half_untold(CreditClass::Small)
+        state.credit_requested || CreditClass::ALL.into_iter().any(half_untold)
     }
 }

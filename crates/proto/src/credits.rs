@@ -20,26 +20,28 @@
 //! which buffer it holds, and a small buffer might not be free for it.
 
 use crate::state::Core;
-use crate::transmit::INLINE_PAYLOAD_MAX;
 use crate::Config;
+use std::ops::{Index, IndexMut};
 
 /// The longest message that spends a small credit: what a frame carries inline, so its send
 /// completed from the sender's copy (`ops::sent_from_copy`).
-pub const SMALL_MESSAGE_MAX: u64 = INLINE_PAYLOAD_MAX as u64;
+pub const SMALL_MESSAGE_MAX: u64 = crate::transmit::INLINE_PAYLOAD_MAX as u64;
 
 /// Which of a receiver's buffers an eager message may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CreditClass {
     /// A buffer of `eager_limit` bytes.
-    Eager,
+    Eager = 0,
     /// A buffer of [`SMALL_MESSAGE_MAX`] bytes.
-    Small,
+    Small = 1,
 }
 
 impl CreditClass {
-    /// The class an eager message of `len` bytes spends.
+    pub(crate) const ALL: [Self; 2] = [Self::Eager, Self::Small];
+
+    /// The class an eager message of `len` bytes spends: small if it was sent from a copy.
     pub(crate) fn of(len: u64) -> Self {
-        if len <= SMALL_MESSAGE_MAX {
+        if crate::ops::sent_from_copy(len) {
             Self::Small
         } else {
             Self::Eager
@@ -55,6 +57,23 @@ impl CreditClass {
     }
 }
 
+/// One value per credit class, indexed by the class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct PerClass<T>(pub [T; 2]);
+
+impl<T> Index<CreditClass> for PerClass<T> {
+    type Output = T;
+    fn index(&self, class: CreditClass) -> &T {
+        &self.0[class as usize]
+    }
+}
+
+impl<T> IndexMut<CreditClass> for PerClass<T> {
+    fn index_mut(&mut self, class: CreditClass) -> &mut T {
+        &mut self.0[class as usize]
+    }
+}
+
 /// Cumulative, wrapping counts of both classes: credits spent, returned, given or told. On the
 /// wire (`aux`) the eager count is the low 16 bits and the small count the high 16. 16 bits
 /// wrap safely for counts that are fresh, as at most 64 credits of a class are outstanding: a
@@ -62,42 +81,24 @@ impl CreditClass {
 /// A frame delayed past some 65,000 later credits of its class could pass that test; it would
 /// make the sender spend credits the receiver has not freed, which the receiver answers as
 /// any message without a buffer (WAIT, a retry later): slower, never a lost message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct CreditCounts {
-    pub eager: u16,
-    pub small: u16,
-}
+pub(crate) type CreditCounts = PerClass<u16>;
 
 impl CreditCounts {
     pub(crate) fn from_aux(aux: u32) -> Self {
-        Self {
-            eager: aux as u16,
-            small: (aux >> 16) as u16,
-        }
+        PerClass([aux as u16, (aux >> 16) as u16])
     }
 
     pub(crate) fn to_aux(self) -> u32 {
-        u32::from(self.eager) | (u32::from(self.small) << 16)
-    }
-
-    pub(crate) fn of(self, class: CreditClass) -> u16 {
-        match class {
-            CreditClass::Eager => self.eager,
-            CreditClass::Small => self.small,
-        }
+        u32::from(self[CreditClass::Eager]) | (u32::from(self[CreditClass::Small]) << 16)
     }
 
     pub(crate) fn add_one(&mut self, class: CreditClass) {
-        let count = match class {
-            CreditClass::Eager => &mut self.eager,
-            CreditClass::Small => &mut self.small,
-        };
-        *count = count.wrapping_add(1);
+        self[class] = self[class].wrapping_add(1);
     }
 
     /// How far `self` is ahead of `earlier` in `class`.
     pub(crate) fn ahead_of(self, earlier: Self, class: CreditClass) -> u16 {
-        self.of(class).wrapping_sub(earlier.of(class))
+        self[class].wrapping_sub(earlier[class])
     }
 }
 
@@ -113,7 +114,7 @@ impl Core {
             if state.unreachable {
                 continue;
             }
-            for class in [CreditClass::Eager, CreditClass::Small] {
+            for class in CreditClass::ALL {
                 let spent = state.credits_spent.ahead_of(state.credits_returned, class);
                 let untold = state.credits_given.ahead_of(state.credits_reported, class);
                 unsettled += u64::from(spent) + u64::from(untold);
@@ -129,15 +130,13 @@ mod tests {
 
     #[test]
     fn counts_cross_the_wire_and_wrap_per_class() {
-        let counts = CreditCounts {
-            eager: u16::MAX,
-            small: 7,
-        };
+        let counts = PerClass([u16::MAX, 7]);
         assert_eq!(CreditCounts::from_aux(counts.to_aux()), counts);
+        assert_eq!(counts.to_aux(), 0x0007_ffff, "eager low, small high");
         let mut later = counts;
         later.add_one(CreditClass::Eager);
         later.add_one(CreditClass::Small);
-        assert_eq!(later.eager, 0, "wraps");
+        assert_eq!(later[CreditClass::Eager], 0, "wraps");
         assert_eq!(later.ahead_of(counts, CreditClass::Eager), 1);
         assert_eq!(later.ahead_of(counts, CreditClass::Small), 1);
     }

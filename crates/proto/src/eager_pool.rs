@@ -3,12 +3,12 @@
 //! `eager_credits_per_peer` buffers of `eager_limit` bytes and `small_credits_per_peer` of
 //! [`SMALL_MESSAGE_MAX`] bytes. All allocated at start-up; pages are touched only as messages
 //! fill them. Which of a sender's buffers are in use is part of its state
-//! (`Peer::eager_buffers_used`, `Peer::small_buffers_used`).
+//! (`Peer::buffers_used`).
 //!
 //! A buffer is named by one slot number: the eager buffers of every sender first, then the
 //! small ones.
 
-use crate::credits::{CreditClass, SMALL_MESSAGE_MAX};
+use crate::credits::{CreditClass, PerClass, SMALL_MESSAGE_MAX};
 use crate::peers::Peers;
 use crate::usage::TableUsage;
 use crate::{Config, Rank};
@@ -19,78 +19,67 @@ struct Buffers {
     bytes: Vec<u8>,
     len: usize,
     per_peer: u32,
+    /// The first slot of the class.
+    first_slot: u32,
+    count: u32,
 }
 
 impl Buffers {
-    fn new(senders: u32, per_peer: u32, len: usize) -> Self {
+    fn new(senders: u32, per_peer: u32, len: usize, first_slot: u32) -> Self {
+        let count = senders * per_peer;
         Self {
-            bytes: vec![0; senders as usize * per_peer as usize * len],
+            bytes: vec![0; count as usize * len],
             len,
             per_peer,
+            first_slot,
+            count,
         }
     }
 
-    fn count(&self) -> u32 {
-        (self.bytes.len() / self.len.max(1)) as u32
+    fn range(&self, index: u32) -> std::ops::Range<usize> {
+        let start = index as usize * self.len;
+        start..start + self.len
     }
 }
 
 #[derive(Debug)]
 pub(crate) struct EagerPool {
-    eager: Buffers,
-    small: Buffers,
+    classes: PerClass<Buffers>,
     usage: TableUsage,
 }
 
 impl EagerPool {
     /// The buffers for the `senders` ranks of a job.
     pub(crate) fn new(config: &Config, senders: u32) -> Self {
-        let eager = Buffers::new(
-            senders,
-            config.eager_credits_per_peer,
-            config.eager_limit as usize,
-        );
+        let eager_len = config.eager_limit as usize;
+        let eager = Buffers::new(senders, config.eager_credits_per_peer, eager_len, 0);
+        let small_len = SMALL_MESSAGE_MAX as usize;
         let small = Buffers::new(
             senders,
             config.small_credits_per_peer,
-            SMALL_MESSAGE_MAX as usize,
+            small_len,
+            eager.count,
         );
-        let total = (eager.count() + small.count()) as usize;
+        let total = (eager.count + small.count) as usize;
         Self {
-            eager,
-            small,
+            classes: PerClass([eager, small]),
             usage: TableUsage::new(total),
-        }
-    }
-
-    fn buffers(&self, class: CreditClass) -> &Buffers {
-        match class {
-            CreditClass::Eager => &self.eager,
-            CreditClass::Small => &self.small,
-        }
-    }
-
-    /// The first slot of `class`.
-    fn first_slot(&self, class: CreditClass) -> u32 {
-        match class {
-            CreditClass::Eager => 0,
-            CreditClass::Small => self.eager.count(),
         }
     }
 
     /// The class of `slot` and its place among the buffers of that class.
     fn locate(&self, slot: u32) -> (CreditClass, u32) {
-        if slot < self.eager.count() {
+        let small = &self.classes[CreditClass::Small];
+        if slot < small.first_slot {
             (CreditClass::Eager, slot)
         } else {
-            (CreditClass::Small, slot - self.eager.count())
+            (CreditClass::Small, slot - small.first_slot)
         }
     }
 
     /// True if `peer` has a buffer of `class` free.
     pub(crate) fn has_free(&self, peer: Rank, class: CreditClass, peers: &Peers) -> bool {
-        let used = used_by(peers, peer, class);
-        (!used).trailing_zeros() < self.buffers(class).per_peer
+        (!peers[peer].buffers_used[class]).trailing_zeros() < self.classes[class].per_peer
     }
 
     /// Takes one of `peer`'s buffers of `class`; its slot, or `None` if all are in use
@@ -101,23 +90,23 @@ impl EagerPool {
         class: CreditClass,
         peers: &mut Peers,
     ) -> Option<u32> {
-        let per_peer = self.buffers(class).per_peer;
-        let used = used_mut(peers, peer, class);
+        let buffers = &self.classes[class];
+        let used = &mut peers[peer].buffers_used[class];
         let free = (!*used).trailing_zeros();
-        if free >= per_peer {
+        if free >= buffers.per_peer {
             return None;
         }
         *used |= 1 << free;
         self.usage.set(self.usage.in_use + 1);
-        Some(self.first_slot(class) + peer * per_peer + free)
+        Some(buffers.first_slot + peer * buffers.per_peer + free)
     }
 
     /// Frees buffer `slot` (its message was delivered, truncated, withdrawn or dropped).
     pub(crate) fn release(&mut self, slot: u32, peers: &mut Peers) {
         let (class, index) = self.locate(slot);
-        let per_peer = self.buffers(class).per_peer;
+        let per_peer = self.classes[class].per_peer;
         let (peer, bit) = (index / per_peer, index % per_peer);
-        let used = used_mut(peers, peer, class);
+        let used = &mut peers[peer].buffers_used[class];
         debug_assert!(*used & (1 << bit) != 0, "buffer {slot} not in use");
         *used &= !(1 << bit);
         self.usage.set(self.usage.in_use - 1);
@@ -126,38 +115,20 @@ impl EagerPool {
     /// The bytes of buffer `slot`.
     pub(crate) fn buffer(&self, slot: u32) -> &[u8] {
         let (class, index) = self.locate(slot);
-        let buffers = self.buffers(class);
-        let start = index as usize * buffers.len;
-        &buffers.bytes[start..start + buffers.len]
+        let buffers = &self.classes[class];
+        &buffers.bytes[buffers.range(index)]
     }
 
     /// Stores `bytes` at `offset` of buffer `slot`; the caller checked they fit the message,
     /// and the message its buffer.
     pub(crate) fn write(&mut self, slot: u32, offset: u64, bytes: &[u8]) {
         let (class, index) = self.locate(slot);
-        let buffers = match class {
-            CreditClass::Eager => &mut self.eager,
-            CreditClass::Small => &mut self.small,
-        };
-        let start = index as usize * buffers.len + offset as usize;
+        let buffers = &mut self.classes[class];
+        let start = buffers.range(index).start + offset as usize;
         buffers.bytes[start..start + bytes.len()].copy_from_slice(bytes);
     }
 
     pub(crate) fn usage(&self) -> TableUsage {
         self.usage
-    }
-}
-
-fn used_by(peers: &Peers, peer: Rank, class: CreditClass) -> u64 {
-    match class {
-        CreditClass::Eager => peers[peer].eager_buffers_used,
-        CreditClass::Small => peers[peer].small_buffers_used,
-    }
-}
-
-fn used_mut(peers: &mut Peers, peer: Rank, class: CreditClass) -> &mut u64 {
-    match class {
-        CreditClass::Eager => &mut peers[peer].eager_buffers_used,
-        CreditClass::Small => &mut peers[peer].small_buffers_used,
     }
 }

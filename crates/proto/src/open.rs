@@ -167,8 +167,7 @@ fn slot_is_idle(
     let state = &peers[peer];
     if state.sends_in_flight != 0
         || state.waiters != 0
-        || state.eager_buffers_used != 0
-        || state.small_buffers_used != 0
+        || state.buffers_used != crate::credits::PerClass::default()
         || state.queue_head.is_some()
     {
         return false;

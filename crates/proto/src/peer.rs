@@ -2,7 +2,7 @@
 //! the job from start-up and is a few dozen bytes (see `PEER_STATE_BYTES`).
 
 use crate::credit_wait::CreditWait;
-use crate::credits::{CreditClass, CreditCounts};
+use crate::credits::{CreditClass, CreditCounts, PerClass};
 use crate::drain::Drain;
 use crate::piggyback::OwedAcks;
 use crate::rto::RtoEstimator;
@@ -42,10 +42,8 @@ pub(crate) struct Peer {
     /// `credits_given` as the last frame that carried it to the peer said: the credits
     /// returned since are ones the peer cannot spend yet.
     pub(crate) credits_reported: CreditCounts,
-    /// Eager buffers in use by the peer's unexpected messages (bit per buffer).
-    pub eager_buffers_used: u64,
-    /// Small buffers in use by the peer's unexpected messages of at most 256 bytes.
-    pub small_buffers_used: u64,
+    /// Buffers of each class in use by the peer's unexpected messages (bit per buffer).
+    pub(crate) buffers_used: PerClass<u64>,
     /// Queued control frames to the peer that carry the credit count (ACK, CTS, MSG-ACK,
     /// CREDIT).
     pub credit_carriers_queued: u32,
@@ -101,8 +99,7 @@ impl Peer {
             next_match: 0,
             credits_given: CreditCounts::default(),
             credits_reported: CreditCounts::default(),
-            eager_buffers_used: 0,
-            small_buffers_used: 0,
+            buffers_used: PerClass::default(),
             credit_carriers_queued: 0,
             ack_owed: None,
             credit_owed: false,
@@ -134,16 +131,13 @@ impl Peer {
     pub(crate) fn update_credits(&mut self, aux: u32) -> bool {
         let counts = CreditCounts::from_aux(aux);
         let mut advanced = false;
-        for class in [CreditClass::Eager, CreditClass::Small] {
+        for class in CreditClass::ALL {
             let advance = counts.ahead_of(self.credits_returned, class);
             let outstanding = self.credits_spent.ahead_of(self.credits_returned, class);
             if advance == 0 || advance > outstanding {
                 continue;
             }
-            match class {
-                CreditClass::Eager => self.credits_returned.eager = counts.eager,
-                CreditClass::Small => self.credits_returned.small = counts.small,
-            }
+            self.credits_returned[class] = counts[class];
             advanced = true;
         }
         if advanced {
@@ -164,7 +158,11 @@ mod tests {
     use super::*;
 
     fn aux(eager: u16, small: u16) -> u32 {
-        CreditCounts { eager, small }.to_aux()
+        counts(eager, small).to_aux()
+    }
+
+    fn counts(eager: u16, small: u16) -> CreditCounts {
+        PerClass([eager, small])
     }
 
     /// Counts come back per class, cumulative: an older count (a reordered or duplicated
@@ -173,7 +171,7 @@ mod tests {
     #[test]
     fn credit_counts_are_taken_per_class_and_never_backwards_or_beyond_what_was_spent() {
         let mut peer = Peer::new(1_000);
-        peer.credits_spent = CreditCounts { eager: 3, small: 2 };
+        peer.credits_spent = counts(3, 2);
         assert!(peer.update_credits(aux(2, 0)));
         assert_eq!(peer.credits_available(CreditClass::Eager, 8), 7);
         assert_eq!(peer.credits_available(CreditClass::Small, 4), 2);
@@ -182,14 +180,14 @@ mod tests {
             !peer.update_credits(aux(2, 3)),
             "small: beyond what was spent"
         );
-        assert_eq!(peer.credits_returned, CreditCounts { eager: 2, small: 0 });
+        assert_eq!(peer.credits_returned, counts(2, 0));
         assert!(peer.update_credits(aux(9, 2)), "eager beyond, small taken");
-        assert_eq!(peer.credits_returned, CreditCounts { eager: 2, small: 2 });
+        assert_eq!(peer.credits_returned, counts(2, 2));
 
-        peer.credits_spent.eager = 1;
-        peer.credits_returned.eager = u16::MAX;
+        peer.credits_spent[CreditClass::Eager] = 1;
+        peer.credits_returned[CreditClass::Eager] = u16::MAX;
         assert!(peer.update_credits(aux(0, 2)), "across the wrap");
-        assert_eq!(peer.credits_returned.eager, 0);
+        assert_eq!(peer.credits_returned[CreditClass::Eager], 0);
         assert!(
             !peer.update_credits(aux(u16::MAX, 2)),
             "older across the wrap"
