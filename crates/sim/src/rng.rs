@@ -14,6 +14,16 @@ pub mod stream {
     pub const WORKLOAD: u64 = 2;
     /// Buffer layouts: segment splits, gaps, guard sizes.
     pub const LAYOUT: u64 = 3;
+    /// Per-run configuration drawn from the seed, one stream each. Not from the seed's bits:
+    /// a sweep picks each seed's workload from its low bits, and a choice from those bits
+    /// gave some workloads that choice always and others never (odd seeds' payload-checking
+    /// link never reached the even-numbered workloads of a sweep of all of them).
+    /// The link checks payloads (`NetConfig::link_checks_payload`).
+    pub const LINK_CHECKS: u64 = 4;
+    /// RMPP's own windows (`run.rs`).
+    pub const RMPP_WINDOWS: u64 = 5;
+    /// Few small credits (`run.rs`).
+    pub const SMALL_CREDITS: u64 = 6;
     /// Each rank's engine (its transport's back-pressure): `ENGINE + rank`.
     pub const ENGINE: u64 = 1 << 32;
 }

@@ -67,17 +67,19 @@ impl ProtoParams {
     }
 }
 
-/// Every third seed runs with RMPP's own window, 16 frames per CTS, and its RSM anywhere from
-/// the window's end to 15 frames before it, instead of the defaults, and with the library's
-/// eager limit for small jobs (64 KiB): windows much smaller than a message, and than what
-/// goes before its CTS (at most the eager limit), exercise the RSM pipeline and its recovery.
-fn rmpp_windows_on_every_third_seed(seed: u64, config: Config) -> Config {
-    if seed % 3 != 2 {
+/// A third of the seeds run with RMPP's own window, 16 frames per CTS, and its RSM anywhere
+/// from the window's end to 15 frames before it, instead of the defaults, and with the
+/// library's eager limit for small jobs (64 KiB): windows much smaller than a message, and
+/// than what goes before its CTS (at most the eager limit), exercise the RSM pipeline and its
+/// recovery.
+fn rmpp_windows_on_a_third_of_the_seeds(seed: u64, config: Config) -> Config {
+    let mut rng = SimRng::new(seed, stream::RMPP_WINDOWS);
+    if !rng.chance(1.0 / 3.0) {
         return config;
     }
     Config {
         cts_window_frames: 16,
-        rsm_pre_frames: ((seed / 3) % 16) as u32,
+        rsm_pre_frames: rng.below(16) as u32,
         eager_limit: 64 << 10,
         ..config
     }
@@ -85,22 +87,17 @@ fn rmpp_windows_on_every_third_seed(seed: u64, config: Config) -> Config {
 
 /// Half the seeds give short messages 2 to 6 small credits instead of the default 32, so that
 /// the workloads' bursts of short messages run out of them as they run out of eager credits
-/// (waits, requests, WAIT and rendezvous for both classes). Chosen from a hash of the seed: a
-/// sweep picks each seed's workload from the seed's low bits, and a choice from those bits
-/// would give some workloads few credits always and others never.
+/// (waits, requests, WAIT and rendezvous for both classes).
 fn few_small_credits_on_half_the_seeds(seed: u64, config: Config) -> Config {
-    let hash = mix(seed ^ SMALL_CREDITS_SALT);
-    if hash & 1 == 0 {
+    let mut rng = SimRng::new(seed, stream::SMALL_CREDITS);
+    if !rng.chance(0.5) {
         return config;
     }
     Config {
-        small_credits_per_peer: 2 + ((hash >> 8) % 5) as u32,
+        small_credits_per_peer: rng.range(2, 6) as u32,
         ..config
     }
 }
-
-/// Keeps the small-credit choice independent of the other choices hashed from the seed.
-const SMALL_CREDITS_SALT: u64 = 0x5343_5245_4449_5453;
 
 /// True if no frame of the run can have been lost: no loss, corruption or partition, and no
 /// rank died (frames to the dead are refused). Duplication and reordering lose nothing.
@@ -293,7 +290,7 @@ pub fn run(spec: &RunSpec) -> RunResult {
         link_checks_payload: spec.net.link_checks_payload,
         ..few_small_credits_on_half_the_seeds(
             spec.seed,
-            rmpp_windows_on_every_third_seed(
+            rmpp_windows_on_a_third_of_the_seeds(
                 spec.seed,
                 spec.proto.config(spec.net.mtu, spec.unexpected),
             ),
@@ -723,8 +720,13 @@ impl Sim {
                     ),
                 );
             }
-            let unsettled = endpoint.credits_unsettled();
-            if all_completed && quiesced && lost_no_frame(spec, &world.deaths) && unsettled != 0 {
+            let settles = all_completed && quiesced && lost_no_frame(spec, &world.deaths);
+            let unsettled = if settles {
+                endpoint.credits_unsettled()
+            } else {
+                0
+            };
+            if unsettled != 0 {
                 world.violations.push(
                     now,
                     "credits-unsettled",

@@ -3,6 +3,7 @@
 //! order whatever the thread interleaving, so a sweep's report does not depend on `--jobs`.
 
 use crate::report::{render_failure, Summary};
+use crate::rng::{stream, SimRng};
 use crate::run::{run, RunResult, RunSpec};
 use crate::workload::WorkloadKind;
 use nicmsg_proto::UnexpectedPolicy;
@@ -24,11 +25,6 @@ pub struct SweepPlan {
     pub template: RunSpec,
 }
 
-/// Half the seeds run on a link that checks payloads, chosen from a hash of the seed: the
-/// workload is chosen from the seed's low bits, and odd seeds alone gave even-numbered
-/// workloads of a sweep of all of them no such link ever.
-const LINK_CHECK_SALT: u64 = 0x4c49_4e4b_4348_4b53;
-
 impl SweepPlan {
     pub fn len(&self) -> usize {
         self.seeds.len() * self.losses.len() * self.policies.len()
@@ -47,7 +43,7 @@ impl SweepPlan {
         spec.seed = seed;
         spec.workload = self.workloads[(seed % self.workloads.len() as u64) as usize];
         spec.net.loss = self.losses[rest / self.policies.len()];
-        spec.net.link_checks_payload = crate::content::mix(seed ^ LINK_CHECK_SALT) & 1 == 1;
+        spec.net.link_checks_payload = SimRng::new(seed, stream::LINK_CHECKS).chance(0.5);
         spec.unexpected = self.policies[rest % self.policies.len()];
         spec
     }
