@@ -86,9 +86,11 @@ impl Comm {
             let credits = options.protocol.eager_credits_per_peer;
             options.protocol.eager_limit = crate::options::eager_limit_for(job.size, credits);
         }
-        let small = options.protocol.small_credits_per_peer;
-        options.protocol.small_credits_per_peer =
-            crate::options::small_credits_for(job.size, small);
+        let protocol = &mut options.protocol;
+        protocol.small_credits_per_peer =
+            crate::options::small_credits_for(job.size, protocol.small_credits_per_peer);
+        protocol.medium_credits_per_peer =
+            crate::options::medium_credits_for(job.size, protocol.medium_credits_per_peer);
         options.check_for_job(job.size)?;
         options.size_protocol_tables();
         let bind_ip = bootstrap

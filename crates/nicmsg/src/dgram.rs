@@ -33,7 +33,9 @@ use std::net::{SocketAddr, ToSocketAddrs};
 pub const MAX_DATAGRAM_BYTES: usize = 1 << 30;
 
 /// Peers a socket keeps state for at once unless `NICMSG_DGRAM_PEERS` says otherwise: each
-/// costs its protocol state and a share of the eager pool (8 credits of the eager limit).
+/// costs its protocol state and a share of the eager pool (8 credits of the eager limit, 32 of
+/// 4 KiB and 32 of 256 bytes: address space whose pages are touched only as unexpected
+/// messages fill them).
 pub const DEFAULT_PEERS: u32 = 64;
 
 /// Buffers a socket keeps for lending once given back ([`DgramSocket::recv_lent`]): enough for

@@ -346,6 +346,11 @@ pub const EAGER_POOL_BUDGET_BYTES: u64 = 16 << 20;
 /// 256 bytes per small credit per peer, `nicmsg_proto::SMALL_MESSAGE_MAX`): the protocol's 32
 /// credits up to 2,048 ranks, fewer in larger jobs ([`small_credits_for`]).
 pub const SMALL_POOL_BUDGET_BYTES: u64 = 16 << 20;
+/// Memory every rank sets aside for unexpected messages of 257 bytes to 4 KiB (one buffer of
+/// 4 KiB per medium credit per peer, `nicmsg_proto::MEDIUM_MESSAGE_MAX`): the protocol's 32
+/// credits up to 256 ranks, fewer in larger jobs ([`medium_credits_for`]). Pages are touched
+/// only as messages fill them.
+pub const MEDIUM_POOL_BUDGET_BYTES: u64 = 32 << 20;
 /// Largest default eager limit: messages up to 64 KiB go out at once, without the rendezvous
 /// handshake's round trip (16 KiB ping-pong over netns: about 100 -> 50 us), in jobs small
 /// enough that the pool stays within [`EAGER_POOL_BUDGET_BYTES`] (32 ranks at 8 credits).
@@ -370,8 +375,30 @@ pub fn eager_limit_for(size: u32, credits: u32) -> u64 {
 /// [`SMALL_POOL_BUDGET_BYTES`], at least one. Every rank of a job computes the same, as the
 /// protocol requires.
 pub fn small_credits_for(size: u32, wanted: u32) -> u32 {
-    let per_rank = u64::from(size.max(1)) * nicmsg_proto::SMALL_MESSAGE_MAX;
-    let fitting = SMALL_POOL_BUDGET_BYTES / per_rank;
+    credits_within(
+        size,
+        wanted,
+        nicmsg_proto::SMALL_MESSAGE_MAX,
+        SMALL_POOL_BUDGET_BYTES,
+    )
+}
+
+/// The medium credits per peer for a job of `size` ranks: `wanted`, or as many as fit
+/// [`MEDIUM_POOL_BUDGET_BYTES`], at least one. Every rank of a job computes the same.
+pub fn medium_credits_for(size: u32, wanted: u32) -> u32 {
+    credits_within(
+        size,
+        wanted,
+        nicmsg_proto::MEDIUM_MESSAGE_MAX,
+        MEDIUM_POOL_BUDGET_BYTES,
+    )
+}
+
+/// `wanted` buffers of `buffer_len` bytes per rank of a job of `size`, or as many as fit
+/// `budget`, at least one.
+fn credits_within(size: u32, wanted: u32, buffer_len: u64, budget: u64) -> u32 {
+    let per_rank = u64::from(size.max(1)) * buffer_len;
+    let fitting = budget / per_rank;
     fitting.min(u64::from(wanted)).max(1) as u32
 }
 
@@ -932,15 +959,21 @@ mod tests {
     }
 
     #[test]
-    fn small_credits_shrink_only_in_large_jobs_and_never_to_none() {
+    fn small_and_medium_credits_shrink_only_in_large_jobs_and_never_to_none() {
         assert_eq!(small_credits_for(64, 32), 32);
         assert_eq!(small_credits_for(2048, 32), 32);
         assert_eq!(small_credits_for(4096, 32), 16);
         assert_eq!(small_credits_for(65536, 32), 1);
         assert_eq!(small_credits_for(8, 4), 4, "never more than asked");
-        for size in [1, 3000, 10_000] {
+        assert_eq!(medium_credits_for(256, 32), 32);
+        assert_eq!(medium_credits_for(1024, 32), 8);
+        assert_eq!(medium_credits_for(65536, 32), 1);
+        // Up to the largest job at least one credit of each fits (then one, past the budget).
+        for size in [1, 300, 3000, 8192] {
             let pool = u64::from(size) * u64::from(small_credits_for(size, 32)) * 256;
             assert!(pool <= SMALL_POOL_BUDGET_BYTES, "size {size}");
+            let pool = u64::from(size) * u64::from(medium_credits_for(size, 32)) * 4096;
+            assert!(pool <= MEDIUM_POOL_BUDGET_BYTES, "size {size}");
         }
     }
 

@@ -223,18 +223,62 @@ fn cancel_frame(dst: Rank, msg_id: u32, credit: Option<CreditClass>) -> crate::o
         None => 0,
         Some(CreditClass::Eager) => Flags::EAGER,
         Some(CreditClass::Small) => Flags::EAGER | Flags::SMALL_CREDIT,
+        Some(CreditClass::Medium) => Flags::EAGER | Flags::MEDIUM_CREDIT,
     };
     control(dst, FrameKind::Cancel, flags, msg_id, 0)
 }
 
-/// The credit a CANCEL says its message holds (flags EAGER and SMALL_CREDIT).
+/// The credit a CANCEL says its message holds (flags EAGER, SMALL_CREDIT and MEDIUM_CREDIT).
+/// One naming two classes (no sender of ours sends it) returns none: a peer that lies about
+/// its message's credit loses its own.
 fn credit_withdrawn(header: &FrameHeader) -> Option<CreditClass> {
     if !header.has_flag(Flags::EAGER) {
         return None;
     }
-    Some(if header.has_flag(Flags::SMALL_CREDIT) {
-        CreditClass::Small
-    } else {
-        CreditClass::Eager
-    })
+    match (
+        header.has_flag(Flags::SMALL_CREDIT),
+        header.has_flag(Flags::MEDIUM_CREDIT),
+    ) {
+        (false, false) => Some(CreditClass::Eager),
+        (true, false) => Some(CreditClass::Small),
+        (false, true) => Some(CreditClass::Medium),
+        (true, true) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header_of(control: &crate::ops::Control) -> FrameHeader {
+        FrameHeader {
+            kind: control.kind,
+            flags: control.flags,
+            job: 1,
+            src: 0,
+            dst: control.dst,
+            msg_id: control.msg_id,
+            frame_index: 0,
+            offset: 0,
+            payload_len: 0,
+            aux: 0,
+            acked_id: 0,
+        }
+    }
+
+    /// The CANCEL of a message names the credit it holds, whichever class, and the receiver
+    /// reads back that class; one naming two classes, which no sender of ours sends, returns
+    /// none.
+    #[test]
+    fn a_cancel_names_its_messages_credit_class() {
+        let classes = [None].into_iter().chain(CreditClass::ALL.map(Some));
+        for credit in classes {
+            let frame = cancel_frame(1, 7, credit);
+            assert_eq!(frame.flags & !FrameKind::Cancel.allowed_flags(), 0);
+            assert_eq!(credit_withdrawn(&header_of(&frame)), credit, "{credit:?}");
+        }
+        let mut both = header_of(&cancel_frame(1, 7, Some(CreditClass::Small)));
+        both.flags |= Flags::MEDIUM_CREDIT;
+        assert_eq!(credit_withdrawn(&both), None);
+    }
 }

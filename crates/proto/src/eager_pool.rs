@@ -1,14 +1,14 @@
 //! The buffers a receiver keeps for its senders' unexpected eager messages (BIP's
-//! receiver-bounded buffers), of both credit classes (`credits.rs`): for each sender,
-//! `eager_credits_per_peer` buffers of `eager_limit` bytes and `small_credits_per_peer` of
-//! [`SMALL_MESSAGE_MAX`] bytes. All allocated at start-up; pages are touched only as messages
-//! fill them. Which of a sender's buffers are in use is part of its state
-//! (`Peer::buffers_used`).
+//! receiver-bounded buffers), of every credit class (`credits.rs`): for each sender,
+//! `eager_credits_per_peer` buffers of `eager_limit` bytes, `small_credits_per_peer` of
+//! 256 bytes and `medium_credits_per_peer` of 4 KiB. All allocated at start-up; pages are
+//! touched only as messages fill them. Which of a sender's buffers are in use is part of its
+//! state (`Peer::buffers_used`).
 //!
-//! A buffer is named by one slot number: the eager buffers of every sender first, then the
-//! small ones.
+//! A buffer is named by one slot number: the buffers of every sender of the first class
+//! (eager), then those of the next, in the order of `CreditClass::ALL`.
 
-use crate::credits::{CreditClass, PerClass, SMALL_MESSAGE_MAX};
+use crate::credits::{CreditClass, PerClass};
 use crate::peers::Peers;
 use crate::usage::TableUsage;
 use crate::{Config, Rank};
@@ -51,30 +51,27 @@ pub(crate) struct EagerPool {
 impl EagerPool {
     /// The buffers for the `senders` ranks of a job.
     pub(crate) fn new(config: &Config, senders: u32) -> Self {
-        let eager_len = config.eager_limit as usize;
-        let eager = Buffers::new(senders, config.eager_credits_per_peer, eager_len, 0);
-        let small_len = SMALL_MESSAGE_MAX as usize;
-        let small = Buffers::new(
-            senders,
-            config.small_credits_per_peer,
-            small_len,
-            eager.count,
-        );
-        let total = (eager.count + small.count) as usize;
+        let mut first_slot = 0;
+        let classes = CreditClass::ALL.map(|class| {
+            let len = class.buffer_len(config) as usize;
+            let buffers = Buffers::new(senders, class.per_peer(config), len, first_slot);
+            first_slot += buffers.count;
+            buffers
+        });
         Self {
-            classes: PerClass([eager, small]),
-            usage: TableUsage::new(total),
+            classes: PerClass(classes),
+            usage: TableUsage::new(first_slot as usize),
         }
     }
 
     /// The class of `slot` and its place among the buffers of that class.
     fn locate(&self, slot: u32) -> (CreditClass, u32) {
-        let small = &self.classes[CreditClass::Small];
-        if slot < small.first_slot {
-            (CreditClass::Eager, slot)
-        } else {
-            (CreditClass::Small, slot - small.first_slot)
-        }
+        let class = CreditClass::ALL
+            .into_iter()
+            .rev()
+            .find(|&class| slot >= self.classes[class].first_slot)
+            .unwrap_or(CreditClass::Eager);
+        (class, slot - self.classes[class].first_slot)
     }
 
     /// True if `peer` has a buffer of `class` free.

@@ -67,7 +67,7 @@ pub use config::{
     Config, ConfigError, UnexpectedPolicy, MAX_ACK_UNIT, MAX_INFLIGHT_COLLECTIONS, MAX_RANKS,
     MSG_WINDOW, RX_TRACKED_FRAMES,
 };
-pub use credits::SMALL_MESSAGE_MAX;
+pub use credits::{MEDIUM_MESSAGE_MAX, SMALL_MESSAGE_MAX};
 pub use directory::MAX_OPEN_PEERS;
 pub use endpoint::Endpoint;
 pub use first_frame::LookAhead;

@@ -156,18 +156,19 @@ impl Peer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::credits::{COUNT_BITS, COUNT_MASK};
 
     fn aux(eager: u16, small: u16) -> u32 {
         counts(eager, small).to_aux()
     }
 
     fn counts(eager: u16, small: u16) -> CreditCounts {
-        PerClass([eager, small])
+        PerClass([eager, small, 0])
     }
 
     /// Counts come back per class, cumulative: an older count (a reordered or duplicated
     /// frame) and one beyond what was spent (a broken or hostile peer) are ignored, class by
-    /// class, across the 16-bit wrap.
+    /// class, across the wrap.
     #[test]
     fn credit_counts_are_taken_per_class_and_never_backwards_or_beyond_what_was_spent() {
         let mut peer = Peer::new(1_000);
@@ -185,12 +186,22 @@ mod tests {
         assert_eq!(peer.credits_returned, counts(2, 2));
 
         peer.credits_spent[CreditClass::Eager] = 1;
-        peer.credits_returned[CreditClass::Eager] = u16::MAX;
+        peer.credits_returned[CreditClass::Eager] = COUNT_MASK;
         assert!(peer.update_credits(aux(0, 2)), "across the wrap");
         assert_eq!(peer.credits_returned[CreditClass::Eager], 0);
         assert!(
-            !peer.update_credits(aux(u16::MAX, 2)),
+            !peer.update_credits(aux(COUNT_MASK, 2)),
             "older across the wrap"
         );
+
+        peer.credits_spent[CreditClass::Medium] = 5;
+        let medium = |count: u16| aux(0, 2) | u32::from(count) << (2 * COUNT_BITS);
+        assert!(peer.update_credits(medium(4)), "medium taken");
+        assert_eq!(peer.credits_returned, PerClass([0, 2, 4]));
+        assert!(
+            !peer.update_credits(medium(6)),
+            "medium: beyond what was spent"
+        );
+        assert_eq!(peer.credits_available(CreditClass::Medium, 32), 31);
     }
 }

@@ -449,6 +449,7 @@ mod tests {
         Config {
             eager_credits_per_peer: 2,
             small_credits_per_peer: 2,
+            medium_credits_per_peer: 2,
             ..Config::default()
         }
     }
@@ -560,40 +561,43 @@ mod tests {
         let config = config();
         let mut peers = Peers::new(&config, 0, 3);
         let mut side = RecvSide::new(&config, 3);
-        let (small, long) = (10, 1000);
-        let keys: Vec<_> = [small, small, small, long, long, long]
-            .into_iter()
-            .zip(0..)
-            .map(|(len, id)| side.insert_incoming(message_of(1, id, 0, len)).unwrap())
-            .collect();
-        assert!(side.assign_eager_buffer(keys[0], &mut peers));
-        assert!(side.assign_eager_buffer(keys[1], &mut peers));
-        assert!(!side.has_free_eager_buffer(1, small, &peers));
-        assert!(
-            side.has_free_eager_buffer(1, long, &peers),
-            "small messages take buffers of their own"
-        );
-        assert!(
-            side.has_free_eager_buffer(2, small, &peers),
-            "buffers are per peer"
-        );
-        assert!(!side.assign_eager_buffer(keys[2], &mut peers));
-        assert!(side.assign_eager_buffer(keys[3], &mut peers));
-        assert!(side.assign_eager_buffer(keys[4], &mut peers));
-        assert!(!side.assign_eager_buffer(keys[5], &mut peers));
-        for (key, len) in [(keys[1], small as usize), (keys[4], long as usize)] {
+        let classes = [10, 1000, 5000]; // small, medium, eager
+        let mut keys = Vec::new();
+        for (class, len) in classes.into_iter().enumerate() {
+            let ids = 3 * class as u32..3 * class as u32 + 3;
+            let of_class: Vec<_> = ids
+                .map(|id| side.insert_incoming(message_of(1, id, 0, len)).unwrap())
+                .collect();
+            assert!(side.assign_eager_buffer(of_class[0], &mut peers));
+            assert!(side.assign_eager_buffer(of_class[1], &mut peers));
+            assert!(!side.has_free_eager_buffer(1, len, &peers), "{len}");
+            assert!(!side.assign_eager_buffer(of_class[2], &mut peers));
+            assert!(
+                side.has_free_eager_buffer(2, len, &peers),
+                "buffers are per peer"
+            );
+            for later in &classes[class + 1..] {
+                assert!(
+                    side.has_free_eager_buffer(1, *later, &peers),
+                    "{len}: each class has buffers of its own"
+                );
+            }
+            keys.push(of_class[1]);
+        }
+        for (key, len) in keys.into_iter().zip(classes) {
             let Dest::Buffer(slot) = side[key].dest else {
                 panic!("a buffer was assigned")
             };
-            assert!(side.eager_buffer(slot).len() >= len);
-            side.write_eager(slot, 2, b"abc");
-            assert_eq!(&side.eager_buffer(slot)[..5], b"\0\0abc");
-            assert_eq!(side.eager_usage().in_use, 4);
+            assert!(side.eager_buffer(slot).len() >= len as usize);
+            side.write_eager(slot, len - 3, b"abc");
+            let end = len as usize;
+            assert_eq!(&side.eager_buffer(slot)[end - 5..end], b"\0\0abc");
+            assert_eq!(side.eager_usage().in_use, 6);
             side.release_eager_buffer(slot, &mut peers);
-            assert!(side.has_free_eager_buffer(1, len as u64, &peers));
+            assert!(side.has_free_eager_buffer(1, len, &peers));
             side.assign_eager_buffer(key, &mut peers);
         }
-        assert_eq!(side.eager_usage().peak, 4);
+        assert_eq!(side.eager_usage().peak, 6);
     }
 
     #[test]

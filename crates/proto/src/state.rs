@@ -74,6 +74,9 @@ impl Core {
         if config.small_credits_per_peer > MAX_EAGER_CREDITS {
             return Err(ConfigError::ZeroLimit("small_credits_per_peer <= 64"));
         }
+        if config.medium_credits_per_peer > MAX_EAGER_CREDITS {
+            return Err(ConfigError::ZeroLimit("medium_credits_per_peer <= 64"));
+        }
         let completions_limit = config.max_sends + config.max_recvs;
         Ok(Self {
             job,

@@ -140,6 +140,7 @@ fn an_unmatched_rendezvous_send_is_withdrawn_and_never_delivered() {
 #[test]
 fn a_withdrawn_eager_send_returns_its_credit() {
     withdrawn_eager_send_returns_its_credit(1000, config());
+    withdrawn_eager_send_returns_its_credit(MEDIUM_MESSAGE_MAX as usize + 1, config());
     let no_early_sends = Config {
         max_early_sends: 0,
         ..config()
@@ -150,6 +151,8 @@ fn a_withdrawn_eager_send_returns_its_credit() {
 fn withdrawn_eager_send_returns_its_credit(len: usize, config: Config) {
     let credits = if len as u64 <= SMALL_MESSAGE_MAX {
         config.small_credits_per_peer
+    } else if len as u64 <= MEDIUM_MESSAGE_MAX {
+        config.medium_credits_per_peer
     } else {
         config.eager_credits_per_peer
     } as usize;

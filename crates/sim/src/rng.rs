@@ -24,6 +24,8 @@ pub mod stream {
     pub const RMPP_WINDOWS: u64 = 5;
     /// Few small credits (`run.rs`).
     pub const SMALL_CREDITS: u64 = 6;
+    /// Few medium credits (`run.rs`).
+    pub const MEDIUM_CREDITS: u64 = 7;
     /// Each rank's engine (its transport's back-pressure): `ENGINE + rank`.
     pub const ENGINE: u64 = 1 << 32;
 }

@@ -85,18 +85,20 @@ fn rmpp_windows_on_a_third_of_the_seeds(seed: u64, config: Config) -> Config {
     }
 }
 
-/// Half the seeds give short messages 2 to 6 small credits instead of the default 32, so that
-/// the workloads' bursts of short messages run out of them as they run out of eager credits
-/// (waits, requests, WAIT and rendezvous for both classes).
-fn few_small_credits_on_half_the_seeds(seed: u64, config: Config) -> Config {
-    let mut rng = SimRng::new(seed, stream::SMALL_CREDITS);
-    if !rng.chance(0.5) {
-        return config;
+/// Half the seeds give messages of at most 256 bytes 2 to 6 small credits instead of the
+/// default 32, and half (drawn apart) give messages of 257 bytes to 4 KiB 2 to 8 medium
+/// credits, so that the workloads' bursts of such messages run out of them as they run out of
+/// eager credits (waits, requests, WAIT and rendezvous for every class).
+fn few_small_and_medium_credits_on_half_the_seeds(seed: u64, mut config: Config) -> Config {
+    let mut small = SimRng::new(seed, stream::SMALL_CREDITS);
+    if small.chance(0.5) {
+        config.small_credits_per_peer = small.range(2, 6) as u32;
     }
-    Config {
-        small_credits_per_peer: rng.range(2, 6) as u32,
-        ..config
+    let mut medium = SimRng::new(seed, stream::MEDIUM_CREDITS);
+    if medium.chance(0.5) {
+        config.medium_credits_per_peer = medium.range(2, 8) as u32;
     }
+    config
 }
 
 /// True if no frame of the run can have been lost: no loss, corruption or partition, and no
@@ -288,7 +290,7 @@ pub fn run(spec: &RunSpec) -> RunResult {
     }
     let config = Config {
         link_checks_payload: spec.net.link_checks_payload,
-        ..few_small_credits_on_half_the_seeds(
+        ..few_small_and_medium_credits_on_half_the_seeds(
             spec.seed,
             rmpp_windows_on_a_third_of_the_seeds(
                 spec.seed,

@@ -6,7 +6,7 @@ use crate::{FrameKind, Protocol, WireError};
 use core::ops::Range;
 
 /// Wire version carried in the first byte; a frame of any other version is rejected.
-pub const VERSION: u8 = 3;
+pub const VERSION: u8 = 4;
 /// Size of the frame header in bytes.
 pub const FRAME_HEADER_LEN: usize = 48;
 /// Size of the message header in bytes.
@@ -94,8 +94,9 @@ pub struct FrameHeader {
     pub payload_len: u32,
     /// DATA with RSM: the grant limit the window was sent under. Receiver-to-sender control
     /// (ACK, CTS, MSG-ACK, CREDIT, CANCEL-ACK) and EAGER with CREDITS: the credits returned to
-    /// the frame's receiver, two cumulative, wrapping 16-bit counts: eager credits (messages of
-    /// more than 256 bytes) in the low half, small credits in the high half.
+    /// the frame's receiver, three cumulative counts wrapping at 1024, ten bits each from the
+    /// low end: eager credits (messages of more than 4 KiB), small credits (at most 256 bytes)
+    /// and medium credits (257 bytes to 4 KiB).
     pub aux: u32,
     /// EAGER with ACKED: id of a message from the frame's receiver to its sender that the sender
     /// holds whole (a piggybacked ACK with ACK_ALL). Zero on every other frame (the bytes are

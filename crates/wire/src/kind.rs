@@ -25,7 +25,7 @@ pub enum FrameKind {
     MsgAck = 7,
     /// The sender knows the message is delivered; the receiver may free its state (RMPP).
     Cleanup = 8,
-    /// Returns credits of both classes (cumulative counts in `aux`); with `REQUEST`, asks the
+    /// Returns credits of every class (cumulative counts in `aux`); with `REQUEST`, asks the
     /// peer for one;
     /// with `WAIT`, says none will come back before a later message.
     Credit = 9,
@@ -106,7 +106,7 @@ impl FrameKind {
             Self::MsgAck => Flags::TRUNCATED,
             Self::End | Self::Cleanup => retransmit,
             Self::Credit => Flags::REQUEST | Flags::WAIT,
-            Self::Cancel => Flags::EAGER | Flags::SMALL_CREDIT,
+            Self::Cancel => Flags::EAGER | Flags::SMALL_CREDIT | Flags::MEDIUM_CREDIT,
             Self::CancelAck => Flags::CANCELLED,
             Self::Reset => 0,
             Self::LmData => retransmit,
@@ -150,12 +150,12 @@ impl Flags {
     /// to its sender (a piggybacked ACK with ACK_ALL: a reply carries the acknowledgement of the
     /// request, so the request costs no acknowledgement datagram of its own).
     pub const ACKED: u16 = 1 << 7;
-    /// EAGER: `aux` carries the cumulative credits of both classes returned to the frame's
+    /// EAGER: `aux` carries the cumulative credits of every class returned to the frame's
     /// receiver, as on receiver-to-sender control frames (credits ride on replies too).
     pub const CREDITS: u16 = 1 << 8;
     /// CANCEL: the message was sent eager and so holds one of the receiver's credits (a small
-    /// one with `SMALL_CREDIT`), which withdrawing it returns (the receiver may never have seen
-    /// the message).
+    /// one with `SMALL_CREDIT`, a medium one with `MEDIUM_CREDIT`), which withdrawing it
+    /// returns (the receiver may never have seen the message).
     pub const EAGER: u16 = 1 << 9;
     /// CANCEL-ACK: the message is withdrawn; it was not delivered and never will be.
     pub const CANCELLED: u16 = 1 << 10;
@@ -168,6 +168,10 @@ impl Flags {
     /// most 256 bytes; the receiver keeps separate buffers for those and may never have seen
     /// the message to tell).
     pub const SMALL_CREDIT: u16 = 1 << 12;
+    /// CANCEL with EAGER: the credit the withdrawn message holds is a medium message's (257
+    /// bytes to 4 KiB). With `SMALL_CREDIT` too the CANCEL names no class, and withdrawing its
+    /// message returns no credit.
+    pub const MEDIUM_CREDIT: u16 = 1 << 13;
 }
 
 /// Message protocol recorded in the message header; must agree with the frame kind.
