@@ -37,7 +37,8 @@
 //! shortage, were consumed only after all of them: about 11 ms later, by when the next wait had
 //! run out. NetPIPE's 8-byte stream resent a third of its messages so. Letting as many of
 //! them go per wait that runs out as the receiver keeps buffers of the waiting message's class
-//! (`eager_credits_per_peer` or `small_credits_per_peer`) keeps the backlog at the receiver
+//! (`eager_credits_per_peer`, `small_credits_per_peer` or `medium_credits_per_peer`) keeps the
+//! backlog at the receiver
 //! as short as its buffers; a receiver that holds its buffers for good costs its
 //! sender one wait per that many messages, still no hang. One that says so (WAIT) gets every
 //! message by rendezvous at once.
@@ -202,7 +203,7 @@ impl Core {
     /// is still missing, the buffered ones cannot be matched yet either, and the answer costs
     /// the sender only one message by rendezvous.)
     ///
-    /// Either class held whole counts: the request does not say which class the sender is
+    /// Any class held whole counts: the request does not say which class the sender is
     /// short of, and a WAIT it did not need costs it only messages by rendezvous until its
     /// next credit (the answer carries the counts, and a credit in it ends the wait first).
     fn holds_credits_while_waiting(&self, peer: Rank) -> bool {

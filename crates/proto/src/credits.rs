@@ -117,9 +117,11 @@ const _: () = assert!(crate::state::MAX_EAGER_CREDITS < 1 << (COUNT_BITS - 1));
 /// from the low end). Ten bits wrap safely for counts that are fresh, as at most 64 credits of
 /// a class are outstanding: a count is taken only if it moves the sender's forward by no more
 /// than it has outstanding. A frame delayed past some 960 later credits of its class could
-/// pass that test; it would make the sender spend credits the receiver has not freed, which
-/// the receiver answers as any message without a buffer (WAIT, a retry later), until the
-/// receiver's true count passes the one taken: slower, never a lost message.
+/// pass that test; it would make the sender spend credits the receiver has not freed, until
+/// the receiver's true count passes the one taken. The receiver keeps the header of each
+/// eager message it then has no buffer for, discards its data and asks for it again once a
+/// receive matches it (`receiver.rs`, `admit_message`): resends, never a lost message or a
+/// hang (the test `credits_the_receiver_never_freed_cost_resends_never_a_hang`).
 pub(crate) type CreditCounts = PerClass<u16>;
 
 impl CreditCounts {

@@ -75,6 +75,7 @@ impl EagerPool {
     }
 
     /// True if `peer` has a buffer of `class` free.
+    #[cfg(test)]
     pub(crate) fn has_free(&self, peer: Rank, class: CreditClass, peers: &Peers) -> bool {
         (!peers[peer].buffers_used[class]).trailing_zeros() < self.classes[class].per_peer
     }

@@ -94,12 +94,6 @@ impl Core {
         Ok((key, id))
     }
 
-    /// In `drop` mode a message is only taken if it is the next of its sender and a receive
-    /// waits for it.
-    pub(crate) fn can_match_now(&self, peer: Rank, msg_id: u32, key: (Context, Tag)) -> bool {
-        self.peers[peer].next_match == msg_id && self.rx.find_posted(peer, key).is_some()
-    }
-
     /// Matches the peer's messages whose headers have arrived, in message-id order, against
     /// posted receives; unmatched ones join the unexpected queue (in `buffer` mode). Messages
     /// their sender withdrew (`cancel.rs`) are stepped over: a tombstone, or an id finished

@@ -148,20 +148,6 @@ impl Core {
             self.count_drop(Some(peer), DropReason::Invalid);
             return None;
         };
-        // In `buffer` mode an eager message that cannot be matched at once needs one of the
-        // peer's buffers; credits guarantee one unless the sender broke the protocol. In `drop`
-        // mode only its header is kept and its data is discarded.
-        let buffering = self.config.unexpected == UnexpectedPolicy::Buffer;
-        let eager_needs_buffer = buffering
-            && msg.protocol == Protocol::Eager
-            && !self.can_match_now(peer, header.msg_id, (Context(msg.context), msg.tag))
-            && !self
-                .rx
-                .has_free_eager_buffer(peer, msg.total_len, &self.peers);
-        if eager_needs_buffer {
-            self.answer_wait(header);
-            return None;
-        }
         let key = (Context(msg.context), msg.tag);
         let mut entry = Incoming::new(peer, header.msg_id, key, geometry, msg.ack_unit);
         entry.immediate = msg.immediate;
@@ -172,9 +158,16 @@ impl Core {
         self.rx.index_incoming(peer, header.msg_id, index);
         self.match_in_order(now, peer, memory);
         let entry = &self.rx[index];
+        // In `buffer` mode an eager message that cannot be matched at once takes one of the
+        // peer's buffers; credits guarantee one unless the sender spent a credit the receiver
+        // never freed (a count taken from a frame stale by a whole wrap, a broken or hostile
+        // peer). Without one its header stays, as in `drop` mode: its data is discarded, its
+        // sender told to WAIT and asked to resend once a receive matches it. Refusing the
+        // header instead would leave the sender retrying for ever whenever the receiver waits
+        // for a later message while its buffers are held.
+        let buffering = self.config.unexpected == UnexpectedPolicy::Buffer;
         if buffering && entry.is_eager() && entry.dest == Dest::Nowhere {
-            let assigned = self.rx.assign_eager_buffer(index, &mut self.peers);
-            debug_assert!(assigned, "checked before admitting");
+            self.rx.assign_eager_buffer(index, &mut self.peers);
         }
         Some(index)
     }

@@ -329,6 +329,7 @@ impl RecvSide {
     // --- the eager pool ---
 
     /// True if `peer` has a buffer free for an eager message of `len` bytes.
+    #[cfg(test)]
     pub(crate) fn has_free_eager_buffer(&self, peer: Rank, len: u64, peers: &Peers) -> bool {
         self.eager_pool.has_free(peer, CreditClass::of(len), peers)
     }

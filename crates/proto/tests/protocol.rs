@@ -500,15 +500,19 @@ fn sender_out_of_credits_sends_by_rendezvous_at(len: usize) {
             immediate: None,
         }))));
     assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+    assert!(
+        net.endpoints.iter().all(|e| e.credits_unsettled() == 0),
+        "{len}: every credit returned in its class"
+    );
 }
 
-/// More unmatched eager messages than credits (of either class), then one with another tag
+/// More unmatched eager messages than credits (of any class), then one with another tag
 /// whose receive is posted first: MPI requires that receive to complete (non-overtaking orders
 /// only messages that match the same receive), so the sender out of credits must not hold it
 /// back.
 #[test]
 fn a_receive_for_a_later_tag_completes_behind_unmatched_messages_beyond_the_credits() {
-    for len in [8usize, 1000, 4000] {
+    for len in [8usize, 1000, 4000, 5000] {
         let mut net = Net::new(2, test_config());
         let credits = class_credits(&test_config(), len);
         let (wanted, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(2), len);
@@ -541,6 +545,11 @@ fn a_receive_for_a_later_tag_completes_behind_unmatched_messages_beyond_the_cred
             assert_eq!(net.memories[1].0[region.0 as usize], vec![i as u8; len]);
         }
         assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+        let unsettled = |e: &Endpoint| e.credits_unsettled() == 0;
+        assert!(
+            net.endpoints.iter().all(unsettled),
+            "{len}: credits of its class"
+        );
     }
 }
 
@@ -1883,4 +1892,98 @@ fn small_buffers_held_for_good_are_said_so_and_the_later_message_goes_at_once() 
     }
     assert!(net.result(0, later).is_some_and(|r| r.is_ok()));
     sends_end_and_state_is_freed(&mut net, &held);
+}
+
+/// A sender that spends credits its receiver never freed (a count taken from a frame stale by
+/// a whole wrap of the ten-bit counts, a broken or hostile peer) costs resends, never a hang:
+/// the receiver keeps the header of an eager message it has no buffer for, as in `drop` mode,
+/// and asks for its data once a receive matches it. Here the receiver waits for a tag-2
+/// message while tag-1 messages hold its medium buffers, and a forged CREDIT gives the sender
+/// four credits more. Refused whole instead, the messages behind were told WAIT for ever and
+/// the tag-2 receive never completed.
+#[test]
+fn credits_the_receiver_never_freed_cost_resends_never_a_hang() {
+    use nicmsg_wire::{emit_frame, Flags, FrameHeader, FRAME_HEADER_LEN};
+    const LEN: usize = 1000; // a medium message
+    const MEDIUM_SHIFT: u32 = 20;
+    let config = Config {
+        medium_credits_per_peer: 4,
+        ..test_config()
+    };
+    let mut net = Net::new(2, config);
+    // The latest frame that told rank 0 the credits rank 1 returned.
+    let latest: Rc<Cell<Option<FrameHeader>>> = Rc::default();
+    let seen = latest.clone();
+    net.filter = Some(Box::new(move |bytes: &[u8]| {
+        let header = FrameHeader::parse(bytes[..FRAME_HEADER_LEN].try_into().unwrap()).unwrap();
+        let carries = matches!(header.kind, FrameKind::Ack | FrameKind::Credit)
+            || header.has_flag(Flags::CREDITS);
+        if header.src == 1 && carries {
+            seen.set(Some(header));
+        }
+        false
+    }));
+    let (wanted, wanted_region) = net.recv(1, Source::Rank(0), TagMatch::Tag(2), LEN);
+    let mut sends: Vec<OpId> = (0..4u8).map(|i| net.send(0, 1, 1, vec![i; LEN])).collect();
+    net.run(net.now + 2_000_000);
+
+    let mut forged = latest
+        .get()
+        .expect("rank 1 acknowledged the messages it holds");
+    let medium = (forged.aux >> MEDIUM_SHIFT) & 0x3ff;
+    forged.aux = (forged.aux & !(0x3ff << MEDIUM_SHIFT)) | ((medium + 4) & 0x3ff) << MEDIUM_SHIFT;
+    forged.kind = FrameKind::Credit;
+    (
+        forged.flags,
+        forged.msg_id,
+        forged.frame_index,
+        forged.acked_id,
+    ) = (0, 0, 0, 0);
+    let mut bytes = [0u8; FRAME_HEADER_LEN];
+    emit_frame(&forged, None, &[], &mut bytes).unwrap();
+    net.endpoints[0].handle_frame(net.now, &bytes, &mut net.memories[0]);
+
+    sends.extend((4..8u8).map(|i| net.send(0, 1, 1, vec![i; LEN])));
+    sends.push(net.send(0, 1, 2, vec![0xab; LEN]));
+    net.run(net.now + 1_000_000_000);
+    assert!(
+        net.result(1, wanted).is_some_and(|r| r.is_ok()),
+        "the tag-2 receive completes behind messages without buffers"
+    );
+    assert_eq!(net.memories[1].0[wanted_region.0 as usize], vec![0xab; LEN]);
+    let recvs: Vec<_> = (0..8)
+        .map(|_| net.recv(1, Source::Rank(0), TagMatch::Tag(1), LEN))
+        .collect();
+    net.run(net.now + 1_000_000_000);
+    for (i, (op, region)) in recvs.iter().enumerate() {
+        assert!(net.result(1, *op).is_some_and(|r| r.is_ok()), "message {i}");
+        assert_eq!(
+            net.memories[1].0[region.0 as usize],
+            vec![i as u8; LEN],
+            "MPI order"
+        );
+    }
+    assert!(sends
+        .iter()
+        .all(|&op| net.result(0, op).is_some_and(|r| r.is_ok())));
+    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+}
+
+/// A class's buffers in use are one bit each in a word: more than 64 credits of any class is
+/// refused when the endpoint is made, never a buffer shared by two messages.
+#[test]
+fn more_than_64_credits_of_any_class_are_refused() {
+    let classes: [fn(&mut Config) -> &mut u32; 3] = [
+        |c| &mut c.eager_credits_per_peer,
+        |c| &mut c.small_credits_per_peer,
+        |c| &mut c.medium_credits_per_peer,
+    ];
+    for (class, credits) in classes.iter().enumerate() {
+        for (count, accepted) in [(64, true), (65, false), (0, false)] {
+            let mut config = test_config();
+            *credits(&mut config) = count;
+            let made = Endpoint::new(config, 1, 0, 2);
+            assert_eq!(made.is_ok(), accepted, "class {class}, {count} credits");
+        }
+    }
 }

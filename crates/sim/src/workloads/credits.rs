@@ -19,8 +19,9 @@ use std::collections::BTreeMap;
 const BURST_TAG: Tag = 1;
 const WANTED_TAG: Tag = 2;
 const BARRIER_TAG: Tag = 0;
-/// Burst sizes: short ones (each would take an eager buffer), with long ones among them.
-const BURST_SIZES: &[u64] = &[0, 1, 7, 256, 1000, 1400, 4096, 8192, 8193, 65536];
+/// Burst sizes: short ones (each would take an eager buffer), with long ones among them, and
+/// both edges of every credit class (256/257, 4096/4097).
+const BURST_SIZES: &[u64] = &[0, 1, 7, 256, 257, 1000, 1400, 4096, 4097, 8192, 8193, 65536];
 /// Largest burst message and wanted message: the receives' capacity.
 const CAPACITY: u64 = 65536;
 
