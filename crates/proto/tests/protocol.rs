@@ -738,12 +738,16 @@ fn net_with_receiver_behind() -> (Net, Nanos) {
 /// Two ranks with `credits` credits of every class, rank 1 shown to fall behind; and the
 /// longest credit wait.
 fn net_with_receiver_behind_at(credits: u32) -> (Net, Nanos) {
-    let config = Config {
+    net_with_receiver_behind_given(Config {
         eager_credits_per_peer: credits,
         small_credits_per_peer: credits,
         medium_credits_per_peer: credits,
         ..test_config()
-    };
+    })
+}
+
+/// Two ranks with `config`, rank 1 shown to fall behind; and the longest credit wait.
+fn net_with_receiver_behind_given(config: Config) -> (Net, Nanos) {
     let wait_ns = config.credit_wait_ns;
     let mut net = Net::new(2, config);
     show_receiver_behind(&mut net);
@@ -797,11 +801,16 @@ fn sends_end_and_state_is_freed(net: &mut Net, sends: &[OpId]) {
 /// Rank 1 receives `messages` messages of 1000 bytes with tag 1 from rank 0, posting each
 /// receive after the last completed, and checks they are message 0, 1, ... in MPI order.
 fn receive_one_at_a_time(net: &mut Net, messages: u8) {
+    receive_one_at_a_time_of(net, messages, 1000);
+}
+
+/// The same for messages of `len` bytes.
+fn receive_one_at_a_time_of(net: &mut Net, messages: u8, len: usize) {
     for i in 0..messages {
-        let (op, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), 1000);
+        let (op, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), len);
         net.run_until(10_000_000, |net| net.result(1, op).is_some());
         assert!(net.result(1, op).is_some_and(|r| r.is_ok()), "message {i}");
-        assert_eq!(net.bytes(1, region), &vec![i; 1000][..], "MPI order");
+        assert_eq!(net.bytes(1, region), &vec![i; len][..], "MPI order");
     }
 }
 
@@ -840,28 +849,37 @@ fn a_stream_of_short_messages_waits_for_credits_and_stays_eager() {
 /// Every message still arrives, in order, once the receiver is back.
 #[test]
 fn a_credit_wait_that_runs_out_lets_a_few_messages_by_rendezvous_then_waits_again() {
-    let (mut net, wait_ns) = net_with_receiver_behind();
-    let credits = u64::from(net.endpoints[0].config().eager_credits_per_peer);
-    let counts = |net: &Net| {
-        let stats = net.endpoints[0].stats();
-        (stats.credit_stalls, stats.credit_waits)
-    };
-    let (stalls, waits) = counts(&net);
-    const MESSAGES: u8 = 20;
-    let sends: Vec<OpId> = (0..MESSAGES)
-        .map(|i| net.send(0, 1, 1, vec![i; 1000]))
-        .collect();
-    net.run(net.now + wait_ns + wait_ns / 2);
-    assert_eq!(
-        counts(&net),
-        (stalls + credits, waits + 2),
-        "one wait ran out: as many messages by rendezvous as there are credits, then a second wait"
-    );
-    // A wait later, the second ran out too: as many again, no more.
-    net.run(net.now + wait_ns);
-    assert_eq!(counts(&net).0, stalls + 2 * credits);
-    receive_one_at_a_time(&mut net, MESSAGES);
-    sends_end_and_state_is_freed(&mut net, &sends);
+    // A medium and an eager message, their classes given different counts: a wait lets by
+    // as many as the waiting message's class has.
+    for (len, credits) in [(1000, 2), (MEDIUM_MESSAGE_MAX as usize + 1, 3)] {
+        let (mut net, wait_ns) = net_with_receiver_behind_given(Config {
+            eager_credits_per_peer: 3,
+            small_credits_per_peer: 2,
+            medium_credits_per_peer: 2,
+            ..test_config()
+        });
+        let counts = |net: &Net| {
+            let stats = net.endpoints[0].stats();
+            (stats.credit_stalls, stats.credit_waits)
+        };
+        let (stalls, waits) = counts(&net);
+        const MESSAGES: u8 = 20;
+        let sends: Vec<OpId> = (0..MESSAGES)
+            .map(|i| net.send(0, 1, 1, vec![i; len]))
+            .collect();
+        net.run(net.now + wait_ns + wait_ns / 2);
+        assert_eq!(
+            counts(&net),
+            (stalls + credits, waits + 2),
+            "{len} bytes: one wait ran out: as many messages by rendezvous as the class has \
+             credits, then a second wait"
+        );
+        // A wait later, the second ran out too: as many again, no more.
+        net.run(net.now + wait_ns);
+        assert_eq!(counts(&net).0, stalls + 2 * credits, "{len} bytes");
+        receive_one_at_a_time_of(&mut net, MESSAGES, len);
+        sends_end_and_state_is_freed(&mut net, &sends);
+    }
 }
 
 /// A receiver whose buffers for a sender are all held by messages it does not receive, while it
