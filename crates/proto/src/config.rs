@@ -195,6 +195,8 @@ pub enum ConfigError {
     PeerTimeout { timeout: u64, floor: u64 },
     #[error("{0} must be at least 1")]
     ZeroLimit(&'static str),
+    #[error("{setting} must be 1..={max}, got {credits}", max = crate::credits::MAX_CREDITS_PER_CLASS)]
+    Credits { setting: &'static str, credits: u32 },
     #[error("job size must be 1..=65536 and rank below it (rank {rank}, size {size})")]
     Rank { rank: u32, size: u32 },
 }
@@ -266,25 +268,13 @@ impl Config {
             ("max_recvs", self.max_recvs),
             ("max_incoming", self.max_incoming),
             ("max_control_queue", self.max_control_queue),
-            (
-                "eager_credits_per_peer",
-                self.eager_credits_per_peer as usize,
-            ),
-            (
-                "small_credits_per_peer",
-                self.small_credits_per_peer as usize,
-            ),
-            (
-                "medium_credits_per_peer",
-                self.medium_credits_per_peer as usize,
-            ),
             ("keepalive_ns", self.keepalive_ns as usize),
         ] {
             if value == 0 {
                 return Err(ConfigError::ZeroLimit(name));
             }
         }
-        Ok(())
+        crate::credits::check_credits(self)
     }
 
     /// Payload bytes of a frame that carries no message header, at the largest frame size.

@@ -27,7 +27,7 @@
 //! which buffer it holds, and a buffer of its class might not be free for it.
 
 use crate::state::Core;
-use crate::Config;
+use crate::{Config, ConfigError};
 use std::ops::{Index, IndexMut};
 
 /// The longest message that spends a small credit: what a frame carries inline, so its send
@@ -77,6 +77,15 @@ impl CreditClass {
         }
     }
 
+    /// The setting that gives this class's credits per peer.
+    fn setting(self) -> &'static str {
+        match self {
+            Self::Eager => "eager_credits_per_peer",
+            Self::Small => "small_credits_per_peer",
+            Self::Medium => "medium_credits_per_peer",
+        }
+    }
+
     /// The bytes of one buffer of this class.
     pub(crate) fn buffer_len(self, config: &Config) -> u64 {
         match self {
@@ -85,6 +94,22 @@ impl CreditClass {
             Self::Medium => MEDIUM_MESSAGE_MAX.min(config.eager_limit),
         }
     }
+}
+
+/// Most credits of one class per peer: a receiver marks the buffers of a class in use one bit
+/// each in a word (`Peer::buffers_used`).
+pub(crate) const MAX_CREDITS_PER_CLASS: u32 = u64::BITS;
+
+/// Every class has 1 to [`MAX_CREDITS_PER_CLASS`] credits per peer (`Config::validate`).
+pub(crate) fn check_credits(config: &Config) -> Result<(), ConfigError> {
+    for class in CreditClass::ALL {
+        let credits = class.per_peer(config);
+        if credits == 0 || credits > MAX_CREDITS_PER_CLASS {
+            let setting = class.setting();
+            return Err(ConfigError::Credits { setting, credits });
+        }
+    }
+    Ok(())
 }
 
 /// One value per credit class, indexed by the class.
@@ -110,7 +135,7 @@ pub(crate) const COUNT_BITS: u32 = 10;
 pub(crate) const COUNT_MASK: u16 = (1 << COUNT_BITS) - 1;
 const _: () = assert!(CLASSES as u32 * COUNT_BITS <= u32::BITS);
 // A count must tell fresh from stale across every credit of a class outstanding at once.
-const _: () = assert!(crate::state::MAX_EAGER_CREDITS < 1 << (COUNT_BITS - 1));
+const _: () = assert!(MAX_CREDITS_PER_CLASS < 1 << (COUNT_BITS - 1));
 
 /// Cumulative counts of every class, wrapping at `1 << COUNT_BITS`: credits spent, returned,
 /// given or told. On the wire (`aux`) class `c` is bits `10c..10c+10` (eager, small, medium

@@ -52,9 +52,6 @@ pub(crate) fn carries_credits(kind: nicmsg_wire::FrameKind) -> bool {
 /// receiver; a burst of eager messages is rarely longer.
 pub(crate) const MAX_ACK_ALL_RUN: u32 = 63;
 
-/// Most eager buffers per peer: one bit each in a u64.
-pub(crate) const MAX_EAGER_CREDITS: u32 = 64;
-
 impl Core {
     /// Creates the endpoint of `rank` in a job of `size` ranks; `job` tags every frame so frames
     /// of another job are rejected. All tables are allocated here, none later.
@@ -67,15 +64,6 @@ impl Core {
         config.validate()?;
         if size == 0 || size > MAX_RANKS || rank >= size {
             return Err(ConfigError::Rank { rank, size });
-        }
-        if config.eager_credits_per_peer > MAX_EAGER_CREDITS {
-            return Err(ConfigError::ZeroLimit("eager_credits_per_peer <= 64"));
-        }
-        if config.small_credits_per_peer > MAX_EAGER_CREDITS {
-            return Err(ConfigError::ZeroLimit("small_credits_per_peer <= 64"));
-        }
-        if config.medium_credits_per_peer > MAX_EAGER_CREDITS {
-            return Err(ConfigError::ZeroLimit("medium_credits_per_peer <= 64"));
         }
         let completions_limit = config.max_sends + config.max_recvs;
         Ok(Self {

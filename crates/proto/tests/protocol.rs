@@ -1987,8 +1987,9 @@ fn credits_the_receiver_never_freed_cost_resends_never_a_hang() {
     assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
 }
 
-/// A class's buffers in use are one bit each in a word: more than 64 credits of any class is
-/// refused when the endpoint is made, never a buffer shared by two messages.
+/// A class's buffers in use are one bit each in a word: more than 64 credits of any class (or
+/// none) is refused when the endpoint is made, never a buffer shared by two messages, and the
+/// error says the bound.
 #[test]
 fn more_than_64_credits_of_any_class_are_refused() {
     let classes: [fn(&mut Config) -> &mut u32; 3] = [
@@ -2002,6 +2003,13 @@ fn more_than_64_credits_of_any_class_are_refused() {
             *credits(&mut config) = count;
             let made = Endpoint::new(config, 1, 0, 2);
             assert_eq!(made.is_ok(), accepted, "class {class}, {count} credits");
+            if let Err(error) = made {
+                let said = error.to_string();
+                assert!(
+                    said.ends_with(&format!("must be 1..=64, got {count}")),
+                    "{said}"
+                );
+            }
         }
     }
 }
