@@ -5,7 +5,7 @@
 mod support;
 
 use nicmsg_proto::*;
-use support::Net;
+use support::{class_credits, Net};
 
 fn config() -> Config {
     Config {
@@ -149,13 +149,7 @@ fn a_withdrawn_eager_send_returns_its_credit() {
 }
 
 fn withdrawn_eager_send_returns_its_credit(len: usize, config: Config) {
-    let credits = if len as u64 <= SMALL_MESSAGE_MAX {
-        config.small_credits_per_peer
-    } else if len as u64 <= MEDIUM_MESSAGE_MAX {
-        config.medium_credits_per_peer
-    } else {
-        config.eager_credits_per_peer
-    } as usize;
+    let credits = class_credits(&config, len);
     let mut net = Net::new(2, config);
     // Cancelled before any of its frames left: the receiver never sees the message.
     let withdrawn = net.send(0, 1, 3, vec![1; len]);

@@ -5,24 +5,12 @@ use nicmsg_wire::FrameKind;
 use proptest::prelude::*;
 use std::cell::Cell;
 use std::rc::Rc;
-use support::Net;
+use support::{class_credits, Net};
 
 fn pattern(len: usize, salt: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt))
         .collect()
-}
-
-/// The credits a message of `len` bytes spends from: its class's, as its length says.
-fn class_credits(config: &Config, len: usize) -> usize {
-    let len = len as u64;
-    (if len <= SMALL_MESSAGE_MAX {
-        config.small_credits_per_peer
-    } else if len <= MEDIUM_MESSAGE_MAX {
-        config.medium_credits_per_peer
-    } else {
-        config.eager_credits_per_peer
-    }) as usize
 }
 
 fn test_config() -> Config {
