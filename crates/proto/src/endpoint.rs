@@ -405,8 +405,8 @@ impl Endpoint {
         self.core.usage()
     }
 
-    /// Eager credits not settled with live peers (spent and not returned, or returned and not
-    /// yet told): zero once an exchange that lost no frame has gone quiet.
+    /// Credits of every class not settled with live peers (spent and not returned, or
+    /// returned and not yet told): zero once an exchange that lost no frame has gone quiet.
     pub fn credits_unsettled(&self) -> u64 {
         self.core.credits_unsettled()
     }

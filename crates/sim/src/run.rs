@@ -732,7 +732,7 @@ impl Sim {
                 world.violations.push(
                     now,
                     "credits-unsettled",
-                    format!("rank {rank}: {unsettled} eager credit(s) spent and not returned, or returned and not told, after a run that lost no frame went quiet"),
+                    format!("rank {rank}: {unsettled} credit(s) spent and not returned, or returned and not told, after a run that lost no frame went quiet"),
                 );
             }
             if usage.completions.in_use != 0 {

@@ -238,7 +238,7 @@ fn full_scale_workloads_without_faults_have_no_violations() {
 /// run goes quiet (`credits-unsettled`), which a credit returned in the wrong class breaks and
 /// nothing else shows.
 #[test]
-fn without_loss_every_credit_of_both_classes_is_settled() {
+fn without_loss_every_credit_of_every_class_is_settled() {
     let net = NetConfig {
         dup: 0.05,
         reorder: 0.2,
