@@ -120,6 +120,9 @@ impl Core {
             immediate: op.immediate,
         });
         if kind == FrameKind::Eager {
+            if op.completed_early {
+                header.flags |= Flags::UNWAITED;
+            }
             self.piggyback_on(peer, &mut header);
         }
         transmit.reset(peer);

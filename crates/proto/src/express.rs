@@ -85,7 +85,8 @@ impl Core {
             s.messages_received += 1;
             s.messages_express += 1;
         });
-        self.acknowledge_eager(now, peer, header.msg_id, len);
+        let sender_waits = !header.has_flag(nicmsg_wire::Flags::UNWAITED);
+        self.acknowledge_eager(now, peer, header.msg_id, sender_waits);
         self.peers[peer].recv_window.finish(header.msg_id);
         let generation = self.rx.recv_generation(recv);
         self.rx.remove_recv(recv);

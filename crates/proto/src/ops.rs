@@ -93,9 +93,10 @@ pub(crate) struct CancelRequest {
 /// Where the core keeps a short message's bytes.
 pub(crate) type ShortCopy = [u8; INLINE_PAYLOAD_MAX];
 
-/// Whether an eager message of `len` bytes is sent from the core's copy, its send complete at
-/// once: what a frame carries inline. The receiver reads from it that nobody waits for the
-/// message's acknowledgement (`piggyback.rs`).
+/// Whether an eager message of `len` bytes is sent from the core's short copy, its send
+/// complete at once (room for it allowing): what a frame carries inline. Its credit class
+/// follows (`CreditClass::of`); whether its sender waits for the acknowledgement the frame
+/// says itself (`Flags::UNWAITED`).
 pub(crate) fn sent_from_copy(len: u64) -> bool {
     len <= INLINE_PAYLOAD_MAX as u64
 }
@@ -258,6 +259,9 @@ pub(crate) struct Incoming {
     pub tag: Tag,
     /// The sender's immediate data, reported with the receive's completion.
     pub immediate: Option<u32>,
+    /// An eager message whose send completed from the sender's copy (flag `UNWAITED`): its
+    /// acknowledgement may wait for a carrier (`piggyback.rs`).
+    pub unwaited: bool,
     pub geometry: Geometry,
     pub frames: u32,
     pub ack_unit: u32,
@@ -304,6 +308,7 @@ impl Incoming {
             context,
             tag,
             immediate: None,
+            unwaited: false,
             geometry,
             frames: geometry.frames() as u32,
             ack_unit: u32::from(ack_unit),

@@ -2,24 +2,25 @@
 //! returns, wait up to `ack_delay_ns` for an EAGER frame to the same peer and ride on it
 //! (flags ACKED and CREDITS; `receiver.rs` reads them). A request answered by a reply then costs
 //! no acknowledgement datagram: on the critical path of a ping-pong each hop is one frame, as
-//! with raw UDP. A message of at most `INLINE_PAYLOAD_MAX` (256) bytes was sent from the
-//! sender's copy and its send completed, so nobody waits for its acknowledgement. A longer
-//! eager message's send completes on it, and a sender that
-//! waits for it before its next message (a blocking `MPI_Send` in a stream) would wait
-//! `ack_delay_ns` a message: its acknowledgement waits only while frames have been going back
-//! to the peer since one last had to leave on its own (`Peer::replies_follow`, TCP's ping-pong
-//! mode), and leaves at once in a stream.
+//! with raw UDP. A message whose send completed from the sender's copy (a short copy, or a
+//! send copy the host lent) says so on its frames (`Flags::UNWAITED`): nobody waits for its
+//! acknowledgement. Another eager message's send completes on it, and a sender that waits for
+//! it before its next message (a blocking `MPI_Send` in a stream) would wait `ack_delay_ns` a
+//! message: its acknowledgement waits only while frames have been going back to the peer
+//! since one last had to leave on its own (`Peer::replies_follow`, TCP's ping-pong mode), and
+//! leaves at once in a stream.
 //!
 //! A second whole message before any reply makes a stream. If the sender of either waits for
 //! its acknowledgement, both leave at once (as TCP acknowledges every second segment), so a
-//! stream of longer messages is acknowledged as promptly as before. If nobody waits (short
-//! messages sent from copies), the acknowledgements of consecutive messages gather into one
+//! stream of longer messages is acknowledged as promptly as before. If nobody waits (messages
+//! sent from copies), the acknowledgements of consecutive messages gather into one
 //! run ([`OwedAcks`]) that leaves with the next carrier, at its deadline
 //! ([`stream_ack_delay_ns`] after its first message), or with a credit that cannot wait
 //! (`credit_is_urgent`): a receiver slower than its sender then sends a frame per dozen
-//! messages, not one or two per message. The receiver tells "nobody waits" from the length
-//! alone; the rare short send that could not complete early (every early-send slot taken)
-//! then waits that deadline for its acknowledgement, which costs it time, never a message.
+//! messages, not one or two per message. The receiver told "nobody waits" from the length
+//! alone until wire version 5: a stream of messages copied into lent copies (4 KiB to 64 KiB)
+//! then had a frame back per message, and a short send that could not complete early (every
+//! early-send slot taken) waited the run's deadline for its acknowledgement.
 //! A lost carrier is repaired as a lost ACK is: the sender retransmits and the duplicate is
 //! acknowledged again.
 //!
@@ -35,12 +36,16 @@ use crate::*;
 use nicmsg_wire::{Flags, FrameHeader, FrameKind};
 
 impl Core {
-    /// The eager message `msg_id` of `len` bytes from `peer` is held whole. A short one's send
-    /// completed from the sender's copy, so its acknowledgement may wait for a carrier; a
-    /// longer one's send waits for this acknowledgement, which waits only if replies have been
-    /// going back.
-    pub(crate) fn acknowledge_eager(&mut self, now: Nanos, peer: Rank, msg_id: u32, len: u64) {
-        let sender_waits = !crate::ops::sent_from_copy(len);
+    /// The eager message `msg_id` from `peer` is held whole. If its send completed from the
+    /// sender's copy (`Flags::UNWAITED`), its acknowledgement may wait for a carrier; if the
+    /// sender waits for this acknowledgement, it waits only if replies have been going back.
+    pub(crate) fn acknowledge_eager(
+        &mut self,
+        now: Nanos,
+        peer: Rank,
+        msg_id: u32,
+        sender_waits: bool,
+    ) {
         if !sender_waits || self.peers[peer].replies_follow {
             self.owe_ack_all(now, peer, msg_id, sender_waits);
         } else {

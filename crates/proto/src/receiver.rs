@@ -151,6 +151,7 @@ impl Core {
         let key = (Context(msg.context), msg.tag);
         let mut entry = Incoming::new(peer, header.msg_id, key, geometry, msg.ack_unit);
         entry.immediate = msg.immediate;
+        entry.unwaited = header.has_flag(Flags::UNWAITED);
         let Some(index) = self.insert_remote(entry) else {
             self.answer_wait(header);
             return None;
@@ -410,9 +411,9 @@ impl Core {
         // A request to resume (`expect_resumption`) has nothing more to ask for.
         entry.deadline_ns = None;
         let (peer, msg_id, eager) = (entry.peer, entry.msg_id, entry.is_eager());
-        let len = entry.geometry.total_len;
+        let sender_waits = !entry.unwaited;
         if eager {
-            self.acknowledge_eager(now, peer, msg_id, len);
+            self.acknowledge_eager(now, peer, msg_id, sender_waits);
         } else {
             self.queue_ack_all(peer, msg_id);
         }

@@ -980,6 +980,65 @@ fn eager_sends_copied_into_lent_copies_complete_at_once_and_arrive_intact() {
     }
 }
 
+/// A burst of one-frame eager messages into receives already posted, 6,000 bytes each (too
+/// long for a short copy): when they are sent from copies the host lent, the senders completed
+/// at once and say so (`Flags::UNWAITED`), so their acknowledgements gather into runs and the
+/// receiver sends far fewer frames than messages; sent from the host's buffers, each sender
+/// waits, and its acknowledgement leaves at once. Until wire version 5 the receiver judged by
+/// length alone and answered a copied stream of 4 KiB to 64 KiB messages frame for frame.
+#[test]
+fn acknowledgements_wait_only_for_senders_that_completed_from_copies() {
+    const MESSAGES: u32 = 24;
+    let len = 6000usize;
+    let frames_back = |lend: bool| {
+        let mut net = Net::new(
+            2,
+            Config {
+                mtu: 9000,
+                eager_credits_per_peer: MESSAGES,
+                ..test_config()
+            },
+        );
+        if lend {
+            let copies = net.region(0, vec![0; len * MESSAGES as usize]);
+            net.endpoints[0].lend_send_copies(copies, len as u64, MESSAGES);
+        }
+        let recvs: Vec<_> = (0..MESSAGES)
+            .map(|_| net.recv(1, Source::Rank(0), TagMatch::Tag(1), len))
+            .collect();
+        let unwaited = Rc::new(Cell::new(0u32));
+        let seen = unwaited.clone();
+        net.filter = Some(Box::new(move |bytes: &[u8]| {
+            let header = nicmsg_wire::Frame::parse(bytes).expect("parses").header;
+            if header.kind == FrameKind::Eager && header.has_flag(Flags::UNWAITED) {
+                seen.set(seen.get() + 1);
+            }
+            false
+        }));
+        let sends: Vec<OpId> = (0..MESSAGES)
+            .map(|i| net.send(0, 1, 1, pattern(len, i as u8)))
+            .collect();
+        net.run(net.now + 100_000_000);
+        for (i, (recv, region)) in recvs.into_iter().enumerate() {
+            assert!(net.result(1, recv).is_some_and(|r| r.is_ok()), "{i}");
+            assert_eq!(net.bytes(1, region), &pattern(len, i as u8)[..], "{i}");
+        }
+        sends_end_and_state_is_freed(&mut net, &sends);
+        let expected = if lend { MESSAGES } else { 0 };
+        assert_eq!(unwaited.get(), expected, "frames saying nobody waits");
+        net.endpoints[1].stats().frames_sent
+    };
+    let (copied, waited) = (frames_back(true), frames_back(false));
+    assert!(
+        copied * 4 <= u64::from(MESSAGES),
+        "{copied} frames back for {MESSAGES} messages sent from copies"
+    );
+    assert!(
+        waited * 2 >= u64::from(MESSAGES),
+        "{waited} frames back for {MESSAGES} messages whose senders wait"
+    );
+}
+
 /// A rendezvous send completes once the matched receive acknowledged all its data (two round
 /// trips: RTS, CTS, data, ACK), not after END and MSG-ACK as well: its buffer is read no more.
 /// The handshake goes on behind it and frees everything.

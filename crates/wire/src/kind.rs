@@ -98,7 +98,9 @@ impl FrameKind {
     pub fn allowed_flags(self) -> u16 {
         let retransmit = Flags::RETRANSMIT;
         match self {
-            Self::Eager => retransmit | Flags::ACKED | Flags::CREDITS | Flags::LINK_CHECKED,
+            Self::Eager => {
+                retransmit | Flags::ACKED | Flags::CREDITS | Flags::LINK_CHECKED | Flags::UNWAITED
+            }
             Self::Rts => retransmit | Flags::LINK_CHECKED,
             Self::Data => retransmit | Flags::RSM | Flags::LINK_CHECKED,
             Self::Ack => Flags::ACK_ALL | Flags::WAIT,
@@ -172,6 +174,11 @@ impl Flags {
     /// bytes to 4 KiB). With `SMALL_CREDIT` too the CANCEL names no class, and withdrawing its
     /// message returns no credit.
     pub const MEDIUM_CREDIT: u16 = 1 << 13;
+    /// EAGER: the message's send has completed already (its bytes are the sender's copy), so
+    /// nobody waits for its acknowledgement, which may wait for a carrier and gather with the
+    /// acknowledgements of the messages after it. Without it the sender's request waits, and
+    /// a stream's acknowledgements leave at once.
+    pub const UNWAITED: u16 = 1 << 14;
 }
 
 /// Message protocol recorded in the message header; must agree with the frame kind.

@@ -234,16 +234,17 @@ fn flag_bits_and_allowed_flags_are_stable() {
             Flags::CANCELLED,
             Flags::LINK_CHECKED,
             Flags::SMALL_CREDIT,
-            Flags::MEDIUM_CREDIT
+            Flags::MEDIUM_CREDIT,
+            Flags::UNWAITED
         ],
         [
             0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80, 0x100, 0x200, 0x400, 0x800, 0x1000,
-            0x2000
+            0x2000, 0x4000
         ]
     );
     use FrameKind::*;
     let table: [(FrameKind, u16); 16] = [
-        (Eager, 0x982),
+        (Eager, 0x4982),
         (Rts, 0x802),
         (Cts, 0x10),
         (Data, 0x803),
@@ -269,7 +270,7 @@ fn flag_bits_and_allowed_flags_are_stable() {
 
 #[test]
 fn sizes() {
-    assert_eq!(VERSION, 4);
+    assert_eq!(VERSION, 5);
     assert_eq!(FRAME_HEADER_LEN, 48);
     assert_eq!(MSG_HEADER_LEN, 32);
     assert_eq!(MAX_HEADERS_LEN, 80);
@@ -299,7 +300,7 @@ fn frame_header_layout_is_pinned() {
     header.emit(&mut bytes);
     #[rustfmt::skip]
     let expected: [u8; 48] = [
-        0x04, 0x04, 0x03, 0x00,  // version 4, kind DATA (4), flags RSM|RETRANSMIT (LE)
+        0x05, 0x04, 0x03, 0x00,  // version 5, kind DATA (4), flags RSM|RETRANSMIT (LE)
         0x04, 0x05, 0x06, 0x07,  // job
         0x08, 0x09, 0x0a, 0x0b,  // src
         0x0c, 0x0d, 0x0e, 0x0f,  // dst
@@ -469,7 +470,7 @@ fn whole_eager_frame_is_pinned() {
     #[rustfmt::skip]
     let expected: [u8; 83] = [
         // frame header
-        0x04, 0x01, 0x00, 0x00,  // version 4, kind EAGER, no flags
+        0x05, 0x01, 0x00, 0x00,  // version 5, kind EAGER, no flags
         0x01, 0x00, 0x00, 0x00,  // job 1
         0x02, 0x00, 0x00, 0x00,  // src 2
         0x03, 0x00, 0x00, 0x00,  // dst 3
@@ -479,7 +480,7 @@ fn whole_eager_frame_is_pinned() {
         0x03, 0x00, 0x00, 0x00,  // payload_len 3
         0x00, 0x00, 0x00, 0x00,  // aux 0
         0x00, 0x00, 0x00, 0x00,  // acked_id (zero: no ACKED flag)
-        0x27, 0xfa, 0xe8, 0x85,  // CRC32C 0x85e8fa27, little-endian
+        0x7b, 0xba, 0x27, 0xa1,  // CRC32C 0xa127ba7b, little-endian
         // message header
         0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // total_len 3
         0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // tag 9
@@ -895,7 +896,7 @@ fn error_messages_are_informative() {
         ),
         (
             WireError::UnsupportedVersion(7),
-            "unsupported wire version 7 (this build speaks version 4)",
+            "unsupported wire version 7 (this build speaks version 5)",
         ),
         (WireError::UnknownKind(0xab), "unknown frame type 0xab"),
         (WireError::UnknownProtocol(9), "unknown message protocol 9"),
