@@ -157,6 +157,9 @@ struct nicmsg_av {
 	 * at most half full), so a completion's source is found in constant time. */
 	fi_addr_t *by_address;
 	size_t slots;
+	/* Endpoints bound to the vector: they look addresses up in it on every operation, so it
+	 * is closed only after them (-FI_EBUSY before). */
+	size_t bound;
 };
 
 struct nicmsg_ep;
@@ -419,6 +422,8 @@ static int nicmsg_getinfo(uint32_t version, const char *node, const char *servic
 static int av_close(struct fid *fid)
 {
 	struct nicmsg_av *av = (struct nicmsg_av *)fid;
+	if (LOCKED(av->bound > 0))
+		return -FI_EBUSY;
 	free(av->addrs);
 	free(av->live);
 	free(av->by_address);
@@ -1148,9 +1153,17 @@ static void cq_detach(struct nicmsg_cq *cq, struct nicmsg_ep *ep)
 static int ep_bind_locked(struct nicmsg_ep *ep, struct fid *bfid, uint64_t flags)
 {
 	switch (bfid->fclass) {
-	case FI_CLASS_AV:
-		ep->av = (struct nicmsg_av *)bfid;
+	case FI_CLASS_AV: {
+		struct nicmsg_av *av = (struct nicmsg_av *)bfid;
+		if (ep->av == av)
+			return 0;
+		/* One vector an endpoint: its fi_addr values name entries of that vector only. */
+		if (ep->av)
+			return -FI_EINVAL;
+		ep->av = av;
+		av->bound++;
 		return 0;
+	}
 	case FI_CLASS_CQ: {
 		struct nicmsg_cq *cq = (struct nicmsg_cq *)bfid;
 		if (!(flags & (FI_TRANSMIT | FI_RECV)))
@@ -1203,6 +1216,8 @@ static int ep_close(struct fid *fid)
 	cq_detach(ep->tx_cq, ep);
 	if (ep->rx_cq != ep->tx_cq)
 		cq_detach(ep->rx_cq, ep);
+	if (ep->av)
+		ep->av->bound--;
 	void *engine = ep->engine;
 	ep->engine = NULL;
 	pthread_mutex_unlock(&provider_lock);

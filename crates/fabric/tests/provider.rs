@@ -219,6 +219,14 @@ fn a_completion_wakes_an_application_sleeping_on_the_queue_descriptor() {
     );
 }
 
+/// Objects closed in the wrong order: an address vector an endpoint is bound to refuses
+/// `fi_close` with `-FI_EBUSY` and goes on serving the endpoint, instead of being freed under
+/// it (`tests/fabric/lifetime.c`).
+#[test]
+fn objects_in_use_refuse_to_close() {
+    run_c_check("lifetime", &["-lfabric"], &[&[]]);
+}
+
 /// A TCP port of loopback nobody holds now, for fi_pingpong's own connection: a fixed one
 /// could be taken, and the tests run beside each other (mpirun's connections, the other
 /// fi_pingpong) pick theirs from the same ephemeral range.
