@@ -549,6 +549,10 @@ static fi_addr_t av_source(const struct nicmsg_av *av, const union nf_addr *from
 static int av_insert_locked(struct nicmsg_av *av, const void *addr, size_t count,
 			    fi_addr_t *fi_addr)
 {
+	/* Checked before any sum with av->count: a huge count would wrap it to a small size,
+	 * and the loop below write past the table. */
+	if (count > NICMSG_AV_MAX - av->count)
+		return -FI_ENOSPC;
 	if (!av_grow(av, av->count + count) || !av_index_grow(av, av->count + count))
 		return -FI_ENOMEM;
 	/* The addresses are of the domain's format, all of one family: the first says which,

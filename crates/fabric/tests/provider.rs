@@ -227,6 +227,14 @@ fn objects_in_use_refuse_to_close() {
     run_c_check("lifetime", &["-lfabric"], &[&[]]);
 }
 
+/// Arguments that make no sense (a vector insert of more addresses than it holds, ...):
+/// each answers a negative `FI_E*` code and leaves the objects working
+/// (`tests/fabric/bad_args.c`).
+#[test]
+fn bad_arguments_are_refused_with_an_error() {
+    run_c_check("bad_args", &["-lfabric"], &[&[]]);
+}
+
 /// A TCP port of loopback nobody holds now, for fi_pingpong's own connection: a fixed one
 /// could be taken, and the tests run beside each other (mpirun's connections, the other
 /// fi_pingpong) pick theirs from the same ephemeral range.
