@@ -46,6 +46,48 @@ static void check_vector_count(struct node *n, struct node *peer)
 		FAIL("the vector lost its address after a refused insert");
 }
 
+/* Reads one completion of `n`'s queue (-FI_EAVAIL for an error), progressing `other`. */
+static ssize_t read_one(struct node *n, struct node *other, struct fi_cq_tagged_entry *entry)
+{
+	for (long spins = 0; spins < 100000000; spins++) {
+		ssize_t got = fi_cq_read(n->cq, entry, 1);
+		if (got != -FI_EAGAIN)
+			return got;
+		struct fi_cq_tagged_entry ignored;
+		fi_cq_read(other->cq, &ignored, 1);
+	}
+	FAIL("no completion");
+}
+
+/* A null buffer with a length is refused (it was taken as an empty one: a send of nothing
+ * that succeeded, a receive that could only truncate); with length 0 it is an empty message,
+ * which arrives. */
+static void check_null_buffers(struct node *a, struct node *b, fi_addr_t to_b)
+{
+	expect("fi_tsend of 16 bytes at NULL", fi_tsend(a->ep, NULL, 16, NULL, to_b, 4, NULL),
+	       -FI_EINVAL);
+	expect("fi_tinject of 16 bytes at NULL", fi_tinject(a->ep, NULL, 16, to_b, 4), -FI_EINVAL);
+	expect("fi_senddata of 16 bytes at NULL",
+	       fi_senddata(a->ep, NULL, 16, NULL, 1, to_b, NULL), -FI_EINVAL);
+	char piece[8] = "piece";
+	struct iovec iov[2] = {{piece, sizeof(piece)}, {NULL, 8}};
+	expect("fi_tsendv with a NULL piece of 8 bytes",
+	       fi_tsendv(a->ep, iov, NULL, 2, to_b, 4, NULL), -FI_EINVAL);
+	expect("fi_trecv into 16 bytes at NULL",
+	       fi_trecv(b->ep, NULL, 16, NULL, FI_ADDR_UNSPEC, 4, 0, NULL), -FI_EINVAL);
+	expect("fi_recv into 16 bytes at NULL", fi_recv(b->ep, NULL, 16, NULL, FI_ADDR_UNSPEC, NULL),
+	       -FI_EINVAL);
+	/* Nothing of the refused sends arrives: the empty message is the first of tag 4. */
+	static int receive, send;
+	CHECK(fi_trecv(b->ep, NULL, 0, NULL, FI_ADDR_UNSPEC, 4, 0, &receive));
+	CHECK(fi_tsend(a->ep, NULL, 0, NULL, to_b, 4, &send));
+	struct fi_cq_tagged_entry entry;
+	if (read_one(a, b, &entry) != 1 || entry.op_context != &send)
+		FAIL("the empty send did not complete");
+	if (read_one(b, a, &entry) != 1 || entry.op_context != &receive || entry.len != 0)
+		FAIL("the empty message did not arrive as one (%zu bytes)", entry.len);
+}
+
 int main(void)
 {
 	struct fi_info *info;
@@ -56,6 +98,9 @@ int main(void)
 	open_node(info, domain, &a, FI_WAIT_NONE);
 	open_node(info, domain, &b, FI_WAIT_NONE);
 	check_vector_count(&a, &b);
+	fi_addr_t to_b;
+	CHECK(fi_av_insert(a.av, b.name, 1, &to_b, 0, NULL) - 1);
+	check_null_buffers(&a, &b, to_b);
 	struct node *nodes[] = {&a, &b};
 	for (int i = 0; i < 2; i++) {
 		CHECK(fi_close(&nodes[i]->ep->fid));
