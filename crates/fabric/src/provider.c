@@ -837,16 +837,21 @@ static ssize_t cq_read_locked(struct nicmsg_cq *cq, void *buf, size_t count,
 		cq_pop(cq);
 		done++;
 	}
-	return done ? (ssize_t)done : -FI_EAVAIL;
+	/* Nothing read of a count of 0 is no sign of an error (fi_cq_readerr would find none). */
+	return done || !count ? (ssize_t)done : -FI_EAVAIL;
 }
 
 static ssize_t cq_read(struct fid_cq *fid, void *buf, size_t count)
 {
+	if (!buf && count)
+		return -FI_EINVAL;
 	return LOCKED(cq_read_locked((struct nicmsg_cq *)fid, buf, count, NULL));
 }
 
 static ssize_t cq_readfrom(struct fid_cq *fid, void *buf, size_t count, fi_addr_t *src_addr)
 {
+	if (!buf && count)
+		return -FI_EINVAL;
 	return LOCKED(cq_read_locked((struct nicmsg_cq *)fid, buf, count, src_addr));
 }
 
@@ -880,6 +885,8 @@ static ssize_t cq_readerr_locked(struct nicmsg_cq *cq, struct fi_cq_err_entry *o
 static ssize_t cq_readerr(struct fid_cq *fid, struct fi_cq_err_entry *buf, uint64_t flags)
 {
 	(void)flags;
+	if (!buf)
+		return -FI_EINVAL;
 	return LOCKED(cq_readerr_locked((struct nicmsg_cq *)fid, buf));
 }
 
@@ -927,6 +934,8 @@ static long elapsed_ns(const struct timespec *since)
 static ssize_t cq_wait_read(struct nicmsg_cq *cq, void *buf, size_t count, fi_addr_t *src_addr,
 			    int timeout)
 {
+	if (!buf && count)
+		return -FI_EINVAL;
 	struct timespec start;
 	clock_gettime(CLOCK_MONOTONIC, &start);
 	for (;;) {

@@ -88,6 +88,32 @@ static void check_null_buffers(struct node *a, struct node *b, fi_addr_t to_b)
 		FAIL("the empty message did not arrive as one (%zu bytes)", entry.len);
 }
 
+/* Reads of a queue holding a send's successful completion: a count of 0 reads nothing (it
+ * answered -FI_EAVAIL, an error fi_cq_readerr then did not find), a NULL buffer for entries
+ * is refused (it was written to), and the completion is still there to read. */
+static void check_queue_reads(struct node *a, struct node *b, fi_addr_t to_b)
+{
+	static char message[] = "read me", in[16];
+	CHECK(fi_trecv(b->ep, in, sizeof(in), NULL, FI_ADDR_UNSPEC, 5, 0, in));
+	CHECK(fi_tsend(a->ep, message, sizeof(message), NULL, to_b, 5, message));
+	ssize_t got = -FI_EAGAIN;
+	for (long spins = 0; spins < 100000000 && got == -FI_EAGAIN; spins++) {
+		got = fi_cq_read(a->cq, NULL, 0);
+		struct fi_cq_tagged_entry ignored;
+		fi_cq_read(b->cq, &ignored, 1);
+	}
+	expect("fi_cq_read of 0 entries with one queued", got, 0);
+	struct fi_cq_err_entry error = {0};
+	expect("fi_cq_readerr with no error queued", fi_cq_readerr(a->cq, &error, 0), -FI_EAGAIN);
+	expect("fi_cq_read into NULL", fi_cq_read(a->cq, NULL, 1), -FI_EINVAL);
+	expect("fi_cq_readfrom into NULL", fi_cq_readfrom(a->cq, NULL, 1, NULL), -FI_EINVAL);
+	expect("fi_cq_sread into NULL", fi_cq_sread(a->cq, NULL, 1, NULL, 0), -FI_EINVAL);
+	expect("fi_cq_readerr into NULL", fi_cq_readerr(a->cq, NULL, 0), -FI_EINVAL);
+	struct fi_cq_tagged_entry entry;
+	if (fi_cq_read(a->cq, &entry, 1) != 1 || entry.op_context != message)
+		FAIL("the send's completion is gone after the refused reads");
+}
+
 int main(void)
 {
 	struct fi_info *info;
@@ -101,6 +127,7 @@ int main(void)
 	fi_addr_t to_b;
 	CHECK(fi_av_insert(a.av, b.name, 1, &to_b, 0, NULL) - 1);
 	check_null_buffers(&a, &b, to_b);
+	check_queue_reads(&a, &b, to_b);
 	struct node *nodes[] = {&a, &b};
 	for (int i = 0; i < 2; i++) {
 		CHECK(fi_close(&nodes[i]->ep->fid));
