@@ -15,6 +15,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1317,6 +1318,15 @@ static bool rx_wanted(struct nicmsg_ep *ep, uint64_t flags)
 	return !ep->rx_selective || (flags & FI_COMPLETION);
 }
 
+/* The bytes `count` iovecs describe, saturating (NULL iovecs are refused later). */
+static size_t iov_bytes(const struct iovec *iov, size_t count)
+{
+	size_t total = 0;
+	for (size_t i = 0; iov && i < count; i++)
+		total = iov[i].iov_len > SIZE_MAX - total ? SIZE_MAX : total + iov[i].iov_len;
+	return total;
+}
+
 static ssize_t send_locked(struct nicmsg_ep *ep, const struct iovec *iov, size_t count,
 			   fi_addr_t dest, bool tagged, uint64_t tag, bool has_data, uint64_t data,
 			   void *context, bool wanted, bool inject)
@@ -1325,6 +1335,9 @@ static ssize_t send_locked(struct nicmsg_ep *ep, const struct iovec *iov, size_t
 		return -FI_EOPBADSTATE;
 	if (count > NICMSG_IOV_LIMIT)
 		return -FI_EINVAL;
+	/* The inject bound holds for sendmsg's FI_INJECT too: those bytes are copied here. */
+	if (inject && iov_bytes(iov, count) > NICMSG_INJECT_SIZE)
+		return -FI_EMSGSIZE;
 	const union nf_addr *to = destination(ep, dest);
 	if (!to)
 		return -FI_EADDRNOTAVAIL;

@@ -114,6 +114,30 @@ static void check_queue_reads(struct node *a, struct node *b, fi_addr_t to_b)
 		FAIL("the send's completion is gone after the refused reads");
 }
 
+/* FI_INJECT on fi_tsendmsg is bound by inject_size as fi_tinject is (it copied whatever it
+ * was given, up to the 1 GiB message bound). */
+static void check_inject_size(struct fi_info *info, struct node *a, fi_addr_t to_b)
+{
+	size_t limit = info->tx_attr->inject_size;
+	char *bytes = calloc(1, 2 * limit + 2);
+	struct iovec over = {bytes, limit + 1};
+	struct iovec halves[2] = {{bytes, limit / 2 + 1}, {bytes, limit / 2 + 1}};
+	struct fi_msg_tagged msg = {.msg_iov = &over, .iov_count = 1, .addr = to_b, .tag = 6};
+	expect("fi_tsendmsg with FI_INJECT of inject_size + 1 bytes",
+	       fi_tsendmsg(a->ep, &msg, FI_INJECT), -FI_EMSGSIZE);
+	msg.msg_iov = halves;
+	msg.iov_count = 2;
+	expect("fi_tsendmsg with FI_INJECT of two pieces past inject_size",
+	       fi_tsendmsg(a->ep, &msg, FI_INJECT), -FI_EMSGSIZE);
+	expect("fi_tinject of inject_size + 1 bytes", fi_tinject(a->ep, bytes, limit + 1, to_b, 6),
+	       -FI_EMSGSIZE);
+	struct iovec exact = {bytes, limit};
+	msg.msg_iov = &exact;
+	msg.iov_count = 1;
+	CHECK(fi_tsendmsg(a->ep, &msg, FI_INJECT));
+	free(bytes);
+}
+
 int main(void)
 {
 	struct fi_info *info;
@@ -128,6 +152,7 @@ int main(void)
 	CHECK(fi_av_insert(a.av, b.name, 1, &to_b, 0, NULL) - 1);
 	check_null_buffers(&a, &b, to_b);
 	check_queue_reads(&a, &b, to_b);
+	check_inject_size(info, &a, to_b);
 	struct node *nodes[] = {&a, &b};
 	for (int i = 0; i < 2; i++) {
 		CHECK(fi_close(&nodes[i]->ep->fid));
