@@ -1240,9 +1240,13 @@ static int ep_close(struct fid *fid)
 	return 0;
 }
 
+/* fi_cancel: the operation posted with `context`. NULL names none: injects have no context,
+ * and cancelling one would withdraw its message with no completion to say so. */
 static ssize_t ep_cancel(fid_t fid, void *context)
 {
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
+	if (!context)
+		return -FI_EINVAL;
 	return LOCKED(nf_cancel(ep->engine, context));
 }
 

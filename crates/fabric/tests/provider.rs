@@ -235,6 +235,21 @@ fn bad_arguments_are_refused_with_an_error() {
     run_c_check("bad_args", &["-lfabric"], &[&[]]);
 }
 
+/// `fi_cancel` names an operation by its context: NULL names none, and does not withdraw an
+/// inject (which has no context) from a receiver stopped meanwhile; unknown and completed
+/// contexts answer `-FI_ENOENT`, in both engine modes (`tests/fabric/cancel.c`).
+#[test]
+fn a_cancel_reaches_only_the_operation_it_names() {
+    run_c_check(
+        "cancel",
+        &["-lfabric"],
+        &[
+            &[("NICMSG_ENGINE", "thread")],
+            &[("NICMSG_ENGINE", "inline")],
+        ],
+    );
+}
+
 /// A TCP port of loopback nobody holds now, for fi_pingpong's own connection: a fixed one
 /// could be taken, and the tests run beside each other (mpirun's connections, the other
 /// fi_pingpong) pick theirs from the same ephemeral range.
