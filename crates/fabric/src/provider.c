@@ -1364,6 +1364,12 @@ static ssize_t recv_locked(struct nicmsg_ep *ep, const struct iovec *iov, size_t
 	return nf_recv(ep->engine, iov, count, from, tagged, tag, ignore, context, wanted);
 }
 
+/* What FI_PEEK | FI_CLAIM writes beside the claim, in fi_context.internal[1]: a FI_CLAIM
+ * receive whose context lacks it was given a context no peek claimed with (fresh memory, as
+ * often zeroed, would otherwise name the claim numbered 0: another context's message). */
+static const char claim_mark;
+#define CLAIM_MARK ((void *)&claim_mark)
+
 /* FI_PEEK: answers at once, with the message's description or FI_ENOMSG, in the receive
  * completion queue. With FI_CLAIM the message found is also taken: the claim that names it
  * is kept in the operation's fi_context (libfabric requires one for FI_CLAIM), where the
@@ -1398,6 +1404,7 @@ static ssize_t peek_locked(struct nicmsg_ep *ep, const struct fi_msg_tagged *msg
 		found.err = FI_ENOMSG;
 	} else if (flags & FI_CLAIM) {
 		((struct fi_context *)msg->context)->internal[0] = (void *)(uintptr_t)claim;
+		((struct fi_context *)msg->context)->internal[1] = CLAIM_MARK;
 	} else if (flags & FI_DISCARD) {
 		int dropped = nf_discard(ep->engine, claim);
 		if (dropped < 0)
@@ -1418,7 +1425,10 @@ static ssize_t claimed_locked(struct nicmsg_ep *ep, const struct fi_msg_tagged *
 		return -FI_EINVAL;
 	if (msg->iov_count > NICMSG_IOV_LIMIT)
 		return -FI_EINVAL;
-	uint64_t claim = (uintptr_t)((struct fi_context *)msg->context)->internal[0];
+	const struct fi_context *claimed = msg->context;
+	if (claimed->internal[1] != CLAIM_MARK)
+		return -FI_EINVAL; /* no FI_PEEK | FI_CLAIM with this context */
+	uint64_t claim = (uintptr_t)claimed->internal[0];
 	if (!(flags & FI_DISCARD))
 		return nf_recv_claimed(ep->engine, msg->msg_iov, msg->iov_count, claim,
 				       msg->context, rx_wanted(ep, flags));

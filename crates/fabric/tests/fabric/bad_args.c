@@ -138,6 +138,61 @@ static void check_inject_size(struct fi_info *info, struct node *a, fi_addr_t to
 	free(bytes);
 }
 
+/* Peeks with FI_PEEK | FI_CLAIM under `context` until `n`'s message of `tag` is there. */
+static void peek_claim(struct node *n, struct node *other, uint64_t tag,
+		       struct fi_context *context)
+{
+	struct fi_msg_tagged msg = {.addr = FI_ADDR_UNSPEC, .tag = tag, .context = context};
+	for (long tries = 0; tries < 10000000; tries++) {
+		CHECK(fi_trecvmsg(n->ep, &msg, FI_PEEK | FI_CLAIM));
+		struct fi_cq_tagged_entry entry;
+		ssize_t got = read_one(n, other, &entry);
+		if (got == 1 && entry.op_context == context)
+			return;
+		struct fi_cq_err_entry error = {0};
+		if (got != -FI_EAVAIL || fi_cq_readerr(n->cq, &error, 0) != 1 ||
+		    error.err != FI_ENOMSG)
+			FAIL("FI_PEEK | FI_CLAIM gave neither the message nor FI_ENOMSG");
+	}
+	FAIL("the message to claim never came");
+}
+
+/* FI_CLAIM with a context no FI_PEEK | FI_CLAIM used is refused: a fresh context (zeroed)
+ * named the first claim an endpoint made, and took another context's claimed message. The
+ * claiming context then receives it. Fresh endpoints: their first claim is the one a zeroed
+ * context would name. */
+static void check_claim_without_peek(struct fi_info *info, struct fid_domain *domain)
+{
+	struct node a, b;
+	open_node(info, domain, &a, FI_WAIT_NONE);
+	open_node(info, domain, &b, FI_WAIT_NONE);
+	fi_addr_t to_b;
+	CHECK(fi_av_insert(a.av, b.name, 1, &to_b, 0, NULL) - 1);
+	static char message[] = "claimed";
+	CHECK(fi_tsend(a.ep, message, sizeof(message), NULL, to_b, 7, message));
+	struct fi_context peeker = {{0}}, stranger = {{0}};
+	peek_claim(&b, &a, 7, &peeker);
+	char in[16] = {0};
+	struct iovec iov = {in, sizeof(in)};
+	struct fi_msg_tagged msg = {.msg_iov = &iov, .iov_count = 1, .addr = FI_ADDR_UNSPEC,
+				    .tag = 7, .context = &stranger};
+	expect("FI_CLAIM with a context no peek claimed with", fi_trecvmsg(b.ep, &msg, FI_CLAIM),
+	       -FI_EINVAL);
+	expect("FI_CLAIM | FI_DISCARD with a context no peek claimed with",
+	       fi_trecvmsg(b.ep, &msg, FI_CLAIM | FI_DISCARD), -FI_EINVAL);
+	msg.context = &peeker;
+	CHECK(fi_trecvmsg(b.ep, &msg, FI_CLAIM));
+	struct fi_cq_tagged_entry entry;
+	if (read_one(&b, &a, &entry) != 1 || entry.op_context != &peeker || strcmp(in, message))
+		FAIL("the claiming context did not receive its claimed message");
+	struct node *nodes[] = {&a, &b};
+	for (int i = 0; i < 2; i++) {
+		CHECK(fi_close(&nodes[i]->ep->fid));
+		CHECK(fi_close(&nodes[i]->cq->fid));
+		CHECK(fi_close(&nodes[i]->av->fid));
+	}
+}
+
 int main(void)
 {
 	struct fi_info *info;
@@ -153,6 +208,7 @@ int main(void)
 	check_null_buffers(&a, &b, to_b);
 	check_queue_reads(&a, &b, to_b);
 	check_inject_size(info, &a, to_b);
+	check_claim_without_peek(info, domain);
 	struct node *nodes[] = {&a, &b};
 	for (int i = 0; i < 2; i++) {
 		CHECK(fi_close(&nodes[i]->ep->fid));
