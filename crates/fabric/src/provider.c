@@ -1339,6 +1339,10 @@ static ssize_t send_locked(struct nicmsg_ep *ep, const struct iovec *iov, size_t
 		return -FI_EOPBADSTATE;
 	if (count > NICMSG_IOV_LIMIT)
 		return -FI_EINVAL;
+	/* Without a send queue, no completion could say when the buffer is free or that the
+	 * peer failed (an inject's bytes are copied, and it reports nothing anyway). */
+	if (!ep->tx_cq && !inject)
+		return -FI_ENOCQ;
 	/* The inject bound holds for sendmsg's FI_INJECT too: those bytes are copied here. */
 	if (inject && iov_bytes(iov, count) > NICMSG_INJECT_SIZE)
 		return -FI_EMSGSIZE;
@@ -1357,6 +1361,9 @@ static ssize_t recv_locked(struct nicmsg_ep *ep, const struct iovec *iov, size_t
 		return -FI_EOPBADSTATE;
 	if (count > NICMSG_IOV_LIMIT)
 		return -FI_EINVAL;
+	/* Without a receive queue the message would be taken and its completion dropped. */
+	if (!ep->rx_cq)
+		return -FI_ENOCQ;
 	bool unknown;
 	const union nf_addr *from = source(ep, src, &unknown);
 	if (unknown)
@@ -1425,6 +1432,8 @@ static ssize_t claimed_locked(struct nicmsg_ep *ep, const struct fi_msg_tagged *
 		return -FI_EINVAL;
 	if (msg->iov_count > NICMSG_IOV_LIMIT)
 		return -FI_EINVAL;
+	if (!ep->rx_cq)
+		return -FI_ENOCQ;
 	const struct fi_context *claimed = msg->context;
 	if (claimed->internal[1] != CLAIM_MARK)
 		return -FI_EINVAL; /* no FI_PEEK | FI_CLAIM with this context */
@@ -1432,8 +1441,6 @@ static ssize_t claimed_locked(struct nicmsg_ep *ep, const struct fi_msg_tagged *
 	if (!(flags & FI_DISCARD))
 		return nf_recv_claimed(ep->engine, msg->msg_iov, msg->iov_count, claim,
 				       msg->context, rx_wanted(ep, flags));
-	if (!ep->rx_cq)
-		return -FI_ENOCQ;
 	if (!cq_room(ep->rx_cq, 1))
 		return -FI_EAGAIN;
 	int dropped = nf_discard(ep->engine, claim);

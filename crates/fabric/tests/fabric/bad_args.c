@@ -193,6 +193,41 @@ static void check_claim_without_peek(struct fi_info *info, struct fid_domain *do
 	}
 }
 
+/* An endpoint bound to a queue for one direction only: operations of the other direction,
+ * whose completions would have nowhere to go, are refused (a receive took its message and
+ * dropped the completion); an inject, which reports nothing, still goes. */
+static void check_one_queue(struct fi_info *info, struct fid_domain *domain, struct node *peer)
+{
+	struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
+	struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED};
+	struct fid_av *av;
+	struct fid_cq *cq;
+	struct fid_ep *send_only, *receive_only;
+	CHECK(fi_av_open(domain, &av_attr, &av, NULL));
+	CHECK(fi_cq_open(domain, &cq_attr, &cq, NULL));
+	CHECK(fi_endpoint(domain, info, &send_only, NULL));
+	CHECK(fi_endpoint(domain, info, &receive_only, NULL));
+	CHECK(fi_ep_bind(send_only, &av->fid, 0));
+	CHECK(fi_ep_bind(receive_only, &av->fid, 0));
+	CHECK(fi_ep_bind(send_only, &cq->fid, FI_TRANSMIT));
+	CHECK(fi_ep_bind(receive_only, &cq->fid, FI_RECV));
+	CHECK(fi_enable(send_only));
+	CHECK(fi_enable(receive_only));
+	fi_addr_t to;
+	CHECK(fi_av_insert(av, peer->name, 1, &to, 0, NULL) - 1);
+	char buf[16] = "one way";
+	expect("fi_trecv without a receive queue",
+	       fi_trecv(send_only, buf, sizeof(buf), NULL, FI_ADDR_UNSPEC, 10, 0, buf),
+	       -FI_ENOCQ);
+	expect("fi_tsend without a send queue",
+	       fi_tsend(receive_only, buf, sizeof(buf), NULL, to, 10, buf), -FI_ENOCQ);
+	CHECK(fi_tinject(receive_only, buf, sizeof(buf), to, 10));
+	CHECK(fi_close(&send_only->fid));
+	CHECK(fi_close(&receive_only->fid));
+	CHECK(fi_close(&cq->fid));
+	CHECK(fi_close(&av->fid));
+}
+
 int main(void)
 {
 	struct fi_info *info;
@@ -209,6 +244,7 @@ int main(void)
 	check_queue_reads(&a, &b, to_b);
 	check_inject_size(info, &a, to_b);
 	check_claim_without_peek(info, domain);
+	check_one_queue(info, domain, &b);
 	struct node *nodes[] = {&a, &b};
 	for (int i = 0; i < 2; i++) {
 		CHECK(fi_close(&nodes[i]->ep->fid));
