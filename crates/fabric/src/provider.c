@@ -134,17 +134,24 @@ static pthread_mutex_t provider_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- Objects ---- */
 
+/* Objects opened from a fabric (domains, event queues) or a domain (endpoints, completion
+ * queues, address vectors) are counted in their parent, which closes only after them
+ * (-FI_EBUSY before), as libfabric has it; each child keeps a pointer to the count. */
 struct nicmsg_fabric {
 	struct fid_fabric fabric;
+	size_t children;
 };
 
 struct nicmsg_domain {
 	struct fid_domain domain;
 	struct fi_info *info;
+	size_t children;
+	size_t *parent;
 };
 
 struct nicmsg_eq {
 	struct fid_eq eq;
+	size_t *parent;
 };
 
 struct nicmsg_av {
@@ -161,6 +168,7 @@ struct nicmsg_av {
 	/* Endpoints bound to the vector: they look addresses up in it on every operation, so it
 	 * is closed only after them (-FI_EBUSY before). */
 	size_t bound;
+	size_t *parent;
 };
 
 struct nicmsg_ep;
@@ -186,6 +194,7 @@ struct nicmsg_cq {
 	int signal_fd;
 	/* fi_cq_signal was called: the next fi_cq_sread that finds nothing returns. */
 	bool signaled;
+	size_t *parent;
 };
 
 struct nicmsg_ep {
@@ -205,6 +214,7 @@ struct nicmsg_ep {
 	/* The engine runs on a thread of its own (fixed when it opens): completions come while
 	 * the application sleeps. */
 	bool automatic;
+	size_t *parent;
 };
 
 /* ---- Stubs for what nicmsg does not offer ---- */
@@ -231,11 +241,21 @@ STUB(ssize_t, no_operation, -FI_ENOSYS, void)
 		.ops_open = no_ops_open,                                                    \
 	}
 
-/* Closes an object that owns nothing but its own allocation (fabric, event queue). */
-static int free_close(struct fid *fid)
+/* Counts a child opened from the parent whose count is `children`; the child keeps the
+ * result, to give back with `release` when it closes. */
+static size_t *adopt(size_t *children)
 {
-	free(fid);
-	return 0;
+	pthread_mutex_lock(&provider_lock);
+	++*children;
+	pthread_mutex_unlock(&provider_lock);
+	return children;
+}
+
+static void release(size_t *children)
+{
+	pthread_mutex_lock(&provider_lock);
+	--*children;
+	pthread_mutex_unlock(&provider_lock);
 }
 
 /* libfabric's text for an error code, in `buf` if the caller gave one. */
@@ -425,6 +445,7 @@ static int av_close(struct fid *fid)
 	struct nicmsg_av *av = (struct nicmsg_av *)fid;
 	if (LOCKED(av->bound > 0))
 		return -FI_EBUSY;
+	release(av->parent);
 	free(av->addrs);
 	free(av->live);
 	free(av->by_address);
@@ -669,7 +690,6 @@ static struct fi_ops_av av_ops = {
 static int domain_av_open(struct fid_domain *domain, struct fi_av_attr *attr,
 			  struct fid_av **out, void *context)
 {
-	(void)domain;
 	if (attr && attr->type != FI_AV_UNSPEC && attr->type != FI_AV_MAP &&
 	    attr->type != FI_AV_TABLE)
 		return -FI_EINVAL;
@@ -679,6 +699,7 @@ static int domain_av_open(struct fid_domain *domain, struct fi_av_attr *attr,
 	if (!av)
 		return -FI_ENOMEM;
 	av->type = attr && attr->type ? attr->type : FI_AV_TABLE;
+	av->parent = adopt(&((struct nicmsg_domain *)domain)->children);
 	av->av.fid.fclass = FI_CLASS_AV;
 	av->av.fid.context = context;
 	av->av.fid.ops = &av_fid_ops;
@@ -1013,6 +1034,7 @@ static int cq_close(struct fid *fid)
 	pthread_mutex_unlock(&provider_lock);
 	if (in_use)
 		return -FI_EBUSY;
+	release(cq->parent);
 	if (cq->wait_fd >= 0)
 		close(cq->wait_fd);
 	if (cq->signal_fd >= 0)
@@ -1084,7 +1106,6 @@ static struct fi_ops_cq cq_ops = {
 static int domain_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr,
 			  struct fid_cq **out, void *context)
 {
-	(void)domain;
 	enum fi_cq_format format = attr ? attr->format : FI_CQ_FORMAT_UNSPEC;
 	if (format == FI_CQ_FORMAT_UNSPEC)
 		format = FI_CQ_FORMAT_TAGGED;
@@ -1118,6 +1139,7 @@ static int domain_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr,
 		}
 	}
 	cq->format = format;
+	cq->parent = adopt(&((struct nicmsg_domain *)domain)->children);
 	cq->cq.fid.fclass = FI_CLASS_CQ;
 	cq->cq.fid.context = context;
 	cq->cq.fid.ops = &cq_fid_ops;
@@ -1236,6 +1258,7 @@ static int ep_close(struct fid *fid)
 	ep->engine = NULL;
 	pthread_mutex_unlock(&provider_lock);
 	nf_close(engine);
+	release(ep->parent);
 	free(ep);
 	return 0;
 }
@@ -1718,7 +1741,6 @@ static uint32_t address_format(void)
 static int domain_endpoint(struct fid_domain *domain, struct fi_info *info,
 			   struct fid_ep **out, void *context)
 {
-	(void)domain;
 	if (info && info->ep_attr && info->ep_attr->type != FI_EP_RDM &&
 	    info->ep_attr->type != FI_EP_UNSPEC)
 		return -FI_EINVAL;
@@ -1740,6 +1762,7 @@ static int domain_endpoint(struct fid_domain *domain, struct fi_info *info,
 	ep->source = caps & FI_SOURCE;
 	ep->tx_op_flags = info && info->tx_attr ? info->tx_attr->op_flags : 0;
 	ep->rx_op_flags = info && info->rx_attr ? info->rx_attr->op_flags : 0;
+	ep->parent = adopt(&((struct nicmsg_domain *)domain)->children);
 	ep->ep.fid.fclass = FI_CLASS_EP;
 	ep->ep.fid.context = context;
 	ep->ep.fid.ops = &ep_fid_ops;
@@ -1759,6 +1782,9 @@ static int domain_endpoint(struct fid_domain *domain, struct fi_info *info,
 static int domain_close(struct fid *fid)
 {
 	struct nicmsg_domain *domain = (struct nicmsg_domain *)fid;
+	if (LOCKED(domain->children > 0))
+		return -FI_EBUSY;
+	release(domain->parent);
 	fi_freeinfo(domain->info);
 	free(domain);
 	return 0;
@@ -1819,7 +1845,6 @@ static struct fi_ops_mr mr_ops = {
 static int fabric_domain(struct fid_fabric *fabric, struct fi_info *info,
 			 struct fid_domain **out, void *context)
 {
-	(void)fabric;
 	if (info && info->domain_attr && info->domain_attr->name &&
 	    strcmp(info->domain_attr->name, NICMSG_DOMAIN_NAME))
 		return -FI_EINVAL;
@@ -1827,6 +1852,7 @@ static int fabric_domain(struct fid_fabric *fabric, struct fi_info *info,
 	if (!domain)
 		return -FI_ENOMEM;
 	domain->info = info ? fi_dupinfo(info) : NULL;
+	domain->parent = adopt(&((struct nicmsg_fabric *)fabric)->children);
 	domain->domain.fid.fclass = FI_CLASS_DOMAIN;
 	domain->domain.fid.context = context;
 	domain->domain.fid.ops = &domain_fid_ops;
@@ -1853,7 +1879,15 @@ static const char *eq_strerror(struct fid_eq *eq, int prov_errno, const void *er
 	return error_text(prov_errno, buf, len);
 }
 
-FID_OPS(eq_fid_ops, free_close, no_bind, no_control);
+static int eq_close(struct fid *fid)
+{
+	struct nicmsg_eq *eq = (struct nicmsg_eq *)fid;
+	release(eq->parent);
+	free(eq);
+	return 0;
+}
+
+FID_OPS(eq_fid_ops, eq_close, no_bind, no_control);
 
 static struct fi_ops_eq eq_ops = {
 	.size = sizeof(struct fi_ops_eq),
@@ -1867,10 +1901,11 @@ static struct fi_ops_eq eq_ops = {
 static int fabric_eq_open(struct fid_fabric *fabric, struct fi_eq_attr *attr,
 			  struct fid_eq **out, void *context)
 {
-	(void)fabric, (void)attr;
+	(void)attr;
 	struct nicmsg_eq *eq = calloc(1, sizeof(*eq));
 	if (!eq)
 		return -FI_ENOMEM;
+	eq->parent = adopt(&((struct nicmsg_fabric *)fabric)->children);
 	eq->eq.fid.fclass = FI_CLASS_EQ;
 	eq->eq.fid.context = context;
 	eq->eq.fid.ops = &eq_fid_ops;
@@ -1908,7 +1943,16 @@ static int fabric_domain2(struct fid_fabric *fabric, struct fi_info *info,
 	return fabric_domain(fabric, info, domain, context);
 }
 
-FID_OPS(fabric_fid_ops, free_close, no_bind, no_control);
+static int fabric_close(struct fid *fid)
+{
+	struct nicmsg_fabric *fabric = (struct nicmsg_fabric *)fid;
+	if (LOCKED(fabric->children > 0))
+		return -FI_EBUSY;
+	free(fabric);
+	return 0;
+}
+
+FID_OPS(fabric_fid_ops, fabric_close, no_bind, no_control);
 
 static struct fi_ops_fabric fabric_ops = {
 	.size = sizeof(struct fi_ops_fabric),

@@ -221,7 +221,7 @@ fn a_completion_wakes_an_application_sleeping_on_the_queue_descriptor() {
 
 /// Objects closed in the wrong order: an address vector an endpoint is bound to refuses
 /// `fi_close` with `-FI_EBUSY` and goes on serving the endpoint, instead of being freed under
-/// it (`tests/fabric/lifetime.c`).
+/// it, and a domain or fabric with objects open refuses too (`tests/fabric/lifetime.c`).
 #[test]
 fn objects_in_use_refuse_to_close() {
     run_c_check("lifetime", &["-lfabric"], &[&[]]);

@@ -3,13 +3,16 @@
  * another object still uses it, and goes on working, instead of being freed under its user.
  * An address vector bound to an endpoint (which looks addresses up in it on every send)
  * stays open, and a send through it still arrives; a second vector for the endpoint is
- * refused. Once the endpoints are closed, everything closes. Prints "lifetime: ok" and exits
- * 0, or says what failed.
+ * refused. A domain with endpoints, queues or vectors open, and a fabric with a domain or an
+ * event queue open, refuse too (nothing of theirs was freed under a child, but the closes
+ * answered 0 to a misuse). Once the children are closed, everything closes. Prints
+ * "lifetime: ok" and exits 0, or says what failed.
  *
  *   cc -o lifetime lifetime.c -lfabric && FI_PROVIDER_PATH=DIR ./lifetime
  */
 #define CHECK_NAME "lifetime"
 #include "check.h"
+#include <rdma/fi_eq.h>
 #include <rdma/fi_tagged.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +66,14 @@ static void check_bound_vector(struct fid_domain *domain, struct node *sender,
 		FAIL("the send through the vector fi_close refused did not arrive");
 }
 
+/* `fid` refuses to close while a child is open. */
+static void expect_busy(const char *what, struct fid *fid)
+{
+	int closed = fi_close(fid);
+	if (closed != -FI_EBUSY)
+		FAIL("closing a %s with children open gave %d, not -FI_EBUSY", what, closed);
+}
+
 int main(void)
 {
 	struct fi_info *info;
@@ -75,13 +86,22 @@ int main(void)
 	fi_addr_t to;
 	CHECK(fi_av_insert(sender.av, receiver.name, 1, &to, 0, NULL) - 1);
 	check_bound_vector(domain, &sender, &receiver, to);
+	struct fid_eq *eq;
+	struct fi_eq_attr eq_attr = {.wait_obj = FI_WAIT_NONE};
+	CHECK(fi_eq_open(fabric, &eq_attr, &eq, NULL));
 	struct node *nodes[] = {&sender, &receiver};
 	for (int i = 0; i < 2; i++) {
+		expect_busy("domain", &domain->fid);
 		CHECK(fi_close(&nodes[i]->ep->fid));
+		expect_busy("domain", &domain->fid);
 		CHECK(fi_close(&nodes[i]->cq->fid));
+		expect_busy("domain", &domain->fid);
 		CHECK(fi_close(&nodes[i]->av->fid));
 	}
+	expect_busy("fabric", &fabric->fid);
 	CHECK(fi_close(&domain->fid));
+	expect_busy("fabric", &fabric->fid);
+	CHECK(fi_close(&eq->fid));
 	CHECK(fi_close(&fabric->fid));
 	fi_freeinfo(info);
 	printf("lifetime: ok\n");
