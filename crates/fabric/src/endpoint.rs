@@ -291,7 +291,9 @@ unsafe fn address_of(address: *const NfAddr) -> Option<SocketAddr> {
 }
 
 /// The iovecs of an operation, checked: at most [`MAX_SEGMENTS`] pieces (the engine's
-/// descriptor holds no more) of at most [`MAX_MESSAGE_BYTES`] in all.
+/// descriptor holds no more) of at most [`MAX_MESSAGE_BYTES`] in all, none of them a null
+/// address with a length (which [`piece`] would take as empty: a send of nothing, or a
+/// receive that truncates, where the caller asked for bytes).
 ///
 /// # Safety
 /// `iov` points to `count` iovecs that stay valid until the operation is posted.
@@ -304,6 +306,12 @@ unsafe fn iovecs<'a>(iov: *const libc::iovec, count: usize) -> Result<&'a [libc:
     }
     // SAFETY: the caller's contract.
     let iov = unsafe { std::slice::from_raw_parts(iov, count) };
+    if iov
+        .iter()
+        .any(|piece| piece.iov_base.is_null() && piece.iov_len > 0)
+    {
+        return Err(fi_errno::EINVAL);
+    }
     let total = iov
         .iter()
         .fold(0usize, |sum, piece| sum.saturating_add(piece.iov_len));

@@ -15,6 +15,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,17 +134,24 @@ static pthread_mutex_t provider_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- Objects ---- */
 
+/* Objects opened from a fabric (domains, event queues) or a domain (endpoints, completion
+ * queues, address vectors) are counted in their parent, which closes only after them
+ * (-FI_EBUSY before), as libfabric has it; each child keeps a pointer to the count. */
 struct nicmsg_fabric {
 	struct fid_fabric fabric;
+	size_t children;
 };
 
 struct nicmsg_domain {
 	struct fid_domain domain;
 	struct fi_info *info;
+	size_t children;
+	size_t *parent;
 };
 
 struct nicmsg_eq {
 	struct fid_eq eq;
+	size_t *parent;
 };
 
 struct nicmsg_av {
@@ -157,6 +165,10 @@ struct nicmsg_av {
 	 * at most half full), so a completion's source is found in constant time. */
 	fi_addr_t *by_address;
 	size_t slots;
+	/* Endpoints bound to the vector: they look addresses up in it on every operation, so it
+	 * is closed only after them (-FI_EBUSY before). */
+	size_t bound;
+	size_t *parent;
 };
 
 struct nicmsg_ep;
@@ -182,6 +194,7 @@ struct nicmsg_cq {
 	int signal_fd;
 	/* fi_cq_signal was called: the next fi_cq_sread that finds nothing returns. */
 	bool signaled;
+	size_t *parent;
 };
 
 struct nicmsg_ep {
@@ -201,6 +214,7 @@ struct nicmsg_ep {
 	/* The engine runs on a thread of its own (fixed when it opens): completions come while
 	 * the application sleeps. */
 	bool automatic;
+	size_t *parent;
 };
 
 /* ---- Stubs for what nicmsg does not offer ---- */
@@ -227,11 +241,21 @@ STUB(ssize_t, no_operation, -FI_ENOSYS, void)
 		.ops_open = no_ops_open,                                                    \
 	}
 
-/* Closes an object that owns nothing but its own allocation (fabric, event queue). */
-static int free_close(struct fid *fid)
+/* Counts a child opened from the parent whose count is `children`; the child keeps the
+ * result, to give back with `release` when it closes. */
+static size_t *adopt(size_t *children)
 {
-	free(fid);
-	return 0;
+	pthread_mutex_lock(&provider_lock);
+	++*children;
+	pthread_mutex_unlock(&provider_lock);
+	return children;
+}
+
+static void release(size_t *children)
+{
+	pthread_mutex_lock(&provider_lock);
+	--*children;
+	pthread_mutex_unlock(&provider_lock);
 }
 
 /* libfabric's text for an error code, in `buf` if the caller gave one. */
@@ -419,6 +443,9 @@ static int nicmsg_getinfo(uint32_t version, const char *node, const char *servic
 static int av_close(struct fid *fid)
 {
 	struct nicmsg_av *av = (struct nicmsg_av *)fid;
+	if (LOCKED(av->bound > 0))
+		return -FI_EBUSY;
+	release(av->parent);
 	free(av->addrs);
 	free(av->live);
 	free(av->by_address);
@@ -544,6 +571,10 @@ static fi_addr_t av_source(const struct nicmsg_av *av, const union nf_addr *from
 static int av_insert_locked(struct nicmsg_av *av, const void *addr, size_t count,
 			    fi_addr_t *fi_addr)
 {
+	/* Checked before any sum with av->count: a huge count would wrap it to a small size,
+	 * and the loop below write past the table. */
+	if (count > NICMSG_AV_MAX - av->count)
+		return -FI_ENOSPC;
 	if (!av_grow(av, av->count + count) || !av_index_grow(av, av->count + count))
 		return -FI_ENOMEM;
 	/* The addresses are of the domain's format, all of one family: the first says which,
@@ -659,7 +690,6 @@ static struct fi_ops_av av_ops = {
 static int domain_av_open(struct fid_domain *domain, struct fi_av_attr *attr,
 			  struct fid_av **out, void *context)
 {
-	(void)domain;
 	if (attr && attr->type != FI_AV_UNSPEC && attr->type != FI_AV_MAP &&
 	    attr->type != FI_AV_TABLE)
 		return -FI_EINVAL;
@@ -669,6 +699,7 @@ static int domain_av_open(struct fid_domain *domain, struct fi_av_attr *attr,
 	if (!av)
 		return -FI_ENOMEM;
 	av->type = attr && attr->type ? attr->type : FI_AV_TABLE;
+	av->parent = adopt(&((struct nicmsg_domain *)domain)->children);
 	av->av.fid.fclass = FI_CLASS_AV;
 	av->av.fid.context = context;
 	av->av.fid.ops = &av_fid_ops;
@@ -828,16 +859,21 @@ static ssize_t cq_read_locked(struct nicmsg_cq *cq, void *buf, size_t count,
 		cq_pop(cq);
 		done++;
 	}
-	return done ? (ssize_t)done : -FI_EAVAIL;
+	/* Nothing read of a count of 0 is no sign of an error (fi_cq_readerr would find none). */
+	return done || !count ? (ssize_t)done : -FI_EAVAIL;
 }
 
 static ssize_t cq_read(struct fid_cq *fid, void *buf, size_t count)
 {
+	if (!buf && count)
+		return -FI_EINVAL;
 	return LOCKED(cq_read_locked((struct nicmsg_cq *)fid, buf, count, NULL));
 }
 
 static ssize_t cq_readfrom(struct fid_cq *fid, void *buf, size_t count, fi_addr_t *src_addr)
 {
+	if (!buf && count)
+		return -FI_EINVAL;
 	return LOCKED(cq_read_locked((struct nicmsg_cq *)fid, buf, count, src_addr));
 }
 
@@ -871,6 +907,8 @@ static ssize_t cq_readerr_locked(struct nicmsg_cq *cq, struct fi_cq_err_entry *o
 static ssize_t cq_readerr(struct fid_cq *fid, struct fi_cq_err_entry *buf, uint64_t flags)
 {
 	(void)flags;
+	if (!buf)
+		return -FI_EINVAL;
 	return LOCKED(cq_readerr_locked((struct nicmsg_cq *)fid, buf));
 }
 
@@ -918,6 +956,8 @@ static long elapsed_ns(const struct timespec *since)
 static ssize_t cq_wait_read(struct nicmsg_cq *cq, void *buf, size_t count, fi_addr_t *src_addr,
 			    int timeout)
 {
+	if (!buf && count)
+		return -FI_EINVAL;
 	struct timespec start;
 	clock_gettime(CLOCK_MONOTONIC, &start);
 	for (;;) {
@@ -994,6 +1034,7 @@ static int cq_close(struct fid *fid)
 	pthread_mutex_unlock(&provider_lock);
 	if (in_use)
 		return -FI_EBUSY;
+	release(cq->parent);
 	if (cq->wait_fd >= 0)
 		close(cq->wait_fd);
 	if (cq->signal_fd >= 0)
@@ -1065,7 +1106,6 @@ static struct fi_ops_cq cq_ops = {
 static int domain_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr,
 			  struct fid_cq **out, void *context)
 {
-	(void)domain;
 	enum fi_cq_format format = attr ? attr->format : FI_CQ_FORMAT_UNSPEC;
 	if (format == FI_CQ_FORMAT_UNSPEC)
 		format = FI_CQ_FORMAT_TAGGED;
@@ -1099,6 +1139,7 @@ static int domain_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr,
 		}
 	}
 	cq->format = format;
+	cq->parent = adopt(&((struct nicmsg_domain *)domain)->children);
 	cq->cq.fid.fclass = FI_CLASS_CQ;
 	cq->cq.fid.context = context;
 	cq->cq.fid.ops = &cq_fid_ops;
@@ -1148,9 +1189,17 @@ static void cq_detach(struct nicmsg_cq *cq, struct nicmsg_ep *ep)
 static int ep_bind_locked(struct nicmsg_ep *ep, struct fid *bfid, uint64_t flags)
 {
 	switch (bfid->fclass) {
-	case FI_CLASS_AV:
-		ep->av = (struct nicmsg_av *)bfid;
+	case FI_CLASS_AV: {
+		struct nicmsg_av *av = (struct nicmsg_av *)bfid;
+		if (ep->av == av)
+			return 0;
+		/* One vector an endpoint: its fi_addr values name entries of that vector only. */
+		if (ep->av)
+			return -FI_EINVAL;
+		ep->av = av;
+		av->bound++;
 		return 0;
+	}
 	case FI_CLASS_CQ: {
 		struct nicmsg_cq *cq = (struct nicmsg_cq *)bfid;
 		if (!(flags & (FI_TRANSMIT | FI_RECV)))
@@ -1203,17 +1252,24 @@ static int ep_close(struct fid *fid)
 	cq_detach(ep->tx_cq, ep);
 	if (ep->rx_cq != ep->tx_cq)
 		cq_detach(ep->rx_cq, ep);
+	if (ep->av)
+		ep->av->bound--;
 	void *engine = ep->engine;
 	ep->engine = NULL;
 	pthread_mutex_unlock(&provider_lock);
 	nf_close(engine);
+	release(ep->parent);
 	free(ep);
 	return 0;
 }
 
+/* fi_cancel: the operation posted with `context`. NULL names none: injects have no context,
+ * and cancelling one would withdraw its message with no completion to say so. */
 static ssize_t ep_cancel(fid_t fid, void *context)
 {
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
+	if (!context)
+		return -FI_EINVAL;
 	return LOCKED(nf_cancel(ep->engine, context));
 }
 
@@ -1289,6 +1345,15 @@ static bool rx_wanted(struct nicmsg_ep *ep, uint64_t flags)
 	return !ep->rx_selective || (flags & FI_COMPLETION);
 }
 
+/* The bytes `count` iovecs describe, saturating (NULL iovecs are refused later). */
+static size_t iov_bytes(const struct iovec *iov, size_t count)
+{
+	size_t total = 0;
+	for (size_t i = 0; iov && i < count; i++)
+		total = iov[i].iov_len > SIZE_MAX - total ? SIZE_MAX : total + iov[i].iov_len;
+	return total;
+}
+
 static ssize_t send_locked(struct nicmsg_ep *ep, const struct iovec *iov, size_t count,
 			   fi_addr_t dest, bool tagged, uint64_t tag, bool has_data, uint64_t data,
 			   void *context, bool wanted, bool inject)
@@ -1297,6 +1362,13 @@ static ssize_t send_locked(struct nicmsg_ep *ep, const struct iovec *iov, size_t
 		return -FI_EOPBADSTATE;
 	if (count > NICMSG_IOV_LIMIT)
 		return -FI_EINVAL;
+	/* Without a send queue, no completion could say when the buffer is free or that the
+	 * peer failed (an inject's bytes are copied, and it reports nothing anyway). */
+	if (!ep->tx_cq && !inject)
+		return -FI_ENOCQ;
+	/* The inject bound holds for sendmsg's FI_INJECT too: those bytes are copied here. */
+	if (inject && iov_bytes(iov, count) > NICMSG_INJECT_SIZE)
+		return -FI_EMSGSIZE;
 	const union nf_addr *to = destination(ep, dest);
 	if (!to)
 		return -FI_EADDRNOTAVAIL;
@@ -1312,12 +1384,21 @@ static ssize_t recv_locked(struct nicmsg_ep *ep, const struct iovec *iov, size_t
 		return -FI_EOPBADSTATE;
 	if (count > NICMSG_IOV_LIMIT)
 		return -FI_EINVAL;
+	/* Without a receive queue the message would be taken and its completion dropped. */
+	if (!ep->rx_cq)
+		return -FI_ENOCQ;
 	bool unknown;
 	const union nf_addr *from = source(ep, src, &unknown);
 	if (unknown)
 		return -FI_EADDRNOTAVAIL;
 	return nf_recv(ep->engine, iov, count, from, tagged, tag, ignore, context, wanted);
 }
+
+/* What FI_PEEK | FI_CLAIM writes beside the claim, in fi_context.internal[1]: a FI_CLAIM
+ * receive whose context lacks it was given a context no peek claimed with (fresh memory, as
+ * often zeroed, would otherwise name the claim numbered 0: another context's message). */
+static const char claim_mark;
+#define CLAIM_MARK ((void *)&claim_mark)
 
 /* FI_PEEK: answers at once, with the message's description or FI_ENOMSG, in the receive
  * completion queue. With FI_CLAIM the message found is also taken: the claim that names it
@@ -1353,6 +1434,7 @@ static ssize_t peek_locked(struct nicmsg_ep *ep, const struct fi_msg_tagged *msg
 		found.err = FI_ENOMSG;
 	} else if (flags & FI_CLAIM) {
 		((struct fi_context *)msg->context)->internal[0] = (void *)(uintptr_t)claim;
+		((struct fi_context *)msg->context)->internal[1] = CLAIM_MARK;
 	} else if (flags & FI_DISCARD) {
 		int dropped = nf_discard(ep->engine, claim);
 		if (dropped < 0)
@@ -1373,12 +1455,15 @@ static ssize_t claimed_locked(struct nicmsg_ep *ep, const struct fi_msg_tagged *
 		return -FI_EINVAL;
 	if (msg->iov_count > NICMSG_IOV_LIMIT)
 		return -FI_EINVAL;
-	uint64_t claim = (uintptr_t)((struct fi_context *)msg->context)->internal[0];
+	if (!ep->rx_cq)
+		return -FI_ENOCQ;
+	const struct fi_context *claimed = msg->context;
+	if (claimed->internal[1] != CLAIM_MARK)
+		return -FI_EINVAL; /* no FI_PEEK | FI_CLAIM with this context */
+	uint64_t claim = (uintptr_t)claimed->internal[0];
 	if (!(flags & FI_DISCARD))
 		return nf_recv_claimed(ep->engine, msg->msg_iov, msg->iov_count, claim,
 				       msg->context, rx_wanted(ep, flags));
-	if (!ep->rx_cq)
-		return -FI_ENOCQ;
 	if (!cq_room(ep->rx_cq, 1))
 		return -FI_EAGAIN;
 	int dropped = nf_discard(ep->engine, claim);
@@ -1656,7 +1741,6 @@ static uint32_t address_format(void)
 static int domain_endpoint(struct fid_domain *domain, struct fi_info *info,
 			   struct fid_ep **out, void *context)
 {
-	(void)domain;
 	if (info && info->ep_attr && info->ep_attr->type != FI_EP_RDM &&
 	    info->ep_attr->type != FI_EP_UNSPEC)
 		return -FI_EINVAL;
@@ -1678,6 +1762,7 @@ static int domain_endpoint(struct fid_domain *domain, struct fi_info *info,
 	ep->source = caps & FI_SOURCE;
 	ep->tx_op_flags = info && info->tx_attr ? info->tx_attr->op_flags : 0;
 	ep->rx_op_flags = info && info->rx_attr ? info->rx_attr->op_flags : 0;
+	ep->parent = adopt(&((struct nicmsg_domain *)domain)->children);
 	ep->ep.fid.fclass = FI_CLASS_EP;
 	ep->ep.fid.context = context;
 	ep->ep.fid.ops = &ep_fid_ops;
@@ -1697,6 +1782,9 @@ static int domain_endpoint(struct fid_domain *domain, struct fi_info *info,
 static int domain_close(struct fid *fid)
 {
 	struct nicmsg_domain *domain = (struct nicmsg_domain *)fid;
+	if (LOCKED(domain->children > 0))
+		return -FI_EBUSY;
+	release(domain->parent);
 	fi_freeinfo(domain->info);
 	free(domain);
 	return 0;
@@ -1757,7 +1845,6 @@ static struct fi_ops_mr mr_ops = {
 static int fabric_domain(struct fid_fabric *fabric, struct fi_info *info,
 			 struct fid_domain **out, void *context)
 {
-	(void)fabric;
 	if (info && info->domain_attr && info->domain_attr->name &&
 	    strcmp(info->domain_attr->name, NICMSG_DOMAIN_NAME))
 		return -FI_EINVAL;
@@ -1765,6 +1852,7 @@ static int fabric_domain(struct fid_fabric *fabric, struct fi_info *info,
 	if (!domain)
 		return -FI_ENOMEM;
 	domain->info = info ? fi_dupinfo(info) : NULL;
+	domain->parent = adopt(&((struct nicmsg_fabric *)fabric)->children);
 	domain->domain.fid.fclass = FI_CLASS_DOMAIN;
 	domain->domain.fid.context = context;
 	domain->domain.fid.ops = &domain_fid_ops;
@@ -1791,7 +1879,15 @@ static const char *eq_strerror(struct fid_eq *eq, int prov_errno, const void *er
 	return error_text(prov_errno, buf, len);
 }
 
-FID_OPS(eq_fid_ops, free_close, no_bind, no_control);
+static int eq_close(struct fid *fid)
+{
+	struct nicmsg_eq *eq = (struct nicmsg_eq *)fid;
+	release(eq->parent);
+	free(eq);
+	return 0;
+}
+
+FID_OPS(eq_fid_ops, eq_close, no_bind, no_control);
 
 static struct fi_ops_eq eq_ops = {
 	.size = sizeof(struct fi_ops_eq),
@@ -1805,10 +1901,11 @@ static struct fi_ops_eq eq_ops = {
 static int fabric_eq_open(struct fid_fabric *fabric, struct fi_eq_attr *attr,
 			  struct fid_eq **out, void *context)
 {
-	(void)fabric, (void)attr;
+	(void)attr;
 	struct nicmsg_eq *eq = calloc(1, sizeof(*eq));
 	if (!eq)
 		return -FI_ENOMEM;
+	eq->parent = adopt(&((struct nicmsg_fabric *)fabric)->children);
 	eq->eq.fid.fclass = FI_CLASS_EQ;
 	eq->eq.fid.context = context;
 	eq->eq.fid.ops = &eq_fid_ops;
@@ -1846,7 +1943,16 @@ static int fabric_domain2(struct fid_fabric *fabric, struct fi_info *info,
 	return fabric_domain(fabric, info, domain, context);
 }
 
-FID_OPS(fabric_fid_ops, free_close, no_bind, no_control);
+static int fabric_close(struct fid *fid)
+{
+	struct nicmsg_fabric *fabric = (struct nicmsg_fabric *)fid;
+	if (LOCKED(fabric->children > 0))
+		return -FI_EBUSY;
+	free(fabric);
+	return 0;
+}
+
+FID_OPS(fabric_fid_ops, fabric_close, no_bind, no_control);
 
 static struct fi_ops_fabric fabric_ops = {
 	.size = sizeof(struct fi_ops_fabric),

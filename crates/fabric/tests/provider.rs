@@ -219,6 +219,37 @@ fn a_completion_wakes_an_application_sleeping_on_the_queue_descriptor() {
     );
 }
 
+/// Objects closed in the wrong order: an address vector an endpoint is bound to refuses
+/// `fi_close` with `-FI_EBUSY` and goes on serving the endpoint, instead of being freed under
+/// it, and a domain or fabric with objects open refuses too (`tests/fabric/lifetime.c`).
+#[test]
+fn objects_in_use_refuse_to_close() {
+    run_c_check("lifetime", &["-lfabric"], &[&[]]);
+}
+
+/// Arguments that make no sense (a vector insert of more addresses than it holds, ...):
+/// each answers a negative `FI_E*` code and leaves the objects working
+/// (`tests/fabric/bad_args.c`).
+#[test]
+fn bad_arguments_are_refused_with_an_error() {
+    run_c_check("bad_args", &["-lfabric"], &[&[]]);
+}
+
+/// `fi_cancel` names an operation by its context: NULL names none, and does not withdraw an
+/// inject (which has no context) from a receiver stopped meanwhile; unknown and completed
+/// contexts answer `-FI_ENOENT`, in both engine modes (`tests/fabric/cancel.c`).
+#[test]
+fn a_cancel_reaches_only_the_operation_it_names() {
+    run_c_check(
+        "cancel",
+        &["-lfabric"],
+        &[
+            &[("NICMSG_ENGINE", "thread")],
+            &[("NICMSG_ENGINE", "inline")],
+        ],
+    );
+}
+
 /// A TCP port of loopback nobody holds now, for fi_pingpong's own connection: a fixed one
 /// could be taken, and the tests run beside each other (mpirun's connections, the other
 /// fi_pingpong) pick theirs from the same ephemeral range.
