@@ -13,7 +13,7 @@ use nicmsg_proto::{
     Claim, Completion, Context, Endpoint, Nanos, OpError, OpId, OpKind, PostError, SgList, Source,
     Stats, TagMatch, Transmit,
 };
-use nicmsg_proto::{ExpectedFrame, LookAhead, PlacedOutcome};
+use nicmsg_proto::{ExpectedFrame, LookAhead, PlacedOutcome, SendOptions};
 use nicmsg_wire::FrameView;
 
 use crate::send_copies::SendCopies;
@@ -449,23 +449,19 @@ impl<T: Transport> Driver<T> {
                 Some(address) => self.endpoint.peer_for_address(now, address),
                 None => Ok(descriptor.peer),
             }
-            .and_then(|dst| match envelope.immediate {
-                None => self.endpoint.post_send(
-                    now,
-                    dst,
-                    context,
-                    envelope.tag,
-                    &descriptor.buffer,
-                    &mut memory,
-                ),
-                Some(immediate) => self.endpoint.post_send_immediate(
+            .and_then(|dst| {
+                let options = SendOptions {
+                    immediate: envelope.immediate,
+                    confirmed: envelope.confirmed,
+                };
+                self.endpoint.post_send_with(
                     now,
                     dst,
                     (context, envelope.tag),
-                    immediate,
+                    options,
                     &descriptor.buffer,
                     &mut memory,
-                ),
+                )
             }),
             OpCode::Recv => source.and_then(|source| {
                 self.endpoint

@@ -30,6 +30,9 @@ pub struct Envelope {
     pub immediate: Option<u32>,
     /// The claimed message a `RecvClaimed` or `DiscardClaimed` names.
     pub claim: Option<Claim>,
+    /// A send that completes only once its receiver holds the message
+    /// (`nicmsg_proto::SendOptions::confirmed`).
+    pub confirmed: bool,
 }
 
 impl Envelope {
@@ -41,6 +44,7 @@ impl Envelope {
             ignore: 0,
             immediate: None,
             claim: None,
+            confirmed: false,
         }
     }
 
@@ -53,6 +57,7 @@ impl Envelope {
             ignore,
             immediate: None,
             claim: None,
+            confirmed: false,
         }
     }
 

@@ -13,7 +13,7 @@ use std::mem::MaybeUninit;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use nicmsg::tagged::{Delivery, Space, TaggedEndpoint};
+use nicmsg::tagged::{Delivery, SendOptions, Space, TaggedEndpoint};
 use nicmsg::{Error, Options, Request};
 use nicmsg_proto::{Claim, TagMatch, MAX_SEGMENTS};
 use nicmsg_udp::{RawAddr, RAW_ADDR_LEN};
@@ -454,12 +454,19 @@ pub unsafe extern "C" fn nf_name(ep: *mut c_void, out: *mut NfAddr) -> c_int {
     0
 }
 
-/// Posts a send of the concatenation of `iov` to `to`. With `inject`, the bytes are copied
-/// first, so the caller may reuse them at once.
+/// `nf_send`'s `how`: the bytes are copied first, so the caller may reuse them at once
+/// (`fi_inject`, `FI_INJECT`).
+pub const NF_SEND_INJECT: c_int = 1;
+/// `nf_send`'s `how`: the send completes only once the receiver holds the message, never as
+/// soon as the engine has copied it (`FI_TRANSMIT_COMPLETE`, `FI_DELIVERY_COMPLETE`).
+pub const NF_SEND_CONFIRMED: c_int = 2;
+
+/// Posts a send of the concatenation of `iov` to `to`, as `how` says ([`NF_SEND_INJECT`],
+/// [`NF_SEND_CONFIRMED`]).
 ///
 /// # Safety
 /// `ep` is a live handle; `iov` holds `count` iovecs valid until the send completes (or
-/// during this call with `inject`); `to` points to a `union nf_addr`.
+/// during this call with [`NF_SEND_INJECT`]); `to` points to a `union nf_addr`.
 #[no_mangle]
 pub unsafe extern "C" fn nf_send(
     ep: *mut c_void,
@@ -472,7 +479,7 @@ pub unsafe extern "C" fn nf_send(
     data: u64,
     context: *mut c_void,
     wanted: c_int,
-    inject: c_int,
+    how: c_int,
 ) -> c_int {
     // SAFETY: the caller's contract.
     let Some(to) = (unsafe { address_of(to) }) else {
@@ -486,7 +493,7 @@ pub unsafe extern "C" fn nf_send(
     let post = |endpoint: &mut FabricEndpoint, iovecs: &[libc::iovec]| {
         let mut sent: [&'static [u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
         let mut copy = None;
-        let pieces = if inject != 0 {
+        let pieces = if how & NF_SEND_INJECT != 0 {
             let mut bytes = endpoint.copy_buffer();
             for iov in iovecs {
                 // SAFETY: the caller's contract (valid during this call for an inject).
@@ -504,10 +511,13 @@ pub unsafe extern "C" fn nf_send(
             }
             &sent[..iovecs.len()]
         };
-        let immediate = (has_data != 0).then_some(data as u32);
+        let options = SendOptions {
+            immediate: (has_data != 0).then_some(data as u32),
+            confirmed: how & NF_SEND_CONFIRMED != 0,
+        };
         let posted = endpoint
             .endpoint()
-            .isend(pieces, to, (space(tagged), tag), immediate);
+            .isend(pieces, to, (space(tagged), tag), options);
         (posted, copy)
     };
     // SAFETY: the caller's contract.

@@ -95,9 +95,12 @@ struct nf_completion {
 void *nf_open(const union nf_addr *bind, char *reason, size_t reason_len);
 void nf_close(void *ep);
 int nf_name(void *ep, union nf_addr *out);
+/* nf_send's `how`, as endpoint.rs has them. */
+#define NF_SEND_INJECT 1
+#define NF_SEND_CONFIRMED 2
 int nf_send(void *ep, const struct iovec *iov, size_t count, const union nf_addr *to,
 	    int tagged, uint64_t tag, int has_data, uint64_t data, void *context, int wanted,
-	    int inject);
+	    int how);
 int nf_recv(void *ep, const struct iovec *iov, size_t count, const union nf_addr *from,
 	    int tagged, uint64_t tag, uint64_t ignore, void *context, int wanted);
 int nf_recv_claimed(void *ep, const struct iovec *iov, size_t count, uint64_t claim,
@@ -1354,10 +1357,29 @@ static size_t iov_bytes(const struct iovec *iov, size_t count)
 	return total;
 }
 
+/* nf_send's `how` for a send with these operation flags. FI_TRANSMIT_COMPLETE and
+ * FI_DELIVERY_COMPLETE ask for a completion only once the peer holds the message: the engine
+ * otherwise completes short sends (and sends of 4 KiB to 64 KiB) as soon as it has copied
+ * them, and a peer that died before taking one would lose a message its sender was told went. */
+static int send_how(uint64_t flags)
+{
+	int how = 0;
+	if (flags & FI_INJECT)
+		how |= NF_SEND_INJECT;
+	if (flags & (FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE))
+		how |= NF_SEND_CONFIRMED;
+	return how;
+}
+
+/* A send with operation flags `flags`: the call's for the msg forms, the endpoint's
+ * (tx_attr->op_flags) otherwise. The inject calls (`inject_call`) pass FI_INJECT and report
+ * no completion; sendmsg with FI_INJECT reports one as any send does. */
 static ssize_t send_locked(struct nicmsg_ep *ep, const struct iovec *iov, size_t count,
 			   fi_addr_t dest, bool tagged, uint64_t tag, bool has_data, uint64_t data,
-			   void *context, bool wanted, bool inject)
+			   void *context, uint64_t flags, bool inject_call)
 {
+	bool inject = flags & FI_INJECT;
+	bool wanted = !inject_call && tx_wanted(ep, flags);
 	if (!ep->enabled)
 		return -FI_EOPBADSTATE;
 	if (count > NICMSG_IOV_LIMIT)
@@ -1373,7 +1395,7 @@ static ssize_t send_locked(struct nicmsg_ep *ep, const struct iovec *iov, size_t
 	if (!to)
 		return -FI_EADDRNOTAVAIL;
 	return nf_send(ep->engine, iov, count, to, tagged, tag, has_data, data, context, wanted,
-		       inject);
+		       send_how(flags));
 }
 
 static ssize_t recv_locked(struct nicmsg_ep *ep, const struct iovec *iov, size_t count,
@@ -1512,7 +1534,7 @@ static ssize_t msg_send(struct fid_ep *fid, const void *buf, size_t len, void *d
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
 	return LOCKED(send_locked(ep, &iov, 1, dest_addr, false, 0, false, 0, context,
-				  tx_wanted(ep, ep->tx_op_flags), false));
+				  ep->tx_op_flags & ~FI_INJECT, false));
 }
 
 static ssize_t msg_sendv(struct fid_ep *fid, const struct iovec *iov, void **desc,
@@ -1521,16 +1543,15 @@ static ssize_t msg_sendv(struct fid_ep *fid, const struct iovec *iov, void **des
 	(void)desc;
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
 	return LOCKED(send_locked(ep, iov, count, dest_addr, false, 0, false, 0, context,
-				  tx_wanted(ep, ep->tx_op_flags), false));
+				  ep->tx_op_flags & ~FI_INJECT, false));
 }
 
 static ssize_t msg_sendmsg(struct fid_ep *fid, const struct fi_msg *msg, uint64_t flags)
 {
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
-	bool inject = flags & FI_INJECT;
 	return LOCKED(send_locked(ep, msg->msg_iov, msg->iov_count, msg->addr, false, 0,
-				  flags & FI_REMOTE_CQ_DATA, msg->data, msg->context,
-				  tx_wanted(ep, flags), inject));
+				  flags & FI_REMOTE_CQ_DATA, msg->data, msg->context, flags,
+				  false));
 }
 
 static ssize_t msg_inject(struct fid_ep *fid, const void *buf, size_t len, fi_addr_t dest_addr)
@@ -1539,7 +1560,8 @@ static ssize_t msg_inject(struct fid_ep *fid, const void *buf, size_t len, fi_ad
 	if (len > NICMSG_INJECT_SIZE)
 		return -FI_EMSGSIZE;
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
-	return LOCKED(send_locked(ep, &iov, 1, dest_addr, false, 0, false, 0, NULL, false, true));
+	return LOCKED(send_locked(ep, &iov, 1, dest_addr, false, 0, false, 0, NULL, FI_INJECT,
+				  true));
 }
 
 static ssize_t msg_senddata(struct fid_ep *fid, const void *buf, size_t len, void *desc,
@@ -1549,7 +1571,7 @@ static ssize_t msg_senddata(struct fid_ep *fid, const void *buf, size_t len, voi
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
 	return LOCKED(send_locked(ep, &iov, 1, dest_addr, false, 0, true, data, context,
-				  tx_wanted(ep, ep->tx_op_flags), false));
+				  ep->tx_op_flags & ~FI_INJECT, false));
 }
 
 static ssize_t msg_injectdata(struct fid_ep *fid, const void *buf, size_t len, uint64_t data,
@@ -1559,7 +1581,8 @@ static ssize_t msg_injectdata(struct fid_ep *fid, const void *buf, size_t len, u
 	if (len > NICMSG_INJECT_SIZE)
 		return -FI_EMSGSIZE;
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
-	return LOCKED(send_locked(ep, &iov, 1, dest_addr, false, 0, true, data, NULL, false, true));
+	return LOCKED(send_locked(ep, &iov, 1, dest_addr, false, 0, true, data, NULL, FI_INJECT,
+				  true));
 }
 
 static ssize_t tagged_recv(struct fid_ep *fid, void *buf, size_t len, void *desc,
@@ -1603,7 +1626,7 @@ static ssize_t tagged_send(struct fid_ep *fid, const void *buf, size_t len, void
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
 	return LOCKED(send_locked(ep, &iov, 1, dest_addr, true, tag, false, 0, context,
-				  tx_wanted(ep, ep->tx_op_flags), false));
+				  ep->tx_op_flags & ~FI_INJECT, false));
 }
 
 static ssize_t tagged_sendv(struct fid_ep *fid, const struct iovec *iov, void **desc,
@@ -1612,7 +1635,7 @@ static ssize_t tagged_sendv(struct fid_ep *fid, const struct iovec *iov, void **
 	(void)desc;
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
 	return LOCKED(send_locked(ep, iov, count, dest_addr, true, tag, false, 0, context,
-				  tx_wanted(ep, ep->tx_op_flags), false));
+				  ep->tx_op_flags & ~FI_INJECT, false));
 }
 
 static ssize_t tagged_sendmsg(struct fid_ep *fid, const struct fi_msg_tagged *msg,
@@ -1621,8 +1644,8 @@ static ssize_t tagged_sendmsg(struct fid_ep *fid, const struct fi_msg_tagged *ms
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
 	/* `msg->ignore` is not read: it means nothing on a send (Open MPI leaves it unset). */
 	return LOCKED(send_locked(ep, msg->msg_iov, msg->iov_count, msg->addr, true, msg->tag,
-				  flags & FI_REMOTE_CQ_DATA, msg->data, msg->context,
-				  tx_wanted(ep, flags), flags & FI_INJECT));
+				  flags & FI_REMOTE_CQ_DATA, msg->data, msg->context, flags,
+				  false));
 }
 
 static ssize_t tagged_inject(struct fid_ep *fid, const void *buf, size_t len,
@@ -1632,7 +1655,8 @@ static ssize_t tagged_inject(struct fid_ep *fid, const void *buf, size_t len,
 	if (len > NICMSG_INJECT_SIZE)
 		return -FI_EMSGSIZE;
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
-	return LOCKED(send_locked(ep, &iov, 1, dest_addr, true, tag, false, 0, NULL, false, true));
+	return LOCKED(send_locked(ep, &iov, 1, dest_addr, true, tag, false, 0, NULL, FI_INJECT,
+				  true));
 }
 
 static ssize_t tagged_senddata(struct fid_ep *fid, const void *buf, size_t len, void *desc,
@@ -1642,7 +1666,7 @@ static ssize_t tagged_senddata(struct fid_ep *fid, const void *buf, size_t len, 
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
 	return LOCKED(send_locked(ep, &iov, 1, dest_addr, true, tag, true, data, context,
-				  tx_wanted(ep, ep->tx_op_flags), false));
+				  ep->tx_op_flags & ~FI_INJECT, false));
 }
 
 static ssize_t tagged_injectdata(struct fid_ep *fid, const void *buf, size_t len,
@@ -1652,7 +1676,8 @@ static ssize_t tagged_injectdata(struct fid_ep *fid, const void *buf, size_t len
 	if (len > NICMSG_INJECT_SIZE)
 		return -FI_EMSGSIZE;
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
-	return LOCKED(send_locked(ep, &iov, 1, dest_addr, true, tag, true, data, NULL, false, true));
+	return LOCKED(send_locked(ep, &iov, 1, dest_addr, true, tag, true, data, NULL, FI_INJECT,
+				  true));
 }
 
 FID_OPS(ep_fid_ops, ep_close, ep_bind, ep_control);

@@ -250,6 +250,21 @@ fn a_cancel_reaches_only_the_operation_it_names() {
     );
 }
 
+/// A short send completes once the engine has copied it; one with `FI_DELIVERY_COMPLETE`
+/// only once its receiver holds it, so a receiver that is gone fails it with
+/// `FI_EHOSTUNREACH` (`tests/fabric/confirmed.c`), in both engine modes.
+#[test]
+fn a_delivery_complete_send_to_a_receiver_that_is_gone_fails() {
+    run_c_check(
+        "confirmed",
+        &["-lfabric"],
+        &[
+            &[("NICMSG_ENGINE", "thread"), ("NICMSG_PEER_TIMEOUT", "1")],
+            &[("NICMSG_ENGINE", "inline"), ("NICMSG_PEER_TIMEOUT", "1")],
+        ],
+    );
+}
+
 /// A TCP port of loopback nobody holds now, for fi_pingpong's own connection: a fixed one
 /// could be taken, and the tests run beside each other (mpirun's connections, the other
 /// fi_pingpong) pick theirs from the same ephemeral range.

@@ -10,6 +10,7 @@ use crate::comm::Comm;
 use crate::request::Request;
 use crate::{Error, Options};
 use nicmsg_engine::{Envelope, OpCode, Outcome, ANY};
+pub use nicmsg_proto::SendOptions;
 use nicmsg_proto::{Claim, Context, TagMatch};
 use std::net::SocketAddr;
 
@@ -80,17 +81,19 @@ impl TaggedEndpoint {
     }
 
     /// Starts sending the concatenation of `pieces` to `to`, with `tag` (ignored in
-    /// [`Space::Untagged`]) and immediate data if any. The pieces stay borrowed until the
-    /// request completes.
+    /// [`Space::Untagged`]) and `options` (immediate data; whether the request may complete
+    /// once the engine has copied the message, or only once `to` holds it). The pieces stay
+    /// borrowed until the request completes.
     pub fn isend<'a>(
         &'a self,
         pieces: &[&'a [u8]],
         to: SocketAddr,
         (space, tag): (Space, u64),
-        immediate: Option<u32>,
+        options: SendOptions,
     ) -> Result<Request<'a>, Error> {
         let envelope = Envelope {
-            immediate,
+            immediate: options.immediate,
+            confirmed: options.confirmed,
             ..Envelope::send(space.context(), space_tag(space, tag))
         };
         self.comm.isend_enveloped(pieces, to, envelope)

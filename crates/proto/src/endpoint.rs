@@ -148,8 +148,14 @@ impl Endpoint {
         data: &SgList,
         memory: &mut impl HostMemory,
     ) -> Result<OpId, PostError> {
-        self.changing()
-            .post_send(now, dst, (context, tag), None, data, memory)
+        self.changing().post_send(
+            now,
+            dst,
+            (context, tag),
+            SendOptions::default(),
+            data,
+            memory,
+        )
     }
 
     /// [`post_send`](Self::post_send) with four bytes of immediate data, which the receiver
@@ -164,8 +170,27 @@ impl Endpoint {
         data: &SgList,
         memory: &mut impl HostMemory,
     ) -> Result<OpId, PostError> {
+        let options = SendOptions {
+            immediate: Some(immediate),
+            ..SendOptions::default()
+        };
+        self.post_send_with(now, dst, (context, tag), options, data, memory)
+    }
+
+    /// [`post_send`](Self::post_send) with [`SendOptions`]: immediate data, and whether the
+    /// send may complete from the core's copy before the receiver holds the message.
+    #[must_use = "a refused post sends nothing"]
+    pub fn post_send_with(
+        &mut self,
+        now: Nanos,
+        dst: Rank,
+        (context, tag): (Context, Tag),
+        options: SendOptions,
+        data: &SgList,
+        memory: &mut impl HostMemory,
+    ) -> Result<OpId, PostError> {
         self.changing()
-            .post_send(now, dst, (context, tag), Some(immediate), data, memory)
+            .post_send(now, dst, (context, tag), options, data, memory)
     }
 
     /// Posts a receive into `buffer` of a message in `context`; may match (and complete from)

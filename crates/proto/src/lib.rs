@@ -79,7 +79,7 @@ pub use stats::{DropCounts, DropReason, PeerStats, Stats};
 pub use transmit::{Transmit, INLINE_PAYLOAD_MAX};
 pub use types::{
     CancelError, CancelOutcome, Completion, Context, Nanos, OpError, OpId, OpKind, PostError, Rank,
-    Source, Status, Tag, TagMatch,
+    SendOptions, Source, Status, Tag, TagMatch,
 };
 pub use usage::{TableUsage, Usage};
 

@@ -15,7 +15,7 @@ impl Core {
         now: Nanos,
         dst: Rank,
         (context, tag): (Context, Tag),
-        immediate: Option<u32>,
+        options: SendOptions,
         data: &SgList,
         memory: &mut impl HostMemory,
     ) -> Result<OpId, PostError> {
@@ -39,14 +39,16 @@ impl Core {
                 ack_unit,
                 SendPhase::Queued,
             );
-            op.immediate = immediate;
+            op.immediate = options.immediate;
             op
         };
         let (index, generation) = self.sends.insert_with(make).ok_or(PostError::TableFull {
             table: "send",
             limit,
         })?;
-        if protocol == Protocol::Eager {
+        // A send copied completes as soon as it starts; a confirmed one waits for its
+        // acknowledgement, so its frames read the host's bytes.
+        if protocol == Protocol::Eager && !options.confirmed {
             if frames == 1 {
                 self.sends.copy_short(index, memory);
             }

@@ -98,22 +98,24 @@ impl Core {
 
     /// Posts a send of the bytes described by `data` to `dst` with `tag` in `context`. The
     /// bytes must stay unchanged until the completion. Short messages may complete before the
-    /// receive is posted; a message to this rank itself completes when a receive takes it.
+    /// receive is posted (unless `options.confirmed`); a message to this rank itself completes
+    /// when a receive takes it.
     pub(crate) fn post_send(
         &mut self,
         now: Nanos,
         dst: Rank,
         (context, tag): (Context, Tag),
-        immediate: Option<u32>,
+        options: SendOptions,
         data: &SgList,
         memory: &mut impl HostMemory,
     ) -> Result<OpId, PostError> {
         self.check_peer(dst)?;
         data.validate(memory)?;
         if dst == self.rank {
+            let immediate = options.immediate;
             return self.start_local_send(now, (context, tag), immediate, data, memory);
         }
-        self.start_send(now, dst, (context, tag), immediate, data, memory)
+        self.start_send(now, dst, (context, tag), options, data, memory)
     }
 
     /// Posts a receive into `buffer` of a message in `context`; may match (and complete from)

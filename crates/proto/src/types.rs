@@ -248,3 +248,15 @@ mod tests {
         assert_eq!(TagMatch::from_masked(5, u64::MAX), TagMatch::Any);
     }
 }
+
+/// What a send carries besides its bytes, and when it completes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SendOptions {
+    /// Four bytes delivered with the receive's completion ([`Status::immediate`], libfabric's
+    /// remote CQ data).
+    pub immediate: Option<u32>,
+    /// Complete only once the receiver holds the whole message, never as soon as the core has
+    /// copied it (libfabric's `FI_TRANSMIT_COMPLETE` and `FI_DELIVERY_COMPLETE`): a receiver
+    /// that dies first fails the send instead of losing a message its sender was told went.
+    pub confirmed: bool,
+}

@@ -541,6 +541,51 @@ fn a_receive_for_a_later_tag_completes_behind_unmatched_messages_beyond_the_cred
     }
 }
 
+/// A confirmed send (`SendOptions::confirmed`, libfabric's `FI_DELIVERY_COMPLETE`) completes
+/// only once its receiver holds the message, never from the core's copy: a short one after a
+/// round trip, not at once; and one to a receiver that dies first fails, where an unconfirmed
+/// one was already reported sent.
+#[test]
+fn a_confirmed_send_completes_only_once_the_receiver_holds_it() {
+    let mut net = Net::new(3, test_config());
+    let confirmed = SendOptions {
+        confirmed: true,
+        ..SendOptions::default()
+    };
+    let post = |net: &mut Net, to: Rank, options: SendOptions| {
+        let region = net.region(0, vec![7; 8]);
+        let (e, m) = (&mut net.endpoints[0], &mut net.memories[0]);
+        let data = SgList::contiguous(region, 0, 8);
+        e.post_send_with(net.now, to, (Context::USER, 1), options, &data, m)
+            .expect("posted")
+    };
+    let early = post(&mut net, 1, SendOptions::default());
+    let waited = post(&mut net, 1, confirmed);
+    net.run(net.now);
+    assert!(
+        net.result(0, early).is_some_and(|r| r.is_ok()),
+        "from the copy"
+    );
+    assert!(
+        net.result(0, waited).is_none(),
+        "not before the receiver has it"
+    );
+    let took = net.run_until(10_000_000, |net| net.result(0, waited).is_some());
+    assert!(net.result(0, waited).is_some_and(|r| r.is_ok()));
+    assert!(took >= 2 * net.delay_ns, "a round trip: {took} ns");
+    let reported_sent = post(&mut net, 2, SendOptions::default());
+    let failed = post(&mut net, 2, confirmed);
+    // Rank 2 dies before either message reaches it: its frames vanish.
+    net.endpoints[2] = Endpoint::new(test_config(), 99, 2, 3).unwrap();
+    net.run(net.now + 60_000_000_000);
+    assert!(net.result(0, reported_sent).is_some_and(|r| r.is_ok()));
+    assert_eq!(
+        net.result(0, failed),
+        Some(Err(OpError::PeerUnreachable { peer: 2 }))
+    );
+    assert_eq!(net.endpoints[0].stats().early_sends_unconfirmed, 1);
+}
+
 #[test]
 fn dead_peer_fails_pending_operations_only() {
     let mut net = Net::new(3, test_config());
