@@ -169,8 +169,9 @@ int nicmsg_program_list(nicmsg_comm *comm, uint32_t rank, char *text, size_t cap
  * programs[]; *count says how many. */
 int nicmsg_program_output(nicmsg_comm *comm, uint32_t rank, uint32_t program, int64_t *values,
                           uint32_t *programs, size_t capacity, size_t *count);
-/* Shares memory with this rank's programs as segment `id` (0 to 255) until unshared: DELIVER
- * writes it, GET reads it. unshare returns once no copy of the engine is under way. */
+/* Shares `len` bytes (at least 1; 0 is NICMSG_ERR_ARG) with this rank's programs as segment
+ * `id` (0 to 255) until unshared: DELIVER writes it, GET reads it. unshare returns once no copy
+ * of the engine is under way. */
 int nicmsg_segment_share(nicmsg_comm *comm, uint16_t id, void *memory, size_t len);
 int nicmsg_segment_unshare(nicmsg_comm *comm, uint16_t id);
 /* The paper's locks and flags (0 to 63 per program): the host sets locks and clears flags,

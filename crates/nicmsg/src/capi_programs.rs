@@ -266,7 +266,7 @@ pub unsafe extern "C" fn nicmsg_program_output(
     })
 }
 
-/// Shares `len` bytes at `memory` with this rank's programs as segment `id`, until
+/// Shares `len` bytes (at least 1) at `memory` with this rank's programs as segment `id`, until
 /// `nicmsg_segment_unshare`. Programs write it at any time (`DELIVER`): read it when their
 /// flags say so.
 ///
@@ -279,7 +279,9 @@ pub unsafe extern "C" fn nicmsg_segment_share(
     memory: *mut c_void,
     len: usize,
 ) -> c_int {
-    if memory.is_null() {
+    // An empty segment is refused: the engine registers at least one byte, which a program
+    // could then write past what was shared.
+    if memory.is_null() || len == 0 {
         return NICMSG_ERR_ARG;
     }
     // SAFETY: the caller's contract.
@@ -483,6 +485,44 @@ mod tests {
                 NICMSG_ERR_ARG
             );
             assert_eq!(nicmsg_finalize(comm), ok);
+        }
+    }
+
+    /// Sharing 0 bytes must not give programs a byte: the engine registers a segment of at
+    /// least one byte, so a `DELIVER` of one byte wrote past the memory the host shared.
+    #[test]
+    fn an_empty_segment_is_refused_so_no_program_writes_past_it() {
+        let comm = crate::capi::tests::solo_handle();
+        let source = "PROGRAM poke: VAR buf[8]; TRIGGERS 1;
+            BEGIN AWAIT END;
+            MESSAGE 1: BEGIN
+              RECEIVE buf LEN MSGLEN;
+              DELIVER buf OFFSET 0 INTO 4 LEN MSGLEN;
+              SETFLAG 1
+            END; END.";
+        let module = nicmsg_pdl::compile(source).unwrap().encode().unwrap();
+        let mut memory = [0u8; 4];
+        let mut id = 0u32;
+        // SAFETY: `comm` is live until finalized; `memory` outlives the segment, which is
+        // unshared before it goes out of scope; the module is valid for its length.
+        unsafe {
+            let shared = nicmsg_segment_share(comm, 4, memory.as_mut_ptr().cast(), 0);
+            if shared == NICMSG_SUCCESS {
+                // Show what an accepted empty segment lets a program do.
+                let ok = NICMSG_SUCCESS;
+                let (bytes, len) = (module.as_ptr().cast(), module.len());
+                assert_eq!(nicmsg_program_load(comm, 0, bytes, len, &mut id), ok);
+                assert_eq!(nicmsg_program_run(comm, 0, id), ok);
+                assert_eq!(
+                    nicmsg_program_send(comm, 0, id, 1, b"x".as_ptr().cast(), 1),
+                    ok
+                );
+                assert_eq!(nicmsg_program_wait_flag(comm, id, 1), ok);
+                assert_eq!(nicmsg_segment_unshare(comm, 4), ok);
+            }
+            assert_eq!(memory[0], 0, "a program wrote into 0 shared bytes");
+            assert_eq!(shared, NICMSG_ERR_ARG);
+            assert_eq!(nicmsg_finalize(comm), NICMSG_SUCCESS);
         }
     }
 }

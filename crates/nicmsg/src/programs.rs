@@ -236,7 +236,7 @@ impl<'a> Programs<'a> {
         )
     }
 
-    /// Shares `memory` with the programs of this rank's engine as segment `id` (0 to
+    /// Shares `memory` (not empty) with the programs of this rank's engine as segment `id` (0 to
     /// [`SEGMENTS`] - 1): `DELIVER ... INTO id` writes it, `GET ... FROM id` reads it, until the
     /// returned [`Segment`] is dropped. The memory stays borrowed meanwhile; read and write it
     /// through the segment, when the programs' locks and flags say it is the host's turn.
@@ -244,6 +244,11 @@ impl<'a> Programs<'a> {
     where
         'a: 'm,
     {
+        // The engine registers a segment of at least one byte: an empty one would let a
+        // program write a byte past `memory` (a dangling address for an empty slice).
+        if memory.is_empty() {
+            return Err(Error::BadBuffer("an empty segment"));
+        }
         // SAFETY: `memory` stays borrowed by the Segment, which unshares it (waiting for a copy
         // of the engine under way) before the borrow ends.
         unsafe { self.shared().share(id, memory.as_mut_ptr(), memory.len()) }

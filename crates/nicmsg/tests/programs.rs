@@ -106,6 +106,15 @@ fn figure_4_delivertest_writes_into_a_host_segment() {
     }
 }
 
+/// An empty slice's address is dangling, and the engine gives every segment at least one byte:
+/// sharing one would let a program's `DELIVER` write through that address.
+#[test]
+fn an_empty_segment_is_refused() {
+    let comm = solo(EngineMode::Thread);
+    let refused = comm.programs().share(2, &mut []).map(|_| ());
+    assert!(matches!(refused, Err(Error::BadBuffer(_))), "{refused:?}");
+}
+
 #[test]
 fn replies_reach_the_host_and_flags_wake_it() {
     for mode in MODES {
