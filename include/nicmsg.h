@@ -201,7 +201,9 @@ int nicmsg_dgram_local_address(const nicmsg_dgram *socket, char *text, size_t ca
 int nicmsg_dgram_send_to(nicmsg_dgram *socket, const void *buf, size_t len, const char *address);
 /* Waits for the next datagram from anyone: its bytes into buf, *len its length, `from` (if not
  * NULL) its sender as text. A datagram longer than `capacity` is consumed and reported as
- * NICMSG_ERR_TRUNCATE with *len its length (size buffers with nicmsg_dgram_peek_from). */
+ * NICMSG_ERR_TRUNCATE with *len its length (size buffers with nicmsg_dgram_peek_from). A
+ * `from` of fewer than NICMSG_ADDRESS_MAX bytes is NICMSG_ERR_ARG, refused before any datagram
+ * is taken (here and in nicmsg_dgram_peek_from). */
 int nicmsg_dgram_recv_from(nicmsg_dgram *socket, void *buf, size_t capacity, size_t *len,
                            char *from, size_t from_capacity);
 /* Waits until a datagram is there: *len its length, `from` (if not NULL) its sender; the next

@@ -58,6 +58,12 @@ unsafe fn write_address(
     Ok(())
 }
 
+/// Whether `from` (of `capacity` bytes) can take any sender's address: checked before a
+/// datagram is taken, since one taken and then not reported would be lost.
+fn sender_room(from: *const c_char, capacity: usize) -> bool {
+    from.is_null() || capacity >= NICMSG_ADDRESS_MAX
+}
+
 /// The socket behind a handle, or `None` for null.
 ///
 /// # Safety
@@ -154,8 +160,9 @@ pub unsafe extern "C" fn nicmsg_dgram_send_to(
 }
 
 /// Waits for the next datagram and copies it to `buf` (of `capacity` bytes); `*len` receives
-/// its length and `from` (if not null, `from_capacity` bytes) its sender's address. A longer
-/// datagram is consumed and reported as `NICMSG_ERR_TRUNCATE` with `*len` its length.
+/// its length and `from` (if not null, `from_capacity` bytes, at least `NICMSG_ADDRESS_MAX`)
+/// its sender's address. A longer datagram is consumed and reported as `NICMSG_ERR_TRUNCATE`
+/// with `*len` its length.
 ///
 /// # Safety
 /// Valid handle; `buf` valid for writing `capacity` bytes; `len` valid for writing; `from`
@@ -173,7 +180,7 @@ pub unsafe extern "C" fn nicmsg_dgram_recv_from(
     let Some(socket) = (unsafe { socket_ref(socket) }) else {
         return NICMSG_ERR_ARG;
     };
-    if len.is_null() || (buf.is_null() && capacity > 0) {
+    if len.is_null() || (buf.is_null() && capacity > 0) || !sender_room(from, from_capacity) {
         return NICMSG_ERR_ARG;
     }
     let buffer: &mut [u8] = if capacity == 0 {
@@ -198,8 +205,9 @@ pub unsafe extern "C" fn nicmsg_dgram_recv_from(
     })
 }
 
-/// Waits until a datagram is there; `*len` receives its length and `from` (if not null) its
-/// sender, without taking it: the next `nicmsg_dgram_recv_from` gets it.
+/// Waits until a datagram is there; `*len` receives its length and `from` (if not null, at
+/// least `NICMSG_ADDRESS_MAX` bytes) its sender, without taking it: the next
+/// `nicmsg_dgram_recv_from` gets it.
 ///
 /// # Safety
 /// Valid handle; `len` valid for writing; `from` null or valid for `from_capacity` bytes.
@@ -214,7 +222,7 @@ pub unsafe extern "C" fn nicmsg_dgram_peek_from(
     let Some(socket) = (unsafe { socket_ref(socket) }) else {
         return NICMSG_ERR_ARG;
     };
-    if len.is_null() {
+    if len.is_null() || !sender_room(from, from_capacity) {
         return NICMSG_ERR_ARG;
     }
     guard(|| {
@@ -224,4 +232,69 @@ pub unsafe extern "C" fn nicmsg_dgram_peek_from(
         // SAFETY: `from` is null or valid for `from_capacity` bytes (contract).
         unsafe { write_address(sender, from, from_capacity) }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capi::NICMSG_ERR_TRUNCATE;
+
+    /// A socket on loopback, any free port, and its address as C text.
+    fn bound() -> (*mut NicmsgDgram, [c_char; NICMSG_ADDRESS_MAX]) {
+        let mut socket = std::ptr::null_mut();
+        let mut text = [0 as c_char; NICMSG_ADDRESS_MAX];
+        // SAFETY: the address is NUL-terminated; `socket` and `text` are locals of the sizes
+        // given.
+        unsafe {
+            assert_eq!(
+                nicmsg_dgram_bind(c"127.0.0.1:0".as_ptr(), &mut socket),
+                NICMSG_SUCCESS
+            );
+            assert_eq!(
+                nicmsg_dgram_local_address(socket, text.as_mut_ptr(), text.len()),
+                NICMSG_SUCCESS
+            );
+        }
+        (socket, text)
+    }
+
+    /// A `from` buffer too short for the sender's address was found out only after the
+    /// datagram had been taken: the call failed, and the datagram, already consumed, was lost.
+    #[test]
+    fn a_short_sender_buffer_is_refused_before_a_datagram_is_taken() {
+        let (server, address) = bound();
+        let (client, _) = bound();
+        let mut buffer = [0u8; 16];
+        let mut len = 0usize;
+        let mut short = [0 as c_char; 4];
+        let mut from = [0 as c_char; NICMSG_ADDRESS_MAX];
+        // SAFETY: both handles are live until closed at the end; every buffer is a local of the
+        // capacity given; the address is NUL-terminated.
+        unsafe {
+            let hello = b"hello".as_ptr().cast();
+            assert_eq!(
+                nicmsg_dgram_send_to(client, hello, 5, address.as_ptr()),
+                NICMSG_SUCCESS
+            );
+            let (data, capacity) = (buffer.as_mut_ptr().cast(), buffer.len());
+            let refused = nicmsg_dgram_peek_from(server, &mut len, short.as_mut_ptr(), 4);
+            assert_eq!(refused, NICMSG_ERR_ARG);
+            let refused =
+                nicmsg_dgram_recv_from(server, data, capacity, &mut len, short.as_mut_ptr(), 4);
+            assert_eq!(refused, NICMSG_ERR_ARG);
+            let received =
+                nicmsg_dgram_recv_from(server, data, capacity, &mut len, from.as_mut_ptr(), 64);
+            assert_eq!(received, NICMSG_SUCCESS, "the datagram is still there");
+            assert_eq!(&buffer[..len], b"hello");
+            // A datagram longer than the buffer is still consumed (as documented).
+            assert_eq!(
+                nicmsg_dgram_send_to(client, hello, 5, address.as_ptr()),
+                NICMSG_SUCCESS
+            );
+            let cut = nicmsg_dgram_recv_from(server, data, 2, &mut len, std::ptr::null_mut(), 0);
+            assert_eq!((cut, len), (NICMSG_ERR_TRUNCATE, 5));
+            assert_eq!(nicmsg_dgram_close(client), NICMSG_SUCCESS);
+            assert_eq!(nicmsg_dgram_close(server), NICMSG_SUCCESS);
+        }
+    }
 }
