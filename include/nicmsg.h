@@ -166,7 +166,9 @@ int nicmsg_program_receive(nicmsg_comm *comm, uint16_t trigger, void *buf, size_
 int nicmsg_program_list(nicmsg_comm *comm, uint32_t rank, char *text, size_t capacity);
 /* Takes up to `capacity` values programs DISPLAYed on the engine of `rank` (`program`'s, or
  * every program's with NICMSG_ALL_PROGRAMS), oldest first, into values[] and (if not NULL)
- * programs[]; *count says how many. */
+ * programs[]; *count says how many. This rank's engine keeps the others for the next call;
+ * another rank's engine sends what one answer holds (about 120 values) and those beyond
+ * `capacity` are lost: give it room for 128. */
 int nicmsg_program_output(nicmsg_comm *comm, uint32_t rank, uint32_t program, int64_t *values,
                           uint32_t *programs, size_t capacity, size_t *count);
 /* Shares `len` bytes (at least 1; 0 is NICMSG_ERR_ARG) with this rank's programs as segment

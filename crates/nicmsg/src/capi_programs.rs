@@ -226,7 +226,9 @@ pub unsafe extern "C" fn nicmsg_program_list(
 
 /// Takes up to `capacity` values programs displayed on the engine of `rank` (only
 /// `program`'s, or every program's with `NICMSG_ALL_PROGRAMS`), oldest first: `values[i]`
-/// and `programs[i]` (if not NULL) for `i < *count`. Values beyond `capacity` are lost.
+/// and `programs[i]` (if not NULL) for `i < *count`. This rank's engine keeps the others for
+/// the next call; another rank's sends one answer's worth (about 120), and those beyond
+/// `capacity` are lost.
 ///
 /// # Safety
 /// Valid handle; `values` and `programs` (if not NULL) valid for `capacity` elements; `count`
@@ -248,7 +250,7 @@ pub unsafe extern "C" fn nicmsg_program_output(
     // SAFETY: `comm` is null or a live handle (the caller's contract).
     let comm = unsafe { comm_ref(comm) };
     with_programs(comm, |handle| {
-        let shown = handle.output(rank, only)?;
+        let shown = handle.output_at_most(rank, only, capacity)?;
         let taken = shown.len().min(capacity);
         for (i, displayed) in shown.iter().take(taken).enumerate() {
             // SAFETY: `i < capacity`; `values` is valid for `capacity` elements, and
@@ -484,6 +486,42 @@ mod tests {
                 nicmsg_program_run(std::ptr::null_mut(), 0, id),
                 NICMSG_ERR_ARG
             );
+            assert_eq!(nicmsg_finalize(comm), ok);
+        }
+    }
+
+    /// Values beyond `capacity` were taken from the engine's log and dropped: a caller reading
+    /// them a few at a time lost all but the first few.
+    #[test]
+    fn output_takes_no_more_values_than_there_is_room_for() {
+        let comm = crate::capi::tests::solo_handle();
+        let source = "PROGRAM show: VAR n; TRIGGERS 1;
+            BEGIN AWAIT END;
+            MESSAGE 1: BEGIN
+              n = 1; DISPLAY n; n = 2; DISPLAY n; n = 3; DISPLAY n;
+              SETFLAG 1
+            END; END.";
+        let module = nicmsg_pdl::compile(source).unwrap().encode().unwrap();
+        let (mut id, mut count) = (0u32, 0usize);
+        let mut values = [0i64; 4];
+        let mut taken = Vec::new();
+        // SAFETY: `comm` is live until finalized; every pointer is a local valid for the
+        // length or capacity given.
+        unsafe {
+            let ok = NICMSG_SUCCESS;
+            let (bytes, len) = (module.as_ptr().cast(), module.len());
+            assert_eq!(nicmsg_program_load(comm, 0, bytes, len, &mut id), ok);
+            assert_eq!(nicmsg_program_run(comm, 0, id), ok);
+            assert_eq!(nicmsg_program_send(comm, 0, id, 1, std::ptr::null(), 0), ok);
+            assert_eq!(nicmsg_program_wait_flag(comm, id, 1), ok);
+            for capacity in [1, 0, 4] {
+                let (values, programs) = (values.as_mut_ptr(), std::ptr::null_mut());
+                let code =
+                    nicmsg_program_output(comm, 0, id, values, programs, capacity, &mut count);
+                assert_eq!(code, ok);
+                taken.extend_from_slice(std::slice::from_raw_parts(values, count));
+            }
+            assert_eq!(taken, [1, 2, 3], "every value displayed, once");
             assert_eq!(nicmsg_finalize(comm), ok);
         }
     }

@@ -114,8 +114,20 @@ impl<'a> Programs<'a> {
     /// given), oldest first; as many as one answer holds (about 120), so call again until
     /// it returns none.
     pub fn output(&self, rank: u32, program: Option<ProgramId>) -> Result<Vec<Displayed>, Error> {
+        self.output_at_most(rank, program, usize::MAX)
+    }
+
+    /// [`output`](Self::output) for a caller with room for `max` values (the C ABI's): this
+    /// rank's engine keeps the rest for the next call. Another rank's engine sends what one
+    /// answer holds, whatever `max`.
+    pub(crate) fn output_at_most(
+        &self,
+        rank: u32,
+        program: Option<ProgramId>,
+        max: usize,
+    ) -> Result<Vec<Displayed>, Error> {
         if rank == self.comm.rank() {
-            return Ok(self.take_output(program, usize::MAX));
+            return Ok(self.take_output(program, max));
         }
         let (filter, only) = program.map_or((0, 0), |p| (p.0, 1));
         let (_, text) = self.request(rank, ProgramOp::Output, (filter, only), &[])?;
