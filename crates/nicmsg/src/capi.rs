@@ -176,8 +176,11 @@ pub unsafe extern "C" fn nicmsg_finalize(comm: *mut NicmsgComm) -> c_int {
         return NICMSG_ERR_ARG;
     }
     // SAFETY: not null (checked above), and a live handle from `nicmsg_init` (caller contract).
-    if unsafe { &*comm }.comm.outstanding() > 0 {
-        return NICMSG_ERR_PENDING;
+    let live = unsafe { &*comm };
+    match catch_unwind(AssertUnwindSafe(|| live.comm.outstanding())) {
+        Err(_) => return NICMSG_ERR_PANIC,
+        Ok(pending) if pending > 0 => return NICMSG_ERR_PENDING,
+        Ok(_) => {}
     }
     // SAFETY: the handle was made by `Box::into_raw` in `nicmsg_init` and, by the caller's
     // contract, is not used after this call: the box is taken back exactly once. No request
@@ -534,7 +537,9 @@ pub unsafe extern "C" fn nicmsg_waitall(
 /// result code. With no non-NULL request (or `count` 0) it returns success at once with
 /// `*index` = `NICMSG_UNDEFINED` and an empty status (as MPI). Spins briefly, then sleeps
 /// until a completion (no core burnt on a long wait). Should the engine fail, a request
-/// completes with `NICMSG_ERR_INTERNAL` (and `*index` names it), as wait would.
+/// completes with `NICMSG_ERR_INTERNAL` (and `*index` names it), as wait would. A panic caught
+/// inside returns `NICMSG_ERR_PANIC`, `*index` naming the request whose test panicked (still
+/// live), else `NICMSG_UNDEFINED`.
 ///
 /// # Safety
 /// As `nicmsg_waitall`; `index` valid.
@@ -548,6 +553,28 @@ pub unsafe extern "C" fn nicmsg_waitany(
     if (requests.is_null() && count > 0) || index.is_null() {
         return NICMSG_ERR_ARG;
     }
+    // The wait runs the engine (inline) and looks at it: a panic must not unwind into C.
+    let waited = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the caller's contract is `wait_for_any`'s; `index` is not null (checked).
+        unsafe { wait_for_any(count, requests, index, status) }
+    }));
+    waited.unwrap_or_else(|_| {
+        // SAFETY: `index` is not null (checked above) and valid for writing (contract).
+        unsafe { *index = NICMSG_UNDEFINED };
+        NICMSG_ERR_PANIC
+    })
+}
+
+/// `nicmsg_waitany` after its argument checks.
+///
+/// # Safety
+/// As `nicmsg_waitany`, with `requests` not null if `count > 0` and `index` not null.
+unsafe fn wait_for_any(
+    count: usize,
+    requests: *mut *mut NicmsgRequest,
+    index: *mut usize,
+    status: *mut NicmsgStatus,
+) -> c_int {
     // SAFETY: `requests` points to `count` request pointers (caller contract; not null when
     // `count > 0`, checked above): every `i < count` reads inside that array.
     let live = |i: usize| unsafe { *requests.add(i) };
@@ -578,7 +605,8 @@ pub unsafe extern "C" fn nicmsg_waitany(
             // SAFETY: `i < count`, so `requests.add(i)` is one of the caller's request
             // pointers (a live handle, not null); `status` is null or valid (contract).
             let code = unsafe { nicmsg_test(requests.add(i), &mut flag, status) };
-            if flag == 1 {
+            // A panic caught in the test ends the wait too: the next round would meet it again.
+            if flag == 1 || code == NICMSG_ERR_PANIC {
                 // SAFETY: `index` is not null (checked above) and valid for writing.
                 unsafe { *index = i };
                 return code;
@@ -811,6 +839,35 @@ pub(crate) mod tests {
                 NICMSG_ERR_BUFFER
             );
             assert_eq!(iovecs(many.as_ptr(), NICMSG_IOV_MAX).unwrap().len(), 16);
+        }
+    }
+
+    /// waitany ran the engine outside any `catch_unwind`: a panic there unwound into C (Rust
+    /// aborts the process) instead of returning `NICMSG_ERR_PANIC` as the header promises.
+    #[test]
+    fn a_panic_in_waitany_is_returned_not_unwound_into_c() {
+        let comm = solo_handle();
+        let mut inbox = [0u8; 8];
+        let mut requests = [std::ptr::null_mut(); 1];
+        let mut index = 0;
+        // SAFETY: `comm` is a live handle; the buffer outlives the request, which is completed
+        // before the communicator is finalized.
+        unsafe {
+            let (buffer, len) = (inbox.as_mut_ptr().cast(), inbox.len());
+            let code = nicmsg_irecv(comm, buffer, len, ANY, 5, &mut requests[0]);
+            assert_eq!(code, NICMSG_SUCCESS);
+            let held = (*comm).comm.hold_engine_for_test();
+            let code = nicmsg_waitany(1, requests.as_mut_ptr(), &mut index, std::ptr::null_mut());
+            assert_eq!((code, index), (NICMSG_ERR_PANIC, 0));
+            assert!(
+                !requests[0].is_null(),
+                "a request whose wait failed stays live"
+            );
+            drop(held);
+            assert_eq!(nicmsg_cancel(requests[0]), NICMSG_SUCCESS);
+            let code = nicmsg_wait(&mut requests[0], std::ptr::null_mut());
+            assert_eq!(code, NICMSG_ERR_CANCELLED);
+            assert_eq!(nicmsg_finalize(comm), NICMSG_SUCCESS);
         }
     }
 

@@ -540,6 +540,13 @@ impl Comm {
         }
     }
 
+    /// Tests only: keeps the engine borrowed until the guard is dropped, so any call that
+    /// runs or looks at the engine meanwhile panics (as a bug inside the library would).
+    #[cfg(test)]
+    pub(crate) fn hold_engine_for_test(&self) -> impl Sized + '_ {
+        self.engine.borrow_mut()
+    }
+
     // --- internals used by Request ---
 
     /// A send's destination: in the job, and not declared unreachable (a send to it could
