@@ -60,11 +60,20 @@ enum nicmsg_result {
                                          boundary (a bug in nicmsg; its message is on
                                          stderr): the call did not complete, and the
                                          communicator may be unusable */
-    NICMSG_ERR_PROGRAM = 18           /* an engine refused a request about its PANIC programs
+    NICMSG_ERR_PROGRAM = 18,          /* an engine refused a request about its PANIC programs
                                          (module rejected, no such program, turned off, a
                                          trap): the reason is on stderr */
+    NICMSG_ERR_BUSY = 19              /* another thread is inside a call on the same
+                                         communicator (or one of its requests) or socket:
+                                         nothing was done (see "Threads" below) */
 };
 
+/* Threads: a communicator, with its requests, is used by one thread at a time (any thread;
+ * MPI_THREAD_SERIALIZED), and so is a datagram socket; different communicators and sockets are
+ * independent. A call made while another thread is inside a call on the same one returns
+ * NICMSG_ERR_BUSY at once and does nothing (so a thread blocked in nicmsg_wait or
+ * nicmsg_dgram_recv_from keeps the others out until it returns). nicmsg_comm_rank and
+ * nicmsg_comm_size may be called from any thread at any time. */
 typedef struct NicmsgComm nicmsg_comm;
 typedef struct NicmsgRequest nicmsg_request;
 

@@ -14,6 +14,7 @@ use crate::{Code, Comm, Error, Request, Source, Status, TagMatch};
 use nicmsg_proto::MAX_SEGMENTS;
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use crate::capi_dgram::*;
 pub use crate::capi_programs::*;
@@ -34,6 +35,18 @@ const ANY: u32 = u32::MAX;
 /// Opaque communicator handle.
 pub struct NicmsgComm {
     comm: Comm,
+    /// Set while a thread is inside a call on the communicator or one of its requests: see
+    /// [`Turn`].
+    busy: AtomicBool,
+}
+
+impl NicmsgComm {
+    pub(crate) fn boxed(comm: Comm) -> *mut Self {
+        Box::into_raw(Box::new(Self {
+            comm,
+            busy: AtomicBool::new(false),
+        }))
+    }
 }
 
 /// Opaque request handle; freed (and the caller's pointer set to NULL) when it completes.
@@ -43,11 +56,47 @@ pub struct NicmsgRequest {
     /// of a send, the source of a receive (`ANY` for any), and the tag (`ANY` for any).
     peer: u32,
     tag: u32,
+    /// Its communicator's [`NicmsgComm::busy`] (which outlives it: finalize refuses while a
+    /// request is outstanding).
+    busy: &'static AtomicBool,
 }
 
 impl NicmsgRequest {
-    fn boxed(request: Request<'static>, peer: u32, tag: u32) -> *mut Self {
-        Box::into_raw(Box::new(Self { request, peer, tag }))
+    fn boxed(request: Request<'static>, peer: u32, tag: u32, turn: &Turn) -> *mut Self {
+        let busy = turn.0;
+        Box::into_raw(Box::new(Self {
+            request,
+            peer,
+            tag,
+            busy,
+        }))
+    }
+}
+
+/// One thread's turn inside a call on a communicator (or its requests) or a socket. Their state
+/// is not synchronised (`Comm` is not `Sync`: one host thread drives the descriptor table), so
+/// a second thread calling in meanwhile gets `NICMSG_ERR_BUSY` instead of racing the first.
+pub(crate) struct Turn(&'static AtomicBool);
+
+impl Turn {
+    /// The calling thread's turn, or `NICMSG_ERR_BUSY` while another thread has it.
+    pub(crate) fn take(busy: &'static AtomicBool) -> Result<Self, c_int> {
+        if busy.swap(true, Ordering::Acquire) {
+            return Err(NICMSG_ERR_BUSY);
+        }
+        Ok(Self(busy))
+    }
+
+    /// Ends the turn without giving it back: for a handle about to be freed (the flag goes
+    /// with it).
+    pub(crate) fn keep(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 
@@ -138,16 +187,20 @@ fn tag(word: u32) -> TagMatch {
     }
 }
 
-/// The communicator behind a handle, or None for NULL.
+/// The communicator behind a handle with the calling thread's turn on it: `NICMSG_ERR_ARG`
+/// for NULL, `NICMSG_ERR_BUSY` while another thread is inside a call on it.
 ///
 /// # Safety
 /// `comm` is null or a handle from `nicmsg_init` not yet finalized; the returned reference
 /// must not be used after `nicmsg_finalize` (the C side keeps the communicator alive while
 /// it uses it, as the header's contract says).
-pub(crate) unsafe fn comm_ref(comm: *const NicmsgComm) -> Option<&'static Comm> {
+pub(crate) unsafe fn enter(comm: *const NicmsgComm) -> Result<(&'static Comm, Turn), c_int> {
     // SAFETY: by this function's contract `comm` is null (`as_ref` gives None) or points to a
     // live `NicmsgComm` that outlives every use of the reference.
-    unsafe { comm.as_ref().map(|c| &*(&c.comm as *const Comm)) }
+    let Some(handle) = (unsafe { comm.as_ref::<'static>() }) else {
+        return Err(NICMSG_ERR_ARG);
+    };
+    Ok((&handle.comm, Turn::take(&handle.busy)?))
 }
 
 /// # Safety
@@ -161,7 +214,7 @@ pub unsafe extern "C" fn nicmsg_init(out: *mut *mut NicmsgComm) -> c_int {
         let comm = Comm::init().inspect_err(|error| eprintln!("nicmsg_init: {error}"))?;
         // SAFETY: `out` is not null (checked above) and valid for writing a pointer (caller
         // contract).
-        unsafe { *out = Box::into_raw(Box::new(NicmsgComm { comm })) };
+        unsafe { *out = NicmsgComm::boxed(comm) };
         Ok(())
     })
 }
@@ -176,12 +229,17 @@ pub unsafe extern "C" fn nicmsg_finalize(comm: *mut NicmsgComm) -> c_int {
         return NICMSG_ERR_ARG;
     }
     // SAFETY: not null (checked above), and a live handle from `nicmsg_init` (caller contract).
-    let live = unsafe { &*comm };
-    match catch_unwind(AssertUnwindSafe(|| live.comm.outstanding())) {
+    let (live, turn) = match unsafe { enter(comm) } {
+        Ok(entered) => entered,
+        Err(code) => return code,
+    };
+    match catch_unwind(AssertUnwindSafe(|| live.outstanding())) {
         Err(_) => return NICMSG_ERR_PANIC,
         Ok(pending) if pending > 0 => return NICMSG_ERR_PENDING,
         Ok(_) => {}
     }
+    // The flag is freed with the communicator.
+    turn.keep();
     // SAFETY: the handle was made by `Box::into_raw` in `nicmsg_init` and, by the caller's
     // contract, is not used after this call: the box is taken back exactly once. No request
     // borrows it any more (none is outstanding, checked above).
@@ -215,8 +273,9 @@ unsafe fn write_comm_value(
     out: *mut u32,
     value: fn(&Comm) -> u32,
 ) -> c_int {
+    // Rank and size never change: reading them needs no turn.
     // SAFETY: `comm` is null or a live handle (this function's contract).
-    match (unsafe { comm_ref(comm) }, out.is_null()) {
+    match (unsafe { comm.as_ref() }.map(|c| &c.comm), out.is_null()) {
         (Some(c), false) => {
             // SAFETY: `out` is not null (matched above) and valid for writing (contract).
             unsafe { *out = value(c) };
@@ -238,8 +297,9 @@ pub unsafe extern "C" fn nicmsg_isend(
     request: *mut *mut NicmsgRequest,
 ) -> c_int {
     // SAFETY: `comm` is null or a live handle (caller contract).
-    let Some(comm) = (unsafe { comm_ref(comm) }) else {
-        return NICMSG_ERR_ARG;
+    let (comm, turn) = match unsafe { enter(comm) } {
+        Ok(entered) => entered,
+        Err(code) => return code,
     };
     if request.is_null() || (buffer.is_null() && len > 0) {
         return NICMSG_ERR_ARG;
@@ -250,7 +310,7 @@ pub unsafe extern "C" fn nicmsg_isend(
     guard(|| {
         let posted = comm.isend(data, dest, tag)?;
         // SAFETY: `request` is not null (checked above) and valid for writing (contract).
-        unsafe { *request = NicmsgRequest::boxed(posted, dest, tag) };
+        unsafe { *request = NicmsgRequest::boxed(posted, dest, tag, &turn) };
         Ok(())
     })
 }
@@ -267,8 +327,9 @@ pub unsafe extern "C" fn nicmsg_irecv(
     request: *mut *mut NicmsgRequest,
 ) -> c_int {
     // SAFETY: `comm` is null or a live handle (caller contract).
-    let Some(comm) = (unsafe { comm_ref(comm) }) else {
-        return NICMSG_ERR_ARG;
+    let (comm, turn) = match unsafe { enter(comm) } {
+        Ok(entered) => entered,
+        Err(code) => return code,
     };
     if request.is_null() || (buffer.is_null() && len > 0) {
         return NICMSG_ERR_ARG;
@@ -279,7 +340,7 @@ pub unsafe extern "C" fn nicmsg_irecv(
     guard(|| {
         let posted = comm.irecv(data, source(source_rank), tag(tag_value))?;
         // SAFETY: `request` is not null (checked above) and valid for writing (contract).
-        unsafe { *request = NicmsgRequest::boxed(posted, source_rank, tag_value) };
+        unsafe { *request = NicmsgRequest::boxed(posted, source_rank, tag_value, &turn) };
         Ok(())
     })
 }
@@ -351,8 +412,9 @@ pub unsafe extern "C" fn nicmsg_isendv(
     request: *mut *mut NicmsgRequest,
 ) -> c_int {
     // SAFETY: `comm` is null or a live handle (caller contract).
-    let Some(comm) = (unsafe { comm_ref(comm) }) else {
-        return NICMSG_ERR_ARG;
+    let (comm, turn) = match unsafe { enter(comm) } {
+        Ok(entered) => entered,
+        Err(code) => return code,
     };
     if request.is_null() {
         return NICMSG_ERR_ARG;
@@ -371,7 +433,7 @@ pub unsafe extern "C" fn nicmsg_isendv(
     guard(|| {
         let posted = comm.isend_vectored(&data[..pieces.len()], dest, tag)?;
         // SAFETY: `request` is not null (checked above) and valid for writing (contract).
-        unsafe { *request = NicmsgRequest::boxed(posted, dest, tag) };
+        unsafe { *request = NicmsgRequest::boxed(posted, dest, tag, &turn) };
         Ok(())
     })
 }
@@ -392,8 +454,9 @@ pub unsafe extern "C" fn nicmsg_irecvv(
     request: *mut *mut NicmsgRequest,
 ) -> c_int {
     // SAFETY: `comm` is null or a live handle (caller contract).
-    let Some(comm) = (unsafe { comm_ref(comm) }) else {
-        return NICMSG_ERR_ARG;
+    let (comm, turn) = match unsafe { enter(comm) } {
+        Ok(entered) => entered,
+        Err(code) => return code,
     };
     if request.is_null() {
         return NICMSG_ERR_ARG;
@@ -412,7 +475,7 @@ pub unsafe extern "C" fn nicmsg_irecvv(
     guard(|| {
         let posted = comm.irecv_vectored(data, source(source_rank), tag(tag_value))?;
         // SAFETY: `request` is not null (checked above) and valid for writing (contract).
-        unsafe { *request = NicmsgRequest::boxed(posted, source_rank, tag_value) };
+        unsafe { *request = NicmsgRequest::boxed(posted, source_rank, tag_value, &turn) };
         Ok(())
     })
 }
@@ -431,13 +494,21 @@ pub unsafe extern "C" fn nicmsg_wait(
         return NICMSG_ERR_ARG;
     }
     // SAFETY: `request` is not null and valid for reading and writing a pointer (contract).
-    let handle = unsafe { request.replace(std::ptr::null_mut()) };
+    let handle = unsafe { *request };
     if handle.is_null() {
         return NICMSG_SUCCESS;
     }
-    // SAFETY: a non-null handle was made by `Box::into_raw` (isend/irecv) and is live; the
-    // caller's pointer to it was cleared above, so the box is taken back exactly once.
-    let boxed = unsafe { Box::from_raw(handle) };
+    // SAFETY: a non-null handle is a live request from isend/irecv (caller contract).
+    let _turn = match Turn::take(unsafe { &*handle }.busy) {
+        Ok(turn) => turn,
+        Err(code) => return code,
+    };
+    // SAFETY: the handle was made by `Box::into_raw` (isend/irecv) and is live; the caller's
+    // pointer to it is cleared first, so the box is taken back exactly once.
+    let boxed = unsafe {
+        *request = std::ptr::null_mut();
+        Box::from_raw(handle)
+    };
     let (peer, tag) = (boxed.peer, boxed.tag);
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let result = boxed.request.wait();
@@ -470,8 +541,29 @@ pub unsafe extern "C" fn nicmsg_test(
         unsafe { *flag = 1 };
         return NICMSG_SUCCESS;
     }
-    // SAFETY: a non-null handle is a live request from isend/irecv (caller contract), used by
-    // this thread only for the duration of this call.
+    // SAFETY: a non-null handle is a live request from isend/irecv (caller contract).
+    let _turn = match Turn::take(unsafe { &*handle }.busy) {
+        Ok(turn) => turn,
+        Err(code) => return code,
+    };
+    // SAFETY: the caller's contract is ours; `*request` is a live handle (not null, checked),
+    // and this thread has its communicator's turn.
+    unsafe { test_in_turn(request, flag, status) }
+}
+
+/// `nicmsg_test` of a live request by the thread whose turn it is on its communicator.
+///
+/// # Safety
+/// As `nicmsg_test`, with `*request` a live handle (not null) and `flag` not null.
+unsafe fn test_in_turn(
+    request: *mut *mut NicmsgRequest,
+    flag: *mut c_int,
+    status: *mut NicmsgStatus,
+) -> c_int {
+    // SAFETY: `request` is valid for reading (contract).
+    let handle = unsafe { *request };
+    // SAFETY: a live request (contract), used by this thread only (its turn) for the duration
+    // of this call.
     let live = unsafe { &mut *handle };
     let outcome = catch_unwind(AssertUnwindSafe(|| live.request.test()));
     match outcome {
@@ -594,7 +686,16 @@ unsafe fn wait_for_any(
     // Every request of one call belongs to one communicator (as in MPI).
     // SAFETY: `live(first)` is not null, so it is a live handle (caller contract); the
     // communicator it borrows lives at least as long as the request (until finalize).
-    let comm = unsafe { &*live(first) }.request.comm();
+    let first_request = unsafe { &*live(first) };
+    let _turn = match Turn::take(first_request.busy) {
+        Ok(turn) => turn,
+        Err(code) => {
+            // SAFETY: `index` is not null (checked by the caller) and valid for writing.
+            unsafe { *index = NICMSG_UNDEFINED };
+            return code;
+        }
+    };
+    let comm = first_request.request.comm();
     let started = comm.start_waiting();
     loop {
         for i in first..count {
@@ -603,8 +704,9 @@ unsafe fn wait_for_any(
             }
             let mut flag = 0;
             // SAFETY: `i < count`, so `requests.add(i)` is one of the caller's request
-            // pointers (a live handle, not null); `status` is null or valid (contract).
-            let code = unsafe { nicmsg_test(requests.add(i), &mut flag, status) };
+            // pointers (a live handle, not null) of the communicator whose turn this thread
+            // has; `status` is null or valid (contract).
+            let code = unsafe { test_in_turn(requests.add(i), &mut flag, status) };
             // A panic caught in the test ends the wait too: the next round would meet it again.
             if flag == 1 || code == NICMSG_ERR_PANIC {
                 // SAFETY: `index` is not null (checked above) and valid for writing.
@@ -632,10 +734,16 @@ unsafe fn wait_for_any(
 pub unsafe extern "C" fn nicmsg_cancel(request: *mut NicmsgRequest) -> c_int {
     // SAFETY: `request` is null (`as_ref` gives None) or a live handle (caller contract).
     match unsafe { request.as_ref() } {
-        Some(r) => guard(|| {
-            r.request.cancel();
-            Ok(())
-        }),
+        Some(r) => {
+            let _turn = match Turn::take(r.busy) {
+                Ok(turn) => turn,
+                Err(code) => return code,
+            };
+            guard(|| {
+                r.request.cancel();
+                Ok(())
+            })
+        }
         None => NICMSG_ERR_ARG,
     }
 }
@@ -715,8 +823,9 @@ pub unsafe extern "C" fn nicmsg_iprobe(
     status: *mut NicmsgStatus,
 ) -> c_int {
     // SAFETY: `comm` is null or a live handle (caller contract).
-    let Some(comm) = (unsafe { comm_ref(comm) }) else {
-        return NICMSG_ERR_ARG;
+    let (comm, _turn) = match unsafe { enter(comm) } {
+        Ok(entered) => entered,
+        Err(code) => return code,
     };
     if flag.is_null() {
         return NICMSG_ERR_ARG;
@@ -743,8 +852,9 @@ pub unsafe extern "C" fn nicmsg_probe(
     status: *mut NicmsgStatus,
 ) -> c_int {
     // SAFETY: `comm` is null or a live handle (caller contract).
-    let Some(comm) = (unsafe { comm_ref(comm) }) else {
-        return NICMSG_ERR_ARG;
+    let (comm, _turn) = match unsafe { enter(comm) } {
+        Ok(entered) => entered,
+        Err(code) => return code,
     };
     guard(|| {
         let found = comm.probe(source(source_rank), tag(tag_value))?;
@@ -759,8 +869,9 @@ pub unsafe extern "C" fn nicmsg_probe(
 #[no_mangle]
 pub unsafe extern "C" fn nicmsg_barrier(comm: *mut NicmsgComm) -> c_int {
     // SAFETY: `comm` is null or a live handle (caller contract).
-    let Some(comm) = (unsafe { comm_ref(comm) }) else {
-        return NICMSG_ERR_ARG;
+    let (comm, _turn) = match unsafe { enter(comm) } {
+        Ok(entered) => entered,
+        Err(code) => return code,
     };
     guard(|| comm.barrier())
 }
@@ -780,9 +891,7 @@ pub(crate) mod tests {
 
     /// A handle on a one-rank job with an engine thread, for tests of the C ABI.
     pub(crate) fn solo_handle() -> *mut NicmsgComm {
-        Box::into_raw(Box::new(NicmsgComm {
-            comm: crate::comm::tests::solo_thread(),
-        }))
+        NicmsgComm::boxed(crate::comm::tests::solo_thread())
     }
 
     #[test]
@@ -801,7 +910,7 @@ pub(crate) mod tests {
             let text = unsafe { CStr::from_ptr(nicmsg_error_string(code.into())) };
             assert_eq!(text, code.description());
         }
-        for value in [-1, 7, 8, 19, c_int::MAX] {
+        for value in [-1, 7, 8, 20, c_int::MAX] {
             // SAFETY: as above.
             let text = unsafe { CStr::from_ptr(nicmsg_error_string(value)) };
             assert_eq!(text, c"unknown result code", "{value}");
@@ -842,6 +951,57 @@ pub(crate) mod tests {
         }
     }
 
+    /// A communicator is not shareable between threads (`Comm` is not `Sync`), yet a second
+    /// thread's call went straight in, racing the first on the descriptor table. Now every call
+    /// on a communicator or its requests made while another thread is inside one (its turn
+    /// held here) returns NICMSG_ERR_BUSY and does nothing; rank and size stay readable.
+    #[test]
+    fn a_communicator_busy_in_another_thread_turns_calls_away() {
+        let comm = solo_handle();
+        let mut inbox = [0u8; 8];
+        let mut request = std::ptr::null_mut();
+        let (mut flag, mut index, mut rank) = (0, 0usize, 9u32);
+        // SAFETY: `comm` is a live handle until finalized at the end; the buffer outlives the
+        // request, completed before that; every pointer is a local valid for its use.
+        unsafe {
+            let (buffer, len) = (inbox.as_mut_ptr().cast(), inbox.len());
+            let code = nicmsg_irecv(comm, buffer, len, ANY, 5, &mut request);
+            assert_eq!(code, NICMSG_SUCCESS);
+            let other_thread = Turn::take(&(*comm).busy).unwrap();
+            let busy = NICMSG_ERR_BUSY;
+            let mut second = std::ptr::null_mut();
+            assert_eq!(nicmsg_isend(comm, buffer, 0, 0, 5, &mut second), busy);
+            assert_eq!(nicmsg_irecv(comm, buffer, len, 0, 5, &mut second), busy);
+            assert!(second.is_null(), "nothing was posted");
+            assert_eq!(
+                nicmsg_iprobe(comm, ANY, ANY, &mut flag, std::ptr::null_mut()),
+                busy
+            );
+            assert_eq!(nicmsg_barrier(comm), busy);
+            assert_eq!(nicmsg_cancel(request), busy);
+            assert_eq!(
+                nicmsg_test(&mut request, &mut flag, std::ptr::null_mut()),
+                busy
+            );
+            assert_eq!(nicmsg_wait(&mut request, std::ptr::null_mut()), busy);
+            assert!(
+                !request.is_null(),
+                "a request turned away is left as it was"
+            );
+            let code = nicmsg_waitany(1, &mut request, &mut index, std::ptr::null_mut());
+            assert_eq!((code, index), (busy, NICMSG_UNDEFINED));
+            assert_eq!(nicmsg_program_run(comm, 0, 1), busy);
+            assert_eq!(nicmsg_finalize(comm), busy);
+            assert_eq!(nicmsg_comm_rank(comm, &mut rank), NICMSG_SUCCESS);
+            assert_eq!(rank, 0);
+            drop(other_thread);
+            assert_eq!(nicmsg_cancel(request), NICMSG_SUCCESS);
+            let code = nicmsg_wait(&mut request, std::ptr::null_mut());
+            assert_eq!(code, NICMSG_ERR_CANCELLED);
+            assert_eq!(nicmsg_finalize(comm), NICMSG_SUCCESS);
+        }
+    }
+
     /// waitany ran the engine outside any `catch_unwind`: a panic there unwound into C (Rust
     /// aborts the process) instead of returning `NICMSG_ERR_PANIC` as the header promises.
     #[test]
@@ -873,9 +1033,7 @@ pub(crate) mod tests {
 
     #[test]
     fn waitany_names_the_request_a_dead_engine_failed_and_finalize_still_frees() {
-        let comm = Box::into_raw(Box::new(NicmsgComm {
-            comm: crate::comm::tests::solo_thread(),
-        }));
+        let comm = solo_handle();
         let mut inbox = [[0u8; 8]; 2];
         let mut requests = [std::ptr::null_mut(); 3];
         let mut status = NicmsgStatus {

@@ -4,12 +4,13 @@
 //! Same contract as the rest of the C ABI (`capi.rs`): null pointers and bad arguments return
 //! `NICMSG_ERR_ARG`, and nothing panics across the boundary.
 
-use crate::capi::{guard, NICMSG_ERR_ARG, NICMSG_SUCCESS};
+use crate::capi::{guard, Turn, NICMSG_ERR_ARG, NICMSG_SUCCESS};
 use crate::capi_programs::bytes;
 use crate::dgram::DgramSocket;
 use crate::Error;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
 
 /// Room for an address as text with its terminating NUL: "[" + 45 characters of IPv6 (IPv4
 /// mapped) + "%" + scope + "]:65535" fits in 64.
@@ -18,6 +19,8 @@ pub const NICMSG_ADDRESS_MAX: usize = 64;
 /// A datagram socket handle.
 pub struct NicmsgDgram {
     socket: DgramSocket,
+    /// Set while a thread is inside a call on the socket (see [`Turn`]).
+    busy: AtomicBool,
 }
 
 /// The address text at `text`, or `None` (null, not UTF-8, not an address).
@@ -64,13 +67,18 @@ fn sender_room(from: *const c_char, capacity: usize) -> bool {
     from.is_null() || capacity >= NICMSG_ADDRESS_MAX
 }
 
-/// The socket behind a handle, or `None` for null.
+/// The socket behind a handle with the calling thread's turn on it: `NICMSG_ERR_ARG` for
+/// null, `NICMSG_ERR_BUSY` while another thread is inside a call on it.
 ///
 /// # Safety
-/// `socket` is null or a live handle from `nicmsg_dgram_bind`.
-unsafe fn socket_ref<'a>(socket: *const NicmsgDgram) -> Option<&'a DgramSocket> {
+/// `socket` is null or a live handle from `nicmsg_dgram_bind`, not closed while the returned
+/// reference is used.
+unsafe fn enter(socket: *const NicmsgDgram) -> Result<(&'static DgramSocket, Turn), c_int> {
     // SAFETY: the caller's contract.
-    unsafe { socket.as_ref() }.map(|handle| &handle.socket)
+    let Some(handle) = (unsafe { socket.as_ref::<'static>() }) else {
+        return Err(NICMSG_ERR_ARG);
+    };
+    Ok((&handle.socket, Turn::take(&handle.busy)?))
 }
 
 /// Binds a datagram socket to `address` ("ip:port"; port 0 for any free port), with options
@@ -93,6 +101,7 @@ pub unsafe extern "C" fn nicmsg_dgram_bind(
     guard(|| {
         let handle = Box::new(NicmsgDgram {
             socket: DgramSocket::bind(bind)?,
+            busy: AtomicBool::new(false),
         });
         // SAFETY: not null (checked above), valid for writing (contract).
         unsafe { socket.write(Box::into_raw(handle)) };
@@ -106,10 +115,14 @@ pub unsafe extern "C" fn nicmsg_dgram_bind(
 /// `socket` comes from `nicmsg_dgram_bind` and is not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn nicmsg_dgram_close(socket: *mut NicmsgDgram) -> c_int {
-    if socket.is_null() {
-        return NICMSG_ERR_ARG;
+    // SAFETY: null or a live handle (contract).
+    match unsafe { enter(socket) } {
+        // The flag is freed with the socket.
+        Ok((_, turn)) => turn.keep(),
+        Err(code) => return code,
     }
-    // SAFETY: made by `Box::into_raw` in `nicmsg_dgram_bind`, not used after (contract).
+    // SAFETY: made by `Box::into_raw` in `nicmsg_dgram_bind`, not used after (contract), and
+    // no other thread is inside a call on it (its turn was taken).
     let boxed = unsafe { Box::from_raw(socket) };
     guard(move || {
         drop(boxed);
@@ -128,8 +141,9 @@ pub unsafe extern "C" fn nicmsg_dgram_local_address(
     text: *mut c_char,
     capacity: usize,
 ) -> c_int {
+    // The bound address never changes: reading it needs no turn (any thread, any time).
     // SAFETY: the caller's contract.
-    let Some(socket) = (unsafe { socket_ref(socket) }) else {
+    let Some(socket) = (unsafe { socket.as_ref() }).map(|handle| &handle.socket) else {
         return NICMSG_ERR_ARG;
     };
     // SAFETY: the caller's contract.
@@ -152,9 +166,14 @@ pub unsafe extern "C" fn nicmsg_dgram_send_to(
     address_text: *const c_char,
 ) -> c_int {
     // SAFETY: the caller's contract.
-    let found = unsafe { (socket_ref(socket), address(address_text), bytes(buf, len)) };
-    let (Some(socket), Some(to), Some(data)) = found else {
+    let found = unsafe { (address(address_text), bytes(buf, len)) };
+    let (Some(to), Some(data)) = found else {
         return NICMSG_ERR_ARG;
+    };
+    // SAFETY: the caller's contract.
+    let (socket, _turn) = match unsafe { enter(socket) } {
+        Ok(entered) => entered,
+        Err(code) => return code,
     };
     guard(|| socket.send_to(data, to))
 }
@@ -177,8 +196,9 @@ pub unsafe extern "C" fn nicmsg_dgram_recv_from(
     from_capacity: usize,
 ) -> c_int {
     // SAFETY: the caller's contract.
-    let Some(socket) = (unsafe { socket_ref(socket) }) else {
-        return NICMSG_ERR_ARG;
+    let (socket, _turn) = match unsafe { enter(socket) } {
+        Ok(entered) => entered,
+        Err(code) => return code,
     };
     if len.is_null() || (buf.is_null() && capacity > 0) || !sender_room(from, from_capacity) {
         return NICMSG_ERR_ARG;
@@ -219,8 +239,9 @@ pub unsafe extern "C" fn nicmsg_dgram_peek_from(
     from_capacity: usize,
 ) -> c_int {
     // SAFETY: the caller's contract.
-    let Some(socket) = (unsafe { socket_ref(socket) }) else {
-        return NICMSG_ERR_ARG;
+    let (socket, _turn) = match unsafe { enter(socket) } {
+        Ok(entered) => entered,
+        Err(code) => return code,
     };
     if len.is_null() || !sender_room(from, from_capacity) {
         return NICMSG_ERR_ARG;
@@ -256,6 +277,55 @@ mod tests {
             );
         }
         (socket, text)
+    }
+
+    /// A socket is not shareable between threads (`DgramSocket` is not `Sync`): a second
+    /// thread's call raced the first, and a close while another thread waited in recv_from
+    /// freed the socket under it. Now the second thread is turned away with NICMSG_ERR_BUSY.
+    #[test]
+    fn a_second_thread_is_turned_away_while_one_waits_in_recv_from() {
+        let (server, address) = bound();
+        let (client, _) = bound();
+        let shared = server as usize;
+        let waiter = std::thread::spawn(move || {
+            let mut buffer = [0u8; 8];
+            let mut len = 0usize;
+            let server = shared as *mut NicmsgDgram;
+            // SAFETY: the socket stays open until this thread has returned (joined below).
+            let code = unsafe {
+                let data = buffer.as_mut_ptr().cast();
+                nicmsg_dgram_recv_from(server, data, 8, &mut len, std::ptr::null_mut(), 0)
+            };
+            (code, buffer[..len].to_vec())
+        });
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        // SAFETY: both handles are live until closed at the end; the address is
+        // NUL-terminated; the buffers are locals of the sizes given.
+        unsafe {
+            let hello = b"hello".as_ptr().cast();
+            let (mut len, mut text) = (0usize, [0 as c_char; NICMSG_ADDRESS_MAX]);
+            let busy = crate::capi::NICMSG_ERR_BUSY;
+            assert_eq!(nicmsg_dgram_close(server), busy);
+            assert_eq!(
+                nicmsg_dgram_send_to(server, hello, 5, address.as_ptr()),
+                busy
+            );
+            let peek = nicmsg_dgram_peek_from(server, &mut len, std::ptr::null_mut(), 0);
+            assert_eq!(peek, busy);
+            let (own, room) = (text.as_mut_ptr(), text.len());
+            assert_eq!(
+                nicmsg_dgram_local_address(server, own, room),
+                NICMSG_SUCCESS
+            );
+            assert_eq!(
+                nicmsg_dgram_send_to(client, hello, 5, address.as_ptr()),
+                NICMSG_SUCCESS
+            );
+            let (code, received) = waiter.join().unwrap();
+            assert_eq!((code, &received[..]), (NICMSG_SUCCESS, &b"hello"[..]));
+            assert_eq!(nicmsg_dgram_close(client), NICMSG_SUCCESS);
+            assert_eq!(nicmsg_dgram_close(server), NICMSG_SUCCESS);
+        }
     }
 
     /// A `from` buffer too short for the sender's address was found out only after the

@@ -3,7 +3,7 @@
 //! pointers and bad arguments return `NICMSG_ERR_ARG`, nothing panics across the boundary,
 //! and a refusal of an engine returns `NICMSG_ERR_PROGRAM` with its reason on stderr.
 
-use crate::capi::{comm_ref, guard, NicmsgComm, NICMSG_ERR_ARG};
+use crate::capi::{enter, guard, NicmsgComm, Turn, NICMSG_ERR_ARG};
 use crate::programs::{ProgramId, Programs};
 use crate::{Comm, Error};
 use std::ffi::{c_char, c_int, c_void};
@@ -11,14 +11,15 @@ use std::ffi::{c_char, c_int, c_void};
 /// `program` of `nicmsg_program_output`: every program's values.
 pub const NICMSG_ALL_PROGRAMS: u32 = u32::MAX;
 
-/// Runs `body` with the programs of a live communicator (`None`: a null handle); prints an
-/// engine's refusal.
+/// Runs `body` with the programs of a live communicator, in this thread's turn on it (else
+/// the code `enter` gave); prints an engine's refusal.
 fn with_programs(
-    comm: Option<&Comm>,
+    entered: Result<(&Comm, Turn), c_int>,
     body: impl FnOnce(&Programs<'_>) -> Result<(), Error>,
 ) -> c_int {
-    let Some(comm) = comm else {
-        return NICMSG_ERR_ARG;
+    let (comm, _turn) = match entered {
+        Ok(entered) => entered,
+        Err(code) => return code,
     };
     guard(|| {
         let result = body(&comm.programs());
@@ -59,7 +60,7 @@ pub unsafe extern "C" fn nicmsg_program_load(
         return NICMSG_ERR_ARG;
     };
     // SAFETY: `comm` is null or a live handle (the caller's contract).
-    let comm = unsafe { comm_ref(comm) };
+    let comm = unsafe { enter(comm) };
     with_programs(comm, |programs| {
         let id = programs.load(rank, module)?;
         // SAFETY: `program` is null or valid for writing (the caller's contract).
@@ -85,7 +86,7 @@ pub unsafe extern "C" fn nicmsg_program_load_as(
         return NICMSG_ERR_ARG;
     };
     // SAFETY: `comm` is null or a live handle (the caller's contract).
-    let comm = unsafe { comm_ref(comm) };
+    let comm = unsafe { enter(comm) };
     with_programs(comm, |programs| {
         programs.load_as(rank, ProgramId(id), module).map(drop)
     })
@@ -102,7 +103,7 @@ pub unsafe extern "C" fn nicmsg_program_run(
     program: u32,
 ) -> c_int {
     // SAFETY: `comm` is null or a live handle (the caller's contract).
-    let comm = unsafe { comm_ref(comm) };
+    let comm = unsafe { enter(comm) };
     with_programs(comm, |programs| programs.run(rank, ProgramId(program)))
 }
 
@@ -117,7 +118,7 @@ pub unsafe extern "C" fn nicmsg_program_unload(
     program: u32,
 ) -> c_int {
     // SAFETY: `comm` is null or a live handle (the caller's contract).
-    let comm = unsafe { comm_ref(comm) };
+    let comm = unsafe { enter(comm) };
     with_programs(comm, |programs| programs.unload(rank, ProgramId(program)))
 }
 
@@ -139,7 +140,7 @@ pub unsafe extern "C" fn nicmsg_program_send(
         return NICMSG_ERR_ARG;
     };
     // SAFETY: `comm` is null or a live handle (the caller's contract).
-    let comm = unsafe { comm_ref(comm) };
+    let comm = unsafe { enter(comm) };
     with_programs(comm, |programs| {
         programs.send(rank, ProgramId(program), trigger, payload)
     })
@@ -171,7 +172,7 @@ pub unsafe extern "C" fn nicmsg_program_receive(
         unsafe { std::slice::from_raw_parts_mut(buffer.cast(), len) }
     };
     // SAFETY: `comm` is null or a live handle (the caller's contract).
-    let comm = unsafe { comm_ref(comm) };
+    let comm = unsafe { enter(comm) };
     with_programs(comm, |programs| {
         let reply = programs.receive(trigger, buffer)?;
         // SAFETY: each pointer is null or valid for writing (the caller's contract).
@@ -211,7 +212,7 @@ pub unsafe extern "C" fn nicmsg_program_list(
         return NICMSG_ERR_ARG;
     }
     // SAFETY: `comm` is null or a live handle (the caller's contract).
-    let comm = unsafe { comm_ref(comm) };
+    let comm = unsafe { enter(comm) };
     with_programs(comm, |programs| {
         let listing = programs.list(rank)?;
         let len = listing.len().min(capacity - 1);
@@ -248,7 +249,7 @@ pub unsafe extern "C" fn nicmsg_program_output(
     }
     let only = (program != NICMSG_ALL_PROGRAMS).then_some(ProgramId(program));
     // SAFETY: `comm` is null or a live handle (the caller's contract).
-    let comm = unsafe { comm_ref(comm) };
+    let comm = unsafe { enter(comm) };
     with_programs(comm, |handle| {
         let shown = handle.output_at_most(rank, only, capacity)?;
         let taken = shown.len().min(capacity);
@@ -287,8 +288,9 @@ pub unsafe extern "C" fn nicmsg_segment_share(
         return NICMSG_ERR_ARG;
     }
     // SAFETY: the caller's contract.
-    let Some(comm) = (unsafe { comm_ref(comm) }) else {
-        return NICMSG_ERR_ARG;
+    let (comm, _turn) = match unsafe { enter(comm) } {
+        Ok(entered) => entered,
+        Err(code) => return code,
     };
     guard(|| {
         // SAFETY: the caller keeps the memory valid until it unshares it (contract).
@@ -304,8 +306,9 @@ pub unsafe extern "C" fn nicmsg_segment_share(
 #[no_mangle]
 pub unsafe extern "C" fn nicmsg_segment_unshare(comm: *mut NicmsgComm, id: u16) -> c_int {
     // SAFETY: the caller's contract.
-    let Some(comm) = (unsafe { comm_ref(comm) }) else {
-        return NICMSG_ERR_ARG;
+    let (comm, _turn) = match unsafe { enter(comm) } {
+        Ok(entered) => entered,
+        Err(code) => return code,
     };
     guard(|| {
         comm.programs_shared().unshare(id);
@@ -324,7 +327,7 @@ pub unsafe extern "C" fn nicmsg_program_set_lock(
     lock: u8,
 ) -> c_int {
     // SAFETY: `comm` is null or a live handle (the caller's contract).
-    let comm = unsafe { comm_ref(comm) };
+    let comm = unsafe { enter(comm) };
     with_programs(comm, |programs| programs.set_lock(ProgramId(program), lock))
 }
 
@@ -343,7 +346,7 @@ pub unsafe extern "C" fn nicmsg_program_flag(
         return NICMSG_ERR_ARG;
     }
     // SAFETY: `comm` is null or a live handle (the caller's contract).
-    let comm = unsafe { comm_ref(comm) };
+    let comm = unsafe { enter(comm) };
     with_programs(comm, |programs| {
         let value = programs.flag(ProgramId(program), flag)?;
         // SAFETY: not null, valid (the caller's contract).
@@ -363,7 +366,7 @@ pub unsafe extern "C" fn nicmsg_program_clear_flag(
     flag: u8,
 ) -> c_int {
     // SAFETY: `comm` is null or a live handle (the caller's contract).
-    let comm = unsafe { comm_ref(comm) };
+    let comm = unsafe { enter(comm) };
     with_programs(comm, |programs| {
         programs.clear_flag(ProgramId(program), flag)
     })
@@ -380,7 +383,7 @@ pub unsafe extern "C" fn nicmsg_program_wait_flag(
     flag: u8,
 ) -> c_int {
     // SAFETY: `comm` is null or a live handle (the caller's contract).
-    let comm = unsafe { comm_ref(comm) };
+    let comm = unsafe { enter(comm) };
     with_programs(comm, |programs| {
         programs.wait_flag(ProgramId(program), flag)
     })

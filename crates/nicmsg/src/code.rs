@@ -93,6 +93,9 @@ result_codes! {
     /// An engine refused a request about its PANIC programs (a module it rejected, no such
     /// program, programs or remote requests turned off, a trap): the reason is on stderr.
     Program = 18, NICMSG_ERR_PROGRAM, c"an engine refused the program request (reason on stderr)";
+    /// Another thread is inside a call on the same communicator (or one of its requests) or
+    /// socket: one thread at a time (C ABI only).
+    Busy = 19, NICMSG_ERR_BUSY, c"busy: another thread is inside a call on this communicator or socket";
 }
 
 impl From<Code> for std::ffi::c_int {
