@@ -1084,6 +1084,54 @@ fn acknowledgements_wait_only_for_senders_that_completed_from_copies() {
     );
 }
 
+/// A burst of short messages (sent from copies, so nobody waits for their acknowledgements)
+/// of which every third is lost: the others complete in pairs of consecutive ids, each pair a
+/// run of its own. Each run may wait `stream_ack_delay_ns` (a quarter of `rto_min_ns`) from its
+/// first message, far below the sender's retransmission timeout, so nothing but the lost
+/// messages is sent again. The deadline a run inherited from the run before it must not grow
+/// by another stream delay with every pair: ten pairs pushed the last run's acknowledgement
+/// past the timeout, and the sender resent messages the receiver held.
+#[test]
+fn runs_after_a_gap_wait_no_longer_than_one_run() {
+    const MESSAGES: u32 = 30;
+    let config = Config {
+        ack_delay_ns: 2_000,
+        ..test_config()
+    };
+    let mut net = Net::new(2, config);
+    let first_sendings = Rc::new(Cell::new(0u32));
+    let seen = first_sendings.clone();
+    net.filter = Some(Box::new(move |bytes: &[u8]| {
+        let header = nicmsg_wire::Frame::parse(bytes).expect("parses").header;
+        if header.kind != FrameKind::Eager || header.has_flag(Flags::RETRANSMIT) {
+            return false;
+        }
+        seen.set(seen.get() + 1);
+        seen.get().is_multiple_of(3)
+    }));
+    let sends: Vec<OpId> = (0..MESSAGES)
+        .map(|i| net.send(0, 1, 1, pattern(8, i as u8)))
+        .collect();
+    net.run(net.now + 1_000_000);
+    let recvs: Vec<_> = (0..MESSAGES)
+        .map(|_| net.recv(1, Source::Rank(0), TagMatch::Tag(1), 8))
+        .collect();
+    net.run(net.now + 100_000_000);
+    for (i, (recv, region)) in recvs.into_iter().enumerate() {
+        assert!(net.result(1, recv).is_some_and(|r| r.is_ok()), "{i}");
+        assert_eq!(net.bytes(1, region), &pattern(8, i as u8)[..], "{i}");
+    }
+    sends_end_and_state_is_freed(&mut net, &sends);
+    let lost = u64::from(MESSAGES / 3);
+    let stats = net.endpoints[0].stats();
+    assert_eq!(
+        stats.frames_retransmitted,
+        lost,
+        "frames resent for {lost} lost; receiver dropped {} duplicates",
+        net.endpoints[1].stats().drops.duplicate
+    );
+}
+
 /// A rendezvous send completes once the matched receive acknowledged all its data (two round
 /// trips: RTS, CTS, data, ACK), not after END and MSG-ACK as well: its buffer is read no more.
 /// The handshake goes on behind it and frees everything.
