@@ -586,6 +586,68 @@ fn a_confirmed_send_completes_only_once_the_receiver_holds_it() {
     assert_eq!(net.endpoints[0].stats().early_sends_unconfirmed, 1);
 }
 
+/// A confirmed send of 6,000 bytes takes none of the send copies the host lent either (it
+/// would complete from one at once, as an unconfirmed one does): it completes on its
+/// acknowledgement, its frames do not say UNWAITED, and to a receiver that dies first it fails.
+#[test]
+fn a_confirmed_send_takes_no_lent_copy() {
+    const LEN: usize = 6000;
+    let mut net = Net::new(
+        3,
+        Config {
+            mtu: 9000,
+            ..test_config()
+        },
+    );
+    let copies = net.region(0, vec![0; LEN * 4]);
+    net.endpoints[0].lend_send_copies(copies, LEN as u64, 4);
+    let unwaited = Rc::new(Cell::new(0u32));
+    let seen = unwaited.clone();
+    net.filter = Some(Box::new(move |bytes: &[u8]| {
+        let header = nicmsg_wire::Frame::parse(bytes).expect("parses").header;
+        if header.kind == FrameKind::Eager && header.has_flag(Flags::UNWAITED) {
+            seen.set(seen.get() + 1);
+        }
+        false
+    }));
+    let post = |net: &mut Net, to: Rank, confirmed: bool| {
+        let region = net.region(0, pattern(LEN, to as u8));
+        let (e, m) = (&mut net.endpoints[0], &mut net.memories[0]);
+        let data = SgList::contiguous(region, 0, LEN as u64);
+        let options = SendOptions {
+            confirmed,
+            ..SendOptions::default()
+        };
+        e.post_send_with(net.now, to, (Context::USER, 1), options, &data, m)
+            .expect("posted")
+    };
+    let (recv, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), LEN);
+    let waited = post(&mut net, 1, true);
+    net.run(net.now);
+    assert!(
+        net.result(0, waited).is_none(),
+        "not before the receiver has it"
+    );
+    net.run_until(10_000_000, |net| net.result(0, waited).is_some());
+    assert!(net.result(0, waited).is_some_and(|r| r.is_ok()));
+    assert!(net.result(1, recv).is_some_and(|r| r.is_ok()));
+    assert_eq!(net.bytes(1, region), &pattern(LEN, 1)[..]);
+    assert_eq!(
+        unwaited.get(),
+        0,
+        "a confirmed send's frames say its sender waits"
+    );
+    let reported_sent = post(&mut net, 2, false);
+    let failed = post(&mut net, 2, true);
+    net.endpoints[2] = Endpoint::new(test_config(), 99, 2, 3).unwrap();
+    net.run(net.now + 60_000_000_000);
+    assert!(net.result(0, reported_sent).is_some_and(|r| r.is_ok()));
+    assert_eq!(
+        net.result(0, failed),
+        Some(Err(OpError::PeerUnreachable { peer: 2 }))
+    );
+}
+
 #[test]
 fn dead_peer_fails_pending_operations_only() {
     let mut net = Net::new(3, test_config());
