@@ -84,7 +84,14 @@ impl Core {
                 if sender_waits {
                     self.queue_ack_run(peer, next);
                 } else {
-                    self.peers[peer].ack_owed = Some(next);
+                    // A run of its own, its wait counted from its first message: the deadline
+                    // it would inherit may already have moved out for the run before it, and
+                    // moving it again with every run would carry the acknowledgements of a
+                    // lossy stream past the sender's retransmission timeout. What else was
+                    // owed leaves with the ACK_ALL just queued (it carries the credits).
+                    let state = &mut self.peers[peer];
+                    state.ack_owed = Some(next);
+                    state.owed_deadline_ns = Some(now + self.config.ack_delay_ns);
                 }
             }
         }

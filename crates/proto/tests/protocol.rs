@@ -586,6 +586,68 @@ fn a_confirmed_send_completes_only_once_the_receiver_holds_it() {
     assert_eq!(net.endpoints[0].stats().early_sends_unconfirmed, 1);
 }
 
+/// A confirmed send of 6,000 bytes takes none of the send copies the host lent either (it
+/// would complete from one at once, as an unconfirmed one does): it completes on its
+/// acknowledgement, its frames do not say UNWAITED, and to a receiver that dies first it fails.
+#[test]
+fn a_confirmed_send_takes_no_lent_copy() {
+    const LEN: usize = 6000;
+    let mut net = Net::new(
+        3,
+        Config {
+            mtu: 9000,
+            ..test_config()
+        },
+    );
+    let copies = net.region(0, vec![0; LEN * 4]);
+    net.endpoints[0].lend_send_copies(copies, LEN as u64, 4);
+    let unwaited = Rc::new(Cell::new(0u32));
+    let seen = unwaited.clone();
+    net.filter = Some(Box::new(move |bytes: &[u8]| {
+        let header = nicmsg_wire::Frame::parse(bytes).expect("parses").header;
+        if header.kind == FrameKind::Eager && header.has_flag(Flags::UNWAITED) {
+            seen.set(seen.get() + 1);
+        }
+        false
+    }));
+    let post = |net: &mut Net, to: Rank, confirmed: bool| {
+        let region = net.region(0, pattern(LEN, to as u8));
+        let (e, m) = (&mut net.endpoints[0], &mut net.memories[0]);
+        let data = SgList::contiguous(region, 0, LEN as u64);
+        let options = SendOptions {
+            confirmed,
+            ..SendOptions::default()
+        };
+        e.post_send_with(net.now, to, (Context::USER, 1), options, &data, m)
+            .expect("posted")
+    };
+    let (recv, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), LEN);
+    let waited = post(&mut net, 1, true);
+    net.run(net.now);
+    assert!(
+        net.result(0, waited).is_none(),
+        "not before the receiver has it"
+    );
+    net.run_until(10_000_000, |net| net.result(0, waited).is_some());
+    assert!(net.result(0, waited).is_some_and(|r| r.is_ok()));
+    assert!(net.result(1, recv).is_some_and(|r| r.is_ok()));
+    assert_eq!(net.bytes(1, region), &pattern(LEN, 1)[..]);
+    assert_eq!(
+        unwaited.get(),
+        0,
+        "a confirmed send's frames say its sender waits"
+    );
+    let reported_sent = post(&mut net, 2, false);
+    let failed = post(&mut net, 2, true);
+    net.endpoints[2] = Endpoint::new(test_config(), 99, 2, 3).unwrap();
+    net.run(net.now + 60_000_000_000);
+    assert!(net.result(0, reported_sent).is_some_and(|r| r.is_ok()));
+    assert_eq!(
+        net.result(0, failed),
+        Some(Err(OpError::PeerUnreachable { peer: 2 }))
+    );
+}
+
 #[test]
 fn dead_peer_fails_pending_operations_only() {
     let mut net = Net::new(3, test_config());
@@ -1081,6 +1143,54 @@ fn acknowledgements_wait_only_for_senders_that_completed_from_copies() {
     assert!(
         waited * 2 >= u64::from(MESSAGES),
         "{waited} frames back for {MESSAGES} messages whose senders wait"
+    );
+}
+
+/// A burst of short messages (sent from copies, so nobody waits for their acknowledgements)
+/// of which every third is lost: the others complete in pairs of consecutive ids, each pair a
+/// run of its own. Each run may wait `stream_ack_delay_ns` (a quarter of `rto_min_ns`) from its
+/// first message, far below the sender's retransmission timeout, so nothing but the lost
+/// messages is sent again. The deadline a run inherited from the run before it must not grow
+/// by another stream delay with every pair: ten pairs pushed the last run's acknowledgement
+/// past the timeout, and the sender resent messages the receiver held.
+#[test]
+fn runs_after_a_gap_wait_no_longer_than_one_run() {
+    const MESSAGES: u32 = 30;
+    let config = Config {
+        ack_delay_ns: 2_000,
+        ..test_config()
+    };
+    let mut net = Net::new(2, config);
+    let first_sendings = Rc::new(Cell::new(0u32));
+    let seen = first_sendings.clone();
+    net.filter = Some(Box::new(move |bytes: &[u8]| {
+        let header = nicmsg_wire::Frame::parse(bytes).expect("parses").header;
+        if header.kind != FrameKind::Eager || header.has_flag(Flags::RETRANSMIT) {
+            return false;
+        }
+        seen.set(seen.get() + 1);
+        seen.get().is_multiple_of(3)
+    }));
+    let sends: Vec<OpId> = (0..MESSAGES)
+        .map(|i| net.send(0, 1, 1, pattern(8, i as u8)))
+        .collect();
+    net.run(net.now + 1_000_000);
+    let recvs: Vec<_> = (0..MESSAGES)
+        .map(|_| net.recv(1, Source::Rank(0), TagMatch::Tag(1), 8))
+        .collect();
+    net.run(net.now + 100_000_000);
+    for (i, (recv, region)) in recvs.into_iter().enumerate() {
+        assert!(net.result(1, recv).is_some_and(|r| r.is_ok()), "{i}");
+        assert_eq!(net.bytes(1, region), &pattern(8, i as u8)[..], "{i}");
+    }
+    sends_end_and_state_is_freed(&mut net, &sends);
+    let lost = u64::from(MESSAGES / 3);
+    let stats = net.endpoints[0].stats();
+    assert_eq!(
+        stats.frames_retransmitted,
+        lost,
+        "frames resent for {lost} lost; receiver dropped {} duplicates",
+        net.endpoints[1].stats().drops.duplicate
     );
 }
 
