@@ -184,6 +184,14 @@ pub fn immediate_of(src: Rank, dst: Rank, seq: u64) -> Option<u32> {
     (seq % 2 == 1).then(|| (src << 24) ^ (dst << 16) ^ (seq as u32).wrapping_mul(0x9e37_79b9))
 }
 
+/// Whether the simulator's sender asks message `seq` from `src` to `dst` to complete only once
+/// its receiver holds it (`SendOptions::confirmed`, libfabric's `FI_DELIVERY_COMPLETE`): every
+/// third message, so every workload mixes them with sends that may complete from the core's
+/// copy, and the ledger checks each completes no sooner than a round trip after it was posted.
+pub fn confirmed_of(_src: Rank, _dst: Rank, seq: u64) -> bool {
+    seq % 3 == 2
+}
+
 /// Messages of one sender to one receiver that one receive pattern orders: (source,
 /// destination, context, tag).
 type Stream = (Rank, Rank, Context, Tag);
@@ -219,6 +227,8 @@ pub struct MsgRecord {
     pub len: u64,
     /// What its send attached ([`immediate_of`]).
     pub immediate: Option<u32>,
+    /// Its send completes only once the receiver holds it ([`confirmed_of`]).
+    pub confirmed: bool,
     pub send_op: OpRef,
     pub consumed: Option<Consumed>,
 }
@@ -300,6 +310,9 @@ pub struct Ledger {
     pair_open: Vec<usize>,
     recv_posts: Vec<u64>,
     deferred: Vec<Deferred>,
+    /// The shortest time in which a confirmed send to another rank can complete: a frame
+    /// there and its acknowledgement back, each at least the network's base delay.
+    confirm_floor_ns: Nanos,
 }
 
 impl Ledger {
@@ -315,6 +328,17 @@ impl Ledger {
             pair_open: vec![0; n * n],
             recv_posts: vec![0; n],
             deferred: Vec::new(),
+            confirm_floor_ns: 0,
+        }
+    }
+
+    /// A ledger for a network whose shortest round trip is `round_trip_ns` (twice its base
+    /// one-way delay): a confirmed send that completes sooner was completed from a copy, not by
+    /// its acknowledgement.
+    pub fn with_confirm_floor(size: u32, round_trip_ns: Nanos) -> Self {
+        Self {
+            confirm_floor_ns: round_trip_ns,
+            ..Self::new(size)
         }
     }
 
@@ -425,6 +449,7 @@ impl Ledger {
             tag,
             len: buffer.sg.total_len(),
             immediate: immediate_of(rank, dst, seq),
+            confirmed: confirmed_of(rank, dst, seq),
             send_op: op,
             consumed: None,
         });
@@ -688,6 +713,10 @@ impl Ledger {
                         };
                         if status != want {
                             v.push(now, "status", format!("send completed with {status:?}, expected {want:?}: {describe}"));
+                        }
+                        let took = now - self.ops[op].posted_at;
+                        if self.msgs[msg].confirmed && dst != rank && took < self.confirm_floor_ns {
+                            v.push(now, "confirmed", format!("confirmed send completed {took} ns after it was posted, less than a round trip ({} ns): from a copy, not on delivery: {describe}", self.confirm_floor_ns));
                         }
                     }
                     Err(OpError::PeerUnreachable { peer }) if peer != dst => v.push(

@@ -23,7 +23,7 @@ use nicmsg_engine::{
 };
 use nicmsg_proto::{
     CancelError, CancelOutcome, Claim, Completion, Context, Endpoint, Nanos, OpError, OpId, OpKind,
-    PostError, Rank, Source, Status, Tag, TagMatch,
+    PostError, Rank, SendOptions, Source, Status, Tag, TagMatch,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -193,25 +193,18 @@ impl Node {
         now: Nanos,
         dst: Rank,
         (context, tag): (Context, Tag),
-        immediate: Option<u32>,
+        options: SendOptions,
         (buffer, arena): (&Buffer, &mut Arena),
     ) -> Result<OpId, PostError> {
         match self {
-            Self::Core(endpoint) => match immediate {
-                None => endpoint.post_send(now, dst, context, tag, &buffer.sg, arena),
-                Some(immediate) => endpoint.post_send_immediate(
-                    now,
-                    dst,
-                    (context, tag),
-                    immediate,
-                    &buffer.sg,
-                    arena,
-                ),
-            },
+            Self::Core(endpoint) => {
+                endpoint.post_send_with(now, dst, (context, tag), options, &buffer.sg, arena)
+            }
             Self::Engine(node) => {
                 node.check_destination(dst)?;
                 let envelope = Envelope {
-                    immediate,
+                    immediate: options.immediate,
+                    confirmed: options.confirmed,
                     ..Envelope::send(context, tag)
                 };
                 node.post(now, OpCode::Send, dst, envelope, Some((buffer, arena)))

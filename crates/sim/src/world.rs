@@ -12,8 +12,8 @@ use crate::node::{Node, SimMode};
 use crate::rng::SimRng;
 use crate::trace;
 use nicmsg_proto::{
-    CancelError, CancelOutcome, Claim, Completion, Context, Nanos, PostError, Rank, Source, Status,
-    Tag, TagMatch,
+    CancelError, CancelOutcome, Claim, Completion, Context, Nanos, PostError, Rank, SendOptions,
+    Source, Status, Tag, TagMatch,
 };
 use nicmsg_wire::Frame;
 use std::collections::BTreeSet;
@@ -76,7 +76,7 @@ impl World {
             mtu,
             nodes,
             arenas: (0..size).map(Arena::new).collect(),
-            ledger: Ledger::new(size),
+            ledger: Ledger::with_confirm_floor(size, 2 * net.config().delay_ns),
             net,
             violations: Violations::default(),
             rng,
@@ -172,18 +172,18 @@ impl World {
             len,
         );
         self.dirty.insert(rank);
-        let immediate = crate::ledger::immediate_of(rank, dst, seq);
+        let options = send_options(rank, dst, seq);
         let posted = self.nodes[r].post_send(
             self.now,
             dst,
             (context, tag),
-            immediate,
+            options,
             (&buffer, &mut self.arenas[r]),
         );
         match posted {
             Ok(id) => {
                 if self.trace {
-                    trace::line(self.now, format!("rank {rank} post_send dst {dst} context {} tag {tag} immediate {immediate:?} len {len} seq {seq} -> {id:?}", context.0));
+                    trace::line(self.now, format!("rank {rank} post_send dst {dst} context {} tag {tag} {options:?} len {len} seq {seq} -> {id:?}", context.0));
                 }
                 let key = (context, tag);
                 Ok(self
@@ -224,7 +224,7 @@ impl World {
             self.now,
             dst,
             (context, tag),
-            crate::ledger::immediate_of(rank, dst, seq),
+            send_options(rank, dst, seq),
             (&buffer, &mut self.arenas[r]),
         );
         match posted {
@@ -581,5 +581,14 @@ impl World {
                 ),
             );
         }
+    }
+}
+
+/// What the simulator's sender attaches to message `seq` from `src` to `dst`, as the ledger
+/// expects it ([`crate::ledger::immediate_of`], [`crate::ledger::confirmed_of`]).
+fn send_options(src: Rank, dst: Rank, seq: u64) -> SendOptions {
+    SendOptions {
+        immediate: crate::ledger::immediate_of(src, dst, seq),
+        confirmed: crate::ledger::confirmed_of(src, dst, seq),
     }
 }
