@@ -541,66 +541,9 @@ fn a_receive_for_a_later_tag_completes_behind_unmatched_messages_beyond_the_cred
     }
 }
 
-/// A confirmed send (`SendOptions::confirmed`, libfabric's `FI_DELIVERY_COMPLETE`) completes
-/// only once its receiver holds the message, never from the core's copy: a short one after a
-/// round trip, not at once; and one to a receiver that dies first fails, where an unconfirmed
-/// one was already reported sent.
-#[test]
-fn a_confirmed_send_completes_only_once_the_receiver_holds_it() {
-    let mut net = Net::new(3, test_config());
-    let confirmed = SendOptions {
-        confirmed: true,
-        ..SendOptions::default()
-    };
-    let post = |net: &mut Net, to: Rank, options: SendOptions| {
-        let region = net.region(0, vec![7; 8]);
-        let (e, m) = (&mut net.endpoints[0], &mut net.memories[0]);
-        let data = SgList::contiguous(region, 0, 8);
-        e.post_send_with(net.now, to, (Context::USER, 1), options, &data, m)
-            .expect("posted")
-    };
-    let early = post(&mut net, 1, SendOptions::default());
-    let waited = post(&mut net, 1, confirmed);
-    net.run(net.now);
-    assert!(
-        net.result(0, early).is_some_and(|r| r.is_ok()),
-        "from the copy"
-    );
-    assert!(
-        net.result(0, waited).is_none(),
-        "not before the receiver has it"
-    );
-    let took = net.run_until(10_000_000, |net| net.result(0, waited).is_some());
-    assert!(net.result(0, waited).is_some_and(|r| r.is_ok()));
-    assert!(took >= 2 * net.delay_ns, "a round trip: {took} ns");
-    let reported_sent = post(&mut net, 2, SendOptions::default());
-    let failed = post(&mut net, 2, confirmed);
-    // Rank 2 dies before either message reaches it: its frames vanish.
-    net.endpoints[2] = Endpoint::new(test_config(), 99, 2, 3).unwrap();
-    net.run(net.now + 60_000_000_000);
-    assert!(net.result(0, reported_sent).is_some_and(|r| r.is_ok()));
-    assert_eq!(
-        net.result(0, failed),
-        Some(Err(OpError::PeerUnreachable { peer: 2 }))
-    );
-    assert_eq!(net.endpoints[0].stats().early_sends_unconfirmed, 1);
-}
-
-/// A confirmed send of 6,000 bytes takes none of the send copies the host lent either (it
-/// would complete from one at once, as an unconfirmed one does): it completes on its
-/// acknowledgement, its frames do not say UNWAITED, and to a receiver that dies first it fails.
-#[test]
-fn a_confirmed_send_takes_no_lent_copy() {
-    const LEN: usize = 6000;
-    let mut net = Net::new(
-        3,
-        Config {
-            mtu: 9000,
-            ..test_config()
-        },
-    );
-    let copies = net.region(0, vec![0; LEN * 4]);
-    net.endpoints[0].lend_send_copies(copies, LEN as u64, 4);
+/// Counts, from now on, the EAGER frames whose sender says nobody waits for their
+/// acknowledgement (`Flags::UNWAITED`); drops none.
+fn count_unwaited_frames(net: &mut Net) -> Rc<Cell<u32>> {
     let unwaited = Rc::new(Cell::new(0u32));
     let seen = unwaited.clone();
     net.filter = Some(Box::new(move |bytes: &[u8]| {
@@ -610,10 +553,37 @@ fn a_confirmed_send_takes_no_lent_copy() {
         }
         false
     }));
+    unwaited
+}
+
+/// A confirmed send (`SendOptions::confirmed`, libfabric's `FI_DELIVERY_COMPLETE`) completes
+/// only once its receiver holds the message, never from the core's copies: neither a short
+/// one (8 bytes, which fits a short copy) nor one of 6,000 bytes (which fits the send copies
+/// the host lent). It completes a round trip after it starts, where an unconfirmed one
+/// completes at once; its frames never say UNWAITED; and to a receiver that dies first it
+/// fails, where an unconfirmed one was already reported sent (and is counted unconfirmed).
+#[test]
+fn a_confirmed_send_completes_only_once_the_receiver_holds_it() {
+    for len in [8, 6000] {
+        confirmed_send_completes_only_once_the_receiver_holds_it(len);
+    }
+}
+
+fn confirmed_send_completes_only_once_the_receiver_holds_it(len: usize) {
+    let mut net = Net::new(
+        3,
+        Config {
+            mtu: 9000,
+            ..test_config()
+        },
+    );
+    let copies = net.region(0, vec![0; len * 4]);
+    net.endpoints[0].lend_send_copies(copies, len as u64, 4);
+    let unwaited = count_unwaited_frames(&mut net);
     let post = |net: &mut Net, to: Rank, confirmed: bool| {
-        let region = net.region(0, pattern(LEN, to as u8));
+        let region = net.region(0, pattern(len, to as u8));
         let (e, m) = (&mut net.endpoints[0], &mut net.memories[0]);
-        let data = SgList::contiguous(region, 0, LEN as u64);
+        let data = SgList::contiguous(region, 0, len as u64);
         let options = SendOptions {
             confirmed,
             ..SendOptions::default()
@@ -621,31 +591,47 @@ fn a_confirmed_send_takes_no_lent_copy() {
         e.post_send_with(net.now, to, (Context::USER, 1), options, &data, m)
             .expect("posted")
     };
-    let (recv, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), LEN);
+    let early = post(&mut net, 1, false);
     let waited = post(&mut net, 1, true);
     net.run(net.now);
     assert!(
-        net.result(0, waited).is_none(),
-        "not before the receiver has it"
+        net.result(0, early).is_some_and(|r| r.is_ok()),
+        "{len} B: from the copy"
     );
-    net.run_until(10_000_000, |net| net.result(0, waited).is_some());
+    assert!(
+        net.result(0, waited).is_none(),
+        "{len} B: not before the receiver has it"
+    );
+    let took = net.run_until(10_000_000, |net| net.result(0, waited).is_some());
     assert!(net.result(0, waited).is_some_and(|r| r.is_ok()));
+    assert!(
+        took >= 2 * net.delay_ns,
+        "{len} B: a round trip, not {took} ns"
+    );
+    let (recv, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), len);
+    let (second, second_region) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), len);
+    net.run(net.now + 10_000_000);
     assert!(net.result(1, recv).is_some_and(|r| r.is_ok()));
-    assert_eq!(net.bytes(1, region), &pattern(LEN, 1)[..]);
+    assert!(net.result(1, second).is_some_and(|r| r.is_ok()));
+    assert_eq!(net.bytes(1, region), &pattern(len, 1)[..]);
+    assert_eq!(net.bytes(1, second_region), &pattern(len, 1)[..]);
     assert_eq!(
         unwaited.get(),
-        0,
-        "a confirmed send's frames say its sender waits"
+        1,
+        "{len} B: only the unconfirmed send's frame"
     );
     let reported_sent = post(&mut net, 2, false);
     let failed = post(&mut net, 2, true);
+    // Rank 2 dies before either message reaches it: its frames vanish.
     net.endpoints[2] = Endpoint::new(test_config(), 99, 2, 3).unwrap();
     net.run(net.now + 60_000_000_000);
     assert!(net.result(0, reported_sent).is_some_and(|r| r.is_ok()));
     assert_eq!(
         net.result(0, failed),
-        Some(Err(OpError::PeerUnreachable { peer: 2 }))
+        Some(Err(OpError::PeerUnreachable { peer: 2 })),
+        "{len} B"
     );
+    assert_eq!(net.endpoints[0].stats().early_sends_unconfirmed, 1);
 }
 
 #[test]
@@ -1113,15 +1099,7 @@ fn acknowledgements_wait_only_for_senders_that_completed_from_copies() {
         let recvs: Vec<_> = (0..MESSAGES)
             .map(|_| net.recv(1, Source::Rank(0), TagMatch::Tag(1), len))
             .collect();
-        let unwaited = Rc::new(Cell::new(0u32));
-        let seen = unwaited.clone();
-        net.filter = Some(Box::new(move |bytes: &[u8]| {
-            let header = nicmsg_wire::Frame::parse(bytes).expect("parses").header;
-            if header.kind == FrameKind::Eager && header.has_flag(Flags::UNWAITED) {
-                seen.set(seen.get() + 1);
-            }
-            false
-        }));
+        let unwaited = count_unwaited_frames(&mut net);
         let sends: Vec<OpId> = (0..MESSAGES)
             .map(|i| net.send(0, 1, 1, pattern(len, i as u8)))
             .collect();

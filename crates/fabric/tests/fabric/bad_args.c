@@ -14,13 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FAIL(...)                                                                          \
-	do {                                                                               \
-		fprintf(stderr, "bad_args: " __VA_ARGS__);                                 \
-		fputc('\n', stderr);                                                       \
-		exit(1);                                                                   \
-	} while (0)
-
 /* `got` must be the error `wanted`. */
 static void expect(const char *what, long got, int wanted)
 {
@@ -233,10 +226,9 @@ int main(void)
 	struct fi_info *info;
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
-	open_domain(FI_TAGGED | FI_MSG, &info, &fabric, &domain);
 	struct node a, b;
-	open_node(info, domain, &a, FI_WAIT_NONE);
-	open_node(info, domain, &b, FI_WAIT_NONE);
+	open_two(FI_TAGGED | FI_MSG, &info, &fabric, &domain,
+		 &a, FI_WAIT_NONE, &b, FI_WAIT_NONE);
 	check_vector_count(&a, &b);
 	fi_addr_t to_b;
 	CHECK(fi_av_insert(a.av, b.name, 1, &to_b, 0, NULL) - 1);
@@ -245,15 +237,7 @@ int main(void)
 	check_inject_size(info, &a, to_b);
 	check_claim_without_peek(info, domain);
 	check_one_queue(info, domain, &b);
-	struct node *nodes[] = {&a, &b};
-	for (int i = 0; i < 2; i++) {
-		CHECK(fi_close(&nodes[i]->ep->fid));
-		CHECK(fi_close(&nodes[i]->cq->fid));
-		CHECK(fi_close(&nodes[i]->av->fid));
-	}
-	CHECK(fi_close(&domain->fid));
-	CHECK(fi_close(&fabric->fid));
-	fi_freeinfo(info);
+	close_all((struct node *[]){&a, &b}, 2, domain, fabric, info);
 	printf("bad_args: ok\n");
 	return 0;
 }

@@ -22,13 +22,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define FAIL(...)                                                                          \
-	do {                                                                               \
-		fprintf(stderr, "cancel: " __VA_ARGS__);                                   \
-		fputc('\n', stderr);                                                       \
-		exit(1);                                                                   \
-	} while (0)
-
 #define TAG 9
 /* How long the continued receiver waits for the message (it comes at the sender's next
  * retransmission, milliseconds away). */
@@ -146,21 +139,12 @@ int main(void)
 	struct fi_info *info;
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
-	open_domain(FI_TAGGED, &info, &fabric, &domain);
 	struct node sender, receiver;
-	open_node(info, domain, &sender, FI_WAIT_NONE);
-	open_node(info, domain, &receiver, FI_WAIT_NONE);
+	open_two(FI_TAGGED, &info, &fabric, &domain,
+		 &sender, FI_WAIT_NONE, &receiver, FI_WAIT_NONE);
 	check_null_cancel(&sender);
 	check_unknown_cancel(&sender, &receiver);
-	struct node *nodes[] = {&sender, &receiver};
-	for (int i = 0; i < 2; i++) {
-		CHECK(fi_close(&nodes[i]->ep->fid));
-		CHECK(fi_close(&nodes[i]->cq->fid));
-		CHECK(fi_close(&nodes[i]->av->fid));
-	}
-	CHECK(fi_close(&domain->fid));
-	CHECK(fi_close(&fabric->fid));
-	fi_freeinfo(info);
+	close_all((struct node *[]){&sender, &receiver}, 2, domain, fabric, info);
 	printf("cancel: ok\n");
 	return 0;
 }

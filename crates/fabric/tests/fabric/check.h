@@ -25,6 +25,14 @@
 		}                                                                          \
 	} while (0)
 
+/* Says what failed (a printf format and its arguments), naming the program, and exits. */
+#define FAIL(...)                                                                          \
+	do {                                                                               \
+		fprintf(stderr, CHECK_NAME ": " __VA_ARGS__);                              \
+		fputc('\n', stderr);                                                       \
+		exit(1);                                                                   \
+	} while (0)
+
 /* The nicmsg provider's fabric and domain, for endpoints with `caps`; `*info` is freed by the
  * caller. */
 static void open_domain(uint64_t caps, struct fi_info **info, struct fid_fabric **fabric,
@@ -63,6 +71,32 @@ static void open_node(struct fi_info *info, struct fid_domain *domain, struct no
 	CHECK(fi_enable(n->ep));
 	n->name_len = sizeof(n->name);
 	CHECK(fi_getname(&n->ep->fid, n->name, &n->name_len));
+}
+
+/* The provider's domain with `caps` and two endpoints on it, `a` and `b`, whose queues wait
+ * with `a_wait` and `b_wait`: what most checks start from. */
+static void open_two(uint64_t caps, struct fi_info **info, struct fid_fabric **fabric,
+		     struct fid_domain **domain, struct node *a, enum fi_wait_obj a_wait,
+		     struct node *b, enum fi_wait_obj b_wait)
+{
+	open_domain(caps, info, fabric, domain);
+	open_node(*info, *domain, a, a_wait);
+	open_node(*info, *domain, b, b_wait);
+}
+
+/* Closes `count` nodes (endpoint, queue, vector), then `domain` and `fabric`, checking each
+ * close, and frees `info`. */
+static void close_all(struct node **nodes, int count, struct fid_domain *domain,
+		      struct fid_fabric *fabric, struct fi_info *info)
+{
+	for (int i = 0; i < count; i++) {
+		CHECK(fi_close(&nodes[i]->ep->fid));
+		CHECK(fi_close(&nodes[i]->cq->fid));
+		CHECK(fi_close(&nodes[i]->av->fid));
+	}
+	CHECK(fi_close(&domain->fid));
+	CHECK(fi_close(&fabric->fid));
+	fi_freeinfo(info);
 }
 
 #endif

@@ -34,10 +34,16 @@ static void take(struct fid_cq *cq)
 		outcome[(int *)error.op_context - outcome] = -error.err;
 		return;
 	}
-	if (got != -FI_EAGAIN) {
-		fprintf(stderr, "confirmed: fi_cq_read: %s\n", fi_strerror((int)-got));
-		exit(1);
-	}
+	if (got != -FI_EAGAIN)
+		FAIL("fi_cq_read: %s", fi_strerror((int)-got));
+}
+
+/* An outcome as words. */
+static const char *describe(int outcome)
+{
+	if (outcome == 1)
+		return "success";
+	return outcome ? fi_strerror(-outcome) : "no completion";
 }
 
 int main(void)
@@ -45,10 +51,9 @@ int main(void)
 	struct fi_info *info;
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
-	open_domain(FI_TAGGED, &info, &fabric, &domain);
 	struct node sender, gone;
-	open_node(info, domain, &sender, FI_WAIT_NONE);
-	open_node(info, domain, &gone, FI_WAIT_NONE);
+	open_two(FI_TAGGED, &info, &fabric, &domain,
+		 &sender, FI_WAIT_NONE, &gone, FI_WAIT_NONE);
 	fi_addr_t to;
 	CHECK(fi_av_insert(sender.av, gone.name, 1, &to, 0, NULL) - 1);
 	/* The receiver goes away before anything reaches it: nothing answers at its address. */
@@ -62,19 +67,11 @@ int main(void)
 	time_t start = time(NULL);
 	while ((!outcome[0] || !outcome[1]) && time(NULL) - start < WAIT_SECONDS)
 		take(sender.cq);
-	if (outcome[0] != 1) {
-		fprintf(stderr, "confirmed: the ordinary send: %s\n",
-			outcome[0] ? fi_strerror(-outcome[0]) : "no completion");
-		return 1;
-	}
-	if (outcome[1] != -FI_EHOSTUNREACH) {
-		fprintf(stderr, "confirmed: the FI_DELIVERY_COMPLETE send: %s, not %s\n",
-			outcome[1] == 1	 ? "success"
-			: outcome[1] ? fi_strerror(-outcome[1])
-				     : "no completion",
-			fi_strerror(FI_EHOSTUNREACH));
-		return 1;
-	}
+	if (outcome[0] != 1)
+		FAIL("the ordinary send: %s", describe(outcome[0]));
+	if (outcome[1] != -FI_EHOSTUNREACH)
+		FAIL("the FI_DELIVERY_COMPLETE send: %s, not %s", describe(outcome[1]),
+		     fi_strerror(FI_EHOSTUNREACH));
 	CHECK(fi_close(&sender.ep->fid));
 	printf("confirmed: ok\n");
 	return 0;

@@ -18,13 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FAIL(...)                                                                          \
-	do {                                                                               \
-		fprintf(stderr, "lifetime: " __VA_ARGS__);                                 \
-		fputc('\n', stderr);                                                       \
-		exit(1);                                                                   \
-	} while (0)
-
 /* Reads one completion of `n`'s queue, progressing `other` meanwhile. */
 static void read_one(struct node *n, struct node *other, struct fi_cq_tagged_entry *entry)
 {
@@ -79,10 +72,9 @@ int main(void)
 	struct fi_info *info;
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
-	open_domain(FI_TAGGED, &info, &fabric, &domain);
 	struct node sender, receiver;
-	open_node(info, domain, &sender, FI_WAIT_NONE);
-	open_node(info, domain, &receiver, FI_WAIT_NONE);
+	open_two(FI_TAGGED, &info, &fabric, &domain,
+		 &sender, FI_WAIT_NONE, &receiver, FI_WAIT_NONE);
 	fi_addr_t to;
 	CHECK(fi_av_insert(sender.av, receiver.name, 1, &to, 0, NULL) - 1);
 	check_bound_vector(domain, &sender, &receiver, to);

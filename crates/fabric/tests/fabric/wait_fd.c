@@ -27,13 +27,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define FAIL(...)                                                                          \
-	do {                                                                               \
-		fprintf(stderr, "wait_fd: " __VA_ARGS__);                                  \
-		fputc('\n', stderr);                                                       \
-		exit(1);                                                                   \
-	} while (0)
-
 /* The sender's delay, and how long the sleeper may take to wake after it. */
 #define SEND_AFTER_MS 200
 #define WAKE_WITHIN_MS 1000
@@ -235,10 +228,9 @@ int main(void)
 	struct fi_info *info;
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
-	open_domain(FI_TAGGED, &info, &fabric, &domain);
 	struct node receiver, sender;
-	open_node(info, domain, &receiver, FI_WAIT_FD);
-	open_node(info, domain, &sender, FI_WAIT_NONE);
+	open_two(FI_TAGGED, &info, &fabric, &domain,
+		 &receiver, FI_WAIT_FD, &sender, FI_WAIT_NONE);
 
 	enum fi_wait_obj kind;
 	CHECK(fi_control(&receiver.cq->fid, FI_GETWAITOBJ, &kind));
