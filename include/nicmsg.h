@@ -45,14 +45,18 @@ enum nicmsg_result {
     NICMSG_ERR_RANK = 4,              /* rank outside the job */
     NICMSG_ERR_TABLE_FULL = 5,        /* too many outstanding operations (NICMSG_SLOTS): refused
                                          when posted, never after; complete some and retry */
-    NICMSG_ERR_BUFFER = 6,            /* more than NICMSG_IOV_MAX pieces */
+    NICMSG_ERR_BUFFER = 6,            /* more than NICMSG_IOV_MAX pieces, a request that
+                                         completed already, memory outside a shared segment,
+                                         or an address longer than the caller's buffer */
     NICMSG_ERR_TAG = 9,               /* tag above NICMSG_TAG_UB */
     NICMSG_ERR_NOT_INITIALISED = 10,
     NICMSG_ERR_BOOTSTRAP = 11,        /* could not join the job (details on stderr) */
     NICMSG_ERR_CONFIG = 12,           /* invalid NICMSG_* setting (the variable, the value and
                                          what it accepts on stderr) */
     NICMSG_ERR_IO = 13,               /* a system call failed */
-    NICMSG_ERR_ARG = 14,              /* null pointer or invalid argument */
+    NICMSG_ERR_ARG = 14,              /* null pointer or invalid argument (for the programs'
+                                         segments, locks and flags, what was wrong is on
+                                         stderr) */
     NICMSG_ERR_PENDING = 15,          /* nicmsg_finalize with requests outstanding */
     NICMSG_ERR_INTERNAL = 16,         /* the engine stopped (a bug in nicmsg): pending
                                          operations cannot complete */

@@ -12,7 +12,7 @@ use std::ffi::{c_char, c_int, c_void};
 pub const NICMSG_ALL_PROGRAMS: u32 = u32::MAX;
 
 /// Runs `body` with the programs of a live communicator, in this thread's turn on it (else
-/// the code `enter` gave); prints an engine's refusal.
+/// the code `enter` gave); prints an engine's refusal, or what was wrong with an argument.
 fn with_programs(
     entered: Result<(&Comm, Turn), c_int>,
     body: impl FnOnce(&Programs<'_>) -> Result<(), Error>,
@@ -23,7 +23,7 @@ fn with_programs(
     };
     guard(|| {
         let result = body(&comm.programs());
-        if let Err(error @ Error::Program { .. }) = &result {
+        if let Err(error @ (Error::Program { .. } | Error::InvalidArgument(_))) = &result {
             eprintln!("nicmsg: {error}");
         }
         result
@@ -294,8 +294,11 @@ pub unsafe extern "C" fn nicmsg_segment_share(
     };
     guard(|| {
         // SAFETY: the caller keeps the memory valid until it unshares it (contract).
-        unsafe { comm.programs_shared().share(id, memory.cast(), len) }
-            .map_err(|refused| Error::Config(refused.to_string()))
+        let shared = unsafe { comm.programs_shared().share(id, memory.cast(), len) };
+        shared.map_err(|refused| {
+            eprintln!("nicmsg: segment {id}: {refused}");
+            Error::InvalidArgument(refused.to_string())
+        })
     })
 }
 
@@ -424,6 +427,11 @@ mod tests {
                 nicmsg_segment_share(comm, 3, segment.as_mut_ptr().cast(), 32),
                 ok
             );
+            // A segment id in use, or beyond the engine's segments, is a bad argument.
+            let in_use = nicmsg_segment_share(comm, 3, segment.as_mut_ptr().cast(), 32);
+            assert_eq!(in_use, NICMSG_ERR_ARG);
+            let beyond = nicmsg_segment_share(comm, u16::MAX, segment.as_mut_ptr().cast(), 32);
+            assert_eq!(beyond, NICMSG_ERR_ARG);
             assert_eq!(
                 nicmsg_program_load(comm, 0, module.as_ptr().cast(), module.len(), &mut id),
                 ok
@@ -471,10 +479,7 @@ mod tests {
             );
             let listing = std::ffi::CStr::from_ptr(text.as_ptr()).to_string_lossy();
             assert!(listing.contains("echo running"), "{listing}");
-            assert_eq!(
-                nicmsg_program_set_lock(comm, id, 64),
-                crate::capi::NICMSG_ERR_CONFIG
-            );
+            assert_eq!(nicmsg_program_set_lock(comm, id, 64), NICMSG_ERR_ARG);
             assert_eq!(nicmsg_program_unload(comm, 0, id), ok);
             assert_eq!(nicmsg_program_unload(comm, 0, id), NICMSG_ERR_PROGRAM);
             assert_eq!(

@@ -35,6 +35,8 @@ pub enum Error {
     Bootstrap(#[from] nicmsg_bootstrap::BootstrapError),
     #[error("invalid configuration: {0}")]
     Config(String),
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
     #[error("the engine of rank {rank} refused the program request: {reason}")]
@@ -62,6 +64,7 @@ impl Error {
             Self::NotInitialised(_) => Code::NotInitialised,
             Self::Bootstrap(_) => Code::Bootstrap,
             Self::Config(_) => Code::Config,
+            Self::InvalidArgument(_) => Code::Arg,
             Self::Io(_) => Code::Io,
             Self::EngineFailed => Code::EngineFailed,
             Self::Program { .. } => Code::Program,

@@ -264,7 +264,7 @@ impl<'a> Programs<'a> {
         // SAFETY: `memory` stays borrowed by the Segment, which unshares it (waiting for a copy
         // of the engine under way) before the borrow ends.
         unsafe { self.shared().share(id, memory.as_mut_ptr(), memory.len()) }
-            .map_err(|refused| Error::Config(refused.to_string()))?;
+            .map_err(|refused| Error::InvalidArgument(refused.to_string()))?;
         Ok(Segment {
             shared: self.shared(),
             id,
@@ -449,8 +449,16 @@ fn finish_receive(status: Status, head: &[u8; PROGRAM_HEADER_LEN]) -> Result<Rep
     })
 }
 
+/// A lock or flag out of range is the caller's argument; more programs than the words kept
+/// for them is a full table.
 fn signal_error(error: SignalError) -> Error {
-    Error::Config(error.to_string())
+    match error {
+        SignalError::OutOfRange(_) => Error::InvalidArgument(error.to_string()),
+        SignalError::TooManyPrograms => Error::TableFull {
+            table: "programs' locks and flags",
+            limit: nicmsg_engine::programs::SIGNAL_PROGRAMS,
+        },
+    }
 }
 
 fn displayed(shown: Shown) -> Displayed {
