@@ -18,6 +18,8 @@ use nicmsg::{Error, Options, Request};
 use nicmsg_proto::{Claim, TagMatch, MAX_SEGMENTS};
 use nicmsg_udp::{RawAddr, RAW_ADDR_LEN};
 
+use crate::held::{HeldSend, HeldSends, MAX_SENDS_IN_FLIGHT};
+
 /// libfabric's error codes used here (`rdma/fi_errno.h`; the first ones are errno's).
 mod fi_errno {
     pub const EIO: i32 = 5;
@@ -128,6 +130,10 @@ pub struct FabricEndpoint {
     pending: Vec<Pending>,
     /// Copies of injected sends given back, for the next injects.
     copies: Vec<Vec<u8>>,
+    /// Injected sends waiting for room in the engine (`held.rs`).
+    held: HeldSends,
+    /// Sends among `pending`.
+    sends_in_flight: usize,
     /// Since when polls have found nothing while operations are in flight.
     idle_since: Option<u64>,
     endpoint: Box<TaggedEndpoint>,
@@ -156,6 +162,8 @@ impl FabricEndpoint {
         Ok(Self {
             pending: Vec::with_capacity(MAX_IN_FLIGHT),
             copies: Vec::with_capacity(COPY_POOL),
+            held: HeldSends::default(),
+            sends_in_flight: 0,
             idle_since: None,
             endpoint: Box::new(TaggedEndpoint::bind(bind, capacity, options)?),
         })
@@ -169,11 +177,99 @@ impl FabricEndpoint {
         unsafe { &*(self.endpoint.as_ref() as *const TaggedEndpoint) }
     }
 
-    fn check_room(&self) -> Result<(), i32> {
-        if self.pending.len() >= MAX_IN_FLIGHT {
+    /// Room for one more operation of `kind`: a send also waits while sends are held, so that
+    /// none overtakes them, or while [`MAX_SENDS_IN_FLIGHT`] are in the engine.
+    fn check_room(&self, kind: Kind) -> Result<(), i32> {
+        let sends_wait = kind.is_send && (!self.held.is_empty() || !self.has_send_room());
+        if self.pending.len() >= MAX_IN_FLIGHT || sends_wait {
             return Err(fi_errno::EAGAIN);
         }
         Ok(())
+    }
+
+    fn has_send_room(&self) -> bool {
+        self.sends_in_flight < MAX_SENDS_IN_FLIGHT && self.pending.len() < MAX_IN_FLIGHT
+    }
+
+    /// An injected send (`how` with [`NF_SEND_INJECT`]): copies the bytes, so the caller may
+    /// reuse them at once, and sends them now, or holds them behind earlier held sends, or
+    /// while the engine has no room (`held.rs`). `-FI_EAGAIN` only past the held bounds.
+    fn inject(
+        &mut self,
+        iovecs: &[libc::iovec],
+        (to, space_tag): (SocketAddr, (Space, u64)),
+        options: SendOptions,
+    ) -> c_int {
+        let mut copy = self.copy_buffer();
+        for iov in iovecs {
+            // SAFETY: the caller's contract (valid during this call for an inject).
+            copy.extend_from_slice(unsafe { piece(iov) });
+        }
+        let send = HeldSend {
+            copy,
+            to,
+            space_tag,
+            options,
+        };
+        let send = if self.held.is_empty() && self.has_send_room() {
+            match self.send_copy(send) {
+                Ok(code) => return code,
+                Err(no_room) => no_room,
+            }
+        } else {
+            send
+        };
+        match self.held.hold(send) {
+            Ok(()) => 0,
+            Err(refused) => {
+                self.give_back(refused.copy);
+                -fi_errno::EAGAIN
+            }
+        }
+    }
+
+    /// Posts an injected send from its copy: 0 or a post's error code, or the send back if
+    /// the engine's table had no room for it.
+    fn send_copy(&mut self, send: HeldSend) -> Result<c_int, HeldSend> {
+        // SAFETY: the copy's heap memory neither moves nor changes while it is kept in the
+        // same `Pending` as the request, until the request has finished.
+        let bytes: &'static [u8] =
+            unsafe { std::slice::from_raw_parts(send.copy.as_ptr(), send.copy.len()) };
+        let posted = self
+            .endpoint()
+            .isend(&[bytes], send.to, send.space_tag, send.options);
+        if let Err(Error::TableFull { .. }) = posted {
+            return Err(send);
+        }
+        let kind = Kind {
+            is_send: true,
+            tagged: send.space_tag.0 == Space::Tagged,
+            wanted: false,
+        };
+        let context = std::ptr::null_mut();
+        Ok(self.track(posted, Some(send.copy), (context, context), kind))
+    }
+
+    /// Sends held sends, oldest first, while the engine has room for sends. A held send the
+    /// engine refuses (its peer failed) is dropped, as an inject that fails later is: no
+    /// completion reports injects.
+    fn post_held(&mut self) {
+        while self.has_send_room() {
+            let Some(send) = self.held.take_oldest() else {
+                return;
+            };
+            if let Err(no_room) = self.send_copy(send) {
+                self.held.put_back(no_room);
+                return;
+            }
+        }
+    }
+
+    /// A copy no longer read, kept for the next inject while the pool has room.
+    fn give_back(&mut self, copy: Vec<u8>) {
+        if self.copies.len() < COPY_POOL {
+            self.copies.push(copy);
+        }
     }
 
     /// Keeps a posted operation until it completes; a refused post is answered at once.
@@ -186,6 +282,7 @@ impl FabricEndpoint {
     ) -> c_int {
         match posted {
             Ok(request) => {
+                self.sends_in_flight += usize::from(kind.is_send);
                 self.pending.push(Pending {
                     request,
                     copy,
@@ -230,15 +327,15 @@ impl FabricEndpoint {
             };
             // Completions need no order among operations that finished together.
             let pending = self.pending.swap_remove(index);
+            self.sends_in_flight -= usize::from(pending.kind.is_send);
             out[written].write(completion(&pending, result, &delivery));
             written += 1;
             // The request is finished: the engine no longer reads the copy.
             if let Some(copy) = pending.copy {
-                if self.copies.len() < COPY_POOL {
-                    self.copies.push(copy);
-                }
+                self.give_back(copy);
             }
         }
+        self.post_held();
         written
     }
 }
@@ -490,6 +587,24 @@ pub unsafe extern "C" fn nf_send(
         tagged: tagged != 0,
         wanted: wanted != 0,
     };
+    let options = SendOptions {
+        immediate: (has_data != 0).then_some(data as u32),
+        confirmed: how & NF_SEND_CONFIRMED != 0,
+    };
+    // An inject call reports nothing, so it may wait in the provider (`held.rs`); a send that
+    // reports its completion (sendmsg with FI_INJECT too) is posted or refused now.
+    if how & NF_SEND_INJECT != 0 && !kind.wanted && context.is_null() {
+        let target = (to, (space(tagged), tag));
+        let inject = |endpoint: &mut FabricEndpoint| {
+            // SAFETY: the caller's contract.
+            match unsafe { iovecs(iov, count) } {
+                Ok(iovecs) => endpoint.inject(iovecs, target, options),
+                Err(code) => -code,
+            }
+        };
+        // SAFETY: the caller's contract.
+        return unsafe { on_endpoint(ep, inject) };
+    }
     let post = |endpoint: &mut FabricEndpoint, iovecs: &[libc::iovec]| {
         let mut sent: [&'static [u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
         let mut copy = None;
@@ -510,10 +625,6 @@ pub unsafe extern "C" fn nf_send(
                 *slot = unsafe { piece(iov) };
             }
             &sent[..iovecs.len()]
-        };
-        let options = SendOptions {
-            immediate: (has_data != 0).then_some(data as u32),
-            confirmed: how & NF_SEND_CONFIRMED != 0,
         };
         let posted = endpoint
             .endpoint()
@@ -625,7 +736,7 @@ unsafe fn post_operation(
     ) -> (Result<Request<'static>, Error>, Option<Vec<u8>>),
 ) -> c_int {
     let body = |endpoint: &mut FabricEndpoint| {
-        if let Err(code) = endpoint.check_room() {
+        if let Err(code) = endpoint.check_room(kind) {
             return -code;
         }
         // SAFETY: the caller's contract.

@@ -11,6 +11,7 @@
 //! Rust half alone and libfabric would not load it.
 
 pub mod endpoint;
+mod held;
 
 #[cfg(nicmsg_libfabric)]
 extern "C" {

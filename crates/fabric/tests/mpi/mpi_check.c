@@ -3,8 +3,8 @@
  * verified: point-to-point of sizes 0 B to 4 MiB (eager and rendezvous), MPI_ANY_SOURCE and
  * MPI_ANY_TAG, MPI_Probe and MPI_Iprobe, MPI_Mprobe and MPI_Improbe (matched probes, received
  * with MPI_Mrecv and MPI_Imrecv), MPI_Cancel of a receive, MPI_ERR_TRUNCATE, several
- * communicators, MPI_Ssend, and the collectives Open MPI builds on point-to-point (barrier,
- * bcast, allreduce, alltoall). Any failure prints what and where and exits non-zero; rank 0
+ * communicators, MPI_Ssend, short sends both ways before any receive (buffering), and the
+ * collectives Open MPI builds on point-to-point (barrier, bcast, allreduce, alltoall). Any failure prints what and where and exits non-zero; rank 0
  * prints "mpi_check: all checks passed" at the end.
  *
  *   mpirun -n 4 --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include nicmsg ./mpi_check
@@ -264,6 +264,27 @@ static void synchronous(void)
 	}
 }
 
+/* Pairs of ranks (0 and 1, 2 and 3, ...) each send BUFFERED_SENDS short messages to the
+ * other before receiving any: a program that relies on buffering (MPI calls it unsafe; Open
+ * MPI on TCP runs it). The provider holds the injected sends its engine has no room for; it
+ * used to refuse them for ever, and both ranks spun in MPI_Send. */
+#define BUFFERED_SENDS 1500
+static void buffered_sends_both_ways(void)
+{
+	int peer = rank ^ 1;
+	if (peer >= size)
+		return;
+	unsigned char buf[16];
+	for (int seq = 0; seq < BUFFERED_SENDS; seq++) {
+		fill(buf, sizeof(buf), rank, seq);
+		MPI_Send(buf, sizeof(buf), MPI_BYTE, peer, 4, MPI_COMM_WORLD);
+	}
+	for (int seq = 0; seq < BUFFERED_SENDS; seq++) {
+		MPI_Recv(buf, sizeof(buf), MPI_BYTE, peer, 4, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+		verify(buf, sizeof(buf), peer, seq, "buffered send");
+	}
+}
+
 static void collectives(void)
 {
 	MPI_Barrier(MPI_COMM_WORLD);
@@ -302,7 +323,8 @@ int main(int argc, char **argv)
 	 * messages. */
 	void (*checks[])(void) = {point_to_point_sizes, wildcards,     probes,
 				  matched_probes,       cancel,        truncation,
-				  communicators,        synchronous,   collectives};
+				  communicators,        synchronous,   buffered_sends_both_ways,
+				  collectives};
 	for (size_t i = 0; i < sizeof(checks) / sizeof(checks[0]); i++) {
 		checks[i]();
 		MPI_Barrier(MPI_COMM_WORLD);
