@@ -211,6 +211,9 @@ impl FabricEndpoint {
             space_tag,
             options,
         };
+        if !self.held.is_empty() || !self.has_send_room() {
+            self.progress_unreported();
+        }
         let send = if self.held.is_empty() && self.has_send_room() {
             match self.send_copy(send) {
                 Ok(code) => return code,
@@ -263,6 +266,34 @@ impl FabricEndpoint {
                 return;
             }
         }
+    }
+
+    /// Runs the engine once, lets go of the finished operations no completion reports (the
+    /// injects), and sends what is held. A run of inject calls is all a sender of short
+    /// messages does (Open MPI polls its queue only when told `-FI_EAGAIN`): without this, the
+    /// sends held would wait for the application's next poll, and the held queue would only
+    /// grow.
+    fn progress_unreported(&mut self) {
+        self.endpoint
+            .progress_at(nicmsg_engine::clock::monotonic_ns());
+        let mut index = 0;
+        while index < self.pending.len() {
+            let unreported = {
+                let pending = &self.pending[index];
+                !pending.kind.wanted && pending.context.is_null()
+            };
+            if !unreported || self.pending[index].request.delivery_if_done().is_none() {
+                index += 1;
+                continue;
+            }
+            let done = self.pending.swap_remove(index);
+            self.sends_in_flight -= usize::from(done.kind.is_send);
+            // The request is finished: the engine no longer reads the copy.
+            if let Some(copy) = done.copy {
+                self.give_back(copy);
+            }
+        }
+        self.post_held();
     }
 
     /// A copy no longer read, kept for the next inject while the pool has room.
