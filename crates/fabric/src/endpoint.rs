@@ -200,11 +200,8 @@ impl FabricEndpoint {
         (to, space_tag): (SocketAddr, (Space, u64)),
         options: SendOptions,
     ) -> c_int {
-        let mut copy = self.copy_buffer();
-        for iov in iovecs {
-            // SAFETY: the caller's contract (valid during this call for an inject).
-            copy.extend_from_slice(unsafe { piece(iov) });
-        }
+        // SAFETY: the caller's contract (valid during this call for an inject).
+        let copy = unsafe { self.copy_of(iovecs) };
         let send = HeldSend {
             copy,
             to,
@@ -234,10 +231,8 @@ impl FabricEndpoint {
     /// Posts an injected send from its copy: 0 or a post's error code, or the send back if
     /// the engine's table had no room for it.
     fn send_copy(&mut self, send: HeldSend) -> Result<c_int, HeldSend> {
-        // SAFETY: the copy's heap memory neither moves nor changes while it is kept in the
-        // same `Pending` as the request, until the request has finished.
-        let bytes: &'static [u8] =
-            unsafe { std::slice::from_raw_parts(send.copy.as_ptr(), send.copy.len()) };
+        // SAFETY: the copy goes into the same `Pending` as the request (below).
+        let bytes = unsafe { lent(&send.copy) };
         let posted = self
             .endpoint()
             .isend(&[bytes], send.to, send.space_tag, send.options);
@@ -286,14 +281,26 @@ impl FabricEndpoint {
                 index += 1;
                 continue;
             }
-            let done = self.pending.swap_remove(index);
-            self.sends_in_flight -= usize::from(done.kind.is_send);
-            // The request is finished: the engine no longer reads the copy.
-            if let Some(copy) = done.copy {
-                self.give_back(copy);
-            }
+            let done = self.retire(index);
+            self.recycle(done);
         }
         self.post_held();
+    }
+
+    /// Takes the finished operation at `index` out of those in flight (completions need no
+    /// order among operations that finished together).
+    fn retire(&mut self, index: usize) -> Pending {
+        let done = self.pending.swap_remove(index);
+        self.sends_in_flight -= usize::from(done.kind.is_send);
+        done
+    }
+
+    /// Keeps a retired operation's copy for the next inject: the request is finished, so
+    /// the engine no longer reads it.
+    fn recycle(&mut self, done: Pending) {
+        if let Some(copy) = done.copy {
+            self.give_back(copy);
+        }
     }
 
     /// A copy no longer read, kept for the next inject while the pool has room.
@@ -327,10 +334,17 @@ impl FabricEndpoint {
         }
     }
 
-    /// A copy buffer for an inject: one given back, or a new one.
-    fn copy_buffer(&mut self) -> Vec<u8> {
+    /// An inject's copy of the bytes `iovecs` describe, in a buffer given back or a new one.
+    ///
+    /// # Safety
+    /// `iovecs` describe memory valid for reading during this call.
+    unsafe fn copy_of(&mut self, iovecs: &[libc::iovec]) -> Vec<u8> {
         let mut copy = self.copies.pop().unwrap_or_default();
         copy.clear();
+        for iov in iovecs {
+            // SAFETY: the caller's contract.
+            copy.extend_from_slice(unsafe { piece(iov) });
+        }
         copy
     }
 
@@ -356,19 +370,24 @@ impl FabricEndpoint {
                 index += 1;
                 continue;
             };
-            // Completions need no order among operations that finished together.
-            let pending = self.pending.swap_remove(index);
-            self.sends_in_flight -= usize::from(pending.kind.is_send);
-            out[written].write(completion(&pending, result, &delivery));
+            let done = self.retire(index);
+            out[written].write(completion(&done, result, &delivery));
             written += 1;
-            // The request is finished: the engine no longer reads the copy.
-            if let Some(copy) = pending.copy {
-                self.give_back(copy);
-            }
+            self.recycle(done);
         }
         self.post_held();
         written
     }
+}
+
+/// An inject's copy, lent to the request that sends it.
+///
+/// # Safety
+/// The copy is kept, unchanged, in the same `Pending` as the request until the request has
+/// finished: its heap memory does not move when the `Vec` itself moves.
+unsafe fn lent(copy: &[u8]) -> &'static [u8] {
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts(copy.as_ptr(), copy.len()) }
 }
 
 /// What a finished operation's completion says.
@@ -640,14 +659,10 @@ pub unsafe extern "C" fn nf_send(
         let mut sent: [&'static [u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
         let mut copy = None;
         let pieces = if how & NF_SEND_INJECT != 0 {
-            let mut bytes = endpoint.copy_buffer();
-            for iov in iovecs {
-                // SAFETY: the caller's contract (valid during this call for an inject).
-                bytes.extend_from_slice(unsafe { piece(iov) });
-            }
-            // SAFETY: the copy's heap memory neither moves nor changes while it is kept in
-            // the same `Pending` as the request, until the request has finished.
-            sent[0] = unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) };
+            // SAFETY: the caller's contract (valid during this call for an inject).
+            let bytes = unsafe { endpoint.copy_of(iovecs) };
+            // SAFETY: the copy goes into the same `Pending` as the request (`track`).
+            sent[0] = unsafe { lent(&bytes) };
             copy = Some(bytes);
             &sent[..1]
         } else {
