@@ -158,25 +158,6 @@ impl Endpoint {
         )
     }
 
-    /// [`post_send`](Self::post_send) with four bytes of immediate data, which the receiver
-    /// gets in its completion's [`Status::immediate`] (libfabric's remote CQ data).
-    #[must_use = "a refused post sends nothing"]
-    pub fn post_send_immediate(
-        &mut self,
-        now: Nanos,
-        dst: Rank,
-        (context, tag): (Context, Tag),
-        immediate: u32,
-        data: &SgList,
-        memory: &mut impl HostMemory,
-    ) -> Result<OpId, PostError> {
-        let options = SendOptions {
-            immediate: Some(immediate),
-            ..SendOptions::default()
-        };
-        self.post_send_with(now, dst, (context, tag), options, data, memory)
-    }
-
     /// [`post_send`](Self::post_send) with [`SendOptions`]: immediate data, and whether the
     /// send may complete from the core's copy before the receiver holds the message.
     #[must_use = "a refused post sends nothing"]
