@@ -26,8 +26,7 @@ static void expect(const char *what, long got, int wanted)
  * holds what it held. */
 static void check_vector_count(struct node *n, struct node *peer)
 {
-	fi_addr_t at;
-	CHECK(fi_av_insert(n->av, peer->name, 1, &at, 0, NULL) - 1);
+	fi_addr_t at = insert_peer(n, peer);
 	expect("fi_av_insert of SIZE_MAX addresses",
 	       fi_av_insert(n->av, peer->name, SIZE_MAX, NULL, 0, NULL), -FI_ENOSPC);
 	expect("fi_av_insert of SIZE_MAX - 1 addresses",
@@ -159,8 +158,7 @@ static void check_claim_without_peek(struct fi_info *info, struct fid_domain *do
 	struct node a, b;
 	open_node(info, domain, &a, FI_WAIT_NONE);
 	open_node(info, domain, &b, FI_WAIT_NONE);
-	fi_addr_t to_b;
-	CHECK(fi_av_insert(a.av, b.name, 1, &to_b, 0, NULL) - 1);
+	fi_addr_t to_b = insert_peer(&a, &b);
 	static char message[] = "claimed";
 	CHECK(fi_tsend(a.ep, message, sizeof(message), NULL, to_b, 7, message));
 	struct fi_context peeker = {{0}}, stranger = {{0}};
@@ -230,8 +228,7 @@ int main(void)
 	open_two(FI_TAGGED | FI_MSG, &info, &fabric, &domain,
 		 &a, FI_WAIT_NONE, &b, FI_WAIT_NONE);
 	check_vector_count(&a, &b);
-	fi_addr_t to_b;
-	CHECK(fi_av_insert(a.av, b.name, 1, &to_b, 0, NULL) - 1);
+	fi_addr_t to_b = insert_peer(&a, &b);
 	check_null_buffers(&a, &b, to_b);
 	check_queue_reads(&a, &b, to_b);
 	check_inject_size(info, &a, to_b);

@@ -114,8 +114,7 @@ static void check_null_cancel(struct node *sender)
 /* A context no operation has, and one whose receive completed, name nothing. */
 static void check_unknown_cancel(struct node *sender, struct node *receiver)
 {
-	fi_addr_t to;
-	CHECK(fi_av_insert(sender->av, receiver->name, 1, &to, 0, NULL) - 1);
+	fi_addr_t to = insert_peer(sender, receiver);
 	static char in[MESSAGE_BYTES];
 	CHECK(fi_trecv(receiver->ep, in, sizeof(in), NULL, FI_ADDR_UNSPEC, TAG, 0, in));
 	CHECK(fi_tinject(sender->ep, message, sizeof(message), to, TAG));

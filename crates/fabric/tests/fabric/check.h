@@ -84,6 +84,14 @@ static void open_two(uint64_t caps, struct fi_info **info, struct fid_fabric **f
 	open_node(*info, *domain, b, b_wait);
 }
 
+/* Puts `peer`'s address into `n`'s vector; where `n` now sends to reach it. */
+static fi_addr_t insert_peer(struct node *n, const struct node *peer)
+{
+	fi_addr_t at;
+	CHECK(fi_av_insert(n->av, peer->name, 1, &at, 0, NULL) - 1);
+	return at;
+}
+
 /* Closes `count` nodes (endpoint, queue, vector), then `domain` and `fabric`, checking each
  * close, and frees `info`. */
 static void close_all(struct node **nodes, int count, struct fid_domain *domain,

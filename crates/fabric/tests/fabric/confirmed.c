@@ -54,8 +54,7 @@ int main(void)
 	struct node sender, gone;
 	open_two(FI_TAGGED, &info, &fabric, &domain,
 		 &sender, FI_WAIT_NONE, &gone, FI_WAIT_NONE);
-	fi_addr_t to;
-	CHECK(fi_av_insert(sender.av, gone.name, 1, &to, 0, NULL) - 1);
+	fi_addr_t to = insert_peer(&sender, &gone);
 	/* The receiver goes away before anything reaches it: nothing answers at its address. */
 	CHECK(fi_close(&gone.ep->fid));
 	char bytes[100] = "a message nobody will receive";

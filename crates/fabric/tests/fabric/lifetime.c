@@ -75,8 +75,7 @@ int main(void)
 	struct node sender, receiver;
 	open_two(FI_TAGGED, &info, &fabric, &domain,
 		 &sender, FI_WAIT_NONE, &receiver, FI_WAIT_NONE);
-	fi_addr_t to;
-	CHECK(fi_av_insert(sender.av, receiver.name, 1, &to, 0, NULL) - 1);
+	fi_addr_t to = insert_peer(&sender, &receiver);
 	check_bound_vector(domain, &sender, &receiver, to);
 	struct fid_eq *eq;
 	struct fi_eq_attr eq_attr = {.wait_obj = FI_WAIT_NONE};

@@ -242,8 +242,7 @@ int main(void)
 	if (fi_trywait(fabric, plain, 1) != -FI_EINVAL)
 		FAIL("fi_trywait on a queue without a descriptor is not refused");
 
-	fi_addr_t to_receiver;
-	CHECK(fi_av_insert(sender.av, receiver.name, 1, &to_receiver, 0, NULL) - 1);
+	fi_addr_t to_receiver = insert_peer(&sender, &receiver);
 	char in[16] = {0};
 	CHECK(fi_trecv(receiver.ep, in, sizeof(in), NULL, FI_ADDR_UNSPEC, 5, 0, in));
 
@@ -280,13 +279,11 @@ int main(void)
 		FAIL("woke %.0f ms after the send", waited - SEND_AFTER_MS);
 
 	check_split_queues(info, fabric, domain, &receiver);
-	fi_addr_t to_sender;
-	CHECK(fi_av_insert(receiver.av, sender.name, 1, &to_sender, 0, NULL) - 1);
+	insert_peer(&receiver, &sender);
 	struct node fd_sender;
 	open_node(info, domain, &fd_sender, FI_WAIT_FD);
-	fi_addr_t fd_to_receiver, receiver_to_fd;
-	CHECK(fi_av_insert(fd_sender.av, receiver.name, 1, &fd_to_receiver, 0, NULL) - 1);
-	CHECK(fi_av_insert(receiver.av, fd_sender.name, 1, &receiver_to_fd, 0, NULL) - 1);
+	fi_addr_t fd_to_receiver = insert_peer(&fd_sender, &receiver);
+	fi_addr_t receiver_to_fd = insert_peer(&receiver, &fd_sender);
 	check_behind_injects(fabric, &fd_sender, fd_to_receiver, &receiver, receiver_to_fd);
 	check_sread(&receiver, &sender, to_receiver);
 	struct fid_cq *second;
