@@ -1388,7 +1388,8 @@ static ssize_t send_locked(struct nicmsg_ep *ep, const struct iovec *iov, size_t
 	 * peer failed (an inject's bytes are copied, and it reports nothing anyway). */
 	if (!ep->tx_cq && !inject)
 		return -FI_ENOCQ;
-	/* The inject bound holds for sendmsg's FI_INJECT too: those bytes are copied here. */
+	/* The inject bound, for the inject calls and sendmsg's FI_INJECT alike: those bytes are
+	 * copied here. */
 	if (inject && iov_bytes(iov, count) > NICMSG_INJECT_SIZE)
 		return -FI_EMSGSIZE;
 	const union nf_addr *to = destination(ep, dest);
@@ -1557,8 +1558,6 @@ static ssize_t msg_sendmsg(struct fid_ep *fid, const struct fi_msg *msg, uint64_
 static ssize_t msg_inject(struct fid_ep *fid, const void *buf, size_t len, fi_addr_t dest_addr)
 {
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
-	if (len > NICMSG_INJECT_SIZE)
-		return -FI_EMSGSIZE;
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
 	return LOCKED(send_locked(ep, &iov, 1, dest_addr, false, 0, false, 0, NULL, FI_INJECT,
 				  true));
@@ -1578,8 +1577,6 @@ static ssize_t msg_injectdata(struct fid_ep *fid, const void *buf, size_t len, u
 			      fi_addr_t dest_addr)
 {
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
-	if (len > NICMSG_INJECT_SIZE)
-		return -FI_EMSGSIZE;
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
 	return LOCKED(send_locked(ep, &iov, 1, dest_addr, false, 0, true, data, NULL, FI_INJECT,
 				  true));
@@ -1652,8 +1649,6 @@ static ssize_t tagged_inject(struct fid_ep *fid, const void *buf, size_t len,
 			     fi_addr_t dest_addr, uint64_t tag)
 {
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
-	if (len > NICMSG_INJECT_SIZE)
-		return -FI_EMSGSIZE;
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
 	return LOCKED(send_locked(ep, &iov, 1, dest_addr, true, tag, false, 0, NULL, FI_INJECT,
 				  true));
@@ -1673,8 +1668,6 @@ static ssize_t tagged_injectdata(struct fid_ep *fid, const void *buf, size_t len
 				 uint64_t data, fi_addr_t dest_addr, uint64_t tag)
 {
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
-	if (len > NICMSG_INJECT_SIZE)
-		return -FI_EMSGSIZE;
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
 	return LOCKED(send_locked(ep, &iov, 1, dest_addr, true, tag, true, data, NULL, FI_INJECT,
 				  true));
