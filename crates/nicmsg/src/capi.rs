@@ -32,6 +32,18 @@ pub const NICMSG_IOV_MAX: usize = MAX_SEGMENTS;
 pub const NICMSG_UNDEFINED: usize = usize::MAX;
 const ANY: u32 = u32::MAX;
 
+/// The value of a step of a C ABI call, or its `NICMSG_ERR_*` code returned from the calling
+/// function.
+macro_rules! or_return {
+    ($step:expr) => {
+        match $step {
+            Ok(value) => value,
+            Err(code) => return code,
+        }
+    };
+}
+pub(crate) use or_return;
+
 /// Opaque communicator handle.
 pub struct NicmsgComm {
     comm: Comm,
@@ -229,10 +241,7 @@ pub unsafe extern "C" fn nicmsg_finalize(comm: *mut NicmsgComm) -> c_int {
         return NICMSG_ERR_ARG;
     }
     // SAFETY: not null (checked above), and a live handle from `nicmsg_init` (caller contract).
-    let (live, turn) = match unsafe { enter(comm) } {
-        Ok(entered) => entered,
-        Err(code) => return code,
-    };
+    let (live, turn) = or_return!(unsafe { enter(comm) });
     match catch_unwind(AssertUnwindSafe(|| live.outstanding())) {
         Err(_) => return NICMSG_ERR_PANIC,
         Ok(pending) if pending > 0 => return NICMSG_ERR_PENDING,
@@ -297,10 +306,7 @@ pub unsafe extern "C" fn nicmsg_isend(
     request: *mut *mut NicmsgRequest,
 ) -> c_int {
     // SAFETY: `comm` is null or a live handle (caller contract).
-    let (comm, turn) = match unsafe { enter(comm) } {
-        Ok(entered) => entered,
-        Err(code) => return code,
-    };
+    let (comm, turn) = or_return!(unsafe { enter(comm) });
     if request.is_null() || (buffer.is_null() && len > 0) {
         return NICMSG_ERR_ARG;
     }
@@ -327,10 +333,7 @@ pub unsafe extern "C" fn nicmsg_irecv(
     request: *mut *mut NicmsgRequest,
 ) -> c_int {
     // SAFETY: `comm` is null or a live handle (caller contract).
-    let (comm, turn) = match unsafe { enter(comm) } {
-        Ok(entered) => entered,
-        Err(code) => return code,
-    };
+    let (comm, turn) = or_return!(unsafe { enter(comm) });
     if request.is_null() || (buffer.is_null() && len > 0) {
         return NICMSG_ERR_ARG;
     }
@@ -412,18 +415,12 @@ pub unsafe extern "C" fn nicmsg_isendv(
     request: *mut *mut NicmsgRequest,
 ) -> c_int {
     // SAFETY: `comm` is null or a live handle (caller contract).
-    let (comm, turn) = match unsafe { enter(comm) } {
-        Ok(entered) => entered,
-        Err(code) => return code,
-    };
+    let (comm, turn) = or_return!(unsafe { enter(comm) });
     if request.is_null() {
         return NICMSG_ERR_ARG;
     }
     // SAFETY: `iov` is null or valid for `count` iovecs (caller contract).
-    let pieces = match unsafe { iovecs(iov, count) } {
-        Ok(pieces) => pieces,
-        Err(code) => return code,
-    };
+    let pieces = or_return!(unsafe { iovecs(iov, count) });
     let mut data: [&'static [u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
     for (slice, piece) in data.iter_mut().zip(pieces) {
         // SAFETY: every piece is valid for reading its length, unchanged, until the request
@@ -454,18 +451,12 @@ pub unsafe extern "C" fn nicmsg_irecvv(
     request: *mut *mut NicmsgRequest,
 ) -> c_int {
     // SAFETY: `comm` is null or a live handle (caller contract).
-    let (comm, turn) = match unsafe { enter(comm) } {
-        Ok(entered) => entered,
-        Err(code) => return code,
-    };
+    let (comm, turn) = or_return!(unsafe { enter(comm) });
     if request.is_null() {
         return NICMSG_ERR_ARG;
     }
     // SAFETY: `iov` is null or valid for `count` iovecs (caller contract).
-    let pieces = match unsafe { iovecs(iov, count) } {
-        Ok(pieces) => pieces,
-        Err(code) => return code,
-    };
+    let pieces = or_return!(unsafe { iovecs(iov, count) });
     let data = pieces.iter().map(|piece| {
         // SAFETY: the pieces do not overlap, and each is valid for writing its length and left
         // alone until the request completes (caller contract; a NULL base comes only with a
@@ -499,10 +490,7 @@ pub unsafe extern "C" fn nicmsg_wait(
         return NICMSG_SUCCESS;
     }
     // SAFETY: a non-null handle is a live request from isend/irecv (caller contract).
-    let _turn = match Turn::take(unsafe { &*handle }.busy) {
-        Ok(turn) => turn,
-        Err(code) => return code,
-    };
+    let _turn = or_return!(Turn::take(unsafe { &*handle }.busy));
     // SAFETY: the handle was made by `Box::into_raw` (isend/irecv) and is live; the caller's
     // pointer to it is cleared first, so the box is taken back exactly once.
     let boxed = unsafe {
@@ -542,10 +530,7 @@ pub unsafe extern "C" fn nicmsg_test(
         return NICMSG_SUCCESS;
     }
     // SAFETY: a non-null handle is a live request from isend/irecv (caller contract).
-    let _turn = match Turn::take(unsafe { &*handle }.busy) {
-        Ok(turn) => turn,
-        Err(code) => return code,
-    };
+    let _turn = or_return!(Turn::take(unsafe { &*handle }.busy));
     // SAFETY: the caller's contract is ours; `*request` is a live handle (not null, checked),
     // and this thread has its communicator's turn.
     unsafe { test_in_turn(request, flag, status) }
@@ -735,10 +720,7 @@ pub unsafe extern "C" fn nicmsg_cancel(request: *mut NicmsgRequest) -> c_int {
     // SAFETY: `request` is null (`as_ref` gives None) or a live handle (caller contract).
     match unsafe { request.as_ref() } {
         Some(r) => {
-            let _turn = match Turn::take(r.busy) {
-                Ok(turn) => turn,
-                Err(code) => return code,
-            };
+            let _turn = or_return!(Turn::take(r.busy));
             guard(|| {
                 r.request.cancel();
                 Ok(())
@@ -823,10 +805,7 @@ pub unsafe extern "C" fn nicmsg_iprobe(
     status: *mut NicmsgStatus,
 ) -> c_int {
     // SAFETY: `comm` is null or a live handle (caller contract).
-    let (comm, _turn) = match unsafe { enter(comm) } {
-        Ok(entered) => entered,
-        Err(code) => return code,
-    };
+    let (comm, _turn) = or_return!(unsafe { enter(comm) });
     if flag.is_null() {
         return NICMSG_ERR_ARG;
     }
@@ -852,10 +831,7 @@ pub unsafe extern "C" fn nicmsg_probe(
     status: *mut NicmsgStatus,
 ) -> c_int {
     // SAFETY: `comm` is null or a live handle (caller contract).
-    let (comm, _turn) = match unsafe { enter(comm) } {
-        Ok(entered) => entered,
-        Err(code) => return code,
-    };
+    let (comm, _turn) = or_return!(unsafe { enter(comm) });
     guard(|| {
         let found = comm.probe(source(source_rank), tag(tag_value))?;
         // SAFETY: `status` is null or valid for writing a status (caller contract).
@@ -869,10 +845,7 @@ pub unsafe extern "C" fn nicmsg_probe(
 #[no_mangle]
 pub unsafe extern "C" fn nicmsg_barrier(comm: *mut NicmsgComm) -> c_int {
     // SAFETY: `comm` is null or a live handle (caller contract).
-    let (comm, _turn) = match unsafe { enter(comm) } {
-        Ok(entered) => entered,
-        Err(code) => return code,
-    };
+    let (comm, _turn) = or_return!(unsafe { enter(comm) });
     guard(|| comm.barrier())
 }
 

@@ -4,7 +4,7 @@
 //! Same contract as the rest of the C ABI (`capi.rs`): null pointers and bad arguments return
 //! `NICMSG_ERR_ARG`, and nothing panics across the boundary.
 
-use crate::capi::{guard, Turn, NICMSG_ERR_ARG, NICMSG_SUCCESS};
+use crate::capi::{guard, or_return, Turn, NICMSG_ERR_ARG, NICMSG_SUCCESS};
 use crate::capi_programs::bytes;
 use crate::dgram::DgramSocket;
 use crate::Error;
@@ -171,10 +171,7 @@ pub unsafe extern "C" fn nicmsg_dgram_send_to(
         return NICMSG_ERR_ARG;
     };
     // SAFETY: the caller's contract.
-    let (socket, _turn) = match unsafe { enter(socket) } {
-        Ok(entered) => entered,
-        Err(code) => return code,
-    };
+    let (socket, _turn) = or_return!(unsafe { enter(socket) });
     guard(|| socket.send_to(data, to))
 }
 
@@ -196,10 +193,7 @@ pub unsafe extern "C" fn nicmsg_dgram_recv_from(
     from_capacity: usize,
 ) -> c_int {
     // SAFETY: the caller's contract.
-    let (socket, _turn) = match unsafe { enter(socket) } {
-        Ok(entered) => entered,
-        Err(code) => return code,
-    };
+    let (socket, _turn) = or_return!(unsafe { enter(socket) });
     if len.is_null() || (buf.is_null() && capacity > 0) || !sender_room(from, from_capacity) {
         return NICMSG_ERR_ARG;
     }
@@ -239,10 +233,7 @@ pub unsafe extern "C" fn nicmsg_dgram_peek_from(
     from_capacity: usize,
 ) -> c_int {
     // SAFETY: the caller's contract.
-    let (socket, _turn) = match unsafe { enter(socket) } {
-        Ok(entered) => entered,
-        Err(code) => return code,
-    };
+    let (socket, _turn) = or_return!(unsafe { enter(socket) });
     if len.is_null() || !sender_room(from, from_capacity) {
         return NICMSG_ERR_ARG;
     }

@@ -3,7 +3,7 @@
 //! pointers and bad arguments return `NICMSG_ERR_ARG`, nothing panics across the boundary,
 //! and a refusal of an engine returns `NICMSG_ERR_PROGRAM` with its reason on stderr.
 
-use crate::capi::{enter, guard, NicmsgComm, Turn, NICMSG_ERR_ARG};
+use crate::capi::{enter, guard, or_return, NicmsgComm, Turn, NICMSG_ERR_ARG};
 use crate::programs::{ProgramId, Programs};
 use crate::{Comm, Error};
 use std::ffi::{c_char, c_int, c_void};
@@ -17,10 +17,7 @@ fn with_programs(
     entered: Result<(&Comm, Turn), c_int>,
     body: impl FnOnce(&Programs<'_>) -> Result<(), Error>,
 ) -> c_int {
-    let (comm, _turn) = match entered {
-        Ok(entered) => entered,
-        Err(code) => return code,
-    };
+    let (comm, _turn) = or_return!(entered);
     guard(|| {
         let result = body(&comm.programs());
         if let Err(error @ (Error::Program { .. } | Error::InvalidArgument(_))) = &result {
@@ -288,10 +285,7 @@ pub unsafe extern "C" fn nicmsg_segment_share(
         return NICMSG_ERR_ARG;
     }
     // SAFETY: the caller's contract.
-    let (comm, _turn) = match unsafe { enter(comm) } {
-        Ok(entered) => entered,
-        Err(code) => return code,
-    };
+    let (comm, _turn) = or_return!(unsafe { enter(comm) });
     guard(|| {
         // SAFETY: the caller keeps the memory valid until it unshares it (contract).
         let shared = unsafe { comm.programs_shared().share(id, memory.cast(), len) };
@@ -309,10 +303,7 @@ pub unsafe extern "C" fn nicmsg_segment_share(
 #[no_mangle]
 pub unsafe extern "C" fn nicmsg_segment_unshare(comm: *mut NicmsgComm, id: u16) -> c_int {
     // SAFETY: the caller's contract.
-    let (comm, _turn) = match unsafe { enter(comm) } {
-        Ok(entered) => entered,
-        Err(code) => return code,
-    };
+    let (comm, _turn) = or_return!(unsafe { enter(comm) });
     guard(|| {
         comm.programs_shared().unshare(id);
         Ok(())
