@@ -151,10 +151,20 @@ impl Collections {
         }
     }
 
-    pub fn ack_all(&mut self) {
+    /// The whole message is acknowledged (ACK_ALL). A round-trip sample when only its last
+    /// collection was outstanding and was sent once: the common case of a message of one
+    /// collection, whose acknowledgement is always ACK_ALL. Without it a stream of short
+    /// messages gave no sample at all, so once timeouts had doubled the peer's timeout nothing
+    /// brought it down again, and every frame lost later cost up to `rto_max_ns`.
+    pub fn ack_all(&mut self, timers: &CollectionTimers, now: Nanos) -> Option<Nanos> {
+        let last_outstanding = self.base + 1 == self.count() && self.acked == 0;
+        let timer = timers.0[Self::slot(self.base)];
+        let sample = (last_outstanding && timer.deadline_ns.is_some() && timer.retries == 0)
+            .then(|| now.saturating_sub(timer.sent_at_ns));
         self.base = self.count();
         self.acked = 0;
         self.resend = 0;
+        sample
     }
 
     fn advance(&mut self, timers: &mut CollectionTimers) {
@@ -315,6 +325,39 @@ mod tests {
         );
         collections.ack(&mut timers, 2, 200);
         assert!(collections.all_acked());
+    }
+
+    #[test]
+    fn a_whole_message_acknowledgement_samples_its_one_collection_sent_once() {
+        let mut timers = CollectionTimers::default();
+        let mut one = Collections::new(3, 2);
+        timers.reset(&one);
+        one.on_frame_sent(&mut timers, 0, 100, |_| 50);
+        one.on_frame_sent(&mut timers, 1, 110, |_| 50);
+        assert_eq!(one.ack_all(&timers, 140), Some(30));
+        assert!(one.all_acked());
+
+        let mut resent = Collections::new(3, 2);
+        timers.reset(&resent);
+        resent.on_frame_sent(&mut timers, 1, 100, |_| 50);
+        resent.expire(&mut timers, 150);
+        resent.on_frame_sent(&mut timers, 1, 160, |_| 50);
+        assert_eq!(
+            resent.ack_all(&timers, 170),
+            None,
+            "Karn: no sample after a retry"
+        );
+
+        let mut several = Collections::new(1, 3);
+        timers.reset(&several);
+        for frame in 0..3 {
+            several.on_frame_sent(&mut timers, frame, 100, |_| 50);
+        }
+        assert_eq!(
+            several.ack_all(&timers, 130),
+            None,
+            "which collection's round trip it ends is unknown"
+        );
     }
 
     #[test]

@@ -75,6 +75,9 @@ pub(crate) struct SendOp {
     pub peer_matched: bool,
     /// The receiver answered WAIT: it had no receive for the message when it arrived.
     pub told_to_wait: bool,
+    /// The receiver's last answer was WAIT: until another answer comes, the send's timers
+    /// repeat its RTS as a question on schedule, and they back off no timeout.
+    pub wait_answered: bool,
     /// The host asked to cancel the started send; the receiver is asked to withdraw the
     /// message and no frame of it goes out until it answers (`cancel.rs`).
     pub cancel: Option<CancelRequest>,
@@ -155,6 +158,7 @@ impl SendOp {
             credit: None,
             peer_matched: false,
             told_to_wait: false,
+            wait_answered: false,
             cancel: None,
             cancel_refused: false,
         }

@@ -221,11 +221,13 @@ impl Core {
         let Some(index) = self.active_send(peer, header.acked_id) else {
             return;
         };
-        let op = &mut self.sends[index];
-        if !op.is_eager() {
+        if !self.sends[index].is_eager() {
             return self.count_drop(Some(peer), DropReason::Invalid);
         }
-        op.collections.ack_all();
+        let (op, timers) = self.sends.with_timers(index);
+        if let Some(rtt_ns) = op.collections.ack_all(timers, now) {
+            self.sample_rtt(peer, rtt_ns);
+        }
         self.after_ack(now, index);
     }
 }

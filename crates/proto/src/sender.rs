@@ -294,6 +294,7 @@ impl Core {
         let (op, timers) = self.sends.with_timers(index);
         if header.has_flag(Flags::WAIT) {
             op.told_to_wait = true;
+            op.wait_answered = true;
             self.peers[peer].rendezvous_finds_receive = false;
             let (op, timers) = self.sends.with_timers(index);
             op.collections.postpone(timers, now + retry_ns);
@@ -303,8 +304,11 @@ impl Core {
             }
             return;
         }
+        op.wait_answered = false;
         if header.has_flag(Flags::ACK_ALL) {
-            op.collections.ack_all();
+            if let Some(rtt_ns) = op.collections.ack_all(timers, now) {
+                self.sample_rtt(peer, rtt_ns);
+            }
         } else {
             // Only frames that went out can be acknowledged.
             if header.frame_index >= op.next_new {
@@ -324,11 +328,15 @@ impl Core {
                 self.peers[peer].drain.acknowledged(now, bytes);
             }
             if let Some(rtt_ns) = acked.rtt_ns {
-                let (min_ns, max_ns) = (self.config.rto_min_ns, self.config.rto_max_ns);
-                self.peers[peer].rto.sample(rtt_ns, min_ns, max_ns);
+                self.sample_rtt(peer, rtt_ns);
             }
         }
         self.after_ack(now, index);
+    }
+
+    pub(crate) fn sample_rtt(&mut self, peer: Rank, rtt_ns: Nanos) {
+        let (min_ns, max_ns) = (self.config.rto_min_ns, self.config.rto_max_ns);
+        self.peers[peer].rto.sample(rtt_ns, min_ns, max_ns);
     }
 
     /// An ACK_ALL of a run (`piggyback.rs`): messages `msg_id` to `msg_id + frame_index`, each
@@ -414,6 +422,7 @@ impl Core {
         if op.phase != SendPhase::Streaming {
             return;
         }
+        op.wait_answered = false;
         let first_cts = !op.peer_matched;
         if !op.is_eager() {
             // Only a receive that matched the message makes the receiver grant frames.
@@ -496,7 +505,13 @@ impl Core {
             }
             let max_ns = self.config.rto_max_ns;
             let dst = self.sends[index].dst;
-            self.peers[dst].rto.on_timeout(now, max_ns);
+            // A send told WAIT repeats its RTS as a question, on schedule: neither that nor
+            // the loss of one says the path is slower. Counted, a receiver holding hundreds
+            // of messages kept its peer's timeout at `rto_max_ns`, and every frame lost
+            // meanwhile, of any message, cost that long.
+            if !self.sends[index].wait_answered {
+                self.peers[dst].rto.on_timeout(now, max_ns);
+            }
             let rto = self.peers[dst].rto;
             let (op, timers) = self.sends.with_timers(index);
             op.collections.expire(timers, now);
