@@ -79,6 +79,7 @@ impl Core {
             self.peers.remove_waiter(p);
         }
         let state = &mut self.peers[peer];
+        state.note_arrival(header.msg_id);
         state.next_match = state.next_match.wrapping_add(1);
         self.counters.record(peer, |s| {
             s.bytes_placed += len;

@@ -107,7 +107,7 @@ impl Core {
                     self.step_over_match(peer);
                     continue;
                 }
-                return;
+                return self.watch_gap(peer);
             };
             let entry = &self.rx[incoming];
             if entry.phase == RxPhase::Cancelled {
@@ -128,6 +128,26 @@ impl Core {
                 }
             }
             self.step_over_match(peer);
+        }
+    }
+
+    /// Messages from `peer` that arrived wait behind one that has not: the peer is awaited,
+    /// as by a receive naming it, so that if it died with that message in flight it is probed,
+    /// declared unreachable and the waiting messages released (`liveness.rs`). Unwatched, they
+    /// held their buffers for ever, and a wildcard receive that one of them would match
+    /// waited for ever.
+    fn watch_gap(&mut self, peer: Rank) {
+        let state = &self.peers[peer];
+        let behind_gap =
+            peer != self.rank && !state.unreachable && state.arrived_beyond_next_match();
+        if behind_gap == state.gap_watched {
+            return;
+        }
+        self.peers[peer].gap_watched = behind_gap;
+        if behind_gap {
+            self.peers.add_waiter(peer);
+        } else {
+            self.peers.remove_waiter(peer);
         }
     }
 

@@ -37,6 +37,11 @@ pub(crate) struct Peer {
     pub recv_window: IdWindow,
     /// Next message id whose header must be matched (MPI non-overtaking order).
     pub next_match: u32,
+    /// The latest message id (in id order) of the peer whose first frame has arrived.
+    pub latest_arrived: u32,
+    /// Messages from the peer wait behind one that has not arrived, and count as one waiter on
+    /// it (`Core::watch_gap`).
+    pub gap_watched: bool,
     /// Eager messages from the peer this rank has finished with, ever: the credits returned.
     pub(crate) credits_given: CreditCounts,
     /// `credits_given` as the last frame that carried it to the peer said: the credits
@@ -70,7 +75,8 @@ pub(crate) struct Peer {
     pub probe_deadline_ns: Option<Nanos>,
     pub probe_retries: u32,
     /// Operations that wait on this peer with no timer of their own: posted receives naming it,
-    /// matched incoming messages still arriving.
+    /// matched incoming messages still arriving, and (one count) messages held behind a
+    /// missing one (`gap_watched`).
     pub waiters: u32,
     /// Sends to the peer that have started (ids assigned) and not finished.
     pub sends_in_flight: u32,
@@ -97,6 +103,8 @@ impl Peer {
             link_unchecked: false,
             recv_window: IdWindow::default(),
             next_match: 0,
+            latest_arrived: 0,
+            gap_watched: false,
             credits_given: CreditCounts::default(),
             credits_reported: CreditCounts::default(),
             buffers_used: PerClass::default(),
@@ -117,6 +125,19 @@ impl Peer {
             refusals: 0,
             unreachable: false,
         }
+    }
+
+    /// The first frame of message `msg_id` arrived.
+    pub(crate) fn note_arrival(&mut self, msg_id: u32) {
+        if is_after(msg_id, self.latest_arrived) {
+            self.latest_arrived = msg_id;
+        }
+    }
+
+    /// True if a message of the peer arrived that cannot be matched before `next_match`,
+    /// which has not (messages are matched in id order).
+    pub(crate) fn arrived_beyond_next_match(&self) -> bool {
+        is_after(self.latest_arrived, self.next_match)
     }
 
     /// Credits of `class` this rank may still spend on eager messages to the peer, of the
@@ -151,6 +172,12 @@ impl Peer {
     pub fn window_open(&self) -> bool {
         self.send_next.wrapping_sub(self.send_window.base) < crate::config::MSG_WINDOW
     }
+}
+
+/// True if message id `a` comes after `b`. Ids wrap; those of one peer that are alive at once
+/// lie within `MSG_WINDOW` of each other, far less than half the id space.
+fn is_after(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
 }
 
 #[cfg(test)]

@@ -155,6 +155,7 @@ impl Peers {
         debug_assert!(state.unreachable, "only a dead peer's waits are forgotten");
         state.probe_deadline_ns = None;
         state.waiters = 0;
+        state.gap_watched = false;
         state.silent_since = None;
         state.ack_owed = None;
         state.credit_owed = false;

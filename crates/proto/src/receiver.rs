@@ -157,6 +157,7 @@ impl Core {
             return None;
         };
         self.rx.index_incoming(peer, header.msg_id, index);
+        self.peers[peer].note_arrival(header.msg_id);
         self.match_in_order(now, peer, memory);
         let entry = &self.rx[index];
         // In `buffer` mode an eager message that cannot be matched at once takes one of the

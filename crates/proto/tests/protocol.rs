@@ -665,6 +665,43 @@ fn dead_peer_fails_pending_operations_only() {
     );
 }
 
+/// A message held behind one lost with its sender, which then died, is released once the
+/// sender is declared unreachable: the receiver awaits the missing message as it awaits a
+/// receive naming the peer. Before, nothing was awaited from the dead rank, so a wildcard
+/// receive that the held message matches waited for ever, and the message held its buffer.
+#[test]
+fn a_message_held_behind_one_lost_with_its_dead_sender_is_released() {
+    let mut net = Net::new(2, test_config());
+    lose_first(&mut net, FrameKind::Eager, 1);
+    net.send(0, 1, 1, vec![1; 100]);
+    net.send(0, 1, 2, vec![2; 100]);
+    net.run(net.now + 30_000);
+    assert!(
+        net.endpoints[1].stats().messages_received == 0,
+        "the second waits"
+    );
+    // Rank 0 dies before its retransmission: it is never driven again, its frames vanish.
+    net.endpoints[0] = Endpoint::new(test_config(), 99, 0, 2).unwrap();
+    let (recv, region) = net.recv(1, Source::Any, TagMatch::Tag(2), 100);
+    net.run(net.now + 60_000_000_000);
+    assert!(net.endpoints[1].is_peer_unreachable(0));
+    assert_eq!(
+        net.result(1, recv),
+        Some(Ok(Status {
+            peer: 0,
+            tag: 2,
+            len: 100,
+            immediate: None,
+        }))
+    );
+    assert_eq!(net.bytes(1, region), vec![2; 100]);
+    assert!(
+        net.endpoints[1].usage().is_empty(),
+        "{:?}",
+        net.endpoints[1].usage()
+    );
+}
+
 #[test]
 fn probe_and_cancel() {
     let mut net = Net::new(2, test_config());
@@ -1198,7 +1235,7 @@ fn a_delivered_rendezvous_send_completes_before_its_end_handshake() {
 fn per_peer_state_is_small_and_fixed() {
     let bytes = std::hint::black_box(PEER_STATE_BYTES);
     assert!(
-        bytes <= 536,
+        bytes <= 544,
         "per-peer state grew to {bytes} bytes; update docs/protocol.md"
     );
 }
