@@ -93,6 +93,9 @@ typedef struct nicmsg_status {
 
 /* Joins the job described by the environment (nicmsg run, mpirun, srun). */
 int nicmsg_init(nicmsg_comm **comm);
+/* Stops the engine and frees the communicator (NICMSG_ERR_PENDING while a request is
+ * outstanding). The handle itself stays allocated: a later call with it, a second finalize
+ * too, returns NICMSG_ERR_ARG. */
 int nicmsg_finalize(nicmsg_comm *comm);
 int nicmsg_comm_rank(const nicmsg_comm *comm, uint32_t *rank);
 int nicmsg_comm_size(const nicmsg_comm *comm, uint32_t *size);
@@ -207,7 +210,8 @@ typedef struct NicmsgDgram nicmsg_dgram;
 
 /* Binds to `address` ("0.0.0.0:7000"; port 0: any free port). */
 int nicmsg_dgram_bind(const char *address, nicmsg_dgram **socket);
-/* Stops the socket's engine and frees it. */
+/* Stops the socket's engine and frees it; a later call with the handle, a second close too,
+ * returns NICMSG_ERR_ARG. */
 int nicmsg_dgram_close(nicmsg_dgram *socket);
 /* The socket's own address as text (NICMSG_ADDRESS_MAX bytes always suffice). */
 int nicmsg_dgram_local_address(const nicmsg_dgram *socket, char *text, size_t capacity);

@@ -16,6 +16,8 @@ use std::ffi::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::capi_handle::{from_pointer, Handle};
+
 pub use crate::capi_dgram::*;
 pub use crate::capi_programs::*;
 pub use crate::code::c::*;
@@ -44,19 +46,22 @@ macro_rules! or_return {
 }
 pub(crate) use or_return;
 
-/// Opaque communicator handle.
+/// Opaque communicator handle. Its requests take its turn ([`Turn`]); finalized, it stays
+/// allocated and turns calls away (`capi_handle.rs`).
 pub struct NicmsgComm {
-    comm: Comm,
-    /// Set while a thread is inside a call on the communicator or one of its requests: see
-    /// [`Turn`].
-    busy: AtomicBool,
+    handle: Handle<Comm>,
+    /// Rank and size, which never change: read without a turn (any thread, any time).
+    rank: u32,
+    size: u32,
 }
 
 impl NicmsgComm {
     pub(crate) fn boxed(comm: Comm) -> *mut Self {
+        let (rank, size) = (comm.rank(), comm.size());
         Box::into_raw(Box::new(Self {
-            comm,
-            busy: AtomicBool::new(false),
+            handle: Handle::new(comm),
+            rank,
+            size,
         }))
     }
 }
@@ -68,8 +73,8 @@ pub struct NicmsgRequest {
     /// of a send, the source of a receive (`ANY` for any), and the tag (`ANY` for any).
     peer: u32,
     tag: u32,
-    /// Its communicator's [`NicmsgComm::busy`] (which outlives it: finalize refuses while a
-    /// request is outstanding).
+    /// Its communicator's turn flag (which outlives it: finalize refuses while a request is
+    /// outstanding, and the flag is never freed).
     busy: &'static AtomicBool,
 }
 
@@ -97,12 +102,6 @@ impl Turn {
             return Err(NICMSG_ERR_BUSY);
         }
         Ok(Self(busy))
-    }
-
-    /// Ends the turn without giving it back: for a handle about to be freed (the flag goes
-    /// with it).
-    pub(crate) fn keep(self) {
-        std::mem::forget(self);
     }
 }
 
@@ -200,19 +199,14 @@ fn tag(word: u32) -> TagMatch {
 }
 
 /// The communicator behind a handle with the calling thread's turn on it: `NICMSG_ERR_ARG`
-/// for NULL, `NICMSG_ERR_BUSY` while another thread is inside a call on it.
+/// for NULL or a finalized one, `NICMSG_ERR_BUSY` while another thread is inside a call on it.
 ///
 /// # Safety
-/// `comm` is null or a handle from `nicmsg_init` not yet finalized; the returned reference
-/// must not be used after `nicmsg_finalize` (the C side keeps the communicator alive while
-/// it uses it, as the header's contract says).
+/// `comm` is null or a handle from `nicmsg_init` (finalized or not: the handle itself is never
+/// freed).
 pub(crate) unsafe fn enter(comm: *const NicmsgComm) -> Result<(&'static Comm, Turn), c_int> {
-    // SAFETY: by this function's contract `comm` is null (`as_ref` gives None) or points to a
-    // live `NicmsgComm` that outlives every use of the reference.
-    let Some(handle) = (unsafe { comm.as_ref::<'static>() }) else {
-        return Err(NICMSG_ERR_ARG);
-    };
-    Ok((&handle.comm, Turn::take(&handle.busy)?))
+    // SAFETY: this function's contract.
+    unsafe { from_pointer(comm) }?.handle.enter()
 }
 
 /// # Safety
@@ -231,30 +225,26 @@ pub unsafe extern "C" fn nicmsg_init(out: *mut *mut NicmsgComm) -> c_int {
     })
 }
 
-/// Stops the engine (after answering peers briefly) and frees the communicator.
+/// Stops the engine (after answering peers briefly) and frees the communicator; the handle
+/// stays allocated, and every later call with it (a second finalize too) is `NICMSG_ERR_ARG`.
 ///
 /// # Safety
-/// `comm` comes from `nicmsg_init` and is not used afterwards.
+/// `comm` is null or comes from `nicmsg_init`.
 #[no_mangle]
 pub unsafe extern "C" fn nicmsg_finalize(comm: *mut NicmsgComm) -> c_int {
-    if comm.is_null() {
-        return NICMSG_ERR_ARG;
-    }
-    // SAFETY: not null (checked above), and a live handle from `nicmsg_init` (caller contract).
+    // SAFETY: null or a handle from `nicmsg_init` (caller contract).
     let (live, turn) = or_return!(unsafe { enter(comm) });
     match catch_unwind(AssertUnwindSafe(|| live.outstanding())) {
         Err(_) => return NICMSG_ERR_PANIC,
         Ok(pending) if pending > 0 => return NICMSG_ERR_PENDING,
         Ok(_) => {}
     }
-    // The flag is freed with the communicator.
-    turn.keep();
-    // SAFETY: the handle was made by `Box::into_raw` in `nicmsg_init` and, by the caller's
-    // contract, is not used after this call: the box is taken back exactly once. No request
-    // borrows it any more (none is outstanding, checked above).
-    let boxed = unsafe { Box::from_raw(comm) };
+    // SAFETY: `enter` succeeded, so the pointer is a live handle; `live` is not used again,
+    // and no request borrows the communicator (none is outstanding, checked above).
+    let handle = unsafe { &(*comm).handle };
     guard(move || {
-        drop(boxed);
+        // SAFETY: as above.
+        unsafe { handle.retire(turn) };
         Ok(())
     })
 }
@@ -264,7 +254,7 @@ pub unsafe extern "C" fn nicmsg_finalize(comm: *mut NicmsgComm) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn nicmsg_comm_rank(comm: *const NicmsgComm, rank: *mut u32) -> c_int {
     // SAFETY: the caller's contract is `write_comm_value`'s.
-    unsafe { write_comm_value(comm, rank, Comm::rank) }
+    unsafe { write_comm_value(comm, rank, |c| c.rank) }
 }
 
 /// # Safety
@@ -272,26 +262,25 @@ pub unsafe extern "C" fn nicmsg_comm_rank(comm: *const NicmsgComm, rank: *mut u3
 #[no_mangle]
 pub unsafe extern "C" fn nicmsg_comm_size(comm: *const NicmsgComm, size: *mut u32) -> c_int {
     // SAFETY: the caller's contract is `write_comm_value`'s.
-    unsafe { write_comm_value(comm, size, Comm::size) }
+    unsafe { write_comm_value(comm, size, |c| c.size) }
 }
 
 /// # Safety
-/// `comm` is null or a live handle; `out` is null or valid for writing a `u32`.
+/// `comm` is null or a handle from `nicmsg_init`; `out` is null or valid for writing a `u32`.
 unsafe fn write_comm_value(
     comm: *const NicmsgComm,
     out: *mut u32,
-    value: fn(&Comm) -> u32,
+    value: fn(&NicmsgComm) -> u32,
 ) -> c_int {
     // Rank and size never change: reading them needs no turn.
-    // SAFETY: `comm` is null or a live handle (this function's contract).
-    match (unsafe { comm.as_ref() }.map(|c| &c.comm), out.is_null()) {
-        (Some(c), false) => {
-            // SAFETY: `out` is not null (matched above) and valid for writing (contract).
-            unsafe { *out = value(c) };
-            NICMSG_SUCCESS
-        }
-        _ => NICMSG_ERR_ARG,
+    // SAFETY: `comm` is null or a handle (this function's contract).
+    let handle = or_return!(unsafe { from_pointer(comm) });
+    if out.is_null() || handle.handle.is_gone() {
+        return NICMSG_ERR_ARG;
     }
+    // SAFETY: `out` is not null (checked above) and valid for writing (contract).
+    unsafe { *out = value(handle) };
+    NICMSG_SUCCESS
 }
 
 /// # Safety
@@ -940,7 +929,7 @@ pub(crate) mod tests {
             let (buffer, len) = (inbox.as_mut_ptr().cast(), inbox.len());
             let code = nicmsg_irecv(comm, buffer, len, ANY, 5, &mut request);
             assert_eq!(code, NICMSG_SUCCESS);
-            let other_thread = Turn::take(&(*comm).busy).unwrap();
+            let other_thread = Turn::take((*comm).handle.busy_flag()).unwrap();
             let busy = NICMSG_ERR_BUSY;
             let mut second = std::ptr::null_mut();
             assert_eq!(nicmsg_isend(comm, buffer, 0, 0, 5, &mut second), busy);
@@ -975,6 +964,31 @@ pub(crate) mod tests {
         }
     }
 
+    /// A second finalize, or any call after finalize, read the freed communicator (use after
+    /// free). The handle now stays allocated and every such call returns NICMSG_ERR_ARG.
+    #[test]
+    fn calls_on_a_finalized_communicator_are_refused() {
+        let comm = solo_handle();
+        let mut request = std::ptr::null_mut();
+        let (mut flag, mut rank) = (0, 9u32);
+        // SAFETY: `comm` comes from `solo_handle`; handles are never freed.
+        unsafe {
+            assert_eq!(nicmsg_finalize(comm), NICMSG_SUCCESS);
+            assert_eq!(nicmsg_finalize(comm), NICMSG_ERR_ARG);
+            let code = nicmsg_isend(comm, std::ptr::null(), 0, 0, 5, &mut request);
+            assert_eq!(code, NICMSG_ERR_ARG);
+            assert!(request.is_null());
+            assert_eq!(
+                nicmsg_iprobe(comm, ANY, ANY, &mut flag, std::ptr::null_mut()),
+                NICMSG_ERR_ARG
+            );
+            assert_eq!(nicmsg_barrier(comm), NICMSG_ERR_ARG);
+            assert_eq!(nicmsg_comm_rank(comm, &mut rank), NICMSG_ERR_ARG);
+            assert_eq!(rank, 9, "nothing written");
+            assert_eq!(nicmsg_program_run(comm, 0, 1), NICMSG_ERR_ARG);
+        }
+    }
+
     /// waitany ran the engine outside any `catch_unwind`: a panic there unwound into C (Rust
     /// aborts the process) instead of returning `NICMSG_ERR_PANIC` as the header promises.
     #[test]
@@ -989,7 +1003,7 @@ pub(crate) mod tests {
             let (buffer, len) = (inbox.as_mut_ptr().cast(), inbox.len());
             let code = nicmsg_irecv(comm, buffer, len, ANY, 5, &mut requests[0]);
             assert_eq!(code, NICMSG_SUCCESS);
-            let held = (*comm).comm.hold_engine_for_test();
+            let held = enter(comm).unwrap().0.hold_engine_for_test();
             let code = nicmsg_waitany(1, requests.as_mut_ptr(), &mut index, std::ptr::null_mut());
             assert_eq!((code, index), (NICMSG_ERR_PANIC, 0));
             assert!(
@@ -1030,7 +1044,7 @@ pub(crate) mod tests {
                 );
                 assert_eq!(code, NICMSG_SUCCESS);
             }
-            (*comm).comm.fail_engine_for_test();
+            enter(comm).unwrap().0.fail_engine_for_test();
             for expected in [1, 2] {
                 let code = nicmsg_waitany(3, requests.as_mut_ptr(), &mut index, &mut status);
                 assert_eq!(code, NICMSG_ERR_INTERNAL);

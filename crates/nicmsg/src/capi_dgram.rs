@@ -5,12 +5,12 @@
 //! `NICMSG_ERR_ARG`, and nothing panics across the boundary.
 
 use crate::capi::{guard, or_return, Turn, NICMSG_ERR_ARG, NICMSG_SUCCESS};
+use crate::capi_handle::{from_pointer, Handle};
 use crate::capi_programs::bytes;
 use crate::dgram::DgramSocket;
 use crate::Error;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicBool;
 
 /// Room for an address as text with its terminating NUL: "[" + 45 characters of IPv6 (IPv4
 /// mapped) + "%" + scope + "]:65535" fits in 64.
@@ -18,9 +18,11 @@ pub const NICMSG_ADDRESS_MAX: usize = 64;
 
 /// A datagram socket handle.
 pub struct NicmsgDgram {
-    socket: DgramSocket,
-    /// Set while a thread is inside a call on the socket (see [`Turn`]).
-    busy: AtomicBool,
+    /// The socket and its turn flag ([`Turn`]); closed, the handle stays allocated and turns
+    /// calls away (`capi_handle.rs`).
+    handle: Handle<DgramSocket>,
+    /// The bound address, which never changes: read without a turn.
+    local: SocketAddr,
 }
 
 /// The address text at `text`, or `None` (null, not UTF-8, not an address).
@@ -68,17 +70,14 @@ fn sender_room(from: *const c_char, capacity: usize) -> bool {
 }
 
 /// The socket behind a handle with the calling thread's turn on it: `NICMSG_ERR_ARG` for
-/// null, `NICMSG_ERR_BUSY` while another thread is inside a call on it.
+/// null or a closed one, `NICMSG_ERR_BUSY` while another thread is inside a call on it.
 ///
 /// # Safety
-/// `socket` is null or a live handle from `nicmsg_dgram_bind`, not closed while the returned
-/// reference is used.
+/// `socket` is null or a handle from `nicmsg_dgram_bind` (closed or not: the handle itself is
+/// never freed).
 unsafe fn enter(socket: *const NicmsgDgram) -> Result<(&'static DgramSocket, Turn), c_int> {
     // SAFETY: the caller's contract.
-    let Some(handle) = (unsafe { socket.as_ref::<'static>() }) else {
-        return Err(NICMSG_ERR_ARG);
-    };
-    Ok((&handle.socket, Turn::take(&handle.busy)?))
+    unsafe { from_pointer(socket) }?.handle.enter()
 }
 
 /// Binds a datagram socket to `address` ("ip:port"; port 0 for any free port), with options
@@ -99,9 +98,10 @@ pub unsafe extern "C" fn nicmsg_dgram_bind(
         return NICMSG_ERR_ARG;
     }
     guard(|| {
+        let bound = DgramSocket::bind(bind)?;
         let handle = Box::new(NicmsgDgram {
-            socket: DgramSocket::bind(bind)?,
-            busy: AtomicBool::new(false),
+            local: bound.local_addr(),
+            handle: Handle::new(bound),
         });
         // SAFETY: not null (checked above), valid for writing (contract).
         unsafe { socket.write(Box::into_raw(handle)) };
@@ -109,23 +109,21 @@ pub unsafe extern "C" fn nicmsg_dgram_bind(
     })
 }
 
-/// Closes the socket (its engine stops) and frees the handle.
+/// Closes the socket (its engine stops); the handle stays allocated, and every later call
+/// with it (a second close too) is `NICMSG_ERR_ARG`.
 ///
 /// # Safety
-/// `socket` comes from `nicmsg_dgram_bind` and is not used afterwards.
+/// `socket` is null or comes from `nicmsg_dgram_bind`.
 #[no_mangle]
 pub unsafe extern "C" fn nicmsg_dgram_close(socket: *mut NicmsgDgram) -> c_int {
-    // SAFETY: null or a live handle (contract).
-    match unsafe { enter(socket) } {
-        // The flag is freed with the socket.
-        Ok((_, turn)) => turn.keep(),
-        Err(code) => return code,
-    }
-    // SAFETY: made by `Box::into_raw` in `nicmsg_dgram_bind`, not used after (contract), and
-    // no other thread is inside a call on it (its turn was taken).
-    let boxed = unsafe { Box::from_raw(socket) };
+    // SAFETY: null or a handle (contract).
+    let (_, turn) = or_return!(unsafe { enter(socket) });
+    // SAFETY: `enter` succeeded, so the pointer is a live handle; the socket reference it
+    // gave is dropped unused.
+    let handle = unsafe { &(*socket).handle };
     guard(move || {
-        drop(boxed);
+        // SAFETY: as above.
+        unsafe { handle.retire(turn) };
         Ok(())
     })
 }
@@ -143,14 +141,15 @@ pub unsafe extern "C" fn nicmsg_dgram_local_address(
 ) -> c_int {
     // The bound address never changes: reading it needs no turn (any thread, any time).
     // SAFETY: the caller's contract.
-    let Some(socket) = (unsafe { socket.as_ref() }).map(|handle| &handle.socket) else {
-        return NICMSG_ERR_ARG;
-    };
-    // SAFETY: the caller's contract.
-    if text.is_null() || unsafe { write_address(socket.local_addr(), text, capacity) }.is_err() {
+    let socket = or_return!(unsafe { from_pointer(socket) });
+    if text.is_null() || socket.handle.is_gone() {
         return NICMSG_ERR_ARG;
     }
-    NICMSG_SUCCESS
+    // SAFETY: `text` is not null (checked above) and valid for `capacity` bytes (contract).
+    match unsafe { write_address(socket.local, text, capacity) } {
+        Ok(()) => NICMSG_SUCCESS,
+        Err(_) => NICMSG_ERR_ARG,
+    }
 }
 
 /// Sends `len` bytes at `buf` as one datagram to `address` and waits until it is delivered
@@ -316,6 +315,31 @@ mod tests {
             assert_eq!((code, &received[..]), (NICMSG_SUCCESS, &b"hello"[..]));
             assert_eq!(nicmsg_dgram_close(client), NICMSG_SUCCESS);
             assert_eq!(nicmsg_dgram_close(server), NICMSG_SUCCESS);
+        }
+    }
+
+    /// A second close, or any call after close, read the freed socket (use after free). The
+    /// handle now stays allocated and every such call returns NICMSG_ERR_ARG.
+    #[test]
+    fn calls_on_a_closed_socket_are_refused() {
+        let (socket, address) = bound();
+        let mut len = 0usize;
+        let mut text = [0 as c_char; NICMSG_ADDRESS_MAX];
+        // SAFETY: `socket` comes from `bound`; handles are never freed; the buffers are locals
+        // of the sizes given.
+        unsafe {
+            assert_eq!(nicmsg_dgram_close(socket), NICMSG_SUCCESS);
+            assert_eq!(nicmsg_dgram_close(socket), NICMSG_ERR_ARG);
+            let hello = b"hello".as_ptr().cast();
+            let code = nicmsg_dgram_send_to(socket, hello, 5, address.as_ptr());
+            assert_eq!(code, NICMSG_ERR_ARG);
+            let peek = nicmsg_dgram_peek_from(socket, &mut len, std::ptr::null_mut(), 0);
+            assert_eq!(peek, NICMSG_ERR_ARG);
+            let (own, room) = (text.as_mut_ptr(), text.len());
+            assert_eq!(
+                nicmsg_dgram_local_address(socket, own, room),
+                NICMSG_ERR_ARG
+            );
         }
     }
 

@@ -21,6 +21,7 @@
 mod backend;
 pub mod capi;
 mod capi_dgram;
+mod capi_handle;
 mod capi_programs;
 mod code;
 mod comm;
