@@ -2320,3 +2320,44 @@ fn more_than_64_credits_of_any_class_are_refused() {
         }
     }
 }
+
+/// A request for credits sent while nothing is awaited from the peer, its answer lost, does
+/// not start the peer's silence: a wait that begins long after starts its own clock. Before,
+/// the request (sent by a credit wait whose message was then cancelled) left the peer's
+/// silence running from it, and the first receive naming the peer ten seconds later
+/// declared the live peer unreachable at once, without a single probe.
+#[test]
+fn a_request_for_credits_nobody_awaits_does_not_count_against_a_later_wait() {
+    let (mut net, _) = net_with_receiver_behind();
+    let held: Vec<OpId> = (0..2u8).map(|i| net.send(0, 1, 1, vec![i; 1000])).collect();
+    net.run(net.now + 10_000_000);
+    assert!(held.iter().all(|&op| net.result(0, op).is_some()));
+    // Rank 1 answers the request for credits; the answer is lost.
+    net.filter = Some(Box::new(|bytes: &[u8]| {
+        let header = nicmsg_wire::Frame::parse(bytes).expect("parses").header;
+        header.kind == FrameKind::Credit && header.src == 1
+    }));
+    let waiting = net.send(0, 1, 1, vec![9; 1000]);
+    net.run(net.now + 200_000);
+    let stats = net.endpoints[0].stats();
+    assert_eq!((stats.credit_waits, stats.liveness_probes), (1, 0));
+    let now = net.now;
+    assert_eq!(
+        net.endpoints[0].cancel(now, waiting),
+        Ok(CancelOutcome::Cancelled)
+    );
+    net.filter = None;
+    // Quiet for longer than the peer timeout (no timer runs: time simply passes), then rank 0
+    // waits on rank 1 again.
+    net.run(net.now + 1_000_000);
+    net.now += 2 * Config::default().peer_timeout_ns;
+    let (recv, _) = net.recv(0, Source::Rank(1), TagMatch::Tag(5), 10);
+    net.run(net.now + 1_000_000);
+    assert!(
+        !net.endpoints[0].is_peer_unreachable(1),
+        "rank 1 answers: it was only asked once nothing was awaited from it"
+    );
+    net.send(1, 0, 5, vec![5; 10]);
+    net.run(net.now + 10_000_000);
+    assert!(net.result(0, recv).is_some_and(|r| r.is_ok()));
+}
