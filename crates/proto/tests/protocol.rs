@@ -2361,3 +2361,45 @@ fn a_request_for_credits_nobody_awaits_does_not_count_against_a_later_wait() {
     net.run(net.now + 10_000_000);
     assert!(net.result(0, recv).is_some_and(|r| r.is_ok()));
 }
+
+/// A CANCEL the receiver has no room to decide on (its incoming table is full, so it cannot
+/// keep the withdrawal's tombstone) is still answered: the receiver is alive, and the sender
+/// asks again until there is room. Before, the receiver stayed silent, and the sender, whose
+/// CANCEL was the only frame asking anything of it, declared the live receiver unreachable
+/// after `peer_timeout_ns`.
+#[test]
+fn a_cancel_the_receiver_has_no_room_for_yet_is_answered() {
+    let config = Config {
+        max_incoming: 2,
+        ..test_config()
+    };
+    let mut net = Net::new(2, config);
+    let held: Vec<OpId> = (0..2u8).map(|i| net.send(0, 1, 1, vec![i; 1000])).collect();
+    let refused = net.send(0, 1, 2, vec![2; 1000]);
+    net.run(net.now + 1_000_000);
+    assert!(held.iter().all(|&op| net.result(0, op).is_some()));
+    let now = net.now;
+    assert_eq!(
+        net.endpoints[0].cancel(now, refused),
+        Ok(CancelOutcome::Requested)
+    );
+    net.run(net.now + 2 * Config::default().peer_timeout_ns);
+    assert!(
+        !net.endpoints[0].is_peer_unreachable(1),
+        "rank 1 is alive and answers"
+    );
+    assert_eq!(
+        net.result(0, refused),
+        None,
+        "undecided while rank 1 has no room"
+    );
+    for i in 0..2u8 {
+        let (recv, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), 1000);
+        net.run(net.now + 1_000_000);
+        assert!(net.result(1, recv).is_some_and(|r| r.is_ok()));
+        assert_eq!(net.bytes(1, region), &vec![i; 1000][..]);
+    }
+    net.run(net.now + 100_000_000);
+    assert_eq!(net.result(0, refused), Some(Err(OpError::Cancelled)));
+    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+}
