@@ -2403,3 +2403,29 @@ fn a_cancel_the_receiver_has_no_room_for_yet_is_answered() {
     assert_eq!(net.result(0, refused), Some(Err(OpError::Cancelled)));
     assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
 }
+
+/// Messages held behind a lost one never take the receiver's last incoming entry: the lost
+/// one, sent again, must find room, or nothing behind it could ever be matched. Before, the
+/// messages behind it filled the table, its retransmissions were answered WAIT for ever, and
+/// a receive for it (or for any message behind it) never completed, between two live ranks.
+#[test]
+fn messages_held_behind_a_lost_one_leave_it_room() {
+    let config = Config {
+        max_incoming: 2,
+        ..test_config()
+    };
+    let mut net = Net::new(2, config);
+    lose_first(&mut net, FrameKind::Eager, 1);
+    let sends: Vec<OpId> = (0..3u8).map(|i| net.send(0, 1, 1, vec![i; 1000])).collect();
+    net.run(net.now + 1_000_000);
+    for i in 0..3u8 {
+        let (recv, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), 1000);
+        net.run_until(1_000_000_000, |net| net.result(1, recv).is_some());
+        assert!(
+            net.result(1, recv).is_some_and(|r| r.is_ok()),
+            "message {i}"
+        );
+        assert_eq!(net.bytes(1, region), &vec![i; 1000][..], "MPI order");
+    }
+    sends_end_and_state_is_freed(&mut net, &sends);
+}
