@@ -2429,3 +2429,32 @@ fn messages_held_behind_a_lost_one_leave_it_room() {
     }
     sends_end_and_state_is_freed(&mut net, &sends);
 }
+
+/// An eager message a too-short receive truncated while its frames were still arriving, whose
+/// sender then died with a frame of it lost, is freed once the sender is declared unreachable:
+/// the receiver awaits the rest of it. Before, nothing was awaited from the dead rank: the
+/// receive had completed (`Truncated`) and the message's entry was held for ever.
+#[test]
+fn a_truncated_message_whose_sender_died_mid_way_is_freed() {
+    let mut net = Net::new(2, test_config());
+    net.filter = Some(Box::new(|bytes: &[u8]| {
+        let header = nicmsg_wire::Frame::parse(bytes).expect("parses").header;
+        header.kind == FrameKind::Eager && header.frame_index == 1
+    }));
+    let (recv, _) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), 10);
+    net.send(0, 1, 1, vec![1; 4000]);
+    net.run(net.now + 30_000);
+    assert!(matches!(
+        net.result(1, recv),
+        Some(Err(OpError::Truncated { .. }))
+    ));
+    // Rank 0 dies before it sends the lost frame again.
+    net.endpoints[0] = Endpoint::new(test_config(), 99, 0, 2).unwrap();
+    net.run(net.now + 60_000_000_000);
+    assert!(net.endpoints[1].is_peer_unreachable(0));
+    assert!(
+        net.endpoints[1].usage().is_empty(),
+        "{:?}",
+        net.endpoints[1].usage()
+    );
+}
