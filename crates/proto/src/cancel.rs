@@ -168,7 +168,11 @@ impl Core {
             // Never arrived (lost, or refused for want of room): withdrawn before it does.
             None => {
                 let Some(index) = self.insert_tombstone(peer, msg_id) else {
-                    // No room to remember the answer: stay silent, the sender asks again.
+                    // No room to remember the answer: the sender asks again, and meanwhile
+                    // hears that this rank is alive (a CREDIT decides nothing). Silent, the
+                    // CANCEL was often the only frame asking anything of this rank, and its
+                    // sender declared this live rank unreachable after `peer_timeout_ns`.
+                    self.queue_control(control(peer, FrameKind::Credit, 0, 0, 0));
                     return self.count_drop(Some(peer), DropReason::NoPostedReceive);
                 };
                 self.withdraw(now, index, returns_credit);

@@ -103,6 +103,18 @@ impl Core {
         usage.in_use < usage.limit && usage.in_use.saturating_sub(local) < self.config.max_incoming
     }
 
+    /// True if a message that would be held behind an earlier one of its sender (not its
+    /// sender's next to match) may take an entry: one stays free for a message that can be
+    /// matched at once. Held messages that filled the table left no room for the one they
+    /// wait for, whose every retransmission was then answered WAIT: nothing behind it was
+    /// ever matched, between live ranks. Refused, a held message is sent again later.
+    pub(crate) fn has_room_for_held(&self) -> bool {
+        let usage = self.rx.incoming_usage();
+        let local = self.peers[self.rank].sends_in_flight as usize;
+        usage.in_use + 1 < usage.limit
+            && usage.in_use.saturating_sub(local) + 1 < self.config.max_incoming
+    }
+
     /// A probe claimed the local send's message: a receive has it for MPI, too late to cancel.
     pub(crate) fn local_message_claimed(&self, send: SendKey) -> bool {
         let msg_id = self.sends[send].msg_id;

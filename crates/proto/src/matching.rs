@@ -236,6 +236,10 @@ impl Core {
         if entry.is_eager() {
             if entry.phase == RxPhase::DataComplete {
                 self.deliver_eager(now, incoming, memory);
+            } else {
+                // Its entry waits for the rest of its frames with no receive left waiting:
+                // awaited, so that it is freed if its sender dies with a frame of it lost.
+                self.set_waiter(incoming, true);
             }
             return;
         }

@@ -75,8 +75,15 @@ impl Peers {
         }
     }
 
-    /// A frame that asks `peer` for an answer leaves now.
+    /// A frame that asks `peer` for an answer leaves now. Only while something is awaited
+    /// from the peer does its silence start: a frame asked of it otherwise (a credit wait's
+    /// request, whose message may then be cancelled) and answered by a frame that was lost
+    /// left the clock running from it, and a wait that began after `peer_timeout_ns` of
+    /// quiet declared the live peer unreachable at once, before probing it.
     pub(crate) fn expect_answer(&mut self, now: Nanos, peer: Rank) {
+        if !self.awaited(peer) {
+            return;
+        }
         let state = &mut self[peer];
         if state.silent_since.is_none() {
             state.silent_since = Some(now);
@@ -262,6 +269,12 @@ mod tests {
         peers.expect_answer(10, 2);
         assert_eq!(peers.silence_deadline(2), None, "nothing awaited");
         peers.add_waiter(2);
+        assert_eq!(
+            peers.silence_deadline(2),
+            None,
+            "a frame asked of it while nothing was awaited does not count"
+        );
+        peers.expect_answer(10, 2);
         assert_eq!(peers.silence_deadline(2), Some(10 + TIMEOUT));
         assert_eq!(
             peers.next_deadline(),

@@ -152,7 +152,9 @@ impl Core {
         let mut entry = Incoming::new(peer, header.msg_id, key, geometry, msg.ack_unit);
         entry.immediate = msg.immediate;
         entry.unwaited = header.has_flag(Flags::UNWAITED);
-        let Some(index) = self.insert_remote(entry) else {
+        let held = header.msg_id != self.peers[peer].next_match;
+        let room = !held || self.has_room_for_held();
+        let Some(index) = room.then(|| self.insert_remote(entry)).flatten() else {
             self.answer_wait(header);
             return None;
         };

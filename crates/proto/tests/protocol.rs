@@ -2320,3 +2320,141 @@ fn more_than_64_credits_of_any_class_are_refused() {
         }
     }
 }
+
+/// A request for credits sent while nothing is awaited from the peer, its answer lost, does
+/// not start the peer's silence: a wait that begins long after starts its own clock. Before,
+/// the request (sent by a credit wait whose message was then cancelled) left the peer's
+/// silence running from it, and the first receive naming the peer ten seconds later
+/// declared the live peer unreachable at once, without a single probe.
+#[test]
+fn a_request_for_credits_nobody_awaits_does_not_count_against_a_later_wait() {
+    let (mut net, _) = net_with_receiver_behind();
+    let held: Vec<OpId> = (0..2u8).map(|i| net.send(0, 1, 1, vec![i; 1000])).collect();
+    net.run(net.now + 10_000_000);
+    assert!(held.iter().all(|&op| net.result(0, op).is_some()));
+    // Rank 1 answers the request for credits; the answer is lost.
+    net.filter = Some(Box::new(|bytes: &[u8]| {
+        let header = nicmsg_wire::Frame::parse(bytes).expect("parses").header;
+        header.kind == FrameKind::Credit && header.src == 1
+    }));
+    let waiting = net.send(0, 1, 1, vec![9; 1000]);
+    net.run(net.now + 200_000);
+    let stats = net.endpoints[0].stats();
+    assert_eq!((stats.credit_waits, stats.liveness_probes), (1, 0));
+    let now = net.now;
+    assert_eq!(
+        net.endpoints[0].cancel(now, waiting),
+        Ok(CancelOutcome::Cancelled)
+    );
+    net.filter = None;
+    // Quiet for longer than the peer timeout (no timer runs: time simply passes), then rank 0
+    // waits on rank 1 again.
+    net.run(net.now + 1_000_000);
+    net.now += 2 * Config::default().peer_timeout_ns;
+    let (recv, _) = net.recv(0, Source::Rank(1), TagMatch::Tag(5), 10);
+    net.run(net.now + 1_000_000);
+    assert!(
+        !net.endpoints[0].is_peer_unreachable(1),
+        "rank 1 answers: it was only asked once nothing was awaited from it"
+    );
+    net.send(1, 0, 5, vec![5; 10]);
+    net.run(net.now + 10_000_000);
+    assert!(net.result(0, recv).is_some_and(|r| r.is_ok()));
+}
+
+/// A CANCEL the receiver has no room to decide on (its incoming table is full, so it cannot
+/// keep the withdrawal's tombstone) is still answered: the receiver is alive, and the sender
+/// asks again until there is room. Before, the receiver stayed silent, and the sender, whose
+/// CANCEL was the only frame asking anything of it, declared the live receiver unreachable
+/// after `peer_timeout_ns`.
+#[test]
+fn a_cancel_the_receiver_has_no_room_for_yet_is_answered() {
+    let config = Config {
+        max_incoming: 2,
+        ..test_config()
+    };
+    let mut net = Net::new(2, config);
+    let held: Vec<OpId> = (0..2u8).map(|i| net.send(0, 1, 1, vec![i; 1000])).collect();
+    let refused = net.send(0, 1, 2, vec![2; 1000]);
+    net.run(net.now + 1_000_000);
+    assert!(held.iter().all(|&op| net.result(0, op).is_some()));
+    let now = net.now;
+    assert_eq!(
+        net.endpoints[0].cancel(now, refused),
+        Ok(CancelOutcome::Requested)
+    );
+    net.run(net.now + 2 * Config::default().peer_timeout_ns);
+    assert!(
+        !net.endpoints[0].is_peer_unreachable(1),
+        "rank 1 is alive and answers"
+    );
+    assert_eq!(
+        net.result(0, refused),
+        None,
+        "undecided while rank 1 has no room"
+    );
+    for i in 0..2u8 {
+        let (recv, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), 1000);
+        net.run(net.now + 1_000_000);
+        assert!(net.result(1, recv).is_some_and(|r| r.is_ok()));
+        assert_eq!(net.bytes(1, region), &vec![i; 1000][..]);
+    }
+    net.run(net.now + 100_000_000);
+    assert_eq!(net.result(0, refused), Some(Err(OpError::Cancelled)));
+    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+}
+
+/// Messages held behind a lost one never take the receiver's last incoming entry: the lost
+/// one, sent again, must find room, or nothing behind it could ever be matched. Before, the
+/// messages behind it filled the table, its retransmissions were answered WAIT for ever, and
+/// a receive for it (or for any message behind it) never completed, between two live ranks.
+#[test]
+fn messages_held_behind_a_lost_one_leave_it_room() {
+    let config = Config {
+        max_incoming: 2,
+        ..test_config()
+    };
+    let mut net = Net::new(2, config);
+    lose_first(&mut net, FrameKind::Eager, 1);
+    let sends: Vec<OpId> = (0..3u8).map(|i| net.send(0, 1, 1, vec![i; 1000])).collect();
+    net.run(net.now + 1_000_000);
+    for i in 0..3u8 {
+        let (recv, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), 1000);
+        net.run_until(1_000_000_000, |net| net.result(1, recv).is_some());
+        assert!(
+            net.result(1, recv).is_some_and(|r| r.is_ok()),
+            "message {i}"
+        );
+        assert_eq!(net.bytes(1, region), &vec![i; 1000][..], "MPI order");
+    }
+    sends_end_and_state_is_freed(&mut net, &sends);
+}
+
+/// An eager message a too-short receive truncated while its frames were still arriving, whose
+/// sender then died with a frame of it lost, is freed once the sender is declared unreachable:
+/// the receiver awaits the rest of it. Before, nothing was awaited from the dead rank: the
+/// receive had completed (`Truncated`) and the message's entry was held for ever.
+#[test]
+fn a_truncated_message_whose_sender_died_mid_way_is_freed() {
+    let mut net = Net::new(2, test_config());
+    net.filter = Some(Box::new(|bytes: &[u8]| {
+        let header = nicmsg_wire::Frame::parse(bytes).expect("parses").header;
+        header.kind == FrameKind::Eager && header.frame_index == 1
+    }));
+    let (recv, _) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), 10);
+    net.send(0, 1, 1, vec![1; 4000]);
+    net.run(net.now + 30_000);
+    assert!(matches!(
+        net.result(1, recv),
+        Some(Err(OpError::Truncated { .. }))
+    ));
+    // Rank 0 dies before it sends the lost frame again.
+    net.endpoints[0] = Endpoint::new(test_config(), 99, 0, 2).unwrap();
+    net.run(net.now + 60_000_000_000);
+    assert!(net.endpoints[1].is_peer_unreachable(0));
+    assert!(
+        net.endpoints[1].usage().is_empty(),
+        "{:?}",
+        net.endpoints[1].usage()
+    );
+}
