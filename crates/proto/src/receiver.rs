@@ -117,6 +117,21 @@ impl Core {
         let index = match self.rx.incoming_by_id(peer, header.msg_id) {
             Some(index) => index,
             None => match msg {
+                // A frame that is not where its own header puts it (an EAGER frame carrying
+                // less than the message it claims, an RTS of frames no link carries) is
+                // dropped before its header makes a message: `place_frame` would drop the
+                // frame, but the message would stay, match a receive and hold it until the
+                // peer is given up on (tests/hostile.rs,
+                // a_first_frame_that_disagrees_with_its_header_leaves_no_message).
+                Some(m)
+                    if !Geometry::of(m).agrees(
+                        header.frame_index,
+                        header.offset,
+                        payload.len(),
+                    ) =>
+                {
+                    return self.count_drop(Some(peer), DropReason::Invalid)
+                }
                 Some(msg) => match self.admit_message(now, header, msg, memory) {
                     Some(index) => index,
                     None => return,
