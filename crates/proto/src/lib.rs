@@ -74,6 +74,7 @@ pub use first_frame::LookAhead;
 pub use lent_copies::{LENT_COPY_ABOVE, MAX_LENT_COPIES};
 pub use memory::{HostMemory, RegionId, Segment, SgList, MAX_SEGMENTS};
 pub use placement::{ExpectedFrame, PlacedOutcome};
+pub use sender::KEPT_REPEAT_DOUBLINGS;
 pub use state::PEER_STATE_BYTES;
 pub use stats::{DropCounts, DropReason, PeerStats, Stats};
 pub use transmit::{Transmit, INLINE_PAYLOAD_MAX};

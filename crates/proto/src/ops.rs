@@ -78,6 +78,11 @@ pub(crate) struct SendOp {
     /// The receiver's last answer was WAIT: until another answer comes, the send's timers
     /// repeat its RTS as a question on schedule, and they back off no timeout.
     pub wait_answered: bool,
+    /// The receiver keeps the message's header (WAIT with KEPT) and asks for its data itself:
+    /// the send counts as one waiter on its peer (probed after silence, `liveness.rs`) and
+    /// repeats its frame only as a safety net, after `rto_max_ns` doubled this many times
+    /// (at most `KEPT_REPEAT_DOUBLINGS`).
+    pub kept_repeats: Option<u32>,
     /// The host asked to cancel the started send; the receiver is asked to withdraw the
     /// message and no frame of it goes out until it answers (`cancel.rs`).
     pub cancel: Option<CancelRequest>,
@@ -159,6 +164,7 @@ impl SendOp {
             peer_matched: false,
             told_to_wait: false,
             wait_answered: false,
+            kept_repeats: None,
             cancel: None,
             cancel_refused: false,
         }

@@ -170,7 +170,7 @@ impl Core {
         let held = header.msg_id != self.peers[peer].next_match;
         let room = !held || self.has_room_for_held();
         let Some(index) = room.then(|| self.insert_remote(entry)).flatten() else {
-            self.answer_wait(header);
+            self.answer_wait(header, false);
             return None;
         };
         self.rx.index_incoming(peer, header.msg_id, index);
@@ -203,12 +203,20 @@ impl Core {
         valid.then_some(geometry)
     }
 
-    pub(crate) fn answer_wait(&mut self, header: &FrameHeader) {
+    /// Tells the sender of a frame that could not be taken to WAIT; with KEPT when this rank
+    /// keeps the message's header and will ask for its data itself (`kept`), so the sender
+    /// need not keep asking.
+    pub(crate) fn answer_wait(&mut self, header: &FrameHeader, kept: bool) {
         self.count_drop(Some(header.src), DropReason::NoPostedReceive);
+        let flags = if kept {
+            Flags::WAIT | Flags::KEPT
+        } else {
+            Flags::WAIT
+        };
         let wait = control(
             header.src,
             FrameKind::Ack,
-            Flags::WAIT,
+            flags,
             header.msg_id,
             header.frame_index,
         );
@@ -248,7 +256,7 @@ impl Core {
         if !self.store_payload(index, header.offset, payload, memory) {
             // Header kept, no receive yet: the data is resent once one is posted.
             self.rx[index].discarded = true;
-            self.answer_wait(header);
+            self.answer_wait(header, true);
             return;
         }
         let entry = &mut self.rx[index];
@@ -380,7 +388,8 @@ impl Core {
             return;
         }
         if !entry.matched {
-            let wait = control(entry.peer, FrameKind::Ack, Flags::WAIT, entry.msg_id, 0);
+            let flags = Flags::WAIT | Flags::KEPT;
+            let wait = control(entry.peer, FrameKind::Ack, flags, entry.msg_id, 0);
             self.queue_control(wait);
             return;
         }

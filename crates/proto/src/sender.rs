@@ -9,6 +9,12 @@ use crate::state::Core;
 use crate::*;
 use nicmsg_wire::{Flags, FrameHeader, FrameKind, Protocol, FRAME_HEADER_LEN};
 
+/// Doublings of `rto_max_ns` between the safety repeats of a message its receiver keeps (WAIT
+/// with KEPT): 5, at most 6.4 s apart by default. The receiver asks for the data itself once a
+/// receive takes it, and repeats the request `max_retries` times (about 2 s of backed-off
+/// retries by default); the sender's repeat only recovers what a longer outage lost.
+pub const KEPT_REPEAT_DOUBLINGS: u32 = 5;
+
 impl Core {
     pub(crate) fn start_send(
         &mut self,
@@ -214,6 +220,9 @@ impl Core {
         let Some(op) = self.sends.remove(index) else {
             return;
         };
+        if op.kept_repeats.is_some() {
+            self.peers.remove_waiter(op.dst);
+        }
         if matches!(op.phase, SendPhase::Streaming | SendPhase::Ending) {
             self.sends.deactivate(op.dst, op.msg_id);
             let peer = &mut self.peers[op.dst];
@@ -290,21 +299,11 @@ impl Core {
             return;
         };
         let peer = header.src;
-        let retry_ns = self.config.rto_max_ns;
-        let (op, timers) = self.sends.with_timers(index);
         if header.has_flag(Flags::WAIT) {
-            op.told_to_wait = true;
-            op.wait_answered = true;
-            self.peers[peer].rendezvous_finds_receive = false;
-            let (op, timers) = self.sends.with_timers(index);
-            op.collections.postpone(timers, now + retry_ns);
-            if op.wait_deadline_ns.is_some() {
-                op.wait_deadline_ns = Some(now + retry_ns);
-                op.wait_retries = 0;
-            }
-            return;
+            return self.on_wait(now, index, header.has_flag(Flags::KEPT));
         }
-        op.wait_answered = false;
+        self.end_wait(index);
+        let (op, timers) = self.sends.with_timers(index);
         if header.has_flag(Flags::ACK_ALL) {
             if let Some(rtt_ns) = op.collections.ack_all(timers, now) {
                 self.sample_rtt(peer, rtt_ns);
@@ -332,6 +331,50 @@ impl Core {
             }
         }
         self.after_ack(now, index);
+    }
+
+    /// ACK with WAIT: the receiver is alive but has no receive for the message yet. Its
+    /// frames are asked again after `rto_max_ns`, or, when the receiver keeps the message and
+    /// will ask for it itself (KEPT), after a pause that doubles with every WAIT up to
+    /// `KEPT_REPEAT_DOUBLINGS`: the repeat is only a safety net then, and the send counts as a
+    /// waiter on its peer meanwhile, so the peer's death is still found within
+    /// `peer_timeout_ns`. Repeating every `rto_max_ns`, each of hundreds of held messages cost
+    /// both sides a frame five times a second for as long as it waited.
+    fn on_wait(&mut self, now: Nanos, index: SendKey, kept: bool) {
+        let retry_ns = self.config.rto_max_ns;
+        let op = &mut self.sends[index];
+        op.told_to_wait = true;
+        op.wait_answered = true;
+        let dst = op.dst;
+        let pause = if kept {
+            let repeats = op
+                .kept_repeats
+                .map_or(0, |n| (n + 1).min(KEPT_REPEAT_DOUBLINGS));
+            if op.kept_repeats.replace(repeats).is_none() {
+                self.peers.add_waiter(dst);
+            }
+            retry_ns << repeats
+        } else {
+            retry_ns
+        };
+        self.peers[dst].rendezvous_finds_receive = false;
+        let (op, timers) = self.sends.with_timers(index);
+        op.collections.postpone(timers, now + pause);
+        if op.wait_deadline_ns.is_some() {
+            op.wait_deadline_ns = Some(now + pause);
+            op.wait_retries = 0;
+        }
+    }
+
+    /// The receiver answered otherwise than WAIT (a grant, an acknowledgement): the send's
+    /// timers count as timeouts again, and a kept message stops waiting on its peer.
+    fn end_wait(&mut self, index: SendKey) {
+        let op = &mut self.sends[index];
+        op.wait_answered = false;
+        if op.kept_repeats.take().is_some() {
+            let dst = op.dst;
+            self.peers.remove_waiter(dst);
+        }
     }
 
     pub(crate) fn sample_rtt(&mut self, peer: Rank, rtt_ns: Nanos) {
@@ -422,7 +465,8 @@ impl Core {
         if op.phase != SendPhase::Streaming {
             return;
         }
-        op.wait_answered = false;
+        self.end_wait(index);
+        let op = &mut self.sends[index];
         let first_cts = !op.peer_matched;
         if !op.is_eager() {
             // Only a receive that matched the message makes the receiver grant frames.

@@ -1316,6 +1316,84 @@ fn messages_held_without_a_receive_leave_the_timeout_alone() {
     );
 }
 
+/// A message its receiver keeps without a receive (WAIT with KEPT) is asked again only as a
+/// safety net, at pauses that double up to `rto_max_ns << KEPT_REPEAT_DOUBLINGS`: held for 60
+/// `rto_max_ns`, four messages cost their sender 8 repeats or so, not 240 (one per
+/// `rto_max_ns` each, as before). Once a receive is posted the receiver's request brings each
+/// at once, and a receiver that died meanwhile is still found (the sends wait on its
+/// liveness).
+#[test]
+fn messages_kept_without_a_receive_are_asked_again_rarely() {
+    let config = test_config();
+    let rto_max = config.rto_max_ns;
+    let mut net = Net::new(2, config);
+    let held: Vec<OpId> = (0..4)
+        .map(|i| net.send(0, 1, 1, pattern(20_000, i)))
+        .collect();
+    net.run(net.now + 60 * rto_max);
+    let repeats = net.endpoints[0].stats().frames_retransmitted;
+    assert!(held.iter().all(|&op| net.result(0, op).is_none()));
+    let bound = 4 * (KEPT_REPEAT_DOUBLINGS as u64 + 60 / (1 << KEPT_REPEAT_DOUBLINGS) + 1);
+    assert!(repeats <= bound, "{repeats} repeats, at most {bound}");
+    let started = net.now;
+    for i in 0..4 {
+        let (recv, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), 20_000);
+        net.run_until(rto_max, |net| net.result(1, recv).is_some());
+        assert!(net.result(1, recv).is_some_and(|r| r.is_ok()));
+        assert_eq!(net.bytes(1, region), pattern(20_000, i));
+    }
+    assert!(net.now - started < rto_max, "each came at once");
+    net.run(net.now + 60_000_000_000);
+    assert!(held.iter().all(|&op| net.result(0, op)
+        == Some(Ok(Status {
+            peer: 1,
+            tag: 1,
+            len: 20_000,
+            immediate: None,
+        }))));
+    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+}
+
+/// The safety net: every request to resume a kept message (the receiver's CTS, repeated
+/// `max_retries` times) is lost, and the sender's own repeat, backed off, brings it.
+#[test]
+fn a_kept_message_whose_every_request_to_resume_is_lost_still_arrives() {
+    let mut net = Net::new(2, test_config());
+    let send = net.send(0, 1, 1, pattern(20_000, 1));
+    net.run(net.now + 1_000_000);
+    let cut = std::rc::Rc::new(std::cell::Cell::new(true));
+    let cutting = std::rc::Rc::clone(&cut);
+    net.filter = Some(Box::new(move |bytes: &[u8]| {
+        cutting.get() && kind_of(bytes) == FrameKind::Cts as u8
+    }));
+    let (recv, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), 20_000);
+    net.run(net.now + 30 * test_config().rto_max_ns);
+    assert!(net.result(1, recv).is_none(), "every grant lost");
+    cut.set(false);
+    net.run(net.now + 60_000_000_000);
+    assert!(net.result(1, recv).is_some_and(|r| r.is_ok()));
+    assert_eq!(net.bytes(1, region), pattern(20_000, 1));
+    assert!(net.result(0, send).is_some_and(|r| r.is_ok()));
+    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+}
+
+/// A receiver that dies while it keeps messages is declared unreachable: the kept sends wait
+/// on its liveness, not on their repeats.
+#[test]
+fn kept_messages_of_a_receiver_that_dies_fail() {
+    let config = test_config();
+    let mut net = Net::new(2, config.clone());
+    let send = net.send(0, 1, 1, pattern(20_000, 1));
+    net.run(net.now + 1_000_000);
+    net.endpoints[1] = Endpoint::new(config.clone(), 99, 1, 2).unwrap();
+    net.run(net.now + 2 * config.peer_timeout_ns);
+    assert_eq!(
+        net.result(0, send),
+        Some(Err(OpError::PeerUnreachable { peer: 1 }))
+    );
+    assert!(net.endpoints[0].usage().is_empty());
+}
+
 #[test]
 fn every_lost_control_frame_is_recovered() {
     use nicmsg_wire::FrameKind::*;

@@ -103,7 +103,7 @@ impl FrameKind {
             }
             Self::Rts => retransmit | Flags::LINK_CHECKED,
             Self::Data => retransmit | Flags::RSM | Flags::LINK_CHECKED,
-            Self::Ack => Flags::ACK_ALL | Flags::WAIT,
+            Self::Ack => Flags::ACK_ALL | Flags::WAIT | Flags::KEPT,
             Self::Cts => Flags::FROM_START,
             Self::MsgAck => Flags::TRUNCATED,
             Self::End | Self::Cleanup => retransmit,
@@ -179,6 +179,11 @@ impl Flags {
     /// acknowledgements of the messages after it. Without it the sender's request waits, and
     /// a stream's acknowledgements leave at once.
     pub const UNWAITED: u16 = 1 << 14;
+    /// ACK with WAIT: the receiver keeps the message's header and asks for its data itself (a
+    /// CTS) once a receive takes it, so the sender repeats its frame only as a safety net,
+    /// rarely, and watches the receiver's liveness meanwhile. Without it (the receiver had no
+    /// room to keep the header) the sender tries again after `rto_max_ns`.
+    pub const KEPT: u16 = 1 << 15;
 }
 
 /// Message protocol recorded in the message header; must agree with the frame kind.

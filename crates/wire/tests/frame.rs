@@ -235,11 +235,12 @@ fn flag_bits_and_allowed_flags_are_stable() {
             Flags::LINK_CHECKED,
             Flags::SMALL_CREDIT,
             Flags::MEDIUM_CREDIT,
-            Flags::UNWAITED
+            Flags::UNWAITED,
+            Flags::KEPT
         ],
         [
             0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80, 0x100, 0x200, 0x400, 0x800, 0x1000,
-            0x2000, 0x4000
+            0x2000, 0x4000, 0x8000
         ]
     );
     use FrameKind::*;
@@ -248,7 +249,7 @@ fn flag_bits_and_allowed_flags_are_stable() {
         (Rts, 0x802),
         (Cts, 0x10),
         (Data, 0x803),
-        (Ack, 0x0c),
+        (Ack, 0x800c),
         (End, 0x02),
         (MsgAck, 0x20),
         (Cleanup, 0x02),
@@ -270,7 +271,7 @@ fn flag_bits_and_allowed_flags_are_stable() {
 
 #[test]
 fn sizes() {
-    assert_eq!(VERSION, 5);
+    assert_eq!(VERSION, 6);
     assert_eq!(FRAME_HEADER_LEN, 48);
     assert_eq!(MSG_HEADER_LEN, 32);
     assert_eq!(MAX_HEADERS_LEN, 80);
@@ -300,7 +301,7 @@ fn frame_header_layout_is_pinned() {
     header.emit(&mut bytes);
     #[rustfmt::skip]
     let expected: [u8; 48] = [
-        0x05, 0x04, 0x03, 0x00,  // version 5, kind DATA (4), flags RSM|RETRANSMIT (LE)
+        0x06, 0x04, 0x03, 0x00,  // version 6, kind DATA (4), flags RSM|RETRANSMIT (LE)
         0x04, 0x05, 0x06, 0x07,  // job
         0x08, 0x09, 0x0a, 0x0b,  // src
         0x0c, 0x0d, 0x0e, 0x0f,  // dst
@@ -470,7 +471,7 @@ fn whole_eager_frame_is_pinned() {
     #[rustfmt::skip]
     let expected: [u8; 83] = [
         // frame header
-        0x05, 0x01, 0x00, 0x00,  // version 5, kind EAGER, no flags
+        0x06, 0x01, 0x00, 0x00,  // version 6, kind EAGER, no flags
         0x01, 0x00, 0x00, 0x00,  // job 1
         0x02, 0x00, 0x00, 0x00,  // src 2
         0x03, 0x00, 0x00, 0x00,  // dst 3
@@ -480,7 +481,7 @@ fn whole_eager_frame_is_pinned() {
         0x03, 0x00, 0x00, 0x00,  // payload_len 3
         0x00, 0x00, 0x00, 0x00,  // aux 0
         0x00, 0x00, 0x00, 0x00,  // acked_id (zero: no ACKED flag)
-        0x7b, 0xba, 0x27, 0xa1,  // CRC32C 0xa127ba7b, little-endian
+        0x9f, 0x7a, 0x76, 0xcc,  // CRC32C 0xcc767a9f, little-endian
         // message header
         0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // total_len 3
         0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // tag 9
@@ -896,7 +897,7 @@ fn error_messages_are_informative() {
         ),
         (
             WireError::UnsupportedVersion(7),
-            "unsupported wire version 7 (this build speaks version 5)",
+            "unsupported wire version 7 (this build speaks version 6)",
         ),
         (WireError::UnknownKind(0xab), "unknown frame type 0xab"),
         (WireError::UnknownProtocol(9), "unknown message protocol 9"),
