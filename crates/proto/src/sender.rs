@@ -353,7 +353,7 @@ impl Core {
             if op.kept_repeats.replace(repeats).is_none() {
                 self.peers.add_waiter(dst);
             }
-            retry_ns << repeats
+            retry_ns.saturating_mul(1 << repeats)
         } else {
             retry_ns
         };
