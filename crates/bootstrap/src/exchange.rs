@@ -405,6 +405,10 @@ fn join(
     deadline: Instant,
 ) -> Result<Vec<RankAddress>, BootstrapError> {
     let mut backoff = Duration::from_millis(10);
+    // The reason the last attempt failed: the pause after it usually runs into the deadline, and
+    // the timeout must still say why ("Connection refused": nothing listens there; "timed out":
+    // the host does not answer), not merely that time ran out.
+    let mut last: Option<io::Error> = None;
     let mut stream = loop {
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
@@ -412,7 +416,7 @@ fn join(
                 rank: env.rank,
                 addr: bootstrap,
                 timeout,
-                last: "no attempt finished in time".into(),
+                last: last.map_or_else(|| "no attempt finished in time".into(), |e| e.to_string()),
             });
         }
         match TcpStream::connect_timeout(&bootstrap, remaining.min(Duration::from_secs(2))) {
@@ -427,6 +431,7 @@ fn join(
                         last: e.to_string(),
                     });
                 }
+                last = Some(e);
                 thread::sleep(backoff.min(remaining));
                 backoff = (backoff * 2).min(Duration::from_millis(250));
             }

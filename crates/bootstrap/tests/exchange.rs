@@ -188,6 +188,22 @@ fn timeout_when_rank0_never_comes() {
     assert!(took < Duration::from_secs(3), "{took:?}");
 }
 
+/// When nothing listens at the bootstrap address, the error gives the last attempt's reason
+/// ("Connection refused": rank 0 is not running there), not "no attempt finished in time",
+/// which the retry loop reported whenever its last pause ran into the deadline (nearly always)
+/// and which reads as if rank 0's host did not answer at all.
+#[test]
+fn a_refused_connection_is_named_in_the_timeout() {
+    let bs = free_port();
+    let err = exchange(&env(1, 2, 1, bs), data_addr(1), Duration::from_millis(300)).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, BootstrapError::ConnectTimeout { rank: 1, .. }),
+        "{text}"
+    );
+    assert!(text.contains("last error: Connection refused"), "{text}");
+}
+
 #[test]
 fn rank0_times_out_naming_missing_ranks() {
     let bs = free_port();
