@@ -101,6 +101,20 @@ pub enum BootstrapError {
         reason: String,
     },
 
+    /// Rank 0's end of the connection closed before the address table came: rank 0 exited,
+    /// crashed or was killed during the exchange.
+    #[error(
+        "rank {rank}: rank 0's bootstrap service at {addr} closed the connection {during}: rank \
+         0 exited or was killed during the address exchange (its own output, or the launcher's, \
+         says why)"
+    )]
+    Rank0Closed {
+        rank: u32,
+        addr: SocketAddr,
+        /// "before sending the address table", ...
+        during: &'static str,
+    },
+
     /// Rank 0 found an inconsistent peer (it also tells every connected rank).
     #[error("rank 0: bootstrap exchange failed: {0}")]
     InvalidPeer(String),

@@ -452,7 +452,26 @@ fn join(
     stream
         .set_write_timeout(Some(remaining))
         .map_err(io_err("connecting"))?;
-    write_frame(&mut stream, &hello_body(env, my_addr)).map_err(io_err("sending the hello"))?;
+    // A connection that ends without a word from rank 0 means rank 0 is gone (its kernel closed
+    // the socket); the bare I/O error ("failed to fill whole buffer", "Connection reset by
+    // peer") says neither which rank failed nor that rank 0 went away.
+    // `during` for the I/O error, `before` for the closed connection.
+    let closed = |during: &'static str, before: &'static str| {
+        move |source: io::Error| match source.kind() {
+            io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::BrokenPipe => BootstrapError::Rank0Closed {
+                rank: env.rank,
+                addr: bootstrap,
+                during: before,
+            },
+            _ => io_err(during)(source),
+        }
+    };
+    write_frame(&mut stream, &hello_body(env, my_addr)).map_err(closed(
+        "sending the hello",
+        "before taking this rank's hello",
+    ))?;
 
     let remaining = deadline
         .saturating_duration_since(Instant::now())
@@ -477,7 +496,12 @@ fn join(
                 ),
             })
         }
-        Err(e) => return Err(io_err("waiting for the address table")(e)),
+        Err(e) => {
+            return Err(closed(
+                "waiting for the address table",
+                "before sending the address table",
+            )(e))
+        }
     };
     parse_reply(env, bootstrap, &body)
 }

@@ -204,6 +204,35 @@ fn a_refused_connection_is_named_in_the_timeout() {
     assert!(text.contains("last error: Connection refused"), "{text}");
 }
 
+/// Rank 0 dies (its kernel closes its sockets) after taking a rank's hello, before the table:
+/// the rank fails at once, saying which rank it is and that rank 0 went away, instead of
+/// "bootstrap I/O error with ... while waiting for the address table: failed to fill whole
+/// buffer" (the end of stream as `read_exact` reports it).
+#[test]
+fn rank0_closing_before_the_table_is_named() {
+    use std::io::Read;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let bs = listener.local_addr().unwrap();
+    let dying_rank0 = thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        let mut hello = [0u8; 16];
+        conn.read_exact(&mut hello).unwrap();
+        // Closed unanswered, as when rank 0 crashes or is killed.
+    });
+    let start = Instant::now();
+    let err = exchange(&env(1, 3, 1, bs), data_addr(1), Duration::from_secs(10)).unwrap_err();
+    dying_rank0.join().unwrap();
+    let text = err.to_string();
+    assert!(start.elapsed() < Duration::from_secs(5), "{text}");
+    assert!(
+        matches!(err, BootstrapError::Rank0Closed { rank: 1, .. }),
+        "{text}"
+    );
+    assert!(text.starts_with("rank 1: "), "{text}");
+    assert!(text.contains(&bs.to_string()), "{text}");
+    assert!(text.contains("closed the connection"), "{text}");
+}
+
 #[test]
 fn rank0_times_out_naming_missing_ranks() {
     let bs = free_port();
