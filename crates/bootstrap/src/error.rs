@@ -102,11 +102,12 @@ pub enum BootstrapError {
     },
 
     /// Rank 0's end of the connection closed before the address table came: rank 0 exited,
-    /// crashed or was killed during the exchange.
+    /// crashed or was killed during the exchange (or the address is another service's, which
+    /// hung up on the hello).
     #[error(
         "rank {rank}: rank 0's bootstrap service at {addr} closed the connection {during}: rank \
          0 exited or was killed during the address exchange (its own output, or the launcher's, \
-         says why)"
+         says why), or NICMSG_BOOTSTRAP names another service"
     )]
     Rank0Closed {
         rank: u32,

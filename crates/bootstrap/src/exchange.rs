@@ -496,6 +496,18 @@ fn join(
                 ),
             })
         }
+        // Only a length over MAX_BODY is InvalidData: the first four bytes of something that is
+        // not nicmsg (an sshd's "SSH-" is 1397966893), so the address is not rank 0's service.
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+            return Err(BootstrapError::Protocol {
+                peer: bootstrap,
+                reason: format!(
+                    "rank {}: the reply is not from a nicmsg bootstrap service (is \
+                     NICMSG_BOOTSTRAP rank 0's address?): {e}",
+                    env.rank
+                ),
+            })
+        }
         Err(e) => {
             return Err(closed(
                 "waiting for the address table",

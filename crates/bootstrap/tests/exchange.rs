@@ -233,6 +233,33 @@ fn rank0_closing_before_the_table_is_named() {
     assert!(text.contains("closed the connection"), "{text}");
 }
 
+/// NICMSG_BOOTSTRAP names a port where another service answers (here one that greets like
+/// sshd): the rank says the reply is not nicmsg's and to check NICMSG_BOOTSTRAP, instead of
+/// "frame of 1397966893 bytes is over the 16777216-byte limit" ("SSH-" read as a length).
+#[test]
+fn another_service_at_the_bootstrap_address_is_named() {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let bs = listener.local_addr().unwrap();
+    let sshd = thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        conn.write_all(b"SSH-2.0-OpenSSH_9.2\r\n").unwrap();
+        let mut rest = Vec::new();
+        let _ = conn.read_to_end(&mut rest);
+    });
+    let err = exchange(&env(1, 2, 1, bs), data_addr(1), Duration::from_secs(10)).unwrap_err();
+    sshd.join().unwrap();
+    let text = err.to_string();
+    assert!(
+        matches!(err, BootstrapError::Protocol { peer, .. } if peer == bs),
+        "{text}"
+    );
+    assert!(
+        text.contains("not from a nicmsg bootstrap service") && text.contains("NICMSG_BOOTSTRAP"),
+        "{text}"
+    );
+}
+
 #[test]
 fn rank0_times_out_naming_missing_ranks() {
     let bs = free_port();
