@@ -101,6 +101,21 @@ pub enum BootstrapError {
         reason: String,
     },
 
+    /// Rank 0's end of the connection closed before the address table came: rank 0 exited,
+    /// crashed or was killed during the exchange (or the address is another service's, which
+    /// hung up on the hello).
+    #[error(
+        "rank {rank}: rank 0's bootstrap service at {addr} closed the connection {during}: rank \
+         0 exited or was killed during the address exchange (its own output, or the launcher's, \
+         says why), or NICMSG_BOOTSTRAP names another service"
+    )]
+    Rank0Closed {
+        rank: u32,
+        addr: SocketAddr,
+        /// "before sending the address table", ...
+        during: &'static str,
+    },
+
     /// Rank 0 found an inconsistent peer (it also tells every connected rank).
     #[error("rank 0: bootstrap exchange failed: {0}")]
     InvalidPeer(String),

@@ -405,6 +405,10 @@ fn join(
     deadline: Instant,
 ) -> Result<Vec<RankAddress>, BootstrapError> {
     let mut backoff = Duration::from_millis(10);
+    // The reason the last attempt failed: the pause after it usually runs into the deadline, and
+    // the timeout must still say why ("Connection refused": nothing listens there; "timed out":
+    // the host does not answer), not merely that time ran out.
+    let mut last: Option<io::Error> = None;
     let mut stream = loop {
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
@@ -412,7 +416,7 @@ fn join(
                 rank: env.rank,
                 addr: bootstrap,
                 timeout,
-                last: "no attempt finished in time".into(),
+                last: last.map_or_else(|| "no attempt finished in time".into(), |e| e.to_string()),
             });
         }
         match TcpStream::connect_timeout(&bootstrap, remaining.min(Duration::from_secs(2))) {
@@ -427,6 +431,7 @@ fn join(
                         last: e.to_string(),
                     });
                 }
+                last = Some(e);
                 thread::sleep(backoff.min(remaining));
                 backoff = (backoff * 2).min(Duration::from_millis(250));
             }
@@ -447,7 +452,26 @@ fn join(
     stream
         .set_write_timeout(Some(remaining))
         .map_err(io_err("connecting"))?;
-    write_frame(&mut stream, &hello_body(env, my_addr)).map_err(io_err("sending the hello"))?;
+    // A connection that ends without a word from rank 0 means rank 0 is gone (its kernel closed
+    // the socket); the bare I/O error ("failed to fill whole buffer", "Connection reset by
+    // peer") says neither which rank failed nor that rank 0 went away.
+    // `during` for the I/O error, `before` for the closed connection.
+    let closed = |during: &'static str, before: &'static str| {
+        move |source: io::Error| match source.kind() {
+            io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::BrokenPipe => BootstrapError::Rank0Closed {
+                rank: env.rank,
+                addr: bootstrap,
+                during: before,
+            },
+            _ => io_err(during)(source),
+        }
+    };
+    write_frame(&mut stream, &hello_body(env, my_addr)).map_err(closed(
+        "sending the hello",
+        "before taking this rank's hello",
+    ))?;
 
     let remaining = deadline
         .saturating_duration_since(Instant::now())
@@ -472,7 +496,24 @@ fn join(
                 ),
             })
         }
-        Err(e) => return Err(io_err("waiting for the address table")(e)),
+        // Only a length over MAX_BODY is InvalidData: the first four bytes of something that is
+        // not nicmsg (an sshd's "SSH-" is 1397966893), so the address is not rank 0's service.
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+            return Err(BootstrapError::Protocol {
+                peer: bootstrap,
+                reason: format!(
+                    "rank {}: the reply is not from a nicmsg bootstrap service (is \
+                     NICMSG_BOOTSTRAP rank 0's address?): {e}",
+                    env.rank
+                ),
+            })
+        }
+        Err(e) => {
+            return Err(closed(
+                "waiting for the address table",
+                "before sending the address table",
+            )(e))
+        }
     };
     parse_reply(env, bootstrap, &body)
 }

@@ -188,6 +188,78 @@ fn timeout_when_rank0_never_comes() {
     assert!(took < Duration::from_secs(3), "{took:?}");
 }
 
+/// When nothing listens at the bootstrap address, the error gives the last attempt's reason
+/// ("Connection refused": rank 0 is not running there), not "no attempt finished in time",
+/// which the retry loop reported whenever its last pause ran into the deadline (nearly always)
+/// and which reads as if rank 0's host did not answer at all.
+#[test]
+fn a_refused_connection_is_named_in_the_timeout() {
+    let bs = free_port();
+    let err = exchange(&env(1, 2, 1, bs), data_addr(1), Duration::from_millis(300)).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, BootstrapError::ConnectTimeout { rank: 1, .. }),
+        "{text}"
+    );
+    assert!(text.contains("last error: Connection refused"), "{text}");
+}
+
+/// Rank 0 dies (its kernel closes its sockets) after taking a rank's hello, before the table:
+/// the rank fails at once, saying which rank it is and that rank 0 went away, instead of
+/// "bootstrap I/O error with ... while waiting for the address table: failed to fill whole
+/// buffer" (the end of stream as `read_exact` reports it).
+#[test]
+fn rank0_closing_before_the_table_is_named() {
+    use std::io::Read;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let bs = listener.local_addr().unwrap();
+    let dying_rank0 = thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        let mut hello = [0u8; 16];
+        conn.read_exact(&mut hello).unwrap();
+        // Closed unanswered, as when rank 0 crashes or is killed.
+    });
+    let start = Instant::now();
+    let err = exchange(&env(1, 3, 1, bs), data_addr(1), Duration::from_secs(10)).unwrap_err();
+    dying_rank0.join().unwrap();
+    let text = err.to_string();
+    assert!(start.elapsed() < Duration::from_secs(5), "{text}");
+    assert!(
+        matches!(err, BootstrapError::Rank0Closed { rank: 1, .. }),
+        "{text}"
+    );
+    assert!(text.starts_with("rank 1: "), "{text}");
+    assert!(text.contains(&bs.to_string()), "{text}");
+    assert!(text.contains("closed the connection"), "{text}");
+}
+
+/// NICMSG_BOOTSTRAP names a port where another service answers (here one that greets like
+/// sshd): the rank says the reply is not nicmsg's and to check NICMSG_BOOTSTRAP, instead of
+/// "frame of 1397966893 bytes is over the 16777216-byte limit" ("SSH-" read as a length).
+#[test]
+fn another_service_at_the_bootstrap_address_is_named() {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let bs = listener.local_addr().unwrap();
+    let sshd = thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        conn.write_all(b"SSH-2.0-OpenSSH_9.2\r\n").unwrap();
+        let mut rest = Vec::new();
+        let _ = conn.read_to_end(&mut rest);
+    });
+    let err = exchange(&env(1, 2, 1, bs), data_addr(1), Duration::from_secs(10)).unwrap_err();
+    sshd.join().unwrap();
+    let text = err.to_string();
+    assert!(
+        matches!(err, BootstrapError::Protocol { peer, .. } if peer == bs),
+        "{text}"
+    );
+    assert!(
+        text.contains("not from a nicmsg bootstrap service") && text.contains("NICMSG_BOOTSTRAP"),
+        "{text}"
+    );
+}
+
 #[test]
 fn rank0_times_out_naming_missing_ranks() {
     let bs = free_port();

@@ -66,6 +66,9 @@ pub enum NetnsError {
     MissingTool(String),
     #[error("cannot remove namespaces left behind by an earlier launcher: {0}")]
     Stale(String),
+    /// The launcher got this signal while setting up; what was made is removed.
+    #[error("interrupted by {} while setting up the namespaces", crate::signals::name(*.0))]
+    Interrupted(i32),
 }
 
 /// The paths of the tools, found up front so that a missing one is reported before anything is
@@ -270,6 +273,12 @@ impl Topology {
             None,
         )?;
         for rank in 0..self.ranks {
+            // A SIGTERM sent to the launcher alone (a batch system, `kill`) reaches none of the
+            // `ip` commands, so without this look the set-up of up to 254 namespaces (~10 s)
+            // ran to its end and every rank was started before the signal was seen.
+            if let Some(sig) = crate::signals::pending() {
+                return Err(NetnsError::Interrupted(sig));
+            }
             let ns = self.rank_ns(rank);
             let port = format!("v{rank}");
             self.add_ns(ns.clone())?;

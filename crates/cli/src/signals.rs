@@ -38,6 +38,15 @@ pub fn take() -> Option<i32> {
     }
 }
 
+/// The signal received since the last [`take`], if any, left for `take` to consume: long
+/// set-up steps look at it to stop early, the main loop then takes it.
+pub fn pending() -> Option<i32> {
+    match PENDING.load(Ordering::SeqCst) {
+        0 => None,
+        sig => Some(sig),
+    }
+}
+
 /// Name of a signal number, e.g. "SIGKILL".
 pub fn name(sig: i32) -> String {
     let known = match sig {

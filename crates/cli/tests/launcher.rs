@@ -704,6 +704,54 @@ fn netns_are_removed_after_sigterm() {
     assert_eq!(namespaces_of(f.pid), Vec::<String>::new());
 }
 
+/// SIGTERM while the namespaces are still being made (254 ranks take ~10 s here), sent to the
+/// launcher alone as a batch system or `kill` does (a terminal's Ctrl-C also hits the `ip`
+/// commands): the launcher stops setting up at once, removes what it made and starts no rank.
+/// It used to finish every namespace, start all 254 ranks, and only then see the signal.
+#[test]
+fn netns_sigterm_during_setup_stops_it_and_starts_no_rank() {
+    if !netns_available("netns_sigterm_during_setup_stops_it_and_starts_no_rank") {
+        return;
+    }
+    let start = Instant::now();
+    let child = Command::new(NICMSG)
+        .args(["run", "-n", "254", "--netns", "--", "echo", "started"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Signal once the set-up is under way: the bridge's and rank 0's namespaces exist.
+    while namespaces_of(pid).len() < 2 && start.elapsed() < Duration::from_secs(10) {
+        thread::sleep(Duration::from_millis(20));
+    }
+    let signalled = Instant::now();
+    // SAFETY: plain kill(2) of our own child.
+    unsafe {
+        libc::kill(pid as i32, libc::SIGTERM);
+    }
+    let out = child.wait_with_output().unwrap();
+    let took = signalled.elapsed();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    eprintln!(
+        "-> {:?} {took:?} after SIGTERM\n{stdout}\n{stderr}",
+        out.status
+    );
+    let left = namespaces_of(pid);
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{stderr}");
+    assert!(
+        stderr.contains("got SIGTERM while setting up the namespaces"),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("started"), "ranks were started: {stdout}");
+    assert!(took < Duration::from_secs(4), "took {took:?} after SIGTERM");
+    assert_eq!(left, Vec::<String>::new());
+}
+
 #[test]
 fn netns_stale_namespaces_of_dead_launchers_are_removed() {
     if !netns_available("netns_stale_namespaces_of_dead_launchers_are_removed") {

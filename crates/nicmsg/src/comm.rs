@@ -96,7 +96,8 @@ impl Comm {
         let bind_ip = bootstrap
             .bind_ip()?
             .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
-        let udp = UdpTransport::bind(udp_options(&options, SocketAddr::new(bind_ip, 0)))?;
+        let udp = UdpTransport::bind(udp_options(&options, SocketAddr::new(bind_ip, 0)))
+            .map_err(|error| bind_failed(error, bind_ip, job.bind_ip.is_some()))?;
         let opened = crate::backend::open(udp, options.transport)?;
         let me = opened.address();
         let peers = bootstrap.exchange_addresses(me)?;
@@ -853,6 +854,22 @@ fn user_matching(tag: TagMatch) -> Result<Envelope, Error> {
 }
 
 /// The UDP socket the options ask for, at `bind`.
+/// The data socket's bind failure with the address it was bound to and where that came from:
+/// the kernel's words alone ("Cannot assign requested address (os error 99)" for an
+/// `NICMSG_BIND_IP` this host does not have) name neither. The kind stays, so the C code is
+/// still `NICMSG_ERR_IO`.
+fn bind_failed(error: std::io::Error, ip: IpAddr, from_environment: bool) -> Error {
+    let source = if from_environment {
+        " (NICMSG_BIND_IP: it must be an address of this host)"
+    } else {
+        ""
+    };
+    Error::Io(std::io::Error::new(
+        error.kind(),
+        format!("cannot bind the data socket to {ip}{source}: {error}"),
+    ))
+}
+
 fn udp_options(options: &Options, bind: SocketAddr) -> UdpOptions {
     UdpOptions {
         bind,

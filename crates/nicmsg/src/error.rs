@@ -4,7 +4,7 @@ use crate::Code;
 use nicmsg_engine::ResultCode;
 use thiserror::Error;
 
-#[derive(Debug, Error)]
+#[derive(Error)]
 pub enum Error {
     #[error("message of {message_len} bytes from rank {source_rank} (tag {tag}) does not fit the {buffer_len}-byte receive buffer; nothing was written")]
     Truncated {
@@ -47,6 +47,16 @@ pub enum Error {
     },
     #[error("the engine thread stopped unexpectedly (a bug in nicmsg: please report it with NICMSG_LOG=debug output); pending operations cannot complete")]
     EngineFailed,
+}
+
+/// `Debug` is the message. A `main` returning `Result<(), nicmsg::Error>` (every example does,
+/// and users copy them) prints its error with `Debug`; derived, that was `Error:
+/// Bootstrap(NoRank)` or `Error: Io(Os { code: 99, .. })`, losing what the message says: which
+/// rank, which address or variable, and what to do.
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 impl Error {

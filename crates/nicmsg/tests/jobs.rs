@@ -153,6 +153,53 @@ fn an_out_of_range_setting_is_a_config_error_not_a_crash() {
     }
 }
 
+/// A rank told to bind an address this host does not have (`NICMSG_BIND_IP` of another
+/// machine, a typo) fails at once naming the address and the variable: the bare
+/// "I/O error: Cannot assign requested address (os error 99)" it gave said neither.
+#[test]
+fn a_bind_address_not_on_this_host_is_named() {
+    let mut rank = Command::new(example("alltoall"));
+    rank.env("NICMSG_RANK", "0")
+        .env("NICMSG_SIZE", "1")
+        // TEST-NET-1 (RFC 5737): assigned to no host.
+        .env("NICMSG_BIND_IP", "192.0.2.77")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let output = wait_with_deadline(rank.spawn().expect("start a rank"), Duration::from_secs(30));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("192.0.2.77") && stderr.contains("NICMSG_BIND_IP"),
+        "{stderr}"
+    );
+}
+
+/// A program whose `main` returns `Result<(), nicmsg::Error>` (every example, and what the
+/// examples teach) prints its error with `Debug`: that must be the message, which says what to
+/// do, not the derived form (`Error: Bootstrap(NoRank)`, `Error: Io(Os { code: 99, ... })`).
+#[test]
+fn an_error_returned_from_main_prints_its_message() {
+    let mut rank = Command::new(example("ring"));
+    for launcher_variable in [
+        "NICMSG_RANK",
+        "PMIX_RANK",
+        "PMIX_NAMESPACE",
+        "OMPI_COMM_WORLD_RANK",
+        "PMI_RANK",
+        "SLURM_PROCID",
+    ] {
+        rank.env_remove(launcher_variable);
+    }
+    rank.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let output = wait_with_deadline(rank.spawn().expect("start a rank"), Duration::from_secs(30));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("no rank in the environment: run under `nicmsg run`"),
+        "{stderr}"
+    );
+}
+
 /// Builds the C example against the header and the library.
 fn c_example() -> PathBuf {
     compile_c("examples/c/ring.c", "c-ring")
