@@ -5,11 +5,13 @@
 //! rank sends a HELLO with its job, the job size, its rank and its data address. When all
 //! `size - 1` hellos have arrived and are consistent, rank 0 answers every connection with the
 //! TABLE of all data addresses (index = rank) and closes. If anything is inconsistent (another
-//! job, another size, a rank out of range, a rank twice, another protocol version) rank 0 sends an
-//! ERROR with the reason to every connected rank and returns the same reason as its own error;
-//! when not every rank arrives before the timeout, it does the same with the list of missing
-//! ranks. Connections whose first bytes are not a nicmsg hello (port scanners, strays) are
-//! answered with an ERROR and dropped without failing the job.
+//! size, a rank out of range, a rank twice, another protocol version) rank 0 sends an ERROR with
+//! the reason to every connected rank and returns the same reason as its own error; when not
+//! every rank arrives before the timeout, it does the same with the list of missing ranks.
+//! Connections whose first bytes are not a nicmsg hello (port scanners, strays), and ranks of
+//! another job (a stale rank of an earlier job retrying on the same port), are answered with
+//! an ERROR and dropped without failing the job; the last rank of another job is named if the
+//! wait then times out (NICMSG_JOB differing between the ranks of one job).
 //!
 //! Ranks other than 0 connect with retry and exponential backoff (10 ms doubling to 250 ms) until
 //! the timeout, so rank 0 may start last. A job of one rank uses no network at all.
@@ -158,6 +160,8 @@ fn serve(
     let mut arrived = 1usize;
     let mut conns: Vec<(SocketAddr, TcpStream)> = Vec::with_capacity(size - 1);
 
+    // The last rank of another job turned away, named if the wait times out.
+    let mut turned_away: Option<String> = None;
     while arrived < size {
         let (mut stream, peer) = match listener.accept() {
             Ok(conn) => conn,
@@ -169,11 +173,14 @@ fn serve(
                         .filter(|(_, a)| a.is_none())
                         .map(|(r, _)| r.to_string())
                         .collect();
-                    let waiting_for = format!(
+                    let mut waiting_for = format!(
                         "waiting for rank{} {} ({arrived} of {size} arrived)",
                         if missing.len() == 1 { "" } else { "s" },
                         abbreviate(&missing),
                     );
+                    if let Some(stray) = &turned_away {
+                        waiting_for.push_str(&format!("; turned away: {stray}"));
+                    }
                     abort(
                         &mut conns,
                         &format!("timed out after {timeout:?}: {waiting_for}"),
@@ -231,6 +238,13 @@ fn serve(
             Hello::Foreign(reason) => {
                 let _ = write_frame(&mut stream, &error_body(&reason));
             }
+            Hello::Stray(reason) => {
+                // Failing here let a stale rank of an earlier job, still retrying on this
+                // port, take down a healthy job (rank 0 and every rank connected so far).
+                tracing::warn!("bootstrap: turned away {reason}");
+                let _ = write_frame(&mut stream, &error_body(&reason));
+                turned_away = Some(reason);
+            }
             Hello::Fatal(reason) => {
                 let _ = write_frame(&mut stream, &error_body(&reason));
                 abort(
@@ -287,6 +301,9 @@ enum Hello {
     },
     /// Not a nicmsg bootstrap hello at all: tell the sender, keep waiting for our ranks.
     Foreign(String),
+    /// A rank of another job (a stale rank of an earlier job on the same port, or one whose
+    /// NICMSG_JOB differs): tell it, keep waiting, and name it if the wait times out.
+    Stray(String),
     /// A nicmsg rank that does not fit this job: the job cannot go on.
     Fatal(String),
 }
@@ -324,7 +341,7 @@ fn check_hello(
         return Hello::Fatal(format!("a rank at {peer} sent a hello with trailing bytes"));
     }
     if job != env.job {
-        return Hello::Fatal(format!(
+        return Hello::Stray(format!(
             "rank {rank} (from {peer}) belongs to job {job}, but rank 0 runs job {} \
              (two jobs sharing a bootstrap address, or NICMSG_JOB differs between ranks)",
             env.job
@@ -777,7 +794,7 @@ mod tests {
         other_job.job = 6;
         let bad = hello_body(&other_job, plain("127.0.0.1:7000"));
         assert!(
-            matches!(check_hello(&env(0, 3), &bad, &table, peer), Hello::Fatal(r) if r.contains("job 6"))
+            matches!(check_hello(&env(0, 3), &bad, &table, peer), Hello::Stray(r) if r.contains("job 6"))
         );
         let bad = hello_body(&env(2, 4), plain("127.0.0.1:7000"));
         assert!(
