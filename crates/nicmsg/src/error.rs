@@ -13,7 +13,7 @@ pub enum Error {
         message_len: u64,
         buffer_len: u64,
     },
-    #[error("peer rank {peer} is unreachable: it stopped answering after the retry limit")]
+    #[error("peer rank {peer} is unreachable: its process ended (its host refused our frames), it stopped answering for the peer timeout (NICMSG_PEER_TIMEOUT), or it gave up on this rank")]
     PeerUnreachable { peer: u32 },
     #[error("the operation was cancelled")]
     Cancelled,

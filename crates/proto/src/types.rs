@@ -155,7 +155,7 @@ pub enum OpError {
         /// sends its source rank in it), truncated or not.
         immediate: Option<u32>,
     },
-    #[error("peer rank {peer} is unreachable: it stopped answering after the retry limit")]
+    #[error("peer rank {peer} is unreachable: its process ended (its host refused our frames), it stopped answering for the peer timeout (NICMSG_PEER_TIMEOUT), or it gave up on this rank")]
     PeerUnreachable { peer: Rank },
     #[error("operation cancelled")]
     Cancelled,
