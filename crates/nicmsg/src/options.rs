@@ -466,6 +466,13 @@ pub const PEER_TIMEOUT_MIN_S: f64 = 1.0;
 /// failure detection.
 pub const PEER_TIMEOUT_MAX_S: f64 = 86_400.0;
 
+/// `NICMSG_BOOTSTRAP_TIMEOUT` at least 1 s: ranks of a job start within milliseconds to seconds
+/// of each other, and rank 0 may start last.
+pub const BOOTSTRAP_TIMEOUT_MIN_S: f64 = 1.0;
+/// `NICMSG_BOOTSTRAP_TIMEOUT` at most a day: a batch system that starts ranks further apart
+/// than that has lost one.
+pub const BOOTSTRAP_TIMEOUT_MAX_S: f64 = 86_400.0;
+
 /// One `NICMSG_*` setting.
 pub struct Setting {
     pub name: &'static str,
@@ -870,6 +877,16 @@ pub static SETTINGS: &[Setting] = &[
                   it is declared unreachable (its engine answers even while its application \
                   computes; a closed port is detected at once)",
         apply: |o, v| o.protocol.peer_timeout_ns = (v.seconds() * 1e9) as u64,
+    },
+    Setting {
+        name: "NICMSG_BOOTSTRAP_TIMEOUT",
+        values: Values::Seconds {
+            min: BOOTSTRAP_TIMEOUT_MIN_S,
+            max: BOOTSTRAP_TIMEOUT_MAX_S,
+        },
+        default: "60",
+        meaning: "how long the ranks of a job wait for each other to join (rank 0's exchange,                   or the PMIx fence); a rank missing then is named in every rank's error",
+        apply: |o, v| o.bootstrap_timeout = std::time::Duration::from_secs_f64(v.seconds()),
     },
     Setting {
         name: "NICMSG_LOG",
@@ -1290,6 +1307,20 @@ mod tests {
         // Inline by choice on a machine with cores to spare.
         assert_eq!(share(8, 8, 2).standby_cpu(), StandbyCpu::Own);
         assert!(StandbyCpu::Shared.away_ns() > 10 * StandbyCpu::Own.away_ns());
+    }
+
+    /// The start-up review found the 60 s wait for the other ranks fixed: a test, or a batch
+    /// system that starts ranks minutes apart, could not change it.
+    #[test]
+    fn the_bootstrap_timeout_is_a_setting() {
+        let options = parse(&[("NICMSG_BOOTSTRAP_TIMEOUT", "5")]).unwrap();
+        assert_eq!(options.bootstrap_timeout, std::time::Duration::from_secs(5));
+        assert!(parse(&[("NICMSG_BOOTSTRAP_TIMEOUT", "0.5")]).is_err());
+        let default = parse(&[]).unwrap();
+        assert_eq!(
+            default.bootstrap_timeout,
+            std::time::Duration::from_secs(60)
+        );
     }
 
     #[test]
