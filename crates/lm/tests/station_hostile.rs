@@ -162,7 +162,9 @@ impl Net {
                     Slot::Ordinary { .. } => panic!("no ordinary chunks here"),
                 };
                 let start = geometry().landing_offset(index) + skip as usize;
-                let region = node.region_of(key).expect("a slot points into a live region");
+                let region = node
+                    .region_of(key)
+                    .expect("a slot points into a live region");
                 assert!(
                     start + bytes.len() <= region.len(),
                     "the rule let a frame write past its region"
@@ -388,8 +390,11 @@ fn a_third_node_aiming_at_the_head_slot_corrupts_nothing() {
             continue;
         };
         if wire.0 == A && wire.1 == R && peek(&wire.2).is_some() {
-            if let Some(Slot::Placement { transfer, index, len }) =
-                net.nodes[R as usize].fill_queue_mut().head().copied()
+            if let Some(Slot::Placement {
+                transfer,
+                index,
+                len,
+            }) = net.nodes[R as usize].fill_queue_mut().head().copied()
             {
                 volleys += 1;
                 let payload_len = len as usize - HEADER;
@@ -404,7 +409,11 @@ fn a_third_node_aiming_at_the_head_slot_corrupts_nothing() {
                 };
                 // From C as itself, and claiming to be A.
                 for src in [C, A] {
-                    let frame = Data { src, ..base.clone() }.bytes();
+                    let frame = Data {
+                        src,
+                        ..base.clone()
+                    }
+                    .bytes();
                     net.deliver(C, R, &frame);
                 }
                 // A buggy A: the right slot, a wrong transfer length, or a wrong number once
@@ -501,7 +510,9 @@ fn a_slow_transfer_overtaken_by_many_short_ones_is_not_lost() {
             refused += 1;
             continue;
         };
-        net.run(now, &mut |w| !is_data_of(w, A, R, long.number) && !is_data_of(w, C, R, 1));
+        net.run(now, &mut |w| {
+            !is_data_of(w, A, R, long.number) && !is_data_of(w, C, R, 1)
+        });
         assert_eq!(net.sent_ok(short, A), Some(true));
     }
     eprintln!("short sends refused while the long one is unfinished: {refused}");
@@ -513,5 +524,139 @@ fn a_slow_transfer_overtaken_by_many_short_ones_is_not_lost() {
     assert!(
         delivered || outcome == Some(false),
         "the long send completed {outcome:?} but R never delivered it: silently lost"
+    );
+}
+
+/// Admission and flow messages forged by a third node, before and during an admitted
+/// transfer: none may end, steal or wedge it.
+#[test]
+fn forged_admission_messages_from_a_third_node_change_nothing() {
+    use AdmissionOp::*;
+    let mut net = Net::new(3);
+    let id = net.send(A, R, LEN);
+    let mut volleys = 0;
+    loop {
+        let Some(wire) = net.wire.pop_front() else {
+            let until = net.now + 1_000_000;
+            net.run(until, &mut |_| true);
+            if net.wire.is_empty() && net.sent_ok(id, A).is_some() {
+                break;
+            }
+            continue;
+        };
+        if wire.0 == A && wire.1 == R && volleys < 50 {
+            volleys += 1;
+            let key = placing_key(&net, R).map_or(1, |(_, key)| key.0);
+            for t in 0..4 {
+                // To the receiver, as if C were the sender or the receiver.
+                for op in [End, Accept, Reject, EndAck, Busy, Free, BusyAck, FreeAck] {
+                    let key = if op == Accept { key } else { 0 };
+                    net.deliver(C, R, &control(C, R, op, t, 0, key));
+                }
+                if placing_key(&net, R).is_some() {
+                    // (Asking first, C would be admitted fairly.)
+                    net.deliver(C, R, &control(C, R, Request, t + 100, LEN as u64, 0));
+                }
+                for op in [Grant, Resend] {
+                    let range = u64::from(FRAMES as u32) << 32;
+                    net.deliver(C, R, &control(C, R, op, id.number, range, key));
+                }
+                net.deliver(C, R, &control(C, R, Delivered, id.number, 0, 0));
+                // To the sender: C is not its receiver.
+                net.deliver(C, A, &control(C, A, Delivered, id.number, 0, 0));
+                net.deliver(C, A, &control(C, A, Reject, t, 0, 0));
+                net.deliver(C, A, &control(C, A, Accept, t, 0, key + 1));
+                net.deliver(C, A, &control(C, A, Resend, id.number, u64::MAX, key));
+                // Claiming to be A or R, from C's address: malformed.
+                net.deliver(C, R, &control(A, R, End, t, 0, 0));
+                net.deliver(C, A, &control(R, A, Delivered, id.number, 0, 0));
+            }
+        }
+        net.deliver(wire.0, wire.1, &wire.2);
+    }
+    assert_eq!(net.sent_ok(id, A), Some(true));
+    assert!(net.check_received(R).contains(&(A, id.number)));
+    assert_eq!(net.nodes[R as usize].stats().placed_transfers, 1, "placed");
+    assert_healthy_after(&mut net, id);
+}
+
+/// Every frame of a finished transfer, replayed while the next one is placed (in order and
+/// reversed): no second delivery, no corruption, and the next transfer is placed.
+#[test]
+fn a_finished_transfer_replayed_whole_is_not_delivered_again() {
+    let mut net = Net::new(3);
+    let mut recorded = Vec::new();
+    let first = net.send(A, R, LEN);
+    let until = net.now + 10 * LEASE_NS;
+    net.run(until, &mut |w| {
+        recorded.push(w.clone());
+        true
+    });
+    assert_eq!(net.sent_ok(first, A), Some(true));
+    let second = net.send(A, R, LEN);
+    let mut replayed = false;
+    loop {
+        let Some(wire) = net.wire.pop_front() else {
+            let until = net.now + 1_000_000;
+            net.run(until, &mut |_| true);
+            if net.wire.is_empty() && net.sent_ok(second, A).is_some() {
+                break;
+            }
+            continue;
+        };
+        if !replayed && wire.0 == A && peek(&wire.2).is_some() {
+            replayed = true;
+            for old in recorded.iter().chain(recorded.iter().rev()) {
+                net.deliver(old.0, old.1, &old.2);
+            }
+        }
+        net.deliver(wire.0, wire.1, &wire.2);
+    }
+    assert!(replayed);
+    let got = net.check_received(R);
+    assert!(got.contains(&(A, first.number)) && got.contains(&(A, second.number)));
+    assert_eq!(got.len(), 2, "nothing delivered twice: {got:?}");
+    assert_eq!(net.nodes[R as usize].stats().placed_transfers, 2);
+    assert_healthy_after(&mut net, second);
+}
+
+/// The admitted sender vanishes mid-transfer: its send fails (it is told), the receiver gives
+/// the placement up after its lease, drains its slots, and places the next sender's transfer.
+#[test]
+fn a_sender_vanishing_mid_transfer_frees_its_receiver() {
+    let mut net = Net::new(3);
+    let id = net.send(A, R, LEN);
+    let mut data = 0;
+    let until = net.now + 3 * LEASE_NS;
+    net.run(until, &mut |w| {
+        if w.0 == A && peek(&w.2).is_some() {
+            data += 1;
+        }
+        // A's link goes down after 5 data frames, in both directions.
+        !(data > 5 && (w.0 == A || w.1 == A))
+    });
+    assert_eq!(net.sent_ok(id, A), Some(false), "the sender is told");
+    assert_eq!(placing_key(&net, R), None, "the lease expired");
+    assert_eq!(net.nodes[R as usize].active_placements(), 0);
+    let placed_before = net.nodes[R as usize].stats().placed_transfers;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(net.send(C, R, LEN));
+        let until = net.now + 10 * LEASE_NS;
+        net.run(until, &mut |w| w.0 != A && w.1 != A);
+    }
+    for next in &ids {
+        assert_eq!(net.sent_ok(*next, C), Some(true));
+        assert!(net.check_received(R).contains(&(C, next.number)));
+    }
+    assert!(
+        net.nodes[R as usize].stats().placed_transfers > placed_before,
+        "the receiver places again"
+    );
+    assert_eq!(net.nodes[R as usize].regions().used(), 0, "regions back");
+    assert!(
+        net.nodes[R as usize].fill_slots().next().is_none(),
+        "no slot left: {:?}",
+        net.nodes[R as usize].fill_slots().collect::<Vec<_>>()
     );
 }
