@@ -660,3 +660,48 @@ fn a_sender_vanishing_mid_transfer_frees_its_receiver() {
         net.nodes[R as usize].fill_slots().collect::<Vec<_>>()
     );
 }
+
+/// Whether a frame on the wire is an ADMISSION frame saying `op`.
+fn is_control(wire: &Wire, op: AdmissionOp) -> bool {
+    let view = FrameView::new_checked(&wire.2[LINK..]).unwrap();
+    view.kind_code() == FrameKind::Admission as u8 && view.aux() == op as u32
+}
+
+/// An ACCEPT with key 0 (the key of frames not admitted) answering a sender's request, from
+/// a buggy receiver or a forger on its address: the sender must not keep the transfer
+/// admitted in its admission table for ever; after a table's worth of them it still asks,
+/// and is placed.
+#[test]
+fn accepts_with_key_zero_do_not_wedge_the_senders_admission() {
+    let mut net = Net::new(3);
+    let outgoing = nicmsg_lm::admission::MAX_OUTGOING;
+    for _ in 0..outgoing + 2 {
+        let id = net.send(A, R, LEN);
+        let mut forged = Vec::new();
+        let now = net.now;
+        net.run(now, &mut |w| {
+            if w.0 == A && w.1 == R && is_control(w, AdmissionOp::Request) {
+                let view = FrameView::new_checked(&w.2[LINK..]).unwrap();
+                forged.push(control(R, A, AdmissionOp::Accept, view.msg_id(), 0, 0));
+                return false;
+            }
+            true
+        });
+        for frame in forged.drain(..) {
+            net.deliver(R, A, &frame);
+        }
+        net.settle();
+        assert_eq!(net.sent_ok(id, A), Some(true), "sent by copy");
+    }
+    let placed = net.nodes[R as usize].stats().placed_transfers;
+    let id = net.send(A, R, LEN);
+    net.settle();
+    assert_eq!(net.sent_ok(id, A), Some(true));
+    assert_eq!(net.check_received(R).len(), outgoing + 3);
+    assert_eq!(
+        net.nodes[R as usize].stats().placed_transfers,
+        placed + 1,
+        "the sender still asks, and its transfer is placed (requests sent: {})",
+        net.nodes[A as usize].admission().stats().requests_sent
+    );
+}
