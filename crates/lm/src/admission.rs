@@ -481,6 +481,15 @@ impl Admission {
     }
 
     fn on_accept(&mut self, from: PeerId, transfer: u32, key: TransferKey) {
+        if key.0 == 0 {
+            // Key 0 tags the frames of transfers not admitted: an accept with it is malformed.
+            // Taken, the station sent the transfer by copy while this table kept it admitted,
+            // and never finished it (only a transfer sent with a key ends its admission): each
+            // such accept held an entry for good, and MAX_OUTGOING of them stopped the sender
+            // from ever asking again (`accepts_with_key_zero_do_not_wedge_the_senders_admission`).
+            self.stats.dropped_malformed += 1;
+            return;
+        }
         let found = self
             .outgoing
             .iter_mut()

@@ -1,8 +1,9 @@
 //! Which transfers of one sender were delivered: bounded, whatever the number of transfers.
 //!
-//! A sender numbers its transfers to each receiver from 1 and has at most
-//! [`MAX_IN_FLIGHT_PER_PEER`](super::MAX_IN_FLIGHT_PER_PEER) of them unfinished at once, half
-//! of [`DEDUP_WINDOW`]: so when the receiver sees number `n`, every transfer below
+//! A sender numbers its transfers to each receiver from 1 and starts one only within
+//! [`MAX_IN_FLIGHT_PER_PEER`](super::MAX_IN_FLIGHT_PER_PEER) numbers of its oldest unfinished
+//! one there (a span, not a count: a long transfer overtaken by many short ones must not fall
+//! behind), half of [`DEDUP_WINDOW`]: so when the receiver sees number `n`, every transfer below
 //! `n - DEDUP_WINDOW` is finished at its sender (delivered, or given up), and the receiver may
 //! take anything that old for delivered. A frame of it that comes late is answered with
 //! DELIVERED and dropped, never delivered twice.

@@ -61,8 +61,9 @@ use sending::Sending;
 
 /// Transfers a station sends at once: admission's table of outgoing transfers is this size.
 pub const MAX_SENDING: usize = crate::admission::MAX_OUTGOING;
-/// Unfinished transfers to one receiver: half the receiver's window of remembered numbers,
-/// so a number it forgets is always of a finished transfer (`dedup`).
+/// How far ahead of its oldest unfinished transfer to one receiver a sender may number a new
+/// one (so at most this many are unfinished): half the receiver's window of remembered
+/// numbers, so a number it forgets is always of a finished transfer (`dedup`).
 pub const MAX_IN_FLIGHT_PER_PEER: u32 = DEDUP_WINDOW / 2;
 /// Retry intervals in a row with nothing heard from a receiver before it is taken for gone:
 /// with the interval growing to eight times its start, about half a second at 2 ms.

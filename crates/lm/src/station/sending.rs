@@ -30,7 +30,7 @@ pub enum SendError {
     NoSuchPeer(PeerId),
     #[error("the send buffer is cut for another frame size or header length")]
     Geometry,
-    #[error("too many transfers in flight (at most {MAX_SENDING}, {MAX_IN_FLIGHT_PER_PEER} to one receiver); wait for one to finish")]
+    #[error("too many transfers in flight (at most {MAX_SENDING}, and to one receiver at most {MAX_IN_FLIGHT_PER_PEER} numbers from the oldest unfinished on); wait for one to finish")]
     Busy,
 }
 
@@ -110,11 +110,23 @@ impl<R: Regions> Station<R> {
         if buffer.geometry() != self.config.geometry {
             return Err((SendError::Geometry, buffer));
         }
-        let in_flight = self.sending.iter().filter(|s| s.id.to == to).count() as u32;
-        if self.sending.len() == MAX_SENDING || in_flight == MAX_IN_FLIGHT_PER_PEER {
+        let number = self.next_number[to as usize];
+        // The span of numbers unfinished, not only their count, stays within
+        // MAX_IN_FLIGHT_PER_PEER: the receiver takes every number more than DEDUP_WINDOW below
+        // the newest it delivered for delivered (`dedup`). Counting only, a long transfer
+        // overtaken by 64 short ones to the same receiver fell out of that window, its late
+        // frames were answered DELIVERED and the send completed with nothing delivered
+        // (`a_slow_transfer_overtaken_by_many_short_ones_is_not_lost`).
+        let oldest = self
+            .sending
+            .iter()
+            .filter(|s| s.id.to == to)
+            .map(|s| s.id.number)
+            .min();
+        let too_far = oldest.is_some_and(|oldest| number - oldest >= MAX_IN_FLIGHT_PER_PEER);
+        if self.sending.len() == MAX_SENDING || too_far {
             return Err((SendError::Busy, buffer));
         }
-        let number = self.next_number[to as usize];
         self.next_number[to as usize] += 1;
         let id = SendId { to, number };
         let frames = buffer.frames();
