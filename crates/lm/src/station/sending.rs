@@ -123,7 +123,8 @@ impl<R: Regions> Station<R> {
             .filter(|s| s.id.to == to)
             .map(|s| s.id.number)
             .min();
-        let too_far = oldest.is_some_and(|oldest| number - oldest >= MAX_IN_FLIGHT_PER_PEER);
+        let too_far =
+            oldest.is_some_and(|oldest| number.wrapping_sub(oldest) >= MAX_IN_FLIGHT_PER_PEER);
         if self.sending.len() == MAX_SENDING || too_far {
             return Err((SendError::Busy, buffer));
         }
