@@ -885,6 +885,38 @@ fn serve(server: &DgramSocket, client: SocketAddr, rounds: usize, deadline: Inst
 
 /// A legitimate client: `rounds` datagrams of assorted sizes, each echoed back whole.
 /// Says `started` once its first datagram came back.
+/// An echo server of `server_peers` slots and an established client of `client_peers` running
+/// `rounds` echoes against it (see [`echo_client`]); the receiver of the client's "started"
+/// signal, for what is to begin once its conversation is under way.
+struct EchoPair {
+    server: DgramSocket,
+    address: SocketAddr,
+    client_address: SocketAddr,
+    client: thread::JoinHandle<()>,
+    client_started: mpsc::Receiver<()>,
+    start: Instant,
+}
+
+fn echo_pair(server_peers: u32, client_peers: u32, peer_timeout_s: u64, rounds: usize) -> EchoPair {
+    let server = DgramSocket::bind_with("127.0.0.1:0", dgram_options(server_peers, peer_timeout_s))
+        .expect("bind");
+    let address = server.local_addr();
+    let socket = DgramSocket::bind_with("127.0.0.1:0", dgram_options(client_peers, peer_timeout_s))
+        .expect("bind");
+    let client_address = socket.local_addr();
+    let (started, client_started) = mpsc::channel();
+    let start = Instant::now();
+    let client = echo_client(socket, address, rounds, started);
+    EchoPair {
+        server,
+        address,
+        client_address,
+        client,
+        client_started,
+        start,
+    }
+}
+
 fn echo_client(
     socket: DgramSocket,
     server: SocketAddr,
@@ -915,15 +947,16 @@ fn a_dgram_echo_survives_strangers_blasting_the_server() {
     let seed = seed();
     eprintln!("seed {seed} (HOSTILE_SEED)");
     let job = open_job_id();
-    let server = DgramSocket::bind_with("127.0.0.1:0", dgram_options(64, 2)).expect("bind");
-    let address = server.local_addr();
     // The client's conversation is under way before the strangers come: a new client
     // arriving while strangers hold every slot is turned away (see the flood test).
-    let socket = DgramSocket::bind_with("127.0.0.1:0", dgram_options(64, 2)).expect("bind");
-    let client_address = socket.local_addr();
-    let (started, client_started) = mpsc::channel();
-    let start = Instant::now();
-    let client = echo_client(socket, address, ROUNDS, started);
+    let EchoPair {
+        server,
+        address,
+        client_address,
+        client,
+        client_started,
+        start,
+    } = echo_pair(64, 64, 2, ROUNDS);
     let stop = Arc::new(AtomicBool::new(false));
     let blaster = {
         let stop = Arc::clone(&stop);
@@ -994,13 +1027,14 @@ fn a_flood_of_strangers_keeps_the_peer_table_bounded_and_the_client_served() {
     let seed = seed();
     eprintln!("seed {seed} (HOSTILE_SEED)");
     let job = open_job_id();
-    let server = DgramSocket::bind_with("127.0.0.1:0", dgram_options(PEERS, 1)).expect("bind");
-    let address = server.local_addr();
-    let socket = DgramSocket::bind_with("127.0.0.1:0", dgram_options(8, 1)).expect("bind");
-    let client_address = socket.local_addr();
-    let (started, client_started) = mpsc::channel();
-    let start = Instant::now();
-    let client = echo_client(socket, address, ROUNDS, started);
+    let EchoPair {
+        server,
+        address,
+        client_address,
+        client,
+        client_started,
+        start,
+    } = echo_pair(PEERS, 8, 1, ROUNDS);
     let rss_before = rss_kib();
     let flood = thread::spawn(move || {
         let _ = client_started.recv();
