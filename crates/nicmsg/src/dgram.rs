@@ -42,6 +42,11 @@ pub const DEFAULT_PEERS: u32 = 64;
 /// an application holding a few datagrams at once; more are allocated and freed.
 const LENT_POOL: usize = 4;
 
+/// Largest buffer the lending pool keeps (1 MiB): a larger one, lent for a large datagram, is
+/// freed when given back. Kept, four datagrams of up to `MAX_DATAGRAM_BYTES` each, which any
+/// sender may announce, held 4 GiB for the socket's life.
+const LENT_POOL_MAX_BYTES: usize = 1 << 20;
+
 /// The tag every datagram carries: datagrams have no tags.
 const DATAGRAM_TAG: u32 = 0;
 
@@ -173,7 +178,7 @@ impl DgramSocket {
 
     fn give_back(&self, buffer: Vec<u8>) {
         let mut pool = self.pool.borrow_mut();
-        if pool.len() < LENT_POOL {
+        if pool.len() < LENT_POOL && buffer.capacity() <= LENT_POOL_MAX_BYTES {
             pool.push(buffer);
         }
     }
@@ -218,4 +223,18 @@ fn resolve(to: impl ToSocketAddrs) -> Result<SocketAddr, Error> {
     to.to_socket_addrs()?
         .next()
         .ok_or_else(|| Error::Config("the destination resolves to no address".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lending_pool_keeps_no_large_buffer() {
+        let socket = DgramSocket::bind("127.0.0.1:0").expect("bind");
+        socket.give_back(vec![0; LENT_POOL_MAX_BYTES + 1]);
+        assert!(socket.pool.borrow().is_empty(), "a large buffer is freed");
+        socket.give_back(vec![0; 4096]);
+        assert_eq!(socket.pool.borrow().len(), 1, "a small one is kept");
+    }
 }
