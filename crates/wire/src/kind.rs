@@ -53,6 +53,26 @@ pub enum FrameKind {
 }
 
 impl FrameKind {
+    /// Every frame kind, in wire order.
+    pub const ALL: [FrameKind; 16] = [
+        Self::Eager,
+        Self::Rts,
+        Self::Cts,
+        Self::Data,
+        Self::Ack,
+        Self::End,
+        Self::MsgAck,
+        Self::Cleanup,
+        Self::Credit,
+        Self::Cancel,
+        Self::CancelAck,
+        Self::Reset,
+        Self::PdlProgram,
+        Self::PdlMessage,
+        Self::Admission,
+        Self::LmData,
+    ];
+
     /// Decodes the type byte; unknown values are an error, never a guess.
     pub fn from_u8(value: u8) -> Result<Self, WireError> {
         Ok(match value {

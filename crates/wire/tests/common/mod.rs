@@ -8,24 +8,7 @@ use nicmsg_wire::{
 };
 
 /// Every frame kind, in wire order.
-pub const ALL_KINDS: [FrameKind; 16] = [
-    FrameKind::Eager,
-    FrameKind::Rts,
-    FrameKind::Cts,
-    FrameKind::Data,
-    FrameKind::Ack,
-    FrameKind::End,
-    FrameKind::MsgAck,
-    FrameKind::Cleanup,
-    FrameKind::Credit,
-    FrameKind::Cancel,
-    FrameKind::CancelAck,
-    FrameKind::Reset,
-    FrameKind::PdlProgram,
-    FrameKind::PdlMessage,
-    FrameKind::Admission,
-    FrameKind::LmData,
-];
+pub const ALL_KINDS: [FrameKind; 16] = FrameKind::ALL;
 
 /// The protocol a message header must name on a frame of `kind`.
 pub fn protocol_for(kind: FrameKind) -> Protocol {
