@@ -2536,3 +2536,36 @@ fn a_truncated_message_whose_sender_died_mid_way_is_freed() {
         net.endpoints[1].usage()
     );
 }
+
+/// A receive too short for an eager message its receiver kept without its data (`drop` mode:
+/// WAIT with KEPT) completes Truncated at once; the message's entry then needs its frames to
+/// end, and its sender has stopped asking (its repeats are a safety net, `rto_max_ns` doubled
+/// up to `KEPT_REPEAT_DOUBLINGS` times apart). The receiver must ask for them, as it does for
+/// a receive that fits: otherwise the send and the entry waited for that repeat, up to 32
+/// `rto_max_ns` (6.4 s by default).
+#[test]
+fn a_kept_eager_message_truncated_by_its_receive_is_asked_for() {
+    let config = Config {
+        unexpected: UnexpectedPolicy::Drop,
+        ..test_config()
+    };
+    let rto_max = config.rto_max_ns;
+    let mut net = Net::new(2, config);
+    let send = net.send(0, 1, 1, pattern(4000, 1));
+    // Several WAITs and safety repeats: the sender's pause has grown.
+    net.run(net.now + 50 * rto_max);
+    assert!(net.result(0, send).is_none(), "kept, not received");
+    let (recv, _) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), 100);
+    let took = net.run_until(64 * rto_max, |net| {
+        net.result(0, send).is_some() && net.endpoints.iter().all(|e| e.usage().is_empty())
+    });
+    assert!(matches!(
+        net.result(1, recv),
+        Some(Err(OpError::Truncated { .. }))
+    ));
+    assert_eq!(net.result(0, send).map(|r| r.is_ok()), Some(true));
+    assert!(
+        took < rto_max,
+        "the truncated message's sender finished {took} ns after the receive"
+    );
+}
