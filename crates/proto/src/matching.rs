@@ -240,6 +240,14 @@ impl Core {
                 // Its entry waits for the rest of its frames with no receive left waiting:
                 // awaited, so that it is freed if its sender dies with a frame of it lost.
                 self.set_waiter(incoming, true);
+                if self.rx[incoming].discarded {
+                    // Its sender was told WAIT with KEPT and repeats only as a safety net,
+                    // up to `rto_max_ns << KEPT_REPEAT_DOUBLINGS` apart: ask for the frames
+                    // now, as `bind` does for a receive that fits, or the send and this entry
+                    // wait for that repeat (seconds by default).
+                    self.ask_to_resume(incoming);
+                    self.expect_resumption(now, incoming);
+                }
             }
             return;
         }

@@ -347,9 +347,10 @@ impl Core {
         op.wait_answered = true;
         let dst = op.dst;
         let pause = if kept {
-            let repeats = op
-                .kept_repeats
-                .map_or(0, |n| (n + 1).min(KEPT_REPEAT_DOUBLINGS));
+            // The pause doubles with every repeat (`expire_sends`), not with every WAIT: the
+            // receiver answers WAIT to each frame it discards, and counted so, a message of
+            // four frames waited 8 `rto_max_ns` for its first repeat and 32 for its second.
+            let repeats = op.kept_repeats.unwrap_or(0);
             if op.kept_repeats.replace(repeats).is_none() {
                 self.peers.add_waiter(dst);
             }
@@ -548,7 +549,12 @@ impl Core {
                 continue;
             }
             let max_ns = self.config.rto_max_ns;
-            let dst = self.sends[index].dst;
+            let op = &mut self.sends[index];
+            let dst = op.dst;
+            // A kept message's safety repeat: the next pause is twice as long (`on_wait`).
+            if let Some(repeats) = op.kept_repeats.as_mut() {
+                *repeats = (*repeats + 1).min(KEPT_REPEAT_DOUBLINGS);
+            }
             // A send told WAIT repeats its RTS as a question, on schedule: neither that nor
             // the loss of one says the path is slower. Counted, a receiver holding hundreds
             // of messages kept its peer's timeout at `rto_max_ns`, and every frame lost

@@ -1317,9 +1317,9 @@ fn messages_held_without_a_receive_leave_the_timeout_alone() {
 }
 
 /// A message its receiver keeps without a receive (WAIT with KEPT) is asked again only as a
-/// safety net, at pauses that double up to `rto_max_ns << KEPT_REPEAT_DOUBLINGS`: held for 60
-/// `rto_max_ns`, four messages cost their sender 8 repeats or so, not 240 (one per
-/// `rto_max_ns` each, as before). Once a receive is posted the receiver's request brings each
+/// safety net, at pauses that double from `rto_max_ns` up to `rto_max_ns <<
+/// KEPT_REPEAT_DOUBLINGS`: held for 60 `rto_max_ns`, four messages cost their sender 20
+/// repeats (five each), not 240 (one per `rto_max_ns` each, as before). Once a receive is posted the receiver's request brings each
 /// at once, and a receiver that died meanwhile is still found (the sends wait on its
 /// liveness).
 #[test]
@@ -1330,8 +1330,18 @@ fn messages_kept_without_a_receive_are_asked_again_rarely() {
     let held: Vec<OpId> = (0..4)
         .map(|i| net.send(0, 1, 1, pattern(20_000, i)))
         .collect();
+    // Repeats counted by their RTS: `frames_retransmitted` counts every frame sent before a
+    // grant with it (seven here). A repeat sends its RTS twice, as its collection's
+    // retransmission and as the grant wait's repeat (`expire_sends`).
+    let rts_sent = Rc::new(Cell::new(0u64));
+    let counting = Rc::clone(&rts_sent);
+    net.filter = Some(Box::new(move |bytes: &[u8]| {
+        counting.set(counting.get() + u64::from(kind_of(bytes) == FrameKind::Rts as u8));
+        false
+    }));
     net.run(net.now + 60 * rto_max);
-    let repeats = net.endpoints[0].stats().frames_retransmitted;
+    net.filter = None;
+    let repeats = (rts_sent.get() - 4) / 2;
     assert!(held.iter().all(|&op| net.result(0, op).is_none()));
     let bound = 4 * (KEPT_REPEAT_DOUBLINGS as u64 + 60 / (1 << KEPT_REPEAT_DOUBLINGS) + 1);
     assert!(repeats <= bound, "{repeats} repeats, at most {bound}");
@@ -2535,4 +2545,75 @@ fn a_truncated_message_whose_sender_died_mid_way_is_freed() {
         "{:?}",
         net.endpoints[1].usage()
     );
+}
+
+/// A receive too short for an eager message its receiver kept without its data (`drop` mode:
+/// WAIT with KEPT) completes Truncated at once; the message's entry then needs its frames to
+/// end, and its sender has stopped asking (its repeats are a safety net, `rto_max_ns` doubled
+/// up to `KEPT_REPEAT_DOUBLINGS` times apart). The receiver must ask for them, as it does for
+/// a receive that fits: otherwise the send and the entry waited for that repeat, up to 32
+/// `rto_max_ns` (6.4 s by default).
+#[test]
+fn a_kept_eager_message_truncated_by_its_receive_is_asked_for() {
+    let config = Config {
+        unexpected: UnexpectedPolicy::Drop,
+        ..test_config()
+    };
+    let rto_max = config.rto_max_ns;
+    let mut net = Net::new(2, config);
+    let send = net.send(0, 1, 1, pattern(4000, 1));
+    // Several WAITs and safety repeats: the sender's pause has grown.
+    net.run(net.now + 50 * rto_max);
+    assert!(net.result(0, send).is_none(), "kept, not received");
+    let (recv, _) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), 100);
+    let took = net.run_until(64 * rto_max, |net| {
+        net.result(0, send).is_some() && net.endpoints.iter().all(|e| e.usage().is_empty())
+    });
+    assert!(matches!(
+        net.result(1, recv),
+        Some(Err(OpError::Truncated { .. }))
+    ));
+    assert_eq!(net.result(0, send).map(|r| r.is_ok()), Some(true));
+    assert!(
+        took < rto_max,
+        "the truncated message's sender finished {took} ns after the receive"
+    );
+}
+
+/// A kept message's safety repeats come after `rto_max_ns`, then twice that, and so on up to
+/// `rto_max_ns << KEPT_REPEAT_DOUBLINGS` (docs/protocol.md): one doubling per repeat. The
+/// pause doubled with every WAIT, and the receiver answers WAIT to each frame it discards: a
+/// 4-frame eager message's first repeat came after 8 `rto_max_ns`, its second after 32.
+#[test]
+fn a_kept_messages_repeats_double_once_per_repeat() {
+    for (policy, len) in [
+        (UnexpectedPolicy::Drop, 4000),
+        (UnexpectedPolicy::Buffer, 20_000),
+    ] {
+        let config = Config {
+            unexpected: policy,
+            ..test_config()
+        };
+        let rto_max = config.rto_max_ns;
+        let mut net = Net::new(2, config);
+        net.send(0, 1, 1, pattern(len, 1));
+        let mut gaps = Vec::new();
+        let mut last = (net.now, 0);
+        while gaps.len() < 4 {
+            net.run_until(100 * rto_max, |net| {
+                net.endpoints[0].stats().frames_retransmitted > last.1
+            });
+            let repeats = net.endpoints[0].stats().frames_retransmitted;
+            assert!(repeats > last.1, "{policy:?}: no repeat");
+            // Every frame of the repeat leaves at once.
+            net.run(net.now + rto_max / 10);
+            gaps.push((net.now - last.0 + rto_max / 2) / rto_max);
+            last = (net.now, net.endpoints[0].stats().frames_retransmitted);
+        }
+        assert_eq!(
+            gaps,
+            [1, 2, 4, 8],
+            "{policy:?}: repeats' gaps in rto_max_ns"
+        );
+    }
 }
