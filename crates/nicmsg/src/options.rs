@@ -885,7 +885,8 @@ pub static SETTINGS: &[Setting] = &[
             max: BOOTSTRAP_TIMEOUT_MAX_S,
         },
         default: "60",
-        meaning: "how long the ranks of a job wait for each other to join (rank 0's exchange,                   or the PMIx fence); a rank missing then is named in every rank's error",
+        meaning: "how long the ranks of a job wait for each other to join (rank 0's exchange, \
+                  or the PMIx fence); a rank missing then is named in every rank's error",
         apply: |o, v| o.bootstrap_timeout = std::time::Duration::from_secs_f64(v.seconds()),
     },
     Setting {
