@@ -2,7 +2,10 @@
 //! the engine's clock, its send buffers (a program's `SEND` and `REPLY` are copied into one and
 //! queued for posting), the shared segments, the locks and flags, the display output.
 
-use super::{Buffer, ProgramsShared, ProgramsStats, Queued, MESSAGE_BUFFER_LEN};
+use super::{
+    Buffer, ProgramsShared, ProgramsStats, Queued, MESSAGE_BUFFER_LEN,
+    PROGRAM_SENDS_IN_FLIGHT_PER_RANK, SENDS_IN_FLIGHT_PER_RANK,
+};
 use crate::registry::Registry;
 use nicmsg_proto::{Context, Nanos};
 use nicmsg_vm::{Destination, Host, Outgoing, ProgramId, SegmentError, SegmentId, SendRefused};
@@ -16,6 +19,7 @@ pub(super) struct EngineHost<'a> {
     pub(super) registry: &'a Registry,
     pub(super) buffers: &'a [Buffer],
     pub(super) free_sends: &'a mut Vec<usize>,
+    pub(super) program_send_to: &'a mut [Option<(u32, u32)>],
     pub(super) queued: &'a mut VecDeque<Queued>,
     pub(super) stats: &'a mut ProgramsStats,
     /// Whether segment copies are timed ([`super::Programs::set_phase_timing`]), and their
@@ -43,6 +47,19 @@ impl Host for EngineHost<'_> {
     }
 
     fn send(&mut self, message: Outgoing<'_>) -> Result<(), SendRefused> {
+        // A rank that does not take its messages must not pin every buffer of the engine.
+        let (mut to_rank, mut from_program) = (0, 0);
+        for &(rank, program) in self.program_send_to.iter().flatten() {
+            if rank == message.rank {
+                to_rank += 1;
+                from_program += usize::from(program == message.from.0);
+            }
+        }
+        if to_rank >= SENDS_IN_FLIGHT_PER_RANK || from_program >= PROGRAM_SENDS_IN_FLIGHT_PER_RANK {
+            return Err(SendRefused(
+                "too many of the engine's send buffers are in flight to that rank",
+            ));
+        }
         let Some(buffer) = self.free_sends.pop() else {
             return Err(SendRefused(
                 "all of the engine's send buffers are in flight",
@@ -81,6 +98,7 @@ impl Host for EngineHost<'_> {
         let memory = unsafe { std::slice::from_raw_parts_mut(address, len) };
         header.emit(memory);
         memory[PROGRAM_HEADER_LEN..].copy_from_slice(message.payload);
+        self.program_send_to[buffer] = Some((message.rank, message.from.0));
         self.queued.push_back(Queued {
             buffer,
             rank: message.rank,

@@ -49,6 +49,18 @@ pub const SEND_BUFFERS: usize = 64;
 /// Free send buffers needed before a message is handled: the sends one activation typically
 /// makes (a barrier's fan-out to 8 peers).
 pub const SENDS_RESERVED: usize = 8;
+/// Programs' sends (`SEND`, `REPLY`) in flight to one rank at most, all programs together;
+/// [`PROGRAM_SENDS_IN_FLIGHT_PER_RANK`] for one program. One more traps (`SendRefused`). The
+/// send buffers are shared by every program, and a send holds its buffer until the
+/// destination takes the message: a rank that never takes what programs send it (a hostile
+/// host that loads programs replying to it and never receives the replies) would otherwise pin
+/// them all, and no program of the engine would run again (`tests/programs_hostile.rs` in
+/// `nicmsg`). Half the buffers: such a rank leaves the other half to everyone else.
+pub const SENDS_IN_FLIGHT_PER_RANK: usize = SEND_BUFFERS / 2;
+/// Sends of one program in flight to one rank at most: one program's burst to a slow rank
+/// cannot take the whole of [`SENDS_IN_FLIGHT_PER_RANK`] and make other programs' sends to that
+/// rank trap (they would otherwise only have waited for free buffers).
+pub const PROGRAM_SENDS_IN_FLIGHT_PER_RANK: usize = SEND_BUFFERS / 4;
 /// The largest program message: its header and a program's largest transfer.
 pub const MESSAGE_BUFFER_LEN: usize =
     PROGRAM_HEADER_LEN + nicmsg_pdl::limits::MAX_TRANSFER_BYTES as usize;
@@ -175,6 +187,9 @@ pub struct Programs {
     /// Inboxes first (`MESSAGE_INBOXES` then `REQUEST_INBOXES`), then the send buffers.
     buffers: Vec<Buffer>,
     free_sends: Vec<usize>,
+    /// Per buffer, the rank a program's send in it goes to and the program, while it is in
+    /// flight (queued or posted): what [`SENDS_IN_FLIGHT_PER_RANK`] is checked against.
+    program_send_to: Vec<Option<(u32, u32)>>,
     /// Each inbox's posted receive, per context (messages, requests), in the order they were
     /// posted: the protocol matches messages to identical receives in that order, so handling
     /// inboxes in it handles messages in the order they were sent (a later message may
@@ -252,6 +267,7 @@ impl Programs {
             traps_on_stderr: config.traps_on_stderr,
             buffers,
             free_sends: (inboxes..inboxes + SEND_BUFFERS).rev().collect(),
+            program_send_to: vec![None; inboxes + SEND_BUFFERS],
             in_order: [VecDeque::new(), VecDeque::new()],
             completed: vec![None; inboxes],
             unposted: (0..inboxes).collect(),
@@ -366,7 +382,10 @@ impl Programs {
         self.buffers[buffer].op = None;
         match result {
             Ok(status) if self.is_inbox(buffer) => self.completed[buffer] = Some(status),
-            Ok(_) => self.free_sends.push(buffer),
+            Ok(_) => {
+                self.program_send_to[buffer] = None;
+                self.free_sends.push(buffer);
+            }
             Err(error) => {
                 tracing::debug!(?error, ?op, "a PANIC operation failed");
                 if self.is_inbox(buffer) {
@@ -389,6 +408,7 @@ impl Programs {
             self.unposted.push_back(buffer);
         } else {
             self.stats.sends_failed += 1;
+            self.program_send_to[buffer] = None;
             self.free_sends.push(buffer);
         }
     }
@@ -466,6 +486,7 @@ impl Programs {
             registry: &self.registry,
             buffers: &self.buffers,
             free_sends: &mut self.free_sends,
+            program_send_to: &mut self.program_send_to,
             queued: &mut self.queued,
             stats: &mut self.stats,
             time_copies: false,
@@ -805,7 +826,8 @@ mod tests {
                 enabled: true,
                 remote_requests: true,
                 traps_on_stderr: false,
-                vm: VmConfig::new(0, 2),
+                // Ranks enough for `FAN` to fill the send buffers within the per-rank limit.
+                vm: VmConfig::new(0, 8),
             };
             let programs = Programs::new(config, Arc::clone(&shared), Arc::clone(&registry));
             let mut engine = Self {
@@ -961,12 +983,13 @@ mod tests {
         assert_eq!(engine.programs.stats().messages, 2 + MESSAGE_INBOXES as u64);
     }
 
-    /// Sends `n` messages (the 8 bytes of the message) then passes the message on to the host.
+    /// Sends `n` messages (the 8 bytes of the message), spread over ranks 1 to 7, then passes
+    /// the message on to the host.
     const FAN: &str = "PROGRAM fan: VAR i, n; TRIGGERS 1;
         BEGIN i = 0 END;
         MESSAGE 1: BEGIN
           RECEIVE n LEN 8; i = 0;
-          WHILE i < n DO BEGIN SEND i LEN 8 AS 2 TO 77 AT 1; i = i + 1 END;
+          WHILE i < n DO BEGIN SEND i LEN 8 AS 2 TO 77 AT 1 + i MOD 7; i = i + 1 END;
           PASS
         END;
         END.";
@@ -1015,6 +1038,56 @@ mod tests {
         let stats = *engine.programs.stats();
         assert_eq!(stats.sends_failed, 0, "{stats:?}");
         assert_eq!((stats.passed, stats.traps), (1, 1), "{stats:?}");
+    }
+
+    /// Sends `n` messages to rank 1.
+    const ONE_RANK: &str = "PROGRAM onerank: VAR i, n; TRIGGERS 1;
+        BEGIN i = 0 END;
+        MESSAGE 1: BEGIN
+          RECEIVE n LEN 8; i = 0;
+          WHILE i < n DO BEGIN SEND i LEN 8 AS 2 TO 77 AT 1; i = i + 1 END
+        END;
+        END.";
+
+    #[test]
+    fn a_rank_that_takes_nothing_holds_at_most_its_share_of_the_send_buffers() {
+        let mut engine = Engine::new();
+        let names = ["onerank", "tworank", "threerank"];
+        for (request, name) in (1..).zip(names) {
+            let source = ONE_RANK.replace("onerank", name);
+            let module = nicmsg_pdl::compile(&source).unwrap().encode().unwrap();
+            engine.numbered_request(ProgramOp::Load, 0, &module, request);
+            engine.numbered_request(
+                ProgramOp::Run,
+                nicmsg_pdl::program_id(name),
+                &[],
+                10 + request,
+            );
+        }
+        // Rank 1 takes nothing: every send to it stays in flight.
+        engine.hold_sends = true;
+        for (traps, name) in (1..).zip(names) {
+            let header = ProgramHeader {
+                op: ProgramOp::Message,
+                trigger: 1,
+                program: nicmsg_pdl::program_id(name),
+                source_program: None,
+                request: 0,
+                origin: 1,
+            };
+            let inbox = engine.inbox(Context::PROGRAM_MESSAGES, 0);
+            engine.arrive(inbox, header, &(SEND_BUFFERS as i64).to_le_bytes());
+            engine.turn();
+            let stats = *engine.programs.stats();
+            assert_eq!(stats.traps, traps, "{name}: {stats:?}");
+            let in_flight =
+                (traps as usize * PROGRAM_SENDS_IN_FLIGHT_PER_RANK).min(SENDS_IN_FLIGHT_PER_RANK);
+            assert_eq!(
+                engine.programs.free_sends.len(),
+                SEND_BUFFERS - in_flight,
+                "{name}: the sends to rank 1 stay in flight, the rest are free for others"
+            );
+        }
     }
 
     #[test]
