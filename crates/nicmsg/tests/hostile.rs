@@ -26,9 +26,9 @@ use nicmsg_wire::{
     emit_frame, Flags, FrameHeader, FrameKind, FrameView, MsgHeader, Protocol, MAX_HEADERS_LEN,
 };
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::{SocketAddr, SocketAddrV4, UdpSocket};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread;
@@ -37,48 +37,7 @@ use std::time::{Duration, Instant};
 // ---------------------------------------------------------------------------------------------
 // Randomness and data
 
-/// xorshift64*: reproducible from the seed printed by each test.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Self(seed | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn u32(&mut self) -> u32 {
-        self.next() as u32
-    }
-
-    fn nonzero_u32(&mut self) -> u32 {
-        self.u32().max(1)
-    }
-
-    fn bytes(&mut self, len: usize) -> Vec<u8> {
-        let mut out = Vec::with_capacity(len + 8);
-        while out.len() < len {
-            out.extend_from_slice(&self.next().to_le_bytes());
-        }
-        out.truncate(len);
-        out
-    }
-
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len() as u64) as usize]
-    }
-}
+use common::Rng;
 
 fn seed() -> u64 {
     std::env::var("HOSTILE_SEED")
@@ -605,32 +564,16 @@ struct Rank {
 
 /// Starts both ranks and learns each one's data address from its log line.
 fn start_job(job: u32) -> Vec<Rank> {
-    let exe = std::env::current_exe().expect("this test binary");
     let bootstrap = format!("127.0.0.1:{}", free_port());
     let mut ranks: Vec<Rank> = (0..2)
         .map(|rank| {
-            let mut child = Command::new(&exe)
-                .args(["job_rank", "--exact", "--nocapture", "--test-threads=1"])
-                .env(ROLE, "1")
-                .env("NICMSG_RANK", rank.to_string())
-                .env("NICMSG_SIZE", "2")
-                .env("NICMSG_JOB", job.to_string())
-                .env("NICMSG_BOOTSTRAP", &bootstrap)
-                .env("NICMSG_TRANSPORT", "udp")
-                .env("NICMSG_BIND_IP", "127.0.0.1")
-                .env("NICMSG_LOG", "nicmsg=info")
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("start a rank");
-            let (lines, stderr) = mpsc::channel();
-            let pipe = child.stderr.take().expect("stderr");
-            thread::spawn(move || {
-                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                    let _ = lines.send(line);
-                }
-            });
+            let (child, stderr) = common::spawn_rank(
+                "job_rank",
+                ROLE,
+                (rank, 2, job),
+                &bootstrap,
+                &[("NICMSG_LOG", "nicmsg=info")],
+            );
             Rank {
                 child,
                 address: SocketAddr::from(([0, 0, 0, 0], 0)),
@@ -707,13 +650,7 @@ fn run_job_under_fire(
 
 /// A counter of a rank's `HOSTILE_STATS` line.
 fn stat(output: &str, name: &str) -> u64 {
-    output
-        .lines()
-        .filter(|line| line.starts_with("HOSTILE_STATS"))
-        .flat_map(|line| line.split_whitespace())
-        .find_map(|word| word.strip_prefix(&format!("{name}=")))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in {output}"))
+    common::stat_of(output, "HOSTILE_STATS", name)
 }
 
 /// Strangers (ordinary sockets of their own) blast both ranks with every hostile case, frames

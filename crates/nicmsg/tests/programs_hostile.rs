@@ -27,9 +27,7 @@
 mod common;
 
 use nicmsg::{Comm, Error, ProgramId, Source, TagMatch};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::io::Write;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -199,23 +197,7 @@ fn maximal_source() -> String {
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-/// xorshift64*.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn bytes(&mut self, len: usize) -> Vec<u8> {
-        (0..len).map(|_| self.next() as u8).collect()
-    }
-}
+use common::Rng;
 
 /// The status of an engine's refusal, or a panic naming what was expected.
 fn status_of<T: std::fmt::Debug>(result: Result<T, Error>, what: &str) -> (u32, String) {
@@ -550,7 +532,7 @@ fn hostile(comm: &Comm) {
         comm,
         provoked: Provoked::default(),
     };
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     comm.barrier().unwrap();
     comm.recv(&mut [0u8; 0], Source::Rank(LEGIT), TagMatch::Tag(GO))
         .unwrap();
@@ -848,53 +830,16 @@ fn free_port() -> u16 {
 
 /// A number `name=` of the line starting with `prefix` in `output`.
 fn stat(output: &str, prefix: &str, name: &str) -> u64 {
-    output
-        .lines()
-        // A child's harness may print its test's name on the same line first.
-        .filter_map(|line| line.find(prefix).map(|at| &line[at..]))
-        .flat_map(|line| line.split_whitespace())
-        .find_map(|word| word.strip_prefix(&format!("{name}=")))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in {prefix} of:\n{output}"))
+    common::stat_of(output, prefix, name)
 }
 
 #[test]
 fn a_hostile_rank_does_not_stop_an_engine_serving_its_programs() {
     let started = Instant::now();
-    let exe = std::env::current_exe().expect("this test binary");
     let bootstrap = format!("127.0.0.1:{}", free_port());
     let job = 0x9a1c_0000 | (std::process::id() & 0xffff);
     let children: Vec<_> = (0..3)
-        .map(|rank| {
-            let mut child = Command::new(&exe)
-                .args([
-                    "panic_hostile_rank",
-                    "--exact",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .env(ROLE, "1")
-                .env("NICMSG_RANK", rank.to_string())
-                .env("NICMSG_SIZE", "3")
-                .env("NICMSG_JOB", job.to_string())
-                .env("NICMSG_BOOTSTRAP", &bootstrap)
-                .env("NICMSG_TRANSPORT", "udp")
-                .env("NICMSG_BIND_IP", "127.0.0.1")
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("start a rank");
-            // stderr is read as it comes, so a hung rank still shows where it was.
-            let (lines, stderr) = mpsc::channel();
-            let pipe = child.stderr.take().expect("stderr");
-            thread::spawn(move || {
-                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                    let _ = lines.send(line);
-                }
-            });
-            (child, stderr)
-        })
+        .map(|rank| common::spawn_rank("panic_hostile_rank", ROLE, (rank, 3, job), &bootstrap, &[]))
         .collect();
     let mut outputs = Vec::new();
     let mut failures = Vec::new();

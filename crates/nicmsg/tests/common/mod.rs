@@ -168,3 +168,91 @@ extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, signal: i32) -> i32;
 }
+
+/// Starts rank `rank` of a job of `size` over loopback UDP as this test binary run again with
+/// only `test` (which plays the rank when `role` is set in its environment), with `extra`
+/// variables; its stderr lines arrive on the receiver as they come, so a hung rank still shows
+/// where it was.
+pub fn spawn_rank(
+    test: &str,
+    role: &str,
+    (rank, size, job): (u32, u32, u32),
+    bootstrap: &str,
+    extra: &[(&str, &str)],
+) -> (Child, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead;
+    let exe = std::env::current_exe().expect("this test binary");
+    let mut child = Command::new(exe)
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(role, "1")
+        .env("NICMSG_RANK", rank.to_string())
+        .env("NICMSG_SIZE", size.to_string())
+        .env("NICMSG_JOB", job.to_string())
+        .env("NICMSG_BOOTSTRAP", bootstrap)
+        .env("NICMSG_TRANSPORT", "udp")
+        .env("NICMSG_BIND_IP", "127.0.0.1")
+        .envs(extra.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start a rank");
+    let (lines, stderr) = std::sync::mpsc::channel();
+    let pipe = child.stderr.take().expect("stderr");
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    (child, stderr)
+}
+
+/// The number `name=` on the line of `output` that holds `prefix` (a child rank's counters,
+/// printed after its harness may have printed its test's name on the same line).
+pub fn stat_of(output: &str, prefix: &str, name: &str) -> u64 {
+    output
+        .lines()
+        .filter_map(|line| line.find(prefix).map(|at| &line[at..]))
+        .flat_map(|line| line.split_whitespace())
+        .find_map(|word| word.strip_prefix(&format!("{name}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {prefix} of:\n{output}"))
+}
+
+/// Test randomness, reproducible from the seed a test prints (ChaCha8).
+pub struct Rng(rand_chacha::ChaCha8Rng);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        use rand::SeedableRng;
+        Self(rand_chacha::ChaCha8Rng::seed_from_u64(seed))
+    }
+
+    pub fn next(&mut self) -> u64 {
+        rand::RngCore::next_u64(&mut self.0)
+    }
+
+    /// A number below `n` (0 for `n` of 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        use rand::Rng as _;
+        self.0.gen_range(0..n.max(1))
+    }
+
+    pub fn u32(&mut self) -> u32 {
+        rand::RngCore::next_u32(&mut self.0)
+    }
+
+    pub fn nonzero_u32(&mut self) -> u32 {
+        self.u32().max(1)
+    }
+
+    pub fn bytes(&mut self, len: usize) -> Vec<u8> {
+        let mut out = vec![0; len];
+        rand::RngCore::fill_bytes(&mut self.0, &mut out);
+        out
+    }
+
+    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len() as u64) as usize]
+    }
+}
