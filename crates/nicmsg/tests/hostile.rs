@@ -19,6 +19,8 @@
 //!   established client keeps its slot, memory does not grow with the strangers.
 
 mod common;
+#[path = "common/rng.rs"]
+mod rng;
 
 use nicmsg::dgram::DgramSocket;
 use nicmsg::{Comm, Options, Source, TagMatch};
@@ -37,7 +39,7 @@ use std::time::{Duration, Instant};
 // ---------------------------------------------------------------------------------------------
 // Randomness and data
 
-use common::Rng;
+use rng::Rng;
 
 fn seed() -> u64 {
     std::env::var("HOSTILE_SEED")

@@ -25,6 +25,8 @@
 //! --nocapture`.
 
 mod common;
+#[path = "common/rng.rs"]
+mod rng;
 
 use nicmsg::{Comm, Error, ProgramId, Source, TagMatch};
 use std::io::Write;
@@ -197,7 +199,7 @@ fn maximal_source() -> String {
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-use common::Rng;
+use rng::Rng;
 
 /// The status of an engine's refusal, or a panic naming what was expected.
 fn status_of<T: std::fmt::Debug>(result: Result<T, Error>, what: &str) -> (u32, String) {
