@@ -115,6 +115,30 @@ pub enum Arrival {
     },
 }
 
+impl Arrival {
+    /// What a packet filter reads of a frame as the device writes it, `link_len` bytes of
+    /// link headers (Ethernet, IP, UDP) first, without checking it: LM-DATA with a transfer
+    /// key is a frame of that transfer, anything else ordinary.
+    pub fn of_frame(bytes: &[u8], link_len: usize) -> Self {
+        let len = bytes.len() as u32;
+        let view = bytes
+            .get(link_len..)
+            .and_then(|frame| nicmsg_wire::FrameView::new_checked(frame).ok());
+        match view {
+            Some(view)
+                if view.kind_code() == nicmsg_wire::FrameKind::LmData as u8 && view.aux() != 0 =>
+            {
+                Self::Transfer {
+                    transfer: TransferKey(view.aux()),
+                    index: view.frame_index(),
+                    len,
+                }
+            }
+            _ => Self::Ordinary { len },
+        }
+    }
+}
+
 /// Where an arriving frame goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Steer {

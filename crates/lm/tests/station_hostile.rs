@@ -131,16 +131,7 @@ impl Net {
     fn deliver(&mut self, from: u32, to: u32, bytes: &[u8]) {
         let now = self.now;
         let node = &mut self.nodes[to as usize];
-        let arrival = match peek(bytes) {
-            Some((transfer, index)) => Arrival::Transfer {
-                transfer,
-                index,
-                len: bytes.len() as u32,
-            },
-            None => Arrival::Ordinary {
-                len: bytes.len() as u32,
-            },
-        };
+        let arrival = Arrival::of_frame(bytes, LINK);
         match node.fill_queue_mut().steer(arrival) {
             Steer::Kernel => {
                 if let Some(frame) = bytes.get(LINK..) {
@@ -257,13 +248,9 @@ impl Net {
     }
 }
 
-/// What the packet filter reads of a frame without checking it.
-fn peek(bytes: &[u8]) -> Option<(TransferKey, u32)> {
-    let view = FrameView::new_checked(bytes.get(LINK..)?).ok()?;
-    if view.kind_code() != FrameKind::LmData as u8 || view.aux() == 0 {
-        return None;
-    }
-    Some((TransferKey(view.aux()), view.frame_index()))
+/// An LM-DATA frame of an admitted transfer (with a key), as the steering rule sees it.
+fn is_placed_data(bytes: &[u8]) -> bool {
+    matches!(Arrival::of_frame(bytes, LINK), Arrival::Transfer { .. })
 }
 
 /// An LM-DATA frame, link bytes first, sealed with a valid checksum.
@@ -389,7 +376,7 @@ fn a_third_node_aiming_at_the_head_slot_corrupts_nothing() {
             net.wire.extend(held.drain(..));
             continue;
         };
-        if wire.0 == A && wire.1 == R && peek(&wire.2).is_some() {
+        if wire.0 == A && wire.1 == R && is_placed_data(&wire.2) {
             if let Some(Slot::Placement {
                 transfer,
                 index,
@@ -604,7 +591,7 @@ fn a_finished_transfer_replayed_whole_is_not_delivered_again() {
             }
             continue;
         };
-        if !replayed && wire.0 == A && peek(&wire.2).is_some() {
+        if !replayed && wire.0 == A && is_placed_data(&wire.2) {
             replayed = true;
             for old in recorded.iter().chain(recorded.iter().rev()) {
                 net.deliver(old.0, old.1, &old.2);
@@ -629,7 +616,7 @@ fn a_sender_vanishing_mid_transfer_frees_its_receiver() {
     let mut data = 0;
     let until = net.now + 3 * LEASE_NS;
     net.run(until, &mut |w| {
-        if w.0 == A && peek(&w.2).is_some() {
+        if w.0 == A && is_placed_data(&w.2) {
             data += 1;
         }
         // A's link goes down after 5 data frames, in both directions.

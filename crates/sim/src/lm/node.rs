@@ -191,16 +191,7 @@ impl Node {
         stats: &mut LmStats,
         v: &mut Violations,
     ) {
-        let arrival = match frames::peek_transfer(bytes) {
-            Some((transfer, index)) => Arrival::Transfer {
-                transfer,
-                index,
-                len: bytes.len() as u32,
-            },
-            None => Arrival::Ordinary {
-                len: bytes.len() as u32,
-            },
-        };
+        let arrival = Arrival::of_frame(bytes, LINK_HEADER_LEN);
         match self.station.fill_queue_mut().steer(arrival) {
             Steer::Kernel => {
                 stats.kernel_frames += 1;
