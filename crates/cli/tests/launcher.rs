@@ -511,17 +511,22 @@ fn check_of_one_rank_passes_at_once() {
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
 }
 
-/// Starts `nicmsg args`, waits for `ready` lines on its stdout, sends `sig` to it, and returns
-/// what happened plus the pids the ranks printed (`ready <pid>`).
-fn interrupt(args: &[&str], ready: usize, sig: i32) -> (Finished, Vec<i32>) {
-    let start = Instant::now();
-    let mut child: Child = Command::new(NICMSG)
+/// Starts `nicmsg args` with its output piped to the test and no input.
+fn spawn_piped(args: &[&str]) -> Child {
+    Command::new(NICMSG)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// Starts `nicmsg args`, waits for `ready` lines on its stdout, sends `sig` to it, and returns
+/// what happened plus the pids the ranks printed (`ready <pid>`).
+fn interrupt(args: &[&str], ready: usize, sig: i32) -> (Finished, Vec<i32>) {
+    let start = Instant::now();
+    let mut child = spawn_piped(args);
     let pid = child.id();
     let mut err = child.stderr.take().unwrap();
     let err_reader = thread::spawn(move || {
@@ -714,13 +719,7 @@ fn netns_sigterm_during_setup_stops_it_and_starts_no_rank() {
         return;
     }
     let start = Instant::now();
-    let child = Command::new(NICMSG)
-        .args(["run", "-n", "254", "--netns", "--", "echo", "started"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_piped(&["run", "-n", "254", "--netns", "--", "echo", "started"]);
     let pid = child.id();
     // Signal once the set-up is under way: the bridge's and rank 0's namespaces exist.
     while namespaces_of(pid).len() < 2 && start.elapsed() < Duration::from_secs(10) {
