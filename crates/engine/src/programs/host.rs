@@ -4,7 +4,7 @@
 
 use super::{
     Buffer, ProgramsShared, ProgramsStats, Queued, MESSAGE_BUFFER_LEN,
-    PROGRAM_SENDS_IN_FLIGHT_PER_RANK, SENDS_IN_FLIGHT_PER_RANK,
+    PROGRAM_SENDS_IN_FLIGHT_PER_RANK, SENDS_IN_FLIGHT_PER_RANK, SEND_BUFFERS,
 };
 use crate::registry::Registry;
 use nicmsg_proto::{Context, Nanos};
@@ -41,13 +41,16 @@ impl EngineHost<'_> {
     }
 }
 
-impl Host for EngineHost<'_> {
-    fn now_ns(&mut self) -> i64 {
-        self.now as i64
-    }
-
-    fn send(&mut self, message: Outgoing<'_>) -> Result<(), SendRefused> {
-        // A rank that does not take its messages must not pin every buffer of the engine.
+impl EngineHost<'_> {
+    /// True if `message` would exceed the sends in flight one rank may hold (all programs
+    /// together, or its program alone): a rank that does not take its messages must not pin
+    /// every buffer of the engine. Counted only when so many sends are in flight at all that a
+    /// bound could be reached, which a program's ordinary send never meets.
+    fn over_rank_share(&self, message: &Outgoing<'_>) -> bool {
+        let in_flight = SEND_BUFFERS - self.free_sends.len();
+        if in_flight < PROGRAM_SENDS_IN_FLIGHT_PER_RANK {
+            return false;
+        }
         let (mut to_rank, mut from_program) = (0, 0);
         for &(rank, program) in self.program_send_to.iter().flatten() {
             if rank == message.rank {
@@ -55,7 +58,17 @@ impl Host for EngineHost<'_> {
                 from_program += usize::from(program == message.from.0);
             }
         }
-        if to_rank >= SENDS_IN_FLIGHT_PER_RANK || from_program >= PROGRAM_SENDS_IN_FLIGHT_PER_RANK {
+        to_rank >= SENDS_IN_FLIGHT_PER_RANK || from_program >= PROGRAM_SENDS_IN_FLIGHT_PER_RANK
+    }
+}
+
+impl Host for EngineHost<'_> {
+    fn now_ns(&mut self) -> i64 {
+        self.now as i64
+    }
+
+    fn send(&mut self, message: Outgoing<'_>) -> Result<(), SendRefused> {
+        if self.over_rank_share(&message) {
             return Err(SendRefused(
                 "too many of the engine's send buffers are in flight to that rank",
             ));
