@@ -59,13 +59,10 @@ impl Core {
     /// The general path's checks of a first frame (`admit_message`, `place_frame`), for a
     /// message of exactly one frame.
     fn is_whole_eager_message(&self, header: &FrameHeader, msg: &MsgHeader, len: usize) -> bool {
-        let Some(geometry) = self.admissible(msg) else {
+        let Some(geometry) = self.admissible(header, msg, len as u64) else {
             return false;
         };
-        header.kind == FrameKind::Eager
-            && msg.protocol == Protocol::Eager
-            && geometry.frames() == 1
-            && geometry.agrees(header.frame_index, header.offset, len as u64)
+        header.kind == FrameKind::Eager && msg.protocol == Protocol::Eager && geometry.frames() == 1
     }
 
     /// What matching, placing and delivering the message would have left behind.

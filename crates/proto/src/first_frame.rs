@@ -151,15 +151,12 @@ impl Core {
         if !new_and_next || state.unreachable || !self.payload_check_trusted(header) {
             return None;
         }
-        let geometry = self.admissible(msg)?;
         let len = u64::from(header.payload_len);
+        self.admissible(header, msg, len)?;
         // A rendezvous message is admitted by its RTS (frame 0); an eager one by whichever of
         // its frames comes first.
         let first = msg.protocol == Protocol::Eager || header.frame_index == 0;
-        let admitted = first
-            && geometry.agrees(header.frame_index, header.offset, len)
-            && len > 0
-            && self.has_room_for_remote();
+        let admitted = first && len > 0 && self.has_room_for_remote();
         if !admitted {
             return None;
         }

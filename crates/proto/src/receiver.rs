@@ -117,22 +117,7 @@ impl Core {
         let index = match self.rx.incoming_by_id(peer, header.msg_id) {
             Some(index) => index,
             None => match msg {
-                // A frame that is not where its own header puts it (an EAGER frame carrying
-                // less than the message it claims, an RTS of frames no link carries) is
-                // dropped before its header makes a message: `place_frame` would drop the
-                // frame, but the message would stay, match a receive and hold it until the
-                // peer is given up on (tests/hostile.rs,
-                // a_first_frame_that_disagrees_with_its_header_leaves_no_message).
-                Some(m)
-                    if !Geometry::of(m).agrees(
-                        header.frame_index,
-                        header.offset,
-                        payload.len(),
-                    ) =>
-                {
-                    return self.count_drop(Some(peer), DropReason::Invalid)
-                }
-                Some(msg) => match self.admit_message(now, header, msg, memory) {
+                Some(msg) => match self.admit_message(now, header, msg, payload.len(), memory) {
                     Some(index) => index,
                     None => return,
                 },
@@ -156,10 +141,11 @@ impl Core {
         now: Nanos,
         header: &FrameHeader,
         msg: &MsgHeader,
+        len: u64,
         memory: &mut impl HostMemory,
     ) -> Option<IncomingKey> {
         let peer = header.src;
-        let Some(geometry) = self.admissible(msg) else {
+        let Some(geometry) = self.admissible(header, msg, len) else {
             self.count_drop(Some(peer), DropReason::Invalid);
             return None;
         };
@@ -191,15 +177,25 @@ impl Core {
         Some(index)
     }
 
-    /// The cut of a message whose header `admit_message` takes (its frames fit the frame
-    /// counters, its acknowledgement unit the receiver's bitmap, an eager message the eager
-    /// limit); `None` for a header dropped as invalid. The express path and the prediction of
-    /// first frames ask the same.
-    pub(crate) fn admissible(&self, msg: &MsgHeader) -> Option<Geometry> {
+    /// The cut of a message whose header `admit_message` takes, from the frame that brings
+    /// it (`len` payload bytes): its frames fit the frame counters, its acknowledgement unit
+    /// the receiver's bitmap, an eager message the eager limit, and the frame lies where the
+    /// header puts it. `None` for a header dropped as invalid. The express path and the
+    /// prediction of first frames ask the same. Without the last check, an EAGER frame carrying
+    /// less than the message it claims was dropped by `place_frame`, but its message stayed,
+    /// matched a receive and held it until the peer was given up on (tests/hostile.rs,
+    /// a_first_frame_that_disagrees_with_its_header_leaves_no_message).
+    pub(crate) fn admissible(
+        &self,
+        header: &FrameHeader,
+        msg: &MsgHeader,
+        len: u64,
+    ) -> Option<Geometry> {
         let geometry = Geometry::of(msg);
         let valid = u32::try_from(geometry.frames()).is_ok()
             && msg.ack_unit <= MAX_ACK_UNIT
-            && (msg.protocol != Protocol::Eager || msg.total_len <= self.config.eager_limit);
+            && (msg.protocol != Protocol::Eager || msg.total_len <= self.config.eager_limit)
+            && geometry.agrees(header.frame_index, header.offset, len);
         valid.then_some(geometry)
     }
 
