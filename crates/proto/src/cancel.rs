@@ -191,7 +191,7 @@ impl Core {
         };
         let key = (Context::USER, 0);
         let entry = Incoming::new(peer, msg_id, key, geometry, self.config.ack_unit);
-        let index = self.insert_remote(entry)?;
+        let index = self.insert_remote(entry, 0)?;
         self.rx.index_incoming(peer, msg_id, index);
         Some(index)
     }

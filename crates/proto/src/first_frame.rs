@@ -156,7 +156,7 @@ impl Core {
         // A rendezvous message is admitted by its RTS (frame 0); an eager one by whichever of
         // its frames comes first.
         let first = msg.protocol == Protocol::Eager || header.frame_index == 0;
-        let admitted = first && len > 0 && self.has_room_for_remote();
+        let admitted = first && len > 0 && self.has_room_for_remote(0);
         if !admitted {
             return None;
         }

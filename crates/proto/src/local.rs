@@ -88,31 +88,21 @@ impl Core {
     }
 
     /// Inserts an entry for a message from another rank, unless `max_incoming` of them are
-    /// held already (the rest of the table is kept for messages to self).
-    pub(crate) fn insert_remote(&mut self, entry: Incoming) -> Option<IncomingKey> {
-        if !self.has_room_for_remote() {
+    /// held already (the rest of the table is kept for messages to self), or fewer than
+    /// `spare` entries would stay free after it.
+    pub(crate) fn insert_remote(&mut self, entry: Incoming, spare: usize) -> Option<IncomingKey> {
+        if !self.has_room_for_remote(spare) {
             return None;
         }
         self.rx.insert_incoming(entry)
     }
 
-    /// True if [`insert_remote`](Self::insert_remote) takes one more entry.
-    pub(crate) fn has_room_for_remote(&self) -> bool {
+    /// True if [`insert_remote`](Self::insert_remote) takes one more entry, leaving `spare`.
+    pub(crate) fn has_room_for_remote(&self, spare: usize) -> bool {
         let usage = self.rx.incoming_usage();
         let local = self.peers[self.rank].sends_in_flight as usize;
-        usage.in_use < usage.limit && usage.in_use.saturating_sub(local) < self.config.max_incoming
-    }
-
-    /// True if a message that would be held behind an earlier one of its sender (not its
-    /// sender's next to match) may take an entry: one stays free for a message that can be
-    /// matched at once. Held messages that filled the table left no room for the one they
-    /// wait for, whose every retransmission was then answered WAIT: nothing behind it was
-    /// ever matched, between live ranks. Refused, a held message is sent again later.
-    pub(crate) fn has_room_for_held(&self) -> bool {
-        let usage = self.rx.incoming_usage();
-        let local = self.peers[self.rank].sends_in_flight as usize;
-        usage.in_use + 1 < usage.limit
-            && usage.in_use.saturating_sub(local) + 1 < self.config.max_incoming
+        usage.in_use + spare < usage.limit
+            && usage.in_use.saturating_sub(local) + spare < self.config.max_incoming
     }
 
     /// A probe claimed the local send's message: a receive has it for MPI, too late to cancel.

@@ -153,9 +153,13 @@ impl Core {
         let mut entry = Incoming::new(peer, header.msg_id, key, geometry, msg.ack_unit);
         entry.immediate = msg.immediate;
         entry.unwaited = header.has_flag(Flags::UNWAITED);
+        // A message held behind an earlier one of its sender (not its next to match) leaves
+        // one entry free, for a message that can be matched at once. Held messages that filled
+        // the table left no room for the one they wait for, whose every retransmission was
+        // then answered WAIT: nothing behind it was ever matched, between live ranks. Refused,
+        // a held message is sent again later.
         let held = header.msg_id != self.peers[peer].next_match;
-        let room = !held || self.has_room_for_held();
-        let Some(index) = room.then(|| self.insert_remote(entry)).flatten() else {
+        let Some(index) = self.insert_remote(entry, usize::from(held)) else {
             self.answer_wait(header, false);
             return None;
         };
