@@ -224,10 +224,7 @@ impl Core {
         if !self.sends[index].is_eager() {
             return self.count_drop(Some(peer), DropReason::Invalid);
         }
-        let (op, timers) = self.sends.with_timers(index);
-        if let Some(rtt_ns) = op.collections.ack_all(timers, now) {
-            self.sample_rtt(peer, rtt_ns);
-        }
+        self.ack_whole(now, index);
         self.after_ack(now, index);
     }
 }

@@ -303,12 +303,10 @@ impl Core {
             return self.on_wait(now, index, header.has_flag(Flags::KEPT));
         }
         self.end_wait(index);
-        let (op, timers) = self.sends.with_timers(index);
         if header.has_flag(Flags::ACK_ALL) {
-            if let Some(rtt_ns) = op.collections.ack_all(timers, now) {
-                self.sample_rtt(peer, rtt_ns);
-            }
+            self.ack_whole(now, index);
         } else {
+            let (op, timers) = self.sends.with_timers(index);
             // Only frames that went out can be acknowledged.
             if header.frame_index >= op.next_new {
                 self.count_drop(Some(header.src), DropReason::Invalid);
@@ -378,7 +376,17 @@ impl Core {
         }
     }
 
-    pub(crate) fn sample_rtt(&mut self, peer: Rank, rtt_ns: Nanos) {
+    /// The whole message `index` is acknowledged (ACK_ALL, or piggybacked): every collection,
+    /// and a round-trip sample when its last one alone was outstanding.
+    pub(crate) fn ack_whole(&mut self, now: Nanos, index: SendKey) {
+        let (op, timers) = self.sends.with_timers(index);
+        if let Some(rtt_ns) = op.collections.ack_all(timers, now) {
+            let peer = op.dst;
+            self.sample_rtt(peer, rtt_ns);
+        }
+    }
+
+    fn sample_rtt(&mut self, peer: Rank, rtt_ns: Nanos) {
         let (min_ns, max_ns) = (self.config.rto_min_ns, self.config.rto_max_ns);
         self.peers[peer].rto.sample(rtt_ns, min_ns, max_ns);
     }
