@@ -13,6 +13,7 @@ use nicmsg_lm::fill::{Arrival, Slot, Steer};
 use nicmsg_lm::send_buffer::HoleBuffer;
 use nicmsg_lm::station::{
     Event, HeapRegions, Landing, Received, Regions, SendError, SendId, Station, StationConfig,
+    SILENCE_LIMIT_NS,
 };
 use nicmsg_lm::{Geometry, TransferKey};
 use nicmsg_wire::admission::{AdmissionOp, AdmissionRepr};
@@ -690,5 +691,30 @@ fn accepts_with_key_zero_do_not_wedge_the_senders_admission() {
         placed + 1,
         "the sender still asks, and its transfer is placed (requests sent: {})",
         net.nodes[A as usize].admission().stats().requests_sent
+    );
+}
+
+/// A receiver silent for a second (started late, or descheduled on a loaded machine) is
+/// waited for; one silent for `SILENCE_LIMIT_NS` is taken for gone, and not much later.
+#[test]
+fn a_silent_receiver_is_waited_for_until_the_silence_limit() {
+    let mut net = Net::new(3);
+    let start = net.now;
+    let id = net.send(A, R, LEN);
+    net.run(start + 1_000_000_000, &mut |w| w.1 != R && w.0 != R);
+    assert_eq!(net.sent_ok(id, A), None, "still waiting after a second");
+    assert_healthy_after(&mut net, id);
+
+    let start = net.now;
+    let id = net.send(A, C, LEN);
+    net.run(start + SILENCE_LIMIT_NS - 1_000_000, &mut |w| w.1 != C);
+    assert_eq!(net.sent_ok(id, A), None, "not given up before the limit");
+    // Admission asks for about a quarter of a second before the send goes by copy.
+    net.run(start + SILENCE_LIMIT_NS + 500_000_000, &mut |w| w.1 != C);
+    assert_eq!(net.sent_ok(id, A), Some(false), "given up at the limit");
+    assert!(
+        net.dropped.len() < 500,
+        "a bounded number of probes: {}",
+        net.dropped.len()
     );
 }

@@ -22,8 +22,8 @@
 //!
 //! An admitted sender sends the top frame at once (admission posts its slot first) and the
 //! rest as grants come; one sent by copy sends a window at once. A sender that hears nothing
-//! for its retry interval sends again what may be missing; [`MAX_SILENT_RETRIES`] silent
-//! intervals in a row and the receiver is taken for gone (the send fails, admission forgets it).
+//! for its retry interval sends again what may be missing; after [`SILENCE_LIMIT_NS`] with
+//! nothing heard the receiver is taken for gone (the send fails, admission forgets it).
 //!
 //! Calls, in order, like the protocol endpoint's: [`Station::send`] from the host;
 //! [`Station::arrive`] for every frame from the ordinary path (the kernel's socket);
@@ -65,9 +65,12 @@ pub const MAX_SENDING: usize = crate::admission::MAX_OUTGOING;
 /// one (so at most this many are unfinished): half the receiver's window of remembered
 /// numbers, so a number it forgets is always of a finished transfer (`dedup`).
 pub const MAX_IN_FLIGHT_PER_PEER: u32 = DEDUP_WINDOW / 2;
-/// Retry intervals in a row with nothing heard from a receiver before it is taken for gone:
-/// with the interval growing to eight times its start, about half a second at 2 ms.
-pub const MAX_SILENT_RETRIES: u32 = 40;
+/// Silence from a receiver, while a send to it waits for an answer, before it is taken for
+/// gone. Seconds, not retry intervals: a receiver that starts late, or a process descheduled
+/// on a loaded machine, is silent for hundreds of milliseconds while alive (half a second
+/// failed the benchmarks' LM ranks under load). Within it a sender probes every 16 ms at most
+/// (`MAX_BACKOFF` intervals), so a dead receiver costs about 300 one-frame probes.
+pub const SILENCE_LIMIT_NS: Nanos = 5_000_000_000;
 /// Transfers received by copy at once, and the bytes their buffers may take: a sender that
 /// would need more is dropped and counted, and retransmits later.
 pub const MAX_ONE_COPY: usize = 64;

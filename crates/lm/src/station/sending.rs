@@ -6,8 +6,8 @@ use crate::fill::TransferKey;
 use crate::send_buffer::HoleBuffer;
 
 use super::{
-    Event, Pending, Regions, Station, MAX_IN_FLIGHT_PER_PEER, MAX_SENDING, MAX_SILENT_RETRIES,
-    MIN_PLACED_FRAMES,
+    Event, Pending, Regions, Station, MAX_IN_FLIGHT_PER_PEER, MAX_SENDING, MIN_PLACED_FRAMES,
+    SILENCE_LIMIT_NS,
 };
 
 /// Frame ranges waiting to leave: a few per transfer being sent; more are dropped (the
@@ -37,7 +37,7 @@ pub enum SendError {
 /// Why a send failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum SendFailed {
-    #[error("the receiver did not answer for {MAX_SILENT_RETRIES} retry intervals")]
+    #[error("the receiver did not answer for {} s", SILENCE_LIMIT_NS / 1_000_000_000)]
     PeerUnreachable,
 }
 
@@ -64,7 +64,10 @@ pub(crate) struct Sending {
     /// The highest frame the receiver may still miss, as it last said.
     known_top: u32,
     retry_at: Nanos,
+    /// Retries in a row with nothing heard: the interval grows with them.
     silent: u32,
+    /// When the receiver was last heard (or the send started).
+    heard_at: Nanos,
 }
 
 impl Sending {
@@ -91,6 +94,7 @@ impl Sending {
 
     fn heard(&mut self, now: Nanos, retry_ns: Nanos) {
         self.silent = 0;
+        self.heard_at = now;
         self.retry_at = now + retry_ns;
     }
 }
@@ -143,6 +147,7 @@ impl<R: Regions> Station<R> {
             known_top: frames - 1,
             retry_at: 0,
             silent: 0,
+            heard_at: now,
         });
         let at = self.sending.len() - 1;
         if frames < MIN_PLACED_FRAMES {
@@ -329,11 +334,11 @@ impl<R: Regions> Station<R> {
             if s.deadline().is_none_or(|t| t > now) {
                 continue;
             }
-            s.silent += 1;
-            if s.silent > MAX_SILENT_RETRIES {
+            if now.saturating_sub(s.heard_at) >= SILENCE_LIMIT_NS {
                 self.give_up(now, at);
                 continue;
             }
+            s.silent = s.silent.saturating_add(1);
             s.retry_at = now + self.config.retry_ns * u64::from(s.silent.min(MAX_BACKOFF));
             // A probe: the highest frame the receiver may miss (or the lowest sent, if it
             // has all of those). Its answer, a grant or a resend, says what is missing.
