@@ -266,6 +266,12 @@ impl Collections {
         Some(self.base + distance)
     }
 
+    /// Whether `frame` is in a collection marked for resending (so it goes again anyway).
+    pub fn resends_frame(&self, frame: u32) -> bool {
+        self.bit(self.of_frame(frame))
+            .is_some_and(|bit| self.resend & bit != 0)
+    }
+
     pub fn has_resend(&self) -> bool {
         self.resend != 0
     }

@@ -581,7 +581,15 @@ impl Core {
                         let control = end_frame(op);
                         self.queue_control(control);
                     }
-                    _ => self.sends[index].extra_frame = self.repeat_frame(index),
+                    // Not when the collection timer just marked the frame for resending:
+                    // a kept message's repeat armed both to the same pause, and sent its
+                    // RTS twice.
+                    _ => {
+                        let repeat = self.repeat_frame(index);
+                        let op = &mut self.sends[index];
+                        op.extra_frame =
+                            repeat.filter(|&frame| !op.collections.resends_frame(frame));
+                    }
                 }
             }
             self.sends.mark_ready(index);
