@@ -203,6 +203,11 @@ impl Core {
         let keepalive = self.config.keepalive_ns;
         let entry = &mut self.rx[index];
         let (peer, msg_id) = (entry.peer, entry.msg_id);
+        // A message taken as eager holds a credit kept back from its sender, whose CANCEL,
+        // sent before it heard, may say rendezvous (`handover.rs`).
+        let returns_credit = returns_credit.or(entry
+            .taken_as_eager
+            .then(|| CreditClass::of(entry.geometry.total_len)));
         let in_unexpected = entry.in_unexpected;
         let buffer = std::mem::replace(&mut entry.dest, Dest::Discard);
         entry.phase = RxPhase::Cancelled;

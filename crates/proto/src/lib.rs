@@ -36,6 +36,7 @@ mod endpoint;
 mod express;
 mod first_frame;
 mod geometry;
+mod handover;
 mod lent_copies;
 mod liveness;
 mod local;

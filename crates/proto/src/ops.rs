@@ -293,6 +293,9 @@ pub(crate) struct Incoming {
     pub truncated: bool,
     /// Some frame was discarded for want of a receive (`drop` mode, or a rendezvous RTS).
     pub discarded: bool,
+    /// Sent by rendezvous, kept without a receive, then taken as eager into a buffer freed
+    /// for it (`handover.rs`): it holds a credit its sender does not know came back.
+    pub taken_as_eager: bool,
     /// Frames granted to the sender so far (rendezvous).
     pub granted: u32,
     /// Frames the receiver would grant if its tracking window allowed.
@@ -332,6 +335,7 @@ impl Incoming {
             claimed: false,
             truncated: false,
             discarded: false,
+            taken_as_eager: false,
             granted: 1,
             grant_target: 1,
             phase: RxPhase::Receiving,

@@ -234,6 +234,9 @@ impl Core {
     ) {
         let peer = header.src;
         let entry = &self.rx[index];
+        if entry.taken_as_eager && header.kind != FrameKind::Eager {
+            return self.answer_stale_rendezvous(index, header);
+        }
         let consistent = msg.is_none_or(|m| {
             m.tag == entry.tag
                 && Context(m.context) == entry.context
@@ -288,6 +291,16 @@ impl Core {
         }
         if self.rx[index].all_frames() {
             self.on_data_complete(now, index, memory);
+        }
+    }
+
+    /// An RTS or DATA frame of a message taken as eager (`handover.rs`), sent before its
+    /// sender heard so: a repeated RTS says the request to send it again was lost, and is
+    /// answered with the request.
+    fn answer_stale_rendezvous(&mut self, index: IncomingKey, header: &FrameHeader) {
+        self.count_drop(Some(header.src), DropReason::Duplicate);
+        if header.kind == FrameKind::Rts && self.rx[index].phase == RxPhase::Receiving {
+            self.ask_to_resume(index);
         }
     }
 
@@ -540,17 +553,10 @@ impl Core {
     /// from the start: for an eager message a CTS with FROM_START, for a rendezvous message
     /// its grant (which says FROM_START while frame 0 is missing).
     pub(crate) fn ask_to_resume(&mut self, index: IncomingKey) {
-        let entry = &self.rx[index];
-        if !entry.is_eager() {
+        if !self.rx[index].is_eager() {
             return self.send_grant(index);
         }
-        let cts = control(
-            entry.peer,
-            FrameKind::Cts,
-            Flags::FROM_START,
-            entry.msg_id,
-            entry.frames,
-        );
+        let cts = self.resume_request(index);
         self.queue_control(cts);
     }
 
@@ -600,6 +606,9 @@ impl Core {
     /// one).
     pub(crate) fn return_credit(&mut self, now: Nanos, peer: Rank, class: CreditClass) {
         if self.config.unexpected != UnexpectedPolicy::Buffer {
+            return;
+        }
+        if self.hand_over_buffer(now, peer, class) {
             return;
         }
         let state = &mut self.peers[peer];

@@ -326,6 +326,34 @@ impl RecvSide {
         })
     }
 
+    /// The first of the oldest `limit` unexpected messages that is from `peer` and `fits`.
+    pub(crate) fn oldest_unexpected(
+        &self,
+        peer: Rank,
+        limit: usize,
+        fits: impl Fn(&Incoming) -> bool,
+    ) -> Option<IncomingKey> {
+        self.unexpected.iter().take(limit).copied().find(|&i| {
+            let entry = &self.incoming[i];
+            entry.peer == peer && fits(entry)
+        })
+    }
+
+    /// Turns the kept rendezvous message `key` into an eager one going into a buffer of its
+    /// peer (`handover.rs`); false, changing nothing, if no buffer of its class is free.
+    pub(crate) fn take_as_eager(&mut self, key: IncomingKey, peers: &mut Peers) -> bool {
+        debug_assert!(!self.incoming[key].is_eager());
+        if !self.assign_eager_buffer(key, peers) {
+            return false;
+        }
+        self.rendezvous_incoming -= 1;
+        let entry = &mut self.incoming[key];
+        entry.geometry.protocol = nicmsg_wire::Protocol::Eager;
+        entry.discarded = false;
+        entry.taken_as_eager = true;
+        true
+    }
+
     // --- the eager pool ---
 
     /// True if `peer` has a buffer free for an eager message of `len` bytes.

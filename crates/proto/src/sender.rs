@@ -475,6 +475,9 @@ impl Core {
             return;
         }
         self.end_wait(index);
+        if header.has_flag(Flags::EAGER) && self.can_send_as_eager(index) {
+            self.send_as_eager(index);
+        }
         let op = &mut self.sends[index];
         let first_cts = !op.peer_matched;
         if !op.is_eager() {
@@ -515,6 +518,32 @@ impl Core {
             }
         }
         self.sends.mark_ready(index);
+    }
+
+    /// Whether a CTS with EAGER may turn send `index` eager: a rendezvous message no receive
+    /// matched yet, of one frame, not being withdrawn. The receiver asks so only of such
+    /// messages (`handover.rs`); any other is answered as a plain CTS.
+    fn can_send_as_eager(&self, index: SendKey) -> bool {
+        let op = &self.sends[index];
+        !op.is_eager()
+            && !op.peer_matched
+            && op.cancel.is_none()
+            && op.frames == 1
+            && op.geometry.total_len <= self.config.eager_limit
+    }
+
+    /// The receiver kept this message without a receive and now holds a buffer for it, on a
+    /// credit it kept back: the message goes again as an eager one, cut as its RTS was, and
+    /// completes on the eager acknowledgement. It spends no credit of its own.
+    fn send_as_eager(&mut self, index: SendKey) {
+        let op = &mut self.sends[index];
+        op.geometry.protocol = Protocol::Eager;
+        op.credit = Some(CreditClass::of(op.geometry.total_len));
+        op.granted = op.frames;
+        op.wait_deadline_ns = None;
+        op.wait_retries = 0;
+        op.extra_frame = None;
+        op.rsm_frame = None;
     }
 
     /// MSG-ACK: the receiver holds the message (or consumed it as truncated). Complete, free,

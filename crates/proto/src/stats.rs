@@ -88,6 +88,9 @@ pub struct Stats {
     /// Times an eager message waited for a credit (and asked the receiver for one) before
     /// either going eager or, when none came back in `credit_wait_ns`, by rendezvous.
     pub credit_waits: u64,
+    /// Short messages sent by rendezvous and kept without a receive that the receiver took
+    /// as eager into a buffer freed for them (`handover.rs`).
+    pub kept_taken_as_eager: u64,
     /// Control frames not queued because the control queue was full (recovered by retransmit).
     pub control_overflows: u64,
     pub messages_sent: u64,

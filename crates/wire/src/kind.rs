@@ -124,7 +124,7 @@ impl FrameKind {
             Self::Rts => retransmit | Flags::LINK_CHECKED,
             Self::Data => retransmit | Flags::RSM | Flags::LINK_CHECKED,
             Self::Ack => Flags::ACK_ALL | Flags::WAIT | Flags::KEPT,
-            Self::Cts => Flags::FROM_START,
+            Self::Cts => Flags::FROM_START | Flags::EAGER,
             Self::MsgAck => Flags::TRUNCATED,
             Self::End | Self::Cleanup => retransmit,
             Self::Credit => Flags::REQUEST | Flags::WAIT,
@@ -178,6 +178,9 @@ impl Flags {
     /// CANCEL: the message was sent eager and so holds one of the receiver's credits (a small
     /// one with `SMALL_CREDIT`, a medium one with `MEDIUM_CREDIT`), which withdrawing it
     /// returns (the receiver may never have seen the message).
+    /// CTS (with FROM_START, wire version 7): send this rendezvous message again as an eager
+    /// one; the receiver, which kept its header without a receive, now holds a buffer for it
+    /// on a credit it kept back instead of returning it.
     pub const EAGER: u16 = 1 << 9;
     /// CANCEL-ACK: the message is withdrawn; it was not delivered and never will be.
     pub const CANCELLED: u16 = 1 << 10;
