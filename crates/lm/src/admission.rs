@@ -23,6 +23,9 @@
 //! * `Busy` and `Free` carry the receiver's admission epoch; a node keeps the newest, and for
 //!   the same epoch `Free` wins (a `Busy` overtaken by its `Free` cannot mark a receiver busy
 //!   for ever);
+//! * transfer numbers and epochs wrap past `u32::MAX` (a long-running node passes 2^32 of
+//!   them), so "newer" is serial-number order (`crate::serial`): compared by size, after the
+//!   wrap every request was stale (its sender was never placed again) and every notice old;
 //! * a request unanswered after [`MAX_TRIES`] sends is given up (the sender sends the ordinary
 //!   way), and so is an admitted transfer whose sender makes no progress for
 //!   [`LEASE_NS`]: a dead sender cannot hold a receiver.
@@ -42,6 +45,7 @@ use std::collections::VecDeque;
 use nicmsg_wire::admission::{AdmissionOp, AdmissionRepr};
 
 use crate::fill::TransferKey;
+use crate::serial;
 
 /// A node's peers are numbered `0..peers` (ranks, or the slots of peers added by address).
 pub type PeerId = u32;
@@ -452,7 +456,7 @@ impl Admission {
             return;
         }
         let newest = &mut self.newest_request[from as usize];
-        if newest.is_some_and(|newest| transfer <= newest) {
+        if newest.is_some_and(|newest| !serial::is_before(newest, transfer)) {
             self.stats.stale_requests += 1;
             self.send(from, Control::Reject { transfer });
             return;
@@ -475,7 +479,7 @@ impl Admission {
             key,
             lease_deadline: now + LEASE_NS,
         });
-        self.epoch += 1;
+        self.epoch = self.epoch.wrapping_add(1);
         self.notify_all(now, true, Some(from));
         self.send(from, Control::Accept { transfer, key });
     }
@@ -536,7 +540,7 @@ impl Admission {
 
     fn on_notice(&mut self, from: PeerId, epoch: u32, busy: bool) {
         let view = &mut self.views[from as usize];
-        let newer = epoch > view.0 || (epoch == view.0 && !busy);
+        let newer = serial::is_before(view.0, epoch) || (epoch == view.0 && !busy);
         if newer {
             *view = (epoch, busy);
         }
@@ -757,6 +761,43 @@ mod tests {
         );
         assert_eq!(admitted, 1);
         assert_eq!(receiver.placing(), None);
+    }
+
+    #[test]
+    fn requests_after_the_wrap_of_transfer_numbers_are_newer() {
+        let mut receiver = Admission::new(1, 2);
+        let mut admitted = Vec::new();
+        let mut admit = |request: Admit| {
+            admitted.push(request.len);
+            Some(TransferKey(9))
+        };
+        // The sender's numbers skip 0: u32::MAX is followed by 1.
+        for (transfer, len) in [(u32::MAX - 1, 1), (u32::MAX, 2), (1, 3), (u32::MAX, 4)] {
+            let request = Control::Request { transfer, len };
+            receiver.handle(0, 0, request, &mut admit);
+            receiver.handle(0, 0, Control::End { transfer }, &mut admit);
+        }
+        assert_eq!(
+            admitted,
+            [1, 2, 3],
+            "the late duplicate of u32::MAX is stale"
+        );
+    }
+
+    #[test]
+    fn notices_after_the_wrap_of_epochs_are_newer() {
+        let mut node = Admission::new(0, 2);
+        // The receiver's epochs count up to the wrap (in steps here, each less than 2^31).
+        for epoch in [1 << 30, 2 << 30, 3 << 30, u32::MAX] {
+            node.handle(0, 1, Control::Busy { epoch }, &mut |_| None);
+            assert!(node.is_busy(1), "epoch {epoch}");
+        }
+        node.handle(0, 1, Control::Free { epoch: u32::MAX }, &mut |_| None);
+        node.handle(0, 1, Control::Busy { epoch: 0 }, &mut |_| None);
+        assert!(node.is_busy(1), "epoch 0 follows u32::MAX");
+        node.handle(0, 1, Control::Free { epoch: 0 }, &mut |_| None);
+        node.handle(0, 1, Control::Busy { epoch: u32::MAX }, &mut |_| None);
+        assert!(!node.is_busy(1), "a late busy from before the wrap is old");
     }
 
     #[test]

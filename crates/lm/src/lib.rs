@@ -26,6 +26,7 @@ pub mod fill;
 pub mod geometry;
 pub mod placement;
 pub mod send_buffer;
+mod serial;
 pub mod station;
 
 pub use fill::{Arrival, FillQueue, Slot, Steer, TransferKey};

@@ -111,6 +111,11 @@ pub struct StationConfig {
     /// A receiver asks again for the same missing frame only after this long: longer than
     /// a resent window takes to arrive, or it would ask for frames on their way.
     pub resend_gap_ns: Nanos,
+    /// The number of a sender's first transfer to each receiver, and the first a receiver
+    /// takes from each sender (the ones before it count as delivered): every station of a job
+    /// must use the same. 1 unless a test or the simulator starts just below `u32::MAX`, to
+    /// reach in a few transfers the wrap a long-running node reaches after 2^32.
+    pub first_number: u32,
 }
 
 impl StationConfig {
@@ -127,6 +132,7 @@ impl StationConfig {
             chunk_capacity: 2048,
             retry_ns: 2_000_000,
             resend_gap_ns: 2_000_000,
+            first_number: 1,
         }
     }
 }
@@ -221,7 +227,7 @@ pub struct Station<R: Regions> {
     fill: FillQueue,
     regions: R,
     sending: Vec<Sending>,
-    /// Per receiver, the next transfer number.
+    /// Per receiver, the next transfer number (it wraps: `dedup`).
     next_number: Vec<u32>,
     placed: BTreeMap<TransferKey, Placed>,
     next_key: u32,
@@ -270,11 +276,11 @@ impl<R: Regions> Station<R> {
             fill: FillQueue::new(config.fill_slots, config.device_buffer_bytes),
             regions,
             sending: Vec::with_capacity(MAX_SENDING),
-            next_number: vec![1; peers],
+            next_number: vec![config.first_number; peers],
             placed: BTreeMap::new(),
             next_key: 0,
             one_copy: BTreeMap::new(),
-            delivered: vec![DeliveredWindow::default(); peers],
+            delivered: vec![DeliveredWindow::starting_at(config.first_number); peers],
             free_chunks: (0..config.ordinary_chunks).rev().collect(),
             transmit: VecDeque::new(),
             queued_controls: 0,

@@ -160,6 +160,19 @@ struct PlaceTable<'a, R: Regions> {
 }
 
 impl<R: Regions> PlaceTable<'_, R> {
+    /// The key after the last one handed out, skipping 0 (the key of frames not admitted)
+    /// and keys still held: keys wrap after 2^32 admissions, and a placement given up keeps
+    /// its key until its slots drain. At most `MAX_OPEN_TRANSFERS` are held, so this ends.
+    fn fresh_key(&self) -> TransferKey {
+        let mut key = *self.next_key;
+        loop {
+            key = key.wrapping_add(1).max(1);
+            if !self.placed.contains_key(&TransferKey(key)) {
+                return TransferKey(key);
+            }
+        }
+    }
+
     /// Admits a request if nothing else is placed and a region and slots are there for it.
     fn try_admit(&mut self, request: Admit) -> Option<TransferKey> {
         let geometry = self.config.geometry;
@@ -171,7 +184,7 @@ impl<R: Regions> PlaceTable<'_, R> {
         {
             return None;
         }
-        let key = TransferKey(self.next_key.wrapping_add(1).max(1));
+        let key = self.fresh_key();
         let mut placement = Placement::new(key, geometry, len as u64, self.config.window).ok()?;
         let region = self.regions.allocate(placement.region_len())?;
         let posted = post_slots(

@@ -121,18 +121,13 @@ impl<R: Regions> Station<R> {
         // overtaken by 64 short ones to the same receiver fell out of that window, its late
         // frames were answered DELIVERED and the send completed with nothing delivered
         // (`a_slow_transfer_overtaken_by_many_short_ones_is_not_lost`).
-        let oldest = self
-            .sending
-            .iter()
-            .filter(|s| s.id.to == to)
-            .map(|s| s.id.number)
-            .min();
-        let too_far =
-            oldest.is_some_and(|oldest| number.wrapping_sub(oldest) >= MAX_IN_FLIGHT_PER_PEER);
+        let too_far = self.oldest_unfinished_age(to, number) >= MAX_IN_FLIGHT_PER_PEER;
         if self.sending.len() == MAX_SENDING || too_far {
             return Err((SendError::Busy, buffer));
         }
-        self.next_number[to as usize] += 1;
+        // Numbers wrap: a long-running sender passes 2^32 transfers to one receiver, and the
+        // receiver compares them as serial numbers (`dedup`).
+        self.next_number[to as usize] = number.wrapping_add(1);
         let id = SendId { to, number };
         let frames = buffer.frames();
         let len = buffer.len() as u64;
@@ -160,6 +155,19 @@ impl<R: Regions> Station<R> {
         }
         self.take_admission_events(now);
         Ok(id)
+    }
+
+    /// How many numbers before `next` the oldest unfinished transfer to `to` is (0 if none).
+    /// Counted back from the next number, which every unfinished one is before: across the
+    /// wrap the oldest is not the smallest (`u32::MAX` is older than 0), and taking the
+    /// smallest let a transfer numbered before the wrap fall out of the receiver's window.
+    fn oldest_unfinished_age(&self, to: PeerId, next: u32) -> u32 {
+        self.sending
+            .iter()
+            .filter(|s| s.id.to == to)
+            .map(|s| next.wrapping_sub(s.id.number))
+            .max()
+            .unwrap_or(0)
     }
 
     /// The number the next transfer to `to` will have (its receiver's name for it).

@@ -6,7 +6,9 @@
 //! frame first as the receiver grants slots, and the receiver's device lands each frame at the
 //! address at the head of its fill queue whenever the steering rule lets it, else the frame
 //! goes the ordinary way and is copied. The engine sees landed frames later than the device
-//! wrote them (a random number of events later), as a real engine polls its ring.
+//! wrote them (a random number of events later), as a real engine polls its ring. In half the
+//! runs the stations number their transfers from just below `u32::MAX`, so numbers cross the
+//! wrap.
 //!
 //! Checked after every run ([`Violations`]): every transfer between live nodes is delivered
 //! exactly once with every byte right; no frame wrote outside its slot; the fill queue's mirror
@@ -204,6 +206,17 @@ fn device_buffer(rng: &mut SimRng, mtu: u32) -> u32 {
     }
 }
 
+/// Where every station's transfer numbers start: in half the runs just below `u32::MAX`, so
+/// a run's few transfers to a receiver cross the wrap a long-running node crosses after 2^32.
+/// Drawn from the seed, not from the run's generator, which would change every run's draws.
+fn first_number(seed: u64) -> u32 {
+    let draw = mix(seed ^ 0x5752_4150);
+    match draw % 2 {
+        0 => 1,
+        _ => u32::MAX - (draw >> 1) as u32 % 3,
+    }
+}
+
 /// Runs one seed.
 pub fn run_lm(spec: &LmSpec) -> LmResult {
     let mut rng = SimRng::new(spec.seed, 0x4c4d);
@@ -230,7 +243,8 @@ pub fn run_lm(spec: &LmSpec) -> LmResult {
     let mut nodes: Vec<Node> = (0..spec.nodes)
         .map(|me| {
             let device = (ordinary_chunks, device_buffer_bytes);
-            Node::new(me, spec.nodes, geometry, window, device)
+            let numbers = (window, first_number(spec.seed));
+            Node::new(me, spec.nodes, geometry, numbers, device)
         })
         .collect();
     for (at, plan) in plans.into_iter().enumerate() {

@@ -120,16 +120,18 @@ pub struct Node {
 
 impl Node {
     /// A node whose device has `ordinary_chunks` chunks and buffers of `device_buffer_bytes`
-    /// (a frame longer takes a run of fill addresses, as AF_XDP with scatter-gather does).
+    /// (a frame longer takes a run of fill addresses, as AF_XDP with scatter-gather does),
+    /// numbering its transfers to each receiver from `first_number`.
     pub fn new(
         me: u32,
         nodes: u32,
         geometry: Geometry,
-        window: u32,
+        (window, first_number): (u32, u32),
         (ordinary_chunks, device_buffer_bytes): (u32, u32),
     ) -> Self {
         let mut config = StationConfig::new(me, nodes, frames::JOB, geometry);
         config.window = window;
+        config.first_number = first_number;
         config.fill_slots = FILL_SLOTS;
         config.device_buffer_bytes = device_buffer_bytes;
         config.ordinary_chunks = ordinary_chunks;
