@@ -1045,6 +1045,9 @@ pub(crate) mod tests {
                 assert_eq!(code, NICMSG_SUCCESS);
             }
             enter(comm).unwrap().0.fail_engine_for_test();
+            // Live handles keep the communicator, the engine dead or not: each is freed only
+            // by the wait or test that reports its failure.
+            assert_eq!(nicmsg_finalize(comm), NICMSG_ERR_PENDING);
             for expected in [1, 2] {
                 let code = nicmsg_waitany(3, requests.as_mut_ptr(), &mut index, &mut status);
                 assert_eq!(code, NICMSG_ERR_INTERNAL);
