@@ -2870,3 +2870,42 @@ fn a_kept_message_taken_as_eager_whose_cancel_is_refused_arrives() {
     assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
     assert!(net.endpoints.iter().all(|e| e.credits_unsettled() == 0));
 }
+
+/// A kept message taken as eager whose every request was lost until the receiver stopped
+/// asking (`max_retries`): when its receive is posted the receiver asks again, as it does
+/// when a receive binds a kept message it did not take as eager, and the message arrives
+/// within round trips, not at its sender's next safety repeat (`rto_max_ns` doubled up to
+/// `KEPT_REPEAT_DOUBLINGS` times).
+#[test]
+fn a_receive_asks_again_for_a_kept_message_taken_as_eager_the_receiver_stopped_asking_for() {
+    const LEN: usize = 16;
+    let config = test_config();
+    let credits = class_credits(&config, LEN) as u32;
+    let mut net = Net::new(2, config);
+    let round_trip = 2 * net.delay_ns;
+    for i in 0..=credits {
+        net.send(0, 1, 1, pattern(LEN, i as u8));
+    }
+    net.run(net.now + 50_000_000);
+    net.filter = Some(Box::new(is_eager_request));
+    let (first, _) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), LEN);
+    // Long enough for every request, and the answers to the sender's repeats, to be lost.
+    net.run(net.now + 100_000_000);
+    assert!(net.result(1, first).is_some_and(|r| r.is_ok()));
+    assert_eq!(net.endpoints[1].stats().kept_taken_as_eager, 1);
+    net.filter = None;
+    let receives: Vec<(OpId, RegionId)> = (1..=credits)
+        .map(|_| net.recv(1, Source::Rank(0), TagMatch::Tag(1), LEN))
+        .collect();
+    let (last, region) = receives[receives.len() - 1];
+    let took = net.run_until(1_000_000_000, |net| net.result(1, last).is_some());
+    assert!(net.result(1, last).is_some_and(|r| r.is_ok()));
+    assert_eq!(net.bytes(1, region), pattern(LEN, credits as u8));
+    assert!(
+        took < 10 * round_trip,
+        "the kept message's receive took {took} ns, round trip {round_trip} ns"
+    );
+    net.run(net.now + 1_000_000_000);
+    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+    assert!(net.endpoints.iter().all(|e| e.credits_unsettled() == 0));
+}
