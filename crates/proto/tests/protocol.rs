@@ -2909,3 +2909,74 @@ fn a_receive_asks_again_for_a_kept_message_taken_as_eager_the_receiver_stopped_a
     assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
     assert!(net.endpoints.iter().all(|e| e.credits_unsettled() == 0));
 }
+
+/// As `a_kept_message_taken_as_eager_whose_cancel_is_refused_arrives`, with the message claimed
+/// (a matched probe) before the CANCEL comes, then received into a buffer too short for it:
+/// the CANCEL is refused, the sender sends the message as eager all the same, the receive
+/// completes `Truncated`, and the credit kept back for it comes back.
+#[test]
+fn a_claimed_kept_message_taken_as_eager_whose_cancel_is_refused_is_consumed() {
+    const LEN: usize = 1000;
+    let config = test_config();
+    let credits = class_credits(&config, LEN) as u32;
+    let mut net = Net::new(2, config);
+    for i in 0..credits {
+        net.send(0, 1, 1, pattern(LEN, i as u8));
+    }
+    let kept = net.send(0, 1, 2, pattern(LEN, 99));
+    net.run(net.now + 50_000_000);
+    let held = hold_frames_of_kinds(&mut net, &[FrameKind::Cts, FrameKind::Cancel]);
+    let (first, _) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), LEN);
+    net.run(net.now + 1_000_000);
+    assert!(net.result(1, first).is_some_and(|r| r.is_ok()));
+    assert_eq!(net.endpoints[1].stats().kept_taken_as_eager, 1);
+    let now = net.now;
+    assert_eq!(
+        net.endpoints[0].cancel(now, kept),
+        Ok(CancelOutcome::Requested)
+    );
+    let (status, claim) = net.endpoints[1]
+        .claim(Source::Rank(0), Context::USER, TagMatch::Tag(2))
+        .expect("the kept message is claimed");
+    assert_eq!(status.len, LEN as u64);
+    net.run(net.now + 1_000_000);
+    let frames = held.take();
+    let request = frames.iter().find(|f| is_eager_request(f)).unwrap();
+    let cancel = frames
+        .iter()
+        .find(|f| kind_of(f) == FrameKind::Cancel as u8)
+        .unwrap();
+    let now = net.now;
+    net.endpoints[0].handle_frame(now, request, &mut net.memories[0]);
+    net.endpoints[1].handle_frame(now, cancel, &mut net.memories[1]);
+    net.filter = None;
+    net.run(net.now + 1_000_000);
+    let region = net.region(1, vec![0; 8]);
+    let now = net.now;
+    let (endpoint, memory) = (&mut net.endpoints[1], &mut net.memories[1]);
+    let short = endpoint
+        .post_recv_claimed(now, claim, &SgList::contiguous(region, 0, 8), memory)
+        .unwrap();
+    net.run(net.now + 2_000_000_000);
+    assert!(
+        net.result(0, kept).is_some_and(|r| r.is_ok()),
+        "{:?}",
+        net.result(0, kept)
+    );
+    assert!(matches!(
+        net.result(1, short),
+        Some(Err(OpError::Truncated { message_len, .. })) if message_len == LEN as u64
+    ));
+    for i in 1..credits {
+        let (recv, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), LEN);
+        net.run(net.now + 1_000_000);
+        assert!(
+            net.result(1, recv).is_some_and(|r| r.is_ok()),
+            "receive {i}"
+        );
+        assert_eq!(net.bytes(1, region), pattern(LEN, i as u8), "message {i}");
+    }
+    net.run(net.now + 1_000_000_000);
+    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+    assert!(net.endpoints.iter().all(|e| e.credits_unsettled() == 0));
+}
