@@ -2,24 +2,26 @@
 //! receives any (MPI lets such a program deadlock; ob1 and TCP carry it through their socket
 //! buffers), some of the sends withdrawn by cancel, then receives them in order.
 //!
-//! Each rank posts its sends at once, to one or more peers on two tags: messages of one frame
-//! across the credit classes (0, 8 and 256 bytes small, 257, 1000 and a whole frame's payload
-//! medium), a few of several frames. The senders spend their credits on the first ones and
-//! send the rest by rendezvous after their credit waits run out; the receivers, thinking
-//! still, keep only those messages' headers. Then each receiver posts one receive at a time
-//! per (source, tag), with short pauses (sometimes long ones): as its receives consume the
-//! buffered messages, each freed buffer goes to the oldest kept message of one frame of its
-//! class, which its sender sends again as an eager one (`handover.rs`, "kept messages taken
-//! as eager" in the report).
+//! Each rank posts its sends, a burst at once and the rest a few microseconds apart, to one or
+//! more peers on two tags: messages of one frame across the credit classes (0, 8 and 256
+//! bytes small, 257, 1000 and a whole frame's payload medium), a few of several frames. The
+//! senders spend their credits on the first ones and send the rest by rendezvous, at once or
+//! after their credit waits run out; the receivers, thinking still, keep only those messages'
+//! headers. Then each receiver posts one receive at a time per (source, tag), with short
+//! pauses (sometimes long ones): as its receives consume the buffered messages, each freed
+//! buffer goes to the oldest kept message of one frame of its class, which its sender sends
+//! again as an eager one (`handover.rs`, "kept messages taken as eager" in the report).
 //!
-//! Some sends are cancelled at random times: right after posting, while their message is
-//! kept, or while it is taken as eager and on its way again. The send's completion says what
-//! became of it: `Cancelled` (withdrawn, never delivered) or normal (delivered). A receive is
-//! posted only while some message of its stream is sure to be delivered (not cancelled, or its
-//! send completed normally), so no receive waits for a message that was withdrawn. At the end,
-//! the receives of each stream must have got exactly the delivered messages, in order; the
-//! ledger checks each one's contents and that no withdrawn message was delivered. A few
-//! receives are shorter than the message they get (truncated, the message consumed).
+//! Some sends are cancelled: right after posting, at a random time while their message is
+//! kept or while the receives run, or just after a receive from their sender completed, when
+//! the buffer it freed most likely went to them and the request to send them as eager is on
+//! its way. The send's completion says what became of it: `Cancelled` (withdrawn, never
+//! delivered) or normal (delivered). A receive is posted only while some message of its
+//! stream is sure to be delivered (not cancelled, or its send completed normally), so no
+//! receive waits for a message that was withdrawn. At the end, the receives of each stream
+//! must have got exactly the delivered messages, in order; the ledger checks each one's
+//! contents and that no withdrawn message was delivered. A few receives are shorter than the
+//! message they get (truncated, the message consumed).
 
 use crate::ledger::OpRef;
 use crate::memory::Layout;
@@ -47,10 +49,11 @@ const SHORT_RECV_P: f64 = 0.04;
 const SHORT_CAPACITIES: &[u64] = &[0, 8, 300];
 
 // Token kinds (high 32 bits); the low 32 bits are a rank, a message or a stream.
-const SEND_ALL: u64 = 1;
+const POST_SENDS: u64 = 1;
 const CANCEL: u64 = 2;
 const START_RECEIVING: u64 = 3;
 const RECV: u64 = 4;
+const RACING_FALLBACK: u64 = 5;
 
 fn token(kind: u64, index: usize) -> u64 {
     kind << 32 | index as u64
@@ -65,8 +68,10 @@ enum CancelAt {
     Time(Nanos),
     /// Just after a receive of its receiver from its sender completed, if it is the oldest
     /// such message still pending: the buffer that receive freed most likely went to it, and
-    /// the request to send it as eager is on its way (`RACING_P`).
-    Racing,
+    /// the request to send it as eager is on its way (`RACING_P`). At `fallback` if no
+    /// receive set it off: while it may yet be withdrawn, no receive waits for it, and the
+    /// receives that would set it off may be waiting for it.
+    Racing { fallback: Nanos },
 }
 
 /// What became of a send, as its completion says.
@@ -83,8 +88,12 @@ enum Outcome {
 struct Message {
     stream: usize,
     len: u64,
+    /// When its sender posts it.
+    post_at: Nanos,
     /// When its send is cancelled, if it is.
     cancel: Option<CancelAt>,
+    /// A racing cancel was set off (`CancelAt::Racing`).
+    raced: bool,
     op: Option<OpRef>,
     outcome: Outcome,
 }
@@ -122,6 +131,8 @@ pub struct UnsafeSends {
     streams: Vec<Stream>,
     /// Per sender: its messages in posting order.
     by_sender: Vec<Vec<usize>>,
+    /// Per sender: how many of its messages it posted.
+    posted: Vec<usize>,
     sends: BTreeMap<OpRef, usize>,
     recvs: BTreeMap<OpRef, usize>,
     /// The longest message: the capacity of most receives.
@@ -135,6 +146,7 @@ impl UnsafeSends {
             messages: Vec::new(),
             streams: Vec::new(),
             by_sender: Vec::new(),
+            posted: Vec::new(),
             sends: BTreeMap::new(),
             recvs: BTreeMap::new(),
             longest: 0,
@@ -173,9 +185,29 @@ impl UnsafeSends {
         })
     }
 
+    /// When each rank posts its sends: a burst at once, then the others a few microseconds
+    /// apart (posted in its loop while earlier ones wait for credits).
+    fn post_times(&self, w: &mut World) -> Vec<Vec<Nanos>> {
+        let count = self.sends_per_rank;
+        (0..w.size())
+            .map(|_| {
+                let mut at = w.rng.range(0, 100_000);
+                let burst = w.rng.range(16, count as u64) as usize;
+                (0..count)
+                    .map(|i| {
+                        if i >= burst {
+                            at += w.rng.range(0, 30_000);
+                        }
+                        at
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
     /// Draws every rank's sends: each to one of the peers it sends to, on either tag, posted
-    /// at `send_at` by its sender, received from `receiving_at` by its receiver.
-    fn plan(&mut self, w: &mut World, send_at: &[Nanos], receiving_at: &[Nanos]) {
+    /// at `post_at` by its sender, received from `receiving_at` by its receiver.
+    fn plan(&mut self, w: &mut World, post_at: &[Vec<Nanos>], receiving_at: &[Nanos]) {
         let (one_frame, several) = Self::sizes(w.mtu);
         let size = w.size();
         for src in 0..size {
@@ -187,7 +219,7 @@ impl UnsafeSends {
                 others
             };
             let mut mine = Vec::new();
-            for _ in 0..self.sends_per_rank {
+            for &post_at in &post_at[src as usize] {
                 let dst = w.rng.pick(&peers);
                 let tag = w.rng.pick(&TAGS);
                 let len = if w.rng.chance(MULTI_FRAME_P) {
@@ -200,10 +232,12 @@ impl UnsafeSends {
                     match w.rng.below(5) {
                         0 => CancelAt::Posted,
                         // While it is kept, or sent by rendezvous and not kept yet.
-                        1 => CancelAt::Time(w.rng.range(send_at[src as usize], receiving)),
+                        1 => CancelAt::Time(w.rng.range(post_at, receiving)),
                         // While the receives consume the buffers, which go to kept messages.
                         2 => CancelAt::Time(receiving + w.rng.range(0, 3_000_000)),
-                        _ => CancelAt::Racing,
+                        _ => CancelAt::Racing {
+                            fallback: receiving + w.rng.range(3_000_000, 6_000_000),
+                        },
                     }
                 });
                 let stream = self.stream_of(src, dst, tag);
@@ -213,7 +247,9 @@ impl UnsafeSends {
                 self.messages.push(Message {
                     stream,
                     len,
+                    post_at,
                     cancel,
+                    raced: false,
                     op: None,
                     outcome: Outcome::Pending,
                 });
@@ -222,25 +258,44 @@ impl UnsafeSends {
         }
     }
 
-    fn send_all(&mut self, w: &mut World, rank: Rank) {
-        for m in self.by_sender[rank as usize].clone() {
-            let message = &self.messages[m];
-            let (dst, tag) = (
-                self.streams[message.stream].dst,
-                self.streams[message.stream].tag,
+    /// Posts the sends of `rank` whose time has come; wakes it for the next.
+    fn post_sends(&mut self, w: &mut World, rank: Rank) {
+        let mine = self.by_sender[rank as usize].clone();
+        let posted = self.posted[rank as usize];
+        let due = mine[posted..]
+            .iter()
+            .take_while(|&&m| self.messages[m].post_at <= w.now())
+            .count();
+        self.posted[rank as usize] += due;
+        for &m in &mine[posted..posted + due] {
+            self.post_send(w, rank, m);
+        }
+        if let Some(&m) = mine.get(posted + due) {
+            w.wake_at(
+                rank,
+                self.messages[m].post_at,
+                token(POST_SENDS, rank as usize),
             );
-            let layout = Layout::draw(&mut w.rng, 0.1);
-            let Ok(op) = w.send(rank, dst, tag, message.len, layout) else {
-                self.messages[m].outcome = Outcome::Failed;
-                continue;
-            };
-            self.messages[m].op = Some(op);
-            self.sends.insert(op, m);
-            match self.messages[m].cancel {
-                Some(CancelAt::Posted) => self.cancel(w, m),
-                Some(CancelAt::Time(at)) => w.wake_at(rank, at, token(CANCEL, m)),
-                Some(CancelAt::Racing) | None => {}
+        }
+    }
+
+    fn post_send(&mut self, w: &mut World, rank: Rank, m: usize) {
+        let stream = &self.streams[self.messages[m].stream];
+        let (dst, tag, len) = (stream.dst, stream.tag, self.messages[m].len);
+        let layout = Layout::draw(&mut w.rng, 0.1);
+        let Ok(op) = w.send(rank, dst, tag, len, layout) else {
+            self.messages[m].outcome = Outcome::Failed;
+            return;
+        };
+        self.messages[m].op = Some(op);
+        self.sends.insert(op, m);
+        match self.messages[m].cancel {
+            Some(CancelAt::Posted) => self.cancel(w, m),
+            Some(CancelAt::Time(at)) => w.wake_at(rank, at, token(CANCEL, m)),
+            Some(CancelAt::Racing { fallback }) => {
+                w.wake_at(rank, fallback, token(RACING_FALLBACK, m))
             }
+            None => {}
         }
     }
 
@@ -360,12 +415,14 @@ impl UnsafeSends {
         let (src, dst) = (self.streams[s].src, self.streams[s].dst);
         let racing = self.by_sender[src as usize].iter().copied().find(|&m| {
             let message = &self.messages[m];
-            message.cancel == Some(CancelAt::Racing)
+            matches!(message.cancel, Some(CancelAt::Racing { .. }))
+                && !message.raced
+                && message.op.is_some()
                 && message.outcome == Outcome::Pending
                 && self.streams[message.stream].dst == dst
         });
         if let Some(m) = racing.filter(|_| w.rng.chance(RACING_P)) {
-            self.messages[m].cancel = Some(CancelAt::Time(w.now()));
+            self.messages[m].raced = true;
             let delay = w.rng.range(0, 2 * w.net.config().delay_ns);
             w.wake_after(src, delay, token(CANCEL, m));
         }
@@ -375,14 +432,16 @@ impl UnsafeSends {
 impl Workload for UnsafeSends {
     fn start(&mut self, w: &mut World) {
         let ranks = w.size() as usize;
-        let send_at: Vec<Nanos> = (0..ranks).map(|_| w.rng.range(0, 100_000)).collect();
-        // Thinking longer than a credit wait lets messages go by rendezvous and be kept.
+        let post_at = self.post_times(w);
+        // After its last send; thinking longer than a credit wait lets messages go by
+        // rendezvous and be kept.
         let receiving_at: Vec<Nanos> = (0..ranks)
-            .map(|r| send_at[r] + w.rng.range(300_000, 5_000_000))
+            .map(|r| post_at[r][post_at[r].len() - 1] + w.rng.range(300_000, 5_000_000))
             .collect();
-        self.plan(w, &send_at, &receiving_at);
+        self.plan(w, &post_at, &receiving_at);
+        self.posted = vec![0; ranks];
         for rank in 0..ranks {
-            w.wake_at(rank as Rank, send_at[rank], token(SEND_ALL, rank));
+            w.wake_at(rank as Rank, post_at[rank][0], token(POST_SENDS, rank));
             let receiving = token(START_RECEIVING, rank);
             w.wake_at(rank as Rank, receiving_at[rank], receiving);
         }
@@ -391,8 +450,12 @@ impl Workload for UnsafeSends {
     fn on_wake(&mut self, w: &mut World, rank: Rank, tok: u64) {
         let index = (tok & 0xFFFF_FFFF) as usize;
         match tok >> 32 {
-            SEND_ALL => self.send_all(w, rank),
+            POST_SENDS => self.post_sends(w, rank),
             CANCEL => self.cancel(w, index),
+            RACING_FALLBACK if !self.messages[index].raced => {
+                self.messages[index].raced = true;
+                self.cancel(w, index);
+            }
             START_RECEIVING => {
                 for s in 0..self.streams.len() {
                     if self.streams[s].dst == rank {
