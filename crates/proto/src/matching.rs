@@ -196,13 +196,14 @@ impl Core {
             if entry.phase == RxPhase::DataComplete {
                 self.deliver_eager(now, incoming, memory);
             } else {
-                let discarded_data = entry.discarded;
+                let ask = entry.waits_to_be_asked();
                 if entry.dest == Dest::Nowhere {
                     entry.dest = Dest::Recv(recv);
                 }
                 self.set_waiter(incoming, true);
-                if discarded_data {
-                    // `drop` mode: ask the sender to resend now, not at its next timeout.
+                if ask {
+                    // `drop` mode, or taken as eager and no longer asked for: ask the sender
+                    // to resend now, not at its next timeout.
                     self.ask_to_resume(incoming);
                     self.expect_resumption(now, incoming);
                 }
@@ -240,7 +241,7 @@ impl Core {
                 // Its entry waits for the rest of its frames with no receive left waiting:
                 // awaited, so that it is freed if its sender dies with a frame of it lost.
                 self.set_waiter(incoming, true);
-                if self.rx[incoming].discarded {
+                if self.rx[incoming].waits_to_be_asked() {
                     // Its sender was told WAIT with KEPT and repeats only as a safety net,
                     // up to `rto_max_ns << KEPT_REPEAT_DOUBLINGS` apart: ask for the frames
                     // now, as `bind` does for a receive that fits, or the send and this entry

@@ -391,6 +391,16 @@ impl Incoming {
         !self.matched && !self.in_unexpected && !self.claimed
     }
 
+    /// Its sender sends it again only once asked, which a receive that binds it does: its
+    /// data was discarded (the sender was told to WAIT), or it was taken as eager and every
+    /// request to send it was lost until the receiver stopped asking
+    /// (`repeat_resume_request`). Unasked, the receive waited for the sender's safety repeat,
+    /// up to `rto_max_ns << KEPT_REPEAT_DOUBLINGS` away (seconds by default).
+    pub fn waits_to_be_asked(&self) -> bool {
+        let unanswered = self.taken_as_eager && self.deadline_ns.is_none() && !self.has_frame(0);
+        self.discarded || unanswered
+    }
+
     pub fn is_eager(&self) -> bool {
         self.geometry.protocol == nicmsg_wire::Protocol::Eager
     }

@@ -521,13 +521,20 @@ impl Core {
     }
 
     /// Whether a CTS with EAGER may turn send `index` eager: a rendezvous message no receive
-    /// matched yet, of one frame, not being withdrawn. The receiver asks so only of such
-    /// messages (`handover.rs`); any other is answered as a plain CTS.
+    /// matched yet, of one frame. The receiver asks so only of such messages (`handover.rs`);
+    /// any other is answered as a plain CTS.
+    ///
+    /// Also while a CANCEL of it waits for its answer: the receiver took it as eager whatever
+    /// that answer will be, and a receive may bind it before the CANCEL comes, which is then
+    /// refused. Taken as a plain CTS, the request marked the message matched, its frame went
+    /// as DATA, which the receiver drops for a message it takes as eager, and the send and
+    /// its receive waited for ever. No frame leaves before the answer (`choose_frame`), and
+    /// the CANCEL repeated after this names the credit the message now rides on, which the
+    /// receiver returns once either way (`cancel.rs`, `withdraw`).
     fn can_send_as_eager(&self, index: SendKey) -> bool {
         let op = &self.sends[index];
         !op.is_eager()
             && !op.peer_matched
-            && op.cancel.is_none()
             && op.frames == 1
             && op.geometry.total_len <= self.config.eager_limit
     }

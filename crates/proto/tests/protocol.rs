@@ -2784,3 +2784,199 @@ fn a_kept_message_taken_as_eager_whose_requests_are_all_lost_arrives() {
     assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
     assert!(net.endpoints.iter().all(|e| e.credits_unsettled() == 0));
 }
+
+/// Holds every frame of the kinds in `kinds` off the network from now on, for a test to hand
+/// over itself in an order of its choosing.
+fn hold_frames_of_kinds(
+    net: &mut Net,
+    kinds: &'static [FrameKind],
+) -> Rc<std::cell::RefCell<Vec<Vec<u8>>>> {
+    let held: Rc<std::cell::RefCell<Vec<Vec<u8>>>> = Default::default();
+    let sink = Rc::clone(&held);
+    net.filter = Some(Box::new(move |bytes: &[u8]| {
+        let taken = kinds.iter().any(|&kind| kind_of(bytes) == kind as u8);
+        if taken {
+            sink.borrow_mut().push(bytes.to_vec());
+        }
+        taken
+    }));
+    held
+}
+
+/// The sender withdraws a kept message just as its receiver takes it as eager, and the
+/// receive is posted (it binds the message) before the CANCEL comes: the CANCEL is refused,
+/// and the sender, which heard the request to send it as eager while it waited for that
+/// answer, must still send it so. Taken as a plain CTS, the request marked the message
+/// matched; its frame then went as DATA, which the receiver drops for a message it takes as
+/// eager, and the send and the receive waited for ever, between live ranks.
+#[test]
+fn a_kept_message_taken_as_eager_whose_cancel_is_refused_arrives() {
+    // Not sent from a copy (those complete at once, and cannot be cancelled): a medium one.
+    const LEN: usize = 1000;
+    let config = test_config();
+    let credits = class_credits(&config, LEN) as u32;
+    let mut net = Net::new(2, config);
+    let sends: Vec<OpId> = (0..=credits)
+        .map(|i| net.send(0, 1, 1, pattern(LEN, i as u8)))
+        .collect();
+    net.run(net.now + 50_000_000);
+    let kept = sends[credits as usize];
+    assert!(net.result(0, kept).is_none(), "the last one is kept");
+    let held = hold_frames_of_kinds(&mut net, &[FrameKind::Cts, FrameKind::Cancel]);
+    // The first receive frees a buffer, which goes to the kept message: CTS with EAGER.
+    let (first, _) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), LEN);
+    net.run(net.now + 1_000_000);
+    assert!(net.result(1, first).is_some_and(|r| r.is_ok()));
+    assert_eq!(net.endpoints[1].stats().kept_taken_as_eager, 1);
+    let now = net.now;
+    assert_eq!(
+        net.endpoints[0].cancel(now, kept),
+        Ok(CancelOutcome::Requested)
+    );
+    // Every receive is posted before the CANCEL arrives: the last binds the kept message.
+    let receives: Vec<(OpId, RegionId)> = (1..=credits)
+        .map(|_| net.recv(1, Source::Rank(0), TagMatch::Tag(1), LEN))
+        .collect();
+    net.run(net.now + 1_000_000);
+    let frames = held.take();
+    let request = frames
+        .iter()
+        .find(|f| is_eager_request(f))
+        .expect("a request to send the kept message as eager");
+    let cancel = frames
+        .iter()
+        .find(|f| kind_of(f) == FrameKind::Cancel as u8)
+        .expect("the CANCEL");
+    // The request reaches the sender while it waits for the CANCEL's answer, then the CANCEL
+    // reaches the receiver, which refuses it.
+    let now = net.now;
+    net.endpoints[0].handle_frame(now, request, &mut net.memories[0]);
+    net.endpoints[1].handle_frame(now, cancel, &mut net.memories[1]);
+    net.filter = None;
+    net.run(net.now + 2_000_000_000);
+    assert!(
+        net.result(0, kept).is_some_and(|r| r.is_ok()),
+        "the send whose cancel was refused completes: {:?}",
+        net.result(0, kept)
+    );
+    for (i, &(recv, region)) in receives.iter().enumerate() {
+        let i = i as u32 + 1;
+        assert!(
+            net.result(1, recv).is_some_and(|r| r.is_ok()),
+            "receive {i}"
+        );
+        assert_eq!(net.bytes(1, region), pattern(LEN, i as u8), "message {i}");
+    }
+    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+    assert!(net.endpoints.iter().all(|e| e.credits_unsettled() == 0));
+}
+
+/// A kept message taken as eager whose every request was lost until the receiver stopped
+/// asking (`max_retries`): when its receive is posted the receiver asks again, as it does
+/// when a receive binds a kept message it did not take as eager, and the message arrives
+/// within round trips, not at its sender's next safety repeat (`rto_max_ns` doubled up to
+/// `KEPT_REPEAT_DOUBLINGS` times).
+#[test]
+fn a_receive_asks_again_for_a_kept_message_taken_as_eager_the_receiver_stopped_asking_for() {
+    const LEN: usize = 16;
+    let config = test_config();
+    let credits = class_credits(&config, LEN) as u32;
+    let mut net = Net::new(2, config);
+    let round_trip = 2 * net.delay_ns;
+    for i in 0..=credits {
+        net.send(0, 1, 1, pattern(LEN, i as u8));
+    }
+    net.run(net.now + 50_000_000);
+    net.filter = Some(Box::new(is_eager_request));
+    let (first, _) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), LEN);
+    // Long enough for every request, and the answers to the sender's repeats, to be lost.
+    net.run(net.now + 100_000_000);
+    assert!(net.result(1, first).is_some_and(|r| r.is_ok()));
+    assert_eq!(net.endpoints[1].stats().kept_taken_as_eager, 1);
+    net.filter = None;
+    let receives: Vec<(OpId, RegionId)> = (1..=credits)
+        .map(|_| net.recv(1, Source::Rank(0), TagMatch::Tag(1), LEN))
+        .collect();
+    let (last, region) = receives[receives.len() - 1];
+    let took = net.run_until(1_000_000_000, |net| net.result(1, last).is_some());
+    assert!(net.result(1, last).is_some_and(|r| r.is_ok()));
+    assert_eq!(net.bytes(1, region), pattern(LEN, credits as u8));
+    assert!(
+        took < 10 * round_trip,
+        "the kept message's receive took {took} ns, round trip {round_trip} ns"
+    );
+    net.run(net.now + 1_000_000_000);
+    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+    assert!(net.endpoints.iter().all(|e| e.credits_unsettled() == 0));
+}
+
+/// As `a_kept_message_taken_as_eager_whose_cancel_is_refused_arrives`, with the message claimed
+/// (a matched probe) before the CANCEL comes, then received into a buffer too short for it:
+/// the CANCEL is refused, the sender sends the message as eager all the same, the receive
+/// completes `Truncated`, and the credit kept back for it comes back.
+#[test]
+fn a_claimed_kept_message_taken_as_eager_whose_cancel_is_refused_is_consumed() {
+    const LEN: usize = 1000;
+    let config = test_config();
+    let credits = class_credits(&config, LEN) as u32;
+    let mut net = Net::new(2, config);
+    for i in 0..credits {
+        net.send(0, 1, 1, pattern(LEN, i as u8));
+    }
+    let kept = net.send(0, 1, 2, pattern(LEN, 99));
+    net.run(net.now + 50_000_000);
+    let held = hold_frames_of_kinds(&mut net, &[FrameKind::Cts, FrameKind::Cancel]);
+    let (first, _) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), LEN);
+    net.run(net.now + 1_000_000);
+    assert!(net.result(1, first).is_some_and(|r| r.is_ok()));
+    assert_eq!(net.endpoints[1].stats().kept_taken_as_eager, 1);
+    let now = net.now;
+    assert_eq!(
+        net.endpoints[0].cancel(now, kept),
+        Ok(CancelOutcome::Requested)
+    );
+    let (status, claim) = net.endpoints[1]
+        .claim(Source::Rank(0), Context::USER, TagMatch::Tag(2))
+        .expect("the kept message is claimed");
+    assert_eq!(status.len, LEN as u64);
+    net.run(net.now + 1_000_000);
+    let frames = held.take();
+    let request = frames.iter().find(|f| is_eager_request(f)).unwrap();
+    let cancel = frames
+        .iter()
+        .find(|f| kind_of(f) == FrameKind::Cancel as u8)
+        .unwrap();
+    let now = net.now;
+    net.endpoints[0].handle_frame(now, request, &mut net.memories[0]);
+    net.endpoints[1].handle_frame(now, cancel, &mut net.memories[1]);
+    net.filter = None;
+    net.run(net.now + 1_000_000);
+    let region = net.region(1, vec![0; 8]);
+    let now = net.now;
+    let (endpoint, memory) = (&mut net.endpoints[1], &mut net.memories[1]);
+    let short = endpoint
+        .post_recv_claimed(now, claim, &SgList::contiguous(region, 0, 8), memory)
+        .unwrap();
+    net.run(net.now + 2_000_000_000);
+    assert!(
+        net.result(0, kept).is_some_and(|r| r.is_ok()),
+        "{:?}",
+        net.result(0, kept)
+    );
+    assert!(matches!(
+        net.result(1, short),
+        Some(Err(OpError::Truncated { message_len, .. })) if message_len == LEN as u64
+    ));
+    for i in 1..credits {
+        let (recv, region) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), LEN);
+        net.run(net.now + 1_000_000);
+        assert!(
+            net.result(1, recv).is_some_and(|r| r.is_ok()),
+            "receive {i}"
+        );
+        assert_eq!(net.bytes(1, region), pattern(LEN, i as u8), "message {i}");
+    }
+    net.run(net.now + 1_000_000_000);
+    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+    assert!(net.endpoints.iter().all(|e| e.credits_unsettled() == 0));
+}

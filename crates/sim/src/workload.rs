@@ -88,6 +88,7 @@ pub enum WorkloadKind {
     Library,
     Credits,
     Trickle,
+    Unsafe,
     Programs,
     ProgramsDeath,
     ProgramsHost,
@@ -96,7 +97,7 @@ pub enum WorkloadKind {
 
 impl WorkloadKind {
     /// Every workload; the last three need engine mode ([`WorkloadKind::needs_engine`]).
-    pub const ALL: [WorkloadKind; 16] = [
+    pub const ALL: [WorkloadKind; 17] = [
         WorkloadKind::PingPong,
         WorkloadKind::Streams,
         WorkloadKind::AllToAll,
@@ -109,6 +110,7 @@ impl WorkloadKind {
         WorkloadKind::Library,
         WorkloadKind::Credits,
         WorkloadKind::Trickle,
+        WorkloadKind::Unsafe,
         WorkloadKind::Programs,
         WorkloadKind::ProgramsDeath,
         WorkloadKind::ProgramsHost,
@@ -116,7 +118,7 @@ impl WorkloadKind {
     ];
 
     /// The messaging workloads, which run in both modes.
-    pub const MESSAGING: [WorkloadKind; 12] = [
+    pub const MESSAGING: [WorkloadKind; 13] = [
         WorkloadKind::PingPong,
         WorkloadKind::Streams,
         WorkloadKind::AllToAll,
@@ -129,6 +131,7 @@ impl WorkloadKind {
         WorkloadKind::Library,
         WorkloadKind::Credits,
         WorkloadKind::Trickle,
+        WorkloadKind::Unsafe,
     ];
 
     pub fn name(self) -> &'static str {
@@ -145,6 +148,7 @@ impl WorkloadKind {
             WorkloadKind::Library => "library",
             WorkloadKind::Credits => "credits",
             WorkloadKind::Trickle => "trickle",
+            WorkloadKind::Unsafe => "unsafe",
             WorkloadKind::Programs => "programs",
             WorkloadKind::ProgramsDeath => "programs-death",
             WorkloadKind::ProgramsHost => "programs-host",
@@ -193,6 +197,10 @@ impl WorkloadKind {
                 "NetPIPE's stream: a burst of short sends, then one by one, received one at a time \
                  (credit waits)"
             }
+            WorkloadKind::Unsafe => {
+                "an unsafe MPI program: every rank sends many short messages to its peers before \
+                 it receives any, some withdrawn by cancel, then receives them in order"
+            }
             WorkloadKind::Programs => {
                 "PANIC: PDL programs loaded, run, messaged and unloaded on every engine (engine mode)"
             }
@@ -216,7 +224,7 @@ impl WorkloadKind {
             | WorkloadKind::Trickle => 2,
             WorkloadKind::Streams | WorkloadKind::Probe | WorkloadKind::Scatter => 3,
             WorkloadKind::AnySource | WorkloadKind::Library => 4,
-            WorkloadKind::Credits => 3,
+            WorkloadKind::Credits | WorkloadKind::Unsafe => 3,
             WorkloadKind::PeerDeath => 6,
             WorkloadKind::AllToAll => 16,
             WorkloadKind::Programs
@@ -235,6 +243,7 @@ impl WorkloadKind {
             | WorkloadKind::Truncation
             | WorkloadKind::Trickle => 2,
             WorkloadKind::PeerDeath => requested.unwrap_or(6).max(3),
+            WorkloadKind::Unsafe => requested.unwrap_or(3).clamp(2, 4),
             WorkloadKind::Programs
             | WorkloadKind::ProgramsDeath
             | WorkloadKind::ProgramsHost
@@ -269,6 +278,9 @@ impl WorkloadKind {
             WorkloadKind::Library => Box::new(workloads::library::Library::new(params, rng)),
             WorkloadKind::Credits => Box::new(workloads::credits::Credits::new(params, rng)),
             WorkloadKind::Trickle => Box::new(workloads::trickle::Trickle::new(params, rng)),
+            WorkloadKind::Unsafe => {
+                Box::new(workloads::unsafe_sends::UnsafeSends::new(params, rng))
+            }
             WorkloadKind::Programs => {
                 Box::new(workloads::programs::Programs::new(params, rng, false))
             }

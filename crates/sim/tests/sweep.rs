@@ -56,18 +56,18 @@ fn faulty_template() -> RunSpec {
 #[test]
 fn every_workload_under_loss_has_no_violations() {
     let plan = SweepPlan {
-        // Seed s runs workload s mod 12, so each workload gets 24 seeds x 4 loss rates x 2
+        // Seed s runs workload s mod 13, so each workload gets 24 seeds x 4 loss rates x 2
         // policies.
-        seeds: (0..288).collect(),
+        seeds: (0..312).collect(),
         workloads: WorkloadKind::MESSAGING.to_vec(),
         losses: vec![0.0, 0.02, 0.1, 0.2],
         policies: vec![UnexpectedPolicy::Buffer, UnexpectedPolicy::Drop],
         template: faulty_template(),
     };
     assert_eq!(plan.template.mode, SimMode::Engine);
-    assert_eq!(plan.len(), 2304);
+    assert_eq!(plan.len(), 2496);
     let summary = sweep_keeping_failures(&plan);
-    assert_eq!(summary.runs, 2304);
+    assert_eq!(summary.runs, 2496);
     for kind in WorkloadKind::MESSAGING {
         assert!(
             summary

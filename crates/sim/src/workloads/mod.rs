@@ -11,3 +11,4 @@ pub mod programs;
 pub mod programs_host;
 pub mod streams;
 pub mod trickle;
+pub mod unsafe_sends;
