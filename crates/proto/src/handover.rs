@@ -16,8 +16,9 @@
 //! The credit stays consistent: the sender counted the delivered message's credit as spent
 //! and never learns it came back; the kept message, now eager, rides on it, and its delivery
 //! returns it (as does its withdrawal: `cancel.rs`, whatever its sender's CANCEL says).
-//! Only messages of one frame are taken so: the RTS carried them whole, and both sides keep
-//! the frame cut the RTS announced.
+//! Only messages of a small or medium buffer's class (at most 4 KiB: what Open MPI sends
+//! from the provider's copy, without waiting) are taken so; both sides keep the frame cut the
+//! RTS announced, and the sender starts the message afresh as an eager one.
 
 use crate::credits::CreditClass;
 use crate::ops::{Dest, RxPhase};
@@ -57,8 +58,8 @@ impl Core {
         true
     }
 
-    /// A rendezvous message kept without a receive, with nothing of it in, of one frame and
-    /// of `class`: one a buffer of that class can take whole.
+    /// A rendezvous message kept without a receive, with nothing of it in, of `class`, small
+    /// or medium: one a buffer of that class can take whole.
     fn can_take_as_eager(&self, entry: &ops::Incoming, class: CreditClass) -> bool {
         let len = entry.geometry.total_len;
         !entry.is_eager()
@@ -66,7 +67,7 @@ impl Core {
             && entry.dest == Dest::Nowhere
             && !entry.matched
             && entry.phase == RxPhase::Receiving
-            && entry.frames == 1
+            && class != CreditClass::Eager
             && entry.contiguous == 0
             && !entry.has_frame(0)
             && entry.local_send.is_none()

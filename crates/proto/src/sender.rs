@@ -521,8 +521,8 @@ impl Core {
     }
 
     /// Whether a CTS with EAGER may turn send `index` eager: a rendezvous message no receive
-    /// matched yet, of one frame. The receiver asks so only of such messages (`handover.rs`);
-    /// any other is answered as a plain CTS.
+    /// matched yet, of at most 4 KiB (a small or medium buffer holds it). The receiver asks so
+    /// only of such messages (`handover.rs`); any other is answered as a plain CTS.
     ///
     /// Also while a CANCEL of it waits for its answer: the receiver took it as eager whatever
     /// that answer will be, and a receive may bind it before the CANCEL comes, which is then
@@ -533,24 +533,31 @@ impl Core {
     /// receiver returns once either way (`cancel.rs`, `withdraw`).
     fn can_send_as_eager(&self, index: SendKey) -> bool {
         let op = &self.sends[index];
+        let len = op.geometry.total_len;
         !op.is_eager()
             && !op.peer_matched
-            && op.frames == 1
-            && op.geometry.total_len <= self.config.eager_limit
+            && CreditClass::of(len) != CreditClass::Eager
+            && len <= self.config.eager_limit
     }
 
     /// The receiver kept this message without a receive and now holds a buffer for it, on a
-    /// credit it kept back: the message goes again as an eager one, cut as its RTS was, and
-    /// completes on the eager acknowledgement. It spends no credit of its own.
+    /// credit it kept back: the message goes again from its first frame as an eager one, cut
+    /// as its RTS was, and completes on the eager acknowledgement. It spends no credit of its
+    /// own. Started afresh, not resent: only the RTS had left, and a collection of several
+    /// frames is resent only once all of them went.
     fn send_as_eager(&mut self, index: SendKey) {
         let op = &mut self.sends[index];
         op.geometry.protocol = Protocol::Eager;
         op.credit = Some(CreditClass::of(op.geometry.total_len));
         op.granted = op.frames;
+        op.next_new = 0;
+        op.collections = crate::collections::Collections::new(op.ack_unit, op.frames);
+        op.resend_cursor = Default::default();
         op.wait_deadline_ns = None;
         op.wait_retries = 0;
         op.extra_frame = None;
         op.rsm_frame = None;
+        self.sends.reset_timers(index);
     }
 
     /// MSG-ACK: the receiver holds the message (or consumed it as truncated). Complete, free,
