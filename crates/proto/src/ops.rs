@@ -88,6 +88,9 @@ pub(crate) struct SendOp {
     pub cancel: Option<CancelRequest>,
     /// The receiver answered that a receive had matched the message: it completes normally.
     pub cancel_refused: bool,
+    /// Sent by rendezvous, then again as eager into a buffer the receiver freed for it
+    /// (`handover.rs`): the receiver holds it and tells it to WAIT no more.
+    pub taken_as_eager: bool,
 }
 
 /// A CANCEL sent to the receiver and not answered yet.
@@ -167,6 +170,7 @@ impl SendOp {
             kept_repeats: None,
             cancel: None,
             cancel_refused: false,
+            taken_as_eager: false,
         }
     }
 

@@ -289,7 +289,10 @@ impl Core {
 
     /// ACK from the receiver: a collection (or, with ACK_ALL, the whole message, and with a
     /// `frame_index` above 0 that many following messages too) arrived; with WAIT, the
-    /// receiver is alive but has not accepted the message yet.
+    /// receiver is alive but has not accepted the message yet. A WAIT for a message taken as
+    /// eager answered its RTS before the receiver took it: the receiver holds it in a buffer
+    /// now. Taken, it postponed a lost eager frame's resending to `rto_max_ns`, while the
+    /// receiver, having its first frame, asked for nothing.
     pub(crate) fn on_ack(&mut self, now: Nanos, header: &FrameHeader) {
         if header.has_flag(Flags::ACK_ALL) && header.frame_index > 0 {
             return self.on_ack_all_run(now, header);
@@ -299,6 +302,9 @@ impl Core {
             return;
         };
         let peer = header.src;
+        if header.has_flag(Flags::WAIT) && self.sends[index].taken_as_eager {
+            return self.count_drop(Some(peer), DropReason::Duplicate);
+        }
         if header.has_flag(Flags::WAIT) {
             return self.on_wait(now, index, header.has_flag(Flags::KEPT));
         }
@@ -557,6 +563,7 @@ impl Core {
         op.wait_retries = 0;
         op.extra_frame = None;
         op.rsm_frame = None;
+        op.taken_as_eager = true;
         self.sends.reset_timers(index);
     }
 

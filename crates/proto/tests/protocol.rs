@@ -2986,3 +2986,75 @@ fn a_claimed_kept_message_taken_as_eager_whose_cancel_is_refused_is_consumed() {
     assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
     assert!(net.endpoints.iter().all(|e| e.credits_unsettled() == 0));
 }
+
+/// Whether a frame the test network carries is an ACK with WAIT.
+fn is_wait(bytes: &[u8]) -> bool {
+    let header = nicmsg_wire::Frame::parse(bytes).expect("a frame").header;
+    header.kind == FrameKind::Ack && header.flags & Flags::WAIT != 0
+}
+
+/// A WAIT the receiver sent for a kept message's RTS comes again (a duplicate delayed on the
+/// way) after its sender has sent the message again as an eager one of several frames
+/// (`handover.rs`), one of those frames lost: the receiver holds the message in a buffer and never tells it to wait, so the
+/// WAIT is stale and must not hold back the lost frame's retransmission. Taken, it postponed
+/// the frame to `rto_max_ns` (seconds by default), and with frame 0 in, the receiver, which
+/// asks again only while nothing of the message came, and its receive waited that long.
+#[test]
+fn a_stale_wait_does_not_hold_back_a_message_taken_as_eager() {
+    // Three frames at the default MTU, in one acknowledgement collection.
+    const LEN: usize = 4096;
+    let config = test_config();
+    let (credits, rto_max_ns) = (class_credits(&config, LEN) as u32, config.rto_max_ns);
+    let mut net = Net::new(2, config);
+    let waits = Rc::new(std::cell::RefCell::new(Vec::new()));
+    let sink = Rc::clone(&waits);
+    // WAITs go through; a copy of the last comes again later, as a delayed duplicate.
+    net.filter = Some(Box::new(move |bytes: &[u8]| {
+        if is_wait(bytes) {
+            sink.borrow_mut().push(bytes.to_vec());
+        }
+        false
+    }));
+    let sends: Vec<OpId> = (0..=credits)
+        .map(|i| net.send(0, 1, 1, pattern(LEN, i as u8)))
+        .collect();
+    net.run(net.now + 20_000_000);
+    let kept = sends[credits as usize];
+    assert!(net.result(0, kept).is_none(), "the last one is kept");
+    let stale_wait = waits.borrow().last().cloned().expect("a WAIT for the RTS");
+    // The first receive frees a buffer, which goes to the kept message; its request is held.
+    let requests = capture_frames_of_kind(&mut net, FrameKind::Cts);
+    let (first, _) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), LEN);
+    net.run(net.now + 1_000_000);
+    assert!(net.result(1, first).is_some_and(|r| r.is_ok()));
+    assert_eq!(net.endpoints[1].stats().kept_taken_as_eager, 1);
+    let request = requests.take().into_iter().find(|f| is_eager_request(f));
+    let request = request.expect("a request to send the kept message as eager");
+    // The sender hears the request and sends the message's frames; the last is lost.
+    net.filter = Some(Box::new(|bytes: &[u8]| {
+        let header = nicmsg_wire::Frame::parse(bytes).expect("a frame").header;
+        header.kind == FrameKind::Eager && header.frame_index == 2
+    }));
+    let now = net.now;
+    net.endpoints[0].handle_frame(now, &request, &mut net.memories[0]);
+    net.run(net.now + 1_000);
+    // Then the WAIT, delayed on the way, comes.
+    let now = net.now;
+    net.endpoints[0].handle_frame(now, &stale_wait, &mut net.memories[0]);
+    net.filter = None;
+    let receives: Vec<(OpId, RegionId)> = (1..=credits)
+        .map(|_| net.recv(1, Source::Rank(0), TagMatch::Tag(1), LEN))
+        .collect();
+    let (last, region) = receives[receives.len() - 1];
+    let took = net.run_until(10 * rto_max_ns, |net| net.result(1, last).is_some());
+    assert!(net.result(1, last).is_some_and(|r| r.is_ok()));
+    assert_eq!(net.bytes(1, region), pattern(LEN, credits as u8));
+    assert!(
+        took < rto_max_ns / 4,
+        "the lost frame came {took} ns later, rto_max_ns {rto_max_ns}"
+    );
+    net.run(net.now + 1_000_000_000);
+    assert!(net.result(0, kept).is_some_and(|r| r.is_ok()));
+    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+    assert!(net.endpoints.iter().all(|e| e.credits_unsettled() == 0));
+}

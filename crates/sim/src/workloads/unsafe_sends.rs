@@ -9,8 +9,9 @@
 //! after their credit waits run out; the receivers, thinking still, keep only those messages'
 //! headers. Then each receiver posts one receive at a time per (source, tag), with short
 //! pauses (sometimes long ones): as its receives consume the buffered messages, each freed
-//! buffer goes to the oldest kept message of one frame of its class, which its sender sends
-//! again as an eager one (`handover.rs`, "kept messages taken as eager" in the report).
+//! buffer goes to the oldest kept message of its class (small or medium: at most 4 KiB, of
+//! one frame or several), which its sender sends again as an eager one (`handover.rs`, "kept
+//! messages taken as eager" in the report).
 //!
 //! Some sends are cancelled: right after posting, at a random time while their message is
 //! kept or while the receives run, or just after a receive from their sender completed, when
@@ -161,7 +162,13 @@ impl UnsafeSends {
             .into_iter()
             .filter(|&len| len <= one_frame)
             .collect();
-        let several = vec![one_frame + 1, 4096.max(one_frame + 1), 8193];
+        // Medium messages of several frames are taken as eager too, and at small MTUs
+        // fill several acknowledgement collections.
+        let mut several: Vec<u64> = [one_frame + 1, 2000, 3000, 4096]
+            .into_iter()
+            .filter(|&len| len > one_frame)
+            .collect();
+        several.push(8193);
         (one, several)
     }
 
