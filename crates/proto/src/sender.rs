@@ -537,13 +537,16 @@ impl Core {
     /// its receive waited for ever. No frame leaves before the answer (`choose_frame`), and
     /// the CANCEL repeated after this names the credit the message now rides on, which the
     /// receiver returns once either way (`cancel.rs`, `withdraw`).
+    ///
+    /// This rank's own eager limit is not asked: the receiver checked the message against
+    /// its own, the one its buffers are cut for. The two agree in a job (`Config`); were they
+    /// to differ, asking would leave a message the receiver took granted by plain CTS, and
+    /// both waiting for ever.
     fn can_send_as_eager(&self, index: SendKey) -> bool {
         let op = &self.sends[index];
-        let len = op.geometry.total_len;
         !op.is_eager()
             && !op.peer_matched
-            && CreditClass::of(len) != CreditClass::Eager
-            && len <= self.config.eager_limit
+            && CreditClass::of(op.geometry.total_len) != CreditClass::Eager
     }
 
     /// The receiver kept this message without a receive and now holds a buffer for it, on a
