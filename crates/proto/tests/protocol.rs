@@ -2618,6 +2618,24 @@ fn a_kept_messages_repeats_double_once_per_repeat() {
     }
 }
 
+/// A message of `len` bytes (at least 4) that says its number `i` in its first bytes.
+fn numbered(len: usize, i: u32) -> Vec<u8> {
+    let mut data = pattern(len, i as u8);
+    data[..4].copy_from_slice(&i.to_le_bytes());
+    data
+}
+
+/// Sends `count` numbered messages of `len` bytes from rank 0 to rank 1 (tag 1) before any
+/// receive, and runs until the sender's credit waits ran out: past the receiver's credits
+/// they go by rendezvous and are kept without their data.
+fn send_beyond_credits(net: &mut Net, count: u32, len: usize) -> Vec<OpId> {
+    let sends = (0..count)
+        .map(|i| net.send(0, 1, 1, numbered(len, i)))
+        .collect();
+    net.run(net.now + 50_000_000);
+    sends
+}
+
 /// A program that sends many short messages before it receives any: past the receiver's
 /// credits they go by rendezvous and are kept without their data. As the receives consume the
 /// buffered ones, each freed buffer is handed to the next kept message (`handover.rs`), which
@@ -2638,16 +2656,7 @@ fn kept_messages_come_in_ahead_of_their_receives(len: usize) {
     let credits = class_credits(&config, len) as u32;
     let mut net = Net::new(2, config);
     let round_trip = 2 * net.delay_ns;
-    let numbered = |i: u32| {
-        let mut data = pattern(len, i as u8);
-        data[..4].copy_from_slice(&i.to_le_bytes());
-        data
-    };
-    let sends: Vec<OpId> = (0..MESSAGES)
-        .map(|i| net.send(0, 1, 1, numbered(i)))
-        .collect();
-    // Every message offered: the credit waits run out, the rest go by rendezvous.
-    net.run(net.now + 50_000_000);
+    let sends = send_beyond_credits(&mut net, MESSAGES, len);
     assert!(net.endpoints[0].stats().credit_stalls > 0);
     let started = net.now;
     for i in 0..MESSAGES {
@@ -2657,7 +2666,7 @@ fn kept_messages_come_in_ahead_of_their_receives(len: usize) {
             net.result(1, recv).is_some_and(|r| r.is_ok()),
             "receive {i}"
         );
-        assert_eq!(net.bytes(1, region), numbered(i), "message {i}");
+        assert_eq!(net.bytes(1, region), numbered(len, i), "message {i}");
     }
     let receiving = net.now - started;
     let taken = net.endpoints[1].stats().kept_taken_as_eager;
@@ -2695,15 +2704,7 @@ fn kept_messages_taken_as_eager_survive_lost_requests_and_a_cancel() {
     let config = test_config();
     let credits = class_credits(&config, LEN) as u32;
     let mut net = Net::new(2, config);
-    let numbered = |i: u32| {
-        let mut data = pattern(LEN, i as u8);
-        data[..4].copy_from_slice(&i.to_le_bytes());
-        data
-    };
-    let sends: Vec<OpId> = (0..MESSAGES)
-        .map(|i| net.send(0, 1, 1, numbered(i)))
-        .collect();
-    net.run(net.now + 50_000_000);
+    let sends = send_beyond_credits(&mut net, MESSAGES, LEN);
     // Every request to send a kept message as eager is lost while the first is received.
     net.filter = Some(Box::new(is_eager_request));
     let (recv, _) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), LEN);
@@ -2733,7 +2734,7 @@ fn kept_messages_taken_as_eager_survive_lost_requests_and_a_cancel() {
             net.result(1, recv).is_some_and(|r| r.is_ok()),
             "receive {i}"
         );
-        assert_eq!(net.bytes(1, region), numbered(i), "message {i}");
+        assert_eq!(net.bytes(1, region), numbered(LEN, i), "message {i}");
     }
     assert_eq!(lost.get(), 2);
     net.filter = None;
@@ -2760,10 +2761,7 @@ fn a_kept_message_taken_as_eager_whose_requests_are_all_lost_arrives() {
     let config = test_config();
     let (credits, max_retries) = (class_credits(&config, LEN) as u32, config.max_retries);
     let mut net = Net::new(2, config);
-    for i in 0..=credits {
-        net.send(0, 1, 1, pattern(LEN, i as u8));
-    }
-    net.run(net.now + 50_000_000);
+    send_beyond_credits(&mut net, credits + 1, LEN);
     let lost = Rc::new(Cell::new(0u32));
     let counting = Rc::clone(&lost);
     net.filter = Some(Box::new(move |bytes: &[u8]| {
@@ -2778,7 +2776,7 @@ fn a_kept_message_taken_as_eager_whose_requests_are_all_lost_arrives() {
             net.result(1, recv).is_some_and(|r| r.is_ok()),
             "receive {i}"
         );
-        assert_eq!(net.bytes(1, region), pattern(LEN, i as u8), "message {i}");
+        assert_eq!(net.bytes(1, region), numbered(LEN, i), "message {i}");
     }
     assert_eq!(
         lost.get(),
@@ -2822,10 +2820,7 @@ fn a_kept_message_taken_as_eager_whose_cancel_is_refused_arrives() {
     let config = test_config();
     let credits = class_credits(&config, LEN) as u32;
     let mut net = Net::new(2, config);
-    let sends: Vec<OpId> = (0..=credits)
-        .map(|i| net.send(0, 1, 1, pattern(LEN, i as u8)))
-        .collect();
-    net.run(net.now + 50_000_000);
+    let sends = send_beyond_credits(&mut net, credits + 1, LEN);
     let kept = sends[credits as usize];
     assert!(net.result(0, kept).is_none(), "the last one is kept");
     let held = hold_frames_of_kinds(&mut net, &[FrameKind::Cts, FrameKind::Cancel]);
@@ -2871,7 +2866,7 @@ fn a_kept_message_taken_as_eager_whose_cancel_is_refused_arrives() {
             net.result(1, recv).is_some_and(|r| r.is_ok()),
             "receive {i}"
         );
-        assert_eq!(net.bytes(1, region), pattern(LEN, i as u8), "message {i}");
+        assert_eq!(net.bytes(1, region), numbered(LEN, i), "message {i}");
     }
     assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
     assert!(net.endpoints.iter().all(|e| e.credits_unsettled() == 0));
@@ -2889,10 +2884,7 @@ fn a_receive_asks_again_for_a_kept_message_taken_as_eager_the_receiver_stopped_a
     let credits = class_credits(&config, LEN) as u32;
     let mut net = Net::new(2, config);
     let round_trip = 2 * net.delay_ns;
-    for i in 0..=credits {
-        net.send(0, 1, 1, pattern(LEN, i as u8));
-    }
-    net.run(net.now + 50_000_000);
+    send_beyond_credits(&mut net, credits + 1, LEN);
     net.filter = Some(Box::new(is_eager_request));
     let (first, _) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), LEN);
     // Long enough for every request, and the answers to the sender's repeats, to be lost.
@@ -2906,7 +2898,7 @@ fn a_receive_asks_again_for_a_kept_message_taken_as_eager_the_receiver_stopped_a
     let (last, region) = receives[receives.len() - 1];
     let took = net.run_until(1_000_000_000, |net| net.result(1, last).is_some());
     assert!(net.result(1, last).is_some_and(|r| r.is_ok()));
-    assert_eq!(net.bytes(1, region), pattern(LEN, credits as u8));
+    assert_eq!(net.bytes(1, region), numbered(LEN, credits));
     assert!(
         took < 10 * round_trip,
         "the kept message's receive took {took} ns, round trip {round_trip} ns"
