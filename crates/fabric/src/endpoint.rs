@@ -8,6 +8,7 @@
 //! as libfabric has them. Nothing here panics across the C boundary: a panic is caught and
 //! reported as `-FI_EOTHER`.
 
+use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_void};
 use std::mem::MaybeUninit;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -18,7 +19,7 @@ use nicmsg::{Error, Options, Request};
 use nicmsg_proto::{Claim, TagMatch, MAX_SEGMENTS};
 use nicmsg_udp::{RawAddr, RAW_ADDR_LEN};
 
-use crate::held::{HeldSend, HeldSends, MAX_SENDS_IN_FLIGHT};
+use crate::held::{is_buffered, HeldSend, HeldSends, MAX_SENDS_IN_FLIGHT, MAX_UNREAD_BUFFERED};
 
 /// libfabric's error codes used here (`rdma/fi_errno.h`; the first ones are errno's).
 mod fi_errno {
@@ -130,8 +131,10 @@ pub struct FabricEndpoint {
     pending: Vec<Pending>,
     /// Copies of injected sends given back, for the next injects.
     copies: Vec<Vec<u8>>,
-    /// Injected sends waiting for room in the engine (`held.rs`).
+    /// Injected and buffered sends waiting for room in the engine (`held.rs`).
     held: HeldSends,
+    /// Completions of buffered sends (`held.rs`), reported before the engine's.
+    buffered_reports: VecDeque<NfCompletion>,
     /// Sends among `pending`.
     sends_in_flight: usize,
     /// Since when polls have found nothing while operations are in flight.
@@ -163,6 +166,7 @@ impl FabricEndpoint {
             pending: Vec::with_capacity(MAX_IN_FLIGHT),
             copies: Vec::with_capacity(COPY_POOL),
             held: HeldSends::default(),
+            buffered_reports: VecDeque::new(),
             sends_in_flight: 0,
             idle_since: None,
             endpoint: Box::new(TaggedEndpoint::bind(bind, capacity, options)?),
@@ -226,6 +230,34 @@ impl FabricEndpoint {
                 -fi_errno::EAGAIN
             }
         }
+    }
+
+    /// A buffered send (`held.rs`): sent or held from a copy as an inject is, its completion
+    /// `report` queued at once (if wanted). `None` if too many reports are unread: the caller
+    /// posts the send as any other.
+    fn buffer(
+        &mut self,
+        iovecs: &[libc::iovec],
+        target: (SocketAddr, (Space, u64)),
+        options: SendOptions,
+        report: NfCompletion,
+    ) -> Option<c_int> {
+        if self.buffered_reports.len() >= MAX_UNREAD_BUFFERED {
+            return None;
+        }
+        // The provider's copy is the only one: the engine reads it until the message is
+        // acknowledged rather than copy it again, and nobody waits for that completion.
+        let options = SendOptions {
+            confirmed: true,
+            ..options
+        };
+        let code = self.inject(iovecs, target, options);
+        if code == 0 && report.wanted != 0 {
+            self.buffered_reports.push_back(report);
+            // Another thread may sleep on the queue's descriptor (FI_THREAD_SAFE).
+            self.endpoint.wake_completion_fd();
+        }
+        Some(code)
     }
 
     /// Posts an injected send from its copy: 0 or a post's error code, or the send back if
@@ -360,10 +392,18 @@ impl FabricEndpoint {
         nicmsg_engine::sharing::relax(now - since);
     }
 
-    /// One turn of the engine, then the operations it finished, up to `out.len()`.
+    /// One turn of the engine, then the operations it finished, up to `out.len()`: buffered
+    /// sends first, then the engine's.
     fn finished(&mut self, out: &mut [MaybeUninit<NfCompletion>], now: u64) -> usize {
         self.endpoint.progress_at(now);
         let mut written = 0;
+        while written < out.len() {
+            let Some(report) = self.buffered_reports.pop_front() else {
+                break;
+            };
+            out[written].write(report);
+            written += 1;
+        }
         let mut index = 0;
         while index < self.pending.len() && written < out.len() {
             let Some((result, delivery)) = self.pending[index].request.delivery_if_done() else {
@@ -388,6 +428,31 @@ impl FabricEndpoint {
 unsafe fn lent(copy: &[u8]) -> &'static [u8] {
     // SAFETY: the caller's contract.
     unsafe { std::slice::from_raw_parts(copy.as_ptr(), copy.len()) }
+}
+
+/// The completion of a buffered send, reported when the provider has copied it: what the
+/// engine's completion of the send would say.
+fn buffered_report(
+    (context, buf): (*mut c_void, *mut c_void),
+    kind: Kind,
+    (tag, len): (u64, usize),
+    options: SendOptions,
+) -> NfCompletion {
+    NfCompletion {
+        context,
+        buf,
+        len: len as u64,
+        olen: 0,
+        tag,
+        data: u64::from(options.immediate.unwrap_or(0)),
+        err: 0,
+        is_send: 1,
+        tagged: u8::from(kind.tagged),
+        has_data: u8::from(options.immediate.is_some()),
+        wanted: u8::from(kind.wanted),
+        source: socket_address(None),
+        source_fi_addr: FI_ADDR_NOTAVAIL,
+    }
 }
 
 /// What a finished operation's completion says.
@@ -641,10 +706,17 @@ pub unsafe extern "C" fn nf_send(
         immediate: (has_data != 0).then_some(data as u32),
         confirmed: how & NF_SEND_CONFIRMED != 0,
     };
+    let target = (to, (space(tagged), tag));
+    if how & (NF_SEND_INJECT | NF_SEND_CONFIRMED) == 0 {
+        // SAFETY: the caller's contract.
+        let buffered = unsafe { send_buffered(ep, (iov, count), target, context, kind, options) };
+        if let Some(code) = buffered {
+            return code;
+        }
+    }
     // An inject call reports nothing, so it may wait in the provider (`held.rs`); a send that
     // reports its completion (sendmsg with FI_INJECT too) is posted or refused now.
     if how & NF_SEND_INJECT != 0 && !kind.wanted && context.is_null() {
-        let target = (to, (space(tagged), tag));
         let inject = |endpoint: &mut FabricEndpoint| {
             // SAFETY: the caller's contract.
             match unsafe { iovecs(iov, count) } {
@@ -679,6 +751,40 @@ pub unsafe extern "C" fn nf_send(
     };
     // SAFETY: the caller's contract.
     unsafe { post_operation(ep, (iov, count), context, kind, post) }
+}
+
+/// A send that asks for no completion semantics, buffered if its length makes it one
+/// (`held.rs`): its code, or `None` to post it as any other send (too short or too long, or
+/// too many reports of buffered sends unread).
+///
+/// # Safety
+/// As [`nf_send`]'s.
+unsafe fn send_buffered(
+    ep: *mut c_void,
+    (iov, count): (*const libc::iovec, usize),
+    target: (SocketAddr, (Space, u64)),
+    context: *mut c_void,
+    kind: Kind,
+    options: SendOptions,
+) -> Option<c_int> {
+    let body = || {
+        // SAFETY: the caller's contract.
+        let endpoint = unsafe { endpoint_mut(ep) }?;
+        // SAFETY: the caller's contract.
+        let iovecs = match unsafe { iovecs(iov, count) } {
+            Ok(iovecs) => iovecs,
+            Err(code) => return Some(-code),
+        };
+        let len = iovecs.iter().map(|piece| piece.iov_len).sum();
+        if !is_buffered(len) {
+            return None;
+        }
+        // SAFETY: the caller's contract.
+        let buf = unsafe { first_base(iov, count) };
+        let report = buffered_report((context, buf), kind, (target.1 .1, len), options);
+        endpoint.buffer(iovecs, target, options, report)
+    };
+    catch_unwind(AssertUnwindSafe(body)).unwrap_or(Some(-fi_errno::EOTHER))
 }
 
 /// Posts a receive into `iov` of the next message of its space that `tag` and `ignore`

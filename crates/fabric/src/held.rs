@@ -16,6 +16,19 @@
 //! nothing overtakes a held send and MPI's order per sender and tag holds. Receives keep the
 //! rest of the endpoint's operations: a rank whose sends all wait for its peer can still post
 //! the receives its peer waits for.
+//!
+//! **Buffered sends.** Open MPI sends every `MPI_Send` above 4 KiB with `fi_tsend` and waits
+//! for its completion. The engine completes such a send (up to 64 KiB) as soon as it has
+//! copied it, but into one of its 32 send copies, and past the receiver's 16 credits the copies
+//! stay taken until the receiver takes the messages. Two ranks that each sent about fifty
+//! 8 KiB messages before receiving then both waited in `MPI_Send` for ever, where Open MPI on
+//! TCP finishes (it buffers every message up to its 64 KiB eager limit): `mpirun -n 2` of 200
+//! 8 KiB sends each way, then 200 receives, hung. Now the provider copies such a send
+//! ([`BUFFERED_SEND_ABOVE`] < length <= [`BUFFERED_SEND_MAX`], completion semantics not asked
+//! for) as it copies an inject, reports its completion at once, and holds or sends the copy
+//! like an inject's. The copy replaces the engine's (the engine is told not to copy it again),
+//! so such a send is still copied once. A send that asks for `FI_TRANSMIT_COMPLETE` or
+//! `FI_DELIVERY_COMPLETE` is never buffered: it completes once the receiver holds it.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -34,7 +47,26 @@ pub const MAX_HELD_SENDS: usize = 65_536;
 /// as a TCP connection's largest socket buffers, per endpoint.
 pub const MAX_HELD_BYTES: usize = 64 << 20;
 
-/// An injected send waiting for room: its own copy of the bytes, and where it goes.
+/// Sends longer than this are buffered (shorter ones are Open MPI's injects, held above, or
+/// complete from the engine's own short copies or on their acknowledgement): the provider's
+/// inject size (`NICMSG_INJECT_SIZE` in `provider.c`).
+pub const BUFFERED_SEND_ABOVE: usize = 4096;
+
+/// The longest send buffered: Open MPI's eager limit on TCP (64 KiB), above which its TCP
+/// transport waits for the receiver too, and the engine's longest send copy.
+pub const BUFFERED_SEND_MAX: usize = 64 << 10;
+
+/// Most completions of buffered sends reported but not yet read by the application: past it a
+/// send is posted as any other (completed by the engine's copy, or when its receiver takes
+/// it), so an application that sends without reading its queue does not grow this list.
+pub const MAX_UNREAD_BUFFERED: usize = 4096;
+
+/// Whether a send of `len` bytes that asks for no completion semantics is buffered.
+pub fn is_buffered(len: usize) -> bool {
+    len > BUFFERED_SEND_ABOVE && len <= BUFFERED_SEND_MAX
+}
+
+/// An injected or buffered send waiting for room: its own copy of the bytes, and where it goes.
 pub struct HeldSend {
     pub copy: Vec<u8>,
     pub to: SocketAddr,

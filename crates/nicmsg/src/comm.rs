@@ -690,6 +690,12 @@ impl Comm {
         self.table.completion_signal().arm();
     }
 
+    /// Wakes a host sleeping on the completion descriptor, as a completion would: for a
+    /// completion the caller made itself (a send it finished by copying the bytes).
+    pub(crate) fn wake_completion_fd(&self) {
+        self.table.completion_signal().notify();
+    }
+
     pub(crate) fn progress_once(&self) {
         self.progress_at(nicmsg_engine::clock::monotonic_ns());
     }

@@ -208,6 +208,13 @@ impl TaggedEndpoint {
     pub fn arm_completion_fd(&self) {
         self.comm.arm_completion_fd();
     }
+
+    /// Makes the completion descriptor readable if it is armed, as a completion by the engine
+    /// would: for a caller that completes an operation itself (libfabric's provider, a send it
+    /// finished by copying the bytes) while another thread may sleep on the descriptor.
+    pub fn wake_completion_fd(&self) {
+        self.comm.wake_completion_fd();
+    }
 }
 
 impl Request<'_> {
