@@ -250,6 +250,14 @@ fn a_cancel_reaches_only_the_operation_it_names() {
     );
 }
 
+/// A cancelled receive's error entry describes no message: a receive cancelled on a slot whose
+/// last receive carried remote CQ data reported `FI_REMOTE_CQ_DATA` with that data and tag
+/// (`tests/fabric/cancel_entry.c`).
+#[test]
+fn a_cancelled_receive_reports_no_message() {
+    run_c_check("cancel_entry", &["-lfabric"], &[&[]]);
+}
+
 /// A short send completes once the engine has copied it; one with `FI_DELIVERY_COMPLETE`
 /// only once its receiver holds it, so a receiver that is gone fails it with
 /// `FI_EHOSTUNREACH` (`tests/fabric/confirmed.c`), in both engine modes.
