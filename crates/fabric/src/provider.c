@@ -1373,7 +1373,10 @@ static int send_how(uint64_t flags)
 
 /* A send with operation flags `flags`: the call's for the msg forms, the endpoint's
  * (tx_attr->op_flags) otherwise. The inject calls (`inject_call`) pass FI_INJECT and report
- * no completion; sendmsg with FI_INJECT reports one as any send does. */
+ * no completion; sendmsg with FI_INJECT reports one as any send does, and so does fi_send
+ * (or fi_tsend, ...) of an endpoint whose default flags hold FI_INJECT: fi_endpoint(3) gives
+ * the buffer back when the call returns, so its bytes are copied here too (they were not, and
+ * an engine on its own thread sent what the application wrote into the buffer afterwards). */
 static ssize_t send_locked(struct nicmsg_ep *ep, const struct iovec *iov, size_t count,
 			   fi_addr_t dest, bool tagged, uint64_t tag, bool has_data, uint64_t data,
 			   void *context, uint64_t flags, bool inject_call)
@@ -1535,7 +1538,7 @@ static ssize_t msg_send(struct fid_ep *fid, const void *buf, size_t len, void *d
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
 	return LOCKED(send_locked(ep, &iov, 1, dest_addr, false, 0, false, 0, context,
-				  ep->tx_op_flags & ~FI_INJECT, false));
+				  ep->tx_op_flags, false));
 }
 
 static ssize_t msg_sendv(struct fid_ep *fid, const struct iovec *iov, void **desc,
@@ -1544,7 +1547,7 @@ static ssize_t msg_sendv(struct fid_ep *fid, const struct iovec *iov, void **des
 	(void)desc;
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
 	return LOCKED(send_locked(ep, iov, count, dest_addr, false, 0, false, 0, context,
-				  ep->tx_op_flags & ~FI_INJECT, false));
+				  ep->tx_op_flags, false));
 }
 
 static ssize_t msg_sendmsg(struct fid_ep *fid, const struct fi_msg *msg, uint64_t flags)
@@ -1570,7 +1573,7 @@ static ssize_t msg_senddata(struct fid_ep *fid, const void *buf, size_t len, voi
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
 	return LOCKED(send_locked(ep, &iov, 1, dest_addr, false, 0, true, data, context,
-				  ep->tx_op_flags & ~FI_INJECT, false));
+				  ep->tx_op_flags, false));
 }
 
 static ssize_t msg_injectdata(struct fid_ep *fid, const void *buf, size_t len, uint64_t data,
@@ -1623,7 +1626,7 @@ static ssize_t tagged_send(struct fid_ep *fid, const void *buf, size_t len, void
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
 	return LOCKED(send_locked(ep, &iov, 1, dest_addr, true, tag, false, 0, context,
-				  ep->tx_op_flags & ~FI_INJECT, false));
+				  ep->tx_op_flags, false));
 }
 
 static ssize_t tagged_sendv(struct fid_ep *fid, const struct iovec *iov, void **desc,
@@ -1632,7 +1635,7 @@ static ssize_t tagged_sendv(struct fid_ep *fid, const struct iovec *iov, void **
 	(void)desc;
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
 	return LOCKED(send_locked(ep, iov, count, dest_addr, true, tag, false, 0, context,
-				  ep->tx_op_flags & ~FI_INJECT, false));
+				  ep->tx_op_flags, false));
 }
 
 static ssize_t tagged_sendmsg(struct fid_ep *fid, const struct fi_msg_tagged *msg,
@@ -1661,7 +1664,7 @@ static ssize_t tagged_senddata(struct fid_ep *fid, const void *buf, size_t len, 
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
 	return LOCKED(send_locked(ep, &iov, 1, dest_addr, true, tag, true, data, context,
-				  ep->tx_op_flags & ~FI_INJECT, false));
+				  ep->tx_op_flags, false));
 }
 
 static ssize_t tagged_injectdata(struct fid_ep *fid, const void *buf, size_t len,

@@ -258,6 +258,22 @@ fn a_cancelled_receive_reports_no_message() {
     run_c_check("cancel_entry", &["-lfabric"], &[&[]]);
 }
 
+/// `FI_INJECT` in an endpoint's default transmit flags: `fi_tsend` and `fi_send` give the
+/// buffer back on return, so bytes written into it afterwards do not arrive, and longer sends
+/// than `inject_size` are refused; the engine on its own thread read the buffer late
+/// (`tests/fabric/inject_flag.c`), in both engine modes.
+#[test]
+fn a_default_inject_flag_gives_the_buffer_back_at_once() {
+    run_c_check(
+        "inject_flag",
+        &["-lfabric"],
+        &[
+            &[("NICMSG_ENGINE", "thread")],
+            &[("NICMSG_ENGINE", "inline")],
+        ],
+    );
+}
+
 /// A short send completes once the engine has copied it; one with `FI_DELIVERY_COMPLETE`
 /// only once its receiver holds it, so a receiver that is gone fails it with
 /// `FI_EHOSTUNREACH` (`tests/fabric/confirmed.c`), in both engine modes.
