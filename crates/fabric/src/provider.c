@@ -571,8 +571,10 @@ static fi_addr_t av_source(const struct nicmsg_av *av, const union nf_addr *from
 	return FI_ADDR_NOTAVAIL;
 }
 
+/* Inserts `count` addresses; with `errors` (FI_SYNC_ERR), each address's outcome goes there
+ * too: 0, or the positive fabric errno of an address refused. */
 static int av_insert_locked(struct nicmsg_av *av, const void *addr, size_t count,
-			    fi_addr_t *fi_addr)
+			    fi_addr_t *fi_addr, int *errors)
 {
 	/* Checked before any sum with av->count: a huge count would wrap it to a small size,
 	 * and the loop below write past the table. */
@@ -593,6 +595,8 @@ static int av_insert_locked(struct nicmsg_av *av, const void *addr, size_t count
 		bool valid = address_len(entry.sa.sa_family) == stride && address_port(&entry) != 0;
 		if (fi_addr)
 			fi_addr[i] = valid ? av->count : FI_ADDR_NOTAVAIL;
+		if (errors)
+			errors[i] = valid ? 0 : FI_EINVAL;
 		if (!valid)
 			continue;
 		av->addrs[av->count] = entry;
@@ -604,13 +608,23 @@ static int av_insert_locked(struct nicmsg_av *av, const void *addr, size_t count
 	return inserted;
 }
 
+/* The flags fi_av_insert takes: FI_MORE, a hint nicmsg has no use for, and FI_SYNC_ERR. */
+#define AV_INSERT_FLAGS (FI_MORE | FI_SYNC_ERR)
+
+/* FI_SYNC_ERR makes `context` an array of ints, one per address, for each one's outcome
+ * (fi_av(3)): left unwritten, an application read its own initial values as outcomes. Other
+ * flags (FI_AV_USER_ID, ...) ask for what nicmsg does not do, and are refused. */
 static int av_insert(struct fid_av *fid, const void *addr, size_t count, fi_addr_t *fi_addr,
 		     uint64_t flags, void *context)
 {
-	(void)flags, (void)context;
+	if (flags & ~AV_INSERT_FLAGS)
+		return -FI_EBADFLAGS;
+	int *errors = flags & FI_SYNC_ERR ? context : NULL;
+	if ((flags & FI_SYNC_ERR) && !errors)
+		return -FI_EINVAL;
 	if (!addr && count)
 		return -FI_EINVAL;
-	return LOCKED(av_insert_locked((struct nicmsg_av *)fid, addr, count, fi_addr));
+	return LOCKED(av_insert_locked((struct nicmsg_av *)fid, addr, count, fi_addr, errors));
 }
 
 static int av_remove_locked(struct nicmsg_av *av, fi_addr_t *fi_addr, size_t count)

@@ -274,6 +274,13 @@ fn a_default_inject_flag_gives_the_buffer_back_at_once() {
     );
 }
 
+/// `fi_av_insert` with `FI_SYNC_ERR` writes each address's outcome into the caller's array,
+/// and refuses flags it does not know (`tests/fabric/av_insert.c`).
+#[test]
+fn an_address_vector_insert_reports_each_address_with_fi_sync_err() {
+    run_c_check("av_insert", &["-lfabric"], &[&[]]);
+}
+
 /// A short send completes once the engine has copied it; one with `FI_DELIVERY_COMPLETE`
 /// only once its receiver holds it, so a receiver that is gone fails it with
 /// `FI_EHOSTUNREACH` (`tests/fabric/confirmed.c`), in both engine modes.
