@@ -651,6 +651,9 @@ static const union nf_addr *av_address(struct nicmsg_av *av, fi_addr_t fi_addr)
 	return &av->addrs[fi_addr];
 }
 
+/* fi_av_lookup: the address, cut to the `*addrlen` bytes the caller has, and in `*addrlen`
+ * the size it needs. A short buffer is no error (fi_av(3), and libfabric's own vectors answer
+ * 0): -FI_ETOOSMALL failed programs that ask for the size with an addrlen of 0. */
 static int av_lookup_locked(struct nicmsg_av *av, fi_addr_t fi_addr, void *addr,
 			    size_t *addrlen)
 {
@@ -659,8 +662,9 @@ static int av_lookup_locked(struct nicmsg_av *av, fi_addr_t fi_addr, void *addr,
 		return -FI_ENOENT;
 	size_t room = *addrlen, len = address_len(found->sa.sa_family);
 	*addrlen = len;
-	memcpy(addr, found, room < len ? room : len);
-	return room < len ? -FI_ETOOSMALL : 0;
+	if (addr && room)
+		memcpy(addr, found, room < len ? room : len);
+	return 0;
 }
 
 static int av_lookup(struct fid_av *fid, fi_addr_t fi_addr, void *addr, size_t *addrlen)

@@ -281,6 +281,13 @@ fn an_address_vector_insert_reports_each_address_with_fi_sync_err() {
     run_c_check("av_insert", &["-lfabric"], &[&[]]);
 }
 
+/// `fi_av_lookup` into a short buffer truncates the address, gives the size it needs and
+/// succeeds, as libfabric has it (`tests/fabric/av_lookup.c`).
+#[test]
+fn an_address_vector_lookup_into_a_short_buffer_truncates() {
+    run_c_check("av_lookup", &["-lfabric"], &[&[]]);
+}
+
 /// A short send completes once the engine has copied it; one with `FI_DELIVERY_COMPLETE`
 /// only once its receiver holds it, so a receiver that is gone fails it with
 /// `FI_EHOSTUNREACH` (`tests/fabric/confirmed.c`), in both engine modes.
