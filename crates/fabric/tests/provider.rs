@@ -288,6 +288,14 @@ fn an_address_vector_lookup_into_a_short_buffer_truncates() {
     run_c_check("av_lookup", &["-lfabric"], &[&[]]);
 }
 
+/// `FI_PEEK`: the entry of a message found, `FI_ENOMSG` for none, `FI_PEEK | FI_DISCARD`
+/// without a context, and a claimed message truncated with nothing written past what the
+/// entry says (`tests/fabric/peek.c`).
+#[test]
+fn a_peek_describes_discards_and_claims_messages() {
+    run_c_check("peek", &["-lfabric"], &[&[]]);
+}
+
 /// A short send completes once the engine has copied it; one with `FI_DELIVERY_COMPLETE`
 /// only once its receiver holds it, so a receiver that is gone fails it with
 /// `FI_EHOSTUNREACH` (`tests/fabric/confirmed.c`), in both engine modes.
