@@ -457,6 +457,20 @@ fn buffered_report(
 
 /// What a finished operation's completion says.
 fn completion(pending: &Pending, result: Result<(), Error>, delivery: &Delivery) -> NfCompletion {
+    // Only an operation that completed, or a receive that matched a message too long for it,
+    // has a message to describe. The engine writes nothing else of a cancelled or failed one,
+    // so its delivery still holds what the slot's previous operation left: a cancelled receive
+    // reported that operation's tag and remote CQ data (FI_REMOTE_CQ_DATA set).
+    let delivery = match result {
+        Ok(()) | Err(Error::Truncated { .. }) => *delivery,
+        Err(_) => Delivery {
+            address: None,
+            tag: 0,
+            len: 0,
+            buffer_len: 0,
+            immediate: None,
+        },
+    };
     let (err, len, olen) = match result {
         Ok(()) => (0, delivery.len, 0),
         Err(Error::Truncated { .. }) => (

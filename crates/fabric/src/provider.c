@@ -571,8 +571,10 @@ static fi_addr_t av_source(const struct nicmsg_av *av, const union nf_addr *from
 	return FI_ADDR_NOTAVAIL;
 }
 
+/* Inserts `count` addresses; with `errors` (FI_SYNC_ERR), each address's outcome goes there
+ * too: 0, or the positive fabric errno of an address refused. */
 static int av_insert_locked(struct nicmsg_av *av, const void *addr, size_t count,
-			    fi_addr_t *fi_addr)
+			    fi_addr_t *fi_addr, int *errors)
 {
 	/* Checked before any sum with av->count: a huge count would wrap it to a small size,
 	 * and the loop below write past the table. */
@@ -593,6 +595,8 @@ static int av_insert_locked(struct nicmsg_av *av, const void *addr, size_t count
 		bool valid = address_len(entry.sa.sa_family) == stride && address_port(&entry) != 0;
 		if (fi_addr)
 			fi_addr[i] = valid ? av->count : FI_ADDR_NOTAVAIL;
+		if (errors)
+			errors[i] = valid ? 0 : FI_EINVAL;
 		if (!valid)
 			continue;
 		av->addrs[av->count] = entry;
@@ -604,13 +608,23 @@ static int av_insert_locked(struct nicmsg_av *av, const void *addr, size_t count
 	return inserted;
 }
 
+/* The flags fi_av_insert takes: FI_MORE, a hint nicmsg has no use for, and FI_SYNC_ERR. */
+#define AV_INSERT_FLAGS (FI_MORE | FI_SYNC_ERR)
+
+/* FI_SYNC_ERR makes `context` an array of ints, one per address, for each one's outcome
+ * (fi_av(3)): left unwritten, an application read its own initial values as outcomes. Other
+ * flags (FI_AV_USER_ID, ...) ask for what nicmsg does not do, and are refused. */
 static int av_insert(struct fid_av *fid, const void *addr, size_t count, fi_addr_t *fi_addr,
 		     uint64_t flags, void *context)
 {
-	(void)flags, (void)context;
+	if (flags & ~AV_INSERT_FLAGS)
+		return -FI_EBADFLAGS;
+	int *errors = flags & FI_SYNC_ERR ? context : NULL;
+	if ((flags & FI_SYNC_ERR) && !errors)
+		return -FI_EINVAL;
 	if (!addr && count)
 		return -FI_EINVAL;
-	return LOCKED(av_insert_locked((struct nicmsg_av *)fid, addr, count, fi_addr));
+	return LOCKED(av_insert_locked((struct nicmsg_av *)fid, addr, count, fi_addr, errors));
 }
 
 static int av_remove_locked(struct nicmsg_av *av, fi_addr_t *fi_addr, size_t count)
@@ -637,6 +651,9 @@ static const union nf_addr *av_address(struct nicmsg_av *av, fi_addr_t fi_addr)
 	return &av->addrs[fi_addr];
 }
 
+/* fi_av_lookup: the address, cut to the `*addrlen` bytes the caller has, and in `*addrlen`
+ * the size it needs. A short buffer is no error (fi_av(3), and libfabric's own vectors answer
+ * 0): -FI_ETOOSMALL failed programs that ask for the size with an addrlen of 0. */
 static int av_lookup_locked(struct nicmsg_av *av, fi_addr_t fi_addr, void *addr,
 			    size_t *addrlen)
 {
@@ -645,8 +662,9 @@ static int av_lookup_locked(struct nicmsg_av *av, fi_addr_t fi_addr, void *addr,
 		return -FI_ENOENT;
 	size_t room = *addrlen, len = address_len(found->sa.sa_family);
 	*addrlen = len;
-	memcpy(addr, found, room < len ? room : len);
-	return room < len ? -FI_ETOOSMALL : 0;
+	if (addr && room)
+		memcpy(addr, found, room < len ? room : len);
+	return 0;
 }
 
 static int av_lookup(struct fid_av *fid, fi_addr_t fi_addr, void *addr, size_t *addrlen)
@@ -1373,7 +1391,10 @@ static int send_how(uint64_t flags)
 
 /* A send with operation flags `flags`: the call's for the msg forms, the endpoint's
  * (tx_attr->op_flags) otherwise. The inject calls (`inject_call`) pass FI_INJECT and report
- * no completion; sendmsg with FI_INJECT reports one as any send does. */
+ * no completion; sendmsg with FI_INJECT reports one as any send does, and so does fi_send
+ * (or fi_tsend, ...) of an endpoint whose default flags hold FI_INJECT: fi_endpoint(3) gives
+ * the buffer back when the call returns, so its bytes are copied here too (they were not, and
+ * an engine on its own thread sent what the application wrote into the buffer afterwards). */
 static ssize_t send_locked(struct nicmsg_ep *ep, const struct iovec *iov, size_t count,
 			   fi_addr_t dest, bool tagged, uint64_t tag, bool has_data, uint64_t data,
 			   void *context, uint64_t flags, bool inject_call)
@@ -1435,8 +1456,10 @@ static ssize_t peek_locked(struct nicmsg_ep *ep, const struct fi_msg_tagged *msg
 		return -FI_EOPBADSTATE;
 	if (!ep->rx_cq)
 		return -FI_ENOCQ;
+	/* A discard claims the message too, but keeps nothing in the context: only FI_CLAIM
+	 * needs one (fi_tagged(3)); FI_PEEK | FI_DISCARD with none was refused. */
 	bool claiming = flags & (FI_CLAIM | FI_DISCARD);
-	if (claiming && !msg->context)
+	if ((flags & FI_CLAIM) && !msg->context)
 		return -FI_EINVAL;
 	if (!cq_room(ep->rx_cq, 1))
 		return -FI_EAGAIN;
@@ -1535,7 +1558,7 @@ static ssize_t msg_send(struct fid_ep *fid, const void *buf, size_t len, void *d
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
 	return LOCKED(send_locked(ep, &iov, 1, dest_addr, false, 0, false, 0, context,
-				  ep->tx_op_flags & ~FI_INJECT, false));
+				  ep->tx_op_flags, false));
 }
 
 static ssize_t msg_sendv(struct fid_ep *fid, const struct iovec *iov, void **desc,
@@ -1544,7 +1567,7 @@ static ssize_t msg_sendv(struct fid_ep *fid, const struct iovec *iov, void **des
 	(void)desc;
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
 	return LOCKED(send_locked(ep, iov, count, dest_addr, false, 0, false, 0, context,
-				  ep->tx_op_flags & ~FI_INJECT, false));
+				  ep->tx_op_flags, false));
 }
 
 static ssize_t msg_sendmsg(struct fid_ep *fid, const struct fi_msg *msg, uint64_t flags)
@@ -1570,7 +1593,7 @@ static ssize_t msg_senddata(struct fid_ep *fid, const void *buf, size_t len, voi
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
 	return LOCKED(send_locked(ep, &iov, 1, dest_addr, false, 0, true, data, context,
-				  ep->tx_op_flags & ~FI_INJECT, false));
+				  ep->tx_op_flags, false));
 }
 
 static ssize_t msg_injectdata(struct fid_ep *fid, const void *buf, size_t len, uint64_t data,
@@ -1623,7 +1646,7 @@ static ssize_t tagged_send(struct fid_ep *fid, const void *buf, size_t len, void
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
 	return LOCKED(send_locked(ep, &iov, 1, dest_addr, true, tag, false, 0, context,
-				  ep->tx_op_flags & ~FI_INJECT, false));
+				  ep->tx_op_flags, false));
 }
 
 static ssize_t tagged_sendv(struct fid_ep *fid, const struct iovec *iov, void **desc,
@@ -1632,7 +1655,7 @@ static ssize_t tagged_sendv(struct fid_ep *fid, const struct iovec *iov, void **
 	(void)desc;
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
 	return LOCKED(send_locked(ep, iov, count, dest_addr, true, tag, false, 0, context,
-				  ep->tx_op_flags & ~FI_INJECT, false));
+				  ep->tx_op_flags, false));
 }
 
 static ssize_t tagged_sendmsg(struct fid_ep *fid, const struct fi_msg_tagged *msg,
@@ -1661,7 +1684,7 @@ static ssize_t tagged_senddata(struct fid_ep *fid, const void *buf, size_t len, 
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
 	return LOCKED(send_locked(ep, &iov, 1, dest_addr, true, tag, true, data, context,
-				  ep->tx_op_flags & ~FI_INJECT, false));
+				  ep->tx_op_flags, false));
 }
 
 static ssize_t tagged_injectdata(struct fid_ep *fid, const void *buf, size_t len,

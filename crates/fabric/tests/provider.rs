@@ -250,6 +250,52 @@ fn a_cancel_reaches_only_the_operation_it_names() {
     );
 }
 
+/// A cancelled receive's error entry describes no message: a receive cancelled on a slot whose
+/// last receive carried remote CQ data reported `FI_REMOTE_CQ_DATA` with that data and tag
+/// (`tests/fabric/cancel_entry.c`).
+#[test]
+fn a_cancelled_receive_reports_no_message() {
+    run_c_check("cancel_entry", &["-lfabric"], &[&[]]);
+}
+
+/// `FI_INJECT` in an endpoint's default transmit flags: `fi_tsend` and `fi_send` give the
+/// buffer back on return, so bytes written into it afterwards do not arrive, and longer sends
+/// than `inject_size` are refused; the engine on its own thread read the buffer late
+/// (`tests/fabric/inject_flag.c`), in both engine modes.
+#[test]
+fn a_default_inject_flag_gives_the_buffer_back_at_once() {
+    run_c_check(
+        "inject_flag",
+        &["-lfabric"],
+        &[
+            &[("NICMSG_ENGINE", "thread")],
+            &[("NICMSG_ENGINE", "inline")],
+        ],
+    );
+}
+
+/// `fi_av_insert` with `FI_SYNC_ERR` writes each address's outcome into the caller's array,
+/// and refuses flags it does not know (`tests/fabric/av_insert.c`).
+#[test]
+fn an_address_vector_insert_reports_each_address_with_fi_sync_err() {
+    run_c_check("av_insert", &["-lfabric"], &[&[]]);
+}
+
+/// `fi_av_lookup` into a short buffer truncates the address, gives the size it needs and
+/// succeeds, as libfabric has it (`tests/fabric/av_lookup.c`).
+#[test]
+fn an_address_vector_lookup_into_a_short_buffer_truncates() {
+    run_c_check("av_lookup", &["-lfabric"], &[&[]]);
+}
+
+/// `FI_PEEK`: the entry of a message found, `FI_ENOMSG` for none, `FI_PEEK | FI_DISCARD`
+/// without a context, and a claimed message truncated with nothing written past what the
+/// entry says (`tests/fabric/peek.c`).
+#[test]
+fn a_peek_describes_discards_and_claims_messages() {
+    run_c_check("peek", &["-lfabric"], &[&[]]);
+}
+
 /// A short send completes once the engine has copied it; one with `FI_DELIVERY_COMPLETE`
 /// only once its receiver holds it, so a receiver that is gone fails it with
 /// `FI_EHOSTUNREACH` (`tests/fabric/confirmed.c`), in both engine modes.
