@@ -19,7 +19,11 @@ use nicmsg::{Error, Options, Request};
 use nicmsg_proto::{Claim, TagMatch, MAX_SEGMENTS};
 use nicmsg_udp::{RawAddr, RAW_ADDR_LEN};
 
-use crate::held::{is_buffered, HeldSend, HeldSends, MAX_SENDS_IN_FLIGHT, MAX_UNREAD_BUFFERED};
+use crate::held::{
+    is_buffered, HeldBytes, HeldRecv, HeldRecvs, HeldSend, HeldSends, Kind, Owner, RecvOf,
+    SendTarget, MAX_HELD_RECVS, MAX_HELD_SENDS, MAX_RECVS_IN_FLIGHT, MAX_SENDS_IN_FLIGHT,
+    MAX_UNREAD_REPORTS,
+};
 
 /// libfabric's error codes used here (`rdma/fi_errno.h`; the first ones are errno's).
 mod fi_errno {
@@ -111,18 +115,34 @@ struct Pending {
     /// A send's copy of the application's bytes (`fi_inject`: the buffer is reusable at once),
     /// back to the endpoint's pool when the send completes.
     copy: Option<Vec<u8>>,
-    context: *mut c_void,
-    buf: *mut c_void,
-    kind: Kind,
+    owner: Owner,
 }
 
-/// What kind of operation a completion reports.
-#[derive(Debug, Clone, Copy)]
-struct Kind {
-    is_send: bool,
-    tagged: bool,
-    /// A successful completion goes to the queue (libfabric's selective completion).
-    wanted: bool,
+/// What a peek found past the held receives (`FabricEndpoint::peek_past_held`).
+enum PastHeld {
+    /// No receive is held: the peek looks as usual.
+    NoneHeld,
+    /// Nothing the held receives leave free.
+    Nothing,
+    /// This message, which no held receive takes.
+    Found(Delivery),
+}
+
+/// A send's bytes as it is posted: the provider's copy, or the caller's iovecs (valid until
+/// the send completes).
+enum Bytes<'a> {
+    Copy(Vec<u8>),
+    Caller(&'a [libc::iovec]),
+}
+
+impl Bytes<'_> {
+    /// The same bytes, kept while the send is held.
+    fn into_held(self) -> HeldBytes {
+        match self {
+            Bytes::Copy(copy) => HeldBytes::Copy(copy),
+            Bytes::Caller(iovecs) => HeldBytes::Borrowed(iovecs.to_vec()),
+        }
+    }
 }
 
 /// One libfabric endpoint on a nicmsg engine.
@@ -131,14 +151,19 @@ pub struct FabricEndpoint {
     pending: Vec<Pending>,
     /// Copies of injected sends given back, for the next injects.
     copies: Vec<Vec<u8>>,
-    /// Injected and buffered sends waiting for room in the engine (`held.rs`).
+    /// Sends waiting for room in the engine (`held.rs`).
     held: HeldSends,
-    /// Completions of buffered sends (`held.rs`), reported before the engine's.
-    buffered_reports: VecDeque<NfCompletion>,
+    /// Receives waiting for room in the engine (`held.rs`).
+    held_recvs: HeldRecvs,
+    /// Completions the provider made itself (buffered sends, held operations cancelled or
+    /// refused), reported before the engine's.
+    reports: VecDeque<NfCompletion>,
     /// Sends among `pending`.
     sends_in_flight: usize,
     /// Since when polls have found nothing while operations are in flight.
     idle_since: Option<u64>,
+    /// A post was refused for want of room to hold it, and standard error was told.
+    told_full: bool,
     endpoint: Box<TaggedEndpoint>,
 }
 
@@ -166,9 +191,11 @@ impl FabricEndpoint {
             pending: Vec::with_capacity(MAX_IN_FLIGHT),
             copies: Vec::with_capacity(COPY_POOL),
             held: HeldSends::default(),
-            buffered_reports: VecDeque::new(),
+            held_recvs: HeldRecvs::default(),
+            reports: VecDeque::new(),
             sends_in_flight: 0,
             idle_since: None,
+            told_full: false,
             endpoint: Box::new(TaggedEndpoint::bind(bind, capacity, options)?),
         })
     }
@@ -181,55 +208,64 @@ impl FabricEndpoint {
         unsafe { &*(self.endpoint.as_ref() as *const TaggedEndpoint) }
     }
 
-    /// Room for one more operation of `kind`: a send also waits while sends are held, so that
-    /// none overtakes them, or while [`MAX_SENDS_IN_FLIGHT`] are in the engine.
-    fn check_room(&self, kind: Kind) -> Result<(), i32> {
-        let sends_wait = kind.is_send && (!self.held.is_empty() || !self.has_send_room());
-        if self.pending.len() >= MAX_IN_FLIGHT || sends_wait {
-            return Err(fi_errno::EAGAIN);
-        }
-        Ok(())
-    }
-
     fn has_send_room(&self) -> bool {
         self.sends_in_flight < MAX_SENDS_IN_FLIGHT && self.pending.len() < MAX_IN_FLIGHT
     }
 
-    /// An injected send (`how` with [`NF_SEND_INJECT`]): copies the bytes, so the caller may
-    /// reuse them at once, and sends them now, or holds them behind earlier held sends, or
-    /// while the engine has no room (`held.rs`). `-FI_EAGAIN` only past the held bounds.
-    fn inject(
-        &mut self,
-        iovecs: &[libc::iovec],
-        (to, space_tag): (SocketAddr, (Space, u64)),
-        options: SendOptions,
-    ) -> c_int {
-        // SAFETY: the caller's contract (valid during this call for an inject).
-        let copy = unsafe { self.copy_of(iovecs) };
-        let send = HeldSend {
-            copy,
-            to,
-            space_tag,
-            options,
-        };
-        if !self.held.is_empty() || !self.has_send_room() {
+    fn has_recv_room(&self) -> bool {
+        let recvs_in_flight = self.pending.len() - self.sends_in_flight;
+        recvs_in_flight < MAX_RECVS_IN_FLIGHT && self.pending.len() < MAX_IN_FLIGHT
+    }
+
+    /// A send now waits: sends are held (none overtakes them), or the engine has no room.
+    fn sends_wait(&self) -> bool {
+        !self.held.is_empty() || !self.has_send_room()
+    }
+
+    /// A receive now waits: receives are held (MPI matches them in posting order), or the
+    /// engine has no room.
+    fn recvs_wait(&self) -> bool {
+        !self.held_recvs.is_empty() || !self.has_recv_room()
+    }
+
+    /// Sends `bytes` to `target` for `owner`: posted now, or held behind earlier held sends or
+    /// while the engine has no room (`held.rs`). 0, a post's error code, or `-FI_EAGAIN` past
+    /// the held bounds.
+    fn send(&mut self, bytes: Bytes<'_>, target: SendTarget, owner: Owner) -> c_int {
+        if self.sends_wait() {
             self.progress_unreported();
         }
-        let send = if self.held.is_empty() && self.has_send_room() {
-            match self.send_copy(send) {
+        let bytes = if self.sends_wait() {
+            bytes
+        } else {
+            match self.post_send(bytes, &target, owner) {
                 Ok(code) => return code,
                 Err(no_room) => no_room,
             }
-        } else {
-            send
+        };
+        let send = HeldSend {
+            bytes: bytes.into_held(),
+            target,
+            owner,
         };
         match self.held.hold(send) {
             Ok(()) => 0,
             Err(refused) => {
-                self.give_back(refused.copy);
+                if let HeldBytes::Copy(copy) = refused.bytes {
+                    self.give_back(copy);
+                }
+                self.tell_full("sends", MAX_HELD_SENDS);
                 -fi_errno::EAGAIN
             }
         }
+    }
+
+    /// An injected send (`how` with [`NF_SEND_INJECT`]): copies the bytes, so the caller may
+    /// reuse them at once, and sends or holds the copy. Nobody reads its completion.
+    fn inject(&mut self, iovecs: &[libc::iovec], target: SendTarget) -> c_int {
+        // SAFETY: the caller's contract (valid during this call for an inject).
+        let copy = unsafe { self.copy_of(iovecs) };
+        self.send(Bytes::Copy(copy), target, Owner::NOBODY_READS)
     }
 
     /// A buffered send (`held.rs`): sent or held from a copy as an inject is, its completion
@@ -238,65 +274,208 @@ impl FabricEndpoint {
     fn buffer(
         &mut self,
         iovecs: &[libc::iovec],
-        target: (SocketAddr, (Space, u64)),
-        options: SendOptions,
+        target: SendTarget,
         report: NfCompletion,
     ) -> Option<c_int> {
-        if self.buffered_reports.len() >= MAX_UNREAD_BUFFERED {
+        if self.reports.len() >= MAX_UNREAD_REPORTS {
             return None;
         }
         // The provider's copy is the only one: the engine reads it until the message is
         // acknowledged rather than copy it again, and nobody waits for that completion.
-        let options = SendOptions {
-            confirmed: true,
-            ..options
+        let target = SendTarget {
+            options: SendOptions {
+                confirmed: true,
+                ..target.options
+            },
+            ..target
         };
-        let code = self.inject(iovecs, target, options);
+        let code = self.inject(iovecs, target);
         if code == 0 && report.wanted != 0 {
-            self.buffered_reports.push_back(report);
-            // Another thread may sleep on the queue's descriptor (FI_THREAD_SAFE).
-            self.endpoint.wake_completion_fd();
+            self.report(report);
         }
         Some(code)
     }
 
-    /// Posts an injected send from its copy: 0 or a post's error code, or the send back if
-    /// the engine's table had no room for it.
-    fn send_copy(&mut self, send: HeldSend) -> Result<c_int, HeldSend> {
-        // SAFETY: the copy goes into the same `Pending` as the request (below).
-        let bytes = unsafe { lent(&send.copy) };
-        let posted = self
-            .endpoint()
-            .isend(&[bytes], send.to, send.space_tag, send.options);
-        if let Err(Error::TableFull { .. }) = posted {
-            return Err(send);
-        }
-        let kind = Kind {
-            is_send: true,
-            tagged: send.space_tag.0 == Space::Tagged,
-            wanted: false,
+    /// Posts a send to the engine: 0 or a post's error code, or the bytes back if the
+    /// engine's table had no room for it.
+    fn post_send<'a>(
+        &mut self,
+        bytes: Bytes<'a>,
+        target: &SendTarget,
+        owner: Owner,
+    ) -> Result<c_int, Bytes<'a>> {
+        let mut pieces: [&'static [u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
+        let used = match &bytes {
+            Bytes::Copy(copy) => {
+                // SAFETY: the copy goes into the same `Pending` as the request (`track`).
+                pieces[0] = unsafe { lent(copy) };
+                1
+            }
+            Bytes::Caller(iovecs) => {
+                for (slot, iov) in pieces.iter_mut().zip(iovecs.iter()) {
+                    // SAFETY: the caller's contract (valid until the send completes).
+                    *slot = unsafe { piece(iov) };
+                }
+                iovecs.len()
+            }
         };
-        let context = std::ptr::null_mut();
-        Ok(self.track(posted, Some(send.copy), (context, context), kind))
+        let posted =
+            self.endpoint()
+                .isend(&pieces[..used], target.to, target.space_tag, target.options);
+        if let Err(Error::TableFull { .. }) = posted {
+            return Err(bytes);
+        }
+        let copy = match bytes {
+            Bytes::Copy(copy) => Some(copy),
+            Bytes::Caller(_) => None,
+        };
+        Ok(self.track(posted, copy, owner))
     }
 
-    /// Sends held sends, oldest first, while the engine has room for sends. A held send the
-    /// engine refuses (its peer failed) is dropped, as an inject that fails later is: no
-    /// completion reports injects.
-    fn post_held(&mut self) {
-        while self.has_send_room() {
-            let Some(send) = self.held.take_oldest() else {
-                return;
-            };
-            if let Err(no_room) = self.send_copy(send) {
-                self.held.put_back(no_room);
-                return;
+    /// Receives into `pieces` the message `of` names, for `owner`: posted now, or held behind
+    /// earlier held receives or while the engine has no room (`held.rs`). 0, a post's error
+    /// code, or `-FI_EAGAIN` past the held bound.
+    fn recv(&mut self, pieces: &[libc::iovec], of: RecvOf, owner: Owner) -> c_int {
+        if !self.recvs_wait() {
+            if let Some(code) = self.post_recv(pieces, of, owner) {
+                return code;
+            }
+        }
+        let recv = HeldRecv {
+            pieces: pieces.to_vec(),
+            of,
+            owner,
+        };
+        match self.held_recvs.hold(recv) {
+            Ok(()) => 0,
+            Err(_) => {
+                self.tell_full("receives", MAX_HELD_RECVS);
+                -fi_errno::EAGAIN
             }
         }
     }
 
+    /// Posts a receive to the engine: 0 or a post's error code, or `None` if the engine's
+    /// table had no room for it.
+    fn post_recv(&mut self, pieces: &[libc::iovec], of: RecvOf, owner: Owner) -> Option<c_int> {
+        // SAFETY: the caller's contract (valid for writing until the receive completes).
+        let mut slices = pieces.iter().map(|iov| unsafe { piece(iov) });
+        let posted = match of {
+            RecvOf::Pattern { from, space, tag } => {
+                self.endpoint().irecv(&mut slices, from, (space, tag))
+            }
+            RecvOf::Claimed(claim) => self.endpoint().irecv_claimed(&mut slices, claim),
+        };
+        if let Err(Error::TableFull { .. }) = posted {
+            return None;
+        }
+        Some(self.track(posted, None, owner))
+    }
+
+    /// Sends held sends, oldest first, while the engine has room for sends. One the engine
+    /// refuses (its peer failed) completes with the error, if anybody reads its completion.
+    fn post_held(&mut self) {
+        while self.has_send_room() {
+            let Some(HeldSend {
+                bytes,
+                target,
+                owner,
+            }) = self.held.take_oldest()
+            else {
+                return;
+            };
+            let posted = match bytes {
+                HeldBytes::Copy(copy) => self
+                    .post_send(Bytes::Copy(copy), &target, owner)
+                    .map_err(Bytes::into_held),
+                HeldBytes::Borrowed(iovecs) => {
+                    let posted = self.post_send(Bytes::Caller(&iovecs), &target, owner).ok();
+                    posted.ok_or(HeldBytes::Borrowed(iovecs))
+                }
+            };
+            match posted {
+                Ok(code) => self.report_refused(owner, code),
+                Err(bytes) => {
+                    self.held.put_back(HeldSend {
+                        bytes,
+                        target,
+                        owner,
+                    });
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Posts held receives, oldest first, while the engine has room for receives.
+    fn post_held_recvs(&mut self) {
+        while self.has_recv_room() {
+            let Some(recv) = self.held_recvs.take_oldest() else {
+                return;
+            };
+            match self.post_recv(&recv.pieces, recv.of, recv.owner) {
+                Some(code) => self.report_refused(recv.owner, code),
+                None => {
+                    self.held_recvs.put_back(recv);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Posts what is held, as far as there is room.
+    fn post_all_held(&mut self) {
+        self.post_held();
+        self.post_held_recvs();
+    }
+
+    /// A held operation the engine refused when it was posted (`code` < 0) completes with the
+    /// error, where an application waits for it.
+    fn report_refused(&mut self, owner: Owner, code: c_int) {
+        if code < 0 && !owner.context.is_null() {
+            self.report(provider_report(owner, -code));
+        }
+    }
+
+    /// Queues a completion the provider made, and wakes a thread sleeping on the queue's
+    /// descriptor (FI_THREAD_SAFE), as an engine completion would.
+    fn report(&mut self, report: NfCompletion) {
+        self.reports.push_back(report);
+        self.endpoint.wake_completion_fd();
+    }
+
+    /// Cancels the held operation posted with `context`, if one is: it completes with
+    /// `FI_ECANCELED`.
+    fn cancel_held(&mut self, context: *mut c_void) -> bool {
+        if let Some(send) = self.held.withdraw(context) {
+            if let HeldBytes::Copy(copy) = send.bytes {
+                self.give_back(copy);
+            }
+            self.report(provider_report(send.owner, fi_errno::ECANCELED));
+            return true;
+        }
+        if let Some(recv) = self.held_recvs.withdraw(context) {
+            self.report(provider_report(recv.owner, fi_errno::ECANCELED));
+            return true;
+        }
+        false
+    }
+
+    /// Says once on standard error that a post was refused for want of room to hold it: a
+    /// program that waits for its peers past that many operations hangs, and should not hang
+    /// silently.
+    fn tell_full(&mut self, what: &str, limit: usize) {
+        if !self.told_full {
+            self.told_full = true;
+            eprintln!(
+                "nicmsg: a libfabric endpoint holds {limit} {what} waiting for room in its \
+                 engine; further {what} are refused with -FI_EAGAIN until some complete"
+            );
+        }
+    }
+
     /// Runs the engine once, lets go of the finished operations no completion reports (the
-    /// injects), and sends what is held. A run of inject calls is all a sender of short
+    /// injects), and posts what is held. A run of inject calls is all a sender of short
     /// messages does (Open MPI polls its queue only when told `-FI_EAGAIN`): without this, the
     /// sends held would wait for the application's next poll, and the held queue would only
     /// grow.
@@ -306,8 +485,8 @@ impl FabricEndpoint {
         let mut index = 0;
         while index < self.pending.len() {
             let unreported = {
-                let pending = &self.pending[index];
-                !pending.kind.wanted && pending.context.is_null()
+                let owner = &self.pending[index].owner;
+                !owner.kind.wanted && owner.context.is_null()
             };
             if !unreported || self.pending[index].request.delivery_if_done().is_none() {
                 index += 1;
@@ -316,14 +495,14 @@ impl FabricEndpoint {
             let done = self.retire(index);
             self.recycle(done);
         }
-        self.post_held();
+        self.post_all_held();
     }
 
     /// Takes the finished operation at `index` out of those in flight (completions need no
     /// order among operations that finished together).
     fn retire(&mut self, index: usize) -> Pending {
         let done = self.pending.swap_remove(index);
-        self.sends_in_flight -= usize::from(done.kind.is_send);
+        self.sends_in_flight -= usize::from(done.owner.kind.is_send);
         done
     }
 
@@ -347,18 +526,15 @@ impl FabricEndpoint {
         &mut self,
         posted: Result<Request<'static>, Error>,
         copy: Option<Vec<u8>>,
-        (context, buf): (*mut c_void, *mut c_void),
-        kind: Kind,
+        owner: Owner,
     ) -> c_int {
         match posted {
             Ok(request) => {
-                self.sends_in_flight += usize::from(kind.is_send);
+                self.sends_in_flight += usize::from(owner.kind.is_send);
                 self.pending.push(Pending {
                     request,
                     copy,
-                    context,
-                    buf,
-                    kind,
+                    owner,
                 });
                 0
             }
@@ -392,13 +568,13 @@ impl FabricEndpoint {
         nicmsg_engine::sharing::relax(now - since);
     }
 
-    /// One turn of the engine, then the operations it finished, up to `out.len()`: buffered
-    /// sends first, then the engine's.
+    /// One turn of the engine, then the operations that finished, up to `out.len()`: the
+    /// provider's own completions first, then the engine's.
     fn finished(&mut self, out: &mut [MaybeUninit<NfCompletion>], now: u64) -> usize {
         self.endpoint.progress_at(now);
         let mut written = 0;
         while written < out.len() {
-            let Some(report) = self.buffered_reports.pop_front() else {
+            let Some(report) = self.reports.pop_front() else {
                 break;
             };
             out[written].write(report);
@@ -411,12 +587,31 @@ impl FabricEndpoint {
                 continue;
             };
             let done = self.retire(index);
-            out[written].write(completion(&done, result, &delivery));
+            out[written].write(completion(&done.owner, result, &delivery));
             written += 1;
             self.recycle(done);
         }
-        self.post_held();
+        self.post_all_held();
         written
+    }
+
+    /// `FI_PEEK` while receives are held: a message the first held receive that matches it
+    /// would take is not free for the peek (it answers none, [`PastHeld::Nothing`]), and a
+    /// peek that finds none now must not claim one that arrives the next moment. Held
+    /// receives that fit in the engine now are posted first.
+    fn peek_past_held(
+        &mut self,
+        from: Option<SocketAddr>,
+        pattern: (Space, TagMatch),
+    ) -> Result<PastHeld, Error> {
+        self.post_held_recvs();
+        if self.held_recvs.is_empty() {
+            return Ok(PastHeld::NoneHeld);
+        }
+        Ok(match self.endpoint.iprobe(from, pattern)? {
+            Some(found) if !self.held_recvs.would_take(pattern.0, &found) => PastHeld::Found(found),
+            _ => PastHeld::Nothing,
+        })
     }
 }
 
@@ -432,31 +627,39 @@ unsafe fn lent(copy: &[u8]) -> &'static [u8] {
 
 /// The completion of a buffered send, reported when the provider has copied it: what the
 /// engine's completion of the send would say.
-fn buffered_report(
-    (context, buf): (*mut c_void, *mut c_void),
-    kind: Kind,
-    (tag, len): (u64, usize),
-    options: SendOptions,
-) -> NfCompletion {
+fn buffered_report(owner: Owner, (tag, len): (u64, usize), options: SendOptions) -> NfCompletion {
     NfCompletion {
-        context,
-        buf,
         len: len as u64,
-        olen: 0,
         tag,
         data: u64::from(options.immediate.unwrap_or(0)),
-        err: 0,
-        is_send: 1,
-        tagged: u8::from(kind.tagged),
         has_data: u8::from(options.immediate.is_some()),
-        wanted: u8::from(kind.wanted),
+        ..provider_report(owner, 0)
+    }
+}
+
+/// A completion the provider makes itself for `owner`'s operation, with error `err` (0 for
+/// success; a held operation cancelled, or refused when it reached the engine), describing
+/// no message.
+fn provider_report(owner: Owner, err: i32) -> NfCompletion {
+    NfCompletion {
+        context: owner.context,
+        buf: owner.buf,
+        len: 0,
+        olen: 0,
+        tag: 0,
+        data: 0,
+        err,
+        is_send: u8::from(owner.kind.is_send),
+        tagged: u8::from(owner.kind.tagged),
+        has_data: 0,
+        wanted: u8::from(owner.kind.wanted),
         source: socket_address(None),
         source_fi_addr: FI_ADDR_NOTAVAIL,
     }
 }
 
 /// What a finished operation's completion says.
-fn completion(pending: &Pending, result: Result<(), Error>, delivery: &Delivery) -> NfCompletion {
+fn completion(owner: &Owner, result: Result<(), Error>, delivery: &Delivery) -> NfCompletion {
     // Only an operation that completed, or a receive that matched a message too long for it,
     // has a message to describe. The engine writes nothing else of a cancelled or failed one,
     // so its delivery still holds what the slot's previous operation left: a cancelled receive
@@ -483,17 +686,17 @@ fn completion(pending: &Pending, result: Result<(), Error>, delivery: &Delivery)
         Err(_) => (fi_errno::EIO, 0, 0),
     };
     NfCompletion {
-        context: pending.context,
-        buf: pending.buf,
+        context: owner.context,
+        buf: owner.buf,
         len,
         olen,
         tag: delivery.tag,
         data: u64::from(delivery.immediate.unwrap_or(0)),
         err,
-        is_send: u8::from(pending.kind.is_send),
-        tagged: u8::from(pending.kind.tagged),
+        is_send: u8::from(owner.kind.is_send),
+        tagged: u8::from(owner.kind.tagged),
         has_data: u8::from(delivery.immediate.is_some()),
-        wanted: u8::from(pending.kind.wanted),
+        wanted: u8::from(owner.kind.wanted),
         source: socket_address(delivery.address),
         source_fi_addr: FI_ADDR_NOTAVAIL,
     }
@@ -716,89 +919,47 @@ pub unsafe extern "C" fn nf_send(
         tagged: tagged != 0,
         wanted: wanted != 0,
     };
-    let options = SendOptions {
-        immediate: (has_data != 0).then_some(data as u32),
-        confirmed: how & NF_SEND_CONFIRMED != 0,
+    let target = SendTarget {
+        to,
+        space_tag: (space(tagged), tag),
+        options: SendOptions {
+            immediate: (has_data != 0).then_some(data as u32),
+            confirmed: how & NF_SEND_CONFIRMED != 0,
+        },
     };
-    let target = (to, (space(tagged), tag));
-    if how & (NF_SEND_INJECT | NF_SEND_CONFIRMED) == 0 {
-        // SAFETY: the caller's contract.
-        let buffered = unsafe { send_buffered(ep, (iov, count), target, context, kind, options) };
-        if let Some(code) = buffered {
-            return code;
-        }
-    }
-    // An inject call reports nothing, so it may wait in the provider (`held.rs`); a send that
-    // reports its completion (sendmsg with FI_INJECT too) is posted or refused now.
-    if how & NF_SEND_INJECT != 0 && !kind.wanted && context.is_null() {
-        let inject = |endpoint: &mut FabricEndpoint| {
-            // SAFETY: the caller's contract.
-            match unsafe { iovecs(iov, count) } {
-                Ok(iovecs) => endpoint.inject(iovecs, target, options),
-                Err(code) => -code,
-            }
-        };
-        // SAFETY: the caller's contract.
-        return unsafe { on_endpoint(ep, inject) };
-    }
-    let post = |endpoint: &mut FabricEndpoint, iovecs: &[libc::iovec]| {
-        let mut sent: [&'static [u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
-        let mut copy = None;
-        let pieces = if how & NF_SEND_INJECT != 0 {
-            // SAFETY: the caller's contract (valid during this call for an inject).
-            let bytes = unsafe { endpoint.copy_of(iovecs) };
-            // SAFETY: the copy goes into the same `Pending` as the request (`track`).
-            sent[0] = unsafe { lent(&bytes) };
-            copy = Some(bytes);
-            &sent[..1]
-        } else {
-            for (slot, iov) in sent.iter_mut().zip(iovecs) {
-                // SAFETY: the caller's contract (valid until the send completes).
-                *slot = unsafe { piece(iov) };
-            }
-            &sent[..iovecs.len()]
-        };
-        let posted = endpoint
-            .endpoint()
-            .isend(pieces, to, (space(tagged), tag), options);
-        (posted, copy)
-    };
-    // SAFETY: the caller's contract.
-    unsafe { post_operation(ep, (iov, count), context, kind, post) }
-}
-
-/// A send that asks for no completion semantics, buffered if its length makes it one
-/// (`held.rs`): its code, or `None` to post it as any other send (too short or too long, or
-/// too many reports of buffered sends unread).
-///
-/// # Safety
-/// As [`nf_send`]'s.
-unsafe fn send_buffered(
-    ep: *mut c_void,
-    (iov, count): (*const libc::iovec, usize),
-    target: (SocketAddr, (Space, u64)),
-    context: *mut c_void,
-    kind: Kind,
-    options: SendOptions,
-) -> Option<c_int> {
-    let body = || {
-        // SAFETY: the caller's contract.
-        let endpoint = unsafe { endpoint_mut(ep) }?;
+    let body = |endpoint: &mut FabricEndpoint| {
         // SAFETY: the caller's contract.
         let iovecs = match unsafe { iovecs(iov, count) } {
             Ok(iovecs) => iovecs,
-            Err(code) => return Some(-code),
+            Err(code) => return -code,
         };
-        let len = iovecs.iter().map(|piece| piece.iov_len).sum();
-        if !is_buffered(len) {
-            return None;
+        // An inject call reports nothing: its copy is the provider's own send.
+        if how & NF_SEND_INJECT != 0 && !kind.wanted && context.is_null() {
+            return endpoint.inject(iovecs, target);
         }
         // SAFETY: the caller's contract.
         let buf = unsafe { first_base(iov, count) };
-        let report = buffered_report((context, buf), kind, (target.1 .1, len), options);
-        endpoint.buffer(iovecs, target, options, report)
+        let owner = Owner { context, buf, kind };
+        let len: usize = iovecs.iter().map(|piece| piece.iov_len).sum();
+        // A send that asks for no completion semantics and is longer than an inject may be
+        // buffered: copied and reported done at once (`held.rs`).
+        if how & (NF_SEND_INJECT | NF_SEND_CONFIRMED) == 0 && is_buffered(len) {
+            let report = buffered_report(owner, (tag, len), target.options);
+            if let Some(code) = endpoint.buffer(iovecs, target, report) {
+                return code;
+            }
+        }
+        let bytes = if how & NF_SEND_INJECT != 0 {
+            // sendmsg with FI_INJECT reports its completion, but its bytes are copied here.
+            // SAFETY: the caller's contract (valid during this call for an inject).
+            Bytes::Copy(unsafe { endpoint.copy_of(iovecs) })
+        } else {
+            Bytes::Caller(iovecs)
+        };
+        endpoint.send(bytes, target, owner)
     };
-    catch_unwind(AssertUnwindSafe(body)).unwrap_or(Some(-fi_errno::EOTHER))
+    // SAFETY: the caller's contract.
+    unsafe { on_endpoint(ep, body) }
 }
 
 /// Posts a receive into `iov` of the next message of its space that `tag` and `ignore`
@@ -821,18 +982,18 @@ pub unsafe extern "C" fn nf_recv(
 ) -> c_int {
     // SAFETY: the caller's contract.
     let from = unsafe { address_of(from) };
-    let pattern = (space(tagged), TagMatch::from_masked(tag, ignore));
+    let of = RecvOf::Pattern {
+        from,
+        space: space(tagged),
+        tag: TagMatch::from_masked(tag, ignore),
+    };
     let kind = Kind {
         is_send: false,
         tagged: tagged != 0,
         wanted: wanted != 0,
     };
     // SAFETY: the caller's contract.
-    unsafe {
-        post_receive(ep, (iov, count), context, kind, |endpoint, pieces| {
-            endpoint.irecv(pieces, from, pattern)
-        })
-    }
+    unsafe { post_receive(ep, (iov, count), context, kind, of) }
 }
 
 /// `FI_CLAIM`: posts the receive into `iov` of the message `claim` names (from
@@ -855,15 +1016,12 @@ pub unsafe extern "C" fn nf_recv_claimed(
         tagged: true,
         wanted: wanted != 0,
     };
+    let of = RecvOf::Claimed(Claim::from_bits(claim));
     // SAFETY: the caller's contract.
-    unsafe {
-        post_receive(ep, (iov, count), context, kind, |endpoint, pieces| {
-            endpoint.irecv_claimed(pieces, Claim::from_bits(claim))
-        })
-    }
+    unsafe { post_receive(ep, (iov, count), context, kind, of) }
 }
 
-/// Posts a receive into `iov` with `post` (a receive by pattern or of a claim).
+/// Posts (or holds, `held.rs`) a receive into `iov` of the message `of` names.
 ///
 /// # Safety
 /// As [`nf_recv`].
@@ -872,48 +1030,17 @@ unsafe fn post_receive(
     (iov, count): (*const libc::iovec, usize),
     context: *mut c_void,
     kind: Kind,
-    post: impl FnOnce(
-        &'static TaggedEndpoint,
-        &mut dyn Iterator<Item = &'static mut [u8]>,
-    ) -> Result<Request<'static>, Error>,
-) -> c_int {
-    let post = |endpoint: &mut FabricEndpoint, iovecs: &[libc::iovec]| {
-        // SAFETY: the caller's contract (valid for writing until the receive completes).
-        let mut pieces = iovecs.iter().map(|iov| unsafe { piece(iov) });
-        (post(endpoint.endpoint(), &mut pieces), None)
-    };
-    // SAFETY: the caller's contract.
-    unsafe { post_operation(ep, (iov, count), context, kind, post) }
-}
-
-/// The part of posting an operation that sends and receives share: room for it, its iovecs
-/// checked, and its request tracked with the copy `post` made of the bytes, if any.
-///
-/// # Safety
-/// `ep` is a live handle; `iov` holds `count` iovecs valid as the operation needs them.
-unsafe fn post_operation(
-    ep: *mut c_void,
-    (iov, count): (*const libc::iovec, usize),
-    context: *mut c_void,
-    kind: Kind,
-    post: impl FnOnce(
-        &mut FabricEndpoint,
-        &[libc::iovec],
-    ) -> (Result<Request<'static>, Error>, Option<Vec<u8>>),
+    of: RecvOf,
 ) -> c_int {
     let body = |endpoint: &mut FabricEndpoint| {
-        if let Err(code) = endpoint.check_room(kind) {
-            return -code;
-        }
         // SAFETY: the caller's contract.
         let iovecs = match unsafe { iovecs(iov, count) } {
             Ok(iovecs) => iovecs,
             Err(code) => return -code,
         };
-        let (posted, copy) = post(endpoint, iovecs);
         // SAFETY: the caller's contract.
         let buf = unsafe { first_base(iov, count) };
-        endpoint.track(posted, copy, (context, buf), kind)
+        endpoint.recv(iovecs, of, Owner { context, buf, kind })
     };
     // SAFETY: the caller's contract.
     unsafe { on_endpoint(ep, body) }
@@ -942,12 +1069,21 @@ pub unsafe extern "C" fn nf_peek(
         // SAFETY: the caller's contract.
         let from = unsafe { address_of(from) };
         let pattern = (space(tagged), TagMatch::from_masked(tag, ignore));
-        let found = if claim.is_null() {
-            let found = endpoint.endpoint.iprobe(from, pattern);
-            found.map(|found| found.map(|delivery| (delivery, None)))
-        } else {
-            let found = endpoint.endpoint.claim(from, pattern);
-            found.map(|found| found.map(|(delivery, claimed)| (delivery, Some(claimed))))
+        let past_held = match endpoint.peek_past_held(from, pattern) {
+            Ok(past_held) => past_held,
+            Err(error) => return post_error(&error),
+        };
+        let found = match (past_held, claim.is_null()) {
+            (PastHeld::Nothing, _) => Ok(None),
+            (PastHeld::Found(delivery), true) => Ok(Some((delivery, None))),
+            (_, true) => {
+                let found = endpoint.endpoint.iprobe(from, pattern);
+                found.map(|found| found.map(|delivery| (delivery, None)))
+            }
+            (_, false) => {
+                let found = endpoint.endpoint.claim(from, pattern);
+                found.map(|found| found.map(|(delivery, claimed)| (delivery, Some(claimed))))
+            }
         };
         match found {
             Ok(None) => 0,
@@ -1011,16 +1147,16 @@ pub unsafe extern "C" fn nf_discard(ep: *mut c_void, claim: u64) -> c_int {
 /// `ep` is a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn nf_cancel(ep: *mut c_void, context: *mut c_void) -> c_int {
-    let body = |endpoint: &mut FabricEndpoint| match endpoint
-        .pending
-        .iter()
-        .find(|p| p.context == context)
-    {
-        Some(pending) => {
+    let body = |endpoint: &mut FabricEndpoint| {
+        let in_flight = endpoint.pending.iter().find(|p| p.owner.context == context);
+        if let Some(pending) = in_flight {
             pending.request.cancel();
-            0
+            return 0;
         }
-        None => -fi_errno::ENOENT,
+        if endpoint.cancel_held(context) {
+            return 0;
+        }
+        -fi_errno::ENOENT
     };
     // SAFETY: the caller's contract.
     unsafe { on_endpoint(ep, body) }

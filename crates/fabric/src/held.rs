@@ -1,4 +1,4 @@
-//! Injected sends held by the provider while its endpoint has no room for them in the engine.
+//! Operations held by the provider while its endpoint has no room for them in the engine.
 //!
 //! Open MPI injects every `MPI_Send` of at most 4 KiB (`fi_tinject`): the call returns at once
 //! and reports nothing, so the send is done for the program. A message its receiver has not
@@ -12,10 +12,28 @@
 //!
 //! Now such sends wait here, copied, in posting order, up to [`MAX_HELD_SENDS`] and
 //! [`MAX_HELD_BYTES`], and go to the engine as sends in flight complete. Sends posted behind
-//! them wait too (the others are refused with `-FI_EAGAIN` until the held ones have gone), so
-//! nothing overtakes a held send and MPI's order per sender and tag holds. Receives keep the
-//! rest of the endpoint's operations: a rank whose sends all wait for its peer can still post
-//! the receives its peer waits for.
+//! them wait too, so nothing overtakes a held send and MPI's order per sender and tag holds.
+//! Receives keep their own share of the endpoint's operations ([`MAX_RECVS_IN_FLIGHT`]): a
+//! rank whose sends all wait for its peer can still post the receives its peer waits for.
+//!
+//! **Every operation waits, none is refused.** Past the engine's room, other sends and receives
+//! were refused with `-FI_EAGAIN`, and Open MPI retries a refused post in a loop. A program MPI
+//! calls safe then hung: two ranks that each post a thousand `MPI_Isend`s (or `MPI_Irecv`s)
+//! before the matching receives (sends) and wait for all of them both spun on their 385th post,
+//! each waiting for the other to post what would complete its own. Open MPI on TCP takes any
+//! number of them. Now a send or receive that finds no room (or finds earlier ones held) is
+//! held too, in posting order, with the application's buffers (valid until it completes, as
+//! libfabric has it): a receive's iovecs, a send's iovecs or, for injects and buffered sends,
+//! the provider's copy. It goes to the engine as room frees, during the endpoint's calls (any
+//! post or poll), and completes as if posted then. A held operation can be cancelled. Past
+//! [`MAX_HELD_SENDS`] or [`MAX_HELD_RECVS`] a post is refused with `-FI_EAGAIN`, and the
+//! endpoint says so once on standard error: a hang past that many operations is named.
+//!
+//! Receives held while messages arrive: a message that a held receive would take arrives
+//! unexpected and is taken when the receive reaches the engine (receives reach it in posting
+//! order, so matching order is MPI's). A peek (`MPI_Iprobe`) must not report such a message as
+//! free: it answers "none" while a held receive would take the message it found, and looks
+//! again once the receives have gone (`HeldRecvs::would_take`).
 //!
 //! **Buffered sends.** Open MPI sends every `MPI_Send` above 4 KiB with `fi_tsend` and waits
 //! for its completion. The engine completes such a send (up to 64 KiB) as soon as it has
@@ -31,20 +49,31 @@
 //! `FI_DELIVERY_COMPLETE` is never buffered: it completes once the receiver holds it.
 
 use std::collections::VecDeque;
+use std::ffi::c_void;
 use std::net::SocketAddr;
 
-use nicmsg::tagged::{SendOptions, Space};
+use nicmsg::tagged::{Delivery, SendOptions, Space};
+use nicmsg_proto::{Claim, TagMatch};
 
 /// Most sends an endpoint keeps in the engine at once, of its `MAX_IN_FLIGHT` operations: the
 /// rest stay for receives and probes (see the module documentation).
 pub const MAX_SENDS_IN_FLIGHT: usize = 384;
 
-/// Most injected sends held at once. Past it an inject answers `-FI_EAGAIN`, as it did when
-/// the engine had no room.
+/// Most receives an endpoint keeps in the engine at once: the operations sends leave. A
+/// receive share that sends cannot take, and a send share receives cannot, so that neither
+/// kind of operation held waits for the other kind to be posted (see the module
+/// documentation).
+pub const MAX_RECVS_IN_FLIGHT: usize = 128;
+
+/// Most sends held at once. Past it a send answers `-FI_EAGAIN`.
 pub const MAX_HELD_SENDS: usize = 65_536;
 
-/// Most bytes of injected sends held at once (each at most the 4 KiB inject size): as much
-/// as a TCP connection's largest socket buffers, per endpoint.
+/// Most receives held at once. Past it a receive answers `-FI_EAGAIN`.
+pub const MAX_HELD_RECVS: usize = 65_536;
+
+/// Most bytes of the provider's own copies held at once (injects of at most 4 KiB, buffered
+/// sends of at most 64 KiB): as much as a TCP connection's largest socket buffers, per
+/// endpoint.
 pub const MAX_HELD_BYTES: usize = 64 << 20;
 
 /// Sends longer than this are buffered (shorter ones are Open MPI's injects, held above, or
@@ -56,22 +85,80 @@ pub const BUFFERED_SEND_ABOVE: usize = 4096;
 /// transport waits for the receiver too, and the engine's longest send copy.
 pub const BUFFERED_SEND_MAX: usize = 64 << 10;
 
-/// Most completions of buffered sends reported but not yet read by the application: past it a
-/// send is posted as any other (completed by the engine's copy, or when its receiver takes
-/// it), so an application that sends without reading its queue does not grow this list.
-pub const MAX_UNREAD_BUFFERED: usize = 4096;
+/// Most completions the provider made itself (of buffered sends, and of held operations
+/// cancelled or refused) not yet read by the application: past it a send is not buffered but
+/// posted as any other (completed by the engine's copy, or when its receiver takes it), so an
+/// application that sends without reading its queue does not grow this list.
+pub const MAX_UNREAD_REPORTS: usize = 4096;
 
 /// Whether a send of `len` bytes that asks for no completion semantics is buffered.
 pub fn is_buffered(len: usize) -> bool {
     len > BUFFERED_SEND_ABOVE && len <= BUFFERED_SEND_MAX
 }
 
-/// An injected or buffered send waiting for room: its own copy of the bytes, and where it goes.
-pub struct HeldSend {
-    pub copy: Vec<u8>,
+/// What kind of operation a completion reports.
+#[derive(Debug, Clone, Copy)]
+pub struct Kind {
+    pub is_send: bool,
+    pub tagged: bool,
+    /// A successful completion goes to the queue (libfabric's selective completion).
+    pub wanted: bool,
+}
+
+/// Where an operation's completion goes: the application's context (null for the provider's
+/// own sends, whose completion nobody reads), the buffer it reports, and its kind.
+#[derive(Debug, Clone, Copy)]
+pub struct Owner {
+    pub context: *mut c_void,
+    pub buf: *mut c_void,
+    pub kind: Kind,
+}
+
+impl Owner {
+    /// The owner of the provider's own sends (injects, and buffered sends whose completion
+    /// the provider reported itself): no context, no completion.
+    pub const NOBODY_READS: Owner = Owner {
+        context: std::ptr::null_mut(),
+        buf: std::ptr::null_mut(),
+        kind: Kind {
+            is_send: true,
+            tagged: false,
+            wanted: false,
+        },
+    };
+}
+
+/// Where a send goes and what it carries besides its bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct SendTarget {
     pub to: SocketAddr,
     pub space_tag: (Space, u64),
     pub options: SendOptions,
+}
+
+/// A held send's bytes.
+pub enum HeldBytes {
+    /// The provider's copy (an inject's, or a buffered send's).
+    Copy(Vec<u8>),
+    /// The application's buffers, valid until the send completes.
+    Borrowed(Vec<libc::iovec>),
+}
+
+impl HeldBytes {
+    /// Bytes of the provider's memory this holds.
+    fn copied(&self) -> usize {
+        match self {
+            HeldBytes::Copy(copy) => copy.len(),
+            HeldBytes::Borrowed(_) => 0,
+        }
+    }
+}
+
+/// A send waiting for room: its bytes, where it goes, and whose it is.
+pub struct HeldSend {
+    pub bytes: HeldBytes,
+    pub target: SendTarget,
+    pub owner: Owner,
 }
 
 /// The held sends of one endpoint, oldest first.
@@ -88,7 +175,7 @@ impl HeldSends {
 
     /// Holds `send` behind the others; gives it back if the bounds are reached.
     pub fn hold(&mut self, send: HeldSend) -> Result<(), HeldSend> {
-        let bytes = self.bytes + send.copy.len();
+        let bytes = self.bytes + send.bytes.copied();
         if self.queue.len() >= MAX_HELD_SENDS || bytes > MAX_HELD_BYTES {
             return Err(send);
         }
@@ -100,14 +187,103 @@ impl HeldSends {
     /// The oldest held send, taken out.
     pub fn take_oldest(&mut self) -> Option<HeldSend> {
         let send = self.queue.pop_front()?;
-        self.bytes -= send.copy.len();
+        self.bytes -= send.bytes.copied();
         Some(send)
     }
 
     /// Puts back, as the oldest, a send the engine had no room for after all.
     pub fn put_back(&mut self, send: HeldSend) {
-        self.bytes += send.copy.len();
+        self.bytes += send.bytes.copied();
         self.queue.push_front(send);
+    }
+
+    /// Takes out the held send posted with `context` (never the provider's own, whose context
+    /// is null), for a cancel.
+    pub fn withdraw(&mut self, context: *mut c_void) -> Option<HeldSend> {
+        let at = self
+            .queue
+            .iter()
+            .position(|send| !context.is_null() && send.owner.context == context)?;
+        let send = self.queue.remove(at)?;
+        self.bytes -= send.bytes.copied();
+        Some(send)
+    }
+}
+
+/// Which message a held receive takes.
+#[derive(Debug, Clone, Copy)]
+pub enum RecvOf {
+    /// The next one from `from` (anyone if `None`) of `space` whose tag `tag` accepts.
+    Pattern {
+        from: Option<SocketAddr>,
+        space: Space,
+        tag: TagMatch,
+    },
+    /// The one a peek claimed (`FI_CLAIM`).
+    Claimed(Claim),
+}
+
+/// A receive waiting for room: the application's buffers, valid until it completes.
+pub struct HeldRecv {
+    pub pieces: Vec<libc::iovec>,
+    pub of: RecvOf,
+    pub owner: Owner,
+}
+
+/// The held receives of one endpoint, oldest first.
+#[derive(Default)]
+pub struct HeldRecvs {
+    queue: VecDeque<HeldRecv>,
+}
+
+impl HeldRecvs {
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Holds `recv` behind the others; gives it back if the bound is reached.
+    pub fn hold(&mut self, recv: HeldRecv) -> Result<(), HeldRecv> {
+        if self.queue.len() >= MAX_HELD_RECVS {
+            return Err(recv);
+        }
+        self.queue.push_back(recv);
+        Ok(())
+    }
+
+    pub fn take_oldest(&mut self) -> Option<HeldRecv> {
+        self.queue.pop_front()
+    }
+
+    /// Puts back, as the oldest, a receive the engine had no room for after all.
+    pub fn put_back(&mut self, recv: HeldRecv) {
+        self.queue.push_front(recv);
+    }
+
+    /// Takes out the held receive posted with `context`, for a cancel.
+    pub fn withdraw(&mut self, context: *mut c_void) -> Option<HeldRecv> {
+        let at = self
+            .queue
+            .iter()
+            .position(|recv| !context.is_null() && recv.owner.context == context)?;
+        self.queue.remove(at)
+    }
+
+    /// Whether a held receive would take the message `found` (of `space`) describes: it was
+    /// posted before any receive or peek the application makes now, so that message is not
+    /// free for them.
+    pub fn would_take(&self, space: Space, found: &Delivery) -> bool {
+        self.queue.iter().any(|recv| match recv.of {
+            RecvOf::Pattern {
+                from,
+                space: held_space,
+                tag,
+            } => {
+                held_space == space
+                    && from.is_none_or(|from| Some(from) == found.address)
+                    && (space == Space::Untagged || tag.matches(found.tag))
+            }
+            RecvOf::Claimed(_) => false,
+        })
     }
 }
 
@@ -116,13 +292,32 @@ mod tests {
     use super::*;
     use std::net::{Ipv4Addr, SocketAddrV4};
 
+    fn owner(context: *mut c_void) -> Owner {
+        Owner {
+            context,
+            buf: std::ptr::null_mut(),
+            kind: Kind {
+                is_send: true,
+                tagged: true,
+                wanted: true,
+            },
+        }
+    }
+
     fn send(len: usize) -> HeldSend {
         HeldSend {
-            copy: vec![7; len],
-            to: SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9)),
-            space_tag: (Space::Tagged, 1),
-            options: SendOptions::default(),
+            bytes: HeldBytes::Copy(vec![7; len]),
+            target: SendTarget {
+                to: SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9)),
+                space_tag: (Space::Tagged, 1),
+                options: SendOptions::default(),
+            },
+            owner: owner(std::ptr::null_mut()),
         }
+    }
+
+    fn copied_len(send: &HeldSend) -> usize {
+        send.bytes.copied()
     }
 
     #[test]
@@ -132,10 +327,10 @@ mod tests {
             assert!(held.hold(send(len)).is_ok());
         }
         let first = held.take_oldest().expect("held");
-        assert_eq!(first.copy.len(), 1);
+        assert_eq!(copied_len(&first), 1);
         held.put_back(first);
         let lens: Vec<usize> = std::iter::from_fn(|| held.take_oldest())
-            .map(|s| s.copy.len())
+            .map(|s| copied_len(&s))
             .collect();
         assert_eq!(lens, [1, 2, 3]);
         assert!(held.is_empty());

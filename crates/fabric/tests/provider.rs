@@ -327,6 +327,22 @@ fn a_buffered_send_completes_before_its_receiver_asks() {
     );
 }
 
+/// Operations past the engine's room are held, not refused: two endpoints that each post
+/// 1,500 sends and 1,500 receives before reading their queues (a pattern MPI calls safe) both
+/// finish, every message once and in order; a held receive can be cancelled, and a peek does
+/// not take the message a held receive will (`tests/fabric/held.c`), in both engine modes.
+#[test]
+fn operations_past_the_engines_room_wait_instead_of_being_refused() {
+    run_c_check(
+        "held",
+        &["-lfabric"],
+        &[
+            &[("NICMSG_ENGINE", "thread")],
+            &[("NICMSG_ENGINE", "inline")],
+        ],
+    );
+}
+
 /// A TCP port of loopback nobody holds now, for fi_pingpong's own connection: a fixed one
 /// could be taken, and the tests run beside each other (mpirun's connections, the other
 /// fi_pingpong) pick theirs from the same ephemeral range.

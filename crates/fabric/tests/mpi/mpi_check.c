@@ -3,13 +3,15 @@
  * verified: point-to-point of sizes 0 B to 4 MiB (eager and rendezvous), MPI_ANY_SOURCE and
  * MPI_ANY_TAG, MPI_Probe and MPI_Iprobe, MPI_Mprobe and MPI_Improbe (matched probes, received
  * with MPI_Mrecv and MPI_Imrecv), MPI_Cancel of a receive, MPI_ERR_TRUNCATE, several
- * communicators, MPI_Ssend, sends of 16 B to 64 KiB both ways before any receive (buffering), and the
+ * communicators, MPI_Ssend, sends of 16 B to 64 KiB both ways before any receive (buffering),
+ * a thousand nonblocking sends and receives each way posted before any wait, and the
  * collectives Open MPI builds on point-to-point (barrier, bcast, allreduce, alltoall). Any failure prints what and where and exits non-zero; rank 0
  * prints "mpi_check: all checks passed" at the end.
  *
  *   mpirun -n 4 --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include nicmsg ./mpi_check
  */
 #include <mpi.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -297,6 +299,58 @@ static void buffered_sends_both_ways(void)
 	free(buf);
 }
 
+/* Pairs of ranks each post NONBLOCKING sends to the other and as many receives (sends first,
+ * then receives first), then wait for all: a program MPI calls safe. Past the engine's room
+ * (512 operations) the provider used to refuse the posts with -FI_EAGAIN, which Open MPI
+ * retries for ever: both ranks spun in their 385th MPI_Isend (or 129th MPI_Irecv), each
+ * waiting for the other's posts. Every hundredth message is long (rendezvous). */
+#define NONBLOCKING 1000
+static size_t nonblocking_len(int seq)
+{
+	return seq % 100 == 99 ? 100000 : 16;
+}
+
+static void many_nonblocking_both_ways(void)
+{
+	int peer = rank ^ 1;
+	if (peer >= size)
+		return;
+	unsigned char **out = malloc(NONBLOCKING * sizeof(*out));
+	unsigned char **in = malloc(NONBLOCKING * sizeof(*in));
+	MPI_Request *requests = malloc(2 * NONBLOCKING * sizeof(*requests));
+	CHECK(out && in && requests, "out of memory");
+	for (int seq = 0; seq < NONBLOCKING; seq++) {
+		out[seq] = malloc(nonblocking_len(seq));
+		in[seq] = malloc(nonblocking_len(seq));
+		CHECK(out[seq] && in[seq], "out of memory");
+		fill(out[seq], nonblocking_len(seq), rank, seq);
+	}
+	for (int receives_first = 0; receives_first < 2; receives_first++) {
+		for (int part = 0; part < 2; part++) {
+			bool sends = part != receives_first;
+			for (int seq = 0; seq < NONBLOCKING; seq++) {
+				int len = (int)nonblocking_len(seq);
+				if (sends)
+					MPI_Isend(out[seq], len, MPI_BYTE, peer, 8, MPI_COMM_WORLD,
+						  &requests[seq]);
+				else
+					MPI_Irecv(in[seq], len, MPI_BYTE, peer, 8, MPI_COMM_WORLD,
+						  &requests[NONBLOCKING + seq]);
+			}
+		}
+		MPI_Waitall(2 * NONBLOCKING, requests, MPI_STATUSES_IGNORE);
+		for (int seq = 0; seq < NONBLOCKING; seq++)
+			verify(in[seq], nonblocking_len(seq), peer, seq, "nonblocking");
+	}
+	for (int seq = 0; seq < NONBLOCKING; seq++) {
+		free(out[seq]);
+		free(in[seq]);
+	}
+	free(out);
+	free(in);
+	free(requests);
+}
+
 static void collectives(void)
 {
 	MPI_Barrier(MPI_COMM_WORLD);
@@ -336,7 +390,7 @@ int main(int argc, char **argv)
 	void (*checks[])(void) = {point_to_point_sizes, wildcards,     probes,
 				  matched_probes,       cancel,        truncation,
 				  communicators,        synchronous,   buffered_sends_both_ways,
-				  collectives};
+				  many_nonblocking_both_ways, collectives};
 	for (size_t i = 0; i < sizeof(checks) / sizeof(checks[0]); i++) {
 		checks[i]();
 		MPI_Barrier(MPI_COMM_WORLD);

@@ -1,0 +1,268 @@
+/*
+ * Operations held by nicmsg's provider past its engine's room. Two endpoints each post
+ * OPERATIONS sends to the other, then OPERATIONS receives, and only then read their queues:
+ * a pattern MPI calls safe (MPI_Isend, MPI_Irecv, MPI_Waitall). The provider used to refuse
+ * the 385th send with -FI_EAGAIN for as long as the peer had not received, and the peer,
+ * refused too, never did: both programs spun for ever. Now every post is taken; each message
+ * arrives once, whole, in order. Then the same with the receives posted first. Then a
+ * receive held behind others is cancelled (it completes with FI_ECANCELED), and a peek does
+ * not report a message that a receive held earlier will take; that receive gets it. Prints
+ * "held: ok" and exits 0, or says what failed.
+ *
+ *   cc -o held held.c -lfabric && FI_PROVIDER_PATH=DIR ./held
+ */
+#define CHECK_NAME "held"
+#include "check.h"
+#include <rdma/fi_tagged.h>
+#include <time.h>
+
+/* Operations each endpoint posts before reading its queue: several times its engine's room
+ * (512 operations, 384 of them sends). */
+#define OPERATIONS 1500
+/* Every hundredth message is long (rendezvous), the others short. */
+#define SHORT_BYTES 16
+#define LONG_BYTES 100000
+#define LONG_EVERY 100
+/* Longest wait for all the completions. */
+#define WAIT_SECONDS 30
+/* Receives of the cancel and peek checks: more than the engine's room for receives (128),
+ * so the last ones are held. */
+#define FILLING 200
+
+/* How long the peek looks: the message arrives within microseconds on loopback. */
+#define PEEK_FOR_MS 300
+
+static double now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static size_t message_len(int seq)
+{
+	return seq % LONG_EVERY == LONG_EVERY - 1 ? LONG_BYTES : SHORT_BYTES;
+}
+
+static unsigned char pattern(int from, int seq, size_t i)
+{
+	return (unsigned char)(from * 101 + seq * 7 + i * 13 + (i >> 8));
+}
+
+/* Posts `op` until it is taken, failing if it is refused for more than a second: a refusal
+ * that lasts means the provider waits for something only the peer's posts would bring. */
+#define POST(op)                                                                           \
+	do {                                                                               \
+		time_t post_start_ = time(NULL);                                           \
+		ssize_t post_ret_;                                                         \
+		while ((post_ret_ = (op)) == -FI_EAGAIN) {                                 \
+			if (time(NULL) - post_start_ > 1)                                  \
+				FAIL("%s refused with -FI_EAGAIN for over a second", #op); \
+		}                                                                          \
+		CHECK(post_ret_);                                                          \
+	} while (0)
+
+struct side {
+	struct node *node;
+	fi_addr_t peer;
+	int id;
+	unsigned char **out, **in;
+	int completions;
+};
+
+static void post_sends(struct side *s)
+{
+	for (int seq = 0; seq < OPERATIONS; seq++) {
+		size_t len = message_len(seq);
+		for (size_t i = 0; i < len; i++)
+			s->out[seq][i] = pattern(s->id, seq, i);
+		POST(fi_tsend(s->node->ep, s->out[seq], len, NULL, s->peer, 1, s->out[seq]));
+	}
+}
+
+static void post_receives(struct side *s)
+{
+	for (int seq = 0; seq < OPERATIONS; seq++)
+		POST(fi_trecv(s->node->ep, s->in[seq], message_len(seq), NULL, FI_ADDR_UNSPEC, 1,
+			      0, s->in[seq]));
+}
+
+/* Reads both queues until each side has all its 2 * OPERATIONS completions. */
+static void complete_all(struct side *sides)
+{
+	time_t start = time(NULL);
+	while (sides[0].completions < 2 * OPERATIONS || sides[1].completions < 2 * OPERATIONS) {
+		if (time(NULL) - start > WAIT_SECONDS)
+			FAIL("after %d s: %d and %d of %d completions", WAIT_SECONDS,
+			     sides[0].completions, sides[1].completions, 2 * OPERATIONS);
+		for (int k = 0; k < 2; k++) {
+			struct fi_cq_tagged_entry entries[16];
+			ssize_t got = fi_cq_read(sides[k].node->cq, entries, 16);
+			if (got == -FI_EAVAIL) {
+				struct fi_cq_err_entry error = {0};
+				CHECK(fi_cq_readerr(sides[k].node->cq, &error, 0));
+				FAIL("an operation failed: %s", fi_strerror(error.err));
+			}
+			if (got > 0)
+				sides[k].completions += (int)got;
+			else if (got != -FI_EAGAIN)
+				CHECK(got);
+		}
+	}
+}
+
+static void verify(struct side *s, int from)
+{
+	for (int seq = 0; seq < OPERATIONS; seq++)
+		for (size_t i = 0; i < message_len(seq); i++)
+			if (s->in[seq][i] != pattern(from, seq, i))
+				FAIL("message %d from %d: byte %zu is %u, want %u (lost, doubled "
+				     "or out of order)",
+				     seq, from, i, s->in[seq][i], pattern(from, seq, i));
+}
+
+static void many_operations_before_any_read(struct side *sides, int receives_first)
+{
+	for (int k = 0; k < 2; k++) {
+		sides[k].completions = 0;
+		for (int seq = 0; seq < OPERATIONS; seq++)
+			memset(sides[k].in[seq], 0, message_len(seq));
+	}
+	for (int k = 0; k < 2; k++) {
+		if (receives_first)
+			post_receives(&sides[k]);
+		post_sends(&sides[k]);
+		if (!receives_first)
+			post_receives(&sides[k]);
+	}
+	complete_all(sides);
+	verify(&sides[0], 1);
+	verify(&sides[1], 0);
+}
+
+/* The next entry of `n`'s queue, or its error entry; fails after WAIT_SECONDS. */
+static void next_entry(struct node *n, struct fi_cq_tagged_entry *entry, int *err)
+{
+	time_t start = time(NULL);
+	for (;;) {
+		ssize_t got = fi_cq_read(n->cq, entry, 1);
+		if (got == 1) {
+			*err = 0;
+			return;
+		}
+		if (got == -FI_EAVAIL) {
+			struct fi_cq_err_entry error = {0};
+			CHECK(fi_cq_readerr(n->cq, &error, 0));
+			entry->op_context = error.op_context;
+			*err = error.err;
+			return;
+		}
+		if (got != -FI_EAGAIN)
+			CHECK(got);
+		if (time(NULL) - start > WAIT_SECONDS)
+			FAIL("no completion in %d s", WAIT_SECONDS);
+	}
+}
+
+/* A receive held behind FILLING others is cancelled: it completes with FI_ECANCELED, and the
+ * others are still there to take what comes. */
+static void a_held_receive_is_cancelled(struct node *a, struct node *b, fi_addr_t to_a)
+{
+	static char fill[FILLING][SHORT_BYTES], last[SHORT_BYTES];
+	for (int i = 0; i < FILLING; i++)
+		POST(fi_trecv(a->ep, fill[i], SHORT_BYTES, NULL, FI_ADDR_UNSPEC, 2, 0, fill[i]));
+	POST(fi_trecv(a->ep, last, SHORT_BYTES, NULL, FI_ADDR_UNSPEC, 3, 0, last));
+	CHECK(fi_cancel(&a->ep->fid, last));
+	struct fi_cq_tagged_entry entry;
+	int err;
+	next_entry(a, &entry, &err);
+	if (entry.op_context != last || err != FI_ECANCELED)
+		FAIL("the cancelled receive completed with %s", err ? fi_strerror(err) : "success");
+	static char out[SHORT_BYTES] = "filler";
+	for (int i = 0; i < FILLING; i++)
+		POST(fi_tsend(b->ep, out, SHORT_BYTES, NULL, to_a, 2, NULL));
+	for (int received = 0; received < FILLING;) {
+		next_entry(a, &entry, &err);
+		if (err)
+			FAIL("a filling receive failed: %s", fi_strerror(err));
+		received++;
+		struct fi_cq_tagged_entry sent;
+		while (fi_cq_read(b->cq, &sent, 1) == 1)
+			;
+	}
+}
+
+/* A peek does not report a message a receive held before it will take; that receive gets
+ * it once the receives ahead of it have completed. */
+static void a_peek_leaves_a_held_receive_its_message(struct node *a, struct node *b,
+						     fi_addr_t to_a)
+{
+	static char fill[FILLING][SHORT_BYTES], held[SHORT_BYTES];
+	for (int i = 0; i < FILLING; i++)
+		POST(fi_trecv(a->ep, fill[i], SHORT_BYTES, NULL, FI_ADDR_UNSPEC, 4, 0, fill[i]));
+	POST(fi_trecv(a->ep, held, SHORT_BYTES, NULL, FI_ADDR_UNSPEC, 5, 0, held));
+	static char out[SHORT_BYTES] = "for held one";
+	POST(fi_tsend(b->ep, out, SHORT_BYTES, NULL, to_a, 5, NULL));
+	struct fi_context peek_context;
+	struct fi_msg_tagged peek = {.addr = FI_ADDR_UNSPEC, .tag = 5, .context = &peek_context};
+	/* Long enough for the message to arrive (it would be found by then). */
+	for (double until = now_ms() + PEEK_FOR_MS; now_ms() < until;) {
+		struct fi_cq_tagged_entry sent;
+		fi_cq_read(b->cq, &sent, 1);
+		CHECK(fi_trecvmsg(a->ep, &peek, FI_PEEK));
+		struct fi_cq_tagged_entry entry;
+		int err;
+		next_entry(a, &entry, &err);
+		if (entry.op_context != &peek_context)
+			FAIL("a receive completed before its message was sent");
+		if (err != FI_ENOMSG)
+			FAIL("the peek found the message a held receive takes (%s)", err ? fi_strerror(err) : "found");
+	}
+	static char filler[SHORT_BYTES] = "filler";
+	for (int i = 0; i < FILLING; i++)
+		POST(fi_tsend(b->ep, filler, SHORT_BYTES, NULL, to_a, 4, NULL));
+	for (int received = 0; received < FILLING + 1;) {
+		struct fi_cq_tagged_entry entry;
+		int err;
+		next_entry(a, &entry, &err);
+		if (err)
+			FAIL("a receive failed: %s", fi_strerror(err));
+		if (entry.op_context == held && memcmp(held, out, SHORT_BYTES))
+			FAIL("the held receive got another message than the one sent for it");
+		received++;
+		struct fi_cq_tagged_entry sent;
+		while (fi_cq_read(b->cq, &sent, 1) == 1)
+			;
+	}
+}
+
+int main(void)
+{
+	struct fi_info *info;
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct node a, b;
+	open_two(FI_TAGGED, &info, &fabric, &domain, &a, FI_WAIT_NONE, &b, FI_WAIT_NONE);
+	struct side sides[2] = {{.node = &a, .peer = insert_peer(&a, &b), .id = 0},
+				{.node = &b, .peer = insert_peer(&b, &a), .id = 1}};
+	for (int k = 0; k < 2; k++) {
+		sides[k].out = calloc(OPERATIONS, sizeof(unsigned char *));
+		sides[k].in = calloc(OPERATIONS, sizeof(unsigned char *));
+		if (!sides[k].out || !sides[k].in)
+			FAIL("out of memory");
+		for (int seq = 0; seq < OPERATIONS; seq++) {
+			sides[k].out[seq] = malloc(message_len(seq));
+			sides[k].in[seq] = malloc(message_len(seq));
+			if (!sides[k].out[seq] || !sides[k].in[seq])
+				FAIL("out of memory");
+		}
+	}
+	many_operations_before_any_read(sides, 0);
+	many_operations_before_any_read(sides, 1);
+	a_held_receive_is_cancelled(&a, &b, sides[1].peer);
+	a_peek_leaves_a_held_receive_its_message(&a, &b, sides[1].peer);
+	struct node *nodes[] = {&a, &b};
+	close_all(nodes, 2, domain, fabric, info);
+	printf("held: ok\n");
+	return 0;
+}
