@@ -64,6 +64,20 @@ impl Geometry {
             .min(capacity)
     }
 
+    /// True if the message, cut as it is, has as many frames cut as an eager one: a
+    /// rendezvous message taken as eager (`handover.rs`) keeps the frame count its RTS
+    /// announced, while its frames are laid out as eager ones, each carrying the message
+    /// header. A rendezvous frame after the first carries `MSG_HEADER_LEN` bytes more, so a
+    /// long message needs more frames eager (64 KiB in frames of 1,424 bytes: 47 by
+    /// rendezvous, 48 eager) and cannot be taken so: its last bytes would never be sent.
+    pub fn cuts_alike_as_eager(&self) -> bool {
+        let eager = Self {
+            protocol: Protocol::Eager,
+            ..*self
+        };
+        eager.frames() == self.frames()
+    }
+
     /// True if `offset` and `len` are exactly where frame `frame` lies (a received frame that
     /// disagrees is invalid and dropped).
     pub fn agrees(&self, frame: u32, offset: u64, len: u64) -> bool {
@@ -75,6 +89,19 @@ impl Geometry {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_long_rendezvous_message_does_not_cut_alike_as_eager() {
+        let cut = |total_len| Geometry {
+            total_len,
+            frame_payload: 1424,
+            protocol: Protocol::Rendezvous,
+        };
+        assert!(cut(4096).cuts_alike_as_eager());
+        assert!(cut(8192).cuts_alike_as_eager());
+        assert_eq!(cut(65536).frames(), 47);
+        assert!(!cut(65536).cuts_alike_as_eager());
+    }
 
     proptest! {
         #[test]

@@ -527,8 +527,8 @@ impl Core {
     }
 
     /// Whether a CTS with EAGER may turn send `index` eager: a rendezvous message no receive
-    /// matched yet, of at most 4 KiB (a small or medium buffer holds it). The receiver asks so
-    /// only of such messages (`handover.rs`); any other is answered as a plain CTS.
+    /// matched yet (the receiver asks so only of messages a buffer of theirs holds,
+    /// `handover.rs`); any other is answered as a plain CTS.
     ///
     /// Also while a CANCEL of it waits for its answer: the receiver took it as eager whatever
     /// that answer will be, and a receive may bind it before the CANCEL comes, which is then
@@ -544,9 +544,9 @@ impl Core {
     /// both waiting for ever.
     fn can_send_as_eager(&self, index: SendKey) -> bool {
         let op = &self.sends[index];
-        !op.is_eager()
-            && !op.peer_matched
-            && CreditClass::of(op.geometry.total_len) != CreditClass::Eager
+        // A receiver of this version asks only for a message that cuts alike (`handover.rs`);
+        // one that asked for another would get a message whose last bytes never come.
+        !op.is_eager() && !op.peer_matched && op.geometry.cuts_alike_as_eager()
     }
 
     /// The receiver kept this message without a receive and now holds a buffer for it, on a

@@ -180,7 +180,9 @@ impl Flags {
     /// returns (the receiver may never have seen the message).
     /// CTS (with FROM_START, wire version 7): send this rendezvous message again as an eager
     /// one; the receiver, which kept its header without a receive, now holds a buffer for it
-    /// on a credit it kept back instead of returning it.
+    /// on a credit it kept back instead of returning it. Since version 8 of a message of any
+    /// credit class up to the eager limit (version 7: small and medium ones only, at most
+    /// 4 KiB, and a sender refused it for a longer one).
     pub const EAGER: u16 = 1 << 9;
     /// CANCEL-ACK: the message is withdrawn; it was not delivered and never will be.
     pub const CANCELLED: u16 = 1 << 10;

@@ -4,14 +4,14 @@
 //!
 //! Each rank posts its sends, a burst at once and the rest a few microseconds apart, to one or
 //! more peers on two tags: messages of one frame across the credit classes (0, 8 and 256
-//! bytes small, 257, 1000 and a whole frame's payload medium), a few of several frames. The
-//! senders spend their credits on the first ones and send the rest by rendezvous, at once or
-//! after their credit waits run out; the receivers, thinking still, keep only those messages'
-//! headers. Then each receiver posts one receive at a time per (source, tag), with short
+//! bytes small, 257, 1000 and a whole frame's payload medium, 6000 eager), a few of several
+//! frames. The senders spend their credits on the first ones and send the rest by rendezvous,
+//! at once or after their credit waits run out; the receivers, thinking still, keep only those
+//! messages' headers. Then each receiver posts one receive at a time per (source, tag), with short
 //! pauses (sometimes long ones): as its receives consume the buffered messages, each freed
-//! buffer goes to the oldest kept message of its class (small or medium: at most 4 KiB, of
-//! one frame or several), which its sender sends again as an eager one (`handover.rs`, "kept
-//! messages taken as eager" in the report).
+//! buffer goes to the oldest kept message of its class (small, medium or eager, of one frame
+//! or several), which its sender sends again as an eager one (`handover.rs`, "kept messages
+//! taken as eager" in the report).
 //!
 //! Some sends are cancelled: right after posting, at a random time while their message is
 //! kept or while the receives run, or just after a receive from their sender completed, when
@@ -158,13 +158,13 @@ impl UnsafeSends {
     /// edges; of several frames, eager (medium and eager credits) and rendezvous.
     fn sizes(mtu: u32) -> (Vec<u64>, Vec<u64>) {
         let one_frame = u64::from(mtu) - (FRAME_HEADER_LEN + MSG_HEADER_LEN) as u64;
-        let one = [0, 8, 256, 257, 1000, one_frame]
+        let one = [0, 8, 256, 257, 1000, 6000, one_frame]
             .into_iter()
             .filter(|&len| len <= one_frame)
             .collect();
         // Medium messages of several frames are taken as eager too, and at small MTUs
         // fill several acknowledgement collections.
-        let mut several: Vec<u64> = [one_frame + 1, 2000, 3000, 4096]
+        let mut several: Vec<u64> = [one_frame + 1, 2000, 3000, 4096, 6000]
             .into_iter()
             .filter(|&len| len > one_frame)
             .collect();
