@@ -77,7 +77,9 @@ fn read_report(out: &Path) -> Report {
 /// Every series of the in-project systems measured something; external peers either ran or
 /// say why not. An external peer may also fail on its own (libfabric's `udp;ofi_rxd` once hung
 /// at 1 MiB until the bench killed it): the run reports its error and goes on, and that is
-/// what this checks of it; the test is about nicmsg's series.
+/// what this checks of it; the test is about nicmsg's series. So may raw UDP, the unreliable
+/// floor: one datagram the kernel drops ends its run (a veth's backlog overflowed once with
+/// the machine's two cores busy with three tests and more).
 fn check_series(report: &Report) {
     for series in &report.series {
         // The AF_XDP floor needs the namespaces' veth, which the quick suite does not make.
@@ -87,6 +89,8 @@ fn check_series(report: &Report) {
             "fi-tcp-rxm",
             "ucx-tcp",
             "xdp-floor",
+            "udp-busy",
+            "udp-frag",
         ]
         .contains(&series.system.as_str());
         match &series.outcome {
