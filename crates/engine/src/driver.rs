@@ -453,6 +453,7 @@ impl<T: Transport> Driver<T> {
                 let options = SendOptions {
                     immediate: envelope.immediate,
                     confirmed: envelope.confirmed,
+                    unwaited: envelope.unwaited,
                 };
                 self.endpoint.post_send_with(
                     now,

@@ -33,6 +33,9 @@ pub struct Envelope {
     /// A send that completes only once its receiver holds the message
     /// (`nicmsg_proto::SendOptions::confirmed`).
     pub confirmed: bool,
+    /// A send nobody waits for, whose bytes the host keeps until it completes
+    /// (`nicmsg_proto::SendOptions::unwaited`).
+    pub unwaited: bool,
 }
 
 impl Envelope {
@@ -45,6 +48,7 @@ impl Envelope {
             immediate: None,
             claim: None,
             confirmed: false,
+            unwaited: false,
         }
     }
 
@@ -58,6 +62,7 @@ impl Envelope {
             immediate: None,
             claim: None,
             confirmed: false,
+            unwaited: false,
         }
     }
 

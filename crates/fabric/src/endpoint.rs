@@ -281,10 +281,12 @@ impl FabricEndpoint {
             return None;
         }
         // The provider's copy is the only one: the engine reads it until the message is
-        // acknowledged rather than copy it again, and nobody waits for that completion.
+        // acknowledged rather than copy it again, and nobody waits for that completion, so
+        // the receiver may hold the acknowledgement back (a stream of such sends told to
+        // confirm each had an acknowledgement datagram back per message).
         let target = SendTarget {
             options: SendOptions {
-                confirmed: true,
+                unwaited: true,
                 ..target.options
             },
             ..target
@@ -925,6 +927,7 @@ pub unsafe extern "C" fn nf_send(
         options: SendOptions {
             immediate: (has_data != 0).then_some(data as u32),
             confirmed: how & NF_SEND_CONFIRMED != 0,
+            unwaited: false,
         },
     };
     let body = |endpoint: &mut FabricEndpoint| {

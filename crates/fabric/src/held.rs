@@ -44,8 +44,9 @@
 //! 8 KiB sends each way, then 200 receives, hung. Now the provider copies such a send
 //! ([`BUFFERED_SEND_ABOVE`] < length <= [`BUFFERED_SEND_MAX`], completion semantics not asked
 //! for) as it copies an inject, reports its completion at once, and holds or sends the copy
-//! like an inject's. The copy replaces the engine's (the engine is told not to copy it again),
-//! so such a send is still copied once. A send that asks for `FI_TRANSMIT_COMPLETE` or
+//! like an inject's. The copy replaces the engine's (the engine is told not to copy it again,
+//! and that nobody waits for the send: `SendOptions::unwaited`), so such a send is still
+//! copied once, and its receiver may gather its acknowledgement with others'. A send that asks for `FI_TRANSMIT_COMPLETE` or
 //! `FI_DELIVERY_COMPLETE` is never buffered: it completes once the receiver holds it.
 
 use std::collections::VecDeque;

@@ -94,6 +94,7 @@ impl TaggedEndpoint {
         let envelope = Envelope {
             immediate: options.immediate,
             confirmed: options.confirmed,
+            unwaited: options.unwaited,
             ..Envelope::send(space.context(), space_tag(space, tag))
         };
         self.comm.isend_enveloped(pieces, to, envelope)

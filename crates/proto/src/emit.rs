@@ -120,7 +120,7 @@ impl Core {
             immediate: op.immediate,
         });
         if kind == FrameKind::Eager {
-            if op.completed_early {
+            if op.completed_early || op.unwaited {
                 header.flags |= Flags::UNWAITED;
             }
             self.piggyback_on(peer, &mut header);

@@ -68,6 +68,8 @@ pub(crate) struct SendOp {
     pub lent_copy: Option<u8>,
     /// The send reported success when it started; its later end completes nothing.
     pub completed_early: bool,
+    /// Nobody waits for the send's completion (`SendOptions::unwaited`): its frames say so.
+    pub unwaited: bool,
     /// The message took one of the receiver's credits, of this class (withdrawing it gives it
     /// back).
     pub(crate) credit: Option<CreditClass>,
@@ -163,6 +165,7 @@ impl SendOp {
             copy: None,
             lent_copy: None,
             completed_early: false,
+            unwaited: false,
             credit: None,
             peer_matched: false,
             told_to_wait: false,

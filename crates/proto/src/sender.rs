@@ -46,6 +46,7 @@ impl Core {
                 SendPhase::Queued,
             );
             op.immediate = options.immediate;
+            op.unwaited = options.unwaited;
             op
         };
         let (index, generation) = self.sends.insert_with(make).ok_or(PostError::TableFull {
@@ -53,8 +54,9 @@ impl Core {
             limit,
         })?;
         // A send copied completes as soon as it starts; a confirmed one waits for its
-        // acknowledgement, so its frames read the host's bytes.
-        if protocol == Protocol::Eager && !options.confirmed {
+        // acknowledgement, so its frames read the host's bytes, as do an unwaited one's (the
+        // host keeps them).
+        if protocol == Protocol::Eager && !options.confirmed && !options.unwaited {
             if frames == 1 {
                 self.sends.copy_short(index, memory);
             }

@@ -259,4 +259,10 @@ pub struct SendOptions {
     /// copied it (libfabric's `FI_TRANSMIT_COMPLETE` and `FI_DELIVERY_COMPLETE`): a receiver
     /// that dies first fails the send instead of losing a message its sender was told went.
     pub confirmed: bool,
+    /// The host keeps the bytes until the send completes but waits for nothing from it (it
+    /// reported the send done itself, from a copy of its own: libfabric's provider buffering
+    /// a send). The core does not copy them, and the frames say UNWAITED, as those of a send
+    /// that completed early from the core's copy do: the receiver may hold the acknowledgement
+    /// back for a carrier and gather it with others, instead of a datagram back per message.
+    pub unwaited: bool,
 }

@@ -634,6 +634,48 @@ fn confirmed_send_completes_only_once_the_receiver_holds_it(len: usize) {
     assert_eq!(net.endpoints[0].stats().early_sends_unconfirmed, 1);
 }
 
+/// An unwaited send (`SendOptions::unwaited`: the host keeps the bytes and reported the send
+/// done itself, as libfabric's provider does for the sends it buffers) is not copied by the
+/// core, even where a send copy is free: it completes once the receiver has it, and its frames
+/// say UNWAITED, so the receiver may hold the acknowledgement back for a carrier.
+#[test]
+fn an_unwaited_send_is_not_copied_and_says_nobody_waits() {
+    for len in [8, 6000] {
+        let mut net = Net::new(
+            2,
+            Config {
+                mtu: 9000,
+                ..test_config()
+            },
+        );
+        let copies = net.region(0, vec![0; len * 4]);
+        net.endpoints[0].lend_send_copies(copies, len as u64, 4);
+        let unwaited = count_unwaited_frames(&mut net);
+        let region = net.region(0, pattern(len, 5));
+        let data = SgList::contiguous(region, 0, len as u64);
+        let options = SendOptions {
+            unwaited: true,
+            ..SendOptions::default()
+        };
+        let (e, m) = (&mut net.endpoints[0], &mut net.memories[0]);
+        let send = e
+            .post_send_with(net.now, 1, (Context::USER, 1), options, &data, m)
+            .expect("posted");
+        net.run(net.now);
+        assert!(
+            net.result(0, send).is_none(),
+            "{len} B: not completed from a copy"
+        );
+        let (recv, into) = net.recv(1, Source::Rank(0), TagMatch::Tag(1), len);
+        net.run_until(10_000_000, |net| net.result(0, send).is_some());
+        assert!(net.result(0, send).is_some_and(|r| r.is_ok()), "{len} B");
+        assert!(net.result(1, recv).is_some_and(|r| r.is_ok()), "{len} B");
+        assert_eq!(net.bytes(1, into), &pattern(len, 5)[..]);
+        assert_eq!(unwaited.get(), 1, "{len} B: its frame says UNWAITED");
+        assert_eq!(net.endpoints[0].stats().sends_completed_early, 0);
+    }
+}
+
 #[test]
 fn dead_peer_fails_pending_operations_only() {
     let mut net = Net::new(3, test_config());

@@ -590,5 +590,6 @@ fn send_options(src: Rank, dst: Rank, seq: u64) -> SendOptions {
     SendOptions {
         immediate: crate::ledger::immediate_of(src, dst, seq),
         confirmed: crate::ledger::confirmed_of(src, dst, seq),
+        unwaited: false,
     }
 }
