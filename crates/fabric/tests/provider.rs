@@ -1,8 +1,9 @@
 //! The provider with the real thing: libfabric's `fi_info` lists it, `fi_pingpong` runs on it
 //! (untagged and tagged, every byte checked), and Open MPI's `ofi` MTL runs the project's MPI
 //! check program on 4 ranks over it: on loopback, and across four network namespaces under 5 %
-//! real loss. Each test skips itself, saying why, where the tools it needs are not installed
-//! (`libfabric-bin`, `openmpi-bin`, `libopenmpi-dev`; root, `ip` and `nft` for namespaces).
+//! real loss; and an unmodified MPI application, the HPC Challenge suite, on 4 ranks. Each test
+//! skips itself, saying why, where the tools it needs are not installed (`libfabric-bin`,
+//! `openmpi-bin`, `libopenmpi-dev`, `hpcc`; root, `ip` and `nft` for namespaces).
 
 // The nicmsg crate's test support: `installed`, `finish` (a program within a time limit).
 #[path = "../../nicmsg/tests/common/mod.rs"]
@@ -481,6 +482,56 @@ fn open_mpi_runs_the_mpi_check_on_four_ranks() {
         return;
     };
     run_mpi_check(&dir, &[], "on loopback");
+}
+
+/// An unmodified MPI application: the HPC Challenge suite (`hpcc`, Debian's build against Open
+/// MPI) on 4 ranks over the provider, on loopback. It checks its own results (HPL's residual,
+/// PTRANS, the FFT's error, RandomAccess's table) and says `Success=1` in its summary only if
+/// every test ran; a failed check prints FAILED. Its input (`tests/mpi/hpccinf.txt`, HPL of
+/// order 400 on a 2 x 2 grid) keeps the run to seconds.
+#[test]
+fn the_hpc_challenge_suite_runs_on_four_ranks() {
+    if !installed("mpirun") || !installed("hpcc") {
+        eprintln!("skipped: Open MPI or hpcc is not installed (openmpi-bin, hpcc)");
+        return;
+    }
+    let Some(dir) = provider_dir("hpcc") else {
+        return;
+    };
+    let input = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/hpccinf.txt");
+    std::fs::copy(&input, dir.join("hpccinf.txt")).expect("hpcc's input");
+    let mut mpirun = Command::new("mpirun");
+    let run = on_nicmsg(&mut mpirun, &dir)
+        .args(["--allow-run-as-root", "--oversubscribe", "-n", "4", "hpcc"])
+        .current_dir(&*dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mpirun starts");
+    let output = finish(run, RUN_LIMIT, "mpirun -n 4 hpcc");
+    assert_success(&output, "mpirun -n 4 hpcc on nicmsg");
+    let report = std::fs::read_to_string(dir.join("hpccoutf.txt")).expect("hpcc's report");
+    let summary = |key: &str| {
+        report
+            .lines()
+            .find_map(|line| line.strip_prefix(key)?.strip_prefix('='))
+            .unwrap_or("(missing)")
+            .to_string()
+    };
+    assert_eq!(summary("Success"), "1", "hpcc's summary:\n{report}");
+    assert!(
+        !report.contains("FAILED"),
+        "a check of hpcc failed:\n{report}"
+    );
+    assert!(report.contains("PASSED"), "hpcc checked nothing:\n{report}");
+    eprintln!(
+        "hpcc on nicmsg: HPL {} Tflop/s, MPIRandomAccess {} GUP/s, MPIFFT {} Gflop/s, \
+         PTRANS {} GB/s",
+        summary("HPL_Tflops"),
+        summary("MPIRandomAccess_GUPs"),
+        summary("MPIFFT_Gflops"),
+        summary("PTRANS_GBs")
+    );
 }
 
 /// Compiles the project's MPI check and runs it under `mpirun -n 4` on the provider in `dir`,
