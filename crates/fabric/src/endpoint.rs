@@ -43,9 +43,12 @@ const FI_ADDR_NOTAVAIL: u64 = u64::MAX;
 
 /// Most operations an endpoint keeps in flight: what the engine's descriptor table holds
 /// (`nicmsg_engine::DEFAULT_SLOTS`, 640) less room for a probe and the engine's own use.
-/// Past it a post answers `-FI_EAGAIN`, and libfabric programs read their completion queue
-/// and try again.
+/// Past it operations wait in the provider (`held.rs`).
 const MAX_IN_FLIGHT: usize = 512;
+
+// Each kind of operation leaves room for the other, or held operations of one kind could wait
+// for ever behind the other kind's (`held.rs`).
+const _: () = assert!(MAX_SENDS_IN_FLIGHT < MAX_IN_FLIGHT && MAX_RECVS_IN_FLIGHT < MAX_IN_FLIGHT);
 
 /// Copy buffers of injected sends kept for reuse: a burst of small sends (Open MPI injects
 /// every short `MPI_Send`) allocates none once warm; more in flight are allocated and freed.

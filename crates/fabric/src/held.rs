@@ -13,8 +13,9 @@
 //! Now such sends wait here, copied, in posting order, up to [`MAX_HELD_SENDS`] and
 //! [`MAX_HELD_BYTES`], and go to the engine as sends in flight complete. Sends posted behind
 //! them wait too, so nothing overtakes a held send and MPI's order per sender and tag holds.
-//! Receives keep their own share of the endpoint's operations ([`MAX_RECVS_IN_FLIGHT`]): a
-//! rank whose sends all wait for its peer can still post the receives its peer waits for.
+//! Neither kind of operation takes all of the endpoint's operations ([`MAX_SENDS_IN_FLIGHT`],
+//! [`MAX_RECVS_IN_FLIGHT`]): a rank whose sends all wait for its peer can still post the
+//! receives its peer waits for, and the other way round.
 //!
 //! **Every operation waits, none is refused.** Past the engine's room, other sends and receives
 //! were refused with `-FI_EAGAIN`, and Open MPI retries a refused post in a loop. A program MPI
@@ -55,15 +56,22 @@ use std::net::SocketAddr;
 use nicmsg::tagged::{Delivery, SendOptions, Space};
 use nicmsg_proto::{Claim, TagMatch};
 
-/// Most sends an endpoint keeps in the engine at once, of its `MAX_IN_FLIGHT` operations: the
-/// rest stay for receives and probes (see the module documentation).
+/// Most sends an endpoint keeps in the engine at once, of its `MAX_IN_FLIGHT` (512)
+/// operations: the other 128 stay for receives (see the module documentation).
 pub const MAX_SENDS_IN_FLIGHT: usize = 384;
 
-/// Most receives an endpoint keeps in the engine at once: the operations sends leave. A
-/// receive share that sends cannot take, and a send share receives cannot, so that neither
-/// kind of operation held waits for the other kind to be posted (see the module
-/// documentation).
-pub const MAX_RECVS_IN_FLIGHT: usize = 128;
+/// Most receives an endpoint keeps in the engine at once: as many as sends, so that each kind
+/// takes what room the other leaves, but never the other's last 128, and neither kind held
+/// waits for the other kind to be posted (see the module documentation).
+///
+/// Not 128, the room sends always leave: receives wait in posting order, so one whose message
+/// is already there waits behind those held before it, and these wait for room that only the
+/// completion of the receives in the engine frees. A rank that posted 200 `MPI_Irecv`s for
+/// results its workers send once answered, then `MPI_Recv` of a worker's request, hung: the
+/// request's receive waited behind 72 held receives whose messages were never to come. Before
+/// operations were held, receives took any room sends left (up to 512) and that program ran;
+/// so does it now, up to 384 receives in flight.
+pub const MAX_RECVS_IN_FLIGHT: usize = 384;
 
 /// Most sends held at once. Past it a send answers `-FI_EAGAIN`.
 pub const MAX_HELD_SENDS: usize = 65_536;

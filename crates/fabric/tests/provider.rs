@@ -329,8 +329,9 @@ fn a_buffered_send_completes_before_its_receiver_asks() {
 
 /// Operations past the engine's room are held, not refused: two endpoints that each post
 /// 1,500 sends and 1,500 receives before reading their queues (a pattern MPI calls safe) both
-/// finish, every message once and in order; a held receive can be cancelled, and a peek does
-/// not take the message a held receive will (`tests/fabric/held.c`), in both engine modes.
+/// finish, every message once and in order; a held receive can be cancelled, a peek does not
+/// take the message a held receive will, and a receive posted behind 300 others whose messages
+/// are not sent yet takes the one there for it (`tests/fabric/held.c`), in both engine modes.
 #[test]
 fn operations_past_the_engines_room_wait_instead_of_being_refused() {
     run_c_check(
