@@ -21,8 +21,7 @@ use nicmsg_udp::{RawAddr, RAW_ADDR_LEN};
 
 use crate::held::{
     is_buffered, HeldBytes, HeldRecv, HeldRecvs, HeldSend, HeldSends, Kind, Owner, RecvOf,
-    SendTarget, MAX_HELD_RECVS, MAX_HELD_SENDS, MAX_RECVS_IN_FLIGHT, MAX_SENDS_IN_FLIGHT,
-    MAX_UNREAD_REPORTS,
+    SendTarget, MAX_RECVS_IN_FLIGHT, MAX_SENDS_IN_FLIGHT, MAX_UNREAD_REPORTS,
 };
 
 /// libfabric's error codes used here (`rdma/fi_errno.h`; the first ones are errno's).
@@ -165,8 +164,9 @@ pub struct FabricEndpoint {
     sends_in_flight: usize,
     /// Since when polls have found nothing while operations are in flight.
     idle_since: Option<u64>,
-    /// A post was refused for want of room to hold it, and standard error was told.
-    told_full: bool,
+    /// A send, and a receive, was refused for want of room to hold it, and standard error was
+    /// told (once for each kind: the kind that fills second hangs a program as surely).
+    told_full: (bool, bool),
     endpoint: Box<TaggedEndpoint>,
 }
 
@@ -198,7 +198,7 @@ impl FabricEndpoint {
             reports: VecDeque::new(),
             sends_in_flight: 0,
             idle_since: None,
-            told_full: false,
+            told_full: (false, false),
             endpoint: Box::new(TaggedEndpoint::bind(bind, capacity, options)?),
         })
     }
@@ -257,7 +257,7 @@ impl FabricEndpoint {
                 if let HeldBytes::Copy(copy) = refused.bytes {
                     self.give_back(copy);
                 }
-                self.tell_full("sends", MAX_HELD_SENDS);
+                self.tell_sends_full();
                 -fi_errno::EAGAIN
             }
         }
@@ -352,7 +352,7 @@ impl FabricEndpoint {
         match self.held_recvs.hold(recv) {
             Ok(()) => 0,
             Err(_) => {
-                self.tell_full("receives", MAX_HELD_RECVS);
+                self.tell_recvs_full();
                 -fi_errno::EAGAIN
             }
         }
@@ -464,16 +464,19 @@ impl FabricEndpoint {
         false
     }
 
-    /// Says once on standard error that a post was refused for want of room to hold it: a
+    /// Says once on standard error that a send was refused for want of room to hold it: a
     /// program that waits for its peers past that many operations hangs, and should not hang
     /// silently.
-    fn tell_full(&mut self, what: &str, limit: usize) {
-        if !self.told_full {
-            self.told_full = true;
-            eprintln!(
-                "nicmsg: a libfabric endpoint holds {limit} {what} waiting for room in its \
-                 engine; further {what} are refused with -FI_EAGAIN until some complete"
-            );
+    fn tell_sends_full(&mut self) {
+        if !std::mem::replace(&mut self.told_full.0, true) {
+            eprintln!("{}", self.held.full_notice());
+        }
+    }
+
+    /// As [`tell_sends_full`](Self::tell_sends_full), for a receive.
+    fn tell_recvs_full(&mut self) {
+        if !std::mem::replace(&mut self.told_full.1, true) {
+            eprintln!("{}", self.held_recvs.full_notice());
         }
     }
 

@@ -205,6 +205,21 @@ impl HeldSends {
         self.queue.push_front(send);
     }
 
+    /// What standard error is told when a send is refused for want of room to hold it: how
+    /// many sends and bytes are held, against the bounds. Either bound refuses a send (1,024
+    /// buffered sends of 64 KiB reach the bytes' bound), and the notice named 65,536 sends
+    /// whichever it was.
+    pub fn full_notice(&self) -> String {
+        format!(
+            "nicmsg: a libfabric endpoint holds {} sends ({} KiB of copies) waiting for room in \
+             its engine, at most {MAX_HELD_SENDS} sends and {} KiB; further sends are refused \
+             with -FI_EAGAIN until some complete",
+            self.queue.len(),
+            self.bytes >> 10,
+            MAX_HELD_BYTES >> 10
+        )
+    }
+
     /// Takes out the held send posted with `context` (never the provider's own, whose context
     /// is null), for a cancel.
     pub fn withdraw(&mut self, context: *mut c_void) -> Option<HeldSend> {
@@ -265,6 +280,16 @@ impl HeldRecvs {
     /// Puts back, as the oldest, a receive the engine had no room for after all.
     pub fn put_back(&mut self, recv: HeldRecv) {
         self.queue.push_front(recv);
+    }
+
+    /// What standard error is told when a receive is refused for want of room to hold it.
+    pub fn full_notice(&self) -> String {
+        format!(
+            "nicmsg: a libfabric endpoint holds {} receives waiting for room in its engine, at \
+             most {MAX_HELD_RECVS}; further receives are refused with -FI_EAGAIN until some \
+             complete",
+            self.queue.len()
+        )
     }
 
     /// Takes out the held receive posted with `context`, for a cancel.
@@ -347,5 +372,20 @@ mod tests {
             assert!(full.hold(send(4096)).is_ok());
         }
         assert!(full.hold(send(1)).is_err(), "past the byte bound");
+    }
+
+    #[test]
+    fn the_notice_of_a_refused_send_names_the_bound_it_reached() {
+        let mut held = HeldSends::default();
+        while held.hold(send(64 << 10)).is_ok() {}
+        let notice = held.full_notice();
+        assert!(
+            notice.contains("holds 1024 sends (65536 KiB of copies)"),
+            "{notice}"
+        );
+        assert!(
+            notice.contains("at most 65536 sends and 65536 KiB"),
+            "{notice}"
+        );
     }
 }
