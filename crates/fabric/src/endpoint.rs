@@ -20,8 +20,8 @@ use nicmsg_proto::{Claim, TagMatch, MAX_SEGMENTS};
 use nicmsg_udp::{RawAddr, RAW_ADDR_LEN};
 
 use crate::held::{
-    is_buffered, HeldBytes, HeldRecv, HeldRecvs, HeldSend, HeldSends, Kind, Owner, RecvOf,
-    SendTarget, MAX_RECVS_IN_FLIGHT, MAX_SENDS_IN_FLIGHT, MAX_UNREAD_REPORTS,
+    is_buffered, HeldBytes, HeldRecv, HeldRecvs, HeldSend, HeldSends, Kind, Owner, RecvOf, Room,
+    SendTarget, MAX_UNREAD_REPORTS,
 };
 
 /// libfabric's error codes used here (`rdma/fi_errno.h`; the first ones are errno's).
@@ -39,15 +39,6 @@ mod fi_errno {
 
 /// libfabric's "no address" (`FI_ADDR_NOTAVAIL`).
 const FI_ADDR_NOTAVAIL: u64 = u64::MAX;
-
-/// Most operations an endpoint keeps in flight: what the engine's descriptor table holds
-/// (`nicmsg_engine::DEFAULT_SLOTS`, 640) less room for a probe and the engine's own use.
-/// Past it operations wait in the provider (`held.rs`).
-const MAX_IN_FLIGHT: usize = 512;
-
-// Each kind of operation leaves room for the other, or held operations of one kind could wait
-// for ever behind the other kind's (`held.rs`).
-const _: () = assert!(MAX_SENDS_IN_FLIGHT < MAX_IN_FLIGHT && MAX_RECVS_IN_FLIGHT < MAX_IN_FLIGHT);
 
 /// Copy buffers of injected sends kept for reuse: a burst of small sends (Open MPI injects
 /// every short `MPI_Send`) allocates none once warm; more in flight are allocated and freed.
@@ -162,6 +153,9 @@ pub struct FabricEndpoint {
     reports: VecDeque<NfCompletion>,
     /// Sends among `pending`.
     sends_in_flight: usize,
+    /// How many operations `pending` may hold, of each kind and in all (`held.rs`); past it
+    /// they wait in `held` and `held_recvs`.
+    room: Room,
     /// Since when polls have found nothing while operations are in flight.
     idle_since: Option<u64>,
     /// A send, and a receive, was refused for want of room to hold it, and standard error was
@@ -190,13 +184,15 @@ impl FabricEndpoint {
         let mut options = Options::from_env()?;
         let capacity = options.dgram_peers;
         choose_eager_pool(&mut options, capacity);
+        let room = Room::for_slots(options.slots);
         Ok(Self {
-            pending: Vec::with_capacity(MAX_IN_FLIGHT),
+            pending: Vec::with_capacity(room.in_flight),
             copies: Vec::with_capacity(COPY_POOL),
             held: HeldSends::default(),
             held_recvs: HeldRecvs::default(),
             reports: VecDeque::new(),
             sends_in_flight: 0,
+            room,
             idle_since: None,
             told_full: (false, false),
             endpoint: Box::new(TaggedEndpoint::bind(bind, capacity, options)?),
@@ -212,12 +208,12 @@ impl FabricEndpoint {
     }
 
     fn has_send_room(&self) -> bool {
-        self.sends_in_flight < MAX_SENDS_IN_FLIGHT && self.pending.len() < MAX_IN_FLIGHT
+        self.sends_in_flight < self.room.sends && self.pending.len() < self.room.in_flight
     }
 
     fn has_recv_room(&self) -> bool {
         let recvs_in_flight = self.pending.len() - self.sends_in_flight;
-        recvs_in_flight < MAX_RECVS_IN_FLIGHT && self.pending.len() < MAX_IN_FLIGHT
+        recvs_in_flight < self.room.recvs && self.pending.len() < self.room.in_flight
     }
 
     /// A send now waits: sends are held (none overtakes them), or the engine has no room.

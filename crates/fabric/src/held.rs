@@ -3,7 +3,7 @@
 //! Open MPI injects every `MPI_Send` of at most 4 KiB (`fi_tinject`): the call returns at once
 //! and reports nothing, so the send is done for the program. A message its receiver has not
 //! asked for yet waits at the sender once the receiver's buffers for it are full, and each such
-//! send keeps one of the endpoint's operations in flight ([`MAX_SENDS_IN_FLIGHT`]). Two ranks
+//! send keeps one of the endpoint's operations in flight ([`Room::sends`]). Two ranks
 //! that each send more such messages than that before receiving (a program that relies on
 //! buffering, which MPI calls unsafe but Open MPI on TCP runs) then both got `-FI_EAGAIN` for
 //! ever: each spun in `MPI_Send`, and neither posted the receives the other waited for.
@@ -13,9 +13,9 @@
 //! Now such sends wait here, copied, in posting order, up to [`MAX_HELD_SENDS`] and
 //! [`MAX_HELD_BYTES`], and go to the engine as sends in flight complete. Sends posted behind
 //! them wait too, so nothing overtakes a held send and MPI's order per sender and tag holds.
-//! Neither kind of operation takes all of the endpoint's operations ([`MAX_SENDS_IN_FLIGHT`],
-//! [`MAX_RECVS_IN_FLIGHT`]): a rank whose sends all wait for its peer can still post the
-//! receives its peer waits for, and the other way round.
+//! Neither kind of operation takes all of the endpoint's operations ([`Room`]): a rank whose
+//! sends all wait for its peer can still post the receives its peer waits for, and the other
+//! way round.
 //!
 //! **Every operation waits, none is refused.** Past the engine's room, other sends and receives
 //! were refused with `-FI_EAGAIN`, and Open MPI retries a refused post in a loop. A program MPI
@@ -56,22 +56,44 @@ use std::net::SocketAddr;
 use nicmsg::tagged::{Delivery, SendOptions, Space};
 use nicmsg_proto::{Claim, TagMatch};
 
-/// Most sends an endpoint keeps in the engine at once, of its `MAX_IN_FLIGHT` (512)
-/// operations: the other 128 stay for receives (see the module documentation).
-pub const MAX_SENDS_IN_FLIGHT: usize = 384;
-
-/// Most receives an endpoint keeps in the engine at once: as many as sends, so that each kind
-/// takes what room the other leaves, but never the other's last 128, and neither kind held
-/// waits for the other kind to be posted (see the module documentation).
+/// How many operations an endpoint keeps in its engine at once, of each kind and in all, for
+/// an engine table of `slots` descriptors (`NICMSG_SLOTS`, 640 by default: 512 in flight, up
+/// to 384 of each kind).
 ///
-/// Not 128, the room sends always leave: receives wait in posting order, so one whose message
-/// is already there waits behind those held before it, and these wait for room that only the
-/// completion of the receives in the engine frees. A rank that posted 200 `MPI_Irecv`s for
-/// results its workers send once answered, then `MPI_Recv` of a worker's request, hung: the
-/// request's receive waited behind 72 held receives whose messages were never to come. Before
-/// operations were held, receives took any room sends left (up to 512) and that program ran;
-/// so does it now, up to 384 receives in flight.
-pub const MAX_RECVS_IN_FLIGHT: usize = 384;
+/// In all, the table less a fifth (at most 128) for a probe and the engine's own use. Of each
+/// kind, three quarters of that: each kind takes the room the other leaves, but never its last
+/// quarter, so that neither kind held waits for the other kind to be posted (see the module
+/// documentation). Taken from the table the endpoint has: with fixed bounds (512 in flight,
+/// 384 sends) a table of 256 (`NICMSG_SLOTS=256`) was filled by sends before any receive, every
+/// receive was held behind them, and two ranks that each post 1,500 sends and then 1,500
+/// receives both hung.
+///
+/// Receives may take as much as sends, not only the quarter sends always leave: receives wait
+/// in posting order, so one whose message is already there waits behind those held before it,
+/// and these wait for room that only the completion of the receives in the engine frees. With
+/// receives held past 128, a rank that posted 200 `MPI_Irecv`s for results its workers send
+/// once answered, then `MPI_Recv` of a worker's request, hung: the request's receive waited
+/// behind 72 held receives whose messages were never to come. Before operations were held,
+/// receives took any room sends left (up to 512) and that program ran; so does it now, up to
+/// 384 receives in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Room {
+    pub in_flight: usize,
+    pub sends: usize,
+    pub recvs: usize,
+}
+
+impl Room {
+    pub fn for_slots(slots: usize) -> Room {
+        let in_flight = slots - (slots / 5).min(128);
+        let share = in_flight * 3 / 4;
+        Room {
+            in_flight,
+            sends: share,
+            recvs: share,
+        }
+    }
+}
 
 /// Most sends held at once. Past it a send answers `-FI_EAGAIN`.
 pub const MAX_HELD_SENDS: usize = 65_536;
@@ -372,6 +394,30 @@ mod tests {
             assert!(full.hold(send(4096)).is_ok());
         }
         assert!(full.hold(send(1)).is_err(), "past the byte bound");
+    }
+
+    #[test]
+    fn each_kind_of_operation_leaves_room_for_the_other_in_any_table() {
+        let default = Room::for_slots(640);
+        assert_eq!(
+            (default.in_flight, default.sends, default.recvs),
+            (512, 384, 384)
+        );
+        for slots in [16, 100, 256, 640, 4096, 16384] {
+            let room = Room::for_slots(slots);
+            assert!(
+                room.in_flight < slots,
+                "{room:?}: room for a probe in {slots}"
+            );
+            assert!(
+                room.sends < room.in_flight,
+                "{room:?}: sends leave receives room"
+            );
+            assert!(
+                room.recvs < room.in_flight,
+                "{room:?}: receives leave sends room"
+            );
+        }
     }
 
     #[test]

@@ -331,7 +331,9 @@ fn a_buffered_send_completes_before_its_receiver_asks() {
 /// 1,500 sends and 1,500 receives before reading their queues (a pattern MPI calls safe) both
 /// finish, every message once and in order; a held receive can be cancelled, a peek does not
 /// take the message a held receive will, and a receive posted behind 300 others whose messages
-/// are not sent yet takes the one there for it (`tests/fabric/held.c`), in both engine modes.
+/// are not sent yet takes the one there for it (`tests/fabric/held.c`), in both engine modes,
+/// and in an engine table of 256 (`NICMSG_SLOTS`), where sends took the whole table and both
+/// endpoints hung.
 #[test]
 fn operations_past_the_engines_room_wait_instead_of_being_refused() {
     run_c_check(
@@ -340,6 +342,7 @@ fn operations_past_the_engines_room_wait_instead_of_being_refused() {
         &[
             &[("NICMSG_ENGINE", "thread")],
             &[("NICMSG_ENGINE", "inline")],
+            &[("NICMSG_ENGINE", "thread"), ("NICMSG_SLOTS", "256")],
         ],
     );
 }

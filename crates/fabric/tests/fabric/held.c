@@ -8,7 +8,9 @@
  * receive held behind others is cancelled (it completes with FI_ECANCELED), and a peek does
  * not report a message that a receive held earlier will take; that receive gets it. Last, a
  * receive posted behind a few hundred others whose messages are not sent yet still takes the
- * message that is there for it. Prints "held: ok" and exits 0, or says what failed.
+ * message that is there for it. Run with the default engine table, and with a small one
+ * (NICMSG_SLOTS=256): operations past the room of the table the endpoint has wait too. Prints
+ * "held: ok" and exits 0, or says what failed.
  *
  *   cc -o held held.c -lfabric && FI_PROVIDER_PATH=DIR ./held
  */
@@ -313,7 +315,9 @@ int main(void)
 	many_operations_before_any_read(sides, 1);
 	a_held_receive_is_cancelled(&a, &b, sides[1].peer);
 	a_peek_leaves_a_held_receive_its_message(&a, &b, sides[1].peer);
-	a_receive_is_not_held_behind_receives_that_fit(&a, &b, sides[1].peer);
+	/* FITTING receives fit in the default table (NICMSG_SLOTS unset), not in a small one. */
+	if (!getenv("NICMSG_SLOTS"))
+		a_receive_is_not_held_behind_receives_that_fit(&a, &b, sides[1].peer);
 	struct node *nodes[] = {&a, &b};
 	close_all(nodes, 2, domain, fabric, info);
 	printf("held: ok\n");
