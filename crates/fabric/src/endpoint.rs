@@ -161,6 +161,8 @@ pub struct FabricEndpoint {
     /// A send, and a receive, was refused for want of room to hold it, and standard error was
     /// told (once for each kind: the kind that fills second hangs a program as surely).
     told_full: (bool, bool),
+    /// A send nobody reads the completion of failed, and standard error was told.
+    told_lost: bool,
     endpoint: Box<TaggedEndpoint>,
 }
 
@@ -195,6 +197,7 @@ impl FabricEndpoint {
             room,
             idle_since: None,
             told_full: (false, false),
+            told_lost: false,
             endpoint: Box::new(TaggedEndpoint::bind(bind, capacity, options)?),
         })
     }
@@ -486,18 +489,38 @@ impl FabricEndpoint {
             .progress_at(nicmsg_engine::clock::monotonic_ns());
         let mut index = 0;
         while index < self.pending.len() {
-            let unreported = {
-                let owner = &self.pending[index].owner;
-                !owner.kind.wanted && owner.context.is_null()
-            };
-            if !unreported || self.pending[index].request.delivery_if_done().is_none() {
+            if !self.pending[index].owner.reads_nothing() {
                 index += 1;
                 continue;
             }
+            let Some((result, _)) = self.pending[index].request.delivery_if_done() else {
+                index += 1;
+                continue;
+            };
             let done = self.retire(index);
+            self.tell_if_lost(&done.owner, &result);
             self.recycle(done);
         }
         self.post_all_held();
+    }
+
+    /// Says once on standard error that a send nobody reads the completion of failed: an
+    /// inject, or a buffered send whose completion the provider reported, is a message the
+    /// application was told went, and its receiver became unreachable before it got it. The
+    /// engine counts such a loss of the sends it completes early (`NICMSG_STATS`, unconfirmed),
+    /// but it completes a buffered send only once its receiver holds it (the provider's copy
+    /// is the only one), so a failed buffered send was lost without a word anywhere.
+    fn tell_if_lost(&mut self, owner: &Owner, result: &Result<(), Error>) {
+        let Err(error) = result else {
+            return;
+        };
+        if owner.kind.is_send && owner.reads_nothing() && !self.told_lost {
+            self.told_lost = true;
+            eprintln!(
+                "nicmsg: a libfabric endpoint lost a message it had reported sent (an injected \
+                 or buffered send: {error}); further losses are not told"
+            );
+        }
     }
 
     /// Takes the finished operation at `index` out of those in flight (completions need no
@@ -589,6 +612,7 @@ impl FabricEndpoint {
                 continue;
             };
             let done = self.retire(index);
+            self.tell_if_lost(&done.owner, &result);
             out[written].write(completion(&done.owner, result, &delivery));
             written += 1;
             self.recycle(done);

@@ -145,6 +145,12 @@ pub struct Owner {
 }
 
 impl Owner {
+    /// Nobody reads the operation's completion, success or error: no context and none wanted
+    /// (the provider's own sends, and operations posted so).
+    pub fn reads_nothing(&self) -> bool {
+        !self.kind.wanted && self.context.is_null()
+    }
+
     /// The owner of the provider's own sends (injects, and buffered sends whose completion
     /// the provider reported itself): no context, no completion.
     pub const NOBODY_READS: Owner = Owner {

@@ -311,6 +311,21 @@ fn a_delivery_complete_send_to_a_receiver_that_is_gone_fails() {
     );
 }
 
+/// A buffered send (4-64 KiB) to a receiver that is gone completes, as sent, and its loss is
+/// told once on standard error: the engine holds such a send until its receiver has it, and
+/// its failure reached nobody (`tests/fabric/lost_send.c`), in both engine modes.
+#[test]
+fn a_lost_buffered_send_is_told() {
+    run_c_check(
+        "lost_send",
+        &["-lfabric"],
+        &[
+            &[("NICMSG_ENGINE", "thread")],
+            &[("NICMSG_ENGINE", "inline")],
+        ],
+    );
+}
+
 /// A send above the inject size and up to 64 KiB completes once the provider has copied it,
 /// also while its receiver posts no receive (Open MPI's `MPI_Send` of 4-64 KiB waits for that
 /// completion); every byte arrives, in order (`tests/fabric/buffered.c`), in both engine
