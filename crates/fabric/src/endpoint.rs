@@ -447,7 +447,8 @@ impl FabricEndpoint {
     }
 
     /// Cancels the held operation posted with `context`, if one is: it completes with
-    /// `FI_ECANCELED`.
+    /// `FI_ECANCELED`, except a claimed receive, which is found but completes as received
+    /// (`HeldRecvs::withdraw`).
     fn cancel_held(&mut self, context: *mut c_void) -> bool {
         if let Some(send) = self.held.withdraw(context) {
             if let HeldBytes::Copy(copy) = send.bytes {
@@ -460,7 +461,7 @@ impl FabricEndpoint {
             self.report(provider_report(recv.owner, fi_errno::ECANCELED));
             return true;
         }
-        false
+        self.held_recvs.holds(context)
     }
 
     /// Says once on standard error that a send was refused for want of room to hold it: a

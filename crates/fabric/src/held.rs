@@ -320,13 +320,29 @@ impl HeldRecvs {
         )
     }
 
-    /// Takes out the held receive posted with `context`, for a cancel.
+    /// Takes out the held receive posted with `context`, for a cancel; never a claimed one
+    /// ([`RecvOf::Claimed`]), which stays and completes as received: its message was matched
+    /// when the peek claimed it, and the engine does not cancel a claimed receive either.
+    /// Withdrawn, it completed as cancelled and left its message claimed for ever, never
+    /// delivered nor freed (the sender of a long one waiting for ever to send it).
     pub fn withdraw(&mut self, context: *mut c_void) -> Option<HeldRecv> {
-        let at = self
-            .queue
-            .iter()
-            .position(|recv| !context.is_null() && recv.owner.context == context)?;
+        let at = self.position(context)?;
+        if let RecvOf::Claimed(_) = self.queue[at].of {
+            return None;
+        }
         self.queue.remove(at)
+    }
+
+    /// Whether a receive posted with `context` is held (one [`withdraw`](Self::withdraw)
+    /// leaves is, for a cancel that finds it but cannot take it).
+    pub fn holds(&self, context: *mut c_void) -> bool {
+        self.position(context).is_some()
+    }
+
+    fn position(&self, context: *mut c_void) -> Option<usize> {
+        self.queue
+            .iter()
+            .position(|recv| !context.is_null() && recv.owner.context == context)
     }
 
     /// Whether a held receive would take the message `found` (of `space`) describes: it was

@@ -6,7 +6,8 @@
  * refused too, never did: both programs spun for ever. Now every post is taken; each message
  * arrives once, whole, in order. Then the same with the receives posted first. Then a
  * receive held behind others is cancelled (it completes with FI_ECANCELED), and a peek does
- * not report a message that a receive held earlier will take; that receive gets it. Last, a
+ * not report a message that a receive held earlier will take; that receive gets it, and a
+ * held FI_CLAIM receive is not cancelled (its message is matched already). Last, a
  * receive posted behind a few hundred others whose messages are not sent yet still takes the
  * message that is there for it. Run with the default engine table, and with a small one
  * (NICMSG_SLOTS=256): operations past the room of the table the endpoint has wait too. Prints
@@ -200,6 +201,61 @@ static void a_held_receive_is_cancelled(struct node *a, struct node *b, fi_addr_
 	}
 }
 
+/* An FI_CLAIM receive held behind FILLING others is not cancelled: its message was matched
+ * when the peek claimed it, and the engine does not cancel a claimed receive either (it
+ * completes as received). Withdrawn, it completed with FI_ECANCELED and left its message
+ * claimed for ever: never delivered, its buffer never freed, and a sender waiting for a long
+ * message's clear-to-send waited for ever. */
+static void a_held_claimed_receive_is_not_cancelled(struct node *a, struct node *b,
+						    fi_addr_t to_a)
+{
+	static char fill[FILLING][SHORT_BYTES], claimed[SHORT_BYTES];
+	for (int i = 0; i < FILLING; i++)
+		POST(fi_trecv(a->ep, fill[i], SHORT_BYTES, NULL, FI_ADDR_UNSPEC, 10, 0, fill[i]));
+	static char out[SHORT_BYTES] = "claimed one";
+	POST(fi_tsend(b->ep, out, SHORT_BYTES, NULL, to_a, 11, NULL));
+	struct fi_context claimer;
+	struct fi_msg_tagged peek = {.addr = FI_ADDR_UNSPEC, .tag = 11, .context = &claimer};
+	for (time_t start = time(NULL);;) {
+		struct fi_cq_tagged_entry sent;
+		fi_cq_read(b->cq, &sent, 1);
+		CHECK(fi_trecvmsg(a->ep, &peek, FI_PEEK | FI_CLAIM));
+		struct fi_cq_tagged_entry entry;
+		int err;
+		next_entry(a, &entry, &err);
+		if (!err)
+			break;
+		if (err != FI_ENOMSG)
+			FAIL("the claiming peek failed: %s", fi_strerror(err));
+		if (time(NULL) - start > WAIT_SECONDS)
+			FAIL("the message to claim did not arrive in %d s", WAIT_SECONDS);
+	}
+	struct iovec iov = {.iov_base = claimed, .iov_len = SHORT_BYTES};
+	struct fi_msg_tagged msg = {
+		.msg_iov = &iov, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .tag = 11, .context = &claimer};
+	POST(fi_trecvmsg(a->ep, &msg, FI_CLAIM));
+	ssize_t cancelled = fi_cancel(&a->ep->fid, &claimer);
+	if (cancelled != 0 && cancelled != -FI_ENOENT)
+		FAIL("fi_cancel of the claimed receive: %s", fi_strerror((int)-cancelled));
+	static char filler[SHORT_BYTES] = "filler";
+	for (int i = 0; i < FILLING; i++)
+		POST(fi_tsend(b->ep, filler, SHORT_BYTES, NULL, to_a, 10, NULL));
+	for (int received = 0; received < FILLING + 1; received++) {
+		struct fi_cq_tagged_entry entry;
+		int err;
+		next_entry(a, &entry, &err);
+		if (entry.op_context == &claimer && err)
+			FAIL("the claimed receive completed with %s, its message lost", fi_strerror(err));
+		if (err)
+			FAIL("a filling receive failed: %s", fi_strerror(err));
+		if (entry.op_context == &claimer && memcmp(claimed, out, SHORT_BYTES))
+			FAIL("the claimed receive got another message than the one claimed");
+		struct fi_cq_tagged_entry sent;
+		while (fi_cq_read(b->cq, &sent, 1) == 1)
+			;
+	}
+}
+
 /* A peek does not report a message a receive held before it will take; that receive gets
  * it once the receives ahead of it have completed. */
 static void a_peek_leaves_a_held_receive_its_message(struct node *a, struct node *b,
@@ -315,6 +371,7 @@ int main(void)
 	many_operations_before_any_read(sides, 1);
 	a_held_receive_is_cancelled(&a, &b, sides[1].peer);
 	a_peek_leaves_a_held_receive_its_message(&a, &b, sides[1].peer);
+	a_held_claimed_receive_is_not_cancelled(&a, &b, sides[1].peer);
 	/* FITTING receives fit in the default table (NICMSG_SLOTS unset), not in a small one. */
 	if (!getenv("NICMSG_SLOTS"))
 		a_receive_is_not_held_behind_receives_that_fit(&a, &b, sides[1].peer);
