@@ -20,9 +20,8 @@ use nicmsg_proto::{Claim, TagMatch, MAX_SEGMENTS};
 use nicmsg_udp::{RawAddr, RAW_ADDR_LEN};
 
 use crate::held::{
-    is_buffered, HeldBytes, HeldRecv, HeldRecvs, HeldSend, HeldSends, Kind, Owner, RecvOf,
-    SendTarget, MAX_HELD_RECVS, MAX_HELD_SENDS, MAX_RECVS_IN_FLIGHT, MAX_SENDS_IN_FLIGHT,
-    MAX_UNREAD_REPORTS,
+    is_buffered, HeldBytes, HeldRecv, HeldRecvs, HeldSend, HeldSends, Kind, Owner, RecvOf, Room,
+    SendTarget, MAX_UNREAD_REPORTS,
 };
 
 /// libfabric's error codes used here (`rdma/fi_errno.h`; the first ones are errno's).
@@ -40,12 +39,6 @@ mod fi_errno {
 
 /// libfabric's "no address" (`FI_ADDR_NOTAVAIL`).
 const FI_ADDR_NOTAVAIL: u64 = u64::MAX;
-
-/// Most operations an endpoint keeps in flight: what the engine's descriptor table holds
-/// (`nicmsg_engine::DEFAULT_SLOTS`, 640) less room for a probe and the engine's own use.
-/// Past it a post answers `-FI_EAGAIN`, and libfabric programs read their completion queue
-/// and try again.
-const MAX_IN_FLIGHT: usize = 512;
 
 /// Copy buffers of injected sends kept for reuse: a burst of small sends (Open MPI injects
 /// every short `MPI_Send`) allocates none once warm; more in flight are allocated and freed.
@@ -160,10 +153,16 @@ pub struct FabricEndpoint {
     reports: VecDeque<NfCompletion>,
     /// Sends among `pending`.
     sends_in_flight: usize,
+    /// How many operations `pending` may hold, of each kind and in all (`held.rs`); past it
+    /// they wait in `held` and `held_recvs`.
+    room: Room,
     /// Since when polls have found nothing while operations are in flight.
     idle_since: Option<u64>,
-    /// A post was refused for want of room to hold it, and standard error was told.
-    told_full: bool,
+    /// A send, and a receive, was refused for want of room to hold it, and standard error was
+    /// told (once for each kind: the kind that fills second hangs a program as surely).
+    told_full: (bool, bool),
+    /// A send nobody reads the completion of failed, and standard error was told.
+    told_lost: bool,
     endpoint: Box<TaggedEndpoint>,
 }
 
@@ -187,15 +186,18 @@ impl FabricEndpoint {
         let mut options = Options::from_env()?;
         let capacity = options.dgram_peers;
         choose_eager_pool(&mut options, capacity);
+        let room = Room::for_slots(options.slots);
         Ok(Self {
-            pending: Vec::with_capacity(MAX_IN_FLIGHT),
+            pending: Vec::with_capacity(room.in_flight),
             copies: Vec::with_capacity(COPY_POOL),
             held: HeldSends::default(),
             held_recvs: HeldRecvs::default(),
             reports: VecDeque::new(),
             sends_in_flight: 0,
+            room,
             idle_since: None,
-            told_full: false,
+            told_full: (false, false),
+            told_lost: false,
             endpoint: Box::new(TaggedEndpoint::bind(bind, capacity, options)?),
         })
     }
@@ -209,12 +211,12 @@ impl FabricEndpoint {
     }
 
     fn has_send_room(&self) -> bool {
-        self.sends_in_flight < MAX_SENDS_IN_FLIGHT && self.pending.len() < MAX_IN_FLIGHT
+        self.sends_in_flight < self.room.sends && self.pending.len() < self.room.in_flight
     }
 
     fn has_recv_room(&self) -> bool {
         let recvs_in_flight = self.pending.len() - self.sends_in_flight;
-        recvs_in_flight < MAX_RECVS_IN_FLIGHT && self.pending.len() < MAX_IN_FLIGHT
+        recvs_in_flight < self.room.recvs && self.pending.len() < self.room.in_flight
     }
 
     /// A send now waits: sends are held (none overtakes them), or the engine has no room.
@@ -254,7 +256,7 @@ impl FabricEndpoint {
                 if let HeldBytes::Copy(copy) = refused.bytes {
                     self.give_back(copy);
                 }
-                self.tell_full("sends", MAX_HELD_SENDS);
+                self.tell_sends_full();
                 -fi_errno::EAGAIN
             }
         }
@@ -351,7 +353,7 @@ impl FabricEndpoint {
         match self.held_recvs.hold(recv) {
             Ok(()) => 0,
             Err(_) => {
-                self.tell_full("receives", MAX_HELD_RECVS);
+                self.tell_recvs_full();
                 -fi_errno::EAGAIN
             }
         }
@@ -447,7 +449,8 @@ impl FabricEndpoint {
     }
 
     /// Cancels the held operation posted with `context`, if one is: it completes with
-    /// `FI_ECANCELED`.
+    /// `FI_ECANCELED`, except a claimed receive, which is found but completes as received
+    /// (`HeldRecvs::withdraw`).
     fn cancel_held(&mut self, context: *mut c_void) -> bool {
         if let Some(send) = self.held.withdraw(context) {
             if let HeldBytes::Copy(copy) = send.bytes {
@@ -460,19 +463,22 @@ impl FabricEndpoint {
             self.report(provider_report(recv.owner, fi_errno::ECANCELED));
             return true;
         }
-        false
+        self.held_recvs.holds(context)
     }
 
-    /// Says once on standard error that a post was refused for want of room to hold it: a
+    /// Says once on standard error that a send was refused for want of room to hold it: a
     /// program that waits for its peers past that many operations hangs, and should not hang
     /// silently.
-    fn tell_full(&mut self, what: &str, limit: usize) {
-        if !self.told_full {
-            self.told_full = true;
-            eprintln!(
-                "nicmsg: a libfabric endpoint holds {limit} {what} waiting for room in its \
-                 engine; further {what} are refused with -FI_EAGAIN until some complete"
-            );
+    fn tell_sends_full(&mut self) {
+        if !std::mem::replace(&mut self.told_full.0, true) {
+            eprintln!("{}", self.held.full_notice());
+        }
+    }
+
+    /// As [`tell_sends_full`](Self::tell_sends_full), for a receive.
+    fn tell_recvs_full(&mut self) {
+        if !std::mem::replace(&mut self.told_full.1, true) {
+            eprintln!("{}", self.held_recvs.full_notice());
         }
     }
 
@@ -486,18 +492,38 @@ impl FabricEndpoint {
             .progress_at(nicmsg_engine::clock::monotonic_ns());
         let mut index = 0;
         while index < self.pending.len() {
-            let unreported = {
-                let owner = &self.pending[index].owner;
-                !owner.kind.wanted && owner.context.is_null()
-            };
-            if !unreported || self.pending[index].request.delivery_if_done().is_none() {
+            if !self.pending[index].owner.reads_nothing() {
                 index += 1;
                 continue;
             }
+            let Some((result, _)) = self.pending[index].request.delivery_if_done() else {
+                index += 1;
+                continue;
+            };
             let done = self.retire(index);
+            self.tell_if_lost(&done.owner, &result);
             self.recycle(done);
         }
         self.post_all_held();
+    }
+
+    /// Says once on standard error that a send nobody reads the completion of failed: an
+    /// inject, or a buffered send whose completion the provider reported, is a message the
+    /// application was told went, and its receiver became unreachable before it got it. The
+    /// engine counts such a loss of the sends it completes early (`NICMSG_STATS`, unconfirmed),
+    /// but it completes a buffered send only once its receiver holds it (the provider's copy
+    /// is the only one), so a failed buffered send was lost without a word anywhere.
+    fn tell_if_lost(&mut self, owner: &Owner, result: &Result<(), Error>) {
+        let Err(error) = result else {
+            return;
+        };
+        if owner.kind.is_send && owner.reads_nothing() && !self.told_lost {
+            self.told_lost = true;
+            eprintln!(
+                "nicmsg: a libfabric endpoint lost a message it had reported sent (an injected \
+                 or buffered send: {error}); further losses are not told"
+            );
+        }
     }
 
     /// Takes the finished operation at `index` out of those in flight (completions need no
@@ -589,6 +615,7 @@ impl FabricEndpoint {
                 continue;
             };
             let done = self.retire(index);
+            self.tell_if_lost(&done.owner, &result);
             out[written].write(completion(&done.owner, result, &delivery));
             written += 1;
             self.recycle(done);

@@ -3,7 +3,7 @@
 //! Open MPI injects every `MPI_Send` of at most 4 KiB (`fi_tinject`): the call returns at once
 //! and reports nothing, so the send is done for the program. A message its receiver has not
 //! asked for yet waits at the sender once the receiver's buffers for it are full, and each such
-//! send keeps one of the endpoint's operations in flight ([`MAX_SENDS_IN_FLIGHT`]). Two ranks
+//! send keeps one of the endpoint's operations in flight ([`Room::sends`]). Two ranks
 //! that each send more such messages than that before receiving (a program that relies on
 //! buffering, which MPI calls unsafe but Open MPI on TCP runs) then both got `-FI_EAGAIN` for
 //! ever: each spun in `MPI_Send`, and neither posted the receives the other waited for.
@@ -13,8 +13,9 @@
 //! Now such sends wait here, copied, in posting order, up to [`MAX_HELD_SENDS`] and
 //! [`MAX_HELD_BYTES`], and go to the engine as sends in flight complete. Sends posted behind
 //! them wait too, so nothing overtakes a held send and MPI's order per sender and tag holds.
-//! Receives keep their own share of the endpoint's operations ([`MAX_RECVS_IN_FLIGHT`]): a
-//! rank whose sends all wait for its peer can still post the receives its peer waits for.
+//! Neither kind of operation takes all of the endpoint's operations ([`Room`]): a rank whose
+//! sends all wait for its peer can still post the receives its peer waits for, and the other
+//! way round.
 //!
 //! **Every operation waits, none is refused.** Past the engine's room, other sends and receives
 //! were refused with `-FI_EAGAIN`, and Open MPI retries a refused post in a loop. A program MPI
@@ -24,10 +25,12 @@
 //! number of them. Now a send or receive that finds no room (or finds earlier ones held) is
 //! held too, in posting order, with the application's buffers (valid until it completes, as
 //! libfabric has it): a receive's iovecs, a send's iovecs or, for injects and buffered sends,
-//! the provider's copy. It goes to the engine as room frees, during the endpoint's calls (any
-//! post or poll), and completes as if posted then. A held operation can be cancelled. Past
-//! [`MAX_HELD_SENDS`] or [`MAX_HELD_RECVS`] a post is refused with `-FI_EAGAIN`, and the
-//! endpoint says so once on standard error: a hang past that many operations is named.
+//! the provider's copy. It goes to the engine as room frees, during the endpoint's calls (a
+//! poll of its queues, a send while sends wait, and for receives a peek; not a receive's
+//! post), and completes as if posted then. A held operation can be cancelled, but for a
+//! claimed receive ([`HeldRecvs::withdraw`]). Past [`MAX_HELD_SENDS`] or [`MAX_HELD_RECVS`] a
+//! post is refused with `-FI_EAGAIN`, and the endpoint says so once on standard error: a hang
+//! past that many operations is named.
 //!
 //! Receives held while messages arrive: a message that a held receive would take arrives
 //! unexpected and is taken when the receive reaches the engine (receives reach it in posting
@@ -56,15 +59,44 @@ use std::net::SocketAddr;
 use nicmsg::tagged::{Delivery, SendOptions, Space};
 use nicmsg_proto::{Claim, TagMatch};
 
-/// Most sends an endpoint keeps in the engine at once, of its `MAX_IN_FLIGHT` operations: the
-/// rest stay for receives and probes (see the module documentation).
-pub const MAX_SENDS_IN_FLIGHT: usize = 384;
+/// How many operations an endpoint keeps in its engine at once, of each kind and in all, for
+/// an engine table of `slots` descriptors (`NICMSG_SLOTS`, 640 by default: 512 in flight, up
+/// to 384 of each kind).
+///
+/// In all, the table less a fifth (at most 128) for a probe and the engine's own use. Of each
+/// kind, three quarters of that: each kind takes the room the other leaves, but never its last
+/// quarter, so that neither kind held waits for the other kind to be posted (see the module
+/// documentation). Taken from the table the endpoint has: with fixed bounds (512 in flight,
+/// 384 sends) a table of 256 (`NICMSG_SLOTS=256`) was filled by sends before any receive, every
+/// receive was held behind them, and two ranks that each post 1,500 sends and then 1,500
+/// receives both hung.
+///
+/// Receives may take as much as sends, not only the quarter sends always leave: receives wait
+/// in posting order, so one whose message is already there waits behind those held before it,
+/// and these wait for room that only the completion of the receives in the engine frees. With
+/// receives held past 128, a rank that posted 200 `MPI_Irecv`s for results its workers send
+/// once answered, then `MPI_Recv` of a worker's request, hung: the request's receive waited
+/// behind 72 held receives whose messages were never to come. Before operations were held,
+/// receives took any room sends left (up to 512) and that program ran; so does it now, up to
+/// 384 receives in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Room {
+    pub in_flight: usize,
+    pub sends: usize,
+    pub recvs: usize,
+}
 
-/// Most receives an endpoint keeps in the engine at once: the operations sends leave. A
-/// receive share that sends cannot take, and a send share receives cannot, so that neither
-/// kind of operation held waits for the other kind to be posted (see the module
-/// documentation).
-pub const MAX_RECVS_IN_FLIGHT: usize = 128;
+impl Room {
+    pub fn for_slots(slots: usize) -> Room {
+        let in_flight = slots - (slots / 5).min(128);
+        let share = in_flight * 3 / 4;
+        Room {
+            in_flight,
+            sends: share,
+            recvs: share,
+        }
+    }
+}
 
 /// Most sends held at once. Past it a send answers `-FI_EAGAIN`.
 pub const MAX_HELD_SENDS: usize = 65_536;
@@ -116,6 +148,12 @@ pub struct Owner {
 }
 
 impl Owner {
+    /// Nobody reads the operation's completion, success or error: no context and none wanted
+    /// (the provider's own sends, and operations posted so).
+    pub fn reads_nothing(&self) -> bool {
+        !self.kind.wanted && self.context.is_null()
+    }
+
     /// The owner of the provider's own sends (injects, and buffered sends whose completion
     /// the provider reported itself): no context, no completion.
     pub const NOBODY_READS: Owner = Owner {
@@ -198,6 +236,21 @@ impl HeldSends {
         self.queue.push_front(send);
     }
 
+    /// What standard error is told when a send is refused for want of room to hold it: how
+    /// many sends and bytes are held, against the bounds. Either bound refuses a send (1,024
+    /// buffered sends of 64 KiB reach the bytes' bound), and the notice named 65,536 sends
+    /// whichever it was.
+    pub fn full_notice(&self) -> String {
+        format!(
+            "nicmsg: a libfabric endpoint holds {} sends ({} KiB of copies) waiting for room in \
+             its engine, at most {MAX_HELD_SENDS} sends and {} KiB; further sends are refused \
+             with -FI_EAGAIN until some complete",
+            self.queue.len(),
+            self.bytes >> 10,
+            MAX_HELD_BYTES >> 10
+        )
+    }
+
     /// Takes out the held send posted with `context` (never the provider's own, whose context
     /// is null), for a cancel.
     pub fn withdraw(&mut self, context: *mut c_void) -> Option<HeldSend> {
@@ -260,13 +313,39 @@ impl HeldRecvs {
         self.queue.push_front(recv);
     }
 
-    /// Takes out the held receive posted with `context`, for a cancel.
+    /// What standard error is told when a receive is refused for want of room to hold it.
+    pub fn full_notice(&self) -> String {
+        format!(
+            "nicmsg: a libfabric endpoint holds {} receives waiting for room in its engine, at \
+             most {MAX_HELD_RECVS}; further receives are refused with -FI_EAGAIN until some \
+             complete",
+            self.queue.len()
+        )
+    }
+
+    /// Takes out the held receive posted with `context`, for a cancel; never a claimed one
+    /// ([`RecvOf::Claimed`]), which stays and completes as received: its message was matched
+    /// when the peek claimed it, and the engine does not cancel a claimed receive either.
+    /// Withdrawn, it completed as cancelled and left its message claimed for ever, never
+    /// delivered nor freed (the sender of a long one waiting for ever to send it).
     pub fn withdraw(&mut self, context: *mut c_void) -> Option<HeldRecv> {
-        let at = self
-            .queue
-            .iter()
-            .position(|recv| !context.is_null() && recv.owner.context == context)?;
+        let at = self.position(context)?;
+        if let RecvOf::Claimed(_) = self.queue[at].of {
+            return None;
+        }
         self.queue.remove(at)
+    }
+
+    /// Whether a receive posted with `context` is held (one [`withdraw`](Self::withdraw)
+    /// leaves is, for a cancel that finds it but cannot take it).
+    pub fn holds(&self, context: *mut c_void) -> bool {
+        self.position(context).is_some()
+    }
+
+    fn position(&self, context: *mut c_void) -> Option<usize> {
+        self.queue
+            .iter()
+            .position(|recv| !context.is_null() && recv.owner.context == context)
     }
 
     /// Whether a held receive would take the message `found` (of `space`) describes: it was
@@ -340,5 +419,44 @@ mod tests {
             assert!(full.hold(send(4096)).is_ok());
         }
         assert!(full.hold(send(1)).is_err(), "past the byte bound");
+    }
+
+    #[test]
+    fn each_kind_of_operation_leaves_room_for_the_other_in_any_table() {
+        let default = Room::for_slots(640);
+        assert_eq!(
+            (default.in_flight, default.sends, default.recvs),
+            (512, 384, 384)
+        );
+        for slots in [16, 100, 256, 640, 4096, 16384] {
+            let room = Room::for_slots(slots);
+            assert!(
+                room.in_flight < slots,
+                "{room:?}: room for a probe in {slots}"
+            );
+            assert!(
+                room.sends < room.in_flight,
+                "{room:?}: sends leave receives room"
+            );
+            assert!(
+                room.recvs < room.in_flight,
+                "{room:?}: receives leave sends room"
+            );
+        }
+    }
+
+    #[test]
+    fn the_notice_of_a_refused_send_names_the_bound_it_reached() {
+        let mut held = HeldSends::default();
+        while held.hold(send(64 << 10)).is_ok() {}
+        let notice = held.full_notice();
+        assert!(
+            notice.contains("holds 1024 sends (65536 KiB of copies)"),
+            "{notice}"
+        );
+        assert!(
+            notice.contains("at most 65536 sends and 65536 KiB"),
+            "{notice}"
+        );
     }
 }

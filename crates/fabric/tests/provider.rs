@@ -312,6 +312,21 @@ fn a_delivery_complete_send_to_a_receiver_that_is_gone_fails() {
     );
 }
 
+/// A buffered send (4-64 KiB) to a receiver that is gone completes, as sent, and its loss is
+/// told once on standard error: the engine holds such a send until its receiver has it, and
+/// its failure reached nobody (`tests/fabric/lost_send.c`), in both engine modes.
+#[test]
+fn a_lost_buffered_send_is_told() {
+    run_c_check(
+        "lost_send",
+        &["-lfabric"],
+        &[
+            &[("NICMSG_ENGINE", "thread")],
+            &[("NICMSG_ENGINE", "inline")],
+        ],
+    );
+}
+
 /// A send above the inject size and up to 64 KiB completes once the provider has copied it,
 /// also while its receiver posts no receive (Open MPI's `MPI_Send` of 4-64 KiB waits for that
 /// completion); every byte arrives, in order (`tests/fabric/buffered.c`), in both engine
@@ -330,8 +345,11 @@ fn a_buffered_send_completes_before_its_receiver_asks() {
 
 /// Operations past the engine's room are held, not refused: two endpoints that each post
 /// 1,500 sends and 1,500 receives before reading their queues (a pattern MPI calls safe) both
-/// finish, every message once and in order; a held receive can be cancelled, and a peek does
-/// not take the message a held receive will (`tests/fabric/held.c`), in both engine modes.
+/// finish, every message once and in order; a held receive can be cancelled, a peek does not
+/// take the message a held receive will, and a receive posted behind 300 others whose messages
+/// are not sent yet takes the one there for it (`tests/fabric/held.c`), in both engine modes,
+/// and in an engine table of 256 (`NICMSG_SLOTS`), where sends took the whole table and both
+/// endpoints hung.
 #[test]
 fn operations_past_the_engines_room_wait_instead_of_being_refused() {
     run_c_check(
@@ -340,6 +358,7 @@ fn operations_past_the_engines_room_wait_instead_of_being_refused() {
         &[
             &[("NICMSG_ENGINE", "thread")],
             &[("NICMSG_ENGINE", "inline")],
+            &[("NICMSG_ENGINE", "thread"), ("NICMSG_SLOTS", "256")],
         ],
     );
 }

@@ -6,7 +6,11 @@
  * refused too, never did: both programs spun for ever. Now every post is taken; each message
  * arrives once, whole, in order. Then the same with the receives posted first. Then a
  * receive held behind others is cancelled (it completes with FI_ECANCELED), and a peek does
- * not report a message that a receive held earlier will take; that receive gets it. Prints
+ * not report a message that a receive held earlier will take; that receive gets it, and a
+ * held FI_CLAIM receive is not cancelled (its message is matched already). Last, a
+ * receive posted behind a few hundred others whose messages are not sent yet still takes the
+ * message that is there for it. Run with the default engine table, and with a small one
+ * (NICMSG_SLOTS=256): operations past the room of the table the endpoint has wait too. Prints
  * "held: ok" and exits 0, or says what failed.
  *
  *   cc -o held held.c -lfabric && FI_PROVIDER_PATH=DIR ./held
@@ -25,9 +29,14 @@
 #define LONG_EVERY 100
 /* Longest wait for all the completions. */
 #define WAIT_SECONDS 30
-/* Receives of the cancel and peek checks: more than the engine's room for receives (128),
+/* Receives of the cancel and peek checks: more than the engine's room for receives (384),
  * so the last ones are held. */
-#define FILLING 200
+#define FILLING 500
+/* Receives that fit in the engine, as they did before the provider held any (512 operations
+ * in flight, sends or receives), but are more than a share of 128 receives. */
+#define FITTING 300
+/* How long a receive whose message is there may take. */
+#define TAKEN_WITHIN_SECONDS 3
 
 /* How long the peek looks: the message arrives within microseconds on loopback. */
 #define PEEK_FOR_MS 300
@@ -192,6 +201,61 @@ static void a_held_receive_is_cancelled(struct node *a, struct node *b, fi_addr_
 	}
 }
 
+/* An FI_CLAIM receive held behind FILLING others is not cancelled: its message was matched
+ * when the peek claimed it, and the engine does not cancel a claimed receive either (it
+ * completes as received). Withdrawn, it completed with FI_ECANCELED and left its message
+ * claimed for ever: never delivered, its buffer never freed, and a sender waiting for a long
+ * message's clear-to-send waited for ever. */
+static void a_held_claimed_receive_is_not_cancelled(struct node *a, struct node *b,
+						    fi_addr_t to_a)
+{
+	static char fill[FILLING][SHORT_BYTES], claimed[SHORT_BYTES];
+	for (int i = 0; i < FILLING; i++)
+		POST(fi_trecv(a->ep, fill[i], SHORT_BYTES, NULL, FI_ADDR_UNSPEC, 10, 0, fill[i]));
+	static char out[SHORT_BYTES] = "claimed one";
+	POST(fi_tsend(b->ep, out, SHORT_BYTES, NULL, to_a, 11, NULL));
+	struct fi_context claimer;
+	struct fi_msg_tagged peek = {.addr = FI_ADDR_UNSPEC, .tag = 11, .context = &claimer};
+	for (time_t start = time(NULL);;) {
+		struct fi_cq_tagged_entry sent;
+		fi_cq_read(b->cq, &sent, 1);
+		CHECK(fi_trecvmsg(a->ep, &peek, FI_PEEK | FI_CLAIM));
+		struct fi_cq_tagged_entry entry;
+		int err;
+		next_entry(a, &entry, &err);
+		if (!err)
+			break;
+		if (err != FI_ENOMSG)
+			FAIL("the claiming peek failed: %s", fi_strerror(err));
+		if (time(NULL) - start > WAIT_SECONDS)
+			FAIL("the message to claim did not arrive in %d s", WAIT_SECONDS);
+	}
+	struct iovec iov = {.iov_base = claimed, .iov_len = SHORT_BYTES};
+	struct fi_msg_tagged msg = {
+		.msg_iov = &iov, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .tag = 11, .context = &claimer};
+	POST(fi_trecvmsg(a->ep, &msg, FI_CLAIM));
+	ssize_t cancelled = fi_cancel(&a->ep->fid, &claimer);
+	if (cancelled != 0 && cancelled != -FI_ENOENT)
+		FAIL("fi_cancel of the claimed receive: %s", fi_strerror((int)-cancelled));
+	static char filler[SHORT_BYTES] = "filler";
+	for (int i = 0; i < FILLING; i++)
+		POST(fi_tsend(b->ep, filler, SHORT_BYTES, NULL, to_a, 10, NULL));
+	for (int received = 0; received < FILLING + 1; received++) {
+		struct fi_cq_tagged_entry entry;
+		int err;
+		next_entry(a, &entry, &err);
+		if (entry.op_context == &claimer && err)
+			FAIL("the claimed receive completed with %s, its message lost", fi_strerror(err));
+		if (err)
+			FAIL("a filling receive failed: %s", fi_strerror(err));
+		if (entry.op_context == &claimer && memcmp(claimed, out, SHORT_BYTES))
+			FAIL("the claimed receive got another message than the one claimed");
+		struct fi_cq_tagged_entry sent;
+		while (fi_cq_read(b->cq, &sent, 1) == 1)
+			;
+	}
+}
+
 /* A peek does not report a message a receive held before it will take; that receive gets
  * it once the receives ahead of it have completed. */
 static void a_peek_leaves_a_held_receive_its_message(struct node *a, struct node *b,
@@ -236,6 +300,52 @@ static void a_peek_leaves_a_held_receive_its_message(struct node *a, struct node
 	}
 }
 
+/* A receive posted behind FITTING others whose messages are not sent yet takes the message
+ * already there for it: a program waits for it before it sends what the others wait for (a
+ * rank posts MPI_Irecv for its workers' results, then MPI_Recv of a request, and the workers
+ * send their results once answered). Receives held past a share of 128 in the engine kept it
+ * behind the others, and that program hung where it ran before receives were held. */
+static void a_receive_is_not_held_behind_receives_that_fit(struct node *a, struct node *b,
+							   fi_addr_t to_a)
+{
+	static char later[FITTING][SHORT_BYTES], request[SHORT_BYTES];
+	for (int i = 0; i < FITTING; i++)
+		POST(fi_trecv(a->ep, later[i], SHORT_BYTES, NULL, FI_ADDR_UNSPEC, 6, 0, later[i]));
+	static char out[SHORT_BYTES] = "request";
+	POST(fi_tsend(b->ep, out, SHORT_BYTES, NULL, to_a, 7, NULL));
+	POST(fi_trecv(a->ep, request, SHORT_BYTES, NULL, FI_ADDR_UNSPEC, 7, 0, request));
+	time_t start = time(NULL);
+	for (;;) {
+		struct fi_cq_tagged_entry entry;
+		ssize_t got = fi_cq_read(a->cq, &entry, 1);
+		if (got == 1 && entry.op_context == request)
+			break;
+		if (got == 1)
+			FAIL("a receive completed before its message was sent");
+		if (got != -FI_EAGAIN)
+			CHECK(got);
+		struct fi_cq_tagged_entry sent;
+		fi_cq_read(b->cq, &sent, 1);
+		if (time(NULL) - start > TAKEN_WITHIN_SECONDS)
+			FAIL("a receive whose message is there waits behind %d receives whose "
+			     "messages are not sent yet",
+			     FITTING);
+	}
+	static char result[SHORT_BYTES] = "result";
+	for (int i = 0; i < FITTING; i++)
+		POST(fi_tsend(b->ep, result, SHORT_BYTES, NULL, to_a, 6, NULL));
+	for (int received = 0; received < FITTING; received++) {
+		struct fi_cq_tagged_entry entry;
+		int err;
+		next_entry(a, &entry, &err);
+		if (err)
+			FAIL("a receive failed: %s", fi_strerror(err));
+		struct fi_cq_tagged_entry sent;
+		while (fi_cq_read(b->cq, &sent, 1) == 1)
+			;
+	}
+}
+
 int main(void)
 {
 	struct fi_info *info;
@@ -261,6 +371,10 @@ int main(void)
 	many_operations_before_any_read(sides, 1);
 	a_held_receive_is_cancelled(&a, &b, sides[1].peer);
 	a_peek_leaves_a_held_receive_its_message(&a, &b, sides[1].peer);
+	a_held_claimed_receive_is_not_cancelled(&a, &b, sides[1].peer);
+	/* FITTING receives fit in the default table (NICMSG_SLOTS unset), not in a small one. */
+	if (!getenv("NICMSG_SLOTS"))
+		a_receive_is_not_held_behind_receives_that_fit(&a, &b, sides[1].peer);
 	struct node *nodes[] = {&a, &b};
 	close_all(nodes, 2, domain, fabric, info);
 	printf("held: ok\n");

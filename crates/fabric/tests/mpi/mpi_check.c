@@ -4,7 +4,8 @@
  * MPI_ANY_TAG, MPI_Probe and MPI_Iprobe, MPI_Mprobe and MPI_Improbe (matched probes, received
  * with MPI_Mrecv and MPI_Imrecv), MPI_Cancel of a receive, MPI_ERR_TRUNCATE, several
  * communicators, MPI_Ssend, sends of 16 B to 64 KiB both ways before any receive (buffering),
- * a thousand nonblocking sends and receives each way posted before any wait, and the
+ * a thousand nonblocking sends and receives each way posted before any wait, a receive
+ * posted behind 300 pending ones that takes the message already there for it, and the
  * collectives Open MPI builds on point-to-point (barrier, bcast, allreduce, alltoall). Any failure prints what and where and exits non-zero; rank 0
  * prints "mpi_check: all checks passed" at the end.
  *
@@ -351,6 +352,38 @@ static void many_nonblocking_both_ways(void)
 	free(requests);
 }
 
+/* Each pair's lower rank posts PENDING receives for results its peer sends only once
+ * answered, then receives the peer's request, answers, and waits for the results: a program
+ * MPI calls safe (a master posts MPI_Irecv for its workers' results, then serves requests).
+ * The request's receive waited behind the receives held past a share of 128 in the engine,
+ * whose messages were never to come, and both ranks hung. */
+#define PENDING 300
+static void a_request_behind_pending_receives(void)
+{
+	int peer = rank ^ 1;
+	if (peer >= size)
+		return;
+	int results[PENDING], request = 0, answer = 0;
+	if (rank < peer) {
+		MPI_Request pending[PENDING];
+		for (int i = 0; i < PENDING; i++)
+			MPI_Irecv(&results[i], 1, MPI_INT, peer, 20, MPI_COMM_WORLD, &pending[i]);
+		MPI_Recv(&request, 1, MPI_INT, peer, 21, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+		answer = request + 1;
+		MPI_Send(&answer, 1, MPI_INT, peer, 22, MPI_COMM_WORLD);
+		MPI_Waitall(PENDING, pending, MPI_STATUSES_IGNORE);
+		for (int i = 0; i < PENDING; i++)
+			CHECK(results[i] == i, "result %d is %d", i, results[i]);
+	} else {
+		request = 41;
+		MPI_Send(&request, 1, MPI_INT, peer, 21, MPI_COMM_WORLD);
+		MPI_Recv(&answer, 1, MPI_INT, peer, 22, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+		CHECK(answer == 42, "the answer is %d", answer);
+		for (int i = 0; i < PENDING; i++)
+			MPI_Send(&i, 1, MPI_INT, peer, 20, MPI_COMM_WORLD);
+	}
+}
+
 static void collectives(void)
 {
 	MPI_Barrier(MPI_COMM_WORLD);
@@ -390,7 +423,8 @@ int main(int argc, char **argv)
 	void (*checks[])(void) = {point_to_point_sizes, wildcards,     probes,
 				  matched_probes,       cancel,        truncation,
 				  communicators,        synchronous,   buffered_sends_both_ways,
-				  many_nonblocking_both_ways, collectives};
+				  many_nonblocking_both_ways, a_request_behind_pending_receives,
+				  collectives};
 	for (size_t i = 0; i < sizeof(checks) / sizeof(checks[0]); i++) {
 		checks[i]();
 		MPI_Barrier(MPI_COMM_WORLD);
