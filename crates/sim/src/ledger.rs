@@ -192,6 +192,15 @@ pub fn confirmed_of(_src: Rank, _dst: Rank, seq: u64) -> bool {
     seq % 3 == 2
 }
 
+/// Whether the simulator's sender posts message `seq` from `src` to `dst` as one its host
+/// keeps and waits for nothing from (`SendOptions::unwaited`, libfabric's provider sending a
+/// copy it buffered): every sixth message, half of those not confirmed. The core does not copy
+/// it, so it too completes no sooner than a round trip, and its frames say UNWAITED, so its
+/// acknowledgement may be held back for a carrier.
+pub fn unwaited_of(_src: Rank, _dst: Rank, seq: u64) -> bool {
+    seq % 6 == 1
+}
+
 /// Messages of one sender to one receiver that one receive pattern orders: (source,
 /// destination, context, tag).
 type Stream = (Rank, Rank, Context, Tag);
@@ -227,7 +236,8 @@ pub struct MsgRecord {
     pub len: u64,
     /// What its send attached ([`immediate_of`]).
     pub immediate: Option<u32>,
-    /// Its send completes only once the receiver holds it ([`confirmed_of`]).
+    /// Its send completes only once the receiver holds it ([`confirmed_of`]), or, unwaited,
+    /// once it is acknowledged ([`unwaited_of`]): never from a copy.
     pub confirmed: bool,
     pub send_op: OpRef,
     pub consumed: Option<Consumed>,
@@ -449,7 +459,7 @@ impl Ledger {
             tag,
             len: buffer.sg.total_len(),
             immediate: immediate_of(rank, dst, seq),
-            confirmed: confirmed_of(rank, dst, seq),
+            confirmed: confirmed_of(rank, dst, seq) || unwaited_of(rank, dst, seq),
             send_op: op,
             consumed: None,
         });

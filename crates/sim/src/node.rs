@@ -205,6 +205,7 @@ impl Node {
                 let envelope = Envelope {
                     immediate: options.immediate,
                     confirmed: options.confirmed,
+                    unwaited: options.unwaited,
                     ..Envelope::send(context, tag)
                 };
                 node.post(now, OpCode::Send, dst, envelope, Some((buffer, arena)))

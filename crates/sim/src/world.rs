@@ -585,11 +585,12 @@ impl World {
 }
 
 /// What the simulator's sender attaches to message `seq` from `src` to `dst`, as the ledger
-/// expects it ([`crate::ledger::immediate_of`], [`crate::ledger::confirmed_of`]).
+/// expects it ([`crate::ledger::immediate_of`], [`crate::ledger::confirmed_of`],
+/// [`crate::ledger::unwaited_of`]).
 fn send_options(src: Rank, dst: Rank, seq: u64) -> SendOptions {
     SendOptions {
         immediate: crate::ledger::immediate_of(src, dst, seq),
         confirmed: crate::ledger::confirmed_of(src, dst, seq),
-        unwaited: false,
+        unwaited: crate::ledger::unwaited_of(src, dst, seq),
     }
 }
