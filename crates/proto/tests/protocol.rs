@@ -569,9 +569,11 @@ fn a_confirmed_send_completes_only_once_the_receiver_holds_it() {
     }
 }
 
-fn confirmed_send_completes_only_once_the_receiver_holds_it(len: usize) {
+/// `ranks` endpoints on frames of 9,000 bytes, rank 0 lent four send copies of `len` bytes,
+/// and a count of the UNWAITED frames from now on.
+fn net_with_send_copies(ranks: u32, len: usize) -> (Net, Rc<Cell<u32>>) {
     let mut net = Net::new(
-        3,
+        ranks,
         Config {
             mtu: 9000,
             ..test_config()
@@ -580,6 +582,11 @@ fn confirmed_send_completes_only_once_the_receiver_holds_it(len: usize) {
     let copies = net.region(0, vec![0; len * 4]);
     net.endpoints[0].lend_send_copies(copies, len as u64, 4);
     let unwaited = count_unwaited_frames(&mut net);
+    (net, unwaited)
+}
+
+fn confirmed_send_completes_only_once_the_receiver_holds_it(len: usize) {
+    let (mut net, unwaited) = net_with_send_copies(3, len);
     let post = |net: &mut Net, to: Rank, confirmed: bool| {
         let region = net.region(0, pattern(len, to as u8));
         let (e, m) = (&mut net.endpoints[0], &mut net.memories[0]);
@@ -641,16 +648,7 @@ fn confirmed_send_completes_only_once_the_receiver_holds_it(len: usize) {
 #[test]
 fn an_unwaited_send_is_not_copied_and_says_nobody_waits() {
     for len in [8, 6000] {
-        let mut net = Net::new(
-            2,
-            Config {
-                mtu: 9000,
-                ..test_config()
-            },
-        );
-        let copies = net.region(0, vec![0; len * 4]);
-        net.endpoints[0].lend_send_copies(copies, len as u64, 4);
-        let unwaited = count_unwaited_frames(&mut net);
+        let (mut net, unwaited) = net_with_send_copies(2, len);
         let region = net.region(0, pattern(len, 5));
         let data = SgList::contiguous(region, 0, len as u64);
         let options = SendOptions {

@@ -18,25 +18,6 @@
 /* Cancelled receives in a row: each may take the slot the one before it used. */
 #define ROUNDS 4
 
-/* Reads one entry of `n`'s queue, or its error entry into `error` (-FI_EAVAIL), progressing
- * `other` meanwhile (whose entries are left alone). */
-static ssize_t read_entry(struct node *n, struct node *other, struct fi_cq_tagged_entry *entry,
-			  struct fi_cq_err_entry *error)
-{
-	for (long spins = 0; spins < 100000000; spins++) {
-		ssize_t got = fi_cq_read(n->cq, entry, 1);
-		if (got == -FI_EAVAIL) {
-			memset(error, 0, sizeof(*error));
-			CHECK(fi_cq_readerr(n->cq, error, 0));
-			return got;
-		}
-		if (got != -FI_EAGAIN)
-			return got;
-		fi_cq_read(other->cq, NULL, 0); /* progress only: its entries stay */
-	}
-	FAIL("no completion");
-}
-
 /* A receive of a message with remote CQ data: what a later operation on its slot inherits. */
 static void receive_with_data(struct node *sender, struct node *receiver, fi_addr_t to)
 {

@@ -11,6 +11,7 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +106,25 @@ static void close_all(struct node **nodes, int count, struct fid_domain *domain,
 	CHECK(fi_close(&domain->fid));
 	CHECK(fi_close(&fabric->fid));
 	fi_freeinfo(info);
+}
+
+/* Reads one entry of `n`'s queue, or its error entry into `error` (-FI_EAVAIL), progressing
+ * `other` meanwhile (whose entries are left alone: a read of none only progresses it). */
+static inline ssize_t read_entry(struct node *n, struct node *other,
+				 struct fi_cq_tagged_entry *entry, struct fi_cq_err_entry *error)
+{
+	for (long spins = 0; spins < 100000000; spins++) {
+		ssize_t got = fi_cq_read(n->cq, entry, 1);
+		if (got == -FI_EAVAIL) {
+			memset(error, 0, sizeof(*error));
+			CHECK(fi_cq_readerr(n->cq, error, 0));
+			return got;
+		}
+		if (got != -FI_EAGAIN)
+			return got;
+		fi_cq_read(other->cq, NULL, 0);
+	}
+	FAIL("no completion");
 }
 
 #endif

@@ -19,25 +19,6 @@
 
 static char message[MESSAGE_BYTES];
 
-/* Reads one entry of `n`'s queue, or its error entry into `error` (-FI_EAVAIL), progressing
- * `other` meanwhile (whose entries are left alone). */
-static ssize_t read_entry(struct node *n, struct node *other, struct fi_cq_tagged_entry *entry,
-			  struct fi_cq_err_entry *error)
-{
-	for (long spins = 0; spins < 100000000; spins++) {
-		ssize_t got = fi_cq_read(n->cq, entry, 1);
-		if (got == -FI_EAVAIL) {
-			memset(error, 0, sizeof(*error));
-			CHECK(fi_cq_readerr(n->cq, error, 0));
-			return got;
-		}
-		if (got != -FI_EAGAIN)
-			return got;
-		fi_cq_read(other->cq, NULL, 0); /* progress only */
-	}
-	FAIL("no completion");
-}
-
 /* Peeks with `flags` under `context` for the message of `tag`; -FI_ENOMSG if none is there,
  * else 0 and its entry. */
 static int peek(struct node *n, struct node *other, uint64_t tag, uint64_t flags,
