@@ -1,8 +1,9 @@
 //! The provider with the real thing: libfabric's `fi_info` lists it, `fi_pingpong` runs on it
 //! (untagged and tagged, every byte checked), and Open MPI's `ofi` MTL runs the project's MPI
 //! check program on 4 ranks over it: on loopback, and across four network namespaces under 5 %
-//! real loss. Each test skips itself, saying why, where the tools it needs are not installed
-//! (`libfabric-bin`, `openmpi-bin`, `libopenmpi-dev`; root, `ip` and `nft` for namespaces).
+//! real loss; and a seeded, randomized MPI check on 2 to 4 ranks in both engine modes. Each
+//! test skips itself, saying why, where the tools it needs are not installed (`libfabric-bin`,
+//! `openmpi-bin`, `libopenmpi-dev`; root, `ip` and `nft` for namespaces).
 
 // The nicmsg crate's test support: `installed`, `finish` (a program within a time limit).
 #[path = "../../nicmsg/tests/common/mod.rs"]
@@ -403,6 +404,99 @@ fn open_mpi_runs_the_mpi_check_on_four_ranks() {
         return;
     };
     run_mpi_check(&dir, &[], "on loopback");
+}
+
+/// The randomized MPI check's runs: seed, ranks, engine mode. Each run is a different plan
+/// (senders, receivers, sizes from 0 B to 4 MiB, tags, communicators, send and receive calls,
+/// floods of unexpected messages); 2 to 4 ranks, both engine modes. Together about 10 s on two
+/// cores.
+const RANDOM_RUNS: [(u64, u32, &str); 4] = [
+    (1, 4, "inline"),
+    (2, 4, "thread"),
+    (3, 3, "inline"),
+    (4, 2, "thread"),
+];
+
+/// Rounds of each randomized run (the last is a collective round).
+const RANDOM_ROUNDS: u32 = 40;
+
+/// `mpirun` of the randomized MPI check `program` on `ranks` ranks of the provider in `dir`,
+/// in engine mode `engine`, with `args` after the program. Ranks still running after a minute
+/// say what they wait for and stop (`-w`), so a hang shows its operations.
+fn run_mpi_random(
+    dir: &ProviderDir,
+    program: &Path,
+    (ranks, engine): (u32, &str),
+    args: &[String],
+) -> Output {
+    let mut mpirun = Command::new("mpirun");
+    on_nicmsg(&mut mpirun, dir);
+    let run = mpirun
+        .args(["-x", "NICMSG_ENGINE"])
+        .env("NICMSG_ENGINE", engine)
+        .args(["--allow-run-as-root", "--oversubscribe", "-n"])
+        .arg(ranks.to_string())
+        .arg(program)
+        .args(args)
+        .args(["-w", "60"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mpirun starts");
+    finish(
+        run,
+        RUN_LIMIT,
+        &format!("mpirun -n {ranks} mpi_random {args:?} ({engine})"),
+    )
+}
+
+/// The seeded, randomized MPI check (`tests/mpi/mpi_random.c`): every message checked against
+/// what MPI guarantees (received once, every byte, source, tag and count, non-overtaking per
+/// sender and communicator, an `MPI_Issend` not complete before its receive, cancelled
+/// receives cancelled, no write after completion, global counts and checksums), on the runs
+/// of [`RANDOM_RUNS`]. Then the program breaks its own order once (`-S reorder`), which the
+/// checks must catch: they are not passing for want of looking.
+#[test]
+fn open_mpi_passes_the_randomized_mpi_check() {
+    if !installed("mpicc") || !installed("mpirun") {
+        eprintln!("skipped: Open MPI is not installed (openmpi-bin, libopenmpi-dev)");
+        return;
+    }
+    let Some(dir) = provider_dir("mpi-random") else {
+        return;
+    };
+    let program = compile("mpicc", "tests/mpi/mpi_random.c", &dir, &[]);
+    for (seed, ranks, engine) in RANDOM_RUNS {
+        let args = [seed.to_string(), RANDOM_ROUNDS.to_string()];
+        let what = format!("mpi_random seed {seed} on {ranks} ranks ({engine})");
+        let output = run_mpi_random(&dir, &program, (ranks, engine), &args);
+        assert_success(&output, &what);
+        let text = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            text.contains(&format!("mpi_random: all checks passed on {ranks} ranks")),
+            "{what}: no success line:\n{text}"
+        );
+        let stats = String::from_utf8_lossy(&output.stderr);
+        let totals = stats.lines().filter(|l| l.contains(" total ")).count();
+        assert!(
+            totals >= ranks as usize,
+            "{what}: the ranks' nicmsg counters are missing; was the provider used?\n{stats}"
+        );
+        eprintln!("{what}: passed");
+    }
+    let args = [
+        "5".to_string(),
+        "4".to_string(),
+        "-S".into(),
+        "reorder".into(),
+    ];
+    let broken = run_mpi_random(&dir, &program, (3, "inline"), &args);
+    let stderr = String::from_utf8_lossy(&broken.stderr);
+    assert!(
+        !broken.status.success() && stderr.contains("mpi_random VIOLATION"),
+        "messages sent out of order were not caught ({}):\n{stderr}",
+        broken.status
+    );
 }
 
 /// Compiles the project's MPI check and runs it under `mpirun -n 4` on the provider in `dir`,
