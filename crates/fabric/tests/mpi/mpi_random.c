@@ -270,6 +270,8 @@ typedef struct {
 	int preposted; /* of which the first `preposted` are posted before any send */
 	int next_exact; /* exact receives posted so far */
 	int group;     /* wildcard group of its later messages */
+	int racy;      /* some of its receives are cancelled while its messages arrive */
+	size_t max_len;
 } stream_t;
 
 /* The wildcard receives of one filter on one communicator: they take the messages of their
@@ -574,7 +576,9 @@ typedef struct {
 	int comm, src, tag; /* the filter: world rank or MPI_ANY_SOURCE; tag or MPI_ANY_TAG */
 	int stream, group;  /* exact: its stream; wildcard: its group */
 	int expect;         /* exact: the message it must get (sending order) */
-	int method, nonblocking, post, done, cancel;
+	int method, nonblocking, post, done;
+	int cancel; /* cancelled: never matched (a tag nobody sends), or a race the cancel won */
+	int race;   /* cancelled while a message may match it: either outcome is right */
 	unsigned char *buf;
 	size_t bufsize;
 	MPI_Status status;
@@ -585,7 +589,7 @@ typedef struct {
 typedef struct {
 	MPI_Request *reqs;
 	int *is_send, *index; /* what each request is: a receive or a send, and which */
-	int n;
+	int n, cap;
 } requests_t;
 
 static plan_t plan;
@@ -599,7 +603,7 @@ static rng_t local; /* this rank's own choices: no other rank needs them */
 enum { T_SENT, T_SENT_BYTES, T_SENT_SUM, T_RECV, T_RECV_BYTES, T_RECV_SUM, T_VIOLATIONS, T_N };
 static uint64_t totals[T_N], run_totals[T_N];
 static long kinds_used[K_KINDS], methods_used[M_METHODS], wildcards_used, cancels_done,
-	sync_checks, flood_msgs, tests_called;
+	sync_checks, flood_msgs, tests_called, races_cancelled, races_received;
 
 /* The previous round's receive buffers, checked again at the end of this one. */
 static recv_t *old_recvs;
@@ -609,6 +613,8 @@ static int have_old;
 
 static int add_request(MPI_Request req, int is_send, int index)
 {
+	if (rq.n >= rq.cap)
+		fatal("more requests than the %d planned", rq.cap);
 	rq.reqs[rq.n] = req;
 	rq.is_send[rq.n] = is_send;
 	rq.index[rq.n] = index;
@@ -679,6 +685,8 @@ static int check_payload(const plan_t *p, int round, const recv_t *rv, const msg
 	return 1;
 }
 
+static void repost(int i);
+
 static void on_recv_done(int i, const MPI_Status *status, int trunc)
 {
 	recv_t *rv = &recvs[i];
@@ -693,6 +701,21 @@ static void on_recv_done(int i, const MPI_Status *status, int trunc)
 		MPI_Get_count(status, MPI_BYTE, &count);
 		fprintf(stderr, "trace rank %d: done %s: source %d tag %d count %d\n", rank, f,
 			status->MPI_SOURCE, status->MPI_TAG, count);
+	}
+	if (rv->race) {
+		int cancelled = 0;
+		MPI_CHECK(MPI_Test_cancelled(status, &cancelled));
+		if (trace)
+			fprintf(stderr, "trace rank %d: racing cancel of receive %d %s\n", rank, i,
+				cancelled ? "won" : "lost");
+		if (cancelled) {
+			/* Not received: the message it would have got goes to the next receive. */
+			rv->cancel = 1;
+			races_cancelled++;
+			repost(i);
+			return;
+		}
+		races_received++;
 	}
 	if (rv->cancel) {
 		int cancelled = 0;
@@ -861,9 +884,10 @@ static int active(void)
 static void complete_all(void)
 {
 	int way = (int)below(&local, 5);
-	int *idx = malloc(sizeof(int) * ((size_t)rq.n + 1));
-	int *was = malloc(sizeof(int) * ((size_t)rq.n + 1));
-	MPI_Status *st = malloc(sizeof(MPI_Status) * ((size_t)rq.n + 1));
+	/* rq.n grows as receives whose cancel won are posted again, within rq.cap. */
+	int *idx = malloc(sizeof(int) * (size_t)rq.cap);
+	int *was = malloc(sizeof(int) * (size_t)rq.cap);
+	MPI_Status *st = malloc(sizeof(MPI_Status) * (size_t)rq.cap);
 	static const char *ways[] = {"MPI_Waitall", "MPI_Waitany", "MPI_Waitsome",
 				     "MPI_Testsome", "MPI_Test"};
 	while (active() > 0) {
@@ -912,12 +936,59 @@ static unsigned char *receive_buffer(recv_t *rv, size_t needed)
 	return rv->buf;
 }
 
+static void do_receive(int i, int early);
+static void on_done(int k, const MPI_Status *status, int rc, const char *call);
+
+/* Cancels the racing receive of request k and waits for it (a cancelled request completes
+ * whatever other ranks do), so that a cancelled receive is posted again at once: a blocking
+ * send may wait for it. */
+static void cancel_race(int k)
+{
+	recvs[rq.index[k]].race = 2;
+	MPI_CHECK(MPI_Cancel(&rq.reqs[k]));
+	MPI_Status st;
+	WAITING("a cancelled receive's completion");
+	int rc = MPI_Wait(&rq.reqs[k], &st);
+	on_done(k, &st, rc, "MPI_Wait after MPI_Cancel");
+}
+
+/* Cancels the racing receives still outstanding. */
+static void cancel_races(void)
+{
+	int n = rq.n; /* not the receives posted again meanwhile */
+	for (int k = 0; k < n; k++)
+		if (!rq.is_send[k] && recvs[rq.index[k]].race == 1 &&
+		    rq.reqs[k] != MPI_REQUEST_NULL && chance(&local, 50))
+			cancel_race(k);
+}
+
+/* A receive whose cancel won, posted again (last, so it takes its stream's next message). */
+static void repost(int i)
+{
+	int k = nrecvs++;
+	recv_t *rv = &recvs[k];
+	memset(rv, 0, sizeof(*rv));
+	rv->comm = recvs[i].comm;
+	rv->src = recvs[i].src;
+	rv->tag = recvs[i].tag;
+	rv->stream = recvs[i].stream;
+	rv->group = recvs[i].group;
+	do_receive(k, 1);
+}
+
 /* Whether a receive may get a message sent with MPI_Issend. */
 static int may_get_synchronous(const recv_t *rv)
 {
 	const rplan_t *me = &plan.r[rank];
 	if (rv->expect >= 0)
 		return plan.msgs[rv->expect].kind == K_ISSEND;
+	if (rv->stream >= 0) { /* a racing stream's: any of its messages */
+		const stream_t *st = &me->streams[rv->stream];
+		for (int k = 0; k < st->n; k++)
+			if (plan.msgs[st->msgs[k]].kind == K_ISSEND)
+				return 1;
+		return 0;
+	}
 	for (int s = 0; s < me->nstreams; s++) {
 		const stream_t *st = &me->streams[s];
 		if (st->group != rv->group)
@@ -937,7 +1008,11 @@ static void do_receive(int i, int early)
 	MPI_Comm comm = comms[rv->comm];
 	int src = comm_rank_of(rv->comm, rv->src);
 	size_t needed;
-	if (rv->stream >= 0) {
+	if (rv->stream >= 0 && me->streams[rv->stream].racy) {
+		/* Which of its stream's messages it gets depends on which cancels win. */
+		rv->expect = -1;
+		needed = me->streams[rv->stream].max_len;
+	} else if (rv->stream >= 0) {
 		stream_t *st = &me->streams[rv->stream];
 		rv->expect = st->msgs[st->next_exact++];
 		needed = plan.msgs[rv->expect].len;
@@ -947,7 +1022,7 @@ static void do_receive(int i, int early)
 	}
 	if (rv->src == MPI_ANY_SOURCE || rv->tag == MPI_ANY_TAG)
 		wildcards_used++;
-	rv->method = early ? M_IRECV : (int)below(&local, M_METHODS);
+	rv->method = early || rv->race ? M_IRECV : (int)below(&local, M_METHODS);
 	if (!mprobe_ssend && (rv->method == M_MPROBE || rv->method == M_IMPROBE) &&
 	    may_get_synchronous(rv))
 		rv->method = rv->method == M_MPROBE ? M_PROBE : M_IPROBE;
@@ -965,7 +1040,11 @@ static void do_receive(int i, int early)
 		receive_buffer(rv, needed);
 		rv->post = posts++;
 		MPI_CHECK(MPI_Irecv(rv->buf, (int)rv->bufsize, MPI_BYTE, src, rv->tag, comm, &req));
-		add_request(req, 0, i);
+		int k = add_request(req, 0, i);
+		/* Posted before the sends, its message is likely still to come: cancelled at
+		 * once, the cancel usually wins. */
+		if (rv->race && chance(&local, early ? 70 : 30))
+			cancel_race(k);
 		break;
 	case M_RECV:
 		receive_buffer(rv, needed);
@@ -1198,6 +1277,8 @@ static void check_old_buffers(void)
 		return;
 	for (int i = 0; i < old_nrecvs; i++) {
 		recv_t *rv = &old_recvs[i];
+		if (rv->cancel && rv->race)
+			continue; /* a message may have been on its way into it */
 		if (rv->cancel) {
 			for (size_t k = 0; k < rv->bufsize; k++)
 				if (rv->buf[k] != CANARY) {
@@ -1365,7 +1446,8 @@ static void run_round(int round)
 	int max = ncancel + 1;
 	for (int s = 0; s < me->nstreams; s++)
 		max += me->streams[s].n;
-	recvs = calloc((size_t)max, sizeof(recv_t));
+	/* Room for every receive twice: a racing receive whose cancel wins is posted again. */
+	recvs = calloc(2 * (size_t)max, sizeof(recv_t));
 	nrecvs = 0;
 	posts = 0;
 	int *early = malloc(sizeof(int) * (size_t)max), *later = malloc(sizeof(int) * (size_t)max);
@@ -1402,6 +1484,23 @@ static void run_round(int round)
 			nrecvs++;
 		}
 	}
+	/* Streams on communicators without wildcard receives (so that a receive posted again
+	 * cannot lose its message to one) and without ready sends (which need their receive
+	 * posted all along) may race: some of their receives are cancelled while their messages
+	 * arrive, and posted again if the cancel wins. */
+	for (int s = 0; s < me->nstreams; s++) {
+		stream_t *st = &me->streams[s];
+		st->racy = me->style[st->comm] == W_EXACT && chance(&local, 25);
+		for (int k = 0; k < st->n; k++) {
+			const msg_t *m = &plan.msgs[st->msgs[k]];
+			st->racy &= m->kind != K_RSEND;
+			if (m->len > st->max_len)
+				st->max_len = m->len;
+		}
+	}
+	for (int i = 0; i < nrecvs; i++)
+		recvs[i].race = recvs[i].stream >= 0 && me->streams[recvs[i].stream].racy &&
+				chance(&local, 40);
 	int first_cancel = nrecvs;
 	for (int k = 0; k < ncancel; k++) {
 		recv_t *rv = &recvs[nrecvs++];
@@ -1416,9 +1515,10 @@ static void run_round(int round)
 	int nmine = 0;
 	for (int i = 0; i < plan.nmsgs; i++)
 		nmine += plan.msgs[i].src == rank;
-	rq.reqs = malloc(sizeof(MPI_Request) * ((size_t)nrecvs + (size_t)nmine + 1));
-	rq.is_send = malloc(sizeof(int) * ((size_t)nrecvs + (size_t)nmine + 1));
-	rq.index = malloc(sizeof(int) * ((size_t)nrecvs + (size_t)nmine + 1));
+	rq.cap = 2 * nrecvs + nmine + 1;
+	rq.reqs = malloc(sizeof(MPI_Request) * (size_t)rq.cap);
+	rq.is_send = malloc(sizeof(int) * (size_t)rq.cap);
+	rq.index = malloc(sizeof(int) * (size_t)rq.cap);
 	rq.n = 0;
 	send_bufs = calloc((size_t)plan.nmsgs + 1, sizeof(unsigned char *));
 	if (verbose && rank == 0)
@@ -1500,6 +1600,7 @@ static void run_round(int round)
 		}
 		poke();
 	}
+	cancel_races();
 	if (cancel_when == 1)
 		for (int j = 0; j < rq.n; j++)
 			if (!rq.is_send[j] && recvs[rq.index[j]].cancel &&
@@ -1541,6 +1642,7 @@ static void run_round(int round)
 
 	/* 4. Everything outstanding. */
 	phase = "completing";
+	cancel_races();
 	complete_all();
 	for (int k = first_cancel; k < nrecvs; k++)
 		if (!recvs[k].done)
@@ -1760,7 +1862,8 @@ int main(int argc, char **argv)
 	printf("mpi_random rank %d/%d: seed %llu, %d rounds: sent %llu messages (%llu B; isend "
 	       "%ld, issend %ld, send %ld, rsend %ld; flood %ld), received %llu (%llu B; "
 	       "irecv %ld, recv %ld, probe %ld, iprobe %ld, mprobe %ld, improbe %ld; wildcard "
-	       "%ld), %ld cancelled, %ld issend checks, %ld tests: ok\n",
+	       "%ld), %ld cancelled, racing cancels %ld won %ld lost, %ld issend checks, %ld "
+	       "tests: ok\n",
 	       rank, size, (unsigned long long)seed, rounds,
 	       (unsigned long long)run_totals[T_SENT], (unsigned long long)run_totals[T_SENT_BYTES],
 	       kinds_used[K_ISEND], kinds_used[K_ISSEND], kinds_used[K_SEND], kinds_used[K_RSEND],
@@ -1768,7 +1871,7 @@ int main(int argc, char **argv)
 	       (unsigned long long)run_totals[T_RECV_BYTES], methods_used[M_IRECV],
 	       methods_used[M_RECV], methods_used[M_PROBE], methods_used[M_IPROBE],
 	       methods_used[M_MPROBE], methods_used[M_IMPROBE], wildcards_used, cancels_done,
-	       sync_checks, tests_called);
+	       races_cancelled, races_received, sync_checks, tests_called);
 	fflush(stdout);
 	MPI_Barrier(MPI_COMM_WORLD);
 	if (rank == 0) {
