@@ -188,11 +188,31 @@ fn choose_eager_pool(options: &mut Options, capacity: u32) {
     }
 }
 
+/// The descriptor table of every provider endpoint unless `NICMSG_SLOTS` sets one: 4,096
+/// slots, not the library's 640. MPI lets a program keep any number of nonblocking operations
+/// outstanding, and Open MPI posts each `MPI_Isend` and `MPI_Irecv` at once. Operations past
+/// the engine's room wait in the provider (`held.rs`), but a send waits behind every send held
+/// before it, whatever its destination or communicator: with 640 slots, the randomized MPI
+/// check's flood (300 messages a pair of 4 ranks, all posted before any receive, then a
+/// barrier) filled the engine's room with sends that wait for their receives, and the
+/// barrier's own messages waited behind the rest for ever (`mpi_random 1 8 -f 300`; it passes
+/// in a second with 4,096). The table costs about 540 bytes a slot when the endpoint opens
+/// (`nicmsg::options::SLOTS_MAX`): 2.2 MiB an endpoint.
+const PROVIDER_SLOTS: usize = 4096;
+
+/// [`PROVIDER_SLOTS`] unless the user set `NICMSG_SLOTS`.
+fn choose_slots(options: &mut Options) {
+    if std::env::var_os("NICMSG_SLOTS").is_none() {
+        options.slots = PROVIDER_SLOTS;
+    }
+}
+
 impl FabricEndpoint {
     fn open(bind: SocketAddr) -> Result<Self, Error> {
         let mut options = Options::from_env()?;
         let capacity = options.dgram_peers;
         choose_eager_pool(&mut options, capacity);
+        choose_slots(&mut options);
         let room = Room::for_slots(options.slots);
         Ok(Self {
             pending: Vec::with_capacity(room.in_flight),

@@ -1,9 +1,10 @@
 //! The provider with the real thing: libfabric's `fi_info` lists it, `fi_pingpong` runs on it
 //! (untagged and tagged, every byte checked), and Open MPI's `ofi` MTL runs the project's MPI
 //! check program on 4 ranks over it: on loopback, and across four network namespaces under 5 %
-//! real loss; and an unmodified MPI application, the HPC Challenge suite, on 4 ranks. Each test
-//! skips itself, saying why, where the tools it needs are not installed (`libfabric-bin`,
-//! `openmpi-bin`, `libopenmpi-dev`, `hpcc`; root, `ip` and `nft` for namespaces).
+//! real loss; an unmodified MPI application, the HPC Challenge suite, on 4 ranks; and a
+//! seeded, randomized MPI check on 2 to 4 ranks in both engine modes. Each test skips itself,
+//! saying why, where the tools it needs are not installed (`libfabric-bin`, `openmpi-bin`,
+//! `libopenmpi-dev`, `hpcc`; root, `ip` and `nft` for namespaces).
 
 // The nicmsg crate's test support: `installed`, `finish` (a program within a time limit).
 #[path = "../../nicmsg/tests/common/mod.rs"]
@@ -347,17 +348,18 @@ fn a_buffered_send_completes_before_its_receiver_asks() {
 /// 1,500 sends and 1,500 receives before reading their queues (a pattern MPI calls safe) both
 /// finish, every message once and in order; a held receive can be cancelled, a peek does not
 /// take the message a held receive will, and a receive posted behind 300 others whose messages
-/// are not sent yet takes the one there for it (`tests/fabric/held.c`), in both engine modes,
-/// and in an engine table of 256 (`NICMSG_SLOTS`), where sends took the whole table and both
-/// endpoints hung.
+/// are not sent yet takes the one there for it (`tests/fabric/held.c`), in both engine modes.
+/// It runs in the library's engine table of 640 slots (`NICMSG_SLOTS`: the provider's own
+/// 4,096 would leave room for all of its operations, and hold none), and in one of 256, where
+/// sends took the whole table and both endpoints hung.
 #[test]
 fn operations_past_the_engines_room_wait_instead_of_being_refused() {
     run_c_check(
         "held",
         &["-lfabric"],
         &[
-            &[("NICMSG_ENGINE", "thread")],
-            &[("NICMSG_ENGINE", "inline")],
+            &[("NICMSG_ENGINE", "thread"), ("NICMSG_SLOTS", "640")],
+            &[("NICMSG_ENGINE", "inline"), ("NICMSG_SLOTS", "640")],
             &[("NICMSG_ENGINE", "thread"), ("NICMSG_SLOTS", "256")],
         ],
     );
@@ -550,6 +552,111 @@ fn the_hpc_challenge_suite_runs_on_four_ranks() {
         summary("MPIRandomAccess_GUPs"),
         summary("MPIFFT_Gflops"),
         summary("PTRANS_GBs")
+    );
+}
+
+/// The randomized MPI check's runs: seed, ranks, engine mode. Each run is a different plan
+/// (senders, receivers, sizes from 0 B to 4 MiB, tags, communicators, send and receive calls,
+/// floods of unexpected messages); 2 to 4 ranks, both engine modes. Together about 10 s on two
+/// cores.
+const RANDOM_RUNS: [(u64, u32, &str); 4] = [
+    (1, 4, "inline"),
+    (2, 4, "thread"),
+    (3, 3, "inline"),
+    (4, 2, "thread"),
+];
+
+/// Rounds of each randomized run (the last is a collective round).
+const RANDOM_ROUNDS: u32 = 40;
+
+/// `mpirun` of the randomized MPI check `program` on `ranks` ranks of the provider in `dir`,
+/// in engine mode `engine`, with `args` after the program. Ranks still running after a minute
+/// say what they wait for and stop (`-w`), so a hang shows its operations.
+fn run_mpi_random(
+    dir: &ProviderDir,
+    program: &Path,
+    (ranks, engine): (u32, &str),
+    args: &[String],
+) -> Output {
+    let mut mpirun = Command::new("mpirun");
+    on_nicmsg(&mut mpirun, dir);
+    let run = mpirun
+        .args(["-x", "NICMSG_ENGINE"])
+        .env("NICMSG_ENGINE", engine)
+        .args(["--allow-run-as-root", "--oversubscribe", "-n"])
+        .arg(ranks.to_string())
+        .arg(program)
+        .args(args)
+        .args(["-w", "60"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mpirun starts");
+    finish(
+        run,
+        RUN_LIMIT,
+        &format!("mpirun -n {ranks} mpi_random {args:?} ({engine})"),
+    )
+}
+
+/// The seeded, randomized MPI check (`tests/mpi/mpi_random.c`): every message checked against
+/// what MPI guarantees (received once, every byte, source, tag and count, non-overtaking per
+/// sender and communicator, an `MPI_Issend` not complete before its receive, cancelled
+/// receives cancelled, no write after completion, global counts and checksums), on the runs
+/// of [`RANDOM_RUNS`]. Then the program breaks its own order once (`-S reorder`), which the
+/// checks must catch: they are not passing for want of looking.
+#[test]
+fn open_mpi_passes_the_randomized_mpi_check() {
+    if !installed("mpicc") || !installed("mpirun") {
+        eprintln!("skipped: Open MPI is not installed (openmpi-bin, libopenmpi-dev)");
+        return;
+    }
+    let Some(dir) = provider_dir("mpi-random") else {
+        return;
+    };
+    let program = compile("mpicc", "tests/mpi/mpi_random.c", &dir, &[]);
+    for (seed, ranks, engine) in RANDOM_RUNS {
+        let args = [seed.to_string(), RANDOM_ROUNDS.to_string()];
+        let what = format!("mpi_random seed {seed} on {ranks} ranks ({engine})");
+        let output = run_mpi_random(&dir, &program, (ranks, engine), &args);
+        assert_success(&output, &what);
+        let text = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            text.contains(&format!("mpi_random: all checks passed on {ranks} ranks")),
+            "{what}: no success line:\n{text}"
+        );
+        let stats = String::from_utf8_lossy(&output.stderr);
+        let totals = stats.lines().filter(|l| l.contains(" total ")).count();
+        assert!(
+            totals >= ranks as usize,
+            "{what}: the ranks' nicmsg counters are missing; was the provider used?\n{stats}"
+        );
+        eprintln!("{what}: passed");
+    }
+    // A flood past the engine's default room: 300 messages a pair of ranks, all posted before
+    // any receive, then a barrier whose messages must not wait behind them (it hung with the
+    // library's 640 slots: `endpoint.rs`, `PROVIDER_SLOTS`).
+    let flood = ["1".to_string(), "8".into(), "-f".into(), "300".into()];
+    let what = "mpi_random 1 8 -f 300 on 4 ranks";
+    let output = run_mpi_random(&dir, &program, (4, "inline"), &flood);
+    assert_success(&output, what);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("mpi_random: all checks passed on 4 ranks"),
+        "{what}: no success line:\n{text}"
+    );
+    let args = [
+        "5".to_string(),
+        "4".to_string(),
+        "-S".into(),
+        "reorder".into(),
+    ];
+    let broken = run_mpi_random(&dir, &program, (3, "inline"), &args);
+    let stderr = String::from_utf8_lossy(&broken.stderr);
+    assert!(
+        !broken.status.success() && stderr.contains("mpi_random VIOLATION"),
+        "messages sent out of order were not caught ({}):\n{stderr}",
+        broken.status
     );
 }
 
