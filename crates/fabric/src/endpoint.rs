@@ -158,10 +158,10 @@ pub struct FabricEndpoint {
     /// Completions the provider made itself (buffered sends, held operations cancelled or
     /// refused), reported before the engine's.
     reports: VecDeque<NfCompletion>,
-    /// Sends among `pending`.
+    /// Sends among `pending` and `unreported`.
     sends_in_flight: usize,
-    /// How many operations `pending` may hold, of each kind and in all (`held.rs`); past it
-    /// they wait in `held` and `held_recvs`.
+    /// How many operations `pending` and `unreported` may hold, of each kind and in all
+    /// (`held.rs`); past it they wait in `held` and `held_recvs`.
     room: Room,
     /// Since when polls have found nothing while operations are in flight.
     idle_since: Option<u64>,
@@ -244,8 +244,8 @@ impl FabricEndpoint {
     /// The endpoint, for requests that live as long as this value.
     fn endpoint(&self) -> &'static TaggedEndpoint {
         // SAFETY: the endpoint is boxed (its address never changes) and dropped after every
-        // request in `pending` (field order), and requests never leave `pending`: nothing
-        // holding this reference outlives it.
+        // request in `pending` and `unreported` (field order), and requests never leave them
+        // but to be dropped: nothing holding this reference outlives it.
         unsafe { &*(self.endpoint.as_ref() as *const TaggedEndpoint) }
     }
 
@@ -536,14 +536,16 @@ impl FabricEndpoint {
     fn progress_unreported(&mut self) {
         self.endpoint
             .progress_at(nicmsg_engine::clock::monotonic_ns());
-        let mut index = 0;
-        while index < self.unreported.len() {
-            let Some((result, _)) = self.unreported[index].request.delivery_if_done() else {
-                index += 1;
-                continue;
+        // Once round the queue, keeping the order of those still in flight: one removal in the
+        // middle moves the rest, and thousands may be in flight.
+        for _ in 0..self.unreported.len() {
+            let Some(mut pending) = self.unreported.pop_front() else {
+                break;
             };
-            let done = self.unreported.remove(index).expect("in range");
-            self.let_go_unreported(done, &result);
+            match pending.request.delivery_if_done() {
+                Some((result, _)) => self.let_go_unreported(pending, &result),
+                None => self.unreported.push_back(pending),
+            }
         }
         self.post_all_held();
     }
