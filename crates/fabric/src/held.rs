@@ -49,8 +49,9 @@
 //! for) as it copies an inject, reports its completion at once, and holds or sends the copy
 //! like an inject's. The copy replaces the engine's (the engine is told not to copy it again,
 //! and that nobody waits for the send: `SendOptions::unwaited`), so such a send is still
-//! copied once, and its receiver may gather its acknowledgement with others'. A send that asks for `FI_TRANSMIT_COMPLETE` or
-//! `FI_DELIVERY_COMPLETE` is never buffered: it completes once the receiver holds it.
+//! copied once, and its receiver may gather its acknowledgement with others'. A send that
+//! asks for `FI_TRANSMIT_COMPLETE` or `FI_DELIVERY_COMPLETE` is never buffered: it completes
+//! once the receiver holds it.
 
 use std::collections::VecDeque;
 use std::ffi::c_void;
@@ -60,8 +61,8 @@ use nicmsg::tagged::{Delivery, SendOptions, Space};
 use nicmsg_proto::{Claim, TagMatch};
 
 /// How many operations an endpoint keeps in its engine at once, of each kind and in all, for
-/// an engine table of `slots` descriptors (`NICMSG_SLOTS`, 640 by default: 512 in flight, up
-/// to 384 of each kind).
+/// an engine table of `slots` descriptors (`NICMSG_SLOTS`; the provider's 4,096 by default,
+/// `endpoint.rs`: 3,968 in flight, up to 2,976 of each kind; the library's 640: 512, 384).
 ///
 /// In all, the table less a fifth (at most 128) for a probe and the engine's own use. Of each
 /// kind, three quarters of that: each kind takes the room the other leaves, but never its last

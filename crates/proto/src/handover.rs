@@ -10,8 +10,8 @@
 //! first 32 and sends the rest by rendezvous, whose data the receiver cannot keep. Each of
 //! those then cost a round trip when its receive was posted, one receive at a time:
 //! 1,500 16-byte messages each way before any receive took 66-286 ms on loopback under
-//! Open MPI, now 32-80 ms (ob1: 6-10 ms). Handed buffers as the receives consume them, the messages come in ahead of
-//! the receives, a buffer's worth at a time.
+//! Open MPI, now 32-80 ms (ob1: 6-10 ms). Handed buffers as the receives consume them, the
+//! messages come in ahead of the receives, a buffer's worth at a time.
 //!
 //! The credit stays consistent: the sender counted the delivered message's credit as spent
 //! and never learns it came back; the kept message, now eager, rides on it, and its delivery

@@ -238,7 +238,7 @@ pub struct MsgRecord {
     pub immediate: Option<u32>,
     /// Its send completes only once the receiver holds it ([`confirmed_of`]), or, unwaited,
     /// once it is acknowledged ([`unwaited_of`]): never from a copy.
-    pub confirmed: bool,
+    pub not_from_copy: bool,
     pub send_op: OpRef,
     pub consumed: Option<Consumed>,
 }
@@ -459,7 +459,7 @@ impl Ledger {
             tag,
             len: buffer.sg.total_len(),
             immediate: immediate_of(rank, dst, seq),
-            confirmed: confirmed_of(rank, dst, seq) || unwaited_of(rank, dst, seq),
+            not_from_copy: confirmed_of(rank, dst, seq) || unwaited_of(rank, dst, seq),
             send_op: op,
             consumed: None,
         });
@@ -725,7 +725,7 @@ impl Ledger {
                             v.push(now, "status", format!("send completed with {status:?}, expected {want:?}: {describe}"));
                         }
                         let took = now - self.ops[op].posted_at;
-                        if self.msgs[msg].confirmed && dst != rank && took < self.confirm_floor_ns {
+                        if self.msgs[msg].not_from_copy && dst != rank && took < self.confirm_floor_ns {
                             v.push(now, "confirmed", format!("confirmed send completed {took} ns after it was posted, less than a round trip ({} ns): from a copy, not on delivery: {describe}", self.confirm_floor_ns));
                         }
                     }
