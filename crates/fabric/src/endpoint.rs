@@ -170,6 +170,9 @@ pub struct FabricEndpoint {
     told_full: (bool, bool),
     /// A send nobody reads the completion of failed, and standard error was told.
     told_lost: bool,
+    /// The engine's completion count when `progress_unreported` last looked at every
+    /// unreported operation.
+    unreported_looked_at: u32,
     endpoint: Box<TaggedEndpoint>,
 }
 
@@ -237,6 +240,7 @@ impl FabricEndpoint {
             idle_since: None,
             told_full: (false, false),
             told_lost: false,
+            unreported_looked_at: u32::MAX,
             endpoint: Box::new(TaggedEndpoint::bind(bind, capacity, options)?),
         })
     }
@@ -536,8 +540,16 @@ impl FabricEndpoint {
     fn progress_unreported(&mut self) {
         self.endpoint
             .progress_at(nicmsg_engine::clock::monotonic_ns());
+        // Nothing finished since the last look: it would find nothing (this runs at every
+        // send while sends wait, and thousands may be in flight).
+        let count = self.endpoint.completion_count();
+        if count == self.unreported_looked_at {
+            self.post_all_held();
+            return;
+        }
+        self.unreported_looked_at = count;
         // Once round the queue, keeping the order of those still in flight: one removal in the
-        // middle moves the rest, and thousands may be in flight.
+        // middle moves the rest.
         for _ in 0..self.unreported.len() {
             let Some(mut pending) = self.unreported.pop_front() else {
                 break;
