@@ -1,6 +1,11 @@
 //! Human-readable state of a pending operation, for hang diagnosis (the engine's watchdog).
+//!
+//! The commonest hang of a valid-looking program is a receive whose message came with another
+//! tag, or from another peer, or in another communicator: a posted receive's line therefore
+//! names the messages that wait unmatched from the peers it accepts, so that the mismatch is
+//! in the one line a user reads.
 
-use crate::ops::{Dest, RecvState, RxPhase, SendPhase};
+use crate::ops::{Dest, Incoming, RecvOp, RecvState, RxPhase, SendPhase};
 use crate::state::Core;
 use crate::*;
 
@@ -21,16 +26,18 @@ impl Core {
             "rendezvous"
         };
         let head = format!(
-            "send of {} bytes to rank {} tag {} ({protocol})",
-            send.geometry.total_len, send.dst, send.tag
+            "send of {} bytes to {} tag {} ({protocol})",
+            send.geometry.total_len,
+            self.peer_text(send.dst),
+            tag_text(send.tag)
         );
         let peer = &self.peers[send.dst];
         let state = match send.phase {
             SendPhase::Queued if !peer.window_open() => {
                 format!(
-                    "queued: {} earlier messages to rank {} are unfinished (not yet matched by its receives, or still in flight)",
+                    "queued: {} earlier messages to {} are unfinished (not yet matched by its receives, or still in flight)",
                     crate::MSG_WINDOW,
-                    send.dst
+                    self.peer_text(send.dst)
                 )
             }
             SendPhase::Queued => "queued behind earlier sends to the same rank".to_string(),
@@ -66,20 +73,26 @@ impl Core {
             "receive"
         };
         let source = match recv.source {
-            Source::Rank(rank) => format!("rank {rank}"),
+            Source::Rank(rank) => self.peer_text(rank),
+            Source::Any if self.directory.is_some() => "any peer".to_string(),
             Source::Any => "any rank".to_string(),
         };
         let tag = match recv.tag {
-            TagMatch::Tag(tag) => format!("tag {tag}"),
+            TagMatch::Tag(tag) => format!("tag {}", tag_text(tag)),
             TagMatch::Any => "any tag".to_string(),
-            TagMatch::Masked { tag, ignore } => format!("tag {tag:#x} ignoring bits {ignore:#x}"),
+            TagMatch::Masked { tag, ignore } => {
+                format!("tag {} ignoring bits {ignore:#x}", tag_text(tag))
+            }
         };
         let head = format!(
             "{what} from {source} with {tag} into {} bytes",
             recv.buffer.total_len()
         );
         let state = match recv.state {
-            RecvState::Posted => "posted, no matching message has arrived".to_string(),
+            RecvState::Posted => format!(
+                "posted, no matching message has arrived{}",
+                self.unmatched_text(recv)
+            ),
             RecvState::Bound(index) => match self.rx.incoming(index) {
                 Some(entry) => {
                     let arrived = entry.contiguous;
@@ -92,13 +105,87 @@ impl Core {
                         RxPhase::Cancelled => "withdrawn by its sender",
                     };
                     format!(
-                        "matched message {} from rank {} ({} bytes): {phase}, {arrived} of {} frames in order, {} granted",
-                        entry.msg_id, entry.peer, entry.geometry.total_len, entry.frames, entry.granted
+                        "matched message {} from {} ({} bytes): {phase}, {arrived} of {} frames in order, {} granted",
+                        entry.msg_id,
+                        self.peer_text(entry.peer),
+                        entry.geometry.total_len,
+                        entry.frames,
+                        entry.granted
                     )
                 }
                 None => "matched".to_string(),
             },
         };
         Some(format!("{head}: {state}"))
+    }
+
+    /// A peer as a user knows it: its rank in a job, its address on an open endpoint (whose
+    /// slot numbers mean nothing outside the library).
+    fn peer_text(&self, peer: Rank) -> String {
+        match self.directory.as_ref().and_then(|d| d.address(peer)) {
+            Some(address) => format!("peer {address}"),
+            None if self.directory.is_some() && peer == 0 => "this endpoint itself".to_string(),
+            None => format!("rank {peer}"),
+        }
+    }
+
+    /// The messages that wait unmatched from the peers `recv` accepts (any tag, any
+    /// communicator), as a clause to append to its line: at most
+    /// [`UNMATCHED_LISTED`] of them named, with how many there are.
+    fn unmatched_text(&self, recv: &RecvOp) -> String {
+        let waiting: Vec<&Incoming> = self
+            .rx
+            .unexpected_entries()
+            .filter(|entry| recv.source.matches(entry.peer))
+            .collect();
+        if waiting.is_empty() {
+            return String::new();
+        }
+        let listed: Vec<String> = waiting
+            .iter()
+            .take(UNMATCHED_LISTED)
+            .map(|entry| self.unmatched_entry_text(recv, entry))
+            .collect();
+        let more = waiting.len().saturating_sub(UNMATCHED_LISTED);
+        let more = if more > 0 {
+            format!(", and {more} more")
+        } else {
+            String::new()
+        };
+        let count = waiting.len();
+        let plural = if count == 1 { "" } else { "s" };
+        format!(
+            "; {count} message{plural} from the peers it accepts wait{} unmatched: {}{more}",
+            if count == 1 { "s" } else { "" },
+            listed.join(", ")
+        )
+    }
+
+    fn unmatched_entry_text(&self, recv: &RecvOp, entry: &Incoming) -> String {
+        let communicator = if entry.context == recv.context {
+            String::new()
+        } else {
+            format!(" in another communicator (context {})", entry.context.0)
+        };
+        format!(
+            "{} from {} ({} bytes){communicator}",
+            tag_text(entry.tag),
+            self.peer_text(entry.peer),
+            entry.geometry.total_len
+        )
+    }
+}
+
+/// How many unmatched messages a receive's line names: enough to show a mismatch, few enough
+/// that a receive behind thousands of queued messages stays one readable line.
+pub const UNMATCHED_LISTED: usize = 3;
+
+/// A tag as a user wrote it: small ones in decimal (MPI tags), wide ones in hexadecimal (a
+/// libfabric tag packs a communicator and a source above the MPI tag).
+fn tag_text(tag: Tag) -> String {
+    if tag <= u64::from(u32::MAX) {
+        format!("{tag}")
+    } else {
+        format!("{tag:#018x}")
     }
 }

@@ -156,6 +156,10 @@ impl Directory {
         self.own_address = Some(address);
     }
 
+    pub(crate) fn own_address(&self) -> Option<SocketAddr> {
+        self.own_address
+    }
+
     /// The header's (`src`, `dst`) for a frame to `peer`: this endpoint's name for the
     /// conversation and the peer's (0: not heard from yet).
     pub(crate) fn wire_names(&self, peer: Rank) -> (u32, u32) {

@@ -88,6 +88,11 @@ impl Endpoint {
         self.changing().peer_for_address(now, address)
     }
 
+    /// Open mode: the address this endpoint is bound to, once told (`set_own_address`).
+    pub fn own_address(&self) -> Option<std::net::SocketAddr> {
+        self.core.directory.as_ref().and_then(|d| d.own_address())
+    }
+
     /// Open mode: the address the slot `peer` is bound to.
     pub fn peer_address(&self, peer: Rank) -> Option<std::net::SocketAddr> {
         self.core.directory.as_ref().and_then(|d| d.address(peer))

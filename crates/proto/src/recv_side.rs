@@ -313,6 +313,11 @@ impl RecvSide {
         self.incoming[key].in_unexpected = false;
     }
 
+    /// The unexpected messages, in matching order (the watchdog's account of what waits).
+    pub(crate) fn unexpected_entries(&self) -> impl Iterator<Item = &Incoming> + '_ {
+        self.unexpected.iter().map(|&key| &self.incoming[key])
+    }
+
     /// The first unexpected message (in matching order) a receive with these criteria takes.
     pub(crate) fn find_unexpected(
         &self,
