@@ -561,7 +561,7 @@ impl<T: Transport> Driver<T> {
     }
 
     /// Hang diagnosis: a line for every operation pending longer than `threshold_ns` (each
-    /// repeated at most every `threshold_ns`), saying what it waits for.
+    /// repeated at most every `threshold_ns`), saying what it waits for; the oldest first.
     pub fn watchdog(&mut self, now: Nanos, threshold_ns: Nanos) -> Vec<String> {
         let mut lines = Vec::new();
         for (slot, op) in self.slot_ops.iter().enumerate() {
@@ -575,9 +575,13 @@ impl<T: Transport> Driver<T> {
                 .endpoint
                 .describe(*op)
                 .unwrap_or_else(|| "completing".into());
-            lines.push(format!("pending for {:.1} s: {state}", age as f64 / 1e9));
+            lines.push((
+                age,
+                format!("pending for {:.1} s: {state}", age as f64 / 1e9),
+            ));
         }
-        lines
+        lines.sort_by_key(|&(age, _)| std::cmp::Reverse(age));
+        lines.into_iter().map(|(_, line)| line).collect()
     }
 
     /// Counters of every peer, indexed by rank.

@@ -303,13 +303,40 @@ fn sleep<T: Transport>(driver: &mut Driver<T>, shared: &Shared, idle: IdleConfig
 /// How often the watchdog looks at pending operations.
 pub const WATCHDOG_PERIOD_NS: u64 = 1_000_000_000;
 
-/// Prints the watchdog's findings on stderr (the place a user looks when a job hangs).
+/// Operations the watchdog names in one look, the oldest first; the rest are counted. A job
+/// hung with thousands of operations in flight (a flood of sends waiting for receives) printed
+/// a line for each, every period, and buried the lines that explain it.
+pub const WATCHDOG_LINES_MAX: usize = 8;
+
+/// Prints the watchdog's findings on stderr (the place a user looks when a job hangs), in one
+/// write, so that the ranks' reports, merged by a launcher, do not cut into each other's
+/// lines. Each line names who reports: the rank in a job, the bound address on an open
+/// endpoint (its rank is the library's own slot number, which tells a user nothing).
 pub fn report_hangs<T: Transport>(driver: &mut Driver<T>, now: u64, threshold_ns: u64) {
-    let rank = driver.endpoint().rank();
-    for line in driver.watchdog(now, threshold_ns) {
-        tracing::warn!(rank, "watchdog: {line}");
-        eprintln!("nicmsg watchdog: rank {rank}: {line}");
+    let endpoint = driver.endpoint();
+    let who = match endpoint.own_address() {
+        Some(address) => format!("endpoint {address}"),
+        None => format!("rank {}", endpoint.rank()),
+    };
+    let lines = driver.watchdog(now, threshold_ns);
+    if lines.is_empty() {
+        return;
     }
+    let mut report = String::new();
+    for line in lines.iter().take(WATCHDOG_LINES_MAX) {
+        tracing::warn!(who, "watchdog: {line}");
+        report.push_str(&format!("nicmsg watchdog: {who}: {line}\n"));
+    }
+    let unnamed = lines.len().saturating_sub(WATCHDOG_LINES_MAX);
+    if unnamed > 0 {
+        report.push_str(&format!(
+            "nicmsg watchdog: {who}: and {unnamed} more operations pending longer than {:.1} \
+             s, not named (at most {WATCHDOG_LINES_MAX} a look, the oldest)\n",
+            threshold_ns as f64 / 1e9
+        ));
+    }
+    // Nothing to do if standard error is gone: the report is a courtesy.
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), report.as_bytes());
 }
 
 fn wake_hosts(table: &Table, shared: &Shared) {

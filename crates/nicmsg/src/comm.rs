@@ -59,6 +59,9 @@ pub struct Comm {
     host: RefCell<HostTable>,
     engine: RefCell<Engine>,
     barrier_epoch: Cell<u32>,
+    /// When the inline engine's watchdog last looked (engine clock), for hosts that poll
+    /// instead of waiting (the libfabric provider under MPI: `fi_cq_read` in a loop).
+    last_watchdog: Cell<u64>,
     /// PANIC: shared with the engine's programs.
     programs_shared: Arc<ProgramsShared>,
     program_requests: Cell<u32>,
@@ -312,6 +315,7 @@ impl Comm {
             size,
             host: RefCell::new(HostTable::new(Arc::clone(&table), registry)),
             barrier_epoch: Cell::new(0),
+            last_watchdog: Cell::new(0),
             programs_shared,
             program_requests: Cell::new(0),
             table,
@@ -705,8 +709,26 @@ impl Comm {
     pub(crate) fn progress_at(&self, monotonic_ns: u64) {
         if let Engine::Inline(engine) = &*self.engine.borrow() {
             let now = engine.clock().since_start(monotonic_ns);
-            engine.enter().turn_at(now);
+            let mut driver = engine.enter();
+            driver.turn_at(now);
+            self.watch_for_hangs(&mut driver, now);
         }
+    }
+
+    /// `NICMSG_WATCHDOG` for an inline engine: at most once a period, reports the operations
+    /// pending longer than the threshold (the engine thread does this itself). A host that
+    /// polls in a loop of its own (an MPI wait over the provider) hangs inside this call, so
+    /// it is the one place the report can come from.
+    fn watch_for_hangs(&self, driver: &mut nicmsg_engine::driver::Driver<Backend>, now: u64) {
+        let Some(threshold) = self.options.idle.watchdog_ns else {
+            return;
+        };
+        if now.saturating_sub(self.last_watchdog.get()) < nicmsg_engine::runner::WATCHDOG_PERIOD_NS
+        {
+            return;
+        }
+        self.last_watchdog.set(now);
+        nicmsg_engine::runner::report_hangs(driver, now, threshold);
     }
 
     /// Waits until `slot` is DONE: spins for `wait_spin_ns`, then blocks (inline: in the
@@ -748,7 +770,6 @@ impl Comm {
     fn wait_inline(&self, engine: &InlineEngine<Backend>, slot: u32) {
         let mut driver = engine.enter();
         let spin_start = driver.now();
-        let mut last_watchdog = spin_start;
         let mut last_work = spin_start;
         loop {
             let now = driver.now();
@@ -763,12 +784,7 @@ impl Comm {
                 std::hint::spin_loop();
                 continue;
             }
-            if let Some(threshold) = self.options.idle.watchdog_ns {
-                if now - last_watchdog >= nicmsg_engine::runner::WATCHDOG_PERIOD_NS {
-                    last_watchdog = now;
-                    nicmsg_engine::runner::report_hangs(&mut driver, now, threshold);
-                }
-            }
+            self.watch_for_hangs(&mut driver, now);
             driver.idle(&self.options.idle);
         }
     }
