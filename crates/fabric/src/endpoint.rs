@@ -20,8 +20,8 @@ use nicmsg_proto::{Claim, TagMatch, MAX_SEGMENTS};
 use nicmsg_udp::{RawAddr, RAW_ADDR_LEN};
 
 use crate::held::{
-    is_buffered, HeldBytes, HeldRecv, HeldRecvs, HeldSend, HeldSends, Kind, Owner, RecvOf, Room,
-    SendTarget, MAX_UNREAD_REPORTS,
+    is_buffered, HeldBytes, HeldRecv, HeldRecvs, HeldSend, HeldSends, HeldWatch, Kind, Owner,
+    RecvOf, Room, SendTarget, MAX_UNREAD_REPORTS,
 };
 
 /// libfabric's error codes used here (`rdma/fi_errno.h`; the first ones are errno's).
@@ -173,6 +173,9 @@ pub struct FabricEndpoint {
     /// The engine's completion count when `progress_unreported` last looked at every
     /// unreported operation.
     unreported_looked_at: u32,
+    /// `NICMSG_WATCHDOG`'s threshold, and its look at the held operations (`held.rs`).
+    watchdog_ns: Option<u64>,
+    held_watch: HeldWatch,
     endpoint: Box<TaggedEndpoint>,
 }
 
@@ -241,6 +244,8 @@ impl FabricEndpoint {
             told_full: (false, false),
             told_lost: false,
             unreported_looked_at: u32::MAX,
+            watchdog_ns: options.idle.watchdog_ns,
+            held_watch: HeldWatch::default(),
             endpoint: Box::new(TaggedEndpoint::bind(bind, capacity, options)?),
         })
     }
@@ -448,7 +453,10 @@ impl FabricEndpoint {
                 }
             };
             match posted {
-                Ok(code) => self.report_refused(owner, code),
+                Ok(code) => {
+                    self.held_watch.entered();
+                    self.report_refused(owner, code);
+                }
                 Err(bytes) => {
                     self.held.put_back(HeldSend {
                         bytes,
@@ -468,7 +476,10 @@ impl FabricEndpoint {
                 return;
             };
             match self.post_recv(&recv.pieces, recv.of, recv.owner) {
-                Some(code) => self.report_refused(recv.owner, code),
+                Some(code) => {
+                    self.held_watch.entered();
+                    self.report_refused(recv.owner, code);
+                }
                 None => {
                     self.held_recvs.put_back(recv);
                     return;
@@ -711,7 +722,25 @@ impl FabricEndpoint {
         }
         self.let_go_finished_front();
         self.post_all_held();
+        self.watch_held(now);
         written
+    }
+
+    /// `NICMSG_WATCHDOG`: says on standard error when held operations have not moved into the
+    /// engine for the threshold ([`HeldWatch`]).
+    fn watch_held(&mut self, now: u64) {
+        let Some(threshold) = self.watchdog_ns else {
+            return;
+        };
+        let held = (self.held.len(), self.held_recvs.len());
+        if let Some(line) = self.held_watch.look(now, held, threshold) {
+            // One write, as the engine's report (`nicmsg_engine::runner::report_hangs`).
+            let line = format!(
+                "nicmsg watchdog: endpoint {}: {line}\n",
+                self.endpoint.local_addr()
+            );
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+        }
     }
 
     /// `FI_PEEK` while receives are held: a message the first held receive that matches it

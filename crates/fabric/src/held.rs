@@ -213,6 +213,10 @@ impl HeldSends {
         self.queue.is_empty()
     }
 
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
     /// Holds `send` behind the others; gives it back if the bounds are reached.
     pub fn hold(&mut self, send: HeldSend) -> Result<(), HeldSend> {
         let bytes = self.bytes + send.bytes.copied();
@@ -278,6 +282,56 @@ pub enum RecvOf {
     Claimed(Claim),
 }
 
+/// `NICMSG_WATCHDOG` for held operations: the engine's watchdog sees only what is in the
+/// engine, and a program hung past the room (sends that wait for receives posted only later,
+/// while a send or receive its peer needs waits here behind them) would show the operations
+/// holding the room but not the ones waiting for it. This says, at most once a threshold, how
+/// many wait here and how long since one last entered the engine.
+#[derive(Debug, Default)]
+pub struct HeldWatch {
+    /// Operations that went from here into the engine, ever.
+    entered: u64,
+    /// `entered` when last looked at, and since when it has not moved while some were held.
+    seen: u64,
+    stuck_since: Option<u64>,
+    told_at: Option<u64>,
+}
+
+impl HeldWatch {
+    /// A held operation went into the engine.
+    pub fn entered(&mut self) {
+        self.entered += 1;
+    }
+
+    /// At `now` (ns, any monotonic clock), with `held` (sends, receives) waiting: the line to
+    /// print if none has entered the engine for `threshold_ns`, and none was printed for as
+    /// long.
+    pub fn look(&mut self, now: u64, held: (usize, usize), threshold_ns: u64) -> Option<String> {
+        if held == (0, 0) || self.entered != self.seen {
+            self.seen = self.entered;
+            self.stuck_since = (held != (0, 0)).then_some(now);
+            return None;
+        }
+        let since = *self.stuck_since.get_or_insert(now);
+        let stuck = now.saturating_sub(since);
+        let told_recently = self
+            .told_at
+            .is_some_and(|at| now.saturating_sub(at) < threshold_ns);
+        if stuck < threshold_ns || told_recently {
+            return None;
+        }
+        self.told_at = Some(now);
+        Some(format!(
+            "{} sends and {} receives wait in the provider for room in the engine; none has \
+             entered it for {:.1} s (the watchdog's lines on this endpoint's operations in the \
+             engine say what holds the room)",
+            held.0,
+            held.1,
+            stuck as f64 / 1e9
+        ))
+    }
+}
+
 /// A receive waiting for room: the application's buffers, valid until it completes.
 pub struct HeldRecv {
     pub pieces: Vec<libc::iovec>,
@@ -294,6 +348,10 @@ pub struct HeldRecvs {
 impl HeldRecvs {
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.queue.len()
     }
 
     /// Holds `recv` behind the others; gives it back if the bound is reached.
@@ -399,6 +457,48 @@ mod tests {
 
     fn copied_len(send: &HeldSend) -> usize {
         send.bytes.copied()
+    }
+
+    #[test]
+    fn the_watch_speaks_only_when_nothing_entered_for_the_threshold_and_then_once_a_threshold() {
+        let mut watch = HeldWatch::default();
+        let second = 1_000_000_000;
+        assert_eq!(watch.look(0, (0, 0), second), None, "nothing held");
+        assert_eq!(watch.look(1, (3, 1), second), None, "held from now on");
+        assert_eq!(
+            watch.look(second / 2, (3, 1), second),
+            None,
+            "not for long yet"
+        );
+        watch.entered();
+        assert_eq!(
+            watch.look(second, (2, 1), second),
+            None,
+            "one entered: the clock restarts"
+        );
+        assert_eq!(watch.look(second + second / 2, (2, 1), second), None);
+        let line = watch
+            .look(2 * second, (2, 1), second)
+            .expect("stuck for 1 s");
+        assert!(
+            line.starts_with("2 sends and 1 receives wait in the provider")
+                && line.contains("for 1.0 s"),
+            "{line}"
+        );
+        assert_eq!(
+            watch.look(2 * second + 1, (2, 1), second),
+            None,
+            "told a moment ago"
+        );
+        assert!(
+            watch.look(3 * second, (2, 1), second).is_some(),
+            "told again a threshold later"
+        );
+        assert_eq!(
+            watch.look(4 * second, (0, 0), second),
+            None,
+            "nothing held any more"
+        );
     }
 
     #[test]

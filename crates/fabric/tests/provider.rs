@@ -555,6 +555,108 @@ fn the_hpc_challenge_suite_runs_on_four_ranks() {
     );
 }
 
+/// A hung MPI program says why: with `NICMSG_WATCHDOG=1`, a receive that waits for tag 42
+/// while the message that came has tag 41 (`tests/mpi/tag_mismatch.c`) is reported on
+/// standard error with that message, in both engine modes. Inline, the report comes from
+/// inside the application's own polling (`fi_cq_read` in `MPI_Test`), where it hangs; the
+/// program gives up after 3 s and ends the job itself.
+#[test]
+fn a_hung_mpi_receive_is_reported_with_the_message_it_did_not_match() {
+    if !installed("mpicc") || !installed("mpirun") {
+        eprintln!("skipped: Open MPI is not installed (openmpi-bin, libopenmpi-dev)");
+        return;
+    }
+    let Some(dir) = provider_dir("watchdog") else {
+        return;
+    };
+    let program = compile("mpicc", "tests/mpi/tag_mismatch.c", &dir, &[]);
+    for engine in ["inline", "thread"] {
+        let mut mpirun = Command::new("mpirun");
+        let run = on_nicmsg(&mut mpirun, &dir)
+            .args(["-x", "NICMSG_ENGINE", "-x", "NICMSG_WATCHDOG"])
+            .env("NICMSG_ENGINE", engine)
+            .env("NICMSG_WATCHDOG", "1")
+            .args(["--allow-run-as-root", "--oversubscribe", "-n", "2"])
+            .arg(&program)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("mpirun starts");
+        let what = format!("mpirun -n 2 tag_mismatch ({engine})");
+        let output = finish(run, RUN_LIMIT, &what);
+        assert_success(&output, &what);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let report = stderr
+            .lines()
+            .find(|line| line.starts_with("nicmsg watchdog: endpoint "))
+            .unwrap_or_else(|| panic!("{what}: no watchdog report:\n{stderr}"));
+        assert!(
+            report.contains("receive from peer ")
+                && report.contains("with tag 42 ")
+                && report
+                    .contains("1 message from the peers it accepts waits unmatched: 41 from peer "),
+            "{what}: the report does not name the receive and the message:\n{report}"
+        );
+    }
+}
+
+/// A job stuck behind the provider's held sends says so: in `tests/mpi/held_behind.c` a short
+/// send waits behind 300 rendezvous sends held past an engine of 256 slots, in a cycle the
+/// program breaks after 4 s. Meanwhile `NICMSG_WATCHDOG=1` must say how many sends wait in
+/// the provider, and name at most eight of the 153 operations holding the engine's room,
+/// counting the rest, instead of printing a line for each every second.
+#[test]
+fn sends_stuck_behind_held_ones_are_reported_without_a_flood() {
+    if !installed("mpicc") || !installed("mpirun") {
+        eprintln!("skipped: Open MPI is not installed (openmpi-bin, libopenmpi-dev)");
+        return;
+    }
+    let Some(dir) = provider_dir("held-watchdog") else {
+        return;
+    };
+    let program = compile("mpicc", "tests/mpi/held_behind.c", &dir, &[]);
+    let mut mpirun = Command::new("mpirun");
+    let run = on_nicmsg(&mut mpirun, &dir)
+        .args(["-x", "NICMSG_SLOTS", "-x", "NICMSG_WATCHDOG"])
+        .env("NICMSG_SLOTS", "256")
+        .env("NICMSG_WATCHDOG", "1")
+        .args(["--allow-run-as-root", "--oversubscribe", "-n", "3"])
+        .arg(&program)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mpirun starts");
+    let output = finish(run, RUN_LIMIT, "mpirun -n 3 held_behind");
+    assert_success(&output, "mpirun -n 3 held_behind");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("held_behind: every byte arrived"),
+        "{stdout}"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let reports: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.starts_with("nicmsg watchdog: "))
+        .collect();
+    assert!(
+        reports.iter().any(|line| line
+            .contains(" sends and 0 receives wait in the provider for room in the engine")),
+        "no report of the held sends:\n{stderr}"
+    );
+    assert!(
+        reports
+            .iter()
+            .any(|line| line.contains("more operations pending longer than 1.0 s, not named")),
+        "the operations past the first eight are not counted:\n{stderr}"
+    );
+    // Three looks at most in 4 s, each naming at most 8 operations per endpoint (3 of them).
+    assert!(
+        reports.len() < 100,
+        "{} watchdog lines: a flood\n{stderr}",
+        reports.len()
+    );
+}
+
 /// The randomized MPI check's runs: seed, ranks, engine mode. Each run is a different plan
 /// (senders, receivers, sizes from 0 B to 4 MiB, tags, communicators, send and receive calls,
 /// floods of unexpected messages); 2 to 4 ranks, both engine modes. Together about 10 s on two
