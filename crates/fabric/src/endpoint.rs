@@ -20,9 +20,10 @@ use nicmsg_proto::{Claim, TagMatch, MAX_SEGMENTS};
 use nicmsg_udp::{RawAddr, RAW_ADDR_LEN};
 
 use crate::held::{
-    is_buffered, HeldBytes, HeldRecv, HeldRecvs, HeldSend, HeldSends, HeldWatch, Kind, Owner,
-    RecvOf, Room, SendTarget, MAX_UNREAD_REPORTS,
+    is_buffered, HeldRecv, HeldRecvs, HeldWatch, Kind, Owner, RecvOf, Room, SendTarget,
+    MAX_UNREAD_REPORTS,
 };
+use crate::held_sends::{HeldBytes, HeldSend, HeldSends, SendShares};
 
 /// libfabric's error codes used here (`rdma/fi_errno.h`; the first ones are errno's).
 mod fi_errno {
@@ -109,6 +110,8 @@ struct Pending {
     /// back to the endpoint's pool when the send completes.
     copy: Option<Vec<u8>>,
     owner: Owner,
+    /// A send's destination (its share of the room, `held_sends.rs`); `None` for a receive.
+    to: Option<SocketAddr>,
 }
 
 /// What a peek found past the held receives (`FabricEndpoint::peek_past_held`).
@@ -151,8 +154,11 @@ pub struct FabricEndpoint {
     unreported: VecDeque<Pending>,
     /// Copies of injected sends given back, for the next injects.
     copies: Vec<Vec<u8>>,
-    /// Sends waiting for room in the engine (`held.rs`).
+    /// Sends waiting for room in the engine (`held.rs`), a queue per destination
+    /// (`held_sends.rs`).
     held: HeldSends,
+    /// The sends in the engine by destination, while their shares matter (`held_sends.rs`).
+    shares: SendShares,
     /// Receives waiting for room in the engine (`held.rs`).
     held_recvs: HeldRecvs,
     /// Completions the provider made itself (buffered sends, held operations cancelled or
@@ -198,7 +204,7 @@ fn choose_eager_pool(options: &mut Options, capacity: u32) {
 /// slots, not the library's 640. MPI lets a program keep any number of nonblocking operations
 /// outstanding, and Open MPI posts each `MPI_Isend` and `MPI_Irecv` at once. Operations past
 /// the engine's room wait in the provider (`held.rs`), but a send waits behind every send held
-/// before it, whatever its destination or communicator: with 640 slots, the randomized MPI
+/// before it to its destination, whatever its communicator: with 640 slots, the randomized MPI
 /// check's flood (300 messages a pair of 4 ranks, all posted before any receive, then a
 /// barrier) filled the engine's room with sends that wait for their receives, and the
 /// barrier's own messages waited behind the rest for ever (`mpi_random 1 8 -f 300`; it passes
@@ -236,6 +242,7 @@ impl FabricEndpoint {
             unreported: VecDeque::with_capacity(room.in_flight),
             copies: Vec::with_capacity(COPY_POOL),
             held: HeldSends::default(),
+            shares: SendShares::default(),
             held_recvs: HeldRecvs::default(),
             reports: VecDeque::new(),
             sends_in_flight: 0,
@@ -267,14 +274,44 @@ impl FabricEndpoint {
         self.sends_in_flight < self.room.sends && self.in_flight() < self.room.in_flight
     }
 
+    /// Room for one more send to `to`: room for a send, within `to`'s share of it
+    /// (`held_sends.rs`; counted from half the room taken).
+    fn has_send_room_for(&mut self, to: SocketAddr) -> bool {
+        if !self.has_send_room() {
+            return false;
+        }
+        self.count_shares_if_due();
+        self.shares.fits(to, self.free_for_sends())
+    }
+
+    /// Of the room for sends, what is free.
+    fn free_for_sends(&self) -> usize {
+        self.room.sends - self.sends_in_flight
+    }
+
+    /// Counts the sends in the engine by destination from half the room for sends taken, and
+    /// stops below a quarter (`held_sends.rs`).
+    fn count_shares_if_due(&mut self) {
+        if self.shares.counting() {
+            if self.sends_in_flight < self.room.sends / 4 {
+                self.shares.stop();
+            }
+        } else if self.sends_in_flight >= self.room.sends / 2 {
+            let in_engine = self.pending.iter().chain(&self.unreported);
+            self.shares
+                .start(in_engine.filter_map(|pending| pending.to));
+        }
+    }
+
     fn has_recv_room(&self) -> bool {
         let recvs_in_flight = self.in_flight() - self.sends_in_flight;
         recvs_in_flight < self.room.recvs && self.in_flight() < self.room.in_flight
     }
 
-    /// A send now waits: sends are held (none overtakes them), or the engine has no room.
-    fn sends_wait(&self) -> bool {
-        !self.held.is_empty() || !self.has_send_room()
+    /// A send to `to` now waits: sends to `to` are held (none overtakes them), or the engine
+    /// has no room for it.
+    fn sends_wait_for(&mut self, to: SocketAddr) -> bool {
+        self.held.holds_for(to) || !self.has_send_room_for(to)
     }
 
     /// A receive now waits: receives are held (MPI matches them in posting order), or the
@@ -287,12 +324,12 @@ impl FabricEndpoint {
     /// while the engine has no room (`held.rs`). 0, a post's error code, or `-FI_EAGAIN` past
     /// the held bounds.
     fn send(&mut self, bytes: Bytes<'_>, target: SendTarget, owner: Owner) -> c_int {
-        if self.sends_wait() {
+        if self.sends_wait_for(target.to) {
             self.progress_unreported();
         } else if self.unreported.len() >= PACED_UNREPORTED {
             self.pace_unreported();
         }
-        let bytes = if self.sends_wait() {
+        let bytes = if self.sends_wait_for(target.to) {
             bytes
         } else {
             match self.post_send(bytes, &target, owner) {
@@ -388,7 +425,7 @@ impl FabricEndpoint {
             Bytes::Copy(copy) => Some(copy),
             Bytes::Caller(_) => None,
         };
-        Ok(self.track(posted, copy, owner))
+        Ok(self.track(posted, copy, owner, Some(target.to)))
     }
 
     /// Receives into `pieces` the message `of` names, for `owner`: posted now, or held behind
@@ -428,21 +465,24 @@ impl FabricEndpoint {
         if let Err(Error::TableFull { .. }) = posted {
             return None;
         }
-        Some(self.track(posted, None, owner))
+        Some(self.track(posted, None, owner, None))
     }
 
-    /// Sends held sends, oldest first, while the engine has room for sends. One the engine
-    /// refuses (its peer failed) completes with the error, if anybody reads its completion.
+    /// Sends held sends while the engine has room for sends, the oldest first whose
+    /// destination is within its share (`held_sends.rs`). One the engine refuses (its peer
+    /// failed) completes with the error, if anybody reads its completion.
     fn post_held(&mut self) {
-        while self.has_send_room() {
-            let Some(HeldSend {
+        while !self.held.is_empty() && self.has_send_room() {
+            self.count_shares_if_due();
+            let (shares, free) = (&self.shares, self.free_for_sends());
+            let Some((place, send)) = self.held.take_fitting(|to| shares.fits(to, free)) else {
+                return;
+            };
+            let HeldSend {
                 bytes,
                 target,
                 owner,
-            }) = self.held.take_oldest()
-            else {
-                return;
-            };
+            } = send;
             let posted = match bytes {
                 HeldBytes::Copy(copy) => self
                     .post_send(Bytes::Copy(copy), &target, owner)
@@ -458,11 +498,12 @@ impl FabricEndpoint {
                     self.report_refused(owner, code);
                 }
                 Err(bytes) => {
-                    self.held.put_back(HeldSend {
+                    let send = HeldSend {
                         bytes,
                         target,
                         owner,
-                    });
+                    };
+                    self.held.put_back(place, send);
                     return;
                 }
             }
@@ -598,7 +639,7 @@ impl FabricEndpoint {
     /// An unreported operation that finished: out of those in flight, its copy kept for the
     /// next, its loss told if it failed.
     fn let_go_unreported(&mut self, done: Pending, result: &Result<(), Error>) {
-        self.sends_in_flight -= usize::from(done.owner.kind.is_send);
+        self.out_of_engine(&done);
         self.tell_if_lost(&done.owner, result);
         self.recycle(done);
     }
@@ -626,8 +667,17 @@ impl FabricEndpoint {
     /// order among operations that finished together).
     fn retire(&mut self, index: usize) -> Pending {
         let done = self.pending.swap_remove(index);
-        self.sends_in_flight -= usize::from(done.owner.kind.is_send);
+        self.out_of_engine(&done);
         done
+    }
+
+    /// An operation left the engine: a send no longer takes room, nor its destination's
+    /// share.
+    fn out_of_engine(&mut self, done: &Pending) {
+        if let Some(to) = done.to {
+            self.sends_in_flight -= 1;
+            self.shares.done(to);
+        }
     }
 
     /// Keeps a retired operation's copy for the next inject: the request is finished, so
@@ -651,14 +701,19 @@ impl FabricEndpoint {
         posted: Result<Request<'static>, Error>,
         copy: Option<Vec<u8>>,
         owner: Owner,
+        to: Option<SocketAddr>,
     ) -> c_int {
         match posted {
             Ok(request) => {
-                self.sends_in_flight += usize::from(owner.kind.is_send);
+                if let Some(to) = to {
+                    self.sends_in_flight += 1;
+                    self.shares.sent(to);
+                }
                 let pending = Pending {
                     request,
                     copy,
                     owner,
+                    to,
                 };
                 if owner.reads_nothing() {
                     self.unreported.push_back(pending);

@@ -12,7 +12,9 @@
 //!
 //! Now such sends wait here, copied, in posting order, up to [`MAX_HELD_SENDS`] and
 //! [`MAX_HELD_BYTES`], and go to the engine as sends in flight complete. Sends posted behind
-//! them wait too, so nothing overtakes a held send and MPI's order per sender and tag holds.
+//! them to the same destination wait too, so nothing overtakes a held send to its destination
+//! and MPI's order holds; sends to other destinations pass them (`held_sends.rs`, which also
+//! shares the room for sends between destinations).
 //! Neither kind of operation takes all of the endpoint's operations ([`Room`]): a rank whose
 //! sends all wait for its peer can still post the receives its peer waits for, and the other
 //! way round.
@@ -176,99 +178,6 @@ pub struct SendTarget {
     pub options: SendOptions,
 }
 
-/// A held send's bytes.
-pub enum HeldBytes {
-    /// The provider's copy (an inject's, or a buffered send's).
-    Copy(Vec<u8>),
-    /// The application's buffers, valid until the send completes.
-    Borrowed(Vec<libc::iovec>),
-}
-
-impl HeldBytes {
-    /// Bytes of the provider's memory this holds.
-    fn copied(&self) -> usize {
-        match self {
-            HeldBytes::Copy(copy) => copy.len(),
-            HeldBytes::Borrowed(_) => 0,
-        }
-    }
-}
-
-/// A send waiting for room: its bytes, where it goes, and whose it is.
-pub struct HeldSend {
-    pub bytes: HeldBytes,
-    pub target: SendTarget,
-    pub owner: Owner,
-}
-
-/// The held sends of one endpoint, oldest first.
-#[derive(Default)]
-pub struct HeldSends {
-    queue: VecDeque<HeldSend>,
-    bytes: usize,
-}
-
-impl HeldSends {
-    pub fn is_empty(&self) -> bool {
-        self.queue.is_empty()
-    }
-
-    pub fn len(&self) -> usize {
-        self.queue.len()
-    }
-
-    /// Holds `send` behind the others; gives it back if the bounds are reached.
-    pub fn hold(&mut self, send: HeldSend) -> Result<(), HeldSend> {
-        let bytes = self.bytes + send.bytes.copied();
-        if self.queue.len() >= MAX_HELD_SENDS || bytes > MAX_HELD_BYTES {
-            return Err(send);
-        }
-        self.bytes = bytes;
-        self.queue.push_back(send);
-        Ok(())
-    }
-
-    /// The oldest held send, taken out.
-    pub fn take_oldest(&mut self) -> Option<HeldSend> {
-        let send = self.queue.pop_front()?;
-        self.bytes -= send.bytes.copied();
-        Some(send)
-    }
-
-    /// Puts back, as the oldest, a send the engine had no room for after all.
-    pub fn put_back(&mut self, send: HeldSend) {
-        self.bytes += send.bytes.copied();
-        self.queue.push_front(send);
-    }
-
-    /// What standard error is told when a send is refused for want of room to hold it: how
-    /// many sends and bytes are held, against the bounds. Either bound refuses a send (1,024
-    /// buffered sends of 64 KiB reach the bytes' bound), and the notice named 65,536 sends
-    /// whichever it was.
-    pub fn full_notice(&self) -> String {
-        format!(
-            "nicmsg: a libfabric endpoint holds {} sends ({} KiB of copies) waiting for room in \
-             its engine, at most {MAX_HELD_SENDS} sends and {} KiB; further sends are refused \
-             with -FI_EAGAIN until some complete",
-            self.queue.len(),
-            self.bytes >> 10,
-            MAX_HELD_BYTES >> 10
-        )
-    }
-
-    /// Takes out the held send posted with `context` (never the provider's own, whose context
-    /// is null), for a cancel.
-    pub fn withdraw(&mut self, context: *mut c_void) -> Option<HeldSend> {
-        let at = self
-            .queue
-            .iter()
-            .position(|send| !context.is_null() && send.owner.context == context)?;
-        let send = self.queue.remove(at)?;
-        self.bytes -= send.bytes.copied();
-        Some(send)
-    }
-}
-
 /// Which message a held receive takes.
 #[derive(Debug, Clone, Copy)]
 pub enum RecvOf {
@@ -429,35 +338,6 @@ impl HeldRecvs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::{Ipv4Addr, SocketAddrV4};
-
-    fn owner(context: *mut c_void) -> Owner {
-        Owner {
-            context,
-            buf: std::ptr::null_mut(),
-            kind: Kind {
-                is_send: true,
-                tagged: true,
-                wanted: true,
-            },
-        }
-    }
-
-    fn send(len: usize) -> HeldSend {
-        HeldSend {
-            bytes: HeldBytes::Copy(vec![7; len]),
-            target: SendTarget {
-                to: SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9)),
-                space_tag: (Space::Tagged, 1),
-                options: SendOptions::default(),
-            },
-            owner: owner(std::ptr::null_mut()),
-        }
-    }
-
-    fn copied_len(send: &HeldSend) -> usize {
-        send.bytes.copied()
-    }
 
     #[test]
     fn the_watch_speaks_only_when_nothing_entered_for_the_threshold_and_then_once_a_threshold() {
@@ -502,27 +382,6 @@ mod tests {
     }
 
     #[test]
-    fn held_sends_leave_oldest_first_within_their_bounds() {
-        let mut held = HeldSends::default();
-        for len in [1, 2, 3] {
-            assert!(held.hold(send(len)).is_ok());
-        }
-        let first = held.take_oldest().expect("held");
-        assert_eq!(copied_len(&first), 1);
-        held.put_back(first);
-        let lens: Vec<usize> = std::iter::from_fn(|| held.take_oldest())
-            .map(|s| copied_len(&s))
-            .collect();
-        assert_eq!(lens, [1, 2, 3]);
-        assert!(held.is_empty());
-        let mut full = HeldSends::default();
-        for _ in 0..MAX_HELD_BYTES / 4096 {
-            assert!(full.hold(send(4096)).is_ok());
-        }
-        assert!(full.hold(send(1)).is_err(), "past the byte bound");
-    }
-
-    #[test]
     fn each_kind_of_operation_leaves_room_for_the_other_in_any_table() {
         let default = Room::for_slots(640);
         assert_eq!(
@@ -544,20 +403,5 @@ mod tests {
                 "{room:?}: receives leave sends room"
             );
         }
-    }
-
-    #[test]
-    fn the_notice_of_a_refused_send_names_the_bound_it_reached() {
-        let mut held = HeldSends::default();
-        while held.hold(send(64 << 10)).is_ok() {}
-        let notice = held.full_notice();
-        assert!(
-            notice.contains("holds 1024 sends (65536 KiB of copies)"),
-            "{notice}"
-        );
-        assert!(
-            notice.contains("at most 65536 sends and 65536 KiB"),
-            "{notice}"
-        );
     }
 }

@@ -12,6 +12,7 @@
 
 pub mod endpoint;
 mod held;
+mod held_sends;
 
 #[cfg(nicmsg_libfabric)]
 extern "C" {

@@ -600,13 +600,15 @@ fn a_hung_mpi_receive_is_reported_with_the_message_it_did_not_match() {
     }
 }
 
-/// A job stuck behind the provider's held sends says so: in `tests/mpi/held_behind.c` a short
-/// send waits behind 300 rendezvous sends held past an engine of 256 slots, in a cycle the
-/// program breaks after 4 s. Meanwhile `NICMSG_WATCHDOG=1` must say how many sends wait in
-/// the provider, and name at most eight of the 153 operations holding the engine's room,
-/// counting the rest, instead of printing a line for each every second.
+/// A send passes sends held for another destination (`tests/mpi/held_behind.c`): a short send
+/// from rank 0 to rank 2, posted after 300 rendezvous sends to rank 1 that an engine of 256
+/// slots cannot take, reaches rank 2 (and its word rank 1) while those wait for rank 1's
+/// receives, posted only after 4 s. It waited behind them, and a rank 1 waiting for the word
+/// hung. Meanwhile `NICMSG_WATCHDOG=1` must say how many sends wait in the provider, and name
+/// at most eight of the operations holding the engine's room, counting the rest, instead of
+/// printing a line for each every second.
 #[test]
-fn sends_stuck_behind_held_ones_are_reported_without_a_flood() {
+fn a_send_passes_sends_held_for_another_destination_and_the_held_are_reported() {
     if !installed("mpicc") || !installed("mpirun") {
         eprintln!("skipped: Open MPI is not installed (openmpi-bin, libopenmpi-dev)");
         return;

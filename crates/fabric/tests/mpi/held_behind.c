@@ -1,12 +1,14 @@
 /*
- * A hang the provider's room can cause, made to resolve itself: rank 0 posts 300 rendezvous
- * sends (100 KiB) to rank 1, more than an engine of 256 slots (NICMSG_SLOTS=256) takes, then
- * a short send to rank 2, which waits in the provider behind the held ones. Rank 1 posts its
- * receives only once rank 2 tells it to, and rank 2 tells it only once it has rank 0's
- * message: a cycle through the held sends. Rank 1 waits for the word at most `seconds`
- * (argument 1, default 4), then posts its receives anyway, and the job completes, every byte
- * checked. Run with NICMSG_WATCHDOG=1, the watchdog must meanwhile say how many sends wait in
- * the provider, and name no more than its share of the operations in the engine.
+ * A send must not wait behind sends held for another destination. Rank 0 posts 300
+ * rendezvous sends (100 KiB) to rank 1, more than an engine of 256 slots (NICMSG_SLOTS=256)
+ * takes, then a short send to rank 2; rank 2 passes the word on to rank 1, and rank 1 posts
+ * its receives only after `seconds` (argument 1, default 4). The word must reach rank 1
+ * within that time, while rank 0's sends to it wait in the provider: when every held send
+ * waited behind those held before it, whatever their destination, the short send waited
+ * behind the 300, and a rank 1 that waits for the word before posting its receives hung the
+ * job. Then every byte is checked. Run with NICMSG_WATCHDOG=1, the watchdog must meanwhile
+ * say how many sends wait in the provider, and name no more than its share of the operations
+ * in the engine.
  *
  *   NICMSG_SLOTS=256 NICMSG_WATCHDOG=1 mpirun -n 3 -x NICMSG_SLOTS -x NICMSG_WATCHDOG \
  *       --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include nicmsg ./held_behind
@@ -46,10 +48,11 @@ int main(int argc, char **argv)
 	} else if (rank == 1) {
 		int told = 0;
 		double until = MPI_Wtime() + seconds;
-		while (!told && MPI_Wtime() < until)
-			MPI_Iprobe(2, 3, MPI_COMM_WORLD, &told, MPI_STATUS_IGNORE);
-		if (told) {
-			fprintf(stderr, "held_behind: rank 2's word came while rank 0's sends were held\n");
+		while (MPI_Wtime() < until)
+			if (!told)
+				MPI_Iprobe(2, 3, MPI_COMM_WORLD, &told, MPI_STATUS_IGNORE);
+		if (!told) {
+			fprintf(stderr, "held_behind: rank 2's word waited behind rank 0's held sends\n");
 			failed = 1;
 		}
 		for (int i = 0; i < SENDS; i++)

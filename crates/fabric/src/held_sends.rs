@@ -1,0 +1,394 @@
+//! Sends held by the provider (`held.rs` says why operations are held), and how the engine's
+//! room for sends is shared between destinations.
+//!
+//! **Order per destination, not across.** A held send waits behind the sends held before it
+//! to the same destination: MPI's non-overtaking order, and libfabric's `FI_ORDER_SAS`, are
+//! between one pair of endpoints. Sends to other destinations have no order to keep, and once
+//! held in one queue they waited behind every send held before them, whatever its
+//! destination. With the room full of rendezvous sends to one peer that posts its receives
+//! only later, a short send to a third rank waited behind them, and if that third rank is what
+//! the first waits for, the job hung (`tests/mpi/held_behind.c`: 300 sends of 100 KiB to rank
+//! 1, then one to rank 2, which rank 1 waits for, at 256 slots). Now each destination has its
+//! own queue, and room that frees goes to the oldest held send whose destination may take it.
+//!
+//! **Each destination's share.** Per-destination queues alone do not help when one
+//! destination's sends take the whole room, since room frees only as they complete. So a
+//! destination may have another send in the engine only while it has fewer there than the
+//! room left free ([`SendShares::fits`]): one destination takes at most half the room, a
+//! second at most half of what is left, and so on, so that a destination with nothing in the
+//! engine finds room while fewer than about log2(room) destinations flood at once (11 of the
+//! provider's 2,976 sends; 7 of 153 at 256 slots). A single stream still has half the room,
+//! 1,488 sends in flight, far more than a window needs.
+//!
+//! **Counted only when it matters.** While less than half the room is taken, no destination
+//! can reach its share (it has fewer sends in the engine than are taken, so fewer than are
+//! free): nothing is counted, and a send's fast path looks at no map. From half on, the
+//! sends in the engine are counted by destination ([`SendShares::start`]), until a quarter.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::ffi::c_void;
+use std::net::SocketAddr;
+
+use rustc_hash::FxHashMap;
+
+use crate::held::{Owner, SendTarget, MAX_HELD_BYTES, MAX_HELD_SENDS};
+
+/// A held send's bytes.
+pub enum HeldBytes {
+    /// The provider's copy (an inject's, or a buffered send's).
+    Copy(Vec<u8>),
+    /// The application's buffers, valid until the send completes.
+    Borrowed(Vec<libc::iovec>),
+}
+
+impl HeldBytes {
+    /// Bytes of the provider's memory this holds.
+    fn copied(&self) -> usize {
+        match self {
+            HeldBytes::Copy(copy) => copy.len(),
+            HeldBytes::Borrowed(_) => 0,
+        }
+    }
+}
+
+/// A send waiting for room: its bytes, where it goes, and whose it is.
+pub struct HeldSend {
+    pub bytes: HeldBytes,
+    pub target: SendTarget,
+    pub owner: Owner,
+}
+
+/// The place a held send taken out to be posted had among the held: where it goes back if
+/// the engine had no room after all.
+pub struct Place(u64);
+
+/// How many destinations' oldest held sends a look for room goes through: past them, the
+/// room waits for the next look (the destinations looked at had reached their shares, and
+/// most of the room is theirs).
+const FRONTS_LOOKED_AT: usize = 64;
+
+/// The held sends of one endpoint: a queue per destination, oldest first.
+#[derive(Default)]
+pub struct HeldSends {
+    queues: FxHashMap<SocketAddr, VecDeque<(u64, HeldSend)>>,
+    /// The order of each destination's oldest held send, oldest first.
+    fronts: BTreeSet<(u64, SocketAddr)>,
+    next_order: u64,
+    len: usize,
+    bytes: usize,
+}
+
+impl HeldSends {
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether sends to `to` are held: a new one waits behind them.
+    pub fn holds_for(&self, to: SocketAddr) -> bool {
+        self.len > 0 && self.queues.get(&to).is_some_and(|queue| !queue.is_empty())
+    }
+
+    /// Holds `send` behind the others to its destination; gives it back if the bounds are
+    /// reached.
+    pub fn hold(&mut self, send: HeldSend) -> Result<(), HeldSend> {
+        let bytes = self.bytes + send.bytes.copied();
+        if self.len >= MAX_HELD_SENDS || bytes > MAX_HELD_BYTES {
+            return Err(send);
+        }
+        self.bytes = bytes;
+        self.len += 1;
+        let order = self.next_order;
+        self.next_order += 1;
+        let to = send.target.to;
+        let queue = self.queues.entry(to).or_default();
+        if queue.is_empty() {
+            self.fronts.insert((order, to));
+        }
+        queue.push_back((order, send));
+        Ok(())
+    }
+
+    /// Takes out the oldest held send whose destination `fits` (the first held to it): the
+    /// one to post as room frees.
+    pub fn take_fitting(&mut self, fits: impl Fn(SocketAddr) -> bool) -> Option<(Place, HeldSend)> {
+        let &(_, to) = self
+            .fronts
+            .iter()
+            .take(FRONTS_LOOKED_AT)
+            .find(|&&(_, to)| fits(to))?;
+        let queue = self.queues.get_mut(&to).expect("a front has its queue");
+        let (order, send) = queue.pop_front().expect("a front's queue holds it");
+        self.fronts.remove(&(order, to));
+        match queue.front() {
+            Some(&(next, _)) => {
+                self.fronts.insert((next, to));
+            }
+            None => {
+                self.queues.remove(&to);
+            }
+        }
+        self.len -= 1;
+        self.bytes -= send.bytes.copied();
+        Some((Place(order), send))
+    }
+
+    /// Puts back, as the oldest to its destination, a send the engine had no room for after
+    /// all.
+    pub fn put_back(&mut self, Place(order): Place, send: HeldSend) {
+        let to = send.target.to;
+        self.len += 1;
+        self.bytes += send.bytes.copied();
+        let queue = self.queues.entry(to).or_default();
+        if let Some(&(front, _)) = queue.front() {
+            self.fronts.remove(&(front, to));
+        }
+        self.fronts.insert((order, to));
+        queue.push_front((order, send));
+    }
+
+    /// What standard error is told when a send is refused for want of room to hold it: how
+    /// many sends and bytes are held, against the bounds. Either bound refuses a send (1,024
+    /// buffered sends of 64 KiB reach the bytes' bound), and the notice named 65,536 sends
+    /// whichever it was.
+    pub fn full_notice(&self) -> String {
+        format!(
+            "nicmsg: a libfabric endpoint holds {} sends ({} KiB of copies) waiting for room in \
+             its engine, at most {MAX_HELD_SENDS} sends and {} KiB; further sends are refused \
+             with -FI_EAGAIN until some complete",
+            self.len,
+            self.bytes >> 10,
+            MAX_HELD_BYTES >> 10
+        )
+    }
+
+    /// Takes out the held send posted with `context` (never the provider's own, whose context
+    /// is null), for a cancel.
+    pub fn withdraw(&mut self, context: *mut c_void) -> Option<HeldSend> {
+        if context.is_null() {
+            return None;
+        }
+        let (to, at) = self.queues.iter().find_map(|(&to, queue)| {
+            let at = queue
+                .iter()
+                .position(|(_, send)| send.owner.context == context)?;
+            Some((to, at))
+        })?;
+        let queue = self.queues.get_mut(&to).expect("found in it");
+        let (order, send) = queue.remove(at).expect("found at");
+        if at == 0 {
+            self.fronts.remove(&(order, to));
+            match queue.front() {
+                Some(&(next, _)) => {
+                    self.fronts.insert((next, to));
+                }
+                None => {
+                    self.queues.remove(&to);
+                }
+            }
+        }
+        self.len -= 1;
+        self.bytes -= send.bytes.copied();
+        Some(send)
+    }
+}
+
+/// The sends in the engine by destination, counted while at least half the room for sends is
+/// taken (see the module documentation).
+#[derive(Debug, Default)]
+pub struct SendShares {
+    counts: Option<FxHashMap<SocketAddr, usize>>,
+}
+
+impl SendShares {
+    /// Whether the sends in the engine are being counted.
+    pub fn counting(&self) -> bool {
+        self.counts.is_some()
+    }
+
+    /// Starts counting, from the destinations of the sends in the engine now.
+    pub fn start(&mut self, in_engine: impl Iterator<Item = SocketAddr>) {
+        let mut counts = FxHashMap::default();
+        for to in in_engine {
+            *counts.entry(to).or_insert(0) += 1;
+        }
+        self.counts = Some(counts);
+    }
+
+    pub fn stop(&mut self) {
+        self.counts = None;
+    }
+
+    /// A send to `to` went into the engine.
+    pub fn sent(&mut self, to: SocketAddr) {
+        if let Some(counts) = &mut self.counts {
+            *counts.entry(to).or_insert(0) += 1;
+        }
+    }
+
+    /// A send to `to` left the engine.
+    pub fn done(&mut self, to: SocketAddr) {
+        if let Some(counts) = &mut self.counts {
+            if let Some(count) = counts.get_mut(&to) {
+                *count -= 1;
+                if *count == 0 {
+                    counts.remove(&to);
+                }
+            }
+        }
+    }
+
+    /// Whether one more send to `to` is within its share while `free` of the room for sends
+    /// is free: fewer of its sends in the engine than that. Always while not counting (less
+    /// than half the room taken: see the module documentation).
+    pub fn fits(&self, to: SocketAddr, free: usize) -> bool {
+        self.counts
+            .as_ref()
+            .is_none_or(|counts| counts.get(&to).copied().unwrap_or(0) < free)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::held::Kind;
+    use nicmsg::tagged::{SendOptions, Space};
+    use std::net::{Ipv4Addr, SocketAddrV4};
+
+    fn to(port: u16) -> SocketAddr {
+        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port))
+    }
+
+    fn send_to(port: u16, len: usize) -> HeldSend {
+        HeldSend {
+            bytes: HeldBytes::Copy(vec![7; len]),
+            target: SendTarget {
+                to: to(port),
+                space_tag: (Space::Tagged, 1),
+                options: SendOptions::default(),
+            },
+            owner: Owner {
+                context: std::ptr::null_mut(),
+                buf: std::ptr::null_mut(),
+                kind: Kind {
+                    is_send: true,
+                    tagged: true,
+                    wanted: true,
+                },
+            },
+        }
+    }
+
+    fn taken_order(held: &mut HeldSends, fits: impl Fn(SocketAddr) -> bool) -> Vec<(u16, usize)> {
+        std::iter::from_fn(|| held.take_fitting(&fits))
+            .map(|(_, send)| (send.target.to.port(), send.bytes.copied()))
+            .collect()
+    }
+
+    #[test]
+    fn held_sends_leave_oldest_first_within_their_bounds() {
+        let mut held = HeldSends::default();
+        for len in [1, 2, 3] {
+            assert!(held.hold(send_to(9, len)).is_ok());
+        }
+        let (place, first) = held.take_fitting(|_| true).expect("held");
+        assert_eq!(first.bytes.copied(), 1);
+        held.put_back(place, first);
+        assert_eq!(taken_order(&mut held, |_| true), [(9, 1), (9, 2), (9, 3)]);
+        assert!(held.is_empty());
+        let mut full = HeldSends::default();
+        for _ in 0..MAX_HELD_BYTES / 4096 {
+            assert!(full.hold(send_to(9, 4096)).is_ok());
+        }
+        assert!(full.hold(send_to(9, 1)).is_err(), "past the byte bound");
+    }
+
+    /// A destination that may not take more waits, in order, while the others go, oldest
+    /// first: the short send to a third rank no longer waits behind a flood to another.
+    #[test]
+    fn a_send_to_another_destination_passes_a_destination_at_its_share() {
+        let mut held = HeldSends::default();
+        for (port, len) in [(1, 10), (1, 11), (2, 20), (1, 12), (3, 30), (2, 21)] {
+            assert!(held.hold(send_to(port, len)).is_ok());
+        }
+        assert!(held.holds_for(to(1)) && held.holds_for(to(3)) && !held.holds_for(to(4)));
+        assert_eq!(
+            taken_order(&mut held, |to| to.port() != 1),
+            [(2, 20), (3, 30), (2, 21)]
+        );
+        assert_eq!(held.len(), 3);
+        let (place, oldest) = held.take_fitting(|_| true).expect("port 1's oldest");
+        assert_eq!(oldest.bytes.copied(), 10);
+        held.put_back(place, oldest);
+        assert_eq!(
+            taken_order(&mut held, |_| true),
+            [(1, 10), (1, 11), (1, 12)]
+        );
+        assert!(held.is_empty() && held.queues.is_empty() && held.fronts.is_empty());
+    }
+
+    #[test]
+    fn a_cancel_takes_a_held_send_out_of_the_middle_or_the_front() {
+        let mut held = HeldSends::default();
+        let contexts: Vec<*mut c_void> = (1..=4usize).map(|n| n as *mut c_void).collect();
+        for (n, port) in [1, 1, 2, 1].into_iter().enumerate() {
+            let mut send = send_to(port, n + 1);
+            send.owner.context = contexts[n];
+            assert!(held.hold(send).is_ok());
+        }
+        assert!(held.withdraw(std::ptr::null_mut()).is_none());
+        let second = held.withdraw(contexts[1]).expect("the second, to port 1");
+        assert_eq!(second.bytes.copied(), 2);
+        let first = held.withdraw(contexts[0]).expect("port 1's front");
+        assert_eq!(first.bytes.copied(), 1);
+        assert_eq!(taken_order(&mut held, |_| true), [(2, 3), (1, 4)]);
+        assert!(held.withdraw(contexts[0]).is_none(), "gone already");
+    }
+
+    #[test]
+    fn the_notice_of_a_refused_send_names_the_bound_it_reached() {
+        let mut held = HeldSends::default();
+        while held.hold(send_to(9, 64 << 10)).is_ok() {}
+        let notice = held.full_notice();
+        assert!(
+            notice.contains("holds 1024 sends (65536 KiB of copies)"),
+            "{notice}"
+        );
+        assert!(
+            notice.contains("at most 65536 sends and 65536 KiB"),
+            "{notice}"
+        );
+    }
+
+    /// The geometric shares: one destination flooding takes half the room, a second half of
+    /// the rest; a destination with nothing in the engine fits while any room is free.
+    #[test]
+    fn each_destination_fits_while_it_has_fewer_sends_in_the_engine_than_are_free() {
+        let room = 100;
+        let mut shares = SendShares::default();
+        assert!(shares.fits(to(1), 0), "not counting: everything fits");
+        shares.start(std::iter::empty());
+        let mut taken = 0;
+        for port in [1, 2, 3] {
+            while shares.fits(to(port), room - taken) {
+                shares.sent(to(port));
+                taken += 1;
+            }
+        }
+        let count = |shares: &SendShares, port| shares.counts.as_ref()?.get(&to(port)).copied();
+        assert_eq!(
+            (count(&shares, 1), count(&shares, 2), count(&shares, 3)),
+            (Some(50), Some(25), Some(13))
+        );
+        assert!(shares.fits(to(4), room - taken), "a newcomer fits");
+        for _ in 0..50 {
+            shares.done(to(1));
+        }
+        assert_eq!(count(&shares, 1), None, "a destination at 0 is forgotten");
+        shares.stop();
+        assert!(!shares.counting());
+    }
+}
