@@ -189,9 +189,8 @@ impl Core {
             self.deliver_local(incoming, recv, memory);
             return;
         }
-        self.rx[recv].state = RecvState::Bound(incoming);
+        self.rx.bind(recv, incoming);
         let entry = &mut self.rx[incoming];
-        entry.recv = Some(recv);
         if entry.is_eager() {
             if entry.phase == RxPhase::DataComplete {
                 self.deliver_eager(now, incoming, memory);

@@ -89,7 +89,17 @@ impl Core {
         if self.rx.rendezvous_incoming() == 0 {
             return count;
         }
-        for index in self.rx.incoming_keys() {
+        debug_assert!(
+            self.rx.incoming_keys().all(|index| {
+                let into_recv = self
+                    .rx
+                    .incoming(index)
+                    .is_some_and(|entry| matches!(entry.dest, Dest::Recv(_)));
+                !into_recv || self.rx.bound_incoming().contains(&index)
+            }),
+            "an incoming message goes into a receive it is not listed as bound to"
+        );
+        for &index in self.rx.bound_incoming() {
             let predicted = |l: Option<LatestData>| l.is_some_and(|l| l.index == index);
             if predicted(latest) || predicted(eager) {
                 continue;

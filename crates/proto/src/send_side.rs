@@ -5,6 +5,7 @@
 //! module keeps their state consistent: a send's side data is reset when it is inserted, and
 //! scheduling never hands out a frame of a send that has none to go.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::ops::{Index, IndexMut};
 
@@ -14,7 +15,7 @@ use crate::collections::CollectionTimers;
 use crate::lent_copies::LentCopies;
 use crate::ops::{copy_short, SendOp, SendPhase, ShortCopy};
 use crate::slab::{SendKey, SideTable, Slab};
-use crate::timers::Earliest;
+use crate::timers::DeadlineIndex;
 use crate::transmit::INLINE_PAYLOAD_MAX;
 use crate::usage::TableUsage;
 use crate::{HostMemory, Nanos, Rank, RegionId};
@@ -45,6 +46,10 @@ pub(crate) struct SendSide {
     completed_early: usize,
     /// Most such sends at a time (`Config::max_early_sends`).
     completed_early_limit: usize,
+    /// Which sends to ask for the earliest deadline (`timers.rs`): told of every send handed
+    /// out for changing (`insert_with`, `with_timers`, `reset_timers`, `IndexMut`), the only
+    /// ways to change what `deadline` reads.
+    deadlines: RefCell<DeadlineIndex<SendKey>>,
 }
 
 impl SendSide {
@@ -58,6 +63,7 @@ impl SendSide {
             ready: VecDeque::with_capacity(max_sends),
             completed_early: 0,
             completed_early_limit: max_early_sends,
+            deadlines: RefCell::new(DeadlineIndex::new(max_sends)),
         }
     }
 
@@ -69,6 +75,7 @@ impl SendSide {
     pub(crate) fn insert_with(&mut self, make: impl FnOnce() -> SendOp) -> Option<(SendKey, u32)> {
         let (key, generation) = self.sends.insert_with(make)?;
         self.timers[key].reset(&self.sends[key].collections);
+        self.deadlines.get_mut().touch(key);
         Some((key, generation))
     }
 
@@ -116,11 +123,13 @@ impl SendSide {
 
     /// A send and its collections' timers, to change both.
     pub(crate) fn with_timers(&mut self, key: SendKey) -> (&mut SendOp, &mut CollectionTimers) {
+        self.deadlines.get_mut().touch(key);
         (&mut self.sends[key], &mut self.timers[key])
     }
 
     /// Clears a send's timers for its collections as they are now (its geometry changed).
     pub(crate) fn reset_timers(&mut self, key: SendKey) {
+        self.deadlines.get_mut().touch(key);
         self.timers[key].reset(&self.sends[key].collections);
     }
 
@@ -292,13 +301,28 @@ impl SendSide {
         }
     }
 
-    /// The earliest deadline of any send.
+    /// The earliest deadline of any send, from the index of deadlines (`timers.rs`); checked
+    /// against a walk of every send in debug builds.
     pub(crate) fn next_deadline(&self) -> Option<Nanos> {
-        let mut earliest = Earliest::default();
-        for key in self.sends.occupied() {
-            earliest.consider(self.deadline(key));
-        }
-        earliest.get()
+        let earliest = self.deadlines.borrow_mut().earliest(
+            self.sends.usage.in_use,
+            |key| self.deadline(key),
+            || self.sends.occupied(),
+        );
+        debug_assert_eq!(
+            earliest,
+            self.walk_next_deadline(),
+            "the deadline index is stale"
+        );
+        earliest
+    }
+
+    /// The earliest deadline of any send, by asking every one.
+    fn walk_next_deadline(&self) -> Option<Nanos> {
+        self.sends
+            .occupied()
+            .filter_map(|key| self.deadline(key))
+            .min()
     }
 }
 
@@ -313,6 +337,7 @@ impl Index<SendKey> for SendSide {
 
 impl IndexMut<SendKey> for SendSide {
     fn index_mut(&mut self, key: SendKey) -> &mut SendOp {
+        self.deadlines.get_mut().touch(key);
         &mut self.sends[key]
     }
 }
