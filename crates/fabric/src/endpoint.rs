@@ -179,6 +179,12 @@ pub struct FabricEndpoint {
     /// The engine's completion count when `progress_unreported` last looked at every
     /// unreported operation.
     unreported_looked_at: u32,
+    /// The engine's completion count before `finished` last looked at every operation in
+    /// `pending`: while it stays so, none of them finished since, and a poll looks at none.
+    /// Open MPI polls its queue in a loop while it waits, and with 1,200 operations in flight
+    /// (600 `MPI_Isend`s and `MPI_Irecv`s each way) each poll asked each of them, a third of
+    /// the rank's time.
+    pending_looked_at: u32,
     /// `NICMSG_WATCHDOG`'s threshold, and its look at the held operations (`held.rs`).
     watchdog_ns: Option<u64>,
     held_watch: HeldWatch,
@@ -251,6 +257,7 @@ impl FabricEndpoint {
             told_full: (false, false),
             told_lost: false,
             unreported_looked_at: u32::MAX,
+            pending_looked_at: u32::MAX,
             watchdog_ns: options.idle.watchdog_ns,
             held_watch: HeldWatch::default(),
             endpoint: Box::new(TaggedEndpoint::bind(bind, capacity, options)?),
@@ -764,17 +771,7 @@ impl FabricEndpoint {
             out[written].write(report);
             written += 1;
         }
-        let mut index = 0;
-        while index < self.pending.len() && written < out.len() {
-            let Some((result, delivery)) = self.pending[index].request.delivery_if_done() else {
-                index += 1;
-                continue;
-            };
-            let done = self.retire(index);
-            out[written].write(completion(&done.owner, result, &delivery));
-            written += 1;
-            self.recycle(done);
-        }
+        written += self.finished_pending(&mut out[written..]);
         self.let_go_finished_front();
         self.post_all_held();
         self.watch_held(now);
@@ -796,6 +793,34 @@ impl FabricEndpoint {
             );
             let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
         }
+    }
+
+    /// The operations of `pending` that finished, up to `out.len()`; looks only if the engine
+    /// completed something since the last look at all of them.
+    fn finished_pending(&mut self, out: &mut [MaybeUninit<NfCompletion>]) -> usize {
+        // Read before the look: a completion during it moves the count past this, so the
+        // next poll looks again.
+        let count = self.endpoint.completion_count();
+        if count == self.pending_looked_at {
+            return 0;
+        }
+        let (mut index, mut written) = (0, 0);
+        while index < self.pending.len() {
+            if written == out.len() {
+                // Stopped short: the rest are looked at by the next poll, whatever the count.
+                return written;
+            }
+            let Some((result, delivery)) = self.pending[index].request.delivery_if_done() else {
+                index += 1;
+                continue;
+            };
+            let done = self.retire(index);
+            out[written].write(completion(&done.owner, result, &delivery));
+            written += 1;
+            self.recycle(done);
+        }
+        self.pending_looked_at = count;
+        written
     }
 
     /// `FI_PEEK` while receives are held: a message the first held receive that matches it

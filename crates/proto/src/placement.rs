@@ -100,6 +100,9 @@ impl Core {
             "an incoming message goes into a receive it is not listed as bound to"
         );
         for &index in self.rx.bound_incoming() {
+            if count == out.len() {
+                break;
+            }
             let predicted = |l: Option<LatestData>| l.is_some_and(|l| l.index == index);
             if predicted(latest) || predicted(eager) {
                 continue;
