@@ -6,6 +6,7 @@
 //! incoming message leaves its index and the unexpected queue when it is removed, a message is
 //! in the unexpected queue exactly when it says so.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::ops::{Index, IndexMut};
 
@@ -16,7 +17,7 @@ use crate::eager_pool::EagerPool;
 use crate::ops::{Dest, Incoming, LatestData, RecvOp};
 use crate::peers::Peers;
 use crate::slab::{IncomingKey, RecvKey, Slab};
-use crate::timers::Earliest;
+use crate::timers::DeadlineIndex;
 use crate::usage::TableUsage;
 use crate::{Config, Context, Nanos, Rank, Source, Status, Tag, TagMatch};
 
@@ -76,6 +77,11 @@ pub(crate) struct RecvSide {
     /// and not yet whole: its other frames are predicted (`placement.rs`). `None` while no
     /// such message is in progress, so receivers of short messages predict nothing.
     latest_eager: Option<LatestData>,
+    /// Which incoming messages to ask for the earliest deadline (`timers.rs`): told of every
+    /// message inserted or handed out for changing (`incoming_mut`, `IndexMut`, and this
+    /// module's own changes), the only ways to change `deadline_ns`. A receiver holding
+    /// 1,500 kept messages walked them all at every turn.
+    deadlines: RefCell<DeadlineIndex<IncomingKey>>,
 }
 
 impl RecvSide {
@@ -97,6 +103,7 @@ impl RecvSide {
             eager_pool: EagerPool::new(config, size),
             latest_data: None,
             latest_eager: None,
+            deadlines: RefCell::new(DeadlineIndex::new(config.max_incoming + config.max_sends)),
         }
     }
 
@@ -227,6 +234,7 @@ impl RecvSide {
     pub(crate) fn insert_incoming(&mut self, entry: Incoming) -> Option<IncomingKey> {
         let rendezvous = !entry.is_eager();
         let key = self.incoming.insert(entry).map(|(key, _)| key)?;
+        self.deadlines.get_mut().touch(key);
         self.rendezvous_incoming += usize::from(rendezvous);
         Some(key)
     }
@@ -277,6 +285,7 @@ impl RecvSide {
     }
 
     pub(crate) fn incoming_mut(&mut self, key: IncomingKey) -> Option<&mut Incoming> {
+        self.deadlines.get_mut().touch(key);
         self.incoming.get_mut(key)
     }
 
@@ -374,6 +383,7 @@ impl RecvSide {
             return false;
         }
         self.rendezvous_incoming -= 1;
+        self.deadlines.get_mut().touch(key);
         let entry = &mut self.incoming[key];
         entry.geometry.protocol = nicmsg_wire::Protocol::Eager;
         entry.discarded = false;
@@ -453,13 +463,22 @@ impl RecvSide {
 
     // --- timers ---
 
-    /// The earliest deadline of any incoming message (a CLEANUP overdue).
+    /// The earliest deadline of any incoming message (a CLEANUP overdue), from the index of
+    /// deadlines (`timers.rs`); checked against a walk of every message in debug builds.
     pub(crate) fn next_deadline(&self) -> Option<Nanos> {
-        let mut earliest = Earliest::default();
-        for key in self.incoming.occupied() {
-            earliest.consider(self.incoming.get(key).and_then(|e| e.deadline_ns));
-        }
-        earliest.get()
+        let deadline = |key| self.incoming.get(key).and_then(|e| e.deadline_ns);
+        let earliest =
+            self.deadlines
+                .borrow_mut()
+                .earliest(self.incoming.usage.in_use, deadline, || {
+                    self.incoming.occupied()
+                });
+        debug_assert_eq!(
+            earliest,
+            self.incoming.occupied().filter_map(deadline).min(),
+            "the deadline index is stale"
+        );
+        earliest
     }
 }
 
@@ -489,6 +508,7 @@ impl Index<IncomingKey> for RecvSide {
 
 impl IndexMut<IncomingKey> for RecvSide {
     fn index_mut(&mut self, key: IncomingKey) -> &mut Incoming {
+        self.deadlines.get_mut().touch(key);
         &mut self.incoming[key]
     }
 }
