@@ -120,20 +120,32 @@ impl HeldSends {
             .iter()
             .take(FRONTS_LOOKED_AT)
             .find(|&&(_, to)| fits(to))?;
-        let queue = self.queues.get_mut(&to).expect("a front has its queue");
-        let (order, send) = queue.pop_front().expect("a front's queue holds it");
-        self.fronts.remove(&(order, to));
-        match queue.front() {
-            Some(&(next, _)) => {
-                self.fronts.insert((next, to));
-            }
-            None => {
-                self.queues.remove(&to);
+        let (order, send) = self.take_at(to, 0);
+        Some((Place(order), send))
+    }
+
+    /// Takes out the send at `at` in `to`'s queue (which holds it), keeping the fronts, the
+    /// counts and the map of queues (no empty queue stays) right.
+    fn take_at(&mut self, to: SocketAddr, at: usize) -> (u64, HeldSend) {
+        let queue = self
+            .queues
+            .get_mut(&to)
+            .expect("a held destination has its queue");
+        let (order, send) = queue.remove(at).expect("the queue holds the send");
+        if at == 0 {
+            self.fronts.remove(&(order, to));
+            match queue.front() {
+                Some(&(next, _)) => {
+                    self.fronts.insert((next, to));
+                }
+                None => {
+                    self.queues.remove(&to);
+                }
             }
         }
         self.len -= 1;
         self.bytes -= send.bytes.copied();
-        Some((Place(order), send))
+        (order, send)
     }
 
     /// Puts back, as the oldest to its destination, a send the engine had no room for after
@@ -177,22 +189,7 @@ impl HeldSends {
                 .position(|(_, send)| send.owner.context == context)?;
             Some((to, at))
         })?;
-        let queue = self.queues.get_mut(&to).expect("found in it");
-        let (order, send) = queue.remove(at).expect("found at");
-        if at == 0 {
-            self.fronts.remove(&(order, to));
-            match queue.front() {
-                Some(&(next, _)) => {
-                    self.fronts.insert((next, to));
-                }
-                None => {
-                    self.queues.remove(&to);
-                }
-            }
-        }
-        self.len -= 1;
-        self.bytes -= send.bytes.copied();
-        Some(send)
+        Some(self.take_at(to, at).1)
     }
 }
 
