@@ -248,7 +248,7 @@ impl FabricEndpoint {
             unreported: VecDeque::with_capacity(room.in_flight),
             copies: Vec::with_capacity(COPY_POOL),
             held: HeldSends::default(),
-            shares: SendShares::default(),
+            shares: SendShares::new(room.sends),
             held_recvs: HeldRecvs::default(),
             reports: VecDeque::new(),
             sends_in_flight: 0,
@@ -282,7 +282,7 @@ impl FabricEndpoint {
     }
 
     /// Room for one more send to `to`: room for a send, within `to`'s share of it
-    /// (`held_sends.rs`; counted from half the room taken).
+    /// (`held_sends.rs`; counted from three quarters of the room taken).
     fn has_send_room_for(&mut self, to: SocketAddr) -> bool {
         if !self.has_send_room() {
             return false;
@@ -296,17 +296,21 @@ impl FabricEndpoint {
         self.room.sends - self.sends_in_flight
     }
 
-    /// Counts the sends in the engine by destination from half the room for sends taken, and
-    /// stops below a quarter (`held_sends.rs`).
+    /// Counts the sends in the engine by destination while no more than a quarter of the
+    /// room for sends is free, and stops once half of it is (`held_sends.rs`).
     fn count_shares_if_due(&mut self) {
-        if self.shares.counting() {
-            if self.sends_in_flight < self.room.sends / 4 {
-                self.shares.stop();
-            }
-        } else if self.sends_in_flight >= self.room.sends / 2 {
+        let due = self
+            .shares
+            .counting_due(self.room.sends, self.free_for_sends());
+        if due == self.shares.counting() {
+            return;
+        }
+        if due {
             let in_engine = self.pending.iter().chain(&self.unreported);
             self.shares
                 .start(in_engine.filter_map(|pending| pending.to));
+        } else {
+            self.shares.stop();
         }
     }
 

@@ -12,18 +12,24 @@
 //! own queue, and room that frees goes to the oldest held send whose destination may take it.
 //!
 //! **Each destination's share.** Per-destination queues alone do not help when one
-//! destination's sends take the whole room, since room frees only as they complete. So a
-//! destination may have another send in the engine only while it has fewer there than the
-//! room left free ([`SendShares::fits`]): one destination takes at most half the room, a
-//! second at most half of what is left, and so on, so that a destination with nothing in the
-//! engine finds room while fewer than about log2(room) destinations flood at once (11 of the
-//! provider's 2,976 sends; 7 of 153 at 256 slots). A single stream still has half the room,
-//! 1,488 sends in flight, far more than a window needs.
+//! destination's sends take the whole room, since room frees only as they complete. So the
+//! last quarter of the room is shared: while more than a quarter is free, any destination may
+//! put another send into the engine; past that, a destination may only while it has fewer
+//! there than the room left free ([`SendShares::fits`]). One destination alone takes three
+//! quarters of the room, a second at most half of the last quarter, a third half of what is
+//! left, and so on, so that a destination with nothing in the engine finds room while fewer
+//! than about log2(room / 4) destinations flood at once (9 of the provider's 2,976 sends; 5 of
+//! 153 at 256 slots). The whole room is not shared so, because a receiver may take
+//! nonblocking sends in any order of tags, so a send held while sends posted before it wait in
+//! the engine for their receives may be the one the receiver waits for. With one destination
+//! held to half the room, 100 rendezvous sends to one rank at 256 slots (153 sends of room)
+//! left 23 held, and a receiver that took them last first hung (`tests/mpi/held_reverse.c`),
+//! where all 100 had gone into the engine before destinations had shares.
 //!
-//! **Counted only when it matters.** While less than half the room is taken, no destination
-//! can reach its share (it has fewer sends in the engine than are taken, so fewer than are
-//! free): nothing is counted, and a send's fast path looks at no map. From half on, the
-//! sends in the engine are counted by destination ([`SendShares::start`]), until a quarter.
+//! **Counted only when it matters.** While more than a quarter of the room is free, every
+//! destination may take more: nothing is counted, and a send's fast path looks at no map. From
+//! three quarters of the room taken on, the sends in the engine are counted by destination
+//! ([`SendShares::start`]), until half of it is free again.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::ffi::c_void;
@@ -193,14 +199,36 @@ impl HeldSends {
     }
 }
 
-/// The sends in the engine by destination, counted while at least half the room for sends is
-/// taken (see the module documentation).
-#[derive(Debug, Default)]
+/// The sends in the engine by destination, counted while no more than a quarter of the room
+/// for sends is free (see the module documentation).
+#[derive(Debug)]
 pub struct SendShares {
     counts: Option<FxHashMap<SocketAddr, usize>>,
+    /// The room for sends that is shared (a quarter of it): while more than this is free,
+    /// any destination may take more.
+    shared: usize,
 }
 
 impl SendShares {
+    /// The shares of a room for `room` sends.
+    pub fn new(room: usize) -> Self {
+        Self {
+            counts: None,
+            shared: room / 4,
+        }
+    }
+
+    /// Whether the sends in the engine must be counted by destination, with `free` of the
+    /// room for `room` sends free: from the shared quarter on, and on until half of the room
+    /// is free again (a stream at the edge does not count them afresh at every send).
+    pub fn counting_due(&self, room: usize, free: usize) -> bool {
+        if self.counting() {
+            free <= room / 2
+        } else {
+            free <= self.shared
+        }
+    }
+
     /// Whether the sends in the engine are being counted.
     pub fn counting(&self) -> bool {
         self.counts.is_some()
@@ -239,9 +267,14 @@ impl SendShares {
     }
 
     /// Whether one more send to `to` is within its share while `free` of the room for sends
-    /// is free: fewer of its sends in the engine than that. Always while not counting (less
-    /// than half the room taken: see the module documentation).
+    /// is free: more than the shared quarter is free, or `to` has fewer sends in the engine
+    /// than that. Counting must have started when the shared quarter was reached
+    /// ([`counting_due`](Self::counting_due)).
     pub fn fits(&self, to: SocketAddr, free: usize) -> bool {
+        if free > self.shared {
+            return true;
+        }
+        debug_assert!(self.counting(), "the shared room is reached uncounted");
         self.counts
             .as_ref()
             .is_none_or(|counts| counts.get(&to).copied().unwrap_or(0) < free)
@@ -360,32 +393,50 @@ mod tests {
         );
     }
 
-    /// The geometric shares: one destination flooding takes half the room, a second half of
-    /// the rest; a destination with nothing in the engine fits while any room is free.
+    /// The shares as the endpoint keeps them (counted when due, `endpoint.rs`): one
+    /// destination flooding takes three quarters of the room, a second half of the last
+    /// quarter, a third half of what is left; a destination with nothing in the engine fits
+    /// while any room is free. Counting starts at the last quarter and ends at half the room.
     #[test]
-    fn each_destination_fits_while_it_has_fewer_sends_in_the_engine_than_are_free() {
+    fn one_destination_takes_three_quarters_and_the_last_quarter_is_shared() {
         let room = 100;
-        let mut shares = SendShares::default();
-        assert!(shares.fits(to(1), 0), "not counting: everything fits");
-        shares.start(std::iter::empty());
-        let mut taken = 0;
+        let mut shares = SendShares::new(room);
+        let mut in_engine: Vec<SocketAddr> = Vec::new();
+        let fits = |shares: &mut SendShares, in_engine: &Vec<SocketAddr>, port| {
+            let free = room - in_engine.len();
+            if shares.counting_due(room, free) != shares.counting() {
+                if shares.counting() {
+                    shares.stop();
+                } else {
+                    shares.start(in_engine.iter().copied());
+                }
+            }
+            free > 0 && shares.fits(to(port), free)
+        };
         for port in [1, 2, 3] {
-            while shares.fits(to(port), room - taken) {
+            while fits(&mut shares, &in_engine, port) {
                 shares.sent(to(port));
-                taken += 1;
+                in_engine.push(to(port));
             }
         }
         let count = |shares: &SendShares, port| shares.counts.as_ref()?.get(&to(port)).copied();
         assert_eq!(
             (count(&shares, 1), count(&shares, 2), count(&shares, 3)),
-            (Some(50), Some(25), Some(13))
+            (Some(75), Some(13), Some(6))
         );
-        assert!(shares.fits(to(4), room - taken), "a newcomer fits");
-        for _ in 0..50 {
-            shares.done(to(1));
+        assert!(fits(&mut shares, &in_engine, 4), "a newcomer fits");
+        for _ in 0..20 {
+            let at = in_engine.iter().position(|&to| to.port() == 1).unwrap();
+            shares.done(in_engine.remove(at));
+        }
+        assert!(fits(&mut shares, &in_engine, 1), "below the last quarter");
+        assert!(shares.counting(), "counted until half the room is free");
+        for _ in 0..55 {
+            let at = in_engine.iter().position(|&to| to.port() == 1).unwrap();
+            shares.done(in_engine.remove(at));
         }
         assert_eq!(count(&shares, 1), None, "a destination at 0 is forgotten");
-        shares.stop();
-        assert!(!shares.counting());
+        assert!(fits(&mut shares, &in_engine, 1));
+        assert!(!shares.counting(), "more than half the room is free");
     }
 }

@@ -659,6 +659,41 @@ fn a_send_passes_sends_held_for_another_destination_and_the_held_are_reported() 
     );
 }
 
+/// One destination keeps most of the room for sends (`tests/mpi/held_reverse.c`): 100
+/// rendezvous sends to one rank, within the 153 sends an engine of 256 slots takes, all go
+/// into the engine, so a receiver that takes them in reverse order finds each. When a
+/// destination could take only half the room though no other destination waited, the last
+/// 23 were held behind sends waiting for their receives, and the receiver, waiting for the
+/// last, hung.
+#[test]
+fn one_destination_keeps_most_of_the_room_and_its_receiver_takes_them_in_any_order() {
+    if !installed("mpicc") || !installed("mpirun") {
+        eprintln!("skipped: Open MPI is not installed (openmpi-bin, libopenmpi-dev)");
+        return;
+    }
+    let Some(dir) = provider_dir("held-reverse") else {
+        return;
+    };
+    let program = compile("mpicc", "tests/mpi/held_reverse.c", &dir, &[]);
+    let mut mpirun = Command::new("mpirun");
+    let run = on_nicmsg(&mut mpirun, &dir)
+        .args(["-x", "NICMSG_SLOTS"])
+        .env("NICMSG_SLOTS", "256")
+        .args(["--allow-run-as-root", "--oversubscribe", "-n", "2"])
+        .arg(&program)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mpirun starts");
+    let output = finish(run, RUN_LIMIT, "mpirun -n 2 held_reverse");
+    assert_success(&output, "mpirun -n 2 held_reverse");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("held_reverse: every byte arrived"),
+        "{stdout}"
+    );
+}
+
 /// The randomized MPI check's runs: seed, ranks, engine mode. Each run is a different plan
 /// (senders, receivers, sizes from 0 B to 4 MiB, tags, communicators, send and receive calls,
 /// floods of unexpected messages); 2 to 4 ranks, both engine modes. Together about 10 s on two
