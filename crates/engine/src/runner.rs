@@ -318,16 +318,15 @@ pub fn report_hangs<T: Transport>(driver: &mut Driver<T>, now: u64, threshold_ns
         Some(address) => format!("endpoint {address}"),
         None => format!("rank {}", endpoint.rank()),
     };
-    let lines = driver.watchdog(now, threshold_ns);
+    let (lines, unnamed) = driver.watchdog(now, threshold_ns, WATCHDOG_LINES_MAX);
     if lines.is_empty() {
         return;
     }
     let mut report = String::new();
-    for line in lines.iter().take(WATCHDOG_LINES_MAX) {
+    for line in &lines {
         tracing::warn!(who, "watchdog: {line}");
         report.push_str(&format!("nicmsg watchdog: {who}: {line}\n"));
     }
-    let unnamed = lines.len().saturating_sub(WATCHDOG_LINES_MAX);
     if unnamed > 0 {
         report.push_str(&format!(
             "nicmsg watchdog: {who}: and {unnamed} more operations pending longer than {:.1} \

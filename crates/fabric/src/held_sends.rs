@@ -69,9 +69,11 @@ pub struct HeldSend {
 pub struct Place(u64);
 
 /// How many destinations' oldest held sends a look for room goes through: past them, the
-/// room waits for the next look (the destinations looked at had reached their shares, and
-/// most of the room is theirs).
-const FRONTS_LOOKED_AT: usize = 64;
+/// room waits for the next look. As many as an open endpoint keeps peers
+/// (`nicmsg_proto::MAX_OPEN_PEERS`): a destination that fits behind a first 64 at their
+/// shares waited while they did, and if they waited for it, for ever. The look runs only
+/// while there is room, and stops at the first that fits.
+const FRONTS_LOOKED_AT: usize = nicmsg_proto::MAX_OPEN_PEERS as usize;
 
 /// The held sends of one endpoint: a queue per destination, oldest first.
 #[derive(Default)]
@@ -185,16 +187,21 @@ impl HeldSends {
 
     /// Takes out the held send posted with `context` (never the provider's own, whose context
     /// is null), for a cancel.
+    /// The oldest, should a context name several (libfabric leaves that to the application).
     pub fn withdraw(&mut self, context: *mut c_void) -> Option<HeldSend> {
         if context.is_null() {
             return None;
         }
-        let (to, at) = self.queues.iter().find_map(|(&to, queue)| {
-            let at = queue
-                .iter()
-                .position(|(_, send)| send.owner.context == context)?;
-            Some((to, at))
-        })?;
+        let (_, to, at) = self
+            .queues
+            .iter()
+            .filter_map(|(&to, queue)| {
+                let at = queue
+                    .iter()
+                    .position(|(_, send)| send.owner.context == context)?;
+                Some((queue[at].0, to, at))
+            })
+            .min_by_key(|&(order, _, _)| order)?;
         Some(self.take_at(to, at).1)
     }
 }
@@ -376,6 +383,21 @@ mod tests {
         assert_eq!(first.bytes.copied(), 1);
         assert_eq!(taken_order(&mut held, |_| true), [(2, 3), (1, 4)]);
         assert!(held.withdraw(contexts[0]).is_none(), "gone already");
+    }
+
+    #[test]
+    fn a_cancel_of_a_context_named_twice_takes_the_oldest() {
+        let mut held = HeldSends::default();
+        let context = 7usize as *mut c_void;
+        for (port, len) in [(3, 1), (2, 2), (1, 3)] {
+            let mut send = send_to(port, len);
+            send.owner.context = context;
+            assert!(held.hold(send).is_ok());
+        }
+        let lens: Vec<usize> = std::iter::from_fn(|| held.withdraw(context))
+            .map(|send| send.bytes.copied())
+            .collect();
+        assert_eq!(lens, [1, 2, 3]);
     }
 
     #[test]
