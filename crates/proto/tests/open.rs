@@ -521,3 +521,22 @@ fn giving_up_on_a_peer_that_never_answered_does_not_reach_its_successor() {
     assert!(net.result(0, recv).expect("received").is_ok());
     assert_eq!(net.node(0).endpoint.stats().peers_declared_unreachable, 0);
 }
+
+#[test]
+fn a_refusal_for_a_slot_never_bound_is_ignored() {
+    // A refusal can only concern a slot frames went to. Reported for one never bound (a stale
+    // report, or a driver's mistake), it made the core probe the slot: a CREDIT naming no
+    // conversation (`src` and `dst` 0) to a slot without an address, which no transport can
+    // send (found by the `endpoint_frames` fuzz target).
+    let mut net = OpenNet::new(2, 2, 3);
+    let now = net.now;
+    let node = net.node(0);
+    for _ in 0..3 {
+        node.endpoint.handle_refused(now, 1, &mut node.memory);
+    }
+    assert!(node.endpoint.poll_transmit(now, &node.memory).is_none());
+    assert!(!node.endpoint.is_peer_unreachable(1));
+    assert_eq!(node.endpoint.stats().liveness_probes, 0);
+    // The slot still serves the first peer to come.
+    echo_round(&mut net, &[1], 0, 100);
+}
