@@ -793,9 +793,13 @@ impl World {
         let now = self.now;
         let n = &mut self.nodes[node];
         let (source, context, tag) = criteria;
-        if let Ok(id) =
-            n.ep.post_recv(now, source, context, tag, &buffer, &mut n.mem)
-        {
+        let posted =
+            n.ep.post_recv(now, source, context, tag, &buffer, &mut n.mem);
+        trace!(
+            "  recv {} bytes {criteria:?}: {posted:?}",
+            buffer.total_len()
+        );
+        if let Ok(id) = posted {
             assert!(n.op(id).is_none(), "post_recv reused a live handle");
             n.ops.push(OpRec {
                 id,
@@ -818,7 +822,9 @@ impl World {
         let now = self.now;
         let n = &mut self.nodes[node];
         let (source, context, tag) = criteria;
-        if let Ok(id) = n.ep.post_probe(now, source, context, tag) {
+        let posted = n.ep.post_probe(now, source, context, tag);
+        trace!("  probe {criteria:?}: {posted:?}");
+        if let Ok(id) = posted {
             assert!(n.op(id).is_none(), "post_probe reused a live handle");
             n.ops.push(OpRec {
                 id,
@@ -848,6 +854,7 @@ impl World {
             claimed.map(|(s, _)| s),
             "a claim takes the message iprobe sees"
         );
+        trace!("  claim {:?}: {claimed:?}", (source, context, tag));
         if let Some((status, claim)) = claimed {
             self.check_match(node, &status, (source, context, tag), "claim");
             self.nodes[node].claims.push(claim);
@@ -866,12 +873,18 @@ impl World {
         let now = self.now;
         if discard {
             let n = &mut self.nodes[node];
-            let _ = n.ep.discard_claimed(now, claim, &mut n.mem);
+            let discarded = n.ep.discard_claimed(now, claim, &mut n.mem);
+            trace!("  discard {claim:?}: {discarded:?}");
             return Ok(());
         }
         let (region, buffer) = self.recv_buffer(u, node)?;
         let n = &mut self.nodes[node];
-        if let Ok(id) = n.ep.post_recv_claimed(now, claim, &buffer, &mut n.mem) {
+        let posted = n.ep.post_recv_claimed(now, claim, &buffer, &mut n.mem);
+        trace!(
+            "  recv {} bytes of {claim:?}: {posted:?}",
+            buffer.total_len()
+        );
+        if let Ok(id) = posted {
             assert!(n.op(id).is_none(), "post_recv_claimed reused a live handle");
             n.ops.push(OpRec {
                 id,
