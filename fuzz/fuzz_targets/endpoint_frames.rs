@@ -86,11 +86,56 @@ macro_rules! trace {
     };
 }
 
+/// `NICMSG_FUZZ_STATS=1` counts what the inputs reached, printed after each input (to see
+/// how deep a corpus goes: `-runs=0` over it, and read the last line).
+fn counting() -> bool {
+    static STATS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *STATS.get_or_init(|| std::env::var_os("NICMSG_FUZZ_STATS").is_some())
+}
+
+thread_local! {
+    static COUNTS: std::cell::RefCell<std::collections::BTreeMap<String, u64>> =
+        Default::default();
+}
+
+fn tally(what: impl FnOnce() -> String) {
+    if counting() {
+        COUNTS.with(|c| *c.borrow_mut().entry(what()).or_default() += 1);
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     let mut u = Unstructured::new(data);
     if let Ok(Some(mut world)) = World::new(&mut u) {
         world.run(&mut u);
         world.finish();
+        if counting() {
+            for (i, n) in world.nodes.iter().enumerate() {
+                let d = n.ep.stats().drops;
+                tally(|| format!("mode {:?} pair {}", world.mode as u8, world.pair()));
+                let _ = i;
+                for (name, v) in [
+                    ("malformed", d.malformed),
+                    ("bad_checksum", d.bad_checksum),
+                    ("wrong_job", d.wrong_job),
+                    ("wrong_rank", d.wrong_rank),
+                    ("duplicate", d.duplicate),
+                    ("no_posted_receive", d.no_posted_receive),
+                    ("invalid", d.invalid),
+                    ("dead_peer", d.dead_peer),
+                    ("unsupported", d.unsupported),
+                    ("peer_table_full", d.peer_table_full),
+                ] {
+                    for _ in 0..v {
+                        tally(|| format!("drop {name}"));
+                    }
+                }
+                for _ in 0..n.ep.stats().frames_received {
+                    tally(|| "frames received".into());
+                }
+            }
+            COUNTS.with(|c| eprintln!("stats: {:?}", c.borrow()));
+        }
     }
 });
 
@@ -142,6 +187,9 @@ enum OpDetail {
     Recv {
         /// `None` for a receive of a claim.
         criteria: Option<(Source, Context, TagMatch)>,
+        /// When the message it gets was taken, and by what criteria: its own post, or its
+        /// claim's (`None` for a claim made up).
+        order: Option<Order>,
         context: Option<Context>,
         region: RegionId,
         buffer: SgList,
@@ -170,9 +218,19 @@ struct SentMsg {
     len: usize,
     immediate: Option<u32>,
     serial: u64,
+    /// Its bytes reached a receive.
     received: bool,
+    /// Taken by a receive or claim (ordering oracle): when, and with which criteria.
+    consumer: Option<Order>,
+    /// A cancel of its send was accepted: it may have been withdrawn.
+    withdrawn: bool,
     cancelled: bool,
 }
+
+/// What a receive or probe accepts.
+type Criteria = (Source, Context, TagMatch);
+/// When (the world's post sequence) a receive or claim took its message, and its criteria.
+type Order = (u64, Criteria);
 
 // ---------------------------------------------------------------------------------------------
 // Peers played by the fuzzer
@@ -313,7 +371,7 @@ struct Node {
     rank: Rank,
     address: SocketAddr,
     ops: Vec<OpRec>,
-    claims: Vec<Claim>,
+    claims: Vec<(Claim, Option<Order>)>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -342,6 +400,8 @@ struct World {
     /// Some frame of the two endpoints' conversation was rewritten or injected: the data oracle
     /// no longer holds.
     tainted: bool,
+    /// Counts posts and claims: the order in which receives took messages.
+    seq: u64,
 }
 
 fn addr(n: u8) -> SocketAddr {
@@ -358,6 +418,7 @@ impl World {
         if config.validate().is_err() {
             return Ok(None);
         }
+        trace!("{config:?}");
         let scenario = u.int_in_range(0u8..=3)?;
         let mode = if scenario & 1 == 0 {
             Mode::Job
@@ -433,6 +494,7 @@ impl World {
             sent: Vec::new(),
             serial: 1,
             tainted: false,
+            seq: 0,
         };
         // Lent send copies, sometimes (eager sends then complete as they start).
         for node in &mut world.nodes {
@@ -736,6 +798,8 @@ impl World {
             immediate: options.immediate,
             serial,
             received: false,
+            consumer: None,
+            withdrawn: false,
             cancelled: false,
         });
         Ok(())
@@ -799,12 +863,14 @@ impl World {
             "  recv {} bytes {criteria:?}: {posted:?}",
             buffer.total_len()
         );
+        self.seq += 1;
         if let Ok(id) = posted {
             assert!(n.op(id).is_none(), "post_recv reused a live handle");
             n.ops.push(OpRec {
                 id,
                 detail: OpDetail::Recv {
                     criteria: Some(criteria),
+                    order: Some((self.seq, criteria)),
                     context: Some(context),
                     region,
                     buffer,
@@ -855,16 +921,22 @@ impl World {
             "a claim takes the message iprobe sees"
         );
         trace!("  claim {:?}: {claimed:?}", (source, context, tag));
+        self.seq += 1;
         if let Some((status, claim)) = claimed {
-            self.check_match(node, &status, (source, context, tag), "claim");
-            self.nodes[node].claims.push(claim);
+            let criteria = (source, context, tag);
+            self.check_match(node, &status, criteria, "claim");
+            let order = (self.seq, criteria);
+            self.nodes[node].claims.push((claim, Some(order)));
+            if self.pair() && !self.tainted {
+                self.consume(node, &status, order);
+            }
         }
         Ok(())
     }
 
     fn take_claim(&mut self, u: &mut Unstructured, node: usize) -> Result<()> {
-        let claim = if self.nodes[node].claims.is_empty() || u.ratio(1u8, 8u8)? {
-            Claim::from_bits(u.arbitrary()?)
+        let (claim, order) = if self.nodes[node].claims.is_empty() || u.ratio(1u8, 8u8)? {
+            (Claim::from_bits(u.arbitrary()?), None)
         } else {
             let claims = self.nodes[node].claims.clone();
             pick(u, &claims)?
@@ -890,6 +962,7 @@ impl World {
                 id,
                 detail: OpDetail::Recv {
                     criteria: None,
+                    order,
                     context: None,
                     region,
                     buffer,
@@ -922,6 +995,11 @@ impl World {
             (Ok(_), Some(rec)) => {
                 assert!(!rec.done, "cancel of {id:?} accepted after it completed");
                 rec.cancel_requested = true;
+                if let OpDetail::Send { serial, .. } = rec.detail {
+                    if let Some(m) = self.sent.iter_mut().find(|m| m.serial == serial) {
+                        m.withdrawn = true;
+                    }
+                }
             }
             (Ok(_), None) => panic!("cancel accepted for {id:?}, which was never posted"),
             (Err(_), _) => {}
@@ -1081,6 +1159,17 @@ impl World {
     fn completed(&mut self, i: usize, c: Completion) {
         let clean = self.pair() && !self.tainted;
         trace!("  {i} completes {:?}: {:?}", c.op, c.result);
+        tally(|| {
+            let result = match c.result {
+                Ok(_) => "ok".to_string(),
+                Err(e) => format!("{e:?}")
+                    .split([' ', '{'])
+                    .next()
+                    .unwrap_or("")
+                    .to_string(),
+            };
+            format!("completed {:?} {result} clean={clean}", c.op.kind)
+        });
         let Some(pos) = self.nodes[i].ops.iter().position(|r| r.id == c.op) else {
             panic!("completion of {:?}, never posted on endpoint {i}", c.op);
         };
@@ -1127,6 +1216,7 @@ impl World {
             }
             OpDetail::Recv {
                 criteria,
+                order,
                 region,
                 buffer,
                 context,
@@ -1143,17 +1233,29 @@ impl World {
                         }
                         if clean {
                             let data = read_buffer(&bytes, &buffer, status.len);
-                            self.check_received(i, context, &status, &data);
+                            self.check_received(i, context, order, &status, &data);
                         }
                     }
                     Err(OpError::Truncated {
+                        source_rank,
+                        tag,
                         message_len,
                         buffer_len,
-                        ..
+                        immediate,
                     }) => {
                         assert_eq!(buffer_len, capacity);
                         assert!(message_len > capacity, "truncated though it fit");
                         check_beyond(&bytes, &buffer, 0);
+                        // A claimed message was taken by its claim already.
+                        if let (true, Some(order), Some(_)) = (clean, order, criteria) {
+                            let status = Status {
+                                peer: source_rank,
+                                tag,
+                                len: message_len,
+                                immediate,
+                            };
+                            self.consume(i, &status, order);
+                        }
                     }
                     Err(OpError::Cancelled) => check_beyond(&bytes, &buffer, 0),
                     Err(OpError::PeerUnreachable { .. }) => {}
@@ -1196,7 +1298,14 @@ impl World {
     }
 
     /// A receive of endpoint `i` completed with `data`: exactly a message sent to it.
-    fn check_received(&mut self, i: usize, context: Option<Context>, status: &Status, data: &[u8]) {
+    fn check_received(
+        &mut self,
+        i: usize,
+        context: Option<Context>,
+        order: Option<Order>,
+        status: &Status,
+        data: &[u8],
+    ) {
         let Some(from) = self.node_of_peer(i, status.peer) else {
             return;
         };
@@ -1217,11 +1326,105 @@ impl World {
             );
         };
         m.received = true;
+        if m.consumer.is_none() {
+            m.consumer = order;
+        }
+        tally(|| {
+            format!(
+                "verified receive of {} bytes",
+                if m.len > 8192 { "many" } else { "few" }
+            )
+        });
         assert!(
             !m.cancelled,
             "message {} received after its send completed Cancelled",
             m.serial
         );
+    }
+
+    /// A receive or claim of endpoint `i` took the message `status` describes (bytes unseen):
+    /// the earliest such message not taken yet.
+    fn consume(&mut self, i: usize, status: &Status, order: Order) {
+        let Some(from) = self.node_of_peer(i, status.peer) else {
+            return;
+        };
+        let context = order.1 .1;
+        let found = self.sent.iter_mut().find(|m| {
+            m.from == from
+                && m.to == Some(i)
+                && m.context == context
+                && m.tag == status.tag
+                && m.len as u64 == status.len
+                && m.immediate == status.immediate
+                && m.consumer.is_none()
+        });
+        match found {
+            Some(m) => m.consumer = Some(order),
+            None => panic!(
+                "endpoint {i} took a message ({status:?}) that no message not taken yet matches"
+            ),
+        }
+    }
+
+    /// MPI's non-overtaking rule, between two endpoints that never gave up on each other: a
+    /// receive (or claim) that took a message and would have taken an earlier one of the same
+    /// sender in the same context found that one taken already, by a receive posted earlier.
+    fn check_order(&self) {
+        if !self.pair() || self.tainted {
+            return;
+        }
+        let gave_up = self.nodes.iter().any(|n| {
+            let s = n.ep.stats();
+            s.peers_declared_unreachable > 0 || s.peers_restarted > 0
+        });
+        if gave_up {
+            return;
+        }
+        for (k, later) in self.sent.iter().enumerate() {
+            let Some((seq, (_, _, tag))) = later.consumer else {
+                continue;
+            };
+            for earlier in &self.sent[..k] {
+                let same_stream = earlier.from == later.from
+                    && earlier.to == later.to
+                    && earlier.context == later.context;
+                if !same_stream || earlier.withdrawn || !tag.matches(earlier.tag) {
+                    continue;
+                }
+                // Taken by an earlier receive that has not completed yet (a rendezvous
+                // message still arriving) counts too: which message it holds is unseen.
+                let taken_before = earlier.consumer.is_some_and(|(s, _)| s < seq)
+                    || self.pending_receive_for(earlier, seq);
+                assert!(
+                    taken_before,
+                    "message {} overtook message {} of the same sender: taken by post {seq}, the earlier one by {:?}",
+                    later.serial,
+                    earlier.serial,
+                    earlier.consumer.map(|c| c.0)
+                );
+            }
+        }
+    }
+
+    /// True if a receive posted before `seq` that has not completed may hold `m`.
+    fn pending_receive_for(&self, m: &SentMsg, seq: u64) -> bool {
+        let Some(to) = m.to else {
+            return false;
+        };
+        self.nodes[to].ops.iter().any(|rec| match rec.detail {
+            OpDetail::Recv {
+                order: Some((s, (source, context, tag))),
+                criteria: Some(_),
+                ..
+            } => {
+                let from_sender = match source {
+                    Source::Any => true,
+                    Source::Rank(r) => self.node_of_peer(to, r) == Some(m.from),
+                };
+                !rec.done && s < seq && context == m.context && tag.matches(m.tag) && from_sender
+            }
+            _ => false,
+        })
     }
 
     // --- the network between two endpoints ---
@@ -1254,10 +1457,13 @@ impl World {
                 self.net.push_back(copy);
             }
             8 => {
-                // Rewritten in flight, the checksum sealed again (or not).
+                // Rewritten in flight, the checksum sealed again (or not). What still parses
+                // is a frame the sender never sent (a corrupt one is dropped unread, but for
+                // a payload the link was trusted to check).
                 let mut p = self.net.remove(pos).expect("in range");
-                let resealed = mutate_bytes(u, &mut p.bytes)?;
-                self.tainted |= resealed;
+                let original = p.bytes.clone();
+                mutate_bytes(u, &mut p.bytes)?;
+                self.tainted |= p.bytes != original && Frame::parse(&p.bytes).is_ok();
                 self.deliver_bytes(p.to, Some(p.from), &p.bytes, false);
             }
             _ => {
@@ -1343,6 +1549,7 @@ impl World {
                             n.ep.handle_placed_frame(now, header, bytes.len(), &guess, &mut n.mem)
                         }
                     };
+                    tally(|| format!("placed {outcome:?}"));
                     if outcome == PlacedOutcome::Taken {
                         return;
                     }
@@ -1401,12 +1608,12 @@ impl World {
         frame.header.src = src;
         frame.header.dst = dst;
         let mut bytes = frame.encode();
-        let resealed = if u.ratio(1u8, 3u8)? {
-            mutate_bytes(u, &mut bytes)?
-        } else {
-            true
-        };
-        if self.fakes[f].shadow && resealed {
+        if u.ratio(1u8, 3u8)? {
+            mutate_bytes(u, &mut bytes)?;
+        }
+        // A frame in the other endpoint's name that parses may be taken as its.
+        let parses = Frame::parse(&bytes).is_ok();
+        if self.fakes[f].shadow && parses {
             self.tainted = true;
         }
         let from = self.fakes[f].address();
@@ -1418,7 +1625,7 @@ impl World {
         // A spoofed source in a job is the other endpoint's voice too.
         if self.mode == Mode::Job && self.pair() {
             if let Ok(view) = FrameView::new_checked(&bytes[..]) {
-                if self.nodes.iter().any(|n| n.rank == view.src()) && resealed {
+                if self.nodes.iter().any(|n| n.rank == view.src()) && parses {
                     self.tainted = true;
                 }
             }
@@ -1468,6 +1675,7 @@ impl World {
             self.settle_outputs();
             self.check();
         }
+        self.check_order();
         for n in &self.nodes {
             for rec in &n.ops {
                 match &rec.detail {
@@ -1988,19 +2196,19 @@ fn rewrite(u: &mut Unstructured, b: &mut Built) -> Result<()> {
     Ok(())
 }
 
-/// Rewrites bytes of a frame's header; returns whether the checksum was sealed again (else
-/// the frame is corrupt and must be dropped).
-fn mutate_bytes(u: &mut Unstructured, bytes: &mut [u8]) -> Result<bool> {
+/// Rewrites bytes of a frame's headers, and mostly seals the checksum again (else the frame
+/// is corrupt, unless the rewrites cancelled out or touched only a payload the checksum leaves
+/// to the link).
+fn mutate_bytes(u: &mut Unstructured, bytes: &mut [u8]) -> Result<()> {
     if bytes.is_empty() {
-        return Ok(false);
+        return Ok(());
     }
     for _ in 0..u.int_in_range(1u8..=3)? {
         let at = u.int_in_range(0..=bytes.len().min(MSG_HEADER_LEN + FRAME_HEADER_LEN) - 1)?;
-        // Not the checksum field (44..48): resealed below.
         bytes[at] ^= u.int_in_range(1u8..=255)?;
     }
     if u.ratio(1u8, 6u8)? || bytes.len() < FRAME_HEADER_LEN {
-        return Ok(false);
+        return Ok(());
     }
     let headers_len = match FrameView::new_checked(&bytes[..])
         .ok()
@@ -2013,5 +2221,5 @@ fn mutate_bytes(u: &mut Unstructured, bytes: &mut [u8]) -> Result<bool> {
     };
     let (headers, body) = bytes.split_at_mut(headers_len);
     seal(headers, &[body]);
-    Ok(true)
+    Ok(())
 }
