@@ -1198,12 +1198,11 @@ impl World {
                     }
                     Err(OpError::PeerUnreachable { peer }) => assert_eq!(peer, dst),
                     Err(OpError::Cancelled) => {
-                        if let Some(m) = self.sent.iter_mut().find(|m| m.serial == serial) {
-                            m.cancelled = true;
-                            assert!(
-                                !(clean && m.received),
-                                "send {serial} completed Cancelled, but its message was received"
-                            );
+                        if let Some(k) = self.sent.iter().position(|m| m.serial == serial) {
+                            self.sent[k].cancelled = true;
+                            if clean && self.sent[k].received {
+                                self.reassign_received(k);
+                            }
                         }
                     }
                     Err(e) => panic!("a send completed {e:?}"),
@@ -1309,7 +1308,7 @@ impl World {
         let Some(from) = self.node_of_peer(i, status.peer) else {
             return;
         };
-        let found = self.sent.iter_mut().find(|m| {
+        let holds = |m: &SentMsg| {
             m.from == from
                 && m.to == Some(i)
                 && context.is_none_or(|c| c == m.context)
@@ -1318,7 +1317,12 @@ impl World {
                 && m.immediate == status.immediate
                 && !m.received
                 && (0..m.len).all(|k| data[k] == pattern(m.serial, k))
-        });
+        };
+        // Messages alike to the byte (empty ones) are told apart by their fate: one whose send
+        // completed Cancelled is the last candidate.
+        let found = (self.sent.iter().position(|m| holds(m) && !m.cancelled))
+            .or_else(|| self.sent.iter().position(holds))
+            .map(|k| &mut self.sent[k]);
         let Some(m) = found else {
             panic!(
                 "endpoint {i} received {} bytes (tag {}, from {}) that no unreceived message holds",
@@ -1342,6 +1346,32 @@ impl World {
         );
     }
 
+    /// Message `k` was withdrawn, but a receive got bytes taken for its: they were another
+    /// message's, alike to the byte (short ones may be), not received yet; else the withdrawn
+    /// message was delivered.
+    fn reassign_received(&mut self, k: usize) {
+        let m = &self.sent[k];
+        let alike = |o: &SentMsg| {
+            o.serial != m.serial
+                && !o.received
+                && !o.cancelled
+                && (o.from, o.to, o.context, o.tag, o.len, o.immediate)
+                    == (m.from, m.to, m.context, m.tag, m.len, m.immediate)
+                && (0..m.len).all(|b| pattern(o.serial, b) == pattern(m.serial, b))
+        };
+        let Some(other) = self.sent.iter().position(alike) else {
+            panic!(
+                "send {} completed Cancelled, but its message was received",
+                m.serial
+            );
+        };
+        self.sent[other].received = true;
+        self.sent[k].received = false;
+        if self.sent[other].consumer.is_none() {
+            self.sent[other].consumer = self.sent[k].consumer.take();
+        }
+    }
+
     /// A receive or claim of endpoint `i` took the message `status` describes (bytes unseen):
     /// the earliest such message not taken yet.
     fn consume(&mut self, i: usize, status: &Status, order: Order) {
@@ -1349,7 +1379,7 @@ impl World {
             return;
         };
         let context = order.1 .1;
-        let found = self.sent.iter_mut().find(|m| {
+        let alike = |m: &SentMsg| {
             m.from == from
                 && m.to == Some(i)
                 && m.context == context
@@ -1357,7 +1387,10 @@ impl World {
                 && m.len as u64 == status.len
                 && m.immediate == status.immediate
                 && m.consumer.is_none()
-        });
+        };
+        let found = (self.sent.iter().position(|m| alike(m) && !m.cancelled))
+            .or_else(|| self.sent.iter().position(alike))
+            .map(|k| &mut self.sent[k]);
         match found {
             Some(m) => m.consumer = Some(order),
             None => panic!(
@@ -1388,7 +1421,12 @@ impl World {
                 let same_stream = earlier.from == later.from
                     && earlier.to == later.to
                     && earlier.context == later.context;
-                if !same_stream || earlier.withdrawn || !tag.matches(earlier.tag) {
+                // Messages alike in all a receive reports (empty ones, or taken by truncated
+                // receives, which show no bytes) cannot be told apart: either could be the one
+                // taken first, whatever order their receives completed in.
+                let alike = (earlier.len, earlier.tag, earlier.immediate)
+                    == (later.len, later.tag, later.immediate);
+                if !same_stream || alike || earlier.withdrawn || !tag.matches(earlier.tag) {
                     continue;
                 }
                 // Taken by an earlier receive that has not completed yet (a rendezvous
