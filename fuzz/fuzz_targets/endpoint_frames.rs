@@ -26,16 +26,19 @@
 //!   once; `Cancelled` only after a cancel; a send's status is its own; a receive's status fits
 //!   its buffer and its criteria;
 //! * the core never writes outside a receive buffer (guard bytes around and between its
-//!   segments), nor past the message's length in it, nor into a truncated receive's buffer, nor
-//!   into a receive buffer after its completion, nor into a send buffer;
+//!   segments), nor past the message's length in it, nor into a truncated or cancelled
+//!   receive's buffer, nor into a receive buffer after its completion, nor into a send buffer;
 //! * with two endpoints and no frame rewritten or injected in their conversation: a receive
 //!   that completes holds exactly the bytes of a message sent to it, each message is received
 //!   at most once, a message is never received when its send completed `Cancelled`, and a send
 //!   buffer is overwritten as soon as its send completes (so bytes read from it later reach the
-//!   receiver and are caught).
+//!   receiver and are caught); while neither gave up on the other, MPI's non-overtaking order
+//!   holds (a receive that took a message would not have taken an earlier one of its sender
+//!   that no earlier receive took).
 //!
 //! Run: `cargo +nightly fuzz run endpoint_frames -- -max_total_time=1200 -rss_limit_mb=2048`
-//! from `fuzz/` (`docs/protocol.md`, "Fuzzing").
+//! from `fuzz/` (`docs/protocol.md`, "Testing and fuzzing"). `NICMSG_FUZZ_TRACE=1` prints what
+//! an input does (to read a crash), `NICMSG_FUZZ_STATS=1` what a corpus reaches.
 
 #![no_main]
 
@@ -1413,20 +1416,28 @@ impl World {
         if gave_up {
             return;
         }
+        // Messages alike in all a receive reports besides their bytes (empty ones, or taken
+        // by truncated receives or claims, which show none) cannot be told apart: which
+        // receive took which is a guess, right only when the receives completed in the order
+        // they took them. Only messages with no such twin are checked.
+        let key = |m: &SentMsg| (m.from, m.to, m.context, m.tag, m.len, m.immediate);
+        let pinned: Vec<bool> = self
+            .sent
+            .iter()
+            .map(|m| self.sent.iter().filter(|o| key(o) == key(m)).count() == 1)
+            .collect();
         for (k, later) in self.sent.iter().enumerate() {
             let Some((seq, (_, _, tag))) = later.consumer else {
                 continue;
             };
-            for earlier in &self.sent[..k] {
+            if !pinned[k] {
+                continue;
+            }
+            for (e, earlier) in self.sent[..k].iter().enumerate() {
                 let same_stream = earlier.from == later.from
                     && earlier.to == later.to
                     && earlier.context == later.context;
-                // Messages alike in all a receive reports (empty ones, or taken by truncated
-                // receives, which show no bytes) cannot be told apart: either could be the one
-                // taken first, whatever order their receives completed in.
-                let alike = (earlier.len, earlier.tag, earlier.immediate)
-                    == (later.len, later.tag, later.immediate);
-                if !same_stream || alike || earlier.withdrawn || !tag.matches(earlier.tag) {
+                if !same_stream || !pinned[e] || earlier.withdrawn || !tag.matches(earlier.tag) {
                     continue;
                 }
                 // Taken by an earlier receive that has not completed yet (a rendezvous
