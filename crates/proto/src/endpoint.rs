@@ -180,7 +180,9 @@ impl Endpoint {
     }
 
     /// Posts a receive into `buffer` of a message in `context`; may match (and complete from)
-    /// an already-buffered message.
+    /// an already-buffered message. A receive naming a peer given up on, or (open mode) a slot
+    /// not bound to an address, is refused with `PeerUnreachable` unless a message of it is
+    /// already here.
     #[must_use = "a refused post receives nothing"]
     pub fn post_recv(
         &mut self,

@@ -59,9 +59,15 @@ impl Core {
     /// The transport learned that `peer`'s host refused a frame to it (ICMP port unreachable:
     /// no socket on its port, so its process is gone). A few in a row, with nothing heard in
     /// between, declare it unreachable; each one first provokes a probe, so the evidence
-    /// builds within round trips, not timeouts.
+    /// builds within round trips, not timeouts. In open mode only a slot bound to a
+    /// conversation can be refused: a slot never bound has no address to probe (its probe
+    /// would leave with no names for a transport that has nowhere to send it), and nobody to
+    /// declare unreachable.
     pub(crate) fn handle_refused(&mut self, now: Nanos, peer: Rank, memory: &mut impl HostMemory) {
         if peer >= self.size || peer == self.rank || self.peers[peer].unreachable {
+            return;
+        }
+        if self.directory.as_ref().is_some_and(|d| !d.is_active(peer)) {
             return;
         }
         self.counters.record(peer, |s| s.frames_refused += 1);

@@ -19,9 +19,7 @@ impl Core {
         let found = self.rx.find_unexpected(source, context, tag);
         if found.is_none() {
             if let Source::Rank(peer) = source {
-                if self.peers[peer].unreachable {
-                    return Err(PostError::PeerUnreachable { peer });
-                }
+                self.check_awaitable(peer)?;
             }
         }
         let (index, id) = self.insert_recv_op(OpKind::Recv, source, (context, tag), buffer)?;
@@ -55,14 +53,31 @@ impl Core {
             return Ok(id);
         }
         if let Source::Rank(peer) = source {
-            if self.peers[peer].unreachable {
+            if let Err(error) = self.check_awaitable(peer) {
                 self.rx.remove_recv(index);
-                return Err(PostError::PeerUnreachable { peer });
+                return Err(error);
             }
             self.peers.add_waiter(peer);
         }
         self.rx.post_probe(index);
         Ok(id)
+    }
+
+    /// A receive or probe naming `peer` may wait for it: the peer is not given up on, and in
+    /// open mode its slot is bound to a conversation. A slot never bound names nobody yet: a
+    /// receive naming it was taken by whichever peer the slot went to next, whose fresh state
+    /// then lost count of the receive waiting on it (found by the `endpoint_frames` fuzz
+    /// target). Receives name a peer by its address, which binds the slot first.
+    fn check_awaitable(&self, peer: Rank) -> Result<(), PostError> {
+        let unbound = peer != self.rank
+            && self
+                .directory
+                .as_ref()
+                .is_some_and(|directory| !directory.is_active(peer));
+        if self.peers[peer].unreachable || unbound {
+            return Err(PostError::PeerUnreachable { peer });
+        }
+        Ok(())
     }
 
     pub(crate) fn insert_recv_op(

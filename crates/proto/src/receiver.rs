@@ -278,16 +278,18 @@ impl Core {
         } else if self.rx.latest_eager().is_some_and(|l| l.index == index) {
             self.rx.set_latest_eager(None);
         }
+        // The grant before the collection's acknowledgement: with room for one control frame
+        // only, the grant is the one kept (`answer_duplicate`).
+        if header.has_flag(Flags::RSM) {
+            self.on_rsm(index, header.aux);
+        } else {
+            self.extend_grant(index);
+        }
         let entry = &mut self.rx[index];
         // The frame that completes the message is answered by the ACK_ALL alone.
         if entry.collection_complete(frame) && !entry.all_frames() {
             let ack = control(peer, FrameKind::Ack, 0, header.msg_id, frame);
             self.queue_control(ack);
-        }
-        if header.has_flag(Flags::RSM) {
-            self.on_rsm(index, header.aux);
-        } else {
-            self.extend_grant(index);
         }
         if self.rx[index].all_frames() {
             self.on_data_complete(now, index, memory);
@@ -339,6 +341,13 @@ impl Core {
 
     /// A repeated frame: re-acknowledge its collection if complete; a repeated RTS or RSM asks
     /// for the current grant again (its CTS was lost).
+    ///
+    /// The grant is queued before the acknowledgement. A full control queue drops the frames
+    /// queued last, and the repeat that asks for a lost grant provokes the same pair in the
+    /// same order each time: were the acknowledgement first, a queue with room for one frame
+    /// dropped the grant at every repeat, and the message never went on (found by the
+    /// `endpoint_frames` fuzz target, with `max_control_queue` 1). A lost acknowledgement is
+    /// made up for by a later one, or the ACK_ALL of the whole message.
     fn answer_duplicate(&mut self, index: IncomingKey, header: &FrameHeader) {
         let entry = &self.rx[index];
         let peer = header.src;
@@ -347,6 +356,13 @@ impl Core {
             self.queue_control(control(peer, FrameKind::MsgAck, flags, header.msg_id, 0));
             return;
         }
+        if header.kind == FrameKind::Rts || header.has_flag(Flags::RSM) {
+            if header.has_flag(Flags::RSM) {
+                self.on_rsm(index, header.aux);
+            }
+            self.send_grant(index);
+        }
+        let entry = &self.rx[index];
         if entry.all_frames() {
             self.queue_ack_all(peer, header.msg_id);
         } else if entry.collection_complete(header.frame_index) {
@@ -357,12 +373,6 @@ impl Core {
                 header.msg_id,
                 header.frame_index,
             ));
-        }
-        if header.kind == FrameKind::Rts || header.has_flag(Flags::RSM) {
-            if header.has_flag(Flags::RSM) {
-                self.on_rsm(index, header.aux);
-            }
-            self.send_grant(index);
         }
     }
 

@@ -521,3 +521,71 @@ fn giving_up_on_a_peer_that_never_answered_does_not_reach_its_successor() {
     assert!(net.result(0, recv).expect("received").is_ok());
     assert_eq!(net.node(0).endpoint.stats().peers_declared_unreachable, 0);
 }
+
+#[test]
+fn a_refusal_for_a_slot_never_bound_is_ignored() {
+    // A refusal can only concern a slot frames went to. Reported for one never bound (a stale
+    // report, or a driver's mistake), it made the core probe the slot: a CREDIT naming no
+    // conversation (`src` and `dst` 0) to a slot without an address, which no transport can
+    // send (found by the `endpoint_frames` fuzz target).
+    let mut net = OpenNet::new(2, 2, 3);
+    let now = net.now;
+    let node = net.node(0);
+    for _ in 0..3 {
+        node.endpoint.handle_refused(now, 1, &mut node.memory);
+    }
+    assert!(node.endpoint.poll_transmit(now, &node.memory).is_none());
+    assert!(!node.endpoint.is_peer_unreachable(1));
+    assert_eq!(node.endpoint.stats().liveness_probes, 0);
+    // The slot still serves the first peer to come.
+    echo_round(&mut net, &[1], 0, 100);
+}
+
+#[test]
+fn a_receive_naming_a_slot_never_bound_is_refused() {
+    // A slot names a peer only once bound to its address (a receive names its source by
+    // address, which binds the slot). A receive naming a slot never bound was taken: the next
+    // peer to come got the slot and the receive, and the slot's fresh state had lost count of
+    // the receive waiting on it (found by the `endpoint_frames` fuzz target).
+    let mut net = OpenNet::new(2, 2, 9);
+    let now = net.now;
+    let node = net.node(0);
+    node.memory.0.push(vec![0; 64]);
+    let region = RegionId(node.memory.0.len() as u32 - 1);
+    let list = SgList::contiguous(region, 0, 64);
+    for source in [Source::Rank(1), Source::Rank(2)] {
+        let refused = node.endpoint.post_recv(
+            now,
+            source,
+            Context::USER,
+            TagMatch::Any,
+            &list,
+            &mut node.memory,
+        );
+        assert!(
+            matches!(refused, Err(PostError::PeerUnreachable { .. })),
+            "{refused:?}"
+        );
+        let probe = node
+            .endpoint
+            .post_probe(now, source, Context::USER, TagMatch::Any);
+        assert!(
+            matches!(probe, Err(PostError::PeerUnreachable { .. })),
+            "{probe:?}"
+        );
+    }
+    // Once the slot is bound to an address, a receive may name it.
+    let peer = node.endpoint.peer_for_address(now, address(1)).unwrap();
+    let named = node.endpoint.post_recv(
+        now,
+        Source::Rank(peer),
+        Context::USER,
+        TagMatch::Any,
+        &list,
+        &mut node.memory,
+    );
+    assert!(named.is_ok(), "{named:?}");
+    net.send(1, address(0), vec![7; 64]).unwrap();
+    net.run(net.now + 10_000_000);
+    assert!(net.result(0, named.unwrap()).expect("received").is_ok());
+}

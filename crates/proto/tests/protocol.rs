@@ -197,6 +197,34 @@ fn lossy_rendezvous_retransmits_and_counts() {
     assert!(stats.data_frames_sent > (1 << 20) / 1424);
 }
 
+/// A full control queue drops the frames queued last, which their provoker's repeat recovers.
+/// A repeated RSM is answered with a grant and a collection acknowledgement; with room for
+/// one frame, the acknowledgement went and the grant was dropped at every repeat, so a
+/// rendezvous message never got past its first window (found by the `endpoint_frames` fuzz
+/// target).
+#[test]
+fn a_control_queue_of_one_frame_still_carries_a_rendezvous_message() {
+    for window in [1, 16, 256] {
+        let config = Config {
+            max_control_queue: 1,
+            cts_window_frames: window,
+            rsm_pre_frames: window / 2,
+            ..test_config()
+        };
+        let mut net = Net::new(2, config);
+        let (send, recv, bytes) = transfer(&mut net, 1 << 20, true);
+        assert!(
+            send.result.is_ok() && recv.result.is_ok(),
+            "window {window}"
+        );
+        assert!(bytes == pattern(1 << 20, 3), "window {window}");
+        assert!(
+            net.endpoints[1].stats().control_overflows > 0,
+            "the queue overflowed"
+        );
+    }
+}
+
 /// With `link_checks_payload` every data frame says so and its checksum covers its headers
 /// only, and messages of both protocols still arrive intact under loss.
 #[test]
