@@ -524,6 +524,7 @@ fn read_config(u: &mut Unstructured) -> Result<Config> {
         credit_wait_ns: pick(u, &[0, 50_000, 2_000_000])?,
         cts_window_frames: pick(u, &[256, 1, 2, 4, 16, 64])?,
         presumed_grant_bytes: pick(u, &[0, 4096, 256 << 10, 1000])?,
+        grant_budget_bytes: pick(u, &[2 << 20, 0, 4096, 20_000])?,
         ack_unit: u.int_in_range(1..=8)?,
         unexpected: if u.ratio(1u8, 3u8)? {
             UnexpectedPolicy::Drop

@@ -36,10 +36,11 @@ pub fn render(who: &str, snapshot: &Snapshot) -> String {
     let engine = &snapshot.engine;
     let _ = writeln!(
         out,
-        "nicmsg stats {who}: credit waits {} stalls {}, kept messages taken as eager {}, control frames dropped (queue full) {}, liveness probes {}, peers unreachable {}, acks piggybacked {}, express deliveries {}, sends completed early {} (unconfirmed {}), engine turns {}, commands {}, frames predicted {} placed {} refused {}, datagrams peeked {} (first frames predicted {}, frames behind them {}, refused {}), spoofed frames {}, orphan frames {}, transport errors {}",
+        "nicmsg stats {who}: credit waits {} stalls {}, kept messages taken as eager {}, first grants deferred {}, control frames dropped (queue full) {}, liveness probes {}, peers unreachable {}, acks piggybacked {}, express deliveries {}, sends completed early {} (unconfirmed {}), engine turns {}, commands {}, frames predicted {} placed {} refused {}, datagrams peeked {} (first frames predicted {}, frames behind them {}, refused {}), spoofed frames {}, orphan frames {}, transport errors {}",
         snapshot.protocol.credit_waits,
         snapshot.protocol.credit_stalls,
         snapshot.protocol.kept_taken_as_eager,
+        snapshot.protocol.grants_deferred,
         snapshot.protocol.control_overflows,
         snapshot.protocol.liveness_probes,
         snapshot.protocol.peers_declared_unreachable,

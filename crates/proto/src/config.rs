@@ -64,6 +64,12 @@ pub struct Config {
     /// beyond them (ob1 sends its first fragment likewise). At most `eager_limit` is sent so,
     /// as much as an eager message sends unasked. 0 waits for the CTS always.
     pub presumed_grant_bytes: u64,
+    /// Bytes a receiver has granted and not yet received, across all the rendezvous messages
+    /// it receives, past which a message matched now waits for its first grant (`receiver.rs`,
+    /// deferred grants): the frames granted arrive in the receiving socket's buffer, and
+    /// whatever does not fit is dropped by the kernel. One message is always granted when no
+    /// other is open. 0: no bound.
+    pub grant_budget_bytes: u64,
     /// Frames before the end of a window at which the RSM flag is set (RMPP's Pre-k).
     pub rsm_pre_frames: u32,
     /// Frames per acknowledged collection (EMP: 3).
@@ -146,6 +152,11 @@ impl Default for Config {
             // A quarter of a MiB: on loopback a 256 KiB message then goes without waiting for
             // its CTS; a receiver that is not ready costs at most that much sent twice.
             presumed_grant_bytes: 256 << 10,
+            // Half the transport's 4 MiB socket buffer (the kernel counts each datagram's own
+            // overhead against it too): 600 rendezvous messages of 100,000 bytes matched at
+            // once were all granted at once, 60 MB, and what overflowed the socket was
+            // resent on the same backed-off timeout, together, into the same overflow.
+            grant_budget_bytes: 2 << 20,
             ack_unit: 3,
             unexpected: UnexpectedPolicy::Buffer,
             adaptive_frames: true,

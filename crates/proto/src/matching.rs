@@ -226,7 +226,7 @@ impl Core {
         }
         entry.dest = Dest::Recv(recv);
         self.set_waiter(incoming, true);
-        self.grant_first_window(incoming);
+        self.grant_first_window(now, incoming);
         if self.rx[incoming].discarded {
             // The RTS's data was discarded and its sender told to WAIT: the grant resumes it.
             self.expect_resumption(now, incoming);

@@ -305,6 +305,9 @@ pub(crate) struct Incoming {
     pub taken_as_eager: bool,
     /// Frames granted to the sender so far (rendezvous).
     pub granted: u32,
+    /// Matched, but its first grant waits until the receiver's grants in flight leave room
+    /// (`Config::grant_budget_bytes`); meanwhile its sender is told WAIT, KEPT.
+    pub grant_deferred: bool,
     /// Frames the receiver would grant if its tracking window allowed.
     pub grant_target: u32,
     pub phase: RxPhase,
@@ -344,6 +347,7 @@ impl Incoming {
             discarded: false,
             taken_as_eager: false,
             granted: 1,
+            grant_deferred: false,
             grant_target: 1,
             phase: RxPhase::Receiving,
             deadline_ns: None,

@@ -391,7 +391,8 @@ impl Core {
     /// Raises the grant towards its target as far as tracking allows; sends a CTS if it grew.
     fn extend_grant(&mut self, index: IncomingKey) -> bool {
         let entry = &mut self.rx[index];
-        if !entry.matched || entry.dest == Dest::Discard || entry.is_eager() {
+        if !entry.matched || entry.grant_deferred || entry.dest == Dest::Discard || entry.is_eager()
+        {
             return false;
         }
         let trackable = entry.contiguous.saturating_add(RX_TRACKED_FRAMES);
@@ -410,7 +411,8 @@ impl Core {
         if entry.is_eager() || entry.phase != RxPhase::Receiving {
             return;
         }
-        if !entry.matched {
+        // Matched but deferred: to its sender as if kept, unmatched (`defer_first_grant`).
+        if !entry.matched || entry.grant_deferred {
             let flags = Flags::WAIT | Flags::KEPT;
             let wait = control(entry.peer, FrameKind::Ack, flags, entry.msg_id, 0);
             self.queue_control(wait);
@@ -431,8 +433,9 @@ impl Core {
         self.queue_control(cts);
     }
 
-    /// Called when a receive is bound to a rendezvous message: grant the first window.
-    pub(crate) fn grant_first_window(&mut self, index: IncomingKey) {
+    /// Called when a receive is bound to a rendezvous message: grant the first window, or
+    /// defer it while the grants in flight fill the budget (`defer_first_grant`).
+    pub(crate) fn grant_first_window(&mut self, now: Nanos, index: IncomingKey) {
         let window = self.config.cts_window_frames;
         let entry = &mut self.rx[index];
         // An RTS neither kept nor discarded is the one being admitted: it is placed right
@@ -447,11 +450,91 @@ impl Core {
             .min(entry.frames)
             .max(entry.granted);
         entry.granted = 0;
+        entry.grant_deferred = false;
+        if self.grant_budget_full(index) {
+            self.defer_first_grant(now, index);
+            return;
+        }
         if rts_arriving {
             return;
         }
         if !self.extend_grant(index) {
             self.send_grant(index);
+        }
+    }
+
+    /// Bytes granted and not yet arrived, over the rendezvous messages bound to receives.
+    /// Counted from each message's first missing frame, so frames that came out of order count
+    /// until the gap before them fills: never less than what is on its way.
+    fn granted_in_flight(&self) -> u64 {
+        let mut bytes = 0u64;
+        for &index in self.rx.bound_incoming() {
+            let Some(entry) = self.rx.incoming(index) else {
+                continue;
+            };
+            if entry.is_eager() || entry.grant_deferred || entry.phase != RxPhase::Receiving {
+                continue;
+            }
+            let end = entry.granted.min(entry.frames);
+            if end > entry.contiguous {
+                let geometry = &entry.geometry;
+                let end_offset = if end == entry.frames {
+                    geometry.total_len
+                } else {
+                    geometry.offset(end)
+                };
+                bytes += end_offset.saturating_sub(geometry.offset(entry.contiguous));
+            }
+        }
+        bytes
+    }
+
+    /// Whether granting `index`'s first window now would pass the budget: only while other
+    /// grants are in flight (one message alone is always granted, or nothing would move).
+    fn grant_budget_full(&self, index: IncomingKey) -> bool {
+        let budget = self.config.grant_budget_bytes;
+        if budget == 0 {
+            return false;
+        }
+        let in_flight = self.granted_in_flight();
+        if in_flight == 0 {
+            return false;
+        }
+        let entry = &self.rx[index];
+        let target = entry.grant_target.min(entry.frames);
+        let wanted = if target == entry.frames {
+            entry.geometry.total_len
+        } else {
+            entry.geometry.offset(target)
+        };
+        in_flight.saturating_add(wanted) > budget
+    }
+
+    /// Defers `index`'s first grant: its sender is told WAIT, KEPT (it waits on this rank's
+    /// liveness, and frames it sent before the CTS are kept if they come), and the grant
+    /// leaves once the grants in flight leave room (`grant_deferred_if_room`), looked at when
+    /// a message's data completes and on this deadline.
+    fn defer_first_grant(&mut self, now: Nanos, index: IncomingKey) {
+        let peer = self.rx[index].peer;
+        self.counters.record(peer, |s| s.grants_deferred += 1);
+        self.rx.defer_grant(index);
+        self.rx[index].deadline_ns = Some(now + self.peers[self.rx[index].peer].rto.rto_ns());
+        self.send_grant(index);
+    }
+
+    /// Sends the deferred first grants, oldest first, while the budget has room for them.
+    pub(crate) fn grant_deferred_if_room(&mut self, now: Nanos) {
+        while let Some(index) = self.rx.oldest_deferred_grant() {
+            if self.grant_budget_full(index) {
+                return;
+            }
+            self.rx.take_deferred_grant(index);
+            // Its sender waits (WAIT, KEPT): ask it to go on, again on the RTO until a frame
+            // comes, as for a kept message matched late.
+            self.expect_resumption(now, index);
+            if !self.extend_grant(index) {
+                self.send_grant(index);
+            }
         }
     }
 
@@ -484,6 +567,8 @@ impl Core {
         let entry = &mut self.rx[index];
         entry.deadline_ns = Some(now + rto);
         entry.retries = 0;
+        // Its grant is no longer in flight: a deferred one may go.
+        self.grant_deferred_if_room(now);
     }
 
     /// END: every frame was acknowledged; answer MSG-ACK and wait for CLEANUP.
@@ -532,6 +617,12 @@ impl Core {
             if due.is_none_or(|d| d > now) {
                 continue;
             }
+            if self.rx[index].grant_deferred {
+                // Looked at again a round trip later, and the grants tried (below).
+                let rto = self.peers[self.rx[index].peer].rto.rto_ns();
+                self.rx[index].deadline_ns = Some(now + rto);
+                continue;
+            }
             if self.rx[index].phase == RxPhase::Receiving {
                 self.repeat_resume_request(now, index);
                 continue;
@@ -557,6 +648,7 @@ impl Core {
             };
             self.queue_control(repeat);
         }
+        self.grant_deferred_if_room(now);
     }
 
     /// Asks the sender of a message whose data was discarded (it was told to WAIT) to send it

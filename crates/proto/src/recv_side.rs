@@ -65,6 +65,9 @@ pub(crate) struct RecvSide {
     /// 1,500 messages ahead of its receives) walked all of them before every receive batch,
     /// a third of its time.
     bound: Vec<IncomingKey>,
+    /// Rendezvous messages whose first grant waits for room in the grant budget, oldest first
+    /// (some may have gone since, and are skipped).
+    deferred_grants: VecDeque<IncomingKey>,
     /// Incoming messages by (sender, message id); Fx hashing as for the send side's index.
     by_id: FxHashMap<(Rank, u32), IncomingKey>,
     /// Unexpected messages in matching order.
@@ -98,6 +101,7 @@ impl RecvSide {
             incoming: Slab::with_capacity(config.max_incoming + config.max_sends),
             rendezvous_incoming: 0,
             bound: Vec::with_capacity(config.max_incoming + config.max_sends),
+            deferred_grants: VecDeque::with_capacity(config.max_incoming),
             by_id: FxHashMap::with_capacity_and_hasher(config.max_incoming, Default::default()),
             unexpected: VecDeque::with_capacity(config.max_incoming),
             eager_pool: EagerPool::new(config, size),
@@ -342,6 +346,31 @@ impl RecvSide {
     /// Incoming messages bound to a receive since they came (some may have left it).
     pub(crate) fn bound_incoming(&self) -> &[IncomingKey] {
         &self.bound
+    }
+
+    /// Queues `key`'s first grant behind the others deferred.
+    pub(crate) fn defer_grant(&mut self, key: IncomingKey) {
+        self.incoming[key].grant_deferred = true;
+        self.deferred_grants.push_back(key);
+    }
+
+    /// The oldest message whose first grant still waits, dropping the entries of messages
+    /// gone or granted since.
+    pub(crate) fn oldest_deferred_grant(&mut self) -> Option<IncomingKey> {
+        while let Some(&key) = self.deferred_grants.front() {
+            if self.incoming.get(key).is_some_and(|e| e.grant_deferred) {
+                return Some(key);
+            }
+            self.deferred_grants.pop_front();
+        }
+        None
+    }
+
+    /// Takes the oldest deferred grant off the queue (after `oldest_deferred_grant`).
+    pub(crate) fn take_deferred_grant(&mut self, key: IncomingKey) {
+        debug_assert_eq!(self.deferred_grants.front(), Some(&key));
+        self.deferred_grants.pop_front();
+        self.incoming[key].grant_deferred = false;
     }
 
     /// The unexpected messages, in matching order (the watchdog's account of what waits).

@@ -91,6 +91,9 @@ pub struct Stats {
     /// Short messages sent by rendezvous and kept without a receive that the receiver took
     /// as eager into a buffer freed for them (`handover.rs`).
     pub kept_taken_as_eager: u64,
+    /// Rendezvous messages whose first grant waited for room in the grant budget
+    /// (`Config::grant_budget_bytes`).
+    pub grants_deferred: u64,
     /// Control frames not queued because the control queue was full (recovered by retransmit).
     pub control_overflows: u64,
     pub messages_sent: u64,

@@ -48,6 +48,7 @@ pub fn add_stats(acc: &mut Stats, other: &Stats) {
     acc.credit_stalls += other.credit_stalls;
     acc.credit_waits += other.credit_waits;
     acc.kept_taken_as_eager += other.kept_taken_as_eager;
+    acc.grants_deferred += other.grants_deferred;
     acc.control_overflows += other.control_overflows;
     acc.messages_sent += other.messages_sent;
     acc.messages_received += other.messages_received;
@@ -340,10 +341,11 @@ impl Summary {
         );
         let _ = writeln!(
             out,
-            "endpoints: {} credit waits, {} credit stalls, {} kept messages taken as eager, {} control overflows, {} liveness probes, {} peers declared unreachable, {} acknowledgements piggybacked, {} messages delivered by the express path, {} sends completed early ({} unconfirmed), {} bytes placed, {} bytes copied, {} lookups of released memory",
+            "endpoints: {} credit waits, {} credit stalls, {} kept messages taken as eager, {} first grants deferred, {} control overflows, {} liveness probes, {} peers declared unreachable, {} acknowledgements piggybacked, {} messages delivered by the express path, {} sends completed early ({} unconfirmed), {} bytes placed, {} bytes copied, {} lookups of released memory",
             s.credit_waits,
             s.credit_stalls,
             s.kept_taken_as_eager,
+            s.grants_deferred,
             s.control_overflows,
             s.liveness_probes,
             s.peers_declared_unreachable,

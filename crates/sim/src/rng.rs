@@ -26,6 +26,8 @@ pub mod stream {
     pub const SMALL_CREDITS: u64 = 6;
     /// Few medium credits (`run.rs`).
     pub const MEDIUM_CREDITS: u64 = 7;
+    /// Small grant budgets (`run.rs`).
+    pub const GRANT_BUDGET: u64 = 8;
     /// Each rank's engine (its transport's back-pressure): `ENGINE + rank`.
     pub const ENGINE: u64 = 1 << 32;
 }

@@ -101,6 +101,18 @@ fn few_small_and_medium_credits_on_half_the_seeds(seed: u64, mut config: Config)
     config
 }
 
+/// Half the seeds bound the bytes a receiver grants and has not received to 4 to 64 KiB
+/// instead of 2 MiB, so that the workloads' concurrent rendezvous messages find the budget
+/// full and have their first grants deferred, then sent as others complete (WAIT, KEPT, and
+/// the resumption), under loss, duplication and reordering of every frame involved.
+fn small_grant_budgets_on_half_the_seeds(seed: u64, mut config: Config) -> Config {
+    let mut rng = SimRng::new(seed, stream::GRANT_BUDGET);
+    if rng.chance(0.5) {
+        config.grant_budget_bytes = rng.range(4 << 10, 64 << 10);
+    }
+    config
+}
+
 /// True if no frame of the run can have been lost: no loss, corruption or partition, and no
 /// rank died (frames to the dead are refused). Duplication and reordering lose nothing.
 fn lost_no_frame(spec: &RunSpec, deaths: &[Option<Nanos>]) -> bool {
@@ -290,11 +302,14 @@ pub fn run(spec: &RunSpec) -> RunResult {
     }
     let config = Config {
         link_checks_payload: spec.net.link_checks_payload,
-        ..few_small_and_medium_credits_on_half_the_seeds(
+        ..small_grant_budgets_on_half_the_seeds(
             spec.seed,
-            rmpp_windows_on_a_third_of_the_seeds(
+            few_small_and_medium_credits_on_half_the_seeds(
                 spec.seed,
-                spec.proto.config(spec.net.mtu, spec.unexpected),
+                rmpp_windows_on_a_third_of_the_seeds(
+                    spec.seed,
+                    spec.proto.config(spec.net.mtu, spec.unexpected),
+                ),
             ),
         )
     };
