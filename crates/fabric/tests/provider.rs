@@ -555,6 +555,33 @@ fn the_hpc_challenge_suite_runs_on_four_ranks() {
     );
 }
 
+/// Runs `program` on `ranks` ranks of the provider in `dir` with the `NICMSG_*` settings
+/// `env` passed to every rank; its output once it succeeded (`what` names it in failures).
+fn run_mpi_on_nicmsg(
+    dir: &ProviderDir,
+    program: &Path,
+    ranks: u32,
+    env: &[(&str, &str)],
+    what: &str,
+) -> Output {
+    let mut mpirun = Command::new("mpirun");
+    on_nicmsg(&mut mpirun, dir);
+    for (name, value) in env {
+        mpirun.args(["-x", name]).env(name, value);
+    }
+    let run = mpirun
+        .args(["--allow-run-as-root", "--oversubscribe", "-n"])
+        .arg(ranks.to_string())
+        .arg(program)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mpirun starts");
+    let output = finish(run, RUN_LIMIT, what);
+    assert_success(&output, what);
+    output
+}
+
 /// A hung MPI program says why: with `NICMSG_WATCHDOG=1`, a receive that waits for tag 42
 /// while the message that came has tag 41 (`tests/mpi/tag_mismatch.c`) is reported on
 /// standard error with that message, in both engine modes. Inline, the report comes from
@@ -571,20 +598,9 @@ fn a_hung_mpi_receive_is_reported_with_the_message_it_did_not_match() {
     };
     let program = compile("mpicc", "tests/mpi/tag_mismatch.c", &dir, &[]);
     for engine in ["inline", "thread"] {
-        let mut mpirun = Command::new("mpirun");
-        let run = on_nicmsg(&mut mpirun, &dir)
-            .args(["-x", "NICMSG_ENGINE", "-x", "NICMSG_WATCHDOG"])
-            .env("NICMSG_ENGINE", engine)
-            .env("NICMSG_WATCHDOG", "1")
-            .args(["--allow-run-as-root", "--oversubscribe", "-n", "2"])
-            .arg(&program)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("mpirun starts");
         let what = format!("mpirun -n 2 tag_mismatch ({engine})");
-        let output = finish(run, RUN_LIMIT, &what);
-        assert_success(&output, &what);
+        let env = [("NICMSG_ENGINE", engine), ("NICMSG_WATCHDOG", "1")];
+        let output = run_mpi_on_nicmsg(&dir, &program, 2, &env, &what);
         let stderr = String::from_utf8_lossy(&output.stderr);
         let report = stderr
             .lines()
@@ -617,19 +633,8 @@ fn a_send_passes_sends_held_for_another_destination_and_the_held_are_reported() 
         return;
     };
     let program = compile("mpicc", "tests/mpi/held_behind.c", &dir, &[]);
-    let mut mpirun = Command::new("mpirun");
-    let run = on_nicmsg(&mut mpirun, &dir)
-        .args(["-x", "NICMSG_SLOTS", "-x", "NICMSG_WATCHDOG"])
-        .env("NICMSG_SLOTS", "256")
-        .env("NICMSG_WATCHDOG", "1")
-        .args(["--allow-run-as-root", "--oversubscribe", "-n", "3"])
-        .arg(&program)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("mpirun starts");
-    let output = finish(run, RUN_LIMIT, "mpirun -n 3 held_behind");
-    assert_success(&output, "mpirun -n 3 held_behind");
+    let env = [("NICMSG_SLOTS", "256"), ("NICMSG_WATCHDOG", "1")];
+    let output = run_mpi_on_nicmsg(&dir, &program, 3, &env, "mpirun -n 3 held_behind");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         stdout.contains("held_behind: every byte arrived"),
@@ -675,18 +680,8 @@ fn one_destination_keeps_most_of_the_room_and_its_receiver_takes_them_in_any_ord
         return;
     };
     let program = compile("mpicc", "tests/mpi/held_reverse.c", &dir, &[]);
-    let mut mpirun = Command::new("mpirun");
-    let run = on_nicmsg(&mut mpirun, &dir)
-        .args(["-x", "NICMSG_SLOTS"])
-        .env("NICMSG_SLOTS", "256")
-        .args(["--allow-run-as-root", "--oversubscribe", "-n", "2"])
-        .arg(&program)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("mpirun starts");
-    let output = finish(run, RUN_LIMIT, "mpirun -n 2 held_reverse");
-    assert_success(&output, "mpirun -n 2 held_reverse");
+    let env = [("NICMSG_SLOTS", "256")];
+    let output = run_mpi_on_nicmsg(&dir, &program, 2, &env, "mpirun -n 2 held_reverse");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         stdout.contains("held_reverse: every byte arrived"),
