@@ -1561,14 +1561,10 @@ impl World {
             let mut expected = [ExpectedFrame::default(); 16];
             let count = n.ep.predict_frames(&mut expected);
             assert!(count <= expected.len());
-            let guess = FrameView::new_checked(bytes).ok().and_then(|frame| {
-                expected[..count].iter().copied().find(|e| {
-                    e.wire_src == frame.src()
-                        && e.msg_id == frame.msg_id()
-                        && e.frame_index == frame.frame_index()
-                        && bytes.len() == e.header_len() + e.segment.len as usize
-                })
-            });
+            let guess = expected[..count]
+                .iter()
+                .copied()
+                .find(|e| e.describes(bytes, bytes.len()));
             let guess = guess.or_else(|| {
                 let head = &bytes[..bytes.len().min(ExpectedFrame::MAX_HEADER_LEN)];
                 n.ep.predict_first_frame(head, bytes.len(), from)

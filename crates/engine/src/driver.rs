@@ -636,7 +636,7 @@ impl<T: Transport> Driver<T> {
             let stats = &mut self.stats;
             let expected = &self.expected[..planned];
             let looks_expected =
-                |slot: usize, head: &[u8], len: usize| looks_like(&expected[slot], head, len);
+                |slot: usize, head: &[u8], len: usize| expected[slot].describes(head, len);
             let open = endpoint.is_open();
             // Returns whether a placed frame was taken (else the transport offers it again as
             // bytes); the answer for bytes is not read.
@@ -1117,18 +1117,6 @@ fn deliver_bytes(
 
 /// Cheap check that a placed datagram's header is the guessed frame's (the protocol core
 /// verifies everything, checksum included, before taking it).
-fn looks_like(expected: &ExpectedFrame, head: &[u8], len: usize) -> bool {
-    let Ok(frame) = FrameView::new_checked(head) else {
-        return false;
-    };
-    head.len() == expected.header_len()
-        && frame.kind_code() == expected.kind() as u8
-        && frame.msg_id() == expected.msg_id
-        && frame.frame_index() == expected.frame_index
-        && frame.src() == expected.wire_src
-        && len == expected.header_len() + expected.segment.len as usize
-}
-
 fn fill_status(descriptor: &mut Descriptor, status: &nicmsg_proto::Status) {
     descriptor.result = ResultCode::Success;
     descriptor.status_peer = status.peer;

@@ -7,7 +7,9 @@ use crate::ops::{Dest, LatestData, RxPhase};
 use crate::receiver::Payload;
 use crate::state::Core;
 use crate::*;
-use nicmsg_wire::{Frame, FrameHeader, FrameKind, MsgHeader, FRAME_HEADER_LEN, MSG_HEADER_LEN};
+use nicmsg_wire::{
+    Frame, FrameHeader, FrameKind, FrameView, MsgHeader, FRAME_HEADER_LEN, MSG_HEADER_LEN,
+};
 
 /// A frame expected to arrive, and where its payload belongs in host memory.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -50,6 +52,24 @@ impl ExpectedFrame {
             (false, true) => FrameKind::Rts,
             (false, false) => FrameKind::Data,
         }
+    }
+
+    /// Whether a datagram of `len` bytes whose headers are `head` is this frame: its kind,
+    /// sender, message and index, and a payload of the predicted length. The engine asks it
+    /// of the headers it scattered apart; the simulator and the fuzz target of the whole
+    /// datagram (`head` may then be longer than the headers: only they are read).
+    pub fn describes(&self, head: &[u8], len: usize) -> bool {
+        let Some(head) = head.get(..self.header_len()) else {
+            return false;
+        };
+        let Ok(frame) = FrameView::new_checked(head) else {
+            return false;
+        };
+        frame.kind_code() == self.kind() as u8
+            && frame.msg_id() == self.msg_id
+            && frame.frame_index() == self.frame_index
+            && frame.src() == self.wire_src
+            && len == self.header_len() + self.segment.len as usize
     }
 }
 

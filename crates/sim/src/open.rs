@@ -20,7 +20,6 @@ use nicmsg_proto::{
     Completion, Config, Context, Endpoint, ExpectedFrame, HostMemory, Nanos, OpId, PlacedOutcome,
     Rank, SgList, Source, TagMatch,
 };
-use nicmsg_wire::FrameView;
 
 use crate::content::mix;
 use crate::memory::Arena;
@@ -296,14 +295,10 @@ fn deliver(life: &mut Life, now: Nanos, from: SocketAddr, bytes: &[u8], place: b
     if place {
         let mut expected = [ExpectedFrame::default(); PREDICTED_FRAMES];
         let count = life.endpoint.predict_frames(&mut expected);
-        let guess = FrameView::new_checked(bytes).ok().and_then(|frame| {
-            expected[..count].iter().copied().find(|e| {
-                e.wire_src == frame.src()
-                    && e.msg_id == frame.msg_id()
-                    && e.frame_index == frame.frame_index()
-                    && bytes.len() == e.header_len() + e.segment.len as usize
-            })
-        });
+        let guess = expected[..count]
+            .iter()
+            .copied()
+            .find(|e| e.describes(bytes, bytes.len()));
         // Else the first frame of a message, from its headers read ahead (as the engine does).
         let guess = guess.or_else(|| {
             let head = &bytes[..bytes.len().min(ExpectedFrame::MAX_HEADER_LEN)];
