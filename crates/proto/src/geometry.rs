@@ -53,6 +53,11 @@ impl Geometry {
         }
     }
 
+    /// Payload bytes of the frames before `frame` (the whole message from its frame count on).
+    pub fn bytes_before(&self, frame: u32) -> u64 {
+        self.offset(frame).min(self.total_len)
+    }
+
     pub fn len(&self, frame: u32) -> u64 {
         let capacity = if frame == 0 {
             self.first_capacity()

@@ -475,16 +475,10 @@ impl Core {
             if entry.is_eager() || entry.grant_deferred || entry.phase != RxPhase::Receiving {
                 continue;
             }
-            let end = entry.granted.min(entry.frames);
-            if end > entry.contiguous {
-                let geometry = &entry.geometry;
-                let end_offset = if end == entry.frames {
-                    geometry.total_len
-                } else {
-                    geometry.offset(end)
-                };
-                bytes += end_offset.saturating_sub(geometry.offset(entry.contiguous));
-            }
+            let geometry = &entry.geometry;
+            bytes += geometry
+                .bytes_before(entry.granted)
+                .saturating_sub(geometry.bytes_before(entry.contiguous));
         }
         bytes
     }
@@ -501,12 +495,7 @@ impl Core {
             return false;
         }
         let entry = &self.rx[index];
-        let target = entry.grant_target.min(entry.frames);
-        let wanted = if target == entry.frames {
-            entry.geometry.total_len
-        } else {
-            entry.geometry.offset(target)
-        };
+        let wanted = entry.geometry.bytes_before(entry.grant_target);
         in_flight.saturating_add(wanted) > budget
     }
 
