@@ -581,6 +581,18 @@ impl Node {
     fn op(&mut self, id: OpId) -> Option<&mut OpRec> {
         self.ops.iter_mut().find(|r| r.id == id)
     }
+
+    /// Records an operation `what` (the call) just posted; its handle must name no other.
+    fn track(&mut self, id: OpId, detail: OpDetail, what: &str) {
+        assert!(self.op(id).is_none(), "{what} reused a live handle: {id:?}");
+        self.ops.push(OpRec {
+            id,
+            detail,
+            done: false,
+            cancel_requested: false,
+            snapshot: None,
+        });
+    }
 }
 
 /// Splits `len` bytes into up to `pieces` segments of `region`, starting at `GUARD`, with
@@ -774,24 +786,15 @@ impl World {
         let Ok(id) = posted else {
             return Ok(());
         };
-        assert!(
-            n.op(id).is_none(),
-            "post_send returned the handle of an operation still known: {id:?}"
-        );
-        n.ops.push(OpRec {
-            id,
-            detail: OpDetail::Send {
-                serial,
-                dst,
-                tag,
-                len,
-                region,
-                data,
-            },
-            done: false,
-            cancel_requested: false,
-            snapshot: None,
-        });
+        let detail = OpDetail::Send {
+            serial,
+            dst,
+            tag,
+            len,
+            region,
+            data,
+        };
+        n.track(id, detail, "post_send");
         let to = self.node_of_peer(node, dst);
         self.sent.push(SentMsg {
             from: node,
@@ -869,20 +872,14 @@ impl World {
         );
         self.seq += 1;
         if let Ok(id) = posted {
-            assert!(n.op(id).is_none(), "post_recv reused a live handle");
-            n.ops.push(OpRec {
-                id,
-                detail: OpDetail::Recv {
-                    criteria: Some(criteria),
-                    order: Some((self.seq, criteria)),
-                    context: Some(context),
-                    region,
-                    buffer,
-                },
-                done: false,
-                cancel_requested: false,
-                snapshot: None,
-            });
+            let detail = OpDetail::Recv {
+                criteria: Some(criteria),
+                order: Some((self.seq, criteria)),
+                context: Some(context),
+                region,
+                buffer,
+            };
+            n.track(id, detail, "post_recv");
         }
         Ok(())
     }
@@ -895,14 +892,7 @@ impl World {
         let posted = n.ep.post_probe(now, source, context, tag);
         trace!("  probe {criteria:?}: {posted:?}");
         if let Ok(id) = posted {
-            assert!(n.op(id).is_none(), "post_probe reused a live handle");
-            n.ops.push(OpRec {
-                id,
-                detail: OpDetail::Probe { criteria },
-                done: false,
-                cancel_requested: false,
-                snapshot: None,
-            });
+            n.track(id, OpDetail::Probe { criteria }, "post_probe");
         }
         Ok(())
     }
@@ -961,20 +951,14 @@ impl World {
             buffer.total_len()
         );
         if let Ok(id) = posted {
-            assert!(n.op(id).is_none(), "post_recv_claimed reused a live handle");
-            n.ops.push(OpRec {
-                id,
-                detail: OpDetail::Recv {
-                    criteria: None,
-                    order,
-                    context: None,
-                    region,
-                    buffer,
-                },
-                done: false,
-                cancel_requested: false,
-                snapshot: None,
-            });
+            let detail = OpDetail::Recv {
+                criteria: None,
+                order,
+                context: None,
+                region,
+                buffer,
+            };
+            n.track(id, detail, "post_recv_claimed");
         }
         Ok(())
     }
