@@ -88,22 +88,20 @@ pub(crate) struct RecvSide {
 }
 
 impl RecvSide {
-    /// The tables of an endpoint in a job of `size` ranks, all allocated here.
+    /// The tables of an endpoint in a job of `size` ranks. They and their queues grow as they
+    /// fill, up to the limits of `config` (`slab.rs`).
     pub(crate) fn new(config: &Config, size: u32) -> Self {
         Self {
-            recvs: Slab::with_capacity(config.max_recvs),
-            posted: [
-                VecDeque::with_capacity(config.max_recvs),
-                VecDeque::with_capacity(config.max_recvs),
-            ],
-            probes: VecDeque::with_capacity(config.max_recvs),
+            recvs: Slab::with_limit(config.max_recvs),
+            posted: [VecDeque::new(), VecDeque::new()],
+            probes: VecDeque::new(),
             // Room for a local message per send beyond the remote ones (`insert_remote`).
-            incoming: Slab::with_capacity(config.max_incoming + config.max_sends),
+            incoming: Slab::with_limit(config.max_incoming + config.max_sends),
             rendezvous_incoming: 0,
-            bound: Vec::with_capacity(config.max_incoming + config.max_sends),
-            deferred_grants: VecDeque::with_capacity(config.max_incoming),
-            by_id: FxHashMap::with_capacity_and_hasher(config.max_incoming, Default::default()),
-            unexpected: VecDeque::with_capacity(config.max_incoming),
+            bound: Vec::new(),
+            deferred_grants: VecDeque::new(),
+            by_id: FxHashMap::default(),
+            unexpected: VecDeque::new(),
             eager_pool: EagerPool::new(config, size),
             latest_data: None,
             latest_eager: None,

@@ -55,12 +55,12 @@ pub(crate) struct SendSide {
 impl SendSide {
     pub(crate) fn new(max_sends: usize, max_early_sends: usize) -> Self {
         Self {
-            sends: Slab::with_capacity(max_sends),
-            timers: SideTable::new(max_sends, CollectionTimers::default()),
-            copies: SideTable::new(max_sends, [0; INLINE_PAYLOAD_MAX]),
+            sends: Slab::with_limit(max_sends),
+            timers: SideTable::new(CollectionTimers::default()),
+            copies: SideTable::new([0; INLINE_PAYLOAD_MAX]),
             lent: None,
-            active: FxHashMap::with_capacity_and_hasher(max_sends, Default::default()),
-            ready: VecDeque::with_capacity(max_sends),
+            active: FxHashMap::default(),
+            ready: VecDeque::new(),
             completed_early: 0,
             completed_early_limit: max_early_sends,
             deadlines: RefCell::new(DeadlineIndex::new(max_sends)),
@@ -74,6 +74,8 @@ impl SendSide {
     #[inline(always)]
     pub(crate) fn insert_with(&mut self, make: impl FnOnce() -> SendOp) -> Option<(SendKey, u32)> {
         let (key, generation) = self.sends.insert_with(make)?;
+        self.timers.cover(key);
+        self.copies.cover(key);
         self.timers[key].reset(&self.sends[key].collections);
         self.deadlines.get_mut().touch(key);
         Some((key, generation))

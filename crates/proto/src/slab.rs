@@ -1,6 +1,9 @@
-//! Fixed-capacity table with generation-checked handles: all memory is allocated at start-up,
-//! insertion fails (instead of growing) when the table is full. Each table has its own key type
-//! (`SendKey`, `RecvKey`, `IncomingKey`), so a send's key cannot index the receive table.
+//! Bounded table with generation-checked handles: insertion fails (instead of growing past it)
+//! when the table holds its limit. Slots are allocated as the table first needs them and kept,
+//! so its memory follows the most entries it ever held, not its limit: an MPI rank's tables
+//! are sized for thousands of operations in flight and most programs keep a few. Each table
+//! has its own key type (`SendKey`, `RecvKey`, `IncomingKey`), so a send's key cannot index the
+//! receive table.
 
 use std::marker::PhantomData;
 use std::num::NonZeroU32;
@@ -53,7 +56,12 @@ struct Slot<T> {
     value: Option<T>,
 }
 
+/// Slots a table allocates when it is made (fewer if its limit is lower): a ping-pong, and any
+/// program that keeps a few dozen operations in flight, never allocates after start-up.
+const FIRST_SLOTS: usize = 64;
+
 pub(crate) struct Slab<K, T> {
+    /// Every slot allocated so far; grows by one when no freed slot is left, up to the limit.
     slots: Vec<Slot<T>>,
     /// Free slot indices, used as a stack so recently freed (cache-warm) slots are reused first.
     free: Vec<u32>,
@@ -62,18 +70,14 @@ pub(crate) struct Slab<K, T> {
 }
 
 impl<K: Key, T> Slab<K, T> {
-    pub(crate) fn with_capacity(capacity: usize) -> Self {
-        let slots = (0..capacity)
-            .map(|_| Slot {
-                generation: 0,
-                value: None,
-            })
-            .collect();
-        let free = (0..capacity as u32).rev().collect();
+    /// A table of at most `limit` entries, with room for the first few allocated now.
+    pub(crate) fn with_limit(limit: usize) -> Self {
+        debug_assert!(limit < u32::MAX as usize);
+        let first = limit.min(FIRST_SLOTS);
         Self {
-            slots,
-            free,
-            usage: TableUsage::new(capacity),
+            slots: Vec::with_capacity(first),
+            free: Vec::with_capacity(first),
+            usage: TableUsage::new(limit),
             key: PhantomData,
         }
     }
@@ -87,12 +91,37 @@ impl<K: Key, T> Slab<K, T> {
     /// (the large entries are not built on the stack and copied in).
     #[inline(always)]
     pub(crate) fn insert_with(&mut self, make: impl FnOnce() -> T) -> Option<(K, u32)> {
-        let index = self.free.pop()?;
+        let index = match self.free.pop() {
+            Some(index) => index,
+            None => self.new_slot()?,
+        };
         let slot = &mut self.slots[index as usize];
         debug_assert!(slot.value.is_none());
         slot.value = Some(make());
         self.usage.set(self.usage.in_use + 1);
         Some((K::from_slot(index), slot.generation))
+    }
+
+    /// A slot never used before, if the table is below its limit. Only when the table holds
+    /// more entries than it ever did: the vector's doubling makes that a handful of
+    /// allocations in a table's life.
+    #[cold]
+    fn new_slot(&mut self) -> Option<u32> {
+        let index = self.slots.len();
+        if index >= self.usage.limit {
+            return None;
+        }
+        self.slots.push(Slot {
+            generation: 0,
+            value: None,
+        });
+        Some(index as u32)
+    }
+
+    /// Slots allocated so far: every key handed out is below it.
+    #[cfg(test)]
+    pub(crate) fn allocated(&self) -> usize {
+        self.slots.len()
     }
 
     pub(crate) fn remove(&mut self, key: K) -> Option<T> {
@@ -180,18 +209,36 @@ fn dead_key(key: impl std::fmt::Debug) -> ! {
     panic!("{key:?} names no live entry")
 }
 
-/// Per-entry side data of a table, beside it (kept apart so the hot entry stays small).
+/// Per-entry side data of a table, beside it (kept apart so the hot entry stays small). Grows
+/// with its table: [`cover`](Self::cover) each key the table hands out.
 pub(crate) struct SideTable<K, T> {
     values: Vec<T>,
+    /// What a slot holds when it is first allocated.
+    blank: T,
     key: PhantomData<fn(K)>,
 }
 
 impl<K: Key, T: Clone> SideTable<K, T> {
-    pub(crate) fn new(capacity: usize, value: T) -> Self {
+    pub(crate) fn new(blank: T) -> Self {
         Self {
-            values: vec![value; capacity],
+            values: vec![blank.clone(); FIRST_SLOTS],
+            blank,
             key: PhantomData,
         }
+    }
+
+    /// Makes sure `key` has its value, as its table just handed it out.
+    #[inline]
+    pub(crate) fn cover(&mut self, key: K) {
+        let needed = key.slot() as usize + 1;
+        if needed > self.values.len() {
+            self.grow_to(needed);
+        }
+    }
+
+    #[cold]
+    fn grow_to(&mut self, len: usize) {
+        self.values.resize(len, self.blank.clone());
     }
 }
 
@@ -215,7 +262,7 @@ mod tests {
 
     #[test]
     fn a_handle_of_a_freed_entry_names_nothing_after_reuse() {
-        let mut table: Slab<SendKey, &str> = Slab::with_capacity(2);
+        let mut table: Slab<SendKey, &str> = Slab::with_limit(2);
         let (first, generation) = table.insert("first").unwrap();
         assert_eq!(table.key_checked(first.slot(), generation), Some(first));
         table.remove(first);
@@ -227,10 +274,39 @@ mod tests {
 
     #[test]
     fn a_full_table_refuses_instead_of_growing() {
-        let mut table: Slab<RecvKey, u8> = Slab::with_capacity(1);
+        let mut table: Slab<RecvKey, u8> = Slab::with_limit(1);
         assert!(table.insert(1).is_some());
         assert!(table.insert(2).is_none());
         assert_eq!(table.usage.in_use, 1);
+    }
+
+    #[test]
+    fn a_table_allocates_slots_as_it_first_needs_them_and_reuses_freed_ones() {
+        let mut table: Slab<SendKey, u32> = Slab::with_limit(1000);
+        let keys: Vec<SendKey> = (0..200).map(|v| table.insert(v).unwrap().0).collect();
+        assert_eq!(table.allocated(), 200);
+        for key in &keys[..100] {
+            table.remove(*key);
+        }
+        for v in 0..100 {
+            let (key, _) = table.insert(v).unwrap();
+            assert!(key.slot() < 100, "a freed slot is taken before a new one");
+        }
+        assert_eq!(table.allocated(), 200);
+        while table.insert(0).is_some() {}
+        assert_eq!((table.allocated(), table.usage.in_use), (1000, 1000));
+    }
+
+    #[test]
+    fn a_side_table_has_a_blank_value_for_every_key_its_table_hands_out() {
+        let mut table: Slab<SendKey, ()> = Slab::with_limit(500);
+        let mut side: SideTable<SendKey, u8> = SideTable::new(7);
+        for _ in 0..500 {
+            let (key, _) = table.insert(()).unwrap();
+            side.cover(key);
+            assert_eq!(side[key], 7);
+            side[key] = 1;
+        }
     }
 
     #[test]

@@ -84,8 +84,8 @@ const STALE_DEADLINES_MAX: usize = 1024;
 impl<K: Key> DeadlineIndex<K> {
     pub(crate) fn new(capacity: usize) -> Self {
         Self {
-            heap: BinaryHeap::with_capacity(capacity + STALE_DEADLINES_MAX),
-            touched: Vec::with_capacity(capacity),
+            heap: BinaryHeap::new(),
+            touched: Vec::new(),
             is_touched: vec![false; capacity],
         }
     }
