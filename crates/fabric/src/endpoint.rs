@@ -229,11 +229,21 @@ const PROVIDER_SLOTS: usize = 4096;
 /// median 2.35 against 2.24).
 const PACED_UNREPORTED: usize = 32;
 
-/// [`PROVIDER_SLOTS`] unless the user set `NICMSG_SLOTS`.
-fn choose_slots(options: &mut Options) {
+/// Unmatched messages a provider endpoint keeps from all its peers (the protocol core's
+/// `max_incoming`), not the library's 1,024. Open MPI ranks post sends long before the
+/// receives that take them, and a rank may take them in any order: 3 ranks posting 600 sends
+/// each to a rank that received them one sender at a time, the last rank first, filled the
+/// 1,024 entries with the other senders' messages, and the 480th message of the first never
+/// came in. An entry is about 200 bytes, allocated only when the table first holds that many
+/// (`nicmsg_proto`'s tables grow to their limits): 3.2 MiB at the most.
+const PROVIDER_UNMATCHED: usize = 16_384;
+
+/// [`PROVIDER_SLOTS`] unless the user set `NICMSG_SLOTS`, and [`PROVIDER_UNMATCHED`].
+fn choose_tables(options: &mut Options) {
     if std::env::var_os("NICMSG_SLOTS").is_none() {
         options.slots = PROVIDER_SLOTS;
     }
+    options.protocol.max_incoming = PROVIDER_UNMATCHED;
 }
 
 impl FabricEndpoint {
@@ -241,7 +251,7 @@ impl FabricEndpoint {
         let mut options = Options::from_env()?;
         let capacity = options.dgram_peers;
         choose_eager_pool(&mut options, capacity);
-        choose_slots(&mut options);
+        choose_tables(&mut options);
         let room = Room::for_slots(options.slots);
         Ok(Self {
             pending: Vec::with_capacity(room.in_flight),

@@ -689,6 +689,29 @@ fn one_destination_keeps_most_of_the_room_and_its_receiver_takes_them_in_any_ord
     );
 }
 
+/// A rank leaves thousands of messages unmatched and takes them in any order
+/// (`tests/mpi/unmatched_many.c`, 4 ranks): 1,800 short messages from three senders taken one
+/// sender at a time, then 2,000 from one sender taken last first. With room for 1,024
+/// unmatched messages a rank, the first phase hung in most runs; with a window of 1,024
+/// unfinished messages a pair, the second hung in every run.
+#[test]
+fn a_rank_takes_thousands_of_unmatched_messages_in_any_order() {
+    if !installed("mpicc") || !installed("mpirun") {
+        eprintln!("skipped: Open MPI is not installed (openmpi-bin, libopenmpi-dev)");
+        return;
+    }
+    let Some(dir) = provider_dir("unmatched-many") else {
+        return;
+    };
+    let program = compile("mpicc", "tests/mpi/unmatched_many.c", &dir, &[]);
+    let output = run_mpi_on_nicmsg(&dir, &program, 4, &[], "mpirun -n 4 unmatched_many");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("unmatched_many: every byte arrived"),
+        "{stdout}"
+    );
+}
+
 /// The randomized MPI check's runs: seed, ranks, engine mode. Each run is a different plan
 /// (senders, receivers, sizes from 0 B to 4 MiB, tags, communicators, send and receive calls,
 /// floods of unexpected messages); 2 to 4 ranks, both engine modes. Together about 10 s on two

@@ -25,11 +25,14 @@ pub const MAX_ACK_UNIT: u8 = 8;
 /// Frames a receiver tracks beyond its first missing frame (bitmap size).
 pub const RX_TRACKED_FRAMES: u32 = MAX_INFLIGHT_COLLECTIONS as u32 * MAX_ACK_UNIT as u32;
 /// Messages one sender may have unfinished towards one receiver (message-id window, a bitmap on
-/// each side). More are queued, never dropped. A rendezvous message the receiver has not
-/// matched yet stays unfinished, so this is also how many unmatched long messages one pair can
-/// have before the next message waits: more than the descriptor table's default 640
-/// operations, so with the defaults the window never holds back a send the host could post.
-pub const MSG_WINDOW: u32 = 1024;
+/// each side). More are queued, never dropped. A message the receiver has not matched yet and
+/// does not buffer (a long one, or a short one past its sender's credits) stays unfinished, so
+/// this is also how many unmatched messages one pair can have before the next message waits:
+/// as many as the MPI provider's descriptor table (4,096 operations), so the window never holds
+/// back a send a rank could post with the default tables. With 1,024, a receiver that takes
+/// 2,000 messages of one sender in reverse order never saw the last one: its sender had 1,024
+/// unfinished and waited for them. Each side's bitmap is 512 bytes of every peer's state.
+pub const MSG_WINDOW: u32 = 4096;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {

@@ -16,7 +16,7 @@ const _: () = assert!(
     "the done bitmap is whole u64 words"
 );
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct IdWindow {
     /// Oldest id not yet finished.
     pub base: u32,
@@ -26,6 +26,16 @@ pub(crate) struct IdWindow {
     /// moving the base touches only the words in use: usually the first alone. A byte: it fits
     /// in the padding after `base`, so a peer's state does not grow.
     used: u8,
+}
+
+impl Default for IdWindow {
+    fn default() -> Self {
+        Self {
+            base: 0,
+            done: [0; WORDS],
+            used: 0,
+        }
+    }
 }
 
 /// Where an id lies relative to a window.
