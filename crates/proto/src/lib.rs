@@ -60,6 +60,7 @@ mod stats;
 mod timers;
 mod transmit;
 mod types;
+mod unexpected;
 mod usage;
 mod window;
 

@@ -601,7 +601,9 @@ impl Core {
     /// CANCEL-ACK) a bounded number of times, then free the state anyway (the data was
     /// delivered or withdrawn; only the sender's bookkeeping is unconfirmed).
     pub(crate) fn expire_incoming(&mut self, now: Nanos) {
-        for index in self.rx.incoming_slots_in_use_range() {
+        let mut due_incoming = std::mem::take(&mut self.due_incoming);
+        self.rx.take_due(now, &mut due_incoming);
+        for &index in &due_incoming {
             let due = self.rx.incoming(index).and_then(|e| e.deadline_ns);
             if due.is_none_or(|d| d > now) {
                 continue;
@@ -637,6 +639,7 @@ impl Core {
             };
             self.queue_control(repeat);
         }
+        self.due_incoming = due_incoming;
         self.grant_deferred_if_room(now);
     }
 

@@ -18,6 +18,7 @@ use crate::ops::{Dest, Incoming, LatestData, RecvOp};
 use crate::peers::Peers;
 use crate::slab::{IncomingKey, RecvKey, Slab};
 use crate::timers::DeadlineIndex;
+use crate::unexpected::UnexpectedQueue;
 use crate::usage::TableUsage;
 use crate::{Config, Context, Nanos, Rank, Source, Status, Tag, TagMatch};
 
@@ -70,8 +71,8 @@ pub(crate) struct RecvSide {
     deferred_grants: VecDeque<IncomingKey>,
     /// Incoming messages by (sender, message id); Fx hashing as for the send side's index.
     by_id: FxHashMap<(Rank, u32), IncomingKey>,
-    /// Unexpected messages in matching order.
-    unexpected: VecDeque<IncomingKey>,
+    /// Unexpected messages in matching order, all and each sender's (`unexpected.rs`).
+    unexpected: UnexpectedQueue,
     /// Unexpected eager data, in buffers of both credit classes (`eager_pool.rs`).
     eager_pool: EagerPool,
     /// Where the stream of long-message frames was last (`placement.rs`).
@@ -101,7 +102,7 @@ impl RecvSide {
             bound: Vec::new(),
             deferred_grants: VecDeque::new(),
             by_id: FxHashMap::default(),
-            unexpected: VecDeque::new(),
+            unexpected: UnexpectedQueue::new(size),
             eager_pool: EagerPool::new(config, size),
             latest_data: None,
             latest_eager: None,
@@ -267,7 +268,7 @@ impl RecvSide {
         self.rendezvous_incoming -= usize::from(!entry.is_eager());
         self.by_id.remove(&(entry.peer, entry.msg_id));
         if entry.in_unexpected {
-            remove_first(&mut self.unexpected, key);
+            self.unexpected.remove(key, entry.peer);
         }
         remove_first(&mut self.bound, key);
         Some(entry)
@@ -296,12 +297,6 @@ impl RecvSide {
         self.incoming.occupied()
     }
 
-    /// Keys that may name a live incoming message, not borrowing the table (for loops that
-    /// free messages).
-    pub(crate) fn incoming_slots_in_use_range(&self) -> impl Iterator<Item = IncomingKey> {
-        self.incoming.slots_in_use_range()
-    }
-
     pub(crate) fn incoming_usage(&self) -> TableUsage {
         self.incoming.usage
     }
@@ -322,13 +317,13 @@ impl RecvSide {
     /// Queues a matched-in-order message no receive took.
     pub(crate) fn push_unexpected(&mut self, key: IncomingKey) {
         debug_assert!(!self.incoming[key].in_unexpected);
-        self.unexpected.push_back(key);
+        self.unexpected.push_back(key, self.incoming[key].peer);
         self.incoming[key].in_unexpected = true;
     }
 
     /// Takes a message off the unexpected queue (a receive took it, or it was withdrawn).
     pub(crate) fn remove_unexpected(&mut self, key: IncomingKey) {
-        remove_first(&mut self.unexpected, key);
+        self.unexpected.remove(key, self.incoming[key].peer);
         self.incoming[key].in_unexpected = false;
     }
 
@@ -373,7 +368,7 @@ impl RecvSide {
 
     /// The unexpected messages, in matching order (the watchdog's account of what waits).
     pub(crate) fn unexpected_entries(&self) -> impl Iterator<Item = &Incoming> + '_ {
-        self.unexpected.iter().map(|&key| &self.incoming[key])
+        self.unexpected.iter().map(|key| &self.incoming[key])
     }
 
     /// The first unexpected message (in matching order) a receive with these criteria takes.
@@ -383,10 +378,14 @@ impl RecvSide {
         context: Context,
         tag: TagMatch,
     ) -> Option<IncomingKey> {
-        self.unexpected.iter().copied().find(|&i| {
+        let takes = |&i: &IncomingKey| {
             let entry = &self.incoming[i];
             entry.context == context && source.matches(entry.peer) && tag.matches(entry.tag)
-        })
+        };
+        match source {
+            Source::Rank(sender) => self.unexpected.of_sender(sender).find(takes),
+            Source::Any => self.unexpected.iter().find(takes),
+        }
     }
 
     /// The first of the oldest `limit` unexpected messages that is from `peer` and `fits`.
@@ -396,7 +395,7 @@ impl RecvSide {
         limit: usize,
         fits: impl Fn(&Incoming) -> bool,
     ) -> Option<IncomingKey> {
-        self.unexpected.iter().take(limit).copied().find(|&i| {
+        self.unexpected.iter().take(limit).find(|&i| {
             let entry = &self.incoming[i];
             entry.peer == peer && fits(entry)
         })
@@ -490,6 +489,24 @@ impl RecvSide {
 
     // --- timers ---
 
+    /// Puts in `due`, in slot order, the incoming messages whose deadline is at or before
+    /// `now` (those `expire_incoming` acts on), from the index of deadlines; checked against a
+    /// walk of every message in debug builds.
+    pub(crate) fn take_due(&mut self, now: Nanos, due: &mut Vec<IncomingKey>) {
+        due.clear();
+        let incoming = &self.incoming;
+        let deadline = |key| incoming.get(key).and_then(|e: &Incoming| e.deadline_ns);
+        self.deadlines.get_mut().take_due(now, deadline, due);
+        debug_assert_eq!(
+            *due,
+            self.incoming
+                .occupied()
+                .filter(|&key| deadline(key).is_some_and(|d| d <= now))
+                .collect::<Vec<_>>(),
+            "the deadline index missed a due message"
+        );
+    }
+
     /// The earliest deadline of any incoming message (a CLEANUP overdue), from the index of
     /// deadlines (`timers.rs`); checked against a walk of every message in debug builds.
     pub(crate) fn next_deadline(&self) -> Option<Nanos> {
@@ -540,39 +557,11 @@ impl IndexMut<IncomingKey> for RecvSide {
     }
 }
 
-/// Removes the first `key` in `queue`, looking from the front: the entries removed are
-/// mostly near it (the oldest unexpected message is the one a receive takes), where `retain`
-/// walked the whole queue.
-fn remove_first<Q>(queue: &mut Q, key: IncomingKey)
-where
-    Q: RemoveAt,
-{
-    if let Some(at) = queue.position_of(key) {
-        queue.remove_at(at);
-    }
-}
-
-/// The two kinds of list `remove_first` takes from.
-trait RemoveAt {
-    fn position_of(&self, key: IncomingKey) -> Option<usize>;
-    fn remove_at(&mut self, at: usize);
-}
-
-impl RemoveAt for VecDeque<IncomingKey> {
-    fn position_of(&self, key: IncomingKey) -> Option<usize> {
-        self.iter().position(|&k| k == key)
-    }
-    fn remove_at(&mut self, at: usize) {
-        self.remove(at);
-    }
-}
-
-impl RemoveAt for Vec<IncomingKey> {
-    fn position_of(&self, key: IncomingKey) -> Option<usize> {
-        self.iter().position(|&k| k == key)
-    }
-    fn remove_at(&mut self, at: usize) {
-        self.swap_remove(at);
+/// Removes `key` from the bound list, looking from the front (the list holds the messages
+/// bound to receives, few at a time).
+fn remove_first(queue: &mut Vec<IncomingKey>, key: IncomingKey) {
+    if let Some(at) = queue.iter().position(|&k| k == key) {
+        queue.swap_remove(at);
     }
 }
 

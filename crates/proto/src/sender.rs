@@ -602,8 +602,11 @@ impl Core {
     /// Retransmissions go on, backed off up to `rto_max_ns`, until the peer answers or the
     /// liveness rule declares it unreachable (`liveness.rs`).
     pub(crate) fn expire_sends(&mut self, now: Nanos) {
-        // Index loop instead of collecting the due entries: the timer path allocates nothing.
-        for index in self.sends.slots_in_use_range() {
+        // A buffer kept between timers: the timer path allocates only when more sends are due
+        // at once than ever before.
+        let mut due = std::mem::take(&mut self.due_sends);
+        self.sends.take_due(now, &mut due);
+        for &index in &due {
             if self.sends.deadline(index).is_none_or(|d| d > now) {
                 continue;
             }
@@ -649,6 +652,7 @@ impl Core {
             }
             self.sends.mark_ready(index);
         }
+        self.due_sends = due;
     }
 
     /// The frame to repeat when a CTS is overdue: the RTS before any CTS, else the RSM frame

@@ -154,14 +154,6 @@ impl<K: Key, T> Slab<K, T> {
         self.get(self.key_checked(index, generation)?)
     }
 
-    /// Keys of every slot up to the last occupied one, live or not, not borrowing the table:
-    /// for loops that free entries as they go (skip the keys `get` finds empty). The free stack
-    /// keeps live entries at low indices, so this is short when few are live.
-    pub(crate) fn slots_in_use_range(&self) -> impl Iterator<Item = K> {
-        let end = self.occupied().last().map_or(0, |key| key.slot() + 1);
-        (0..end).map(K::from_slot)
-    }
-
     pub(crate) fn generation(&self, key: K) -> u32 {
         self.slots[key.slot() as usize].generation
     }

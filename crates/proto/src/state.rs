@@ -35,6 +35,10 @@ pub(crate) struct Core {
     pub(crate) sends: SendSide,
     /// Receives, probes, incoming messages, matching queues, the eager pool (`recv_side.rs`).
     pub(crate) rx: RecvSide,
+    /// The sends and incoming messages a timer found due (`expire_sends`,
+    /// `expire_incoming`), kept between timers so the timer path allocates nothing.
+    pub(crate) due_sends: Vec<SendKey>,
+    pub(crate) due_incoming: Vec<IncomingKey>,
     /// Control frames to send and completions to hand out (`outputs.rs`).
     pub(crate) outputs: Outputs,
     /// Open mode: peers added by address (`directory.rs`, `open.rs`); `None` in a job.
@@ -74,6 +78,8 @@ impl Core {
             counters: Counters::new(size),
             sends: SendSide::new(config.max_sends, config.max_early_sends),
             rx: RecvSide::new(&config, size),
+            due_sends: Vec::new(),
+            due_incoming: Vec::new(),
             outputs: Outputs::new(config.max_control_queue, completions_limit),
             directory: None,
             config,

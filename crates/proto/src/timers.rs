@@ -102,6 +102,48 @@ impl<K: Key> DeadlineIndex<K> {
         }
     }
 
+    /// Pushes the deadline of every entry touched since the last question.
+    fn push_touched(&mut self, deadline: &impl Fn(K) -> Option<Nanos>) {
+        for key in self.touched.drain(..) {
+            self.is_touched[key.slot() as usize] = false;
+            if let Some(at) = deadline(key) {
+                self.heap.push(Reverse((at, key.slot())));
+            }
+        }
+    }
+
+    /// Appends to `due`, in slot order, every entry whose deadline is at or before `now`:
+    /// what a walk of the table that asks each entry finds, without the walk. Each is marked
+    /// touched, as the caller is about to change it: its next deadline, or the one it keeps,
+    /// is pushed at the next question. (Entries popped and not pushed again would be lost to
+    /// the index while their timer still ran.)
+    pub(crate) fn take_due(
+        &mut self,
+        now: Nanos,
+        deadline: impl Fn(K) -> Option<Nanos>,
+        due: &mut Vec<K>,
+    ) {
+        self.push_touched(&deadline);
+        let first = due.len();
+        while let Some(&Reverse((at, slot))) = self.heap.peek() {
+            if at > now {
+                break;
+            }
+            self.heap.pop();
+            let key = K::from_slot(slot);
+            match deadline(key) {
+                Some(later) if later > now => self.heap.push(Reverse((later, slot))),
+                Some(_) if !self.is_touched[slot as usize] => {
+                    self.touch(key);
+                    due.push(key);
+                }
+                // Freed, or taken already through another copy of the same entry.
+                _ => {}
+            }
+        }
+        due[first..].sort_unstable_by_key(|key| key.slot());
+    }
+
     /// The earliest deadline of the table's `live` entries, `deadline` asking the table for an
     /// entry's (`None`: freed, or no timer), `all` listing the live keys (to build the heap
     /// again when it holds too many stale entries).
@@ -111,12 +153,7 @@ impl<K: Key> DeadlineIndex<K> {
         deadline: impl Fn(K) -> Option<Nanos>,
         all: impl FnOnce() -> I,
     ) -> Option<Nanos> {
-        for key in self.touched.drain(..) {
-            self.is_touched[key.slot() as usize] = false;
-            if let Some(at) = deadline(key) {
-                self.heap.push(Reverse((at, key.slot())));
-            }
-        }
+        self.push_touched(&deadline);
         if self.heap.len() > live + STALE_DEADLINES_MAX {
             self.heap.clear();
             for key in all() {
@@ -184,6 +221,39 @@ mod tests {
             );
             assert_eq!(answer, walk(&table));
             assert!(index.heap.len() <= 8 + STALE_DEADLINES_MAX + 1);
+        }
+    }
+
+    /// The due entries are those a walk finds due, each once, in slot order, through
+    /// deadlines that move and entries the caller changes after taking them.
+    #[test]
+    fn the_due_entries_are_what_a_walk_finds_due() {
+        use crate::slab::SendKey;
+        let mut table: Vec<Option<Nanos>> = vec![None; 16];
+        let mut index = DeadlineIndex::<SendKey>::new(16);
+        let mut state = 0x2545_f491_u64;
+        let mut due = Vec::new();
+        for now in 0..5_000u64 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let slot = (state % 16) as usize;
+            table[slot] = match (state >> 8) % 3 {
+                0 => None,
+                _ => Some(now + (state >> 16) % 50),
+            };
+            index.touch(SendKey::from_slot(slot as u32));
+            due.clear();
+            index.take_due(now, |key| table[key.slot() as usize], &mut due);
+            let walked: Vec<SendKey> = (0..16)
+                .filter(|&s| table[s].is_some_and(|d| d <= now))
+                .map(|s| SendKey::from_slot(s as u32))
+                .collect();
+            assert_eq!(due, walked);
+            // The caller acts on them: half are rescheduled, half are finished.
+            for (n, key) in due.iter().enumerate() {
+                table[key.slot() as usize] = (n % 2 == 0).then_some(now + 7);
+            }
         }
     }
 
