@@ -16,9 +16,10 @@ use crate::credits::CreditClass;
 use crate::eager_pool::EagerPool;
 use crate::ops::{Dest, Incoming, LatestData, RecvOp};
 use crate::peers::Peers;
+use crate::posted::PostedQueue;
+use crate::sender_lists::SenderLists;
 use crate::slab::{IncomingKey, RecvKey, Slab};
 use crate::timers::DeadlineIndex;
-use crate::unexpected::UnexpectedQueue;
 use crate::usage::TableUsage;
 use crate::{Config, Context, Nanos, Rank, Source, Status, Tag, TagMatch};
 
@@ -36,11 +37,11 @@ fn queue_of(context: Context) -> usize {
     }
 }
 
-/// Where a posted receive waits: its queue and its position in it.
+/// Where a posted receive waits: its queue, and the receive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PostedAt {
     queue: usize,
-    index: usize,
+    key: RecvKey,
 }
 
 /// Receives, probes and incoming messages of one endpoint, and the queues that match them.
@@ -51,7 +52,7 @@ pub(crate) struct RecvSide {
     /// [`Context::always_received`]). A receive only takes messages of its own context, so
     /// splitting them keeps MPI's order, and a message for the application does not scan
     /// past the engine's inboxes, which are posted first and always there.
-    posted: [VecDeque<RecvKey>; 2],
+    posted: [PostedQueue; 2],
     /// Posted (blocking) probes.
     probes: VecDeque<RecvKey>,
     incoming: Slab<IncomingKey, Incoming>,
@@ -72,7 +73,7 @@ pub(crate) struct RecvSide {
     /// Incoming messages by (sender, message id); Fx hashing as for the send side's index.
     by_id: FxHashMap<(Rank, u32), IncomingKey>,
     /// Unexpected messages in matching order, all and each sender's (`unexpected.rs`).
-    unexpected: UnexpectedQueue,
+    unexpected: SenderLists<IncomingKey>,
     /// Unexpected eager data, in buffers of both credit classes (`eager_pool.rs`).
     eager_pool: EagerPool,
     /// Where the stream of long-message frames was last (`placement.rs`).
@@ -94,7 +95,7 @@ impl RecvSide {
     pub(crate) fn new(config: &Config, size: u32) -> Self {
         Self {
             recvs: Slab::with_limit(config.max_recvs),
-            posted: [VecDeque::new(), VecDeque::new()],
+            posted: [PostedQueue::new(size), PostedQueue::new(size)],
             probes: VecDeque::new(),
             // Room for a local message per send beyond the remote ones (`insert_remote`).
             incoming: Slab::with_limit(config.max_incoming + config.max_sends),
@@ -102,7 +103,7 @@ impl RecvSide {
             bound: Vec::new(),
             deferred_grants: VecDeque::new(),
             by_id: FxHashMap::default(),
-            unexpected: UnexpectedQueue::new(size),
+            unexpected: SenderLists::new(size),
             eager_pool: EagerPool::new(config, size),
             latest_data: None,
             latest_eager: None,
@@ -151,8 +152,8 @@ impl RecvSide {
 
     /// Queues an unmatched receive behind those of its queue posted before it.
     pub(crate) fn post(&mut self, key: RecvKey) {
-        let queue = queue_of(self.recvs[key].context);
-        self.posted[queue].push_back(key);
+        let op = &self.recvs[key];
+        self.posted[queue_of(op.context)].push_back(key, op.source);
     }
 
     /// Where the first receive (in posting order) that takes a message from `peer` with this
@@ -163,10 +164,9 @@ impl RecvSide {
         (context, tag): (Context, Tag),
     ) -> Option<PostedAt> {
         let queue = queue_of(context);
-        let index = self.posted[queue]
-            .iter()
-            .position(|&i| self.recvs[i].accepts(peer, context, tag))?;
-        Some(PostedAt { queue, index })
+        let key = self.posted[queue]
+            .first_taking(peer, |key| self.recvs[key].accepts(peer, context, tag))?;
+        Some(PostedAt { queue, key })
     }
 
     /// True if the application has a receive posted and not matched yet.
@@ -176,14 +176,14 @@ impl RecvSide {
 
     /// The posted receive at `at` (from [`find_posted`](Self::find_posted)).
     pub(crate) fn posted_at(&self, at: PostedAt) -> RecvKey {
-        self.posted[at.queue][at.index]
+        at.key
     }
 
     /// Takes the posted receive at `at` off its queue: it matched.
     pub(crate) fn take_posted(&mut self, at: PostedAt) -> RecvKey {
-        self.posted[at.queue]
-            .remove(at.index)
-            .expect("position is valid")
+        let source = self.recvs[at.key].source;
+        self.posted[at.queue].remove(at.key, source);
+        at.key
     }
 
     /// Takes a receive off its posted queue, wherever it is in it (cancelled or failed).
@@ -191,7 +191,7 @@ impl RecvSide {
         let Some(op) = self.recvs.get(key) else {
             return;
         };
-        self.posted[queue_of(op.context)].retain(|&i| i != key);
+        self.posted[queue_of(op.context)].remove(key, op.source);
     }
 
     /// True if a posted receive or a blocking probe may take a message from `peer` (one naming
@@ -202,7 +202,7 @@ impl RecvSide {
             let op = &self.recvs[key];
             op.source.matches(peer) && !op.context.always_received()
         };
-        self.posted[ORDINARY].iter().any(accepts) || self.probes.iter().any(accepts)
+        self.posted[ORDINARY].has_any_from(peer) || self.probes.iter().any(accepts)
     }
 
     /// Lists a blocking probe until a message it matches arrives.
@@ -631,14 +631,14 @@ mod tests {
         let (second, _) = side.insert_recv(|| any).unwrap();
         side.post(first);
         side.post(second);
-        let at = |index| PostedAt {
+        let at = |key| PostedAt {
             queue: ORDINARY,
-            index,
+            key,
         };
-        assert_eq!(side.find_posted(2, (Context::USER, 4)), Some(at(1)));
-        assert_eq!(side.find_posted(1, (Context::USER, 4)), Some(at(0)));
-        assert_eq!(side.take_posted(at(0)), first);
-        assert_eq!(side.posted_at(at(0)), second);
+        assert_eq!(side.find_posted(2, (Context::USER, 4)), Some(at(second)));
+        assert_eq!(side.find_posted(1, (Context::USER, 4)), Some(at(first)));
+        assert_eq!(side.take_posted(at(first)), first);
+        assert_eq!(side.find_posted(1, (Context::USER, 4)), Some(at(second)));
         side.unpost(second);
         assert_eq!(side.find_posted(1, (Context::USER, 4)), None);
     }
@@ -656,7 +656,7 @@ mod tests {
         side.post(standing);
         side.post(ordinary);
         let user = side.find_posted(1, (Context::USER, 4)).unwrap();
-        assert_eq!(user.index, 0, "no standing receive is scanned first");
+        assert_eq!(user.queue, ORDINARY, "no standing receive takes it");
         assert_eq!(side.posted_at(user), ordinary);
         let program = side.find_posted(1, (Context::PROGRAM_MESSAGES, 4)).unwrap();
         assert_eq!(side.posted_at(program), standing);
