@@ -206,17 +206,23 @@ fn choose_eager_pool(options: &mut Options, capacity: u32) {
     }
 }
 
-/// The descriptor table of every provider endpoint unless `NICMSG_SLOTS` sets one: 4,096
-/// slots, not the library's 640. MPI lets a program keep any number of nonblocking operations
-/// outstanding, and Open MPI posts each `MPI_Isend` and `MPI_Irecv` at once. Operations past
-/// the engine's room wait in the provider (`held.rs`), but a send waits behind every send held
-/// before it to its destination, whatever its communicator: with 640 slots, the randomized MPI
-/// check's flood (300 messages a pair of 4 ranks, all posted before any receive, then a
-/// barrier) filled the engine's room with sends that wait for their receives, and the
-/// barrier's own messages waited behind the rest for ever (`mpi_random 1 8 -f 300`; it passes
-/// in a second with 4,096). The table costs about 540 bytes a slot when the endpoint opens
-/// (`nicmsg::options::SLOTS_MAX`): 2.2 MiB an endpoint.
-const PROVIDER_SLOTS: usize = 4096;
+/// The descriptor table of every provider endpoint unless `NICMSG_SLOTS` sets one: 16,384
+/// slots (the most `NICMSG_SLOTS` allows), not the library's 640. MPI lets a program keep any
+/// number of nonblocking operations outstanding, and Open MPI posts each `MPI_Isend` and
+/// `MPI_Irecv` at once. Operations past the engine's room wait in the provider (`held.rs`),
+/// each behind those of its kind held before it, and an operation in the engine may wait for
+/// one held:
+/// - with 640 slots, the randomized MPI check's flood (300 messages a pair of 4 ranks, all
+///   posted before any receive, then a barrier) filled the room with sends that wait for
+///   their receives, and the barrier's own messages waited behind the rest (`mpi_random 1 8
+///   -f 300`);
+/// - with 4,096, a rank that posted 1,000 receives from each of three ranks, then entered a
+///   barrier before they sent (the usual way to have receives posted before their messages
+///   come) hung: 2,976 receives took the room, the barrier's receive waited behind 24 held.
+/// The table costs about 540 bytes a slot when the endpoint opens (`nicmsg::options::
+/// SLOTS_MAX`), 8.6 MiB; the protocol core's tables grow only as a program fills them: an
+/// Open MPI rank on the provider holds 29 MB resident after `MPI_Init` (21 MB with 4,096).
+const PROVIDER_SLOTS: usize = 16_384;
 
 /// Sends nobody reads (injects, buffered sends) in flight past which every send first runs a
 /// turn of the engine. A sender of short messages does nothing but inject them (Open MPI's
@@ -238,11 +244,22 @@ const PACED_UNREPORTED: usize = 32;
 /// (`nicmsg_proto`'s tables grow to their limits): 3.2 MiB at the most.
 const PROVIDER_UNMATCHED: usize = 16_384;
 
-/// [`PROVIDER_SLOTS`] unless the user set `NICMSG_SLOTS`, and [`PROVIDER_UNMATCHED`].
+/// Memory regions a provider endpoint registers per descriptor slot: Open MPI's operations
+/// have one buffer each, and two a slot leave room for vector sends. Each operation in the
+/// engine registers its buffers, so the regions bound the operations in flight as the slots
+/// do: with the library's 4,096 regions and 16,384 slots, a rank took 4,094 receives into
+/// its engine and held the rest. A region costs 16 bytes.
+const PROVIDER_REGIONS_PER_SLOT: usize = 2;
+
+/// [`PROVIDER_SLOTS`] unless the user set `NICMSG_SLOTS`, regions for them, and
+/// [`PROVIDER_UNMATCHED`].
 fn choose_tables(options: &mut Options) {
     if std::env::var_os("NICMSG_SLOTS").is_none() {
         options.slots = PROVIDER_SLOTS;
     }
+    options.regions = options
+        .regions
+        .max(options.slots * PROVIDER_REGIONS_PER_SLOT);
     options.protocol.max_incoming = PROVIDER_UNMATCHED;
 }
 

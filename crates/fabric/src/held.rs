@@ -63,8 +63,8 @@ use nicmsg::tagged::{Delivery, SendOptions, Space};
 use nicmsg_proto::{Claim, TagMatch};
 
 /// How many operations an endpoint keeps in its engine at once, of each kind and in all, for
-/// an engine table of `slots` descriptors (`NICMSG_SLOTS`; the provider's 4,096 by default,
-/// `endpoint.rs`: 3,968 in flight, up to 2,976 of each kind; the library's 640: 512, 384).
+/// an engine table of `slots` descriptors (`NICMSG_SLOTS`; the provider's 16,384 by default,
+/// `endpoint.rs`: 16,256 in flight, up to 12,192 of each kind; the library's 640: 512, 384).
 ///
 /// In all, the table less a fifth (at most 128) for a probe and the engine's own use. Of each
 /// kind, three quarters of that: each kind takes the room the other leaves, but never its last

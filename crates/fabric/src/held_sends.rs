@@ -18,7 +18,7 @@
 //! there than the room left free ([`SendShares::fits`]). One destination alone takes three
 //! quarters of the room, a second at most half of the last quarter, a third half of what is
 //! left, and so on, so that a destination with nothing in the engine finds room while fewer
-//! than about log2(room / 4) destinations flood at once (9 of the provider's 2,976 sends; 5 of
+//! than about log2(room / 4) destinations flood at once (11 of the provider's 12,192 sends; 5 of
 //! 153 at 256 slots). The whole room is not shared so, because a receiver may take
 //! nonblocking sends in any order of tags, so a send held while sends posted before it wait in
 //! the engine for their receives may be the one the receiver waits for. With one destination

@@ -304,7 +304,7 @@ static void buffered_sends_both_ways(void)
  * then receives first), then wait for all: a program MPI calls safe. Past the engine's room
  * (512 operations in the library's table of 640 slots) the provider used to refuse the posts
  * with -FI_EAGAIN, which Open MPI retries for ever: both ranks spun in their 385th MPI_Isend,
- * each waiting for the other's posts. (The provider's table now has 4,096 slots, and holds
+ * each waiting for the other's posts. (The provider's table now has 16,384 slots, and holds
  * what does not fit: tests/fabric/held.c.) Every hundredth message is long (rendezvous). */
 #define NONBLOCKING 1000
 static size_t nonblocking_len(int seq)
