@@ -15,6 +15,7 @@ pub mod clock;
 pub mod driver;
 #[cfg(not(loom))]
 pub mod errors;
+mod finished_ring;
 pub mod host;
 #[cfg(not(loom))]
 pub mod inline;

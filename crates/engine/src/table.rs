@@ -9,6 +9,7 @@
 //! list of up to 16 (region, offset, length) segments, and the result (status peer, tag, length,
 //! error code) written by the engine.
 
+use crate::finished_ring::FinishedRing;
 use crate::sync::{AtomicU32, AtomicU64, AtomicUsize, Ordering, SharedRef, UnsafeCell};
 use nicmsg_proto::{Claim, Context, SgList, TagMatch};
 use std::net::SocketAddr;
@@ -215,6 +216,9 @@ pub struct Table {
     /// Peers the engine has declared unreachable, a bit per rank: the host refuses sends to
     /// them at once instead of posting operations that can only fail.
     unreachable: Box<[AtomicU64]>,
+    /// The slots the engine completed, in order, for a host that reads them
+    /// ([`Table::next_finished`]).
+    finished: FinishedRing,
 }
 
 // SAFETY: a slot's descriptor is accessed only by its current owner, as recorded in `state`
@@ -233,6 +237,7 @@ impl Table {
             .collect();
         // Each slot has at most one post and one cancel outstanding.
         let ring = (0..2 * slots.len()).map(|_| AtomicU32::new(0)).collect();
+        let finished = FinishedRing::for_slots(slots.len());
         Self {
             slots,
             ring,
@@ -243,6 +248,7 @@ impl Table {
             unreachable: (0..(ranks as usize).div_ceil(64))
                 .map(|_| AtomicU64::new(0))
                 .collect(),
+            finished,
         }
     }
 
@@ -411,7 +417,27 @@ impl Table {
         // the result only after seeing the DONE store below (release), which follows this write.
         entry.descriptor.with_mut(|d| fill(unsafe { &mut *d }));
         entry.state.store(state::DONE, Ordering::Release);
+        self.finished.push(slot);
         self.completions.fetch_add(1, Ordering::SeqCst);
         self.signal.notify();
+    }
+
+    /// Host side: the next slot the engine completed, in the order it did (`finished_ring.rs`).
+    /// The slot may have been taken back since, or reused: ask its state before believing it.
+    ///
+    /// # Safety
+    /// The caller is the single host thread that reads the finished slots.
+    pub unsafe fn next_finished(&self) -> Option<u32> {
+        self.finished.pop()
+    }
+
+    /// Host side: true (once) if slots completed since the last call were not named by
+    /// [`Table::next_finished`] (nobody read the ring and it filled): the reader looks at every
+    /// slot of its own once.
+    ///
+    /// # Safety
+    /// As for [`Table::next_finished`].
+    pub unsafe fn finished_lost(&self) -> bool {
+        self.finished.take_lost()
     }
 }

@@ -19,6 +19,7 @@ use nicmsg::{Error, Options, Request};
 use nicmsg_proto::{Claim, TagMatch, MAX_SEGMENTS};
 use nicmsg_udp::{RawAddr, RAW_ADDR_LEN};
 
+use crate::in_engine::{InEngine, Pending};
 use crate::held::{
     is_buffered, HeldRecv, HeldRecvs, HeldWatch, Kind, Owner, RecvOf, Room, SendTarget,
     MAX_UNREAD_REPORTS,
@@ -102,17 +103,6 @@ pub struct NfCompletion {
     pub source_fi_addr: u64,
 }
 
-/// An operation in flight and what its completion must say.
-struct Pending {
-    // Field order is drop order: the request lets go of the copy before the copy goes.
-    request: Request<'static>,
-    /// A send's copy of the application's bytes (`fi_inject`: the buffer is reusable at once),
-    /// back to the endpoint's pool when the send completes.
-    copy: Option<Vec<u8>>,
-    owner: Owner,
-    /// A send's destination (its share of the room, `held_sends.rs`); `None` for a receive.
-    to: Option<SocketAddr>,
-}
 
 /// What a peek found past the held receives (`FabricEndpoint::peek_past_held`).
 enum PastHeld {
@@ -144,14 +134,8 @@ impl Bytes<'_> {
 /// One libfabric endpoint on a nicmsg engine.
 pub struct FabricEndpoint {
     // Field order is drop order: every request goes before the endpoint it borrows.
-    /// Operations in flight whose completion the application reads.
-    pending: Vec<Pending>,
-    /// Operations in flight whose completion nobody reads (injects, buffered sends the
-    /// provider reported itself), oldest first. Kept apart so that a poll need not look at
-    /// each of them: a stream of buffered sends keeps hundreds in flight until their
-    /// acknowledgements come, and a poll that looked at every one each time slowed an 8 KiB
-    /// stream by a sixth. A poll lets go of those at the front that finished.
-    unreported: VecDeque<Pending>,
+    /// Operations in the engine, and which of them finished (`in_engine.rs`).
+    in_engine: InEngine,
     /// Copies of injected sends given back, for the next injects.
     copies: Vec<Vec<u8>>,
     /// Sends waiting for room in the engine (`held.rs`), a queue per destination
@@ -164,9 +148,9 @@ pub struct FabricEndpoint {
     /// Completions the provider made itself (buffered sends, held operations cancelled or
     /// refused), reported before the engine's.
     reports: VecDeque<NfCompletion>,
-    /// Sends among `pending` and `unreported`.
+    /// Sends among those in the engine.
     sends_in_flight: usize,
-    /// How many operations `pending` and `unreported` may hold, of each kind and in all
+    /// How many operations the engine may hold, of each kind and in all
     /// (`held.rs`); past it they wait in `held` and `held_recvs`.
     room: Room,
     /// Since when polls have found nothing while operations are in flight.
@@ -176,15 +160,6 @@ pub struct FabricEndpoint {
     told_full: (bool, bool),
     /// A send nobody reads the completion of failed, and standard error was told.
     told_lost: bool,
-    /// The engine's completion count when `progress_unreported` last looked at every
-    /// unreported operation.
-    unreported_looked_at: u32,
-    /// The engine's completion count before `finished` last looked at every operation in
-    /// `pending`: while it stays so, none of them finished since, and a poll looks at none.
-    /// Open MPI polls its queue in a loop while it waits, and with 1,200 operations in flight
-    /// (600 `MPI_Isend`s and `MPI_Irecv`s each way) each poll asked each of them, a third of
-    /// the rank's time.
-    pending_looked_at: u32,
     /// `NICMSG_WATCHDOG`'s threshold, and its look at the held operations (`held.rs`).
     watchdog_ns: Option<u64>,
     held_watch: HeldWatch,
@@ -219,6 +194,7 @@ fn choose_eager_pool(options: &mut Options, capacity: u32) {
 /// - with 4,096, a rank that posted 1,000 receives from each of three ranks, then entered a
 ///   barrier before they sent (the usual way to have receives posted before their messages
 ///   come) hung: 2,976 receives took the room, the barrier's receive waited behind 24 held.
+///
 /// The table costs about 540 bytes a slot when the endpoint opens (`nicmsg::options::
 /// SLOTS_MAX`), 8.6 MiB; the protocol core's tables grow only as a program fills them: an
 /// Open MPI rank on the provider holds 29 MB resident after `MPI_Init` (21 MB with 4,096).
@@ -271,8 +247,7 @@ impl FabricEndpoint {
         choose_tables(&mut options);
         let room = Room::for_slots(options.slots);
         Ok(Self {
-            pending: Vec::with_capacity(room.in_flight),
-            unreported: VecDeque::with_capacity(room.in_flight),
+            in_engine: InEngine::default(),
             copies: Vec::with_capacity(COPY_POOL),
             held: HeldSends::default(),
             shares: SendShares::new(room.sends),
@@ -283,8 +258,6 @@ impl FabricEndpoint {
             idle_since: None,
             told_full: (false, false),
             told_lost: false,
-            unreported_looked_at: u32::MAX,
-            pending_looked_at: u32::MAX,
             watchdog_ns: options.idle.watchdog_ns,
             held_watch: HeldWatch::default(),
             endpoint: Box::new(TaggedEndpoint::bind(bind, capacity, options)?),
@@ -294,14 +267,14 @@ impl FabricEndpoint {
     /// The endpoint, for requests that live as long as this value.
     fn endpoint(&self) -> &'static TaggedEndpoint {
         // SAFETY: the endpoint is boxed (its address never changes) and dropped after every
-        // request in `pending` and `unreported` (field order), and requests never leave them
+        // request in `in_engine` (field order), and requests never leave it
         // but to be dropped: nothing holding this reference outlives it.
         unsafe { &*(self.endpoint.as_ref() as *const TaggedEndpoint) }
     }
 
     /// Operations in the engine, reported or not.
     fn in_flight(&self) -> usize {
-        self.pending.len() + self.unreported.len()
+        self.in_engine.len()
     }
 
     fn has_send_room(&self) -> bool {
@@ -333,7 +306,7 @@ impl FabricEndpoint {
             return;
         }
         if due {
-            let in_engine = self.pending.iter().chain(&self.unreported);
+            let in_engine = self.in_engine.iter();
             self.shares
                 .start(in_engine.filter_map(|pending| pending.to));
         } else {
@@ -364,7 +337,7 @@ impl FabricEndpoint {
     fn send(&mut self, bytes: Bytes<'_>, target: SendTarget, owner: Owner) -> c_int {
         if self.sends_wait_for(target.to) {
             self.progress_unreported();
-        } else if self.unreported.len() >= PACED_UNREPORTED {
+        } else if self.in_engine.unreported_len() >= PACED_UNREPORTED {
             self.pace_unreported();
         }
         let bytes = if self.sends_wait_for(target.to) {
@@ -630,25 +603,7 @@ impl FabricEndpoint {
     fn progress_unreported(&mut self) {
         self.endpoint
             .progress_at(nicmsg_engine::clock::monotonic_ns());
-        // Nothing finished since the last look: it would find nothing (this runs at every
-        // send while sends wait, and thousands may be in flight).
-        let count = self.endpoint.completion_count();
-        if count == self.unreported_looked_at {
-            self.post_all_held();
-            return;
-        }
-        self.unreported_looked_at = count;
-        // Once round the queue, keeping the order of those still in flight: one removal in the
-        // middle moves the rest.
-        for _ in 0..self.unreported.len() {
-            let Some(mut pending) = self.unreported.pop_front() else {
-                break;
-            };
-            match pending.request.delivery_if_done() {
-                Some((result, _)) => self.let_go_unreported(pending, &result),
-                None => self.unreported.push_back(pending),
-            }
-        }
+        self.let_go_finished_unreported();
         self.post_all_held();
     }
 
@@ -658,19 +613,15 @@ impl FabricEndpoint {
     fn pace_unreported(&mut self) {
         self.endpoint
             .progress_at(nicmsg_engine::clock::monotonic_ns());
-        self.let_go_finished_front();
+        self.let_go_finished_unreported();
     }
 
-    /// Lets go of the unreported operations at the front that finished, oldest first, and
-    /// stops at the first still in flight (one finished behind it goes at a later poll, or
-    /// when room is wanted: `progress_unreported` looks at all of them).
-    fn let_go_finished_front(&mut self) {
-        while let Some(front) = self.unreported.front_mut() {
-            let Some((result, _)) = front.request.delivery_if_done() else {
-                return;
-            };
-            let done = self.unreported.pop_front().expect("a front");
-            self.let_go_unreported(done, &result);
+    /// Lets go of the unreported operations that finished (the engine named them); those
+    /// the application reads stay for its next poll.
+    fn let_go_finished_unreported(&mut self) {
+        self.in_engine.collect(self.endpoint());
+        while let Some(done) = self.in_engine.next_finished(false) {
+            self.let_go_unreported(done.pending, &done.result);
         }
     }
 
@@ -699,14 +650,6 @@ impl FabricEndpoint {
                  or buffered send: {error}); further losses are not told"
             );
         }
-    }
-
-    /// Takes the finished operation at `index` out of those in flight (completions need no
-    /// order among operations that finished together).
-    fn retire(&mut self, index: usize) -> Pending {
-        let done = self.pending.swap_remove(index);
-        self.out_of_engine(&done);
-        done
     }
 
     /// An operation left the engine: a send no longer takes room, nor its destination's
@@ -753,11 +696,7 @@ impl FabricEndpoint {
                     owner,
                     to,
                 };
-                if owner.reads_nothing() {
-                    self.unreported.push_back(pending);
-                } else {
-                    self.pending.push(pending);
-                }
+                self.in_engine.push(pending);
                 0
             }
             Err(error) => post_error(&error),
@@ -803,7 +742,7 @@ impl FabricEndpoint {
             written += 1;
         }
         written += self.finished_pending(&mut out[written..]);
-        self.let_go_finished_front();
+        self.let_go_finished_unreported();
         self.post_all_held();
         self.watch_held(now);
         written
@@ -826,31 +765,25 @@ impl FabricEndpoint {
         }
     }
 
-    /// The operations of `pending` that finished, up to `out.len()`; looks only if the engine
-    /// completed something since the last look at all of them.
+    /// The operations that finished, up to `out.len()` of those the application reads; those
+    /// nobody reads are let go on the way.
     fn finished_pending(&mut self, out: &mut [MaybeUninit<NfCompletion>]) -> usize {
-        // Read before the look: a completion during it moves the count past this, so the
-        // next poll looks again.
-        let count = self.endpoint.completion_count();
-        if count == self.pending_looked_at {
-            return 0;
-        }
-        let (mut index, mut written) = (0, 0);
-        while index < self.pending.len() {
-            if written == out.len() {
-                // Stopped short: the rest are looked at by the next poll, whatever the count.
-                return written;
-            }
-            let Some((result, delivery)) = self.pending[index].request.delivery_if_done() else {
-                index += 1;
-                continue;
+        self.in_engine.collect(self.endpoint());
+        let mut written = 0;
+        while written < out.len() {
+            let Some(done) = self.in_engine.next_finished(true) else {
+                break;
             };
-            let done = self.retire(index);
-            out[written].write(completion(&done.owner, result, &delivery));
+            if done.pending.owner.reads_nothing() {
+                self.let_go_unreported(done.pending, &done.result);
+                continue;
+            }
+            self.out_of_engine(&done.pending);
+            let report = completion(&done.pending.owner, done.result, &done.delivery);
+            out[written].write(report);
             written += 1;
-            self.recycle(done);
+            self.recycle(done.pending);
         }
-        self.pending_looked_at = count;
         written
     }
 
@@ -1408,7 +1341,10 @@ pub unsafe extern "C" fn nf_discard(ep: *mut c_void, claim: u64) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn nf_cancel(ep: *mut c_void, context: *mut c_void) -> c_int {
     let body = |endpoint: &mut FabricEndpoint| {
-        let in_flight = endpoint.pending.iter().find(|p| p.owner.context == context);
+        let in_flight = endpoint
+            .in_engine
+            .iter()
+            .find(|p| !p.owner.reads_nothing() && p.owner.context == context);
         if let Some(pending) = in_flight {
             pending.request.cancel();
             return 0;

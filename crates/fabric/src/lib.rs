@@ -13,6 +13,7 @@
 pub mod endpoint;
 mod held;
 mod held_sends;
+mod in_engine;
 
 #[cfg(nicmsg_libfabric)]
 extern "C" {

@@ -617,6 +617,24 @@ impl Comm {
         Ok(Request::new(self, posted))
     }
 
+    /// The next slot the engine completed, in the order it did (`Table::next_finished`); the
+    /// slot may have been taken back or reused since. One reader only: the entries a reader
+    /// takes, another never sees.
+    pub(crate) fn next_finished_slot(&self) -> Option<u32> {
+        // SAFETY: the host side is this thread (a `Comm` is not `Sync`); the caller is the one
+        // reader, as documented.
+        unsafe { self.table.next_finished() }
+    }
+
+    /// True if [`next_finished_slot`](Self::next_finished_slot) may have missed operations
+    /// that finished: the engine dropped names (nobody read them and the ring filled), or its
+    /// thread failed, which fails its operations without completing their slots.
+    pub(crate) fn finished_slots_incomplete(&self) -> bool {
+        // SAFETY: as above.
+        let lost = unsafe { self.table.finished_lost() };
+        lost || self.check_engine().is_err()
+    }
+
     pub(crate) fn is_done(&self, slot: u32) -> bool {
         self.table.state(slot) == nicmsg_engine::table::state::DONE
     }

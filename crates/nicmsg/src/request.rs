@@ -25,7 +25,8 @@ impl<'a> Request<'a> {
         }
     }
 
-    pub(crate) fn slot(&self) -> u32 {
+    /// The operation's descriptor slot: what `TaggedEndpoint::next_finished_slot` names.
+    pub fn slot(&self) -> u32 {
         self.slot
     }
 

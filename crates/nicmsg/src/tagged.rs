@@ -205,6 +205,21 @@ impl TaggedEndpoint {
         self.comm.completion_count()
     }
 
+    /// The slot ([`Request::slot`]) of the next operation the engine completed, in the order
+    /// it did: a caller with thousands of operations in flight asks these instead of every
+    /// request. The slot may have been taken back or reused since, so ask the request itself
+    /// before believing it. For one reader: the slots a reader takes, another never sees.
+    pub fn next_finished_slot(&self) -> Option<u32> {
+        self.comm.next_finished_slot()
+    }
+
+    /// True if [`next_finished_slot`](Self::next_finished_slot) may have missed operations
+    /// that finished (the engine's record of them filled while nobody read it, or its thread
+    /// failed): the reader then asks every request of its own once.
+    pub fn finished_slots_incomplete(&self) -> bool {
+        self.comm.finished_slots_incomplete()
+    }
+
     /// Arms the completion descriptor: the next completion makes it readable.
     pub fn arm_completion_fd(&self) {
         self.comm.arm_completion_fd();
