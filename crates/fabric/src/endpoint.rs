@@ -19,12 +19,12 @@ use nicmsg::{Error, Options, Request};
 use nicmsg_proto::{Claim, TagMatch, MAX_SEGMENTS};
 use nicmsg_udp::{RawAddr, RAW_ADDR_LEN};
 
-use crate::in_engine::{InEngine, Pending};
 use crate::held::{
     is_buffered, HeldRecv, HeldRecvs, HeldWatch, Kind, Owner, RecvOf, Room, SendTarget,
     MAX_UNREAD_REPORTS,
 };
 use crate::held_sends::{HeldBytes, HeldSend, HeldSends, SendShares};
+use crate::in_engine::{InEngine, Pending};
 
 /// libfabric's error codes used here (`rdma/fi_errno.h`; the first ones are errno's).
 mod fi_errno {
@@ -102,7 +102,6 @@ pub struct NfCompletion {
     /// Written by the C half when the entry is queued (`FI_SOURCE`).
     pub source_fi_addr: u64,
 }
-
 
 /// What a peek found past the held receives (`FabricEndpoint::peek_past_held`).
 enum PastHeld {

@@ -109,7 +109,11 @@ impl InEngine {
     pub(crate) fn next_finished(&mut self, reported: bool) -> Option<Finished> {
         for _ in 0..self.finished.len() {
             let slot = self.finished.pop_front()?;
-            let kept = self.kept.get(slot as usize).copied().unwrap_or(Kept::Nowhere);
+            let kept = self
+                .kept
+                .get(slot as usize)
+                .copied()
+                .unwrap_or(Kept::Nowhere);
             let finished = match kept {
                 Kept::Nowhere => None,
                 Kept::Reported(_) if !reported => {
