@@ -61,7 +61,8 @@ impl FinishedRing {
 
     /// Host side: true (once) if the engine dropped names since the last call.
     pub(crate) fn take_lost(&self) -> bool {
-        self.lost.swap(0, Ordering::AcqRel) == 1
+        // A load first: the host asks at every poll, and a swap would write the line each time.
+        self.lost.load(Ordering::Acquire) == 1 && self.lost.swap(0, Ordering::AcqRel) == 1
     }
 }
 
