@@ -27,11 +27,14 @@ pub const RX_TRACKED_FRAMES: u32 = MAX_INFLIGHT_COLLECTIONS as u32 * MAX_ACK_UNI
 /// Messages one sender may have unfinished towards one receiver (message-id window, a bitmap on
 /// each side). More are queued, never dropped. A message the receiver has not matched yet and
 /// does not buffer (a long one, or a short one past its sender's credits) stays unfinished, so
-/// this is also how many unmatched messages one pair can have before the next message waits:
-/// as many as the MPI provider's descriptor table (4,096 operations), so the window never holds
-/// back a send a rank could post with the default tables. With 1,024, a receiver that takes
-/// 2,000 messages of one sender in reverse order never saw the last one: its sender had 1,024
-/// unfinished and waited for them. Each side's bitmap is 512 bytes of every peer's state.
+/// this is also how many unmatched messages one pair can have before the next message waits.
+/// With 1,024, a receiver that takes 2,000 messages of one sender in reverse order never saw
+/// the last one: its sender had 1,024 unfinished and waited for them. 4,096 is more sends than
+/// one destination can have in the engine with the library's default table (640 slots), but
+/// not with the MPI provider's (16,384 slots, of which one destination may take 9,144 sends:
+/// `held_sends.rs`): there the window holds back sends the rank posted, and a receiver that
+/// takes more than 4,096 such messages of one sender last first still never sees the last.
+/// Each side's bitmap is 512 bytes of every peer's state.
 pub const MSG_WINDOW: u32 = 4096;
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,8 +2,8 @@
 //!
 //! MPI gives an arriving message to the first receive posted that takes it. The receives that
 //! name its sender and those of any source are kept apart (`sender_lists.rs`), so an arrival
-//! looks at those two lists only: the first of each that takes the message, and of the two
-//! the one posted first. A rank that posted receives from three senders, the last sender's
+//! looks at those two lists only, walked together in posting order up to the first receive
+//! that takes the message. A rank that posted receives from three senders, the last sender's
 //! first, walked the other senders' receives at every message of the first.
 
 use crate::sender_lists::SenderLists;
@@ -60,19 +60,27 @@ impl PostedQueue {
 
     /// The first receive, in posting order, that `takes` a message from `sender`: the first
     /// naming `sender` or the first of any source, whichever was posted first.
+    ///
+    /// The two lists are walked together in posting order, as one queue would be, so no
+    /// receive posted after the one that takes the message is asked: walked apart, each to its
+    /// first taker, a message that a receive naming its sender took asked every receive of any
+    /// source posted after it too (and the other way round).
     pub(crate) fn first_taking(
         &self,
         sender: Rank,
         takes: impl Fn(RecvKey) -> bool,
     ) -> Option<RecvKey> {
-        let named = self.lists.of_sender(sender).find(|&key| takes(key));
-        let any = self
-            .lists
-            .of_sender(self.any_source)
-            .find(|&key| takes(key));
-        match (named, any) {
-            (Some(named), Some(any)) if self.posted_at[any] < self.posted_at[named] => Some(any),
-            (named, any) => named.or(any),
+        let mut named = self.lists.of_sender(sender).peekable();
+        let mut any = self.lists.of_sender(self.any_source).peekable();
+        loop {
+            let next = match (named.peek(), any.peek()) {
+                (Some(&n), Some(&a)) if self.posted_at[a] < self.posted_at[n] => any.next(),
+                (Some(_), _) => named.next(),
+                (None, _) => any.next(),
+            }?;
+            if takes(next) {
+                return Some(next);
+            }
         }
     }
 
@@ -129,5 +137,48 @@ mod tests {
         assert_eq!(queue.first_taking(0, all), Some(key(1)));
         let order: Vec<u32> = queue.iter().map(|k| k.slot()).collect();
         assert_eq!(order, [0, 2, 3, 1]);
+    }
+
+    /// An arrival looks at no more receives than a walk of the whole queue in posting order
+    /// would before it finds the one that takes the message: not past the first that takes it
+    /// in the other list. Each list walked to its first taker, a receive naming the sender
+    /// posted first was found only after every receive of any source posted after it was
+    /// asked, and the other way round.
+    #[test]
+    fn an_arrival_asks_no_receive_posted_after_the_one_that_takes_it() {
+        use std::cell::Cell;
+        let mut queue = PostedQueue::new(3);
+        queue.push_back(key(0), Source::Rank(1));
+        for slot in 1..1000 {
+            queue.push_back(key(slot), Source::Any);
+        }
+        let asked = Cell::new(0);
+        let takes = |k: RecvKey| {
+            asked.set(asked.get() + 1);
+            k == key(0)
+        };
+        assert_eq!(queue.first_taking(1, takes), Some(key(0)));
+        assert_eq!(
+            asked.get(),
+            1,
+            "receives of any source posted after it were asked"
+        );
+
+        let mut queue = PostedQueue::new(3);
+        queue.push_back(key(0), Source::Any);
+        for slot in 1..1000 {
+            queue.push_back(key(slot), Source::Rank(1));
+        }
+        asked.set(0);
+        let takes = |k: RecvKey| {
+            asked.set(asked.get() + 1);
+            k == key(0)
+        };
+        assert_eq!(queue.first_taking(1, takes), Some(key(0)));
+        assert_eq!(
+            asked.get(),
+            1,
+            "receives naming the sender posted after it were asked"
+        );
     }
 }

@@ -72,7 +72,7 @@ pub(crate) struct RecvSide {
     deferred_grants: VecDeque<IncomingKey>,
     /// Incoming messages by (sender, message id); Fx hashing as for the send side's index.
     by_id: FxHashMap<(Rank, u32), IncomingKey>,
-    /// Unexpected messages in matching order, all and each sender's (`unexpected.rs`).
+    /// Unexpected messages in matching order, all and each sender's (`sender_lists.rs`).
     unexpected: SenderLists<IncomingKey>,
     /// Unexpected eager data, in buffers of both credit classes (`eager_pool.rs`).
     eager_pool: EagerPool,

@@ -1,5 +1,5 @@
 /*
- * A rank may leave thousands of messages unmatched and take them in any order. Two phases:
+ * A rank may leave thousands of messages unmatched and take them in any order. Three phases:
  *
  *   gather:  every rank but 0 posts 600 sends of 8 bytes to rank 0 before any receive; rank 0
  *            takes them one sender at a time, the last rank first. With 4 ranks and room for
