@@ -195,7 +195,7 @@ fn choose_eager_pool(options: &mut Options, capacity: u32) {
 ///   come) hung: 2,976 receives took the room, the barrier's receive waited behind 24 held.
 ///
 /// The table costs about 540 bytes a slot when the endpoint opens (`nicmsg::options::
-/// SLOTS_MAX`), 8.6 MiB; the protocol core's tables grow only as a program fills them: an
+/// SLOTS_MAX`), 8.4 MiB; the protocol core's tables grow only as a program fills them: an
 /// Open MPI rank on the provider holds 29 MB resident after `MPI_Init` (21 MB with 4,096).
 const PROVIDER_SLOTS: usize = 16_384;
 
@@ -216,7 +216,8 @@ const PACED_UNREPORTED: usize = 32;
 /// each to a rank that received them one sender at a time, the last rank first, filled the
 /// 1,024 entries with the other senders' messages, and the 480th message of the first never
 /// came in. An entry is about 200 bytes, allocated only when the table first holds that many
-/// (`nicmsg_proto`'s tables grow to their limits): 3.2 MiB at the most.
+/// (`nicmsg_proto`'s tables grow to their limits): 3.2 MiB for these, and as much again for
+/// the entries the table keeps beside them for messages a rank sends itself (one a send).
 const PROVIDER_UNMATCHED: usize = 16_384;
 
 /// Memory regions a provider endpoint registers per descriptor slot: Open MPI's operations

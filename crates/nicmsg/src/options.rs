@@ -440,7 +440,7 @@ pub const EAGER_POOL_MAX_BYTES: u64 = 1 << 30;
 pub const SLOTS_MIN: u64 = 16;
 /// `NICMSG_SLOTS` at most 16384: each slot costs about 540 bytes allocated when the
 /// communicator starts (a 512-byte descriptor, its submission ring entries, the engine's
-/// record of its operation, the free list), 8.6 MiB at the maximum, and every outstanding
+/// record of its operation, the free list), 8.4 MiB at the maximum, and every outstanding
 /// operation also needs an entry in the protocol core's tables (256 sends and 256 receives by
 /// default), so more slots than that only fail later. 100,000,000 slots was an abort.
 pub const SLOTS_MAX: u64 = 16384;
