@@ -59,6 +59,11 @@ pub(crate) struct InEngine {
     /// Slots the engine named as finished and not looked at yet (some may name an operation
     /// taken back since, or a new one in the same slot: each is asked before it is believed).
     finished: VecDeque<u32>,
+    /// The engine's completion count when the ring was last read (`None`: never): while it
+    /// stays so, the engine completed nothing since, and a poll reads nothing. Open MPI polls
+    /// in a loop while it waits; reading the ring and asking whether it lost names at every
+    /// poll took 3 % of an 8-byte ping-pong's time.
+    collected_at: Option<u32>,
 }
 
 impl InEngine {
@@ -95,6 +100,14 @@ impl InEngine {
     /// Reads the slots the engine finished since the last call; every operation's slot when
     /// that record may be incomplete.
     pub(crate) fn collect(&mut self, endpoint: &TaggedEndpoint) {
+        // Read before the ring: the engine names a slot before it counts the completion, so
+        // a completion counted after this read is read at the next call at the latest. (A
+        // failed engine thread bumps the count too.)
+        let count = endpoint.completion_count();
+        if self.collected_at == Some(count) {
+            return;
+        }
+        self.collected_at = Some(count);
         if endpoint.finished_slots_incomplete() {
             let slots = self.iter().map(|pending| pending.request.slot());
             self.finished.extend(slots.collect::<Vec<_>>());
