@@ -111,11 +111,10 @@ impl Core {
         }
         debug_assert!(
             self.rx.incoming_keys().all(|index| {
-                let into_recv = self
-                    .rx
-                    .incoming(index)
-                    .is_some_and(|entry| matches!(entry.dest, Dest::Recv(_)));
-                !into_recv || self.rx.bound_incoming().contains(&index)
+                let receiving_into_recv = self.rx.incoming(index).is_some_and(|entry| {
+                    matches!(entry.dest, Dest::Recv(_)) && entry.phase == RxPhase::Receiving
+                });
+                !receiving_into_recv || self.rx.bound_incoming().contains(&index)
             }),
             "an incoming message goes into a receive it is not listed as bound to"
         );

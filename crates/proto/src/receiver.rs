@@ -528,6 +528,7 @@ impl Core {
     }
 
     fn on_data_complete(&mut self, now: Nanos, index: IncomingKey, memory: &mut impl HostMemory) {
+        self.rx.unlist_bound(index);
         let entry = &mut self.rx[index];
         entry.phase = RxPhase::DataComplete;
         // A request to resume (`expect_resumption`) has nothing more to ask for.
