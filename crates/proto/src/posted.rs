@@ -147,38 +147,26 @@ mod tests {
     #[test]
     fn an_arrival_asks_no_receive_posted_after_the_one_that_takes_it() {
         use std::cell::Cell;
-        let mut queue = PostedQueue::new(3);
-        queue.push_back(key(0), Source::Rank(1));
-        for slot in 1..1000 {
-            queue.push_back(key(slot), Source::Any);
+        for (first, rest) in [
+            (Source::Rank(1), Source::Any),
+            (Source::Any, Source::Rank(1)),
+        ] {
+            let mut queue = PostedQueue::new(3);
+            queue.push_back(key(0), first);
+            for slot in 1..1000 {
+                queue.push_back(key(slot), rest);
+            }
+            let asked = Cell::new(0);
+            let takes = |k: RecvKey| {
+                asked.set(asked.get() + 1);
+                k == key(0)
+            };
+            assert_eq!(queue.first_taking(1, takes), Some(key(0)));
+            assert_eq!(
+                asked.get(),
+                1,
+                "receives from {rest:?} posted after it were asked"
+            );
         }
-        let asked = Cell::new(0);
-        let takes = |k: RecvKey| {
-            asked.set(asked.get() + 1);
-            k == key(0)
-        };
-        assert_eq!(queue.first_taking(1, takes), Some(key(0)));
-        assert_eq!(
-            asked.get(),
-            1,
-            "receives of any source posted after it were asked"
-        );
-
-        let mut queue = PostedQueue::new(3);
-        queue.push_back(key(0), Source::Any);
-        for slot in 1..1000 {
-            queue.push_back(key(slot), Source::Rank(1));
-        }
-        asked.set(0);
-        let takes = |k: RecvKey| {
-            asked.set(asked.get() + 1);
-            k == key(0)
-        };
-        assert_eq!(queue.first_taking(1, takes), Some(key(0)));
-        assert_eq!(
-            asked.get(),
-            1,
-            "receives naming the sender posted after it were asked"
-        );
     }
 }
