@@ -621,7 +621,8 @@ impl FabricEndpoint {
     fn let_go_finished_unreported(&mut self) {
         self.in_engine.collect(self.endpoint());
         while let Some(done) = self.in_engine.next_finished(false) {
-            self.let_go_unreported(done.pending, &done.result);
+            let pending = self.in_engine.take(&done);
+            self.let_go_unreported(pending, &done.result);
         }
     }
 
@@ -774,15 +775,15 @@ impl FabricEndpoint {
             let Some(done) = self.in_engine.next_finished(true) else {
                 break;
             };
-            if done.pending.owner.reads_nothing() {
-                self.let_go_unreported(done.pending, &done.result);
+            let pending = self.in_engine.take(&done);
+            if pending.owner.reads_nothing() {
+                self.let_go_unreported(pending, &done.result);
                 continue;
             }
-            self.out_of_engine(&done.pending);
-            let report = completion(&done.pending.owner, done.result, &done.delivery);
-            out[written].write(report);
+            self.out_of_engine(&pending);
+            out[written].write(completion(&pending.owner, done.result, &done.delivery));
             written += 1;
-            self.recycle(done.pending);
+            self.recycle(pending);
         }
         written
     }

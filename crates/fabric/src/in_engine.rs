@@ -38,10 +38,13 @@ enum Kept {
     Unreported(u32),
 }
 
-/// A finished operation taken out of the engine's: the operation, its result and what its
-/// completion reports, and whether the application reads that completion.
+/// A finished operation, still kept: its slot, its result and what its completion reports.
+/// The caller takes the operation itself with [`InEngine::take`]: an operation is a few
+/// hundred bytes, and carried out in this, it was copied four times a completion (an 8-byte
+/// ping-pong's `memmove` went from 1 % to 2.6 % of its samples, and each half round trip took
+/// 0.15 us longer).
 pub(crate) struct Finished {
-    pub pending: Pending,
+    slot: u32,
     pub result: Result<(), Error>,
     pub delivery: Delivery,
 }
@@ -127,39 +130,39 @@ impl InEngine {
                 .get(slot as usize)
                 .copied()
                 .unwrap_or(Kept::Nowhere);
-            let finished = match kept {
-                Kept::Nowhere => None,
+            let pending = match kept {
+                Kept::Nowhere => continue,
                 Kept::Reported(_) if !reported => {
                     self.finished.push_back(slot);
-                    None
+                    continue;
                 }
-                Kept::Reported(index) => self.take_if_done(slot, index, true),
-                Kept::Unreported(index) => self.take_if_done(slot, index, false),
+                Kept::Reported(index) => &mut self.reported[index as usize],
+                Kept::Unreported(index) => &mut self.unreported[index as usize],
             };
-            if finished.is_some() {
-                return finished;
+            if let Some((result, delivery)) = pending.request.delivery_if_done() {
+                return Some(Finished {
+                    slot,
+                    result,
+                    delivery,
+                });
             }
         }
         None
     }
 
-    /// The operation at `index` of its list if it finished, taken out.
-    fn take_if_done(&mut self, slot: u32, index: u32, reported: bool) -> Option<Finished> {
-        let (list, kept_at): (_, fn(u32) -> Kept) = if reported {
-            (&mut self.reported, Kept::Reported)
-        } else {
-            (&mut self.unreported, Kept::Unreported)
+    /// Takes out the operation [`next_finished`](Self::next_finished) found.
+    pub(crate) fn take(&mut self, finished: &Finished) -> Pending {
+        let slot = finished.slot as usize;
+        let (list, kept_at, index): (_, fn(u32) -> Kept, u32) = match self.kept[slot] {
+            Kept::Reported(index) => (&mut self.reported, Kept::Reported, index),
+            Kept::Unreported(index) => (&mut self.unreported, Kept::Unreported, index),
+            Kept::Nowhere => unreachable!("a finished operation is kept until taken"),
         };
-        let (result, delivery) = list[index as usize].request.delivery_if_done()?;
         let pending = list.swap_remove(index as usize);
         if let Some(moved) = list.get(index as usize) {
             self.kept[moved.request.slot() as usize] = kept_at(index);
         }
-        self.kept[slot as usize] = Kept::Nowhere;
-        Some(Finished {
-            pending,
-            result,
-            delivery,
-        })
+        self.kept[slot] = Kept::Nowhere;
+        pending
     }
 }
