@@ -102,7 +102,7 @@ fn few_small_and_medium_credits_on_half_the_seeds(seed: u64, mut config: Config)
 }
 
 /// Half the seeds bound the bytes a receiver grants and has not received to 4 to 64 KiB
-/// instead of 2 MiB, so that the workloads' concurrent rendezvous messages find the budget
+/// instead of 4 MiB, so that the workloads' concurrent rendezvous messages find the budget
 /// full and have their first grants deferred, then sent as others complete (WAIT, KEPT, and
 /// the resumption), under loss, duplication and reordering of every frame involved.
 fn small_grant_budgets_on_half_the_seeds(seed: u64, mut config: Config) -> Config {
