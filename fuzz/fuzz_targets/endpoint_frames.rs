@@ -1223,24 +1223,19 @@ impl World {
                             self.check_received(i, context, order, &status, &data);
                         }
                     }
-                    Err(OpError::Truncated {
-                        source_rank,
-                        tag,
-                        message_len,
-                        buffer_len,
-                        immediate,
-                    }) => {
+                    Err(
+                        error @ OpError::Truncated {
+                            message_len,
+                            buffer_len,
+                            ..
+                        },
+                    ) => {
                         assert_eq!(buffer_len, capacity);
                         assert!(message_len > capacity, "truncated though it fit");
                         check_beyond(&bytes, &buffer, 0);
                         // A claimed message was taken by its claim already.
                         if let (true, Some(order), Some(_)) = (clean, order, criteria) {
-                            let status = Status {
-                                peer: source_rank,
-                                tag,
-                                len: message_len,
-                                immediate,
-                            };
+                            let status = error.truncated_status().expect("a truncation");
                             self.consume(i, &status, order);
                         }
                     }
@@ -1543,17 +1538,7 @@ impl World {
         let n = &mut self.nodes[to];
         if place {
             let mut expected = [ExpectedFrame::default(); 16];
-            let count = n.ep.predict_frames(&mut expected);
-            assert!(count <= expected.len());
-            let guess = expected[..count]
-                .iter()
-                .copied()
-                .find(|e| e.describes(bytes, bytes.len()));
-            let guess = guess.or_else(|| {
-                let head = &bytes[..bytes.len().min(ExpectedFrame::MAX_HEADER_LEN)];
-                n.ep.predict_first_frame(head, bytes.len(), from)
-            });
-            if let Some(guess) = guess {
+            if let Some(guess) = n.ep.predicted_place(bytes, from, &mut expected) {
                 if bytes.len() >= guess.header_len() {
                     let (header, payload) = bytes.split_at(guess.header_len());
                     let start = guess.segment.offset as usize;

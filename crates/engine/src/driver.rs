@@ -1025,20 +1025,10 @@ fn complete_descriptor(
 ) {
     match result {
         Ok(status) => fill_status(d, &status),
-        Err(OpError::Truncated {
-            source_rank,
-            tag,
-            message_len,
-            buffer_len,
-            immediate,
-        }) => {
-            let status = nicmsg_proto::Status {
-                peer: source_rank,
-                tag,
-                len: message_len,
-                immediate,
-            };
-            fill_status(d, &status);
+        Err(error @ OpError::Truncated { buffer_len, .. }) => {
+            if let Some(status) = error.truncated_status() {
+                fill_status(d, &status);
+            }
             d.buffer_len = buffer_len;
             d.result = ResultCode::Truncated;
         }
@@ -1115,8 +1105,6 @@ fn deliver_bytes(
     endpoint.handle_frame(now, bytes, memory);
 }
 
-/// Cheap check that a placed datagram's header is the guessed frame's (the protocol core
-/// verifies everything, checksum included, before taking it).
 fn fill_status(descriptor: &mut Descriptor, status: &nicmsg_proto::Status) {
     descriptor.result = ResultCode::Success;
     descriptor.status_peer = status.peer;

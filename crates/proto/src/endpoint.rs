@@ -395,6 +395,33 @@ impl Endpoint {
         self.core.predict_first_frame(head, frame_len, from)
     }
 
+    /// Where the payload of the whole datagram `bytes` from `from` goes, if the endpoint
+    /// expects it: one of the frames it predicts ([`predict_frames`](Self::predict_frames),
+    /// into `expected`, whose length bounds how many are asked), else the first frame of a
+    /// message a posted receive takes at once ([`predict_first_frame`](Self::predict_first_frame)).
+    /// For a caller that holds each datagram before it offers it placed (the simulator, the
+    /// fuzz target); the engine predicts before the datagrams come, in batches.
+    pub fn predicted_place(
+        &self,
+        bytes: &[u8],
+        from: Option<std::net::SocketAddr>,
+        expected: &mut [ExpectedFrame],
+    ) -> Option<ExpectedFrame> {
+        let count = self.predict_frames(expected);
+        assert!(
+            count <= expected.len(),
+            "more frames predicted than asked for"
+        );
+        let predicted = expected[..count]
+            .iter()
+            .copied()
+            .find(|frame| frame.describes(bytes, bytes.len()));
+        predicted.or_else(|| {
+            let head = &bytes[..bytes.len().min(ExpectedFrame::MAX_HEADER_LEN)];
+            self.predict_first_frame(head, bytes.len(), from)
+        })
+    }
+
     /// Fills `out` with where the frames of the datagram a look ahead saw go, before it is
     /// received: its first frame, as [`predict_first_frame`](Self::predict_first_frame) says,
     /// then the frames of the same message behind it where the transport coalesced a run of

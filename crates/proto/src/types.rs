@@ -161,6 +161,28 @@ pub enum OpError {
     Cancelled,
 }
 
+impl OpError {
+    /// What a truncated receive learnt of the message it could not hold (its sender, tag,
+    /// length and immediate data); `None` for any other failure.
+    pub fn truncated_status(&self) -> Option<Status> {
+        match *self {
+            OpError::Truncated {
+                source_rank,
+                tag,
+                message_len,
+                immediate,
+                ..
+            } => Some(Status {
+                peer: source_rank,
+                tag,
+                len: message_len,
+                immediate,
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// Why a host command was refused. The endpoint is unchanged when one of these is returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum PostError {

@@ -294,17 +294,9 @@ pub fn run_open(spec: &OpenSpec) -> OpenResult {
 fn deliver(life: &mut Life, now: Nanos, from: SocketAddr, bytes: &[u8], place: bool) {
     if place {
         let mut expected = [ExpectedFrame::default(); PREDICTED_FRAMES];
-        let count = life.endpoint.predict_frames(&mut expected);
-        let guess = expected[..count]
-            .iter()
-            .copied()
-            .find(|e| e.describes(bytes, bytes.len()));
-        // Else the first frame of a message, from its headers read ahead (as the engine does).
-        let guess = guess.or_else(|| {
-            let head = &bytes[..bytes.len().min(ExpectedFrame::MAX_HEADER_LEN)];
-            life.endpoint
-                .predict_first_frame(head, bytes.len(), Some(from))
-        });
+        let guess = life
+            .endpoint
+            .predicted_place(bytes, Some(from), &mut expected);
         if let Some(guess) = guess {
             let (header, payload) = bytes.split_at(guess.header_len());
             let start = guess.segment.offset as usize;
