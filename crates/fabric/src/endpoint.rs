@@ -742,8 +742,14 @@ impl FabricEndpoint {
             out[written].write(report);
             written += 1;
         }
-        written += self.finished_pending(&mut out[written..]);
-        self.let_go_finished_unreported();
+        let room = out.len() - written;
+        let taken = self.finished_pending(&mut out[written..]);
+        written += taken;
+        // Short of room, it left finished operations behind: those nobody reads go now (the
+        // others at the next poll); else it let go of every one on its way.
+        if taken == room {
+            self.let_go_finished_unreported();
+        }
         self.post_all_held();
         self.watch_held(now);
         written

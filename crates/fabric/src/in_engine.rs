@@ -112,8 +112,9 @@ impl InEngine {
         }
         self.collected_at = Some(count);
         if endpoint.finished_slots_incomplete() {
-            let slots = self.iter().map(|pending| pending.request.slot());
-            self.finished.extend(slots.collect::<Vec<_>>());
+            let every = self.reported.iter().chain(&self.unreported);
+            self.finished
+                .extend(every.map(|pending| pending.request.slot()));
         }
         while let Some(slot) = endpoint.next_finished_slot() {
             self.finished.push_back(slot);
