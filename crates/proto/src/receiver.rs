@@ -507,7 +507,7 @@ impl Core {
         let peer = self.rx[index].peer;
         self.counters.record(peer, |s| s.grants_deferred += 1);
         self.rx.defer_grant(index);
-        self.rx[index].deadline_ns = Some(now + self.peers[self.rx[index].peer].rto.rto_ns());
+        self.rx[index].deadline_ns = Some(now + self.peers[peer].rto.rto_ns());
         self.send_grant(index);
     }
 
