@@ -51,6 +51,16 @@ impl Drop for ProviderDir {
     }
 }
 
+/// The provider's directory for a test that compiles and runs an MPI program, if Open MPI is
+/// installed and the provider was built with libfabric's headers (a skip says which is not).
+fn open_mpi_dir(test: &str) -> Option<ProviderDir> {
+    if !installed("mpicc") || !installed("mpirun") {
+        eprintln!("{test}: skipped: Open MPI is not installed (openmpi-bin, libopenmpi-dev)");
+        return None;
+    }
+    provider_dir(test)
+}
+
 /// The provider's directory for `test`, or `None` (said why) where the library was built
 /// without libfabric's headers.
 fn provider_dir(test: &str) -> Option<ProviderDir> {
@@ -495,11 +505,7 @@ fn assert_mpi_check_passed(output: &Output, what: &str) -> u64 {
 
 #[test]
 fn open_mpi_runs_the_mpi_check_on_four_ranks() {
-    if !installed("mpicc") || !installed("mpirun") {
-        eprintln!("skipped: Open MPI is not installed (openmpi-bin, libopenmpi-dev)");
-        return;
-    }
-    let Some(dir) = provider_dir("mpi") else {
+    let Some(dir) = open_mpi_dir("mpi") else {
         return;
     };
     run_mpi_check(&dir, &[], "on loopback");
@@ -589,11 +595,7 @@ fn run_mpi_on_nicmsg(
 /// program gives up after 3 s and ends the job itself.
 #[test]
 fn a_hung_mpi_receive_is_reported_with_the_message_it_did_not_match() {
-    if !installed("mpicc") || !installed("mpirun") {
-        eprintln!("skipped: Open MPI is not installed (openmpi-bin, libopenmpi-dev)");
-        return;
-    }
-    let Some(dir) = provider_dir("watchdog") else {
+    let Some(dir) = open_mpi_dir("watchdog") else {
         return;
     };
     let program = compile("mpicc", "tests/mpi/tag_mismatch.c", &dir, &[]);
@@ -625,11 +627,7 @@ fn a_hung_mpi_receive_is_reported_with_the_message_it_did_not_match() {
 /// printing a line for each every second.
 #[test]
 fn a_send_passes_sends_held_for_another_destination_and_the_held_are_reported() {
-    if !installed("mpicc") || !installed("mpirun") {
-        eprintln!("skipped: Open MPI is not installed (openmpi-bin, libopenmpi-dev)");
-        return;
-    }
-    let Some(dir) = provider_dir("held-watchdog") else {
+    let Some(dir) = open_mpi_dir("held-watchdog") else {
         return;
     };
     let program = compile("mpicc", "tests/mpi/held_behind.c", &dir, &[]);
@@ -672,11 +670,7 @@ fn a_send_passes_sends_held_for_another_destination_and_the_held_are_reported() 
 /// last, hung.
 #[test]
 fn one_destination_keeps_most_of_the_room_and_its_receiver_takes_them_in_any_order() {
-    if !installed("mpicc") || !installed("mpirun") {
-        eprintln!("skipped: Open MPI is not installed (openmpi-bin, libopenmpi-dev)");
-        return;
-    }
-    let Some(dir) = provider_dir("held-reverse") else {
+    let Some(dir) = open_mpi_dir("held-reverse") else {
         return;
     };
     let program = compile("mpicc", "tests/mpi/held_reverse.c", &dir, &[]);
@@ -697,11 +691,7 @@ fn one_destination_keeps_most_of_the_room_and_its_receiver_takes_them_in_any_ord
 /// pair, the second hung in every run; with 4,096 slots, the barrier of the third hung.
 #[test]
 fn a_rank_takes_thousands_of_unmatched_messages_in_any_order() {
-    if !installed("mpicc") || !installed("mpirun") {
-        eprintln!("skipped: Open MPI is not installed (openmpi-bin, libopenmpi-dev)");
-        return;
-    }
-    let Some(dir) = provider_dir("unmatched-many") else {
+    let Some(dir) = open_mpi_dir("unmatched-many") else {
         return;
     };
     let program = compile("mpicc", "tests/mpi/unmatched_many.c", &dir, &[]);
@@ -765,11 +755,7 @@ fn run_mpi_random(
 /// checks must catch: they are not passing for want of looking.
 #[test]
 fn open_mpi_passes_the_randomized_mpi_check() {
-    if !installed("mpicc") || !installed("mpirun") {
-        eprintln!("skipped: Open MPI is not installed (openmpi-bin, libopenmpi-dev)");
-        return;
-    }
-    let Some(dir) = provider_dir("mpi-random") else {
+    let Some(dir) = open_mpi_dir("mpi-random") else {
         return;
     };
     let program = compile("mpicc", "tests/mpi/mpi_random.c", &dir, &[]);
