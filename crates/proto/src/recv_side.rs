@@ -503,7 +503,6 @@ impl RecvSide {
     /// `now` (those `expire_incoming` acts on), from the index of deadlines; checked against a
     /// walk of every message in debug builds.
     pub(crate) fn take_due(&mut self, now: Nanos, due: &mut Vec<IncomingKey>) {
-        due.clear();
         let incoming = &self.incoming;
         let deadline = |key| incoming.get(key).and_then(|e: &Incoming| e.deadline_ns);
         self.deadlines.get_mut().take_due(now, deadline, due);

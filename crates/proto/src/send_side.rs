@@ -310,7 +310,6 @@ impl SendSide {
     /// send in debug builds. A rank with 16,000 sends waiting for their receivers walked all
     /// of them at each timer, a sixth of its time.
     pub(crate) fn take_due(&mut self, now: Nanos, due: &mut Vec<SendKey>) {
-        due.clear();
         let deadlines = self.deadlines.get_mut();
         deadlines.take_due(now, |key| deadline_of(&self.sends, &self.timers, key), due);
         debug_assert_eq!(

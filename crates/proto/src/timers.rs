@@ -112,11 +112,11 @@ impl<K: Key> DeadlineIndex<K> {
         }
     }
 
-    /// Appends to `due`, in slot order, every entry whose deadline is at or before `now`:
-    /// what a walk of the table that asks each entry finds, without the walk. Each is marked
-    /// touched, as the caller is about to change it: its next deadline, or the one it keeps,
-    /// is pushed at the next question. (Entries popped and not pushed again would be lost to
-    /// the index while their timer still ran.)
+    /// Fills `due` (what it held is dropped), in slot order, with every entry whose deadline is
+    /// at or before `now`: what a walk of the table that asks each entry finds, without the
+    /// walk. Each is marked touched, as the caller is about to change it: its next deadline,
+    /// or the one it keeps, is pushed at the next question. (Entries popped and not pushed
+    /// again would be lost to the index while their timer still ran.)
     pub(crate) fn take_due(
         &mut self,
         now: Nanos,
@@ -124,7 +124,7 @@ impl<K: Key> DeadlineIndex<K> {
         due: &mut Vec<K>,
     ) {
         self.push_touched(&deadline);
-        let first = due.len();
+        due.clear();
         while let Some(&Reverse((at, slot))) = self.heap.peek() {
             if at > now {
                 break;
@@ -141,7 +141,7 @@ impl<K: Key> DeadlineIndex<K> {
                 _ => {}
             }
         }
-        due[first..].sort_unstable_by_key(|key| key.slot());
+        due.sort_unstable_by_key(|key| key.slot());
     }
 
     /// The earliest deadline of the table's `live` entries, `deadline` asking the table for an
@@ -243,7 +243,6 @@ mod tests {
                 _ => Some(now + (state >> 16) % 50),
             };
             index.touch(SendKey::from_slot(slot as u32));
-            due.clear();
             index.take_due(now, |key| table[key.slot() as usize], &mut due);
             let walked: Vec<SendKey> = (0..16)
                 .filter(|&s| table[s].is_some_and(|d| d <= now))
