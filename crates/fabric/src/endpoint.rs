@@ -730,10 +730,12 @@ impl FabricEndpoint {
         nicmsg_engine::sharing::relax(now - since);
     }
 
-    /// One turn of the engine, then the operations that finished, up to `out.len()`: the
-    /// provider's own completions first, then the engine's.
-    fn finished(&mut self, out: &mut [MaybeUninit<NfCompletion>], now: u64) -> usize {
-        self.endpoint.progress_at(now);
+    /// One turn of the engine where `turn` is set, then the operations that finished, up to
+    /// `out.len()`: the provider's own completions first, then the engine's.
+    fn finished(&mut self, out: &mut [MaybeUninit<NfCompletion>], now: u64, turn: bool) -> usize {
+        if turn {
+            self.endpoint.progress_at(now);
+        }
         let mut written = 0;
         while written < out.len() {
             let Some(report) = self.reports.pop_front() else {
@@ -1365,12 +1367,18 @@ pub unsafe extern "C" fn nf_cancel(ep: *mut c_void, context: *mut c_void) -> c_i
     unsafe { on_endpoint(ep, body) }
 }
 
-/// Writes up to `max` finished operations to `out`; returns how many.
+/// Writes up to `max` finished operations to `out`, after a turn of an inline engine where
+/// `turn` is set (a read right after one that found entries skips it); returns how many.
 ///
 /// # Safety
 /// `ep` is a live handle; `out` is valid for writing `max` [`NfCompletion`]s.
 #[no_mangle]
-pub unsafe extern "C" fn nf_poll(ep: *mut c_void, out: *mut NfCompletion, max: usize) -> usize {
+pub unsafe extern "C" fn nf_poll(
+    ep: *mut c_void,
+    out: *mut NfCompletion,
+    max: usize,
+    turn: bool,
+) -> usize {
     // SAFETY: the caller's contract.
     let Some(endpoint) = (unsafe { endpoint_mut(ep) }) else {
         return 0;
@@ -1385,8 +1393,10 @@ pub unsafe extern "C" fn nf_poll(ep: *mut c_void, out: *mut NfCompletion, max: u
     catch_unwind(AssertUnwindSafe(|| {
         // One clock read serves the turn and the idle rule.
         let now = nicmsg_engine::clock::monotonic_ns();
-        let found = endpoint.finished(out, now);
-        endpoint.relax(found, now);
+        let found = endpoint.finished(out, now, turn);
+        if turn {
+            endpoint.relax(found, now);
+        }
         found
     }))
     .unwrap_or(0)

@@ -109,7 +109,7 @@ int nf_peek(void *ep, const union nf_addr *from, int tagged, uint64_t tag, uint6
 	    void *context, struct nf_completion *out, uint64_t *claim);
 int nf_discard(void *ep, uint64_t claim);
 int nf_cancel(void *ep, void *context);
-size_t nf_poll(void *ep, struct nf_completion *out, size_t max);
+size_t nf_poll(void *ep, struct nf_completion *out, size_t max, bool turn);
 int nf_completion_fd(void *ep);
 uint32_t nf_completion_count(void *ep);
 void nf_arm(void *ep);
@@ -197,6 +197,9 @@ struct nicmsg_cq {
 	int signal_fd;
 	/* fi_cq_signal was called: the next fi_cq_sread that finds nothing returns. */
 	bool signaled;
+	/* The last read returned entries: the next one takes what the engines finished without
+	 * a turn of theirs (cq_read_locked). */
+	bool answered;
 	size_t *parent;
 };
 
@@ -795,10 +798,11 @@ static void cq_ring(struct nicmsg_cq *cq)
 }
 
 /* Takes what the engines of the queue's endpoints finished, into the queues they are bound
- * to (an endpoint may send to one queue and receive to another). Returns whether an engine
- * may hold more: a poll that filled the room it was given (a batch, or what the queues had
- * left) stopped before the engine ran out. */
-static bool cq_progress(struct nicmsg_cq *cq)
+ * to (an endpoint may send to one queue and receive to another), after a turn of each inline
+ * engine where `turn` is set. Returns whether an engine may hold more: a poll that filled the
+ * room it was given (a batch, or what the queues had left) stopped before the engine ran
+ * out. */
+static bool cq_progress(struct nicmsg_cq *cq, bool turn)
 {
 	struct nf_completion batch[NICMSG_POLL_BATCH];
 	bool cut_short = false;
@@ -809,7 +813,7 @@ static bool cq_progress(struct nicmsg_cq *cq)
 		/* Only as many as both queues can take: the rest wait in the engine until the
 		 * application reads, so no completion is ever dropped. */
 		size_t room = cq_room(ep->rx_cq, cq_room(ep->tx_cq, NICMSG_POLL_BATCH));
-		size_t n = nf_poll(ep->engine, batch, room);
+		size_t n = nf_poll(ep->engine, batch, room, turn);
 		cut_short |= n == room;
 		for (size_t i = 0; i < n; i++) {
 			struct nicmsg_cq *to = batch[i].is_send ? ep->tx_cq : ep->rx_cq;
@@ -862,10 +866,16 @@ static void write_entry(enum fi_cq_format format, const struct nf_completion *c,
 	memcpy(to, &full, entry_size(format));
 }
 
+/* A read right after one that returned entries takes what the engines finished but runs no
+ * turn of theirs: consumers read until -FI_EAGAIN (Open MPI's MTL after every completion),
+ * and that last read's turn, a receive poll that finds nothing, stood between a message and
+ * the application's answer to it (a ping-pong's reply). The read after it turns again, so a
+ * loop of reads still progresses the engines. */
 static ssize_t cq_read_locked(struct nicmsg_cq *cq, void *buf, size_t count,
 			      fi_addr_t *src_addr)
 {
-	cq_progress(cq);
+	cq_progress(cq, !cq->answered);
+	cq->answered = false;
 	if (!cq->count)
 		return -FI_EAGAIN;
 	size_t size = entry_size(cq->format);
@@ -880,6 +890,7 @@ static ssize_t cq_read_locked(struct nicmsg_cq *cq, void *buf, size_t count,
 		cq_pop(cq);
 		done++;
 	}
+	cq->answered = done > 0;
 	/* Nothing read of a count of 0 is no sign of an error (fi_cq_readerr would find none). */
 	return done || !count ? (ssize_t)done : -FI_EAVAIL;
 }
@@ -1102,7 +1113,7 @@ static int cq_trywait_locked(struct nicmsg_cq *cq)
 		seen[e] = cq->eps[e]->engine ? nf_completion_count(cq->eps[e]->engine) : 0;
 	/* A poll cut short (a full batch, or queues with little room left) may have left this
 	 * queue's completions in the engine, counted before `seen`: look again first. */
-	if (cq_progress(cq) || cq->count > 0)
+	if (cq_progress(cq, true) || cq->count > 0)
 		return -FI_EAGAIN;
 	for (size_t e = 0; e < cq->ep_count; e++)
 		if (cq->eps[e]->engine)
