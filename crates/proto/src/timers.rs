@@ -68,9 +68,19 @@ impl DeadlineCache {
 /// one from before, earlier still): the top, once its deadline is confirmed by the table, is
 /// the earliest. An entry whose deadline moved later, or went, or whose slot was freed, is
 /// dropped when it reaches the top (and pushed again with its deadline, if it has one).
+///
+/// The heap holds each (deadline, entry) once: the deadline an entry was last pushed with is
+/// kept (`pushed`), and a push of the same one is skipped. Without that, an entry whose
+/// deadline moves later at every change (a peer's liveness probe, a keepalive from its last
+/// frame) left a copy at every question, and each stale copy that reached the top pushed one
+/// more of the current deadline: a ping-pong's heap held hundreds of copies of one peer, and
+/// each question popped and pushed them all (10,000 instructions).
 #[derive(Debug)]
 pub(crate) struct DeadlineIndex<K> {
     heap: BinaryHeap<Reverse<(Nanos, u32)>>,
+    /// By slot, the deadline the heap holds the entry's latest push with ([`NOT_PUSHED`]:
+    /// none since it was popped or the heap was built again).
+    pushed: Vec<Nanos>,
     touched: Vec<K>,
     is_touched: Vec<bool>,
 }
@@ -81,10 +91,14 @@ pub(crate) struct DeadlineIndex<K> {
 /// top.
 const STALE_DEADLINES_MAX: usize = 1024;
 
+/// `pushed` of a slot without an entry in the heap (no timer runs at the end of time).
+const NOT_PUSHED: Nanos = Nanos::MAX;
+
 impl<K: Key> DeadlineIndex<K> {
     pub(crate) fn new(capacity: usize) -> Self {
         Self {
             heap: BinaryHeap::new(),
+            pushed: vec![NOT_PUSHED; capacity],
             touched: Vec::new(),
             is_touched: vec![false; capacity],
         }
@@ -102,14 +116,35 @@ impl<K: Key> DeadlineIndex<K> {
         }
     }
 
-    /// Pushes the deadline of every entry touched since the last question.
-    fn push_touched(&mut self, deadline: &impl Fn(K) -> Option<Nanos>) {
-        for key in self.touched.drain(..) {
-            self.is_touched[key.slot() as usize] = false;
-            if let Some(at) = deadline(key) {
-                self.heap.push(Reverse((at, key.slot())));
+    /// Puts the entry in the heap with deadline `at`, unless it holds it so already.
+    fn push(&mut self, at: Nanos, slot: u32) {
+        let pushed = &mut self.pushed[slot as usize];
+        if *pushed != at {
+            *pushed = at;
+            self.heap.push(Reverse((at, slot)));
+        }
+    }
+
+    /// Takes the top of the heap off (the caller peeked it).
+    fn pop(&mut self) {
+        if let Some(Reverse((at, slot))) = self.heap.pop() {
+            let pushed = &mut self.pushed[slot as usize];
+            if *pushed == at {
+                *pushed = NOT_PUSHED;
             }
         }
+    }
+
+    /// Pushes the deadline of every entry touched since the last question.
+    fn push_touched(&mut self, deadline: &impl Fn(K) -> Option<Nanos>) {
+        let mut touched = std::mem::take(&mut self.touched);
+        for key in touched.drain(..) {
+            self.is_touched[key.slot() as usize] = false;
+            if let Some(at) = deadline(key) {
+                self.push(at, key.slot());
+            }
+        }
+        self.touched = touched;
     }
 
     /// Fills `due` (what it held is dropped), in slot order, with every entry whose deadline is
@@ -129,10 +164,10 @@ impl<K: Key> DeadlineIndex<K> {
             if at > now {
                 break;
             }
-            self.heap.pop();
+            self.pop();
             let key = K::from_slot(slot);
             match deadline(key) {
-                Some(later) if later > now => self.heap.push(Reverse((later, slot))),
+                Some(later) if later > now => self.push(later, slot),
                 Some(_) if !self.is_touched[slot as usize] => {
                     self.touch(key);
                     due.push(key);
@@ -156,9 +191,10 @@ impl<K: Key> DeadlineIndex<K> {
         self.push_touched(&deadline);
         if self.heap.len() > live + STALE_DEADLINES_MAX {
             self.heap.clear();
+            self.pushed.fill(NOT_PUSHED);
             for key in all() {
                 if let Some(at) = deadline(key) {
-                    self.heap.push(Reverse((at, key.slot())));
+                    self.push(at, key.slot());
                 }
             }
         }
@@ -169,9 +205,9 @@ impl<K: Key> DeadlineIndex<K> {
             if now_at == Some(at) {
                 return Some(at);
             }
-            self.heap.pop();
+            self.pop();
             if let Some(later) = now_at {
-                self.heap.push(Reverse((later, slot)));
+                self.push(later, slot);
             }
         }
         None
