@@ -146,9 +146,10 @@ impl Core {
     }
 
     /// Runs the timers of credit waits: asks again, or gives up (the message goes by
-    /// rendezvous). A wait whose message left the queue (cancelled) just ends.
-    pub(crate) fn expire_credit_waits(&mut self, now: Nanos) {
-        for dst in self.peers.in_use() {
+    /// rendezvous). A wait whose message left the queue (cancelled) just ends. Only the peers
+    /// of `due` (those with a timer at `now`) are looked at: a wait has a timer while it runs.
+    pub(crate) fn expire_credit_waits(&mut self, now: Nanos, due: &[Rank]) {
+        for &dst in due {
             let CreditWait::Waiting {
                 ask_again_at,
                 give_up_at,

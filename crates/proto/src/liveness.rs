@@ -35,8 +35,9 @@ use nicmsg_wire::{Flags, FrameKind};
 pub const REFUSALS_BEFORE_UNREACHABLE: u32 = 3;
 
 impl Core {
-    pub(crate) fn expire_peers(&mut self, now: Nanos, memory: &mut impl HostMemory) {
-        for peer in self.peers.in_use() {
+    /// Declares unreachable or probes the peers of `due` (those with a timer at `now`).
+    pub(crate) fn expire_peers(&mut self, now: Nanos, due: &[Rank], memory: &mut impl HostMemory) {
+        for &peer in due {
             if self.peers.silence_deadline(peer).is_some_and(|d| d <= now) {
                 self.declare_unreachable(now, peer, memory);
                 continue;

@@ -178,9 +178,10 @@ impl Core {
         self.peers.settle_owed(peer);
     }
 
-    /// Sends on their own the acknowledgements and credits whose wait is over.
-    pub(crate) fn expire_owed(&mut self, now: Nanos) {
-        for peer in self.peers.in_use() {
+    /// Sends on their own the acknowledgements and credits whose wait is over, of the peers
+    /// of `due` (those with a timer at `now`).
+    pub(crate) fn expire_owed(&mut self, now: Nanos, due: &[Rank]) {
+        for &peer in due {
             let state = &mut self.peers[peer];
             if state.owed_deadline_ns.is_none_or(|d| d > now) {
                 continue;

@@ -39,6 +39,8 @@ pub(crate) struct Core {
     /// `expire_incoming`), kept between timers so the timer path allocates nothing.
     pub(crate) due_sends: Vec<SendKey>,
     pub(crate) due_incoming: Vec<IncomingKey>,
+    /// The peers a timer found due (`Peers::take_due`), kept for the same reason.
+    pub(crate) due_peers: Vec<Rank>,
     /// Control frames to send and completions to hand out (`outputs.rs`).
     pub(crate) outputs: Outputs,
     /// Open mode: peers added by address (`directory.rs`, `open.rs`); `None` in a job.
@@ -80,6 +82,7 @@ impl Core {
             rx: RecvSide::new(&config, size),
             due_sends: Vec::new(),
             due_incoming: Vec::new(),
+            due_peers: Vec::new(),
             outputs: Outputs::new(config.max_control_queue, completions_limit),
             directory: None,
             config,
@@ -192,9 +195,13 @@ impl Core {
     pub(crate) fn handle_timeout(&mut self, now: Nanos, memory: &mut impl HostMemory) {
         self.expire_sends(now);
         self.expire_incoming(now);
-        self.expire_peers(now, memory);
-        self.expire_owed(now);
-        self.expire_credit_waits(now);
+        // After the sends and incoming messages: what they changed of their peers counts.
+        let mut due_peers = std::mem::take(&mut self.due_peers);
+        self.peers.take_due(now, &mut due_peers);
+        self.expire_peers(now, &due_peers, memory);
+        self.expire_owed(now, &due_peers);
+        self.expire_credit_waits(now, &due_peers);
+        self.due_peers = due_peers;
     }
 
     /// Builds the next frame in place in `transmit` (whatever it held is replaced); false,
