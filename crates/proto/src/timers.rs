@@ -78,8 +78,9 @@ impl DeadlineCache {
 #[derive(Debug)]
 pub(crate) struct DeadlineIndex<K> {
     heap: BinaryHeap<Reverse<(Nanos, u32)>>,
-    /// By slot, the deadline the heap holds the entry's latest push with ([`NOT_PUSHED`]:
-    /// none since it was popped or the heap was built again).
+    /// By slot, the deadline the heap holds the entry's latest push with, plus one (0: none
+    /// since it was popped or the heap was built again; zeroes, so that slots never used take
+    /// no memory, as a table that grows as it fills takes none).
     pushed: Vec<Nanos>,
     touched: Vec<K>,
     is_touched: Vec<bool>,
@@ -91,14 +92,11 @@ pub(crate) struct DeadlineIndex<K> {
 /// top.
 const STALE_DEADLINES_MAX: usize = 1024;
 
-/// `pushed` of a slot without an entry in the heap (no timer runs at the end of time).
-const NOT_PUSHED: Nanos = Nanos::MAX;
-
 impl<K: Key> DeadlineIndex<K> {
     pub(crate) fn new(capacity: usize) -> Self {
         Self {
             heap: BinaryHeap::new(),
-            pushed: vec![NOT_PUSHED; capacity],
+            pushed: vec![0; capacity],
             touched: Vec::new(),
             is_touched: vec![false; capacity],
         }
@@ -116,11 +114,13 @@ impl<K: Key> DeadlineIndex<K> {
         }
     }
 
-    /// Puts the entry in the heap with deadline `at`, unless it holds it so already.
+    /// Puts the entry in the heap with deadline `at`, unless it holds it so already (a
+    /// deadline at the end of time, whose mark would read "none", is always pushed).
     fn push(&mut self, at: Nanos, slot: u32) {
+        let mark = at.wrapping_add(1);
         let pushed = &mut self.pushed[slot as usize];
-        if *pushed != at {
-            *pushed = at;
+        if mark == 0 || *pushed != mark {
+            *pushed = mark;
             self.heap.push(Reverse((at, slot)));
         }
     }
@@ -129,8 +129,8 @@ impl<K: Key> DeadlineIndex<K> {
     fn pop(&mut self) {
         if let Some(Reverse((at, slot))) = self.heap.pop() {
             let pushed = &mut self.pushed[slot as usize];
-            if *pushed == at {
-                *pushed = NOT_PUSHED;
+            if *pushed == at.wrapping_add(1) {
+                *pushed = 0;
             }
         }
     }
@@ -191,7 +191,7 @@ impl<K: Key> DeadlineIndex<K> {
         self.push_touched(&deadline);
         if self.heap.len() > live + STALE_DEADLINES_MAX {
             self.heap.clear();
-            self.pushed.fill(NOT_PUSHED);
+            self.pushed.fill(0);
             for key in all() {
                 if let Some(at) = deadline(key) {
                     self.push(at, key.slot());
