@@ -336,6 +336,52 @@ mod tests {
         assert_eq!(peers.next_deadline(), None);
     }
 
+    /// Past the walked few, the earliest timer and the due peers come from the index: they
+    /// are what a walk of every peer finds, through waits, frames heard, owed
+    /// acknowledgements and probes in any order.
+    #[test]
+    fn the_index_answers_what_a_walk_of_the_peers_finds() {
+        const SIZE: Rank = 20;
+        let config = Config {
+            keepalive_ns: KEEPALIVE,
+            peer_timeout_ns: TIMEOUT,
+            ..Config::default()
+        };
+        let mut peers = Peers::new(&config, 0, SIZE);
+        let walk = |peers: &Peers| peers.in_use().filter_map(|p| peers.deadline(p)).min();
+        let mut state = 0x9e37_79b9_u64;
+        let mut due = Vec::new();
+        for now in (0..20_000u64).map(|step| step * 37) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let peer = (state % u64::from(SIZE)) as Rank;
+            match (state >> 8) % 6 {
+                0 => peers.add_waiter(peer),
+                1 if peers[peer].waiters > 0 => peers.remove_waiter(peer),
+                2 => peers.heard_from(now, peer),
+                3 => peers.arm_owed(peer, now + (state >> 16) % 5_000),
+                4 => {
+                    peers[peer].owed_deadline_ns = None;
+                }
+                _ => peers.expect_answer(now, peer),
+            }
+            assert_eq!(peers.next_deadline(), walk(&peers));
+            if (state >> 20) % 4 == 0 {
+                peers.take_due(now, &mut due);
+                let walked: Vec<Rank> = peers
+                    .in_use()
+                    .filter(|&p| peers.deadline(p).is_some_and(|d| d <= now))
+                    .collect();
+                assert_eq!(due, walked);
+                for &peer in &due {
+                    peers.probe_sent(now, peer, KEEPALIVE);
+                    peers[peer].owed_deadline_ns = None;
+                }
+            }
+        }
+    }
+
     #[test]
     fn nothing_waits_on_this_rank_itself() {
         let mut peers = peers();
