@@ -367,7 +367,7 @@ mod tests {
                 _ => peers.expect_answer(now, peer),
             }
             assert_eq!(peers.next_deadline(), walk(&peers));
-            if (state >> 20) % 4 == 0 {
+            if (state >> 20).is_multiple_of(4) {
                 peers.take_due(now, &mut due);
                 let walked: Vec<Rank> = peers
                     .in_use()
