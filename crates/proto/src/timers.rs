@@ -90,7 +90,7 @@ pub(crate) struct DeadlineIndex<K> {
 /// from the table: bounds its memory when deadlines keep moving later (a stream's
 /// retransmission timer, pushed again at every acknowledgement) while an earlier one stays on
 /// top.
-const STALE_DEADLINES_MAX: usize = 1024;
+pub(crate) const STALE_DEADLINES_MAX: usize = 1024;
 
 impl<K: Key> DeadlineIndex<K> {
     pub(crate) fn new(capacity: usize) -> Self {
@@ -179,16 +179,17 @@ impl<K: Key> DeadlineIndex<K> {
         due.sort_unstable_by_key(|key| key.slot());
     }
 
-    /// The earliest deadline of the table's `live` entries, `deadline` asking the table for an
-    /// entry's (`None`: freed, or no timer), `all` listing the live keys (to build the heap
-    /// again when it holds too many stale entries).
-    pub(crate) fn earliest<I: Iterator<Item = K>>(
+    /// Pushes the touched entries, then builds the heap again from the table (`all` listing
+    /// the `live` keys) when it holds more than `STALE_DEADLINES_MAX` stale entries. A table
+    /// whose questions go elsewhere (the peers walked while few, `peers.rs`) calls it before
+    /// `take_due`, which alone drops only the copies that came due.
+    pub(crate) fn trim<I: Iterator<Item = K>>(
         &mut self,
         live: usize,
-        deadline: impl Fn(K) -> Option<Nanos>,
+        deadline: &impl Fn(K) -> Option<Nanos>,
         all: impl FnOnce() -> I,
-    ) -> Option<Nanos> {
-        self.push_touched(&deadline);
+    ) {
+        self.push_touched(deadline);
         if self.heap.len() > live + STALE_DEADLINES_MAX {
             self.heap.clear();
             self.pushed.fill(0);
@@ -198,6 +199,24 @@ impl<K: Key> DeadlineIndex<K> {
                 }
             }
         }
+    }
+
+    /// Entries the heap holds, stale ones included.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.heap.len()
+    }
+
+    /// The earliest deadline of the table's `live` entries, `deadline` asking the table for an
+    /// entry's (`None`: freed, or no timer), `all` listing the live keys (to build the heap
+    /// again when it holds too many stale entries).
+    pub(crate) fn earliest<I: Iterator<Item = K>>(
+        &mut self,
+        live: usize,
+        deadline: impl Fn(K) -> Option<Nanos>,
+        all: impl FnOnce() -> I,
+    ) -> Option<Nanos> {
+        self.trim(live, &deadline, all);
         // Each round confirms the top or drops it (pushing it again later, never earlier, than
         // it was): at most as many rounds as the heap holds entries.
         while let Some(&Reverse((at, slot))) = self.heap.peek() {
