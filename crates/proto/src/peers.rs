@@ -269,10 +269,16 @@ impl Peers {
     pub(crate) fn take_due(&mut self, now: Nanos, due: &mut Vec<Rank>) {
         let mut keys = std::mem::take(&mut self.due);
         let peers = &*self;
-        peers
-            .deadlines
-            .borrow_mut()
-            .take_due(now, |key| peers.deadline(key.0), &mut keys);
+        let deadline = |key: PeerKey| peers.deadline(key.0);
+        let mut index = peers.deadlines.borrow_mut();
+        // Walked few, `next_deadline` never asks the index, whose `earliest` bounds its stale
+        // copies: without this, a deadline that moves later between timers (a silence clock
+        // restarted every round trip) left a copy per timer until it came due.
+        index.trim(peers.in_use as usize, &deadline, || {
+            peers.in_use().map(PeerKey)
+        });
+        index.take_due(now, deadline, &mut keys);
+        drop(index);
         due.clear();
         due.extend(keys.iter().map(|key| key.0));
         self.due = keys;
@@ -380,6 +386,30 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Walked few, the index that `take_due` reads still holds few stale copies: a silence
+    /// clock restarted every round trip, with timers firing between (another peer's owed
+    /// acknowledgements), pushed a copy at each timer that stayed until it came due
+    /// (200,000 with the default timeout and a timer every 50 us).
+    #[test]
+    fn the_walked_few_leave_no_pile_of_stale_deadlines() {
+        let mut peers = peers();
+        peers[1].sends_in_flight = 1;
+        let mut due = Vec::new();
+        for now in (0..20_000u64).map(|step| step * 10) {
+            peers.expect_answer(now, 1);
+            peers.heard_from(now + 3, 1);
+            peers.expect_answer(now + 6, 1);
+            peers.take_due(now + 6, &mut due);
+            assert!(due.is_empty());
+            assert_eq!(peers.next_deadline(), Some(now + 6 + TIMEOUT));
+        }
+        let held = peers.deadlines.borrow().held();
+        assert!(
+            held <= 2 * peers.in_use as usize + crate::timers::STALE_DEADLINES_MAX,
+            "{held} copies held"
+        );
     }
 
     #[test]

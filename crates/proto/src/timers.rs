@@ -90,7 +90,7 @@ pub(crate) struct DeadlineIndex<K> {
 /// from the table: bounds its memory when deadlines keep moving later (a stream's
 /// retransmission timer, pushed again at every acknowledgement) while an earlier one stays on
 /// top.
-const STALE_DEADLINES_MAX: usize = 1024;
+pub(crate) const STALE_DEADLINES_MAX: usize = 1024;
 
 impl<K: Key> DeadlineIndex<K> {
     pub(crate) fn new(capacity: usize) -> Self {
@@ -179,6 +179,38 @@ impl<K: Key> DeadlineIndex<K> {
         due.sort_unstable_by_key(|key| key.slot());
     }
 
+    /// Pushes the touched entries, then builds the heap again from the table (`all` listing
+    /// the `live` keys) when it holds more than `STALE_DEADLINES_MAX` stale entries. A table
+    /// whose questions go elsewhere (the peers walked while few, `peers.rs`) calls it before
+    /// `take_due`, which alone drops only the copies that came due.
+    pub(crate) fn trim<I: Iterator<Item = K>>(
+        &mut self,
+        live: usize,
+        deadline: &impl Fn(K) -> Option<Nanos>,
+        all: impl FnOnce() -> I,
+    ) {
+        self.push_touched(deadline);
+        if self.heap.len() > live + STALE_DEADLINES_MAX {
+            // Only slots the heap holds have a record: a fill of the whole record would write
+            // every page of it, those of slots never used too (a provider's 49,152 incoming
+            // slots: 384 KiB resident after the first rebuild).
+            for Reverse((_, slot)) in self.heap.drain() {
+                self.pushed[slot as usize] = 0;
+            }
+            for key in all() {
+                if let Some(at) = deadline(key) {
+                    self.push(at, key.slot());
+                }
+            }
+        }
+    }
+
+    /// Entries the heap holds, stale ones included.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.heap.len()
+    }
+
     /// The earliest deadline of the table's `live` entries, `deadline` asking the table for an
     /// entry's (`None`: freed, or no timer), `all` listing the live keys (to build the heap
     /// again when it holds too many stale entries).
@@ -188,16 +220,7 @@ impl<K: Key> DeadlineIndex<K> {
         deadline: impl Fn(K) -> Option<Nanos>,
         all: impl FnOnce() -> I,
     ) -> Option<Nanos> {
-        self.push_touched(&deadline);
-        if self.heap.len() > live + STALE_DEADLINES_MAX {
-            self.heap.clear();
-            self.pushed.fill(0);
-            for key in all() {
-                if let Some(at) = deadline(key) {
-                    self.push(at, key.slot());
-                }
-            }
-        }
+        self.trim(live, &deadline, all);
         // Each round confirms the top or drops it (pushing it again later, never earlier, than
         // it was): at most as many rounds as the heap holds entries.
         while let Some(&Reverse((at, slot))) = self.heap.peek() {
@@ -290,6 +313,42 @@ mod tests {
                 table[key.slot() as usize] = (n % 2 == 0).then_some(now + 7);
             }
         }
+    }
+
+    /// A rebuild of the heap writes the record of pushes only where the heap held entries:
+    /// the pages of slots never used stay unwritten, as `new` left them.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_rebuild_leaves_the_record_of_slots_never_used_unwritten() {
+        use crate::slab::SendKey;
+        fn resident_kib() -> u64 {
+            let status = std::fs::read_to_string("/proc/self/status").unwrap();
+            let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+            line.split_whitespace().nth(1).unwrap().parse().unwrap()
+        }
+        const SLOTS: usize = 1 << 24; // a record of 128 MiB
+        let mut table: Vec<Option<Nanos>> = vec![Some(0), Some(1)];
+        let mut index = DeadlineIndex::<SendKey>::new(SLOTS);
+        index.touch(SendKey::from_slot(0));
+        let before = resident_kib();
+        // Slot 0 stays on top while slot 1 moves later: its stale copies pile up until the
+        // heap is built again.
+        for step in 1..=(STALE_DEADLINES_MAX as u64 + 10) {
+            table[1] = Some(step);
+            index.touch(SendKey::from_slot(1));
+            let answer = index.earliest(
+                2,
+                |key| table[key.slot() as usize],
+                || (0..2).map(SendKey::from_slot),
+            );
+            assert_eq!(answer, Some(0));
+        }
+        assert!(
+            index.held() < 2 + STALE_DEADLINES_MAX,
+            "the heap was built again"
+        );
+        let grown = resident_kib().saturating_sub(before);
+        assert!(grown < 32 * 1024, "{grown} KiB made resident");
     }
 
     #[test]
