@@ -197,9 +197,9 @@ struct nicmsg_cq {
 	int signal_fd;
 	/* fi_cq_signal was called: the next fi_cq_sread that finds nothing returns. */
 	bool signaled;
-	/* The last read returned entries: the next one takes what the engines finished without
-	 * a turn of theirs (cq_read_locked). */
-	bool answered;
+	/* When the last read ended if it returned entries, else 0: a read soon after takes what
+	 * the engines finished without a turn of theirs (cq_read_locked). */
+	uint64_t answered_at_ns;
 	size_t *parent;
 };
 
@@ -866,6 +866,18 @@ static void write_entry(enum fi_cq_format format, const struct nf_completion *c,
 	memcpy(to, &full, entry_size(format));
 }
 
+/* How soon after a read that returned entries the next read skips the engines' turn: the
+ * read that follows in the same loop comes within a microsecond or two. A read after a longer
+ * pause (a consumer that reads once a progress call and computes between) turns. */
+#define NICMSG_REREAD_NS 5000u
+
+static uint64_t monotonic_ns(void)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+}
+
 /* A read right after one that returned entries takes what the engines finished but runs no
  * turn of theirs: consumers read until -FI_EAGAIN (Open MPI's MTL after every completion),
  * and that last read's turn, a receive poll that finds nothing, stood between a message and
@@ -874,8 +886,10 @@ static void write_entry(enum fi_cq_format format, const struct nf_completion *c,
 static ssize_t cq_read_locked(struct nicmsg_cq *cq, void *buf, size_t count,
 			      fi_addr_t *src_addr)
 {
-	cq_progress(cq, !cq->answered);
-	cq->answered = false;
+	uint64_t now = monotonic_ns();
+	bool reread = cq->answered_at_ns && now - cq->answered_at_ns < NICMSG_REREAD_NS;
+	cq_progress(cq, !reread);
+	cq->answered_at_ns = 0;
 	if (!cq->count)
 		return -FI_EAGAIN;
 	size_t size = entry_size(cq->format);
@@ -890,7 +904,8 @@ static ssize_t cq_read_locked(struct nicmsg_cq *cq, void *buf, size_t count,
 		cq_pop(cq);
 		done++;
 	}
-	cq->answered = done > 0;
+	/* Timed at the end: the read's own turn, which took the entries in, is no pause. */
+	cq->answered_at_ns = done > 0 ? monotonic_ns() : 0;
 	/* Nothing read of a count of 0 is no sign of an error (fi_cq_readerr would find none). */
 	return done || !count ? (ssize_t)done : -FI_EAVAIL;
 }
