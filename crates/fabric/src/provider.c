@@ -886,8 +886,9 @@ static uint64_t monotonic_ns(void)
 static ssize_t cq_read_locked(struct nicmsg_cq *cq, void *buf, size_t count,
 			      fi_addr_t *src_addr)
 {
-	uint64_t now = monotonic_ns();
-	bool reread = cq->answered_at_ns && now - cq->answered_at_ns < NICMSG_REREAD_NS;
+	/* The clock is read only after an answered read: the empty polls of a wait read none. */
+	bool reread = cq->answered_at_ns &&
+		      monotonic_ns() - cq->answered_at_ns < NICMSG_REREAD_NS;
 	cq_progress(cq, !reread);
 	cq->answered_at_ns = 0;
 	if (!cq->count)
@@ -990,13 +991,6 @@ static bool cq_completions_come_by_themselves(const struct nicmsg_cq *cq)
 	return true;
 }
 
-static long elapsed_ns(const struct timespec *since)
-{
-	struct timespec now;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (now.tv_sec - since->tv_sec) * 1000000000L + (now.tv_nsec - since->tv_nsec);
-}
-
 /* fi_cq_sread: polls for NICMSG_SREAD_SPIN_NS, then sleeps on the queue's descriptor where the
  * engines run on threads of their own (after fi_trywait's check), else naps between polls. A
  * negative timeout waits for ever. */
@@ -1005,15 +999,14 @@ static ssize_t cq_wait_read(struct nicmsg_cq *cq, void *buf, size_t count, fi_ad
 {
 	if (!buf && count)
 		return -FI_EINVAL;
-	struct timespec start;
-	clock_gettime(CLOCK_MONOTONIC, &start);
+	uint64_t start = monotonic_ns();
 	for (;;) {
 		ssize_t got = LOCKED(cq_read_locked(cq, buf, count, src_addr));
 		if (got != -FI_EAGAIN)
 			return got;
 		if (LOCKED(cq_take_signal(cq)))
 			return -FI_EAGAIN; /* fi_cq_signal */
-		long waited = elapsed_ns(&start);
+		long waited = (long)(monotonic_ns() - start);
 		if (timeout >= 0 && waited >= timeout * 1000000L)
 			return -FI_EAGAIN;
 		if (waited < NICMSG_SREAD_SPIN_NS)
