@@ -17,17 +17,14 @@ use crate::{Config, Nanos, Rank};
 /// (touches are recorded, `take_due` reads it), so a job that grows past it needs no switch.
 const PEERS_WALKED_MAX: Rank = 8;
 
-/// A rank as the index of the peers' deadlines keys it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PeerKey(Rank);
-
-impl Key for PeerKey {
+/// A rank is its own slot in the index of the peers' deadlines.
+impl Key for Rank {
     fn from_slot(slot: u32) -> Self {
-        Self(slot)
+        slot
     }
 
     fn slot(self) -> u32 {
-        self.0
+        self
     }
 }
 
@@ -50,9 +47,7 @@ pub(crate) struct Peers {
     /// through `IndexMut`, which touches it. A walk of every peer after every change cost
     /// 35 instructions a peer: 1,150 a message in a job of 32 ranks, 36,000 in one of 1,024,
     /// where a ping-pong's whole message costs about 8,000.
-    deadlines: RefCell<DeadlineIndex<PeerKey>>,
-    /// Scratch of [`take_due`](Self::take_due), kept for its memory.
-    due: Vec<PeerKey>,
+    deadlines: RefCell<DeadlineIndex<Rank>>,
 }
 
 impl Peers {
@@ -64,7 +59,6 @@ impl Peers {
             peer_timeout_ns: config.peer_timeout_ns,
             in_use: size,
             deadlines: RefCell::new(DeadlineIndex::new(size as usize)),
-            due: Vec::new(),
         }
     }
 
@@ -244,8 +238,8 @@ impl Peers {
         }
         let earliest = self.deadlines.borrow_mut().earliest(
             self.in_use as usize,
-            |key| self.deadline(key.0),
-            || self.in_use().map(PeerKey),
+            |peer| self.deadline(peer),
+            || self.in_use(),
         );
         debug_assert_eq!(
             earliest,
@@ -267,21 +261,14 @@ impl Peers {
     /// Puts in `due`, by rank, the peers with a timer at or before `now` (those the core's
     /// timers act on), from the index of deadlines; checked against a walk in debug builds.
     pub(crate) fn take_due(&mut self, now: Nanos, due: &mut Vec<Rank>) {
-        let mut keys = std::mem::take(&mut self.due);
-        let peers = &*self;
-        let deadline = |key: PeerKey| peers.deadline(key.0);
-        let mut index = peers.deadlines.borrow_mut();
+        let deadline = |peer| self.deadline(peer);
+        let mut index = self.deadlines.borrow_mut();
         // Walked few, `next_deadline` never asks the index, whose `earliest` bounds its stale
         // copies: without this, a deadline that moves later between timers (a silence clock
         // restarted every round trip) left a copy per timer until it came due.
-        index.trim(peers.in_use as usize, &deadline, || {
-            peers.in_use().map(PeerKey)
-        });
-        index.take_due(now, deadline, &mut keys);
+        index.trim(self.in_use as usize, &deadline, || self.in_use());
+        index.take_due(now, deadline, due);
         drop(index);
-        due.clear();
-        due.extend(keys.iter().map(|key| key.0));
-        self.due = keys;
         debug_assert_eq!(
             *due,
             self.in_use()
@@ -305,7 +292,7 @@ impl Index<Rank> for Peers {
 impl IndexMut<Rank> for Peers {
     /// The peer's timers may change: the index of deadlines asks it again.
     fn index_mut(&mut self, peer: Rank) -> &mut Peer {
-        self.deadlines.get_mut().touch(PeerKey(peer));
+        self.deadlines.get_mut().touch(peer);
         &mut self.peers[peer as usize]
     }
 }
