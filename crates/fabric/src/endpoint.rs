@@ -713,7 +713,7 @@ impl FabricEndpoint {
         copy.clear();
         for iov in iovecs {
             // SAFETY: the caller's contract.
-            copy.extend_from_slice(unsafe { piece(iov) });
+            nicmsg_proto::extend_bytes(&mut copy, unsafe { piece(iov) });
         }
         copy
     }

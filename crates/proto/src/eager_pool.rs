@@ -8,6 +8,7 @@
 //! A buffer is named by one slot number: the buffers of every sender of the first class
 //! (eager), then those of the next, in the order of `CreditClass::ALL`.
 
+use crate::copy::copy_bytes;
 use crate::credits::{CreditClass, PerClass};
 use crate::peers::Peers;
 use crate::usage::TableUsage;
@@ -123,7 +124,7 @@ impl EagerPool {
         let (class, index) = self.locate(slot);
         let buffers = &mut self.classes[class];
         let start = buffers.range(index).start + offset as usize;
-        buffers.bytes[start..start + bytes.len()].copy_from_slice(bytes);
+        copy_bytes(&mut buffers.bytes[start..start + bytes.len()], bytes);
     }
 
     pub(crate) fn usage(&self) -> TableUsage {

@@ -5,6 +5,7 @@
 //! writes message bytes, through [`HostMemory`]; a simulator uses vectors, a runtime its
 //! registered (pinned) regions.
 
+use crate::copy::copy_bytes;
 use crate::PostError;
 
 /// Most segments one buffer may have. Sixteen covers strided datatypes of practical use and keeps
@@ -187,7 +188,7 @@ impl SgList {
                 .region(piece.region)
                 .and_then(|r| r.get(start..start + len))
             {
-                Some(bytes) => out[read..read + len].copy_from_slice(bytes),
+                Some(bytes) => copy_bytes(&mut out[read..read + len], bytes),
                 None => complete = false,
             }
             read += len;
@@ -214,7 +215,10 @@ impl SgList {
             let len = piece.len as usize;
             if let Some(region) = memory.region_mut(piece.region) {
                 let start = piece.offset as usize;
-                region[start..start + len].copy_from_slice(&data[written..written + len]);
+                copy_bytes(
+                    &mut region[start..start + len],
+                    &data[written..written + len],
+                );
             }
             written += len;
         });

@@ -1,6 +1,7 @@
 //! A frame ready to leave: headers built by the core, payload still in host memory, or, for a
 //! short message the core copied when it was posted, inside the frame itself.
 
+use crate::copy::copy_bytes;
 use crate::memory::{HostMemory, Segment, MAX_SEGMENTS};
 use crate::Rank;
 use nicmsg_wire::{seal, MAX_HEADERS_LEN};
@@ -148,7 +149,7 @@ impl Transmit {
             let region = memory.region(piece.region)?;
             let start = piece.offset as usize;
             let bytes = region.get(start..start + piece.len as usize)?;
-            out[at..at + bytes.len()].copy_from_slice(bytes);
+            copy_bytes(&mut out[at..at + bytes.len()], bytes);
             at += bytes.len();
         }
         Some(total)

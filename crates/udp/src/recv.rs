@@ -384,7 +384,7 @@ impl RecvSlots {
         // SAFETY: the destination stays valid for reads during the receive that filled it
         // (contract of `recv_batch_placed` / `gather_placed`) and does not overlap our buffer.
         let part = unsafe { std::slice::from_raw_parts(entry.placement.dest, scattered) };
-        self.buf[start..start + scattered].copy_from_slice(part);
+        nicmsg_proto::copy_bytes(&mut self.buf[start..start + scattered], part);
     }
 
     fn slot_total(&self, slot: usize) -> usize {
