@@ -1,4 +1,4 @@
-//! Compiles the provider's libfabric half (`src/provider.c`) against the installed libfabric
+//! Compiles the provider's libfabric half (`src/provider/`, C) against the installed libfabric
 //! headers and links libfabric, whose `fi_dupinfo`/`fi_freeinfo` it calls: libfabric opens
 //! providers with `RTLD_NOW`, so every symbol must resolve. Without the headers
 //! (`libfabric-dev`), the library is built without that half and says so.
@@ -8,8 +8,21 @@ use std::path::Path;
 /// Where Debian's `libfabric-dev` puts the header the provider needs most.
 const PROVIDER_HEADER: &str = "rdma/providers/fi_prov.h";
 
+/// The provider's C files, an object of libfabric's each (`src/provider/provider.h` says
+/// which holds what).
+const PROVIDER_FILES: [&str; 8] = [
+    "common.c",
+    "info.c",
+    "fabric.c",
+    "domain.c",
+    "av.c",
+    "cq.c",
+    "ep.c",
+    "messages.c",
+];
+
 fn main() {
-    println!("cargo:rerun-if-changed=src/provider.c");
+    println!("cargo:rerun-if-changed=src/provider");
     println!("cargo:rustc-check-cfg=cfg(nicmsg_libfabric)");
     let include = ["/usr/include", "/usr/local/include"]
         .into_iter()
@@ -22,7 +35,7 @@ fn main() {
         return;
     };
     cc::Build::new()
-        .file("src/provider.c")
+        .files(PROVIDER_FILES.map(|file| format!("src/provider/{file}")))
         .include(include)
         .flag_if_supported("-std=gnu11")
         .flag_if_supported("-Wno-unused-parameter")

@@ -1,5 +1,5 @@
 //! The Rust half of the provider: one [`FabricEndpoint`] per libfabric endpoint, driven by
-//! `provider.c` through the `nf_*` functions (called under the provider's lock, one at a
+//! `provider/` through the `nf_*` functions (called under the provider's lock, one at a
 //! time). Each posted operation is a nicmsg request kept with the libfabric context it
 //! completes; [`nf_poll`] hands back the finished ones as [`NfCompletion`]s, which the C half
 //! writes into completion queues.
@@ -77,11 +77,11 @@ const PROVIDER_EAGER_CREDITS: u32 = 16;
 /// The largest message: the protocol's largest (`nicmsg::dgram::MAX_DATAGRAM_BYTES`).
 const MAX_MESSAGE_BYTES: usize = nicmsg::dgram::MAX_DATAGRAM_BYTES;
 
-/// A socket address as `union nf_addr` in `provider.c`: IPv4 or IPv6 by its family (the UDP
+/// A socket address as `union nf_addr` in `provider/provider.h`: IPv4 or IPv6 by its family (the UDP
 /// transport's own layout of it).
 pub type NfAddr = RawAddr;
 
-/// A finished operation, laid out as `struct nf_completion` in `provider.c`.
+/// A finished operation, laid out as `struct nf_completion` in `provider/provider.h`.
 #[repr(C)]
 pub struct NfCompletion {
     pub context: *mut c_void,

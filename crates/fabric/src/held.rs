@@ -114,7 +114,7 @@ pub const MAX_HELD_BYTES: usize = 64 << 20;
 
 /// Sends longer than this are buffered (shorter ones are Open MPI's injects, held above, or
 /// complete from the engine's own short copies or on their acknowledgement): the provider's
-/// inject size (`NICMSG_INJECT_SIZE` in `provider.c`).
+/// inject size (`NICMSG_INJECT_SIZE` in `provider/provider.h`).
 pub const BUFFERED_SEND_ABOVE: usize = 4096;
 
 /// The longest send buffered: Open MPI's eager limit on TCP (64 KiB), above which its TCP

@@ -3,9 +3,9 @@
 //! Open MPI's `ofi` MTL among them, run on the nicmsg engine. libfabric loads it from
 //! `FI_PROVIDER_PATH` ([docs/mpi.md](../../docs/mpi.md)).
 //!
-//! Two halves: `provider.c` holds the objects libfabric's API works on, laid out by
-//! libfabric's own headers (fabric, domain, endpoint, completion queue, address vector, event
-//! queue, and their operation tables); [`endpoint`] runs each endpoint's operations on a
+//! Two halves: `provider/` (C, a file per object: `provider.h` lists them) holds the objects
+//! libfabric's API works on, laid out by libfabric's own headers (fabric, domain, endpoint,
+//! completion queue, address vector, event queue, and their operation tables); [`endpoint`] runs each endpoint's operations on a
 //! [`nicmsg::tagged::TaggedEndpoint`] and hands finished ones back as completions. Built only
 //! where libfabric's headers are installed (`libfabric-dev`); elsewhere the library has the
 //! Rust half alone and libfabric would not load it.
@@ -17,7 +17,7 @@ mod in_engine;
 
 #[cfg(nicmsg_libfabric)]
 extern "C" {
-    /// `provider.c`: the provider's description (`struct fi_provider`).
+    /// `provider/fabric.c`: the provider's description (`struct fi_provider`).
     fn nicmsg_provider_ini() -> *mut std::ffi::c_void;
 }
 
