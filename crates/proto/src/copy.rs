@@ -63,11 +63,20 @@ fn in_slow_window(dst: usize, src: usize) -> bool {
     (1..=SLOW_DISTANCE_MAX).contains(&distance)
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Copies this thread made by blocks: the tests' way to see which way a copy went, which
+    /// its result cannot show (both ways copy the same bytes).
+    static BLOCK_COPIES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// A loop of fixed-size block copies. Each block goes through a local array, so the compiler
 /// emits loads and stores of registers for it rather than recognising the loop as a `memcpy`.
 #[inline(never)]
 fn copy_by_blocks(dst: &mut [u8], src: &[u8]) {
     assert_eq!(dst.len(), src.len(), "copy_bytes: lengths differ");
+    #[cfg(test)]
+    BLOCK_COPIES.with(|count| count.set(count.get() + 1));
     let mut to = dst.chunks_exact_mut(BLOCK);
     let mut from = src.chunks_exact(BLOCK);
     for (to, from) in (&mut to).zip(&mut from) {
@@ -80,6 +89,10 @@ fn copy_by_blocks(dst: &mut [u8], src: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn block_copies() -> usize {
+        BLOCK_COPIES.with(std::cell::Cell::get)
+    }
 
     /// Every length around the thresholds, at every distance in and around the window, copies
     /// exactly the source and nothing beside it.
@@ -109,8 +122,15 @@ mod tests {
                 // The start in `target` whose distance from `src` is `shift` modulo a page.
                 let at = (src + shift).wrapping_sub(base) % PAGE;
                 target.fill(0xAA);
+                let before = block_copies();
                 copy_bytes(&mut target[at..at + len], from);
                 assert_eq!(&target[at..at + len], from, "shift {shift}, length {len}");
+                let by_blocks = len >= 1024 && (1..=63).contains(&shift);
+                assert_eq!(
+                    block_copies() - before,
+                    usize::from(by_blocks),
+                    "shift {shift}, length {len}: copied by blocks?"
+                );
                 assert!(target[..at].iter().all(|&b| b == 0xAA));
                 assert!(target[at + len..].iter().all(|&b| b == 0xAA));
             }
@@ -128,11 +148,44 @@ mod tests {
                 // A source whose distance to the vector's end falls in the window.
                 let at = (end + 4 * PAGE - 16).wrapping_sub(source.as_ptr() as usize) % PAGE;
                 let from = &source[at..at + len];
+                let before = block_copies();
                 extend_bytes(&mut vec, from);
                 assert_eq!(&vec[..skip], &source[..skip]);
                 assert_eq!(&vec[skip..], from, "skip {skip}, length {len}");
+                let by_blocks = len >= 1024;
+                assert_eq!(
+                    block_copies() - before,
+                    usize::from(by_blocks),
+                    "skip {skip}, length {len}"
+                );
             }
         }
+    }
+
+    /// The distance `extend_bytes` tests is the one to where the bytes land: when the vector
+    /// must grow, its new buffer's, not the old one's.
+    #[test]
+    fn extending_a_vector_that_grows_tests_its_new_buffer() {
+        let source: Vec<u8> = (0..2 * PAGE).map(|i| (i * 3 + 2) as u8).collect();
+        let (kept, len) = (8, 2048);
+        let mut by_blocks = 0;
+        for at in 0..PAGE {
+            let mut vec = Vec::with_capacity(kept);
+            vec.extend_from_slice(&source[..kept]);
+            let from = &source[at..at + len];
+            let before = block_copies();
+            extend_bytes(&mut vec, from);
+            assert_eq!(&vec[kept..], from, "source at {at}");
+            let landed_at = vec.as_ptr() as usize + kept;
+            let expected = in_slow_window(landed_at, from.as_ptr() as usize);
+            assert_eq!(
+                block_copies() - before,
+                usize::from(expected),
+                "source at {at}"
+            );
+            by_blocks += usize::from(expected);
+        }
+        assert!(by_blocks > 0, "no source fell in the window");
     }
 
     #[test]

@@ -110,7 +110,7 @@ impl Host for EngineHost<'_> {
         // SAFETY: a free send buffer is not posted, so nothing else reads or writes it.
         let memory = unsafe { std::slice::from_raw_parts_mut(address, len) };
         header.emit(memory);
-        memory[PROGRAM_HEADER_LEN..].copy_from_slice(message.payload);
+        nicmsg_proto::copy_bytes(&mut memory[PROGRAM_HEADER_LEN..], message.payload);
         self.program_send_to[buffer] = Some((message.rank, message.from.0));
         self.queued.push_back(Queued {
             buffer,

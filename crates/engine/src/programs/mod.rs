@@ -772,7 +772,7 @@ impl Programs {
         let mut len = PROGRAM_HEADER_LEN;
         for part in parts {
             let take = part.len().min(MESSAGE_BUFFER_LEN - len);
-            memory[len..len + take].copy_from_slice(&part[..take]);
+            nicmsg_proto::copy_bytes(&mut memory[len..len + take], &part[..take]);
             len += take;
         }
         self.queued.push_back(Queued {
