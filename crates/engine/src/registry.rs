@@ -161,10 +161,12 @@ impl HostMemory for RegistryMemory<'_> {
 /// buffers never do but registered regions may.
 ///
 /// # Safety
-/// Both ranges are valid for `len` bytes, for reading and for writing respectively.
+/// Both ranges are valid for `len` bytes, for reading and for writing respectively, and
+/// during the call nothing else writes to `from` or touches `to` (the disjoint case makes a
+/// shared and an exclusive slice of them).
 unsafe fn copy_between(from: *const u8, to: *mut u8, len: usize) {
-    let (start, end) = (from as usize, to as usize);
-    if start.saturating_add(len) <= end || end.saturating_add(len) <= start {
+    let (source, target) = (from as usize, to as usize);
+    if source.saturating_add(len) <= target || target.saturating_add(len) <= source {
         // SAFETY: valid (the caller's contract) and disjoint (just checked).
         let (from, to) = unsafe {
             (

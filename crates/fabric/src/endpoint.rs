@@ -77,8 +77,8 @@ const PROVIDER_EAGER_CREDITS: u32 = 16;
 /// The largest message: the protocol's largest (`nicmsg::dgram::MAX_DATAGRAM_BYTES`).
 const MAX_MESSAGE_BYTES: usize = nicmsg::dgram::MAX_DATAGRAM_BYTES;
 
-/// A socket address as `union nf_addr` in `provider/provider.h`: IPv4 or IPv6 by its family (the UDP
-/// transport's own layout of it).
+/// A socket address as `union nf_addr` in `provider/provider.h`: IPv4 or IPv6 by its family
+/// (the UDP transport's own layout of it).
 pub type NfAddr = RawAddr;
 
 /// A finished operation, laid out as `struct nf_completion` in `provider/provider.h`.
@@ -711,6 +711,8 @@ impl FabricEndpoint {
     unsafe fn copy_of(&mut self, iovecs: &[libc::iovec]) -> Vec<u8> {
         let mut copy = self.copies.pop().unwrap_or_default();
         copy.clear();
+        // Room for all the pieces at once: growing piece by piece would copy the buffer again.
+        copy.reserve(iovecs.iter().map(|iov| iov.iov_len).sum());
         for iov in iovecs {
             // SAFETY: the caller's contract.
             nicmsg_proto::extend_bytes(&mut copy, unsafe { piece(iov) });
