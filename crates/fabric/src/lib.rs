@@ -5,7 +5,8 @@
 //!
 //! Two halves: `provider/` (C, a file per object: `provider.h` lists them) holds the objects
 //! libfabric's API works on, laid out by libfabric's own headers (fabric, domain, endpoint,
-//! completion queue, address vector, event queue, and their operation tables); [`endpoint`] runs each endpoint's operations on a
+//! completion queue, address vector, event queue, and their operation tables); [`endpoint`]
+//! runs each endpoint's operations on a
 //! [`nicmsg::tagged::TaggedEndpoint`] and hands finished ones back as completions. Built only
 //! where libfabric's headers are installed (`libfabric-dev`); elsewhere the library has the
 //! Rust half alone and libfabric would not load it.

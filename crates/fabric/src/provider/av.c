@@ -202,14 +202,6 @@ static int av_remove(struct fid_av *fid, fi_addr_t *fi_addr, size_t count, uint6
 	return LOCKED(av_remove_locked((struct nicmsg_av *)fid, fi_addr, count));
 }
 
-/* The socket address of `fi_addr`, or NULL if the vector holds none there. */
-const union nf_addr *av_address(struct nicmsg_av *av, fi_addr_t fi_addr)
-{
-	if (!av || fi_addr >= av->count || !av->live[fi_addr])
-		return NULL;
-	return &av->addrs[fi_addr];
-}
-
 /* fi_av_lookup: the address, cut to the `*addrlen` bytes the caller has, and in `*addrlen`
  * the size it needs. A short buffer is no error (fi_av(3), and libfabric's own vectors answer
  * 0): -FI_ETOOSMALL failed programs that ask for the size with an addrlen of 0. */

@@ -128,7 +128,8 @@ static struct fi_provider nicmsg_provider = {
 };
 
 /* libfabric's entry point, `fi_prov_ini`, is exported by the Rust half (src/lib.rs): a Rust
- * library exports only its own symbols, and this call keeps this file in it. */
+ * library exports only its own symbols, and this call keeps this half in it (this file, and
+ * the others through what it calls). */
 struct fi_provider *nicmsg_provider_ini(void)
 {
 	return &nicmsg_provider;

@@ -289,8 +289,16 @@ int domain_av_open(struct fid_domain *domain, struct fi_av_attr *attr, struct fi
 		   void *context);
 size_t address_len(sa_family_t family);
 uint16_t address_port(const union nf_addr *a);
-const union nf_addr *av_address(struct nicmsg_av *av, fi_addr_t fi_addr);
 fi_addr_t av_source(const struct nicmsg_av *av, const union nf_addr *from);
+
+/* The socket address of `fi_addr`, or NULL if the vector holds none there (here, to be
+ * inlined: every send and directed receive asks). */
+static inline const union nf_addr *av_address(struct nicmsg_av *av, fi_addr_t fi_addr)
+{
+	if (!av || fi_addr >= av->count || !av->live[fi_addr])
+		return NULL;
+	return &av->addrs[fi_addr];
+}
 
 /* cq.c */
 int domain_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr, struct fid_cq **out,
