@@ -193,28 +193,30 @@ static ssize_t cq_readfrom(struct fid_cq *fid, void *buf, size_t count, fi_addr_
 	return LOCKED(cq_read_locked((struct nicmsg_cq *)fid, buf, count, src_addr));
 }
 
+/* An error entry begins with the fields of a tagged one, so write_entry fills them as it does
+ * for a queue of FI_CQ_FORMAT_TAGGED. */
+#define SAME_PLACE(field)                                                                   \
+	(offsetof(struct fi_cq_err_entry, field) == offsetof(struct fi_cq_tagged_entry, field))
+_Static_assert(SAME_PLACE(op_context) && SAME_PLACE(flags) && SAME_PLACE(len) &&
+		       SAME_PLACE(buf) && SAME_PLACE(data) && SAME_PLACE(tag) &&
+		       sizeof(struct fi_cq_tagged_entry) <= offsetof(struct fi_cq_err_entry, olen),
+	       "an error entry begins with a tagged entry");
+
 static ssize_t cq_readerr_locked(struct nicmsg_cq *cq, struct fi_cq_err_entry *out)
 {
 	if (!cq->count || !cq->entries[cq->head].err)
 		return -FI_EAGAIN;
 	const struct nf_completion *c = &cq->entries[cq->head];
+	/* The caller's err_data buffer (libfabric 1.5 and later) is left alone: nicmsg has no
+	 * provider data to give. */
 	struct fi_cq_err_entry entry = {
-		.op_context = c->context,
-		.flags = completion_flags(c),
-		.len = c->len,
-		.buf = c->buf,
-		.data = c->data,
-		.tag = c->tag,
 		.olen = c->olen,
 		.err = c->err,
 		.prov_errno = c->err,
-		.err_data = NULL,
+		.err_data = out->err_data,
 		.err_data_size = 0,
 	};
-	/* The caller's err_data buffer (libfabric 1.5 and later) is left alone: nicmsg has no
-	 * provider data to give. */
-	entry.err_data = out->err_data;
-	entry.err_data_size = 0;
+	write_entry(FI_CQ_FORMAT_TAGGED, c, &entry);
 	*out = entry;
 	cq_pop(cq);
 	return 1;
