@@ -3,26 +3,32 @@
 //! providers with `RTLD_NOW`, so every symbol must resolve. Without the headers
 //! (`libfabric-dev`), the library is built without that half and says so.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Where Debian's `libfabric-dev` puts the header the provider needs most.
 const PROVIDER_HEADER: &str = "rdma/providers/fi_prov.h";
 
-/// The provider's C files, an object of libfabric's each (`src/provider/provider.h` says
-/// which holds what).
-const PROVIDER_FILES: [&str; 8] = [
-    "common.c",
-    "info.c",
-    "fabric.c",
-    "domain.c",
-    "av.c",
-    "cq.c",
-    "ep.c",
-    "messages.c",
-];
+/// Where the provider's C half lies: a file per libfabric object (`provider.h` says which
+/// holds what), every `.c` of it compiled.
+const PROVIDER_DIR: &str = "src/provider";
+
+/// The C files of [`PROVIDER_DIR`], in name order (a stable build).
+fn provider_files() -> Vec<PathBuf> {
+    let entries = std::fs::read_dir(PROVIDER_DIR).expect("the provider's C directory is readable");
+    let mut files: Vec<PathBuf> = entries
+        .map(|entry| {
+            entry
+                .expect("the provider's C directory is readable")
+                .path()
+        })
+        .filter(|path| path.extension().is_some_and(|ext| ext == "c"))
+        .collect();
+    files.sort();
+    files
+}
 
 fn main() {
-    println!("cargo:rerun-if-changed=src/provider");
+    println!("cargo:rerun-if-changed={PROVIDER_DIR}");
     println!("cargo:rustc-check-cfg=cfg(nicmsg_libfabric)");
     let include = ["/usr/include", "/usr/local/include"]
         .into_iter()
@@ -35,7 +41,7 @@ fn main() {
         return;
     };
     cc::Build::new()
-        .files(PROVIDER_FILES.map(|file| format!("src/provider/{file}")))
+        .files(provider_files())
         .include(include)
         .flag_if_supported("-std=gnu11")
         .flag_if_supported("-Wno-unused-parameter")
