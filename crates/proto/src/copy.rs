@@ -36,8 +36,7 @@ const BLOCK: usize = 64;
 /// If the lengths differ, as `copy_from_slice` does.
 #[inline]
 pub fn copy_bytes(dst: &mut [u8], src: &[u8]) {
-    if src.len() >= STRING_COPY_FROM && in_slow_window(dst.as_ptr() as usize, src.as_ptr() as usize)
-    {
+    if by_blocks(dst.as_ptr() as usize, src) {
         copy_by_blocks(dst, src);
     } else {
         dst.copy_from_slice(src);
@@ -49,7 +48,7 @@ pub fn copy_bytes(dst: &mut [u8], src: &[u8]) {
 pub fn extend_bytes(vec: &mut Vec<u8>, src: &[u8]) {
     vec.reserve(src.len());
     let end = vec.as_ptr() as usize + vec.len();
-    if src.len() >= STRING_COPY_FROM && in_slow_window(end, src.as_ptr() as usize) {
+    if by_blocks(end, src) {
         let start = vec.len();
         // Zeroing first costs a twentieth of the slow copy it avoids.
         vec.resize(start + src.len(), 0);
@@ -57,6 +56,12 @@ pub fn extend_bytes(vec: &mut Vec<u8>, src: &[u8]) {
     } else {
         vec.extend_from_slice(src);
     }
+}
+
+/// Whether `src` is copied to `dst` by blocks: long enough for the string copy, at a
+/// distance where it runs slowly.
+fn by_blocks(dst: usize, src: &[u8]) -> bool {
+    src.len() >= STRING_COPY_FROM && in_slow_window(dst, src.as_ptr() as usize)
 }
 
 /// Whether the string copy would run slowly from `src` to `dst`.
