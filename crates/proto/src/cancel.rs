@@ -110,8 +110,8 @@ impl Core {
         let withdrawn = header.has_flag(Flags::CANCELLED);
         let Some(index) = self.active_send(peer, header.msg_id) else {
             // A repeat of an answer already taken: the receiver still holds a tombstone.
-            let window = self.peers[peer].send_window;
-            if withdrawn && window.place(header.msg_id) == IdPlace::Finished {
+            let finished = self.peers[peer].send_window.place(header.msg_id) == IdPlace::Finished;
+            if withdrawn && finished {
                 self.queue_control(control(peer, FrameKind::Cleanup, 0, header.msg_id, 0));
             }
             return self.count_drop(Some(peer), DropReason::Duplicate);

@@ -29,13 +29,13 @@ pub const RX_TRACKED_FRAMES: u32 = MAX_INFLIGHT_COLLECTIONS as u32 * MAX_ACK_UNI
 /// does not buffer (a long one, or a short one past its sender's credits) stays unfinished, so
 /// this is also how many unmatched messages one pair can have before the next message waits.
 /// With 1,024, a receiver that takes 2,000 messages of one sender in reverse order never saw
-/// the last one: its sender had 1,024 unfinished and waited for them. 4,096 is more sends than
-/// one destination can have in the engine with the library's default table (640 slots), but
-/// not with the MPI provider's (16,384 slots, of which one destination may take 9,144 sends:
-/// `held_sends.rs`): there the window holds back sends the rank posted, and a receiver that
-/// takes more than 4,096 such messages of one sender last first still never sees the last.
-/// Each side's bitmap is 512 bytes of every peer's state.
-pub const MSG_WINDOW: u32 = 4096;
+/// the last one: its sender had 1,024 unfinished and waited for them; with 4,096, the same
+/// with 5,000 under the MPI provider, whose table lets one destination take 9,144 sends
+/// (`held_sends.rs`). 16,384 is the largest engine table (`NICMSG_SLOTS`, the provider's), so
+/// the window never holds back a send the engine took. The bitmap's first 128 bits sit in
+/// each peer's state and the rest (2 KiB a side) is allocated for a pair the first time it
+/// has more than 128 messages open (`window.rs`).
+pub const MSG_WINDOW: u32 = 16_384;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {

@@ -40,7 +40,8 @@ use rustc_hash::FxHashMap;
 
 use crate::{Nanos, Rank};
 
-/// Most peer slots of one open endpoint. Each costs its protocol state (`PEER_STATE_BYTES`)
+/// Most peer slots of one open endpoint. Each costs its protocol state (`PEER_STATE_BYTES`,
+/// and up to 4 KiB more for a peer that had more than 128 messages open at once: `window.rs`)
 /// and its share of the eager pool; the bound keeps a server's memory fixed however many
 /// clients come and go, and the slot number fits the descriptor table's peer field.
 pub const MAX_OPEN_PEERS: u32 = 4096;

@@ -1,5 +1,6 @@
 //! Per-peer state: connectionless as in EMP. No handshake creates it; it exists for every rank of
-//! the job from start-up and is a few dozen bytes (see `PEER_STATE_BYTES`).
+//! the job from start-up and is a few hundred bytes (see `PEER_STATE_BYTES`; a pair with more than
+//! 128 messages open allocates the rest of its id windows, `window.rs`).
 
 use crate::credit_wait::CreditWait;
 use crate::credits::{CreditClass, CreditCounts, PerClass};
@@ -10,7 +11,7 @@ use crate::slab::SendKey;
 use crate::window::IdWindow;
 use crate::Nanos;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Peer {
     // --- this rank sending to the peer ---
     /// Next message id to assign.

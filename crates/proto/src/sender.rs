@@ -589,7 +589,7 @@ impl Core {
             }
             Some(_) => self.count_drop(Some(header.src), DropReason::Invalid),
             None => {
-                let window = self.peers[header.src].send_window;
+                let window = &self.peers[header.src].send_window;
                 if window.place(header.msg_id) == crate::window::IdPlace::Finished {
                     self.queue_control(cleanup);
                 }

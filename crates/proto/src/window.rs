@@ -3,39 +3,42 @@
 //! Ids are assigned in order per (sender, receiver). At most [`MSG_WINDOW`] are unfinished at a
 //! time, so a bitmap of that many bits above a base id says which are finished. Anything older
 //! than the base is finished; a frame for it is a duplicate.
+//!
+//! Ids finish mostly in order, so the bitmap's first words are nearly always the only ones in
+//! use: those live in the peer's state, and the rest of the map is allocated the first time a
+//! pair has more than 128 ids ([`NEAR_WORDS`] words) open at once, and kept for the peer's lifetime. A job's
+//! every peer thus costs a few dozen bytes a direction, and a pair that leaves thousands of
+//! messages unmatched gets the whole window.
 
 use crate::config::MSG_WINDOW;
 
 const WORDS: usize = (MSG_WINDOW / 64) as usize;
+/// Words of the map kept in the peer's state: a ping-pong or a stream of up to 128 messages in
+/// flight never allocates.
+const NEAR_WORDS: usize = 2;
+/// Ids above the base whose bits live in the peer's state.
+#[cfg(test)]
+const NEAR_IDS: u32 = NEAR_WORDS as u32 * 64;
 const _: () = assert!(
-    WORDS <= u8::MAX as usize,
-    "`IdWindow::used` counts words in a byte"
+    WORDS <= u16::MAX as usize,
+    "`IdWindow::used` counts words in a u16"
 );
 const _: () = assert!(
-    MSG_WINDOW.is_multiple_of(64),
-    "the done bitmap is whole u64 words"
+    MSG_WINDOW.is_multiple_of(64) && WORDS > NEAR_WORDS,
+    "the done bitmap is whole u64 words, and reaches past the ones kept near"
 );
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct IdWindow {
     /// Oldest id not yet finished.
     pub base: u32,
-    /// Bit i: id `base + i` is finished.
-    done: [u64; WORDS],
-    /// Words of `done` from this one on are all zero (a bound, not always the least one), so
-    /// moving the base touches only the words in use: usually the first alone. A byte: it fits
-    /// in the padding after `base`, so a peer's state does not grow.
-    used: u8,
-}
-
-impl Default for IdWindow {
-    fn default() -> Self {
-        Self {
-            base: 0,
-            done: [0; WORDS],
-            used: 0,
-        }
-    }
+    /// Words of the map from this one on are all zero (a bound, not always the least one), so
+    /// moving the base touches only the words in use: usually the first alone.
+    used: u16,
+    /// Bit i of word w (w < `NEAR_WORDS`): id `base + 64 w + i` is finished.
+    near: [u64; NEAR_WORDS],
+    /// The map's words from `NEAR_WORDS` on, once an id that far above the base finished.
+    far: Option<Box<[u64; WORDS - NEAR_WORDS]>>,
 }
 
 /// Where an id lies relative to a window.
@@ -61,8 +64,35 @@ impl IdWindow {
         }
     }
 
+    /// True once the map's far words were needed: a pair that has had more than 128 messages
+    /// unfinished at once.
+    #[cfg(test)]
+    pub fn reaches_far(&self) -> bool {
+        self.far.is_some()
+    }
+
     fn is_done(&self, distance: u32) -> bool {
-        self.done[(distance / 64) as usize] & (1 << (distance % 64)) != 0
+        self.word((distance / 64) as usize) & (1 << (distance % 64)) != 0
+    }
+
+    /// Word `index` of the map; far words never allocated are zero.
+    fn word(&self, index: usize) -> u64 {
+        match index.checked_sub(NEAR_WORDS) {
+            None => self.near[index],
+            Some(far) => self.far.as_ref().map_or(0, |words| words[far]),
+        }
+    }
+
+    /// Word `index` of the map to change, allocating the far words the first time one is
+    /// needed. Only `finish` asks for a word at or past `used`; moving the base rewrites words
+    /// below `used`, whose far part exists if `used` reaches it.
+    fn word_mut(&mut self, index: usize) -> &mut u64 {
+        match index.checked_sub(NEAR_WORDS) {
+            None => &mut self.near[index],
+            Some(far) => &mut self
+                .far
+                .get_or_insert_with(|| Box::new([0; WORDS - NEAR_WORDS]))[far],
+        }
     }
 
     pub fn finish(&mut self, id: u32) {
@@ -71,37 +101,41 @@ impl IdWindow {
             return;
         }
         let word = (distance / 64) as usize;
-        self.done[word] |= 1 << (distance % 64);
-        self.used = self.used.max(word as u8 + 1);
+        *self.word_mut(word) |= 1 << (distance % 64);
+        self.used = self.used.max(word as u16 + 1);
         self.advance();
     }
 
     /// Moves the base past every finished id at its front: whole words at a time, then bits.
     fn advance(&mut self) {
-        while self.done[0] == u64::MAX {
+        while self.near[0] == u64::MAX {
             let used = usize::from(self.used);
-            self.done.copy_within(1..used, 0);
-            self.done[used - 1] = 0;
+            for word in 1..used {
+                *self.word_mut(word - 1) = self.word(word);
+            }
+            *self.word_mut(used - 1) = 0;
             self.used -= 1;
             self.base = self.base.wrapping_add(64);
         }
-        let finished = self.done[0].trailing_ones();
+        let finished = self.near[0].trailing_ones();
         if finished > 0 {
             self.shift_right(finished);
             self.base = self.base.wrapping_add(finished);
         }
     }
 
-    /// Shifts the bitmap right by `bits` (< 64), over the words that hold any bit: usually the
+    /// Shifts the map right by `bits` (< 64), over the words that hold any bit: usually the
     /// first alone (ids finish mostly in order), so finishing an id costs a few instructions
     /// whatever the window's size.
     fn shift_right(&mut self, bits: u32) {
         for word in 0..usize::from(self.used) {
-            let carry = self
-                .done
-                .get(word + 1)
-                .map_or(0, |next| next << (64 - bits));
-            self.done[word] = (self.done[word] >> bits) | carry;
+            let next = if word + 1 < WORDS {
+                self.word(word + 1)
+            } else {
+                0
+            };
+            let carry = next << (64 - bits);
+            *self.word_mut(word) = (self.word(word) >> bits) | carry;
         }
     }
 }
@@ -146,6 +180,28 @@ mod tests {
         assert_eq!(window.base, 202);
     }
 
+    /// A pair with few messages open keeps its map in the peer's state; the far words are
+    /// allocated once an id past them finishes, and an id beyond the window changes nothing.
+    #[test]
+    fn the_far_words_are_allocated_only_when_an_id_needs_them() {
+        let mut window = IdWindow::default();
+        for id in 1..NEAR_IDS {
+            window.finish(id);
+        }
+        window.finish(MSG_WINDOW);
+        assert!(!window.reaches_far());
+        assert_eq!(window.place(NEAR_IDS), IdPlace::Open);
+        window.finish(NEAR_IDS + 1);
+        assert!(window.reaches_far());
+        assert_eq!(window.place(NEAR_IDS + 1), IdPlace::Finished);
+        assert_eq!(window.place(NEAR_IDS), IdPlace::Open);
+        window.finish(0);
+        assert_eq!(window.base, NEAR_IDS);
+        window.finish(NEAR_IDS);
+        assert_eq!(window.base, NEAR_IDS + 2);
+        assert_eq!(window.place(NEAR_IDS + 2 + MSG_WINDOW - 1), IdPlace::Open);
+    }
+
     #[test]
     fn ids_wrap_around() {
         let mut window = IdWindow {
@@ -162,10 +218,11 @@ mod tests {
     proptest::proptest! {
         /// Against a model (the set of finished ids): the base is the oldest unfinished id and
         /// every id's place agrees, whatever order ids finish in within runs of `block` (the
-        /// protocol finishes ids within one window, mostly in order), across many windows.
+        /// protocol finishes ids within one window, mostly in order), across many windows,
+        /// with runs open in the near words alone and far past them.
         #[test]
-        fn the_window_agrees_with_a_set_of_finished_ids(seed: u64, block in 1usize..300) {
-            let mut ids: Vec<u32> = (0..2_000).collect();
+        fn the_window_agrees_with_a_set_of_finished_ids(seed: u64, block in 1usize..2_500) {
+            let mut ids: Vec<u32> = (0..6_000).collect();
             let mut state = seed | 1;
             for run in ids.chunks_mut(block) {
                 for i in (1..run.len()).rev() {
@@ -185,7 +242,17 @@ mod tests {
                     base += 1;
                 }
                 proptest::prop_assert_eq!(window.base, base);
-                for probe in [base, id, base + 63, base + 64, base + MSG_WINDOW - 1] {
+                let probes = [
+                    base,
+                    id,
+                    base + 63,
+                    base + 64,
+                    base + NEAR_IDS - 1,
+                    base + NEAR_IDS,
+                    id + 1,
+                    base + MSG_WINDOW - 1,
+                ];
+                for probe in probes {
                     let expected = if finished.contains(&probe) {
                         IdPlace::Finished
                     } else {

@@ -72,6 +72,44 @@ fn wildcard_receives_and_probes_never_take_library_messages() {
     assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
 }
 
+/// A receiver takes the last of thousands of one sender's nonblocking sends before all the
+/// others: a program MPI calls safe, since the sends do not wait for their receives. The
+/// sender has them all unfinished at once, so its message-id window must reach past them:
+/// with a window of 4,096 the last message never left the sender.
+#[test]
+fn the_last_of_thousands_of_unmatched_messages_is_taken_first() {
+    const MESSAGES: u32 = 6_000;
+    let mut net = Net::new(
+        2,
+        Config {
+            max_sends: MESSAGES as usize + 64,
+            max_incoming: MESSAGES as usize + 64,
+            max_recvs: MESSAGES as usize,
+            ..config()
+        },
+    );
+    let sends: Vec<OpId> = (0..MESSAGES)
+        .map(|i| net.send(0, 1, i.into(), i.to_le_bytes().to_vec()))
+        .collect();
+    let (last, region) = net.recv(1, Source::Rank(0), TagMatch::Tag((MESSAGES - 1).into()), 4);
+    net.run(net.now + 2_000_000_000);
+    assert_eq!(net.result(1, last), status(0, (MESSAGES - 1).into(), 4));
+    assert_eq!(net.bytes(1, region), &(MESSAGES - 1).to_le_bytes()[..]);
+    let rest: Vec<_> = (0..MESSAGES - 1)
+        .rev()
+        .map(|i| (i, net.recv(1, Source::Rank(0), TagMatch::Tag(i.into()), 4)))
+        .collect();
+    net.run(net.now + 2_000_000_000);
+    for (i, (op, region)) in rest {
+        assert_eq!(net.result(1, op), status(0, i.into(), 4));
+        assert_eq!(net.bytes(1, region), &i.to_le_bytes()[..]);
+    }
+    assert!(sends
+        .iter()
+        .all(|&send| net.result(0, send).is_some_and(|r| r.is_ok())));
+    assert!(net.endpoints.iter().all(|e| e.usage().is_empty()));
+}
+
 #[test]
 fn a_library_message_sent_after_unmatched_user_messages_is_received() {
     let mut net = Net::new(2, config());

@@ -6,7 +6,7 @@ use crate::{FrameKind, Protocol, WireError};
 use core::ops::Range;
 
 /// Wire version carried in the first byte; a frame of any other version is rejected.
-pub const VERSION: u8 = 8;
+pub const VERSION: u8 = 9;
 /// Size of the frame header in bytes.
 pub const FRAME_HEADER_LEN: usize = 48;
 /// Size of the message header in bytes.

@@ -271,7 +271,7 @@ fn flag_bits_and_allowed_flags_are_stable() {
 
 #[test]
 fn sizes() {
-    assert_eq!(VERSION, 8);
+    assert_eq!(VERSION, 9);
     assert_eq!(FRAME_HEADER_LEN, 48);
     assert_eq!(MSG_HEADER_LEN, 32);
     assert_eq!(MAX_HEADERS_LEN, 80);
@@ -301,7 +301,7 @@ fn frame_header_layout_is_pinned() {
     header.emit(&mut bytes);
     #[rustfmt::skip]
     let expected: [u8; 48] = [
-        0x08, 0x04, 0x03, 0x00,  // version 8, kind DATA (4), flags RSM|RETRANSMIT (LE)
+        0x09, 0x04, 0x03, 0x00,  // version 9, kind DATA (4), flags RSM|RETRANSMIT (LE)
         0x04, 0x05, 0x06, 0x07,  // job
         0x08, 0x09, 0x0a, 0x0b,  // src
         0x0c, 0x0d, 0x0e, 0x0f,  // dst
@@ -471,7 +471,7 @@ fn whole_eager_frame_is_pinned() {
     #[rustfmt::skip]
     let expected: [u8; 83] = [
         // frame header
-        0x08, 0x01, 0x00, 0x00,  // version 8, kind EAGER, no flags
+        0x09, 0x01, 0x00, 0x00,  // version 9, kind EAGER, no flags
         0x01, 0x00, 0x00, 0x00,  // job 1
         0x02, 0x00, 0x00, 0x00,  // src 2
         0x03, 0x00, 0x00, 0x00,  // dst 3
@@ -481,7 +481,7 @@ fn whole_eager_frame_is_pinned() {
         0x03, 0x00, 0x00, 0x00,  // payload_len 3
         0x00, 0x00, 0x00, 0x00,  // aux 0
         0x00, 0x00, 0x00, 0x00,  // acked_id (zero: no ACKED flag)
-        0x46, 0x8f, 0x43, 0x35,  // CRC32C 0x35438f46, little-endian
+        0x1a, 0xcf, 0x8c, 0x11,  // CRC32C 0x118ccf1a, little-endian
         // message header
         0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // total_len 3
         0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // tag 9
@@ -896,8 +896,8 @@ fn error_messages_are_informative() {
             "frame of 3 bytes is shorter than its 48-byte headers",
         ),
         (
-            WireError::UnsupportedVersion(9),
-            "unsupported wire version 9 (this build speaks version 8)",
+            WireError::UnsupportedVersion(10),
+            "unsupported wire version 10 (this build speaks version 9)",
         ),
         (WireError::UnknownKind(0xab), "unknown frame type 0xab"),
         (WireError::UnknownProtocol(9), "unknown message protocol 9"),
