@@ -685,10 +685,11 @@ fn one_destination_keeps_most_of_the_room_and_its_receiver_takes_them_in_any_ord
 
 /// A rank leaves thousands of messages unmatched and takes them in any order
 /// (`tests/mpi/unmatched_many.c`, 4 ranks): 1,800 short messages from three senders taken one
-/// sender at a time, then 2,000 from one sender taken last first, then 3,000 receives posted
+/// sender at a time, then 8,000 from one sender taken last first, then 3,000 receives posted
 /// before a barrier and their messages sent after it. With room for 1,024 unmatched messages
 /// a rank, the first phase hung in most runs; with a window of 1,024 unfinished messages a
-/// pair, the second hung in every run; with 4,096 slots, the barrier of the third hung.
+/// pair, the second hung in every run with 2,000 messages, and with a window of 4,096 with
+/// 8,000; with 4,096 slots, the barrier of the third hung.
 #[test]
 fn a_rank_takes_thousands_of_unmatched_messages_in_any_order() {
     let Some(dir) = open_mpi_dir("unmatched-many") else {

@@ -5,10 +5,12 @@
  *            takes them one sender at a time, the last rank first. With 4 ranks and room for
  *            1,024 unmatched messages in all, the other two senders' 1,200 filled it and the
  *            first sender's 480th message never came in.
- *   reverse: rank 1 posts 2,000 sends to rank 0 (every third of 20,000 bytes, the others of
+ *   reverse: rank 1 posts 8,000 sends to rank 0 (every third of 20,000 bytes, the others of
  *            8), and rank 0 takes them in reverse order of tags, the last one first. With a
- *            window of 1,024 unfinished messages a pair, rank 1 waited for the first 1,024 to
- *            be taken before it sent the rest, and rank 0 waited for the last.
+ *            window of 1,024 unfinished messages a pair (later 4,096, with 2,000 and then
+ *            5,000 sends), rank 1 waited for the first ones to be taken before it sent the
+ *            rest, and rank 0 waited for the last. 8,000 is near the 9,144 sends one
+ *            destination may have in the provider's engine.
  *
  *   prepost: rank 0 posts 1,000 receives from every other rank (the last rank's first), then
  *            all ranks enter a barrier, then the others send: the usual way to have every
@@ -27,7 +29,7 @@
 #include <stdlib.h>
 
 #define GATHERED 600
-#define REVERSED 2000
+#define REVERSED 8000
 #define LONG_LEN 20000
 #define PREPOSTED 1000
 
@@ -41,12 +43,20 @@ static size_t reversed_len(int message)
 	return message % 3 == 0 ? LONG_LEN : 8;
 }
 
+/* Where message `message` of a phase sits in `buffers`: each run of three messages takes one
+ * long message's bytes and two short ones'. */
+static char *slot(char *buffers, int message)
+{
+	size_t run = (size_t)(message / 3) * (LONG_LEN + 16);
+	return buffers + run + (message % 3 == 0 ? 0 : LONG_LEN + (size_t)(message % 3 - 1) * 8);
+}
+
 /* Posts `count` sends to rank 0, message i of `len(i)` bytes with tag i, and waits for all. */
 static void send_all(int rank, int count, size_t (*len)(int), char *buffers)
 {
 	MPI_Request *requests = malloc(sizeof(MPI_Request) * count);
 	for (int i = 0; i < count; i++) {
-		char *buffer = buffers + (size_t)i * LONG_LEN;
+		char *buffer = slot(buffers, i);
 		for (size_t at = 0; at < len(i); at++)
 			buffer[at] = fill(rank, i, at);
 		MPI_Isend(buffer, (int)len(i), MPI_CHAR, 0, i, MPI_COMM_WORLD, &requests[i]);
@@ -122,7 +132,7 @@ int main(int argc, char **argv)
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &size);
 	double seconds = argc > 1 ? atof(argv[1]) : 20.0;
-	char *buffers = malloc((size_t)REVERSED * LONG_LEN);
+	char *buffers = malloc((size_t)(REVERSED / 3 + 1) * (LONG_LEN + 16));
 
 	if (rank != 0) {
 		send_all(rank, GATHERED, gathered_len, buffers);
@@ -139,8 +149,8 @@ int main(int argc, char **argv)
 	} else if (rank == 0) {
 		double until = MPI_Wtime() + seconds;
 		for (int i = REVERSED - 1; i >= 0; i--)
-			failed |= receive_one(1, i, reversed_len(i), buffers + (size_t)i * LONG_LEN,
-					      until, "reverse");
+			failed |= receive_one(1, i, reversed_len(i), slot(buffers, i), until,
+					      "reverse");
 	}
 	MPI_Barrier(MPI_COMM_WORLD);
 
