@@ -288,5 +288,85 @@ mod tests {
                 }
             }
         }
+
+        /// Any id at all, as a broken or hostile peer may send, from a base anywhere (the wrap
+        /// of the id space included): ids beyond the window and older than the base change
+        /// nothing, the base is the oldest unfinished id, every id's place agrees with a
+        /// model, the words past `used` are zero and the one before it is not, and the far
+        /// words exist once, and only once, an id finished 128 or more above the base.
+        #[test]
+        fn any_ids_from_any_base_agree_with_a_model(
+            start in proptest::prop_oneof![
+                proptest::prelude::Just(0u32),
+                (u32::MAX - 2 * MSG_WINDOW)..=u32::MAX,
+                proptest::prelude::any::<u32>(),
+            ],
+            seed: u64,
+            near in 1u32..2 * NEAR_IDS,
+        ) {
+            let mut state = seed | 1;
+            let mut random = move || {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state
+            };
+            let mut window = IdWindow { base: start, ..IdWindow::default() };
+            let mut finished = std::collections::BTreeSet::new();
+            let mut far = false;
+            for _ in 0..3_000 {
+                let base = window.base;
+                let distance = match random() % 8 {
+                    0..=3 => random() as u32 % near,
+                    4 | 5 => random() as u32 % MSG_WINDOW,
+                    6 => random() as u32,
+                    _ => MSG_WINDOW - 1 - random() as u32 % 64,
+                };
+                let id = base.wrapping_add(distance);
+                window.finish(id);
+                if distance < MSG_WINDOW {
+                    finished.insert(distance);
+                    far |= distance >= NEAR_IDS;
+                }
+                let mut moved = 0;
+                while finished.contains(&moved) {
+                    moved += 1;
+                }
+                if moved > 0 {
+                    finished = finished
+                        .into_iter()
+                        .filter(|&d| d > moved)
+                        .map(|d| d - moved)
+                        .collect();
+                }
+                proptest::prop_assert_eq!(window.base, base.wrapping_add(moved));
+                proptest::prop_assert_eq!(window.reaches_far(), far);
+                let used = usize::from(window.used);
+                proptest::prop_assert!(used == 0 || window.word(used - 1) != 0);
+                proptest::prop_assert!((used..WORDS).all(|word| window.word(word) == 0));
+                let base = window.base;
+                let probes = [0, 1, distance.wrapping_sub(moved), random() as u32 % MSG_WINDOW];
+                for probe in probes.into_iter().filter(|&d| d < MSG_WINDOW) {
+                    let expected = if finished.contains(&probe) {
+                        IdPlace::Finished
+                    } else {
+                        IdPlace::Open
+                    };
+                    proptest::prop_assert_eq!(window.place(base.wrapping_add(probe)), expected);
+                }
+                proptest::prop_assert_eq!(window.place(base.wrapping_sub(1)), IdPlace::Finished);
+                let beyond = window.place(base.wrapping_add(MSG_WINDOW));
+                proptest::prop_assert_eq!(beyond, IdPlace::Beyond);
+            }
+            for distance in 0..MSG_WINDOW {
+                let expected = if finished.contains(&distance) {
+                    IdPlace::Finished
+                } else {
+                    IdPlace::Open
+                };
+                let place = window.place(window.base.wrapping_add(distance));
+                proptest::prop_assert_eq!(place, expected);
+            }
+        }
     }
 }
