@@ -5,10 +5,11 @@
 //! than the base is finished; a frame for it is a duplicate.
 //!
 //! Ids finish mostly in order, so the bitmap's first words are nearly always the only ones in
-//! use: those live in the peer's state, and the rest of the map is allocated the first time a
-//! pair has more than 128 ids ([`NEAR_WORDS`] words) open at once, and kept for the peer's lifetime. A job's
-//! every peer thus costs a few dozen bytes a direction, and a pair that leaves thousands of
-//! messages unmatched gets the whole window.
+//! use: those live in the peer's state, and the rest of the map is allocated the first time an
+//! id 128 or more above the base ([`NEAR_WORDS`] words) finishes, and kept for the peer's
+//! lifetime. A job's every peer thus costs a few dozen bytes a direction, a pair with many
+//! messages open that finish in order allocates nothing, and a pair that takes one of
+//! thousands of unmatched messages out of order gets the whole window.
 
 use crate::config::MSG_WINDOW;
 
@@ -64,8 +65,8 @@ impl IdWindow {
         }
     }
 
-    /// True once the map's far words were needed: a pair that has had more than 128 messages
-    /// unfinished at once.
+    /// True once the map's far words were needed: an id finished 128 or more above the base
+    /// (so more than 128 were unfinished at once).
     #[cfg(test)]
     pub fn reaches_far(&self) -> bool {
         self.far.is_some()
