@@ -33,8 +33,8 @@ pub const RX_TRACKED_FRAMES: u32 = MAX_INFLIGHT_COLLECTIONS as u32 * MAX_ACK_UNI
 /// with 5,000 under the MPI provider, whose table lets one destination take 9,144 sends
 /// (`held_sends.rs`). 16,384 is the largest engine table (`NICMSG_SLOTS`, the provider's), so
 /// the window never holds back a send the engine took. The bitmap's first 128 bits sit in
-/// each peer's state and the rest (2 KiB a side) is allocated for a pair the first time it
-/// has more than 128 messages open (`window.rs`).
+/// each peer's state and the rest (2 KiB a side) is allocated for a pair the first time an id
+/// 128 or more past its oldest unfinished one finishes (`window.rs`).
 pub const MSG_WINDOW: u32 = 16_384;
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,6 +1,7 @@
 //! Per-peer state: connectionless as in EMP. No handshake creates it; it exists for every rank of
-//! the job from start-up and is a few hundred bytes (see `PEER_STATE_BYTES`; a pair with more than
-//! 128 messages open allocates the rest of its id windows, `window.rs`).
+//! the job from start-up and is a few hundred bytes (see `PEER_STATE_BYTES`; a pair that finishes
+//! an id 128 or more past its oldest unfinished one allocates the rest of that id window,
+//! `window.rs`).
 
 use crate::credit_wait::CreditWait;
 use crate::credits::{CreditClass, CreditCounts, PerClass};

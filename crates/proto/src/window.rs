@@ -5,10 +5,11 @@
 //! than the base is finished; a frame for it is a duplicate.
 //!
 //! Ids finish mostly in order, so the bitmap's first words are nearly always the only ones in
-//! use: those live in the peer's state, and the rest of the map is allocated the first time a
-//! pair has more than 128 ids ([`NEAR_WORDS`] words) open at once, and kept for the peer's lifetime. A job's
-//! every peer thus costs a few dozen bytes a direction, and a pair that leaves thousands of
-//! messages unmatched gets the whole window.
+//! use: those live in the peer's state, and the rest of the map is allocated the first time an
+//! id 128 or more above the base ([`NEAR_WORDS`] words) finishes, and kept for the peer's
+//! lifetime. A job's every peer thus costs a few dozen bytes a direction, a pair with many
+//! messages open that finish in order allocates nothing, and a pair that takes one of
+//! thousands of unmatched messages out of order gets the whole window.
 
 use crate::config::MSG_WINDOW;
 
@@ -32,8 +33,8 @@ const _: () = assert!(
 pub(crate) struct IdWindow {
     /// Oldest id not yet finished.
     pub base: u32,
-    /// Words of the map from this one on are all zero (a bound, not always the least one), so
-    /// moving the base touches only the words in use: usually the first alone.
+    /// Words of the map from this one on are all zero, and the one before it is not: moving
+    /// the base touches only the words in use, usually the first alone.
     used: u16,
     /// Bit i of word w (w < `NEAR_WORDS`): id `base + 64 w + i` is finished.
     near: [u64; NEAR_WORDS],
@@ -64,8 +65,8 @@ impl IdWindow {
         }
     }
 
-    /// True once the map's far words were needed: a pair that has had more than 128 messages
-    /// unfinished at once.
+    /// True once the map's far words were needed: an id finished 128 or more above the base
+    /// (so more than 128 were unfinished at once).
     #[cfg(test)]
     pub fn reaches_far(&self) -> bool {
         self.far.is_some()
@@ -121,6 +122,11 @@ impl IdWindow {
         if finished > 0 {
             self.shift_right(finished);
             self.base = self.base.wrapping_add(finished);
+        }
+        // Shifting empties the top words as the base nears the far ids finished: stop
+        // counting them, or every later id shifts the whole map.
+        while self.used > 0 && self.word(usize::from(self.used) - 1) == 0 {
+            self.used -= 1;
         }
     }
 
@@ -202,6 +208,27 @@ mod tests {
         assert_eq!(window.place(NEAR_IDS + 2 + MSG_WINDOW - 1), IdPlace::Open);
     }
 
+    /// Once the base has passed a far id, ids that finish in order touch the first word alone
+    /// again: `used` comes back down as the words above empty, or every later finish shifts
+    /// the whole map (256 words, ~0.5 us an id, for as long as ids finish in order).
+    #[test]
+    fn the_words_in_use_shrink_once_the_base_passes_a_far_id() {
+        let mut window = IdWindow::default();
+        window.finish(MSG_WINDOW - 1);
+        assert_eq!(usize::from(window.used), WORDS);
+        for id in 0..MSG_WINDOW - 1 {
+            window.finish(id);
+            let used = usize::from(window.used);
+            assert!(
+                used == 0 || window.word(used - 1) != 0,
+                "id {id}: used {used}"
+            );
+        }
+        assert_eq!(window.base, MSG_WINDOW);
+        window.finish(MSG_WINDOW);
+        assert_eq!(window.used, 0);
+    }
+
     #[test]
     fn ids_wrap_around() {
         let mut window = IdWindow {
@@ -260,6 +287,86 @@ mod tests {
                     };
                     proptest::prop_assert_eq!(window.place(probe), expected, "id {}", probe);
                 }
+            }
+        }
+
+        /// Any id at all, as a broken or hostile peer may send, from a base anywhere (the wrap
+        /// of the id space included): ids beyond the window and older than the base change
+        /// nothing, the base is the oldest unfinished id, every id's place agrees with a
+        /// model, the words past `used` are zero and the one before it is not, and the far
+        /// words exist once, and only once, an id finished 128 or more above the base.
+        #[test]
+        fn any_ids_from_any_base_agree_with_a_model(
+            start in proptest::prop_oneof![
+                proptest::prelude::Just(0u32),
+                (u32::MAX - 2 * MSG_WINDOW)..=u32::MAX,
+                proptest::prelude::any::<u32>(),
+            ],
+            seed: u64,
+            near in 1u32..2 * NEAR_IDS,
+        ) {
+            let mut state = seed | 1;
+            let mut random = move || {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state
+            };
+            let mut window = IdWindow { base: start, ..IdWindow::default() };
+            let mut finished = std::collections::BTreeSet::new();
+            let mut far = false;
+            for _ in 0..3_000 {
+                let base = window.base;
+                let distance = match random() % 8 {
+                    0..=3 => random() as u32 % near,
+                    4 | 5 => random() as u32 % MSG_WINDOW,
+                    6 => random() as u32,
+                    _ => MSG_WINDOW - 1 - random() as u32 % 64,
+                };
+                let id = base.wrapping_add(distance);
+                window.finish(id);
+                if distance < MSG_WINDOW {
+                    finished.insert(distance);
+                    far |= distance >= NEAR_IDS;
+                }
+                let mut moved = 0;
+                while finished.contains(&moved) {
+                    moved += 1;
+                }
+                if moved > 0 {
+                    finished = finished
+                        .into_iter()
+                        .filter(|&d| d > moved)
+                        .map(|d| d - moved)
+                        .collect();
+                }
+                proptest::prop_assert_eq!(window.base, base.wrapping_add(moved));
+                proptest::prop_assert_eq!(window.reaches_far(), far);
+                let used = usize::from(window.used);
+                proptest::prop_assert!(used == 0 || window.word(used - 1) != 0);
+                proptest::prop_assert!((used..WORDS).all(|word| window.word(word) == 0));
+                let base = window.base;
+                let probes = [0, 1, distance.wrapping_sub(moved), random() as u32 % MSG_WINDOW];
+                for probe in probes.into_iter().filter(|&d| d < MSG_WINDOW) {
+                    let expected = if finished.contains(&probe) {
+                        IdPlace::Finished
+                    } else {
+                        IdPlace::Open
+                    };
+                    proptest::prop_assert_eq!(window.place(base.wrapping_add(probe)), expected);
+                }
+                proptest::prop_assert_eq!(window.place(base.wrapping_sub(1)), IdPlace::Finished);
+                let beyond = window.place(base.wrapping_add(MSG_WINDOW));
+                proptest::prop_assert_eq!(beyond, IdPlace::Beyond);
+            }
+            for distance in 0..MSG_WINDOW {
+                let expected = if finished.contains(&distance) {
+                    IdPlace::Finished
+                } else {
+                    IdPlace::Open
+                };
+                let place = window.place(window.base.wrapping_add(distance));
+                proptest::prop_assert_eq!(place, expected);
             }
         }
     }
