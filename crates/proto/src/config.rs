@@ -32,7 +32,9 @@ pub const RX_TRACKED_FRAMES: u32 = MAX_INFLIGHT_COLLECTIONS as u32 * MAX_ACK_UNI
 /// the last one: its sender had 1,024 unfinished and waited for them; with 4,096, the same
 /// with 5,000 under the MPI provider, whose table lets one destination take 9,144 sends
 /// (`held_sends.rs`). 16,384 is the largest engine table (`NICMSG_SLOTS`, the provider's), so
-/// the window never holds back a send the engine took. The bitmap's first 128 bits sit in
+/// the window holds back no send the host has waiting, but for the sends it was told of as
+/// complete early (`max_early_sends`, 128 by default): the native library with 16,384 slots
+/// may have 16,512 unfinished to one peer. The bitmap's first 128 bits sit in
 /// each peer's state and the rest (2 KiB a side) is allocated for a pair the first time an id
 /// 128 or more past its oldest unfinished one finishes (`window.rs`).
 pub const MSG_WINDOW: u32 = 16_384;
