@@ -14,8 +14,8 @@
 use crate::config::MSG_WINDOW;
 
 const WORDS: usize = (MSG_WINDOW / 64) as usize;
-/// Words of the map kept in the peer's state: a ping-pong or a stream of up to 128 messages in
-/// flight never allocates.
+/// Words of the map kept in the peer's state: a pair whose ids never finish 128 or more past
+/// the oldest open one (a ping-pong, a stream finishing in order) never allocates.
 const NEAR_WORDS: usize = 2;
 /// Ids above the base whose bits live in the peer's state.
 #[cfg(test)]
