@@ -25,6 +25,7 @@ mod outbox;
 pub mod poller;
 #[cfg(not(loom))]
 pub mod programs;
+pub mod raw_copy;
 pub mod registry;
 #[cfg(not(loom))]
 pub mod runner;
@@ -48,6 +49,7 @@ pub use host::{HostError, HostTable, Posted};
 pub use inline::{HostTurns, InlineEngine, StandbyCpu};
 #[cfg(not(loom))]
 pub use poller::Poller;
+pub use raw_copy::copy_raw;
 pub use registry::{Registry, RegistryMemory, DEFAULT_REGIONS};
 #[cfg(not(loom))]
 pub use runner::{IdleConfig, Snapshot, ThreadEngine};

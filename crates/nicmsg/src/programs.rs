@@ -407,9 +407,7 @@ impl Segment<'_> {
         self.check(offset, into.len())?;
         // SAFETY: the range lies in the shared memory (checked), which this Segment borrows;
         // the engine may write it concurrently only if the programs' protocol allows it.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.base.add(offset), into.as_mut_ptr(), into.len())
-        };
+        unsafe { nicmsg_engine::copy_raw(into.as_mut_ptr(), self.base.add(offset), into.len()) };
         Ok(())
     }
 
@@ -417,9 +415,7 @@ impl Segment<'_> {
     pub fn write(&self, offset: usize, bytes: &[u8]) -> Result<(), Error> {
         self.check(offset, bytes.len())?;
         // SAFETY: as in `read`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.base.add(offset), bytes.len())
-        };
+        unsafe { nicmsg_engine::copy_raw(self.base.add(offset), bytes.as_ptr(), bytes.len()) };
         Ok(())
     }
 

@@ -36,7 +36,7 @@ const BLOCK: usize = 64;
 /// If the lengths differ, as `copy_from_slice` does.
 #[inline]
 pub fn copy_bytes(dst: &mut [u8], src: &[u8]) {
-    if by_blocks(dst.as_ptr() as usize, src) {
+    if copies_by_blocks(dst.as_ptr() as usize, src.as_ptr() as usize, src.len()) {
         copy_by_blocks(dst, src);
     } else {
         dst.copy_from_slice(src);
@@ -48,7 +48,7 @@ pub fn copy_bytes(dst: &mut [u8], src: &[u8]) {
 pub fn extend_bytes(vec: &mut Vec<u8>, src: &[u8]) {
     vec.reserve(src.len());
     let end = vec.as_ptr() as usize + vec.len();
-    if by_blocks(end, src) {
+    if copies_by_blocks(end, src.as_ptr() as usize, src.len()) {
         let start = vec.len();
         // Zeroing first costs a twentieth of the slow copy it avoids.
         vec.resize(start + src.len(), 0);
@@ -58,10 +58,11 @@ pub fn extend_bytes(vec: &mut Vec<u8>, src: &[u8]) {
     }
 }
 
-/// Whether `src` is copied to `dst` by blocks: long enough for the string copy, at a
-/// distance where it runs slowly.
-fn by_blocks(dst: usize, src: &[u8]) -> bool {
-    src.len() >= STRING_COPY_FROM && in_slow_window(dst, src.as_ptr() as usize)
+/// Whether `len` bytes are copied from `src` to `dst` by blocks: long enough for the string
+/// copy, at a distance where it runs slowly. Public for the raw-pointer copy of memory no slice
+/// may cover (`nicmsg_engine::copy_raw`), which this crate, free of `unsafe`, cannot hold.
+pub fn copies_by_blocks(dst: usize, src: usize, len: usize) -> bool {
+    len >= STRING_COPY_FROM && in_slow_window(dst, src)
 }
 
 /// Whether the string copy would run slowly from `src` to `dst`.

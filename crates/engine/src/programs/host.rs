@@ -142,7 +142,7 @@ impl Host for EngineHost<'_> {
                     // SAFETY: `with_segment` checked the range lies in the shared segment, which
                     // the host keeps valid until `unshare`, and `unshare` waits for this copy
                     // to end.
-                    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), address, bytes.len()) }
+                    unsafe { crate::copy_raw(address, bytes.as_ptr(), bytes.len()) }
                 })
         })
         .map_err(|size| segment_error(segment, offset, bytes.len(), size))
@@ -160,7 +160,7 @@ impl Host for EngineHost<'_> {
             host.shared
                 .with_segment(segment, offset, len as u64, |address| {
                     // SAFETY: as in `deliver`; `into` is the VM's own memory, apart from segments.
-                    unsafe { std::ptr::copy_nonoverlapping(address, into.as_mut_ptr(), len) }
+                    unsafe { crate::copy_raw(into.as_mut_ptr(), address, len) }
                 })
         })
         .map_err(|size| segment_error(segment, offset, len, size))

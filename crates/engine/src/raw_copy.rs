@@ -1,0 +1,103 @@
+//! Copies of message bytes through raw pointers, for memory of which no slice may be formed: a
+//! PANIC program's shared segment, which the application and the engine may both touch while a
+//! copy runs. It avoids the processor's slow copy distance as `nicmsg_proto::copy_bytes` does
+//! (that module says why); it lives here because the protocol crate holds no `unsafe` code.
+
+/// Bytes moved per iteration of the block loop, as in `nicmsg_proto::copy_bytes`.
+const BLOCK: usize = 64;
+
+/// Copies `len` bytes from `src` to `dst`: `memcpy`, unless the distance between them is one
+/// at which the processor's string copy runs slowly, where it copies in 64-byte blocks.
+///
+/// # Safety
+/// As for `std::ptr::copy_nonoverlapping`: `src` is valid for reads and `dst` for writes of
+/// `len` bytes, and the two ranges do not overlap.
+#[inline]
+pub unsafe fn copy_raw(dst: *mut u8, src: *const u8, len: usize) {
+    if nicmsg_proto::copies_by_blocks(dst as usize, src as usize, len) {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { copy_raw_by_blocks(dst, src, len) }
+    } else {
+        // SAFETY: the caller's promise.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) }
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Copies this thread made by blocks: which way a copy went, which its bytes cannot show.
+    static BLOCK_COPIES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Each block is read into a register-sized array and written out, which the compiler emits as
+/// vector loads and stores rather than recognising the loop as a `memcpy`.
+///
+/// # Safety
+/// As [`copy_raw`].
+#[inline(never)]
+unsafe fn copy_raw_by_blocks(dst: *mut u8, src: *const u8, len: usize) {
+    #[cfg(test)]
+    BLOCK_COPIES.with(|count| count.set(count.get() + 1));
+    let whole = len - len % BLOCK;
+    for at in (0..whole).step_by(BLOCK) {
+        // SAFETY: `at + BLOCK <= len`, so both blocks lie in the caller's ranges; unaligned
+        // reads and writes need no alignment.
+        unsafe {
+            let block = std::ptr::read_unaligned(src.add(at).cast::<[u8; BLOCK]>());
+            std::ptr::write_unaligned(dst.add(at).cast::<[u8; BLOCK]>(), block);
+        }
+    }
+    // SAFETY: the rest of the caller's ranges, from `whole` to `len`.
+    unsafe { std::ptr::copy_nonoverlapping(src.add(whole), dst.add(whole), len - whole) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PAGE: usize = 4096;
+
+    fn block_copies() -> usize {
+        BLOCK_COPIES.with(std::cell::Cell::get)
+    }
+
+    /// Every length around the thresholds, at distances in and around the slow window, copies
+    /// exactly the source and nothing beside it, by blocks exactly where `copy_bytes` would.
+    #[test]
+    fn copies_exactly_and_by_blocks_only_in_the_window() {
+        let source: Vec<u8> = (0..3 * PAGE).map(|i| (i * 11 + 5) as u8).collect();
+        let mut target = vec![0u8; 4 * PAGE];
+        for shift in [0usize, 1, 16, 31, 32, 63, 64, 65, 100, 4080] {
+            for len in [
+                0usize,
+                1,
+                63,
+                64,
+                65,
+                1023,
+                1024,
+                1025,
+                4096,
+                4097,
+                2 * PAGE + 13,
+            ] {
+                let from = &source[7..7 + len];
+                let base = target.as_ptr() as usize;
+                let at = (from.as_ptr() as usize + shift).wrapping_sub(base) % PAGE;
+                target.fill(0x55);
+                let before = block_copies();
+                // SAFETY: `from` and `target[at..at + len]` lie in two live allocations.
+                unsafe { copy_raw(target.as_mut_ptr().add(at), from.as_ptr(), len) };
+                assert_eq!(&target[at..at + len], from, "shift {shift}, length {len}");
+                let by_blocks = len >= 1024 && (1..=63).contains(&shift);
+                assert_eq!(
+                    block_copies() - before,
+                    usize::from(by_blocks),
+                    "shift {shift}, length {len}: copied by blocks?"
+                );
+                assert!(target[..at].iter().all(|&b| b == 0x55));
+                assert!(target[at + len..].iter().all(|&b| b == 0x55));
+            }
+        }
+    }
+}
