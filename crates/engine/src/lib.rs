@@ -25,6 +25,7 @@ mod outbox;
 pub mod poller;
 #[cfg(not(loom))]
 pub mod programs;
+#[cfg(not(loom))]
 pub mod raw_copy;
 pub mod registry;
 #[cfg(not(loom))]
@@ -49,6 +50,7 @@ pub use host::{HostError, HostTable, Posted};
 pub use inline::{HostTurns, InlineEngine, StandbyCpu};
 #[cfg(not(loom))]
 pub use poller::Poller;
+#[cfg(not(loom))]
 pub use raw_copy::copy_raw;
 pub use registry::{Registry, RegistryMemory, DEFAULT_REGIONS};
 #[cfg(not(loom))]

@@ -6,6 +6,9 @@
 /// Bytes moved per iteration of the block loop, as in `nicmsg_proto::copy_bytes`.
 const BLOCK: usize = 64;
 
+/// One block in transit: bytes that may be uninitialised, as `copy_nonoverlapping` allows.
+type Block = [std::mem::MaybeUninit<u8>; BLOCK];
+
 /// Copies `len` bytes from `src` to `dst`: `memcpy`, unless the distance between them is one
 /// at which the processor's string copy runs slowly, where it copies in 64-byte blocks.
 ///
@@ -30,7 +33,9 @@ thread_local! {
 }
 
 /// Each block is read into a register-sized array and written out, which the compiler emits as
-/// vector loads and stores rather than recognising the loop as a `memcpy`.
+/// vector loads and stores rather than recognising the loop as a `memcpy`. The array is of
+/// `MaybeUninit` bytes: reading `[u8; 64]` would assert that the source is initialised, which
+/// `copy_nonoverlapping`, whose contract [`copy_raw`] promises, does not ask.
 ///
 /// # Safety
 /// As [`copy_raw`].
@@ -41,10 +46,10 @@ unsafe fn copy_raw_by_blocks(dst: *mut u8, src: *const u8, len: usize) {
     let whole = len - len % BLOCK;
     for at in (0..whole).step_by(BLOCK) {
         // SAFETY: `at + BLOCK <= len`, so both blocks lie in the caller's ranges; unaligned
-        // reads and writes need no alignment.
+        // reads and writes need no alignment, and `MaybeUninit` bytes no initialised source.
         unsafe {
-            let block = std::ptr::read_unaligned(src.add(at).cast::<[u8; BLOCK]>());
-            std::ptr::write_unaligned(dst.add(at).cast::<[u8; BLOCK]>(), block);
+            let block = std::ptr::read_unaligned(src.add(at).cast::<Block>());
+            std::ptr::write_unaligned(dst.add(at).cast::<Block>(), block);
         }
     }
     // SAFETY: the rest of the caller's ranges, from `whole` to `len`.

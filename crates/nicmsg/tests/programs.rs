@@ -106,6 +106,43 @@ fn figure_4_delivertest_writes_into_a_host_segment() {
     }
 }
 
+/// The other two copies through a segment: the host's `Segment::write`, and a program's `GET`
+/// out of it (then `DELIVER`ed back further on, which the test above already checks). Long
+/// enough for `copy_raw`'s block copy, should the addresses fall in its window.
+#[test]
+fn a_program_gets_what_the_host_wrote_into_a_segment() {
+    const LEN: usize = 2048;
+    const BACK: usize = 2 * LEN + 16;
+    let source = "PROGRAM getback:\n\
+                  VAR buf[256];\n\
+                  TRIGGERS 10;\n\
+                  BEGIN AWAIT END;\n\
+                  MESSAGE 10: BEGIN\n\
+                  GET buf FROM 2 OFFSET 8 LEN 2048;\n\
+                  DELIVER buf OFFSET 4112 INTO 2 LEN 2048;\n\
+                  AWAIT\n\
+                  END;\n\
+                  END.\n";
+    let pattern: Vec<u8> = (0..LEN).map(|i| (i * 7 + 1) as u8).collect();
+    for mode in MODES {
+        let comm = solo(mode);
+        let programs = comm.programs();
+        let mut memory = vec![0u8; BACK + LEN];
+        let segment = programs.share(2, &mut memory).unwrap();
+        segment.write(8, &pattern).unwrap();
+        let id = programs.load(0, &module(source)).unwrap();
+        programs.run(0, id).unwrap();
+        programs.send(0, id, 10, b"go").unwrap();
+        let mut back = vec![0u8; LEN];
+        eventually(&comm, "the copy back", || {
+            segment.read(BACK, &mut back).unwrap();
+            back[LEN - 1] != 0
+        });
+        assert!(back == pattern, "{mode:?}: the bytes got and delivered back differ");
+        drop(segment);
+    }
+}
+
 /// An empty slice's address is dangling, and the engine gives every segment at least one byte:
 /// sharing one would let a program's `DELIVER` write through that address.
 #[test]
