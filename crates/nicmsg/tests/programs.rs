@@ -138,7 +138,10 @@ fn a_program_gets_what_the_host_wrote_into_a_segment() {
             segment.read(BACK, &mut back).unwrap();
             back[LEN - 1] != 0
         });
-        assert!(back == pattern, "{mode:?}: the bytes got and delivered back differ");
+        assert!(
+            back == pattern,
+            "{mode:?}: the bytes got and delivered back differ"
+        );
         drop(segment);
     }
 }
