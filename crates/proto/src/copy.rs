@@ -94,6 +94,51 @@ fn copy_by_blocks(dst: &mut [u8], src: &[u8]) {
     to.into_remainder().copy_from_slice(from.remainder());
 }
 
+/// Checks a copy the way this module's tests check [`copy_bytes`]: every length around the
+/// thresholds, at distances in and around the slow window, copies exactly the source and
+/// nothing beside it, and goes by blocks exactly where [`copies_by_blocks`] says. `copy` copies
+/// its source into its target and says whether it went by blocks. Shared with the engine's
+/// raw-pointer copy (`nicmsg_engine::copy_raw`), whose tests cannot see this crate's; not part
+/// of the API.
+#[doc(hidden)]
+pub fn check_copies_at_every_distance(mut copy: impl FnMut(&mut [u8], &[u8]) -> bool) {
+    let source: Vec<u8> = (0..3 * PAGE).map(|i| (i * 7 + 3) as u8).collect();
+    let mut target = vec![0u8; 4 * PAGE];
+    let lengths = [
+        0,
+        1,
+        63,
+        64,
+        65,
+        1023,
+        1024,
+        1025,
+        2047,
+        4096,
+        4097,
+        2 * PAGE + 13,
+    ];
+    for shift in [0usize, 1, 16, 31, 32, 63, 64, 65, 100, 4080] {
+        for len in lengths {
+            let from = &source[5..5 + len];
+            let base = target.as_ptr() as usize;
+            let src = from.as_ptr() as usize;
+            // The start in `target` whose distance from `src` is `shift` modulo a page.
+            let at = (src + shift).wrapping_sub(base) % PAGE;
+            target.fill(0xAA);
+            let went_by_blocks = copy(&mut target[at..at + len], from);
+            assert_eq!(&target[at..at + len], from, "shift {shift}, length {len}");
+            let by_blocks = len >= 1024 && (1..=63).contains(&shift);
+            assert_eq!(
+                went_by_blocks, by_blocks,
+                "shift {shift}, length {len}: copied by blocks?"
+            );
+            assert!(target[..at].iter().all(|&b| b == 0xAA));
+            assert!(target[at + len..].iter().all(|&b| b == 0xAA));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,47 +147,13 @@ mod tests {
         BLOCK_COPIES.with(std::cell::Cell::get)
     }
 
-    /// Every length around the thresholds, at every distance in and around the window, copies
-    /// exactly the source and nothing beside it.
     #[test]
     fn copies_exactly_at_every_distance_and_length() {
-        let source: Vec<u8> = (0..3 * PAGE).map(|i| (i * 7 + 3) as u8).collect();
-        let mut target = vec![0u8; 4 * PAGE];
-        let lengths = [
-            0,
-            1,
-            63,
-            64,
-            65,
-            1023,
-            1024,
-            1025,
-            2047,
-            4096,
-            4097,
-            2 * PAGE + 13,
-        ];
-        for shift in [0usize, 1, 16, 31, 32, 63, 64, 65, 100, 4080] {
-            for &len in &lengths {
-                let from = &source[5..5 + len];
-                let base = target.as_ptr() as usize;
-                let src = from.as_ptr() as usize;
-                // The start in `target` whose distance from `src` is `shift` modulo a page.
-                let at = (src + shift).wrapping_sub(base) % PAGE;
-                target.fill(0xAA);
-                let before = block_copies();
-                copy_bytes(&mut target[at..at + len], from);
-                assert_eq!(&target[at..at + len], from, "shift {shift}, length {len}");
-                let by_blocks = len >= 1024 && (1..=63).contains(&shift);
-                assert_eq!(
-                    block_copies() - before,
-                    usize::from(by_blocks),
-                    "shift {shift}, length {len}: copied by blocks?"
-                );
-                assert!(target[..at].iter().all(|&b| b == 0xAA));
-                assert!(target[at + len..].iter().all(|&b| b == 0xAA));
-            }
-        }
+        check_copies_at_every_distance(|to, from| {
+            let before = block_copies();
+            copy_bytes(to, from);
+            block_copies() - before == 1
+        });
     }
 
     #[test]
