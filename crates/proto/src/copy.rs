@@ -98,9 +98,10 @@ fn copy_by_blocks(dst: &mut [u8], src: &[u8]) {
 /// thresholds, at distances in and around the slow window, copies exactly the source and
 /// nothing beside it, and goes by blocks exactly where [`copies_by_blocks`] says. `copy` copies
 /// its source into its target and says whether it went by blocks. Shared with the engine's
-/// raw-pointer copy (`nicmsg_engine::copy_raw`), whose tests cannot see this crate's; not part
-/// of the API.
-#[doc(hidden)]
+/// raw-pointer copy (`nicmsg_engine::copy_raw`), whose tests cannot see this crate's: built for
+/// this crate's tests and with the `copy-check` feature, which the engine asks for in its tests
+/// only.
+#[cfg(any(test, feature = "copy-check"))]
 pub fn check_copies_at_every_distance(mut copy: impl FnMut(&mut [u8], &[u8]) -> bool) {
     let source: Vec<u8> = (0..3 * PAGE).map(|i| (i * 7 + 3) as u8).collect();
     let mut target = vec![0u8; 4 * PAGE];

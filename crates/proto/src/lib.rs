@@ -71,7 +71,9 @@ pub use config::{
     Config, ConfigError, UnexpectedPolicy, MAX_ACK_UNIT, MAX_INFLIGHT_COLLECTIONS, MAX_RANKS,
     MSG_WINDOW, RX_TRACKED_FRAMES,
 };
-pub use copy::{check_copies_at_every_distance, copies_by_blocks, copy_bytes, extend_bytes};
+#[cfg(any(test, feature = "copy-check"))]
+pub use copy::check_copies_at_every_distance;
+pub use copy::{copies_by_blocks, copy_bytes, extend_bytes};
 pub use credits::{MEDIUM_MESSAGE_MAX, SMALL_MESSAGE_MAX};
 pub use directory::MAX_OPEN_PEERS;
 pub use endpoint::Endpoint;
