@@ -560,11 +560,12 @@ impl<T: Transport> Driver<T> {
         };
     }
 
-    /// Hang diagnosis: of the operations pending longer than `threshold_ns` (each looked at
-    /// again at most every `threshold_ns`), a line for each of the `named` oldest saying what it
-    /// waits for, and how many more there are. Only those named are described: a description
-    /// walks the unexpected messages, and 3,000 of them over 1,000 messages stalled the
-    /// application's call 11.5 ms a look.
+    /// Hang diagnosis: of the operations pending longer than `threshold_ns`, a line for each of
+    /// the `named` oldest saying what it waits for, and how many more there are. An operation
+    /// is reported again once its age has doubled since its last report (`is_due_again`), so
+    /// one that waits hours for a good reason costs a few lines, not one a threshold. Only
+    /// those named are described: a description walks the unexpected messages, and 3,000 of
+    /// them over 1,000 messages stalled the application's call 11.5 ms a look.
     pub fn watchdog(
         &mut self,
         now: Nanos,
@@ -575,7 +576,8 @@ impl<T: Transport> Driver<T> {
         for (slot, op) in self.slot_ops.iter().enumerate() {
             let Some(op) = op else { continue };
             let age = now.saturating_sub(self.posted_at[slot]);
-            if age < threshold_ns || now.saturating_sub(self.reported_at[slot]) < threshold_ns {
+            let (posted, reported) = (self.posted_at[slot], self.reported_at[slot]);
+            if age < threshold_ns || !crate::runner::is_due_again(now, (posted, reported), threshold_ns) {
                 continue;
             }
             self.reported_at[slot] = now;

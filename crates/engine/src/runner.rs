@@ -303,6 +303,18 @@ fn sleep<T: Transport>(driver: &mut Driver<T>, shared: &Shared, idle: IdleConfig
 /// How often the watchdog looks at pending operations.
 pub const WATCHDOG_PERIOD_NS: u64 = 1_000_000_000;
 
+/// Whether an operation posted at `posted` and last reported at `reported` (its posting, if
+/// never) is due for a report at `now`: a threshold after its posting, then each time its age
+/// has doubled (1, 2, 4, 8 ... thresholds).
+pub fn is_due_again(now: u64, (posted, reported): (u64, u64), threshold_ns: u64) -> bool {
+    let age_at_report = reported.saturating_sub(posted);
+    now.saturating_sub(reported) >= threshold_ns.max(age_at_report)
+}
+
+/// Whether this process's watchdog said how to tune it: once, with its first report (the
+/// watchdog is on unless turned off, so its first lines may surprise).
+static HOW_TO_TUNE_TOLD: AtomicBool = AtomicBool::new(false);
+
 /// Operations the watchdog names in one look, the oldest first; the rest are counted. A job
 /// hung with thousands of operations in flight (a flood of sends waiting for receives) printed
 /// a line for each, every period, and buried the lines that explain it.
@@ -334,6 +346,13 @@ pub fn report_hangs<T: Transport>(driver: &mut Driver<T>, now: u64, threshold_ns
             threshold_ns as f64 / 1e9
         ));
     }
+    if !HOW_TO_TUNE_TOLD.swap(true, Ordering::Relaxed) {
+        report.push_str(&format!(
+            "nicmsg watchdog: {who}: (operations pending longer than {:.1} s are reported, \
+             again as their wait doubles; NICMSG_WATCHDOG=SECONDS sets when, =off stops it)\n",
+            threshold_ns as f64 / 1e9
+        ));
+    }
     // Nothing to do if standard error is gone: the report is a courtesy.
     let _ = std::io::Write::write_all(&mut std::io::stderr(), report.as_bytes());
 }
@@ -341,5 +360,37 @@ pub fn report_hangs<T: Transport>(driver: &mut Driver<T>, now: u64, threshold_ns
 fn wake_hosts(table: &Table, shared: &Shared) {
     if shared.hosts_waiting.load(Ordering::SeqCst) > 0 {
         table.wake_waiting_hosts();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_due_again;
+
+    const S: u64 = 1_000_000_000;
+
+    /// The ages at which one operation posted at 0 is reported, looked at once a second.
+    fn report_ages(threshold: u64, until: u64) -> Vec<u64> {
+        let (posted, mut reported, mut ages) = (0, 0, Vec::new());
+        for now in (0..=until).step_by(S as usize) {
+            if now - posted >= threshold && is_due_again(now, (posted, reported), threshold) {
+                reported = now;
+                ages.push(now / S);
+            }
+        }
+        ages
+    }
+
+    #[test]
+    fn an_operation_is_reported_again_each_time_its_age_doubles() {
+        assert_eq!(report_ages(60 * S, 3_600 * S), [60, 120, 240, 480, 960, 1920]);
+        assert_eq!(report_ages(S, 20 * S), [1, 2, 4, 8, 16]);
+    }
+
+    #[test]
+    fn nothing_is_reported_before_the_threshold() {
+        assert_eq!(report_ages(60 * S, 59 * S), Vec::<u64>::new());
+        assert!(!is_due_again(59 * S, (0, 0), 60 * S));
+        assert!(is_due_again(60 * S, (0, 0), 60 * S));
     }
 }

@@ -223,9 +223,11 @@ impl HeldWatch {
         }
         let since = *self.stuck_since.get_or_insert(now);
         let stuck = now.saturating_sub(since);
+        // Told again once the wait has doubled since the last line, as the engine's watchdog
+        // repeats its lines (`nicmsg_engine::runner::is_due_again`).
         let told_recently = self
             .told_at
-            .is_some_and(|at| now.saturating_sub(at) < threshold_ns);
+            .is_some_and(|at| !nicmsg_engine::runner::is_due_again(now, (since, at), threshold_ns));
         if stuck < threshold_ns || told_recently {
             return None;
         }
@@ -340,7 +342,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_watch_speaks_only_when_nothing_entered_for_the_threshold_and_then_once_a_threshold() {
+    fn the_watch_speaks_only_when_nothing_entered_for_the_threshold_and_again_as_the_wait_doubles() {
         let mut watch = HeldWatch::default();
         let second = 1_000_000_000;
         assert_eq!(watch.look(0, (0, 0), second), None, "nothing held");
@@ -372,10 +374,19 @@ mod tests {
         );
         assert!(
             watch.look(3 * second, (2, 1), second).is_some(),
-            "told again a threshold later"
+            "told again when stuck twice as long, 2 s"
         );
         assert_eq!(
-            watch.look(4 * second, (0, 0), second),
+            watch.look(4 * second, (2, 1), second),
+            None,
+            "stuck 3 s: not yet twice the 2 s of the last line"
+        );
+        assert!(
+            watch.look(5 * second, (2, 1), second).is_some(),
+            "stuck 4 s"
+        );
+        assert_eq!(
+            watch.look(6 * second, (0, 0), second),
             None,
             "nothing held any more"
         );

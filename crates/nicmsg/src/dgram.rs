@@ -64,8 +64,13 @@ impl DgramSocket {
         Self::bind_with(address, Options::from_env()?)
     }
 
-    /// Binds with explicit options.
-    pub fn bind_with(address: impl ToSocketAddrs, options: Options) -> Result<Self, Error> {
+    /// Binds with explicit options. The watchdog stays off unless `NICMSG_WATCHDOG` (or
+    /// `options.watchdog_auto` false) asks for it: a server's receive from anyone waits for
+    /// ever by design, and would be reported as a hang.
+    pub fn bind_with(address: impl ToSocketAddrs, mut options: Options) -> Result<Self, Error> {
+        if options.watchdog_auto {
+            options.idle.watchdog_ns = None;
+        }
         let address = address
             .to_socket_addrs()?
             .next()

@@ -39,6 +39,10 @@ pub struct Options {
     /// Choose `protocol.eager_limit` from the job's size when the communicator starts (see
     /// [`eager_limit_for`]); false once `NICMSG_EAGER_LIMIT` sets it.
     pub eager_limit_auto: bool,
+    /// The watchdog as it is when `NICMSG_WATCHDOG` is not given: on at
+    /// [`DEFAULT_WATCHDOG_S`] for a job's communicators and the provider's endpoints, off for
+    /// datagram sockets (a server's receive waits for ever by design); false once it is given.
+    pub watchdog_auto: bool,
     /// Size frames to loopback's MTU when an open endpoint binds a loopback address (see
     /// [`Options::size_frames_for`]); false once `NICMSG_MTU` sets it.
     pub mtu_auto: bool,
@@ -85,7 +89,11 @@ impl Default for Options {
             slots: nicmsg_engine::DEFAULT_SLOTS,
             dgram_peers: crate::dgram::DEFAULT_PEERS,
             regions: nicmsg_engine::DEFAULT_REGIONS,
-            idle: IdleConfig::default(),
+            idle: IdleConfig {
+                watchdog_ns: Some((DEFAULT_WATCHDOG_S * 1e9) as u64),
+                ..IdleConfig::default()
+            },
+            watchdog_auto: true,
             wait_spin_ns: 50_000,
             bootstrap_timeout: std::time::Duration::from_secs(60),
             print_stats: false,
@@ -459,6 +467,12 @@ pub const PROGRAM_BUDGET_MAX: u64 = 100_000_000;
 pub const WATCHDOG_MIN_S: f64 = 1.0;
 /// `NICMSG_WATCHDOG` at most a day: longer is the same as off.
 pub const WATCHDOG_MAX_S: f64 = 86_400.0;
+/// The watchdog's threshold unless `NICMSG_WATCHDOG` says otherwise: a hang explains itself
+/// without being asked (a job that hangs with nothing on its terminal is what users of other
+/// libraries complain of), and an operation of a healthy program rarely waits a minute. Each
+/// operation is reported again at twice its age at the last report, so one that waits an hour
+/// for a good reason is named six times.
+pub const DEFAULT_WATCHDOG_S: f64 = 60.0;
 /// `NICMSG_PEER_TIMEOUT` at least 1 s: a live peer's engine answers within milliseconds, but a
 /// loaded machine may deschedule it for a good part of a second.
 pub const PEER_TIMEOUT_MIN_S: f64 = 1.0;
@@ -499,6 +513,8 @@ pub enum Values {
     },
     /// A number of seconds (decimals allowed) in `min..=max`.
     Seconds { min: f64, max: f64 },
+    /// The same, or `off` (in any case): the value is then `Switch(false)`.
+    SecondsOrOff { min: f64, max: f64 },
     /// A `tracing` filter: `info`, `debug`, `nicmsg_engine=debug`, `warn,nicmsg=info`.
     LogFilter,
 }
@@ -537,6 +553,10 @@ impl Values {
                 .ok()
                 .filter(|s| (min..=max).contains(s))
                 .map(Value::Seconds),
+            Values::SecondsOrOff { .. } if text.eq_ignore_ascii_case("off") => {
+                Some(Value::Switch(false))
+            }
+            Values::SecondsOrOff { min, max } => Values::Seconds { min, max }.parse(text),
             Values::LogFilter => tracing_subscriber::EnvFilter::try_new(text)
                 .ok()
                 .map(|_| Value::Checked),
@@ -559,6 +579,9 @@ impl Values {
                 format!("a whole number of {unit} in {min}..={max}")
             }
             Values::Seconds { min, max } => format!("a number of seconds in {min}..={max}"),
+            Values::SecondsOrOff { min, max } => {
+                format!("a number of seconds in {min}..={max}, or off")
+            }
             Values::LogFilter => "a log filter such as info, debug or nicmsg_engine=debug".into(),
         }
     }
@@ -574,6 +597,7 @@ impl Values {
                 .join(", "),
             Values::Whole { min, max, unit } => format!("{min}..={max} {unit}"),
             Values::Seconds { min, max } => format!("{min}..={max} seconds"),
+            Values::SecondsOrOff { min, max } => format!("{min}..={max} seconds, `off`"),
             Values::LogFilter => "filter".into(),
         }
     }
@@ -857,14 +881,20 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         name: "NICMSG_WATCHDOG",
-        values: Values::Seconds {
+        values: Values::SecondsOrOff {
             min: WATCHDOG_MIN_S,
             max: WATCHDOG_MAX_S,
         },
-        default: "off",
+        default: "60 (off on datagram sockets)",
         meaning: "report every operation pending longer than this on stderr, with what it \
-                  waits for (looked at once a second)",
-        apply: |o, v| o.idle.watchdog_ns = Some((v.seconds() * 1e9) as u64),
+                  waits for, again at twice its age at each report (looked at once a second)",
+        apply: |o, v| {
+            o.watchdog_auto = false;
+            o.idle.watchdog_ns = match v {
+                Value::Switch(false) => None,
+                seconds => Some((seconds.seconds() * 1e9) as u64),
+            };
+        },
     },
     Setting {
         name: "NICMSG_PEER_TIMEOUT",
@@ -1092,6 +1122,20 @@ mod tests {
     }
 
     #[test]
+    fn the_watchdog_is_on_unless_turned_off() {
+        let default = parse(&[]).expect("no settings");
+        assert_eq!(default.idle.watchdog_ns, Some(60_000_000_000));
+        assert!(default.watchdog_auto, "datagram sockets turn the default off");
+        for off in ["off", "Off", "OFF"] {
+            let options = parse(&[("NICMSG_WATCHDOG", off)]).expect("off is a value");
+            assert_eq!(options.idle.watchdog_ns, None, "{off}");
+            assert!(!options.watchdog_auto, "{off}");
+        }
+        let refusal = parse(&[("NICMSG_WATCHDOG", "0")]).err().expect("0 is refused");
+        assert!(refusal.to_string().contains("or off"), "{refusal}");
+    }
+
+    #[test]
     fn other_bad_values_are_refused_too() {
         for (name, value) in [
             ("NICMSG_ENGINE", "fast"),
@@ -1185,6 +1229,7 @@ mod tests {
         assert!(options.placement && !options.gso && !options.gro);
         assert!(!options.protocol.adaptive_frames && options.print_stats);
         assert_eq!(options.idle.watchdog_ns, Some(2_500_000_000));
+        assert!(!options.watchdog_auto);
         assert_eq!(parse(&[("NICMSG_MTU", "576")]).unwrap().protocol.mtu, 548);
         assert_eq!(
             parse(&[("NICMSG_MTU", "65535")]).unwrap().protocol.mtu,
@@ -1235,6 +1280,10 @@ mod tests {
                 Values::Seconds { min, max } => (
                     vec![min.to_string(), max.to_string()],
                     vec![(min / 2.0).to_string(), (max + 1.0).to_string(), "x".into()],
+                ),
+                Values::SecondsOrOff { min, max } => (
+                    vec![min.to_string(), max.to_string(), "off".into(), "OFF".into()],
+                    vec![(min / 2.0).to_string(), (max + 1.0).to_string(), "on".into()],
                 ),
                 Values::LogFilter => (vec!["info".into()], vec!["a=b=c".into()]),
             };
