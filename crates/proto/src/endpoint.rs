@@ -42,8 +42,9 @@ impl Endpoint {
     /// they are sent to ([`peer_for_address`](Self::peer_for_address)) or heard from
     /// ([`handle_frame_from`](Self::handle_frame_from)), each a rank (slot) from 1; this
     /// endpoint is rank 0. `incarnation` (nonzero, random) makes the names of this endpoint's
-    /// conversations its own, so a restarted peer is told from the one before (`directory.rs`). `job` tags
-    /// every frame, as in a job: open endpoints of one service share it.
+    /// conversations its own, so a restarted peer is told from the one before
+    /// (`crates/directory/src/lib.rs`). `job` tags every frame, as in a job: open endpoints of
+    /// one service share it.
     pub fn new_open(
         config: Config,
         job: u32,

@@ -1,12 +1,13 @@
-//! Open mode: an endpoint whose peers are added by address at run time (`directory.rs` says
-//! how slots are named, bound and reused). Here: creating one, resolving frames and sends to
-//! slots, and starting a reused slot's protocol state afresh.
+//! Open mode: an endpoint whose peers are added by address at run time (the `nicmsg-directory`
+//! crate, `crates/directory/src/lib.rs`, says how slots are named, bound and reused). Here:
+//! creating one, resolving frames and sends to slots, and starting a reused slot's protocol
+//! state afresh.
 
 use std::net::SocketAddr;
 
-use crate::directory::{Arrival, Directory};
 use crate::state::Core;
 use crate::*;
+use nicmsg_directory::{Arrival, Directory};
 use nicmsg_wire::FrameHeader;
 
 /// How long an idle, silent slot of an open endpoint is kept before a new peer may take it,
@@ -23,7 +24,7 @@ impl Core {
         incarnation: u32,
         capacity: u32,
     ) -> Result<Self, ConfigError> {
-        if capacity == 0 || capacity > crate::directory::MAX_OPEN_PEERS {
+        if capacity == 0 || capacity > MAX_OPEN_PEERS {
             return Err(ConfigError::ZeroLimit("open endpoint capacity in 1..=4096"));
         }
         if incarnation == 0 {

@@ -16,7 +16,7 @@ use nicmsg_wire::{
 pub struct ExpectedFrame {
     pub peer: Rank,
     /// The frame's `src` header field: the peer's rank in a job, its name for the
-    /// conversation in open mode (`directory.rs`).
+    /// conversation in open mode (`crates/directory/src/lib.rs`).
     pub wire_src: u32,
     pub msg_id: u32,
     pub frame_index: u32,

@@ -43,8 +43,9 @@ pub(crate) struct Core {
     pub(crate) due_peers: Vec<Rank>,
     /// Control frames to send and completions to hand out (`outputs.rs`).
     pub(crate) outputs: Outputs,
-    /// Open mode: peers added by address (`directory.rs`, `open.rs`); `None` in a job.
-    pub(crate) directory: Option<crate::directory::Directory>,
+    /// Open mode: peers added by address (`crates/directory/src/lib.rs`, `open.rs`); `None` in
+    /// a job.
+    pub(crate) directory: Option<nicmsg_directory::Directory>,
 }
 
 /// Receiver-to-sender control frames, which carry the cumulative credit count in `aux`.

@@ -32,16 +32,28 @@
 //! slots retired from a conversation the peer took part in that long after, so every late
 //! frame of it is answered with RESET. Were the record gone sooner, a late retransmission of a message the endpoint
 //! took (its acknowledgement lost) would read as a new conversation and be taken again.
+//!
+//! Sans-I/O (no clock, socket or thread: time is handed in), and shared by the protocol core
+//! (`nicmsg-proto`'s open mode, `crates/proto/src/open.rs`) and the LM station (`nicmsg-lm`)
+//! for their peers added by address.
+
+// No unsafe code here: the compiler holds it to that.
+#![forbid(unsafe_code)]
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 use rustc_hash::FxHashMap;
 
-use crate::{Nanos, Rank};
+/// A peer slot: a rank of the protocol core (the same type as `nicmsg_proto::Rank`).
+pub type Rank = u32;
 
-/// Most peer slots of one open endpoint. Each costs its protocol state (`PEER_STATE_BYTES`,
-/// and up to 4 KiB more for a peer that had more than 128 messages open at once: `window.rs`)
+/// Time in nanoseconds, handed in by the caller (the same type as `nicmsg_proto::Nanos`).
+pub type Nanos = u64;
+
+/// Most peer slots of one open endpoint. Each costs its protocol state
+/// (`nicmsg_proto::PEER_STATE_BYTES`, and up to 4 KiB more for a peer that had more than 128
+/// messages open at once: `crates/proto/src/window.rs`)
 /// and its share of the eager pool; the bound keeps a server's memory fixed however many
 /// clients come and go, and the slot number fits the descriptor table's peer field.
 pub const MAX_OPEN_PEERS: u32 = 4096;
@@ -92,7 +104,7 @@ const FREE_SLOT: Slot = Slot {
 
 /// What to do with a frame from a socket address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Arrival {
+pub enum Arrival {
     /// A frame of the conversation in this slot (active or retired; the core answers retired
     /// ones with RESET).
     Peer(Rank),
@@ -110,7 +122,7 @@ pub(crate) enum Arrival {
 }
 
 /// The slots of an open endpoint and the addresses they are bound to.
-pub(crate) struct Directory {
+pub struct Directory {
     /// This endpoint's incarnation: the random part of its conversation names.
     incarnation: u32,
     /// By rank; slot 0 is this endpoint.
@@ -138,7 +150,7 @@ pub(crate) struct Directory {
 impl Directory {
     /// A directory of `capacity` peer slots (ranks 1..=capacity) for the incarnation
     /// `incarnation` (random, nonzero).
-    pub(crate) fn new(incarnation: u32, capacity: u32, quiet_ns: Nanos) -> Self {
+    pub fn new(incarnation: u32, capacity: u32, quiet_ns: Nanos) -> Self {
         let slots = capacity as usize + 1;
         Self {
             incarnation,
@@ -153,33 +165,36 @@ impl Directory {
         }
     }
 
-    pub(crate) fn set_own_address(&mut self, address: SocketAddr) {
+    /// This endpoint's own address: sends to it resolve to rank 0 (the core's local path).
+    pub fn set_own_address(&mut self, address: SocketAddr) {
         self.own_address = Some(address);
     }
 
-    pub(crate) fn own_address(&self) -> Option<SocketAddr> {
+    /// The address set by `set_own_address`, if any.
+    pub fn own_address(&self) -> Option<SocketAddr> {
         self.own_address
     }
 
     /// The header's (`src`, `dst`) for a frame to `peer`: this endpoint's name for the
     /// conversation and the peer's (0: not heard from yet).
-    pub(crate) fn wire_names(&self, peer: Rank) -> (u32, u32) {
+    pub fn wire_names(&self, peer: Rank) -> (u32, u32) {
         self.slots
             .get(peer as usize)
             .map_or((0, 0), |s| (s.mine, s.theirs))
     }
 
     /// The peer's name for the conversation in `peer` (0: not heard from yet).
-    pub(crate) fn peer_name(&self, peer: Rank) -> u32 {
+    pub fn peer_name(&self, peer: Rank) -> u32 {
         self.wire_names(peer).1
     }
 
-    pub(crate) fn address(&self, peer: Rank) -> Option<SocketAddr> {
+    /// The address the slot `peer` is bound to (also while retired), if any.
+    pub fn address(&self, peer: Rank) -> Option<SocketAddr> {
         self.slots.get(peer as usize).and_then(|s| s.address)
     }
 
     /// True when the slot is bound to a live conversation (not free, not retired).
-    pub(crate) fn is_active(&self, peer: Rank) -> bool {
+    pub fn is_active(&self, peer: Rank) -> bool {
         self.slots
             .get(peer as usize)
             .is_some_and(|s| s.state == SlotState::Active)
@@ -187,7 +202,7 @@ impl Directory {
 
     /// The slot to send to `address` through, made if there is none; `None` when the table is
     /// full. `is_idle` says whether the core holds nothing for a slot (for reuse).
-    pub(crate) fn resolve_send(
+    pub fn resolve_send(
         &mut self,
         now: Nanos,
         address: SocketAddr,
@@ -206,7 +221,7 @@ impl Directory {
     /// conversation) and `dst` (this endpoint's, as the sender knows it). A frame that may not
     /// open a conversation (`opens` false: a RESET, which gives up on one) never takes a slot:
     /// from a peer without one it is stale.
-    pub(crate) fn resolve_arrival(
+    pub fn resolve_arrival(
         &mut self,
         now: Nanos,
         (from, src, dst): (SocketAddr, u32, u32),
@@ -261,12 +276,7 @@ impl Directory {
     /// The active slot of the conversation a frame from `from` naming `src` and `dst` belongs
     /// to, if `resolve_arrival` would take it as that slot's without opening, renaming or
     /// retiring anything; `None` otherwise. Changes nothing.
-    pub(crate) fn peer_of_conversation(
-        &self,
-        from: SocketAddr,
-        src: u32,
-        dst: u32,
-    ) -> Option<Rank> {
+    pub fn peer_of_conversation(&self, from: SocketAddr, src: u32, dst: u32) -> Option<Rank> {
         if src == 0 || dst == 0 {
             return None;
         }
@@ -303,7 +313,7 @@ impl Directory {
 
     /// The core gave up on `peer` (unreachable, RESET, restarted): its address is free for a
     /// new conversation, and late frames of the old one find the retired slot.
-    pub(crate) fn retire(&mut self, now: Nanos, peer: Rank) {
+    pub fn retire(&mut self, now: Nanos, peer: Rank) {
         let Some(slot) = self.slots.get_mut(peer as usize) else {
             return;
         };
@@ -325,7 +335,7 @@ impl Directory {
     }
 
     /// The next slot bound to a new address, for the transport.
-    pub(crate) fn poll_binding(&mut self) -> Option<(Rank, SocketAddr)> {
+    pub fn poll_binding(&mut self) -> Option<(Rank, SocketAddr)> {
         while let Some(peer) = self.bindings.pop_front() {
             self.binding_queued[peer as usize] = false;
             if let Some(address) = self.slots[peer as usize].address {
@@ -336,7 +346,7 @@ impl Directory {
     }
 
     /// A slot bound since the last call: the core resets its state.
-    pub(crate) fn take_rebound(&mut self) -> Option<Rank> {
+    pub fn take_rebound(&mut self) -> Option<Rank> {
         self.rebound.pop()
     }
 
