@@ -577,7 +577,9 @@ impl<T: Transport> Driver<T> {
             let Some(op) = op else { continue };
             let age = now.saturating_sub(self.posted_at[slot]);
             let (posted, reported) = (self.posted_at[slot], self.reported_at[slot]);
-            if age < threshold_ns || !crate::runner::is_due_again(now, (posted, reported), threshold_ns) {
+            if age < threshold_ns
+                || !crate::runner::is_due_again(now, (posted, reported), threshold_ns)
+            {
                 continue;
             }
             self.reported_at[slot] = now;

@@ -383,7 +383,10 @@ mod tests {
 
     #[test]
     fn an_operation_is_reported_again_each_time_its_age_doubles() {
-        assert_eq!(report_ages(60 * S, 3_600 * S), [60, 120, 240, 480, 960, 1920]);
+        assert_eq!(
+            report_ages(60 * S, 3_600 * S),
+            [60, 120, 240, 480, 960, 1920]
+        );
         assert_eq!(report_ages(S, 20 * S), [1, 2, 4, 8, 16]);
     }
 

@@ -342,7 +342,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_watch_speaks_only_when_nothing_entered_for_the_threshold_and_again_as_the_wait_doubles() {
+    fn the_watch_speaks_only_when_nothing_entered_for_the_threshold_and_again_as_the_wait_doubles()
+    {
         let mut watch = HeldWatch::default();
         let second = 1_000_000_000;
         assert_eq!(watch.look(0, (0, 0), second), None, "nothing held");

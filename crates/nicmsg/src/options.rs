@@ -1125,13 +1125,18 @@ mod tests {
     fn the_watchdog_is_on_unless_turned_off() {
         let default = parse(&[]).expect("no settings");
         assert_eq!(default.idle.watchdog_ns, Some(60_000_000_000));
-        assert!(default.watchdog_auto, "datagram sockets turn the default off");
+        assert!(
+            default.watchdog_auto,
+            "datagram sockets turn the default off"
+        );
         for off in ["off", "Off", "OFF"] {
             let options = parse(&[("NICMSG_WATCHDOG", off)]).expect("off is a value");
             assert_eq!(options.idle.watchdog_ns, None, "{off}");
             assert!(!options.watchdog_auto, "{off}");
         }
-        let refusal = parse(&[("NICMSG_WATCHDOG", "0")]).err().expect("0 is refused");
+        let refusal = parse(&[("NICMSG_WATCHDOG", "0")])
+            .err()
+            .expect("0 is refused");
         assert!(refusal.to_string().contains("or off"), "{refusal}");
     }
 
@@ -1283,7 +1288,11 @@ mod tests {
                 ),
                 Values::SecondsOrOff { min, max } => (
                     vec![min.to_string(), max.to_string(), "off".into(), "OFF".into()],
-                    vec![(min / 2.0).to_string(), (max + 1.0).to_string(), "on".into()],
+                    vec![
+                        (min / 2.0).to_string(),
+                        (max + 1.0).to_string(),
+                        "on".into(),
+                    ],
                 ),
                 Values::LogFilter => (vec!["info".into()], vec!["a=b=c".into()]),
             };
