@@ -112,7 +112,8 @@ impl Control {
 
     /// The admission control message an ADMISSION frame says (already checked by
     /// `AdmissionRepr::from_header`); `None` for the transfer flow's operations (Grant,
-    /// Resend, Delivered), which are the station's (`crate::station`).
+    /// Resend, Delivered), which are the station's (`crate::station`), and for Reset, which is
+    /// the conversation layer's (`crate::open`).
     pub fn from_repr(repr: AdmissionRepr) -> Option<Self> {
         let number = repr.number;
         Some(match repr.op {
@@ -137,7 +138,10 @@ impl Control {
                 epoch: number,
                 busy: false,
             },
-            AdmissionOp::Grant | AdmissionOp::Resend | AdmissionOp::Delivered => return None,
+            AdmissionOp::Grant
+            | AdmissionOp::Resend
+            | AdmissionOp::Delivered
+            | AdmissionOp::Reset => return None,
         })
     }
 }
@@ -218,6 +222,8 @@ pub struct Admission {
     /// The most messages `transmit` holds: a notice to every peer and a message per outgoing
     /// transfer, twice over.
     transmit_bound: usize,
+    /// Whether other nodes are told when this receiver places or stops (BUSY and FREE).
+    tells_others: bool,
     stats: AdmissionStats,
 }
 
@@ -273,8 +279,42 @@ impl Admission {
             events: VecDeque::with_capacity(MAX_OUTGOING + 2),
             transmit: VecDeque::with_capacity(2 * (n + MAX_OUTGOING)),
             transmit_bound: 2 * (n + MAX_OUTGOING),
+            tells_others: true,
             stats: AdmissionStats::default(),
         }
+    }
+
+    /// Whether this receiver tells the other nodes when it places a transfer and when it stops
+    /// (the paper's LM_APPEND_ADDR and LM_REMOVE_ADDR; on by default). A node with peers added
+    /// by address knows only those it talks to, and many of its slots are bound to no one:
+    /// its senders ask, and are refused while it is busy.
+    pub fn telling_others(mut self, tell: bool) -> Self {
+        self.tells_others = tell;
+        self
+    }
+
+    /// Forgets everything of `peer` and starts its state afresh, for a peer slot bound to a new
+    /// conversation: as [`peer_gone`](Self::peer_gone), and the newest transfer number it asked
+    /// about, its view and the messages queued for it go too (a new conversation numbers its
+    /// requests from the start).
+    pub fn reset_peer(&mut self, now: Nanos, peer: PeerId) {
+        if peer >= self.peers {
+            return;
+        }
+        self.peer_gone(now, peer);
+        self.newest_request[peer as usize] = None;
+        self.views[peer as usize] = (0, false);
+        self.transmit.retain(|&(to, _)| to != peer);
+    }
+
+    /// Whether admission has nothing going on with `peer`: no transfer asked of it or placed
+    /// from it, no notice unanswered, no message queued for it.
+    pub fn holds_nothing_for(&self, peer: PeerId) -> bool {
+        let placing = self.placing.is_some_and(|p| p.peer == peer);
+        let outgoing = self.outgoing.iter().any(|o| o.to == peer);
+        let notice = self.notices.get(peer as usize).is_some_and(Option::is_some);
+        let queued = self.transmit.iter().any(|&(to, _)| to == peer);
+        !(placing || outgoing || notice || queued)
     }
 
     pub fn stats(&self) -> &AdmissionStats {
@@ -569,6 +609,9 @@ impl Admission {
     /// to its request, or a sender that is gone) that this receiver is busy or free, until each
     /// answers.
     fn notify_all(&mut self, now: Nanos, busy: bool, except: Option<PeerId>) {
+        if !self.tells_others {
+            return;
+        }
         let epoch = self.epoch;
         for peer in 0..self.peers {
             if peer == self.me || Some(peer) == except {

@@ -17,6 +17,8 @@
 //!   retransmission and idempotent messages.
 //! * [`station`]: all of it put together for one node: transfers sent and received end to
 //!   end, placed when admitted and by copy otherwise, paced and made reliable.
+//! * [`open`]: a station whose peers are socket addresses, bound as they are sent to or heard
+//!   from and reused when they go, for applications written against sockets.
 
 #![forbid(unsafe_code)]
 
@@ -24,6 +26,7 @@ pub mod admission;
 mod bits;
 pub mod fill;
 pub mod geometry;
+pub mod open;
 pub mod placement;
 pub mod send_buffer;
 mod serial;

@@ -5,10 +5,10 @@
 //!
 //! ```text
 //! field        use
-//! aux          the operation (AdmissionOp), 1..=12
+//! aux          the operation (AdmissionOp), 1..=13
 //! msg_id       admission's transfer number (Request, Accept, Reject, End, EndAck),
 //!              the receiver's admission epoch (Busy, Free and their answers), or the
-//!              sender's transfer number (Grant, Resend, Delivered)
+//!              sender's transfer number (Grant, Resend, Delivered); 0 on Reset
 //! offset       Request: the transfer's length in bytes; Grant and Resend: the frame range
 //!              (low 32 bits the lowest frame, high 32 bits the highest); 0 otherwise
 //! frame_index  Accept, Grant, Resend: the receiver's key for the transfer's frames (0 on
@@ -53,6 +53,10 @@ pub enum AdmissionOp {
     Resend = 11,
     /// The receiver of a transfer: every byte is in, and handed to the application.
     Delivered = 12,
+    /// Peers added by address: the sender of the frame answered has no record of the
+    /// conversation it names (it forgot it, or an earlier life of it held it), or gave it up;
+    /// the conversation is over, and what was pending in it fails.
+    Reset = 13,
 }
 
 impl AdmissionOp {
@@ -70,6 +74,7 @@ impl AdmissionOp {
             10 => Self::Grant,
             11 => Self::Resend,
             12 => Self::Delivered,
+            13 => Self::Reset,
             _ => return None,
         })
     }
@@ -152,7 +157,7 @@ mod tests {
     #[test]
     fn every_operation_round_trips() {
         use AdmissionOp::{Accept, Grant, Request, Resend};
-        for op in 1..=12 {
+        for op in 1..=13 {
             let op = AdmissionOp::from_u32(op).unwrap();
             let repr = AdmissionRepr {
                 op,
@@ -182,10 +187,10 @@ mod tests {
         }
         .to_header(1, 0, 1)
         .unwrap();
-        header.aux = 13;
+        header.aux = 14;
         assert_eq!(
             AdmissionRepr::from_header(&header),
-            Err(WireError::UnknownAdmissionOp(13))
+            Err(WireError::UnknownAdmissionOp(14))
         );
         header.aux = AdmissionOp::End as u32;
         header.offset = 3;

@@ -117,14 +117,16 @@ pub(crate) enum Dropped {
     NotLm,
 }
 
-/// Checks a frame from `from` to `me` of `job`, already parsed (checksum and lengths).
+/// Checks a frame of `job`, already parsed (checksum and lengths), whose (`src`, `dst`) must
+/// be `pair` where given (a job's node numbers; an open station's conversation layer matched
+/// the names before).
 pub(crate) fn check<'a>(
     frame: Frame<'a>,
-    (from, me, job): (PeerId, PeerId, u32),
+    (pair, job): (Option<(u32, u32)>, u32),
     geometry: &Geometry,
 ) -> Result<Parsed<'a>, Dropped> {
     let h = frame.header;
-    if h.job != job || h.src != from || h.dst != me {
+    if h.job != job || pair.is_some_and(|pair| (h.src, h.dst) != pair) {
         return Err(Dropped::Malformed);
     }
     match h.kind {

@@ -77,6 +77,9 @@ pub const MAX_ONE_COPY: usize = 64;
 pub const MAX_ONE_COPY_BYTES: usize = 256 << 20;
 /// Control frames waiting to leave; more are dropped (every one is repeated if it matters).
 pub const MAX_QUEUED_CONTROL: usize = 1024;
+/// Open stations: frames that landed where any frame may, waiting for the conversation layer
+/// (it takes them after each landing, so one is the usual; more are dropped and counted).
+pub const MAX_HANDED_BACK: usize = 64;
 /// Transfers of fewer frames are sent by copy without asking: one frame has nothing to
 /// defragment.
 pub const MIN_PLACED_FRAMES: u32 = 2;
@@ -116,6 +119,11 @@ pub struct StationConfig {
     /// must use the same. 1 unless a test or the simulator starts just below `u32::MAX`, to
     /// reach in a few transfers the wrap a long-running node reaches after 2^32.
     pub first_number: u32,
+    /// Peers added by address (`crate::open`): frames carry each conversation's names in
+    /// `src` and `dst` ([`Station::set_wire_names`]) instead of node numbers, which the
+    /// conversation layer checked before a frame reaches the station, and a receiver tells no
+    /// one it is busy (it knows only the peers it talks to; a sender that asks is refused).
+    pub open: bool,
 }
 
 impl StationConfig {
@@ -133,6 +141,7 @@ impl StationConfig {
             retry_ns: 2_000_000,
             resend_gap_ns: 2_000_000,
             first_number: 1,
+            open: false,
         }
     }
 }
@@ -195,6 +204,8 @@ pub struct StationStats {
     pub dropped_control: u64,
     pub one_copy_expired: u64,
     pub mirror_desyncs: u64,
+    /// Open stations: frames to a peer slot bound to no one, dropped.
+    pub dropped_unreachable: u64,
 }
 
 /// A frame waiting to leave.
@@ -243,6 +254,10 @@ pub struct Station<R: Regions> {
     voided: bool,
     events: VecDeque<Event>,
     stats: StationStats,
+    /// Open stations: per peer, the (`src`, `dst`) its frames carry.
+    names: Vec<(u32, u32)>,
+    /// Open stations: frames that landed where any frame may, for the conversation layer.
+    handed_back: VecDeque<Vec<u8>>,
 }
 
 impl<R: Regions> Station<R> {
@@ -272,7 +287,7 @@ impl<R: Regions> Station<R> {
         let mut station = Self {
             config,
             link_len: header_len - FRAME_HEADER_LEN,
-            admission: Admission::new(config.me, config.peers),
+            admission: Admission::new(config.me, config.peers).telling_others(!config.open),
             fill: FillQueue::new(config.fill_slots, config.device_buffer_bytes),
             regions,
             sending: Vec::with_capacity(MAX_SENDING),
@@ -289,6 +304,12 @@ impl<R: Regions> Station<R> {
             voided: false,
             events: VecDeque::new(),
             stats: StationStats::default(),
+            names: if config.open {
+                vec![(0, 0); peers]
+            } else {
+                Vec::new()
+            },
+            handed_back: VecDeque::new(),
         };
         station.refill();
         station
@@ -388,21 +409,43 @@ impl<R: Regions> Station<R> {
     /// transport writes them, hence `mut`), then the frame. A data frame is its place in the
     /// send buffer (headers written into its hole, the payload not copied).
     pub fn poll_transmit(&mut self) -> Option<(PeerId, &mut [u8])> {
-        let (me, job, link_len) = (self.config.me, self.config.job, self.link_len);
-        match self.next_transmission()? {
+        self.poll_transmit_to(&|_| true)
+    }
+
+    /// [`poll_transmit`](Self::poll_transmit), dropping (and counting) frames to peers that
+    /// are not `reachable` (an open station's slots bound to no one).
+    pub fn poll_transmit_to(
+        &mut self,
+        reachable: &dyn Fn(PeerId) -> bool,
+    ) -> Option<(PeerId, &mut [u8])> {
+        let (job, link_len) = (self.config.job, self.link_len);
+        let next = loop {
+            let next = self.next_transmission()?;
+            let to = match next {
+                Next::Control { to, .. } => to,
+                Next::Data { at, .. } => self.sending[at].id().to,
+            };
+            if reachable(to) {
+                break next;
+            }
+            self.stats.dropped_unreachable += 1;
+        };
+        match next {
             Next::Control { to, repr } => {
-                let len = frames::write_control(&mut self.scratch, link_len, job, (me, to), repr);
+                let pair = self.wire_pair(to);
+                let len = frames::write_control(&mut self.scratch, link_len, job, pair, repr);
                 Some((to, &mut self.scratch[..len]))
             }
             Next::Data { at, index } => {
                 self.stats.frames_sent += 1;
+                let pair = self.wire_pair(self.sending[at].id().to);
                 let sending = &mut self.sending[at];
                 let (id, key) = (sending.id(), sending.key());
                 let frame = frames::write_data(
                     sending.buffer_mut(),
                     link_len,
                     job,
-                    (me, id.to),
+                    pair,
                     (id.number, key, index),
                 );
                 Some((id.to, frame))
@@ -474,5 +517,73 @@ impl<R: Regions> Station<R> {
 
     fn is_peer(&self, peer: PeerId) -> bool {
         peer < self.config.peers && peer != self.config.me
+    }
+
+    /// The (`src`, `dst`) of a frame to `to`: node numbers in a job, the conversation's names
+    /// on an open station.
+    fn wire_pair(&self, to: PeerId) -> (u32, u32) {
+        match self.names.get(to as usize) {
+            Some(&names) if self.config.open => names,
+            _ => (self.config.me, to),
+        }
+    }
+
+    /// The (`src`, `dst`) a frame from `from` must carry, where the station checks it: in a job.
+    /// On an open station the conversation layer matched the names to the peer already.
+    fn expected_pair(&self, from: PeerId) -> Option<(u32, u32)> {
+        (!self.config.open).then_some((from, self.config.me))
+    }
+
+    /// Open stations: the names frames to and from `peer` carry, this station's for the
+    /// conversation (`src` of its frames) and the peer's (`dst`; 0 before it was heard).
+    pub fn set_wire_names(&mut self, peer: PeerId, names: (u32, u32)) {
+        if let Some(entry) = self.names.get_mut(peer as usize) {
+            *entry = names;
+        }
+    }
+
+    /// Gives up on everything with `peer` and starts its state afresh, for a conversation that
+    /// ended (the peer restarted, or told this station it forgot it) or a slot bound to a new
+    /// one: sends to it fail (`reason`), transfers from it are dropped (a placement is voided),
+    /// control frames queued for it are dropped, and numbering starts over both ways.
+    pub fn forget_peer(&mut self, now: Nanos, peer: PeerId, reason: SendFailed) {
+        if !self.is_peer(peer) {
+            return;
+        }
+        // Backwards, so that swap_remove moves only entries already looked at.
+        for at in (0..self.sending.len()).rev() {
+            if self.sending[at].id().to == peer {
+                self.fail_send(at, reason);
+            }
+        }
+        self.admission.reset_peer(now, peer);
+        self.take_admission_events(now);
+        let before = self.one_copy.len();
+        self.one_copy.retain(|&(from, _), _| from != peer);
+        self.stats.one_copy_expired += (before - self.one_copy.len()) as u64;
+        let before = self.transmit.len();
+        self.transmit
+            .retain(|pending| !matches!(pending, Pending::Control { to, .. } if *to == peer));
+        self.queued_controls -= before - self.transmit.len();
+        let first = self.config.first_number;
+        self.next_number[peer as usize] = first;
+        self.delivered[peer as usize] = DeliveredWindow::starting_at(first);
+        self.set_wire_names(peer, (0, 0));
+    }
+
+    /// Whether the station holds nothing for `peer`: no transfer to or from it, no admission
+    /// business, no control frame waiting. A conversation layer reuses only such a peer's slot.
+    pub fn holds_nothing_for(&self, peer: PeerId) -> bool {
+        let sends = self.sending.iter().any(|s| s.id().to == peer);
+        let copies = self.one_copy.keys().any(|&(from, _)| from == peer);
+        let placed = self
+            .placed
+            .values()
+            .any(|p| p.is_active() && p.is_from(peer));
+        let controls = self
+            .transmit
+            .iter()
+            .any(|pending| matches!(pending, Pending::Control { to, .. } if *to == peer));
+        !(sends || copies || placed || controls) && self.admission.holds_nothing_for(peer)
     }
 }

@@ -69,6 +69,10 @@ pub(crate) struct Placed {
 }
 
 impl Placed {
+    pub(crate) fn is_from(&self, peer: PeerId) -> bool {
+        self.from == peer
+    }
+
     pub(crate) fn is_active(&self) -> bool {
         !self.quarantined
     }
@@ -220,9 +224,38 @@ impl<R: Regions> Station<R> {
     /// header on. Anything malformed is dropped and counted.
     pub fn arrive(&mut self, now: Nanos, from: PeerId, frame: &[u8]) {
         match Frame::parse(frame) {
-            Ok(frame) => self.take_frame(now, from, frame),
+            Ok(frame) => self.arrive_parsed(now, from, frame),
             Err(_) => self.stats.dropped_malformed += 1,
         }
+    }
+
+    /// [`arrive`](Self::arrive) for a frame parsed already (checksum and lengths).
+    pub fn arrive_parsed(&mut self, now: Nanos, from: PeerId, frame: Frame<'_>) {
+        self.take_frame(now, from, frame);
+    }
+
+    /// A frame that landed where any frame may (an ordinary chunk, a slot given up): in a job,
+    /// it arrives from `from`; on an open station its sender is the conversation layer's to
+    /// find from its names, so it is handed back ([`take_handed_back`](Self::take_handed_back)).
+    fn arrive_or_hand_back(&mut self, now: Nanos, from: PeerId, frame: &[u8]) {
+        if !self.config.open {
+            self.arrive(now, from, frame);
+        } else if self.handed_back.len() < super::MAX_HANDED_BACK {
+            self.handed_back.push_back(frame.to_vec());
+        } else {
+            self.stats.dropped_control += 1;
+        }
+    }
+
+    /// Open stations: the next frame that landed where any frame may, for the conversation
+    /// layer to take as if it came the ordinary way. Taken after every landing.
+    pub fn take_handed_back(&mut self) -> Option<Vec<u8>> {
+        self.handed_back.pop_front()
+    }
+
+    /// The peer whose transfer a placement slot of `key` belongs to.
+    pub fn placed_from(&self, key: TransferKey) -> Option<PeerId> {
+        self.placed.get(&key).map(|placed| placed.from)
     }
 
     fn take_frame(&mut self, now: Nanos, from: PeerId, frame: Frame<'_>) {
@@ -230,7 +263,7 @@ impl<R: Regions> Station<R> {
             self.stats.dropped_malformed += 1;
             return;
         }
-        let who = (from, self.config.me, self.config.job);
+        let who = (self.expected_pair(from), self.config.job);
         match frames::check(frame, who, &self.config.geometry) {
             Ok(Parsed::Control(control)) => self.handle_control(now, from, control),
             Ok(Parsed::Flow(flow)) => self.handle_flow(now, from, flow),
@@ -363,7 +396,7 @@ impl<R: Regions> Station<R> {
         frame_len: usize,
     ) -> Result<(), super::LandingError> {
         let geometry = self.config.geometry;
-        let who = (from, self.config.me, self.config.job);
+        let who = (self.expected_pair(from), self.config.job);
         let Some(placed) = self.placed.get_mut(&key) else {
             self.stats.mirror_desyncs += 1;
             return Err(super::LandingError::Desync);
@@ -609,7 +642,7 @@ impl<R: Regions> Station<R> {
     ) -> Result<(), super::LandingError> {
         match (slot, landing) {
             (Slot::Ordinary { chunk, .. }, Landing::Chunk(frame)) => {
-                self.arrive(now, from, frame);
+                self.arrive_or_hand_back(now, from, frame);
                 self.free_chunks.push(chunk);
                 self.refill();
                 Ok(())
@@ -665,7 +698,7 @@ impl<R: Regions> Station<R> {
     /// it is one, arrives as if received by copy, and the transfer's slots drain.
     fn reroute(&mut self, now: Nanos, from: PeerId, key: TransferKey, frame: Option<&[u8]>) {
         if let Some(frame) = frame {
-            self.arrive(now, from, frame);
+            self.arrive_or_hand_back(now, from, frame);
         }
         self.free_if_drained(key);
         self.refill();

@@ -39,6 +39,12 @@ pub enum SendError {
 pub enum SendFailed {
     #[error("the receiver did not answer for {} s", SILENCE_LIMIT_NS / 1_000_000_000)]
     PeerUnreachable,
+    /// Open stations: the conversation with the receiver ended before the transfer was
+    /// delivered (it restarted, or had forgotten the conversation and said so).
+    #[error(
+        "the receiver restarted or forgot this conversation before the transfer was delivered"
+    )]
+    ConversationEnded,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -358,15 +364,21 @@ impl<R: Regions> Station<R> {
     }
 
     fn give_up(&mut self, now: Nanos, at: usize) {
-        let s = self.sending.swap_remove(at);
+        let to = self.sending[at].id.to;
+        self.fail_send(at, SendFailed::PeerUnreachable);
         // Its receiver is gone: so is everything admission asked of it.
-        self.admission.peer_gone(now, s.id.to);
+        self.admission.peer_gone(now, to);
         self.take_admission_events(now);
+    }
+
+    /// Ends the send at `at` with `reason`; its buffer comes back.
+    pub(super) fn fail_send(&mut self, at: usize, reason: SendFailed) {
+        let s = self.sending.swap_remove(at);
         self.stats.transfers_failed += 1;
         self.events.push_back(Event::Sent {
             id: s.id,
             buffer: s.buffer,
-            outcome: Err(super::SendFailed::PeerUnreachable),
+            outcome: Err(reason),
         });
     }
 }
