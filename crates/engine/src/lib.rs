@@ -17,6 +17,7 @@ pub mod driver;
 pub mod errors;
 mod finished_ring;
 pub mod host;
+pub mod incarnation;
 #[cfg(not(loom))]
 pub mod inline;
 #[cfg(not(loom))]

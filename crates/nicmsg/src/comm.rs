@@ -154,7 +154,7 @@ impl Comm {
         let mut endpoint = Endpoint::new_open(
             options.protocol_for(&udp),
             OPEN_JOB,
-            fresh_incarnation(local),
+            nicmsg_engine::incarnation::fresh(local),
             capacity,
         )
         .map_err(|e| Error::Config(e.to_string()))?;
@@ -923,19 +923,6 @@ fn udp_options(options: &Options, bind: SocketAddr) -> UdpOptions {
 /// The job id every open endpoint's frames carry: open endpoints talk to each other, and
 /// frames of a launched job (whose ids are random) are dropped.
 pub(crate) const OPEN_JOB: u32 = 0x6F70_656E;
-
-/// A nonzero number naming this endpoint's life on the wire, different for every process and
-/// every open (the time, the process and the address hashed with the standard library's
-/// randomly keyed hasher).
-fn fresh_incarnation(local: SocketAddr) -> u32 {
-    use std::hash::{BuildHasher, Hash, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    std::time::SystemTime::now().hash(&mut hasher);
-    std::process::id().hash(&mut hasher);
-    local.hash(&mut hasher);
-    let word = hasher.finish();
-    ((word >> 32) as u32 ^ word as u32).max(1)
-}
 
 #[cfg(test)]
 pub(crate) mod tests {

@@ -15,6 +15,8 @@ pub enum Error {
     },
     #[error("peer rank {peer} is unreachable: its process ended (its host refused our frames), it stopped answering for the peer timeout (NICMSG_PEER_TIMEOUT), or it gave up on this rank")]
     PeerUnreachable { peer: u32 },
+    #[error("{address} is unreachable: it stopped answering, restarted, or forgot this conversation, before the datagram was delivered")]
+    AddressUnreachable { address: std::net::SocketAddr },
     #[error("the operation was cancelled")]
     Cancelled,
     #[error("rank {rank} is outside the job of {size} ranks")]
@@ -64,7 +66,7 @@ impl Error {
     pub fn code(&self) -> Code {
         match self {
             Self::Truncated { .. } => Code::Truncate,
-            Self::PeerUnreachable { .. } => Code::PeerUnreachable,
+            Self::PeerUnreachable { .. } | Self::AddressUnreachable { .. } => Code::PeerUnreachable,
             Self::Cancelled => Code::Cancelled,
             Self::InvalidRank { .. } => Code::Rank,
             Self::TableFull { .. } => Code::TableFull,

@@ -27,6 +27,7 @@ mod code;
 mod comm;
 pub mod dgram;
 mod error;
+pub mod lm_dgram;
 mod logging;
 mod options;
 pub mod programs;

@@ -1134,9 +1134,7 @@ mod tests {
             assert_eq!(options.idle.watchdog_ns, None, "{off}");
             assert!(!options.watchdog_auto, "{off}");
         }
-        let refusal = parse(&[("NICMSG_WATCHDOG", "0")])
-            .err()
-            .expect("0 is refused");
+        let refusal = parse(&[("NICMSG_WATCHDOG", "0")]).expect_err("0 is refused");
         assert!(refusal.to_string().contains("or off"), "{refusal}");
     }
 

@@ -36,7 +36,7 @@ mod transport;
 
 pub use bpf::{AttachMode, Counter, Link, MappedArray, Program, SocketMap};
 pub use interface::Interface;
-pub use lm::{LmSocket, LmSocketConfig, LmSocketStats, MAX_REGIONS};
+pub use lm::{LmOpenConfig, LmSocket, LmSocketConfig, LmSocketStats, MAX_REGIONS};
 pub use neighbours::ethernet_address;
 pub use packet::{parse, Datagram, HeaderTemplate, NotOurs, Station, HEADERS_LEN};
 pub use placing::{

@@ -14,7 +14,7 @@
 //! One thread drives a socket: [`LmSocket::progress`] does one turn (receive, land, time,
 //! post fill addresses, send) and [`LmSocket::wait`] sleeps until there is work.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use nicmsg_lm::admission::PeerId;
 use nicmsg_lm::geometry::MAX_HEADER_LEN;
+use nicmsg_lm::open::{OpenEvent, OpenSendError, OpenSendId, OpenStation, MAX_OPEN_PEERS};
 use nicmsg_lm::send_buffer::{HoleBuffer, SendBufferError};
 use nicmsg_lm::station::{
     Event, Landing, Posted, RegionId, Regions, SendError, SendId, Station, StationConfig,
@@ -30,6 +31,7 @@ use nicmsg_lm::station::{
 use nicmsg_lm::{Geometry, Slot};
 use nicmsg_wire::FRAME_HEADER_LEN;
 
+use super::core::Core;
 use super::memory::{LmMemory, SendArea, UmemRegions};
 use super::runs::{FillRuns, Run};
 use crate::bpf::{AttachMode, Counter, Link, Program, SocketMap};
@@ -70,6 +72,10 @@ const MAX_PLACED_FRAME: usize = crate::socket::MAX_CHAIN_BYTES;
 /// done with its frames on the transmit ring (the completion ring wakes no one).
 const COMPLETION_WAIT: Duration = Duration::from_millis(1);
 
+/// Routes to peers kept at once: an open socket learns addresses as clients come and go, and
+/// forgets them all past this many (each is looked up again in the neighbour table when used).
+const MAX_ROUTES: usize = MAX_OPEN_PEERS as usize;
+
 /// How an LM socket is opened.
 #[derive(Debug, Clone)]
 pub struct LmSocketConfig {
@@ -87,6 +93,21 @@ pub struct LmSocketConfig {
     /// Memory for send buffers in the same UMEM, whose frames leave through the AF_XDP
     /// transmit ring ([`LmSocket::send_buffer`]); 0, or `placing_bytes` 0, makes every send
     /// buffer on the heap and sends every frame with a `sendto`.
+    pub sending_bytes: usize,
+}
+
+/// How an LM socket with peers added by address is opened ([`LmSocket::open_by_address`]).
+#[derive(Debug, Clone)]
+pub struct LmOpenConfig {
+    /// The address the socket binds (an IPv4 address of an Ethernet interface, to place).
+    pub local: SocketAddrV4,
+    /// Peers kept at once (1..=`MAX_OPEN_PEERS`); a quiet peer's slot is reused.
+    pub capacity: u32,
+    /// The number every frame carries: the same on every socket that talks to this one.
+    pub job: u32,
+    /// As [`LmSocketConfig`].
+    pub udp_payload: usize,
+    pub placing_bytes: usize,
     pub sending_bytes: usize,
 }
 
@@ -133,6 +154,15 @@ struct PlacingSide {
     interface: Interface,
 }
 
+/// Where a socket binds and how its frames are cut, either kind of station.
+struct Setup {
+    local: SocketAddrV4,
+    job: u32,
+    udp_payload: usize,
+    placing_bytes: usize,
+    sending_bytes: usize,
+}
+
 /// How frames reach a peer.
 #[derive(Debug, Clone, Copy)]
 enum Route {
@@ -158,21 +188,21 @@ struct SendCounts {
 /// One node's LM over real sockets.
 pub struct LmSocket {
     // The station holds pointers into the placing socket's UMEM: it goes first.
-    station: Station<LmMemory>,
+    core: Core,
     placing: Option<PlacingSide>,
     udp: UdpSocket,
-    peers: Vec<SocketAddrV4>,
+    local: SocketAddrV4,
     started: Instant,
     datagram: Vec<u8>,
     unknown_sources: u64,
     desyncs: u64,
     send_area: Option<SendArea>,
-    /// By peer.
-    routes: Vec<Route>,
+    /// By peer address, made when first sent to.
+    routes: HashMap<SocketAddrV4, Route>,
     /// The IPv4 identification of the next frame sent through the ring.
     identification: u16,
     /// Finished sends held until the kernel is done with their buffers' frames.
-    held: VecDeque<Event>,
+    held: VecDeque<Held>,
     /// The last turn left frames in the station because the transmit ring was full.
     ring_full: bool,
     sent: SendCounts,
@@ -181,11 +211,16 @@ pub struct LmSocket {
     report_on_close: bool,
 }
 
+/// An event of either kind of socket, held back while its buffer's frames are on the ring.
+enum Held {
+    Job(Event),
+    Open(OpenEvent),
+}
+
 impl Drop for LmSocket {
     fn drop(&mut self) {
         if self.report_on_close {
-            let local = self.peers[self.station.config().me as usize];
-            eprintln!("nicmsg LM socket {local}:\n{}", self.stats());
+            eprintln!("nicmsg LM socket {}:\n{}", self.local, self.stats());
         }
     }
 }
@@ -199,6 +234,60 @@ impl LmSocket {
             .peers
             .get(config.me as usize)
             .ok_or_else(|| invalid("`me` is not an index of `peers`"))?;
+        let peers = u32::try_from(config.peers.len()).map_err(|_| invalid("too many peers"))?;
+        let link = Setup {
+            local,
+            job: config.job,
+            udp_payload: config.udp_payload,
+            placing_bytes: config.placing_bytes,
+            sending_bytes: config.sending_bytes,
+        };
+        let (me, list) = (config.me, config.peers);
+        Self::open_with(link, move |mut station_config, memory| {
+            station_config.me = me;
+            station_config.peers = peers;
+            Core::Job {
+                station: Box::new(Station::new(station_config, memory)),
+                peers: list,
+            }
+        })
+    }
+
+    /// A socket with peers added by address, as a datagram server or client uses one: no
+    /// job of listed nodes; any socket may send to it, and it to any address (see
+    /// `nicmsg_lm::open`). Events come from [`poll_open_event`](Self::poll_open_event), sends
+    /// go through [`send_to`](Self::send_to).
+    pub fn open_by_address(config: LmOpenConfig) -> io::Result<Self> {
+        if !(1..=MAX_OPEN_PEERS).contains(&config.capacity) {
+            return Err(invalid(&format!(
+                "an open LM socket keeps 1..={MAX_OPEN_PEERS} peers"
+            )));
+        }
+        let link = Setup {
+            local: config.local,
+            job: config.job,
+            udp_payload: config.udp_payload,
+            placing_bytes: config.placing_bytes,
+            sending_bytes: config.sending_bytes,
+        };
+        let (local, capacity) = (config.local, config.capacity);
+        let incarnation = nicmsg_engine::incarnation::fresh(SocketAddr::V4(local));
+        Self::open_with(link, move |station_config, memory| {
+            Core::Open(Box::new(OpenStation::new(
+                station_config,
+                (SocketAddr::V4(local), capacity, incarnation),
+                memory,
+            )))
+        })
+    }
+
+    /// Binds, opens the placing side if asked, and makes the station with `core` from a
+    /// configuration of the link's geometry (its node and peer numbers for `core` to set).
+    fn open_with(
+        config: Setup,
+        core: impl FnOnce(StationConfig, LmMemory) -> Core,
+    ) -> io::Result<Self> {
+        let local = config.local;
         let geometry = Geometry::new(
             HEADERS_LEN + FRAME_HEADER_LEN,
             config.udp_payload.saturating_sub(FRAME_HEADER_LEN),
@@ -237,29 +326,22 @@ impl LmSocket {
             }
             None => LmMemory::None,
         };
-        let peers = u32::try_from(config.peers.len()).map_err(|_| invalid("too many peers"))?;
-        let mut station_config = StationConfig::new(config.me, peers, config.job, geometry);
+        let mut station_config = StationConfig::new(0, 2, config.job, geometry);
         station_config.device_buffer_bytes = BUFFER_BYTES as u32;
         // Every slot may be a run of addresses: the fill ring holds that many of the longest.
         let longest = geometry.header_len() + geometry.frame_payload();
         station_config.fill_slots = PLACING_POSITIONS / longest.div_ceil(BUFFER_BYTES);
-        let ring_side = placing.as_ref().filter(|_| send_area.is_some());
-        let routes = config
-            .peers
-            .iter()
-            .map(|peer| first_route(ring_side, local, *peer))
-            .collect();
         Ok(Self {
-            station: Station::new(station_config, memory),
+            core: core(station_config, memory),
             placing,
             udp,
-            peers: config.peers,
+            local,
             started: Instant::now(),
             datagram: vec![0; MAX_DATAGRAM],
             unknown_sources: 0,
             desyncs: 0,
             send_area,
-            routes,
+            routes: HashMap::new(),
             identification: 0,
             held: VecDeque::new(),
             ring_full: false,
@@ -279,7 +361,7 @@ impl LmSocket {
 
     /// How transfers are cut into frames (send buffers must be made with it).
     pub fn geometry(&self) -> Geometry {
-        self.station.config().geometry
+        self.core.station().config().geometry
     }
 
     /// A zeroed send buffer for a message of `len` bytes, for the application to fill in
@@ -298,29 +380,78 @@ impl LmSocket {
     }
 
     /// Sends the transfer in `buffer` (made with [`send_buffer`](Self::send_buffer), or with
-    /// [`geometry`](Self::geometry) on the heap, and filled in place) to node `to`; the
-    /// buffer comes back with [`Event::Sent`].
+    /// [`geometry`](Self::geometry) on the heap, and filled in place) to node `to` of a job's
+    /// socket; the buffer comes back with [`Event::Sent`].
     pub fn send(
         &mut self,
         to: PeerId,
         buffer: HoleBuffer,
     ) -> Result<SendId, (SendError, HoleBuffer)> {
         let now = self.now();
-        let sent = self.station.send(now, to, buffer);
+        let Core::Job { station, .. } = &mut self.core else {
+            return Err((SendError::NoSuchPeer(to), buffer));
+        };
+        let sent = station.send(now, to, buffer);
         self.flush_outputs();
         sent
     }
 
-    /// The next thing that happened. A finished send whose buffer still has frames on the
-    /// transmit ring waits (with what came after it) until the kernel is done with them.
+    /// Sends the transfer in `buffer` to the socket at `to`, on a socket opened by address;
+    /// the buffer comes back with [`OpenEvent::Sent`].
+    pub fn send_to(
+        &mut self,
+        to: SocketAddrV4,
+        buffer: HoleBuffer,
+    ) -> Result<OpenSendId, (OpenSendError, HoleBuffer)> {
+        let now = self.now();
+        let Core::Open(open) = &mut self.core else {
+            return Err((OpenSendError::Station(SendError::NoSuchPeer(0)), buffer));
+        };
+        let sent = open.send(now, SocketAddr::V4(to), buffer);
+        self.flush_outputs();
+        sent
+    }
+
+    /// The next thing that happened on a job's socket. A finished send whose buffer still has
+    /// frames on the transmit ring waits (with what came after it) until the kernel is done
+    /// with them.
     pub fn poll_event(&mut self) -> Option<Event> {
-        let event = match self.held.pop_front() {
-            Some(event) => event,
-            None => self.station.poll_event()?,
+        let event = match self.held.front() {
+            Some(Held::Job(_)) => match self.held.pop_front() {
+                Some(Held::Job(event)) => event,
+                _ => unreachable!("the front is a job's event"),
+            },
+            Some(Held::Open(_)) => return None,
+            None => match &mut self.core {
+                Core::Job { station, .. } => station.poll_event()?,
+                Core::Open(_) => return None,
+            },
         };
         let lends_ring_memory = matches!(&event, Event::Sent { buffer, .. } if buffer.is_lent());
         if lends_ring_memory && self.reclaim_ring() > 0 {
-            self.held.push_front(event);
+            self.held.push_front(Held::Job(event));
+            return None;
+        }
+        Some(event)
+    }
+
+    /// [`poll_event`](Self::poll_event) for a socket opened by address.
+    pub fn poll_open_event(&mut self) -> Option<OpenEvent> {
+        let event = match self.held.front() {
+            Some(Held::Open(_)) => match self.held.pop_front() {
+                Some(Held::Open(event)) => event,
+                _ => unreachable!("the front is an open socket's event"),
+            },
+            Some(Held::Job(_)) => return None,
+            None => match &mut self.core {
+                Core::Open(open) => open.poll_event()?,
+                Core::Job { .. } => return None,
+            },
+        };
+        let lends_ring_memory =
+            matches!(&event, OpenEvent::Sent { buffer, .. } if buffer.is_lent());
+        if lends_ring_memory && self.reclaim_ring() > 0 {
+            self.held.push_front(Held::Open(event));
             return None;
         }
         Some(event)
@@ -328,24 +459,38 @@ impl LmSocket {
 
     /// The bytes of a region lent with a placed transfer.
     pub fn region(&mut self, region: RegionId) -> &[u8] {
-        self.station.regions().bytes(region)
+        self.core.station_mut().regions().bytes(region)
     }
 
     /// A lent region comes back.
     pub fn release(&mut self, region: RegionId) {
-        self.station.release(region);
+        self.core.station_mut().release(region);
+    }
+
+    /// The address the socket is bound to.
+    pub fn local_addr(&self) -> SocketAddrV4 {
+        self.local
     }
 
     /// The station's counters: cheap, for a loop that watches them.
     pub fn station_stats(&self) -> &StationStats {
-        self.station.stats()
+        self.core.station().stats()
+    }
+
+    /// An open socket's conversation counters (new peers, restarts, RESETs); `None` for a
+    /// job's.
+    pub fn open_stats(&self) -> Option<nicmsg_lm::open::OpenStats> {
+        match &self.core {
+            Core::Open(open) => Some(*open.stats()),
+            Core::Job { .. } => None,
+        }
     }
 
     /// Every counter, the kernel's drops on the way into the placing socket included (read
     /// with a system call).
     pub fn stats(&self) -> LmSocketStats {
         LmSocketStats {
-            station: *self.station.stats(),
+            station: *self.core.station().stats(),
             passed_to_kernel: self.placing.as_ref().map_or(0, |p| p.passed.read()),
             unknown_sources: self.unknown_sources,
             desyncs: self.desyncs,
@@ -365,14 +510,19 @@ impl LmSocket {
         }
     }
 
-    /// The node whose transfer this one places now, if any.
+    /// The node (a job's) or peer slot (an open socket's) whose transfer this one places
+    /// now, if any.
     pub fn placing_from(&self) -> Option<PeerId> {
-        self.station.admission().placing().map(|(peer, _)| peer)
+        self.core
+            .station()
+            .admission()
+            .placing()
+            .map(|(peer, _)| peer)
     }
 
     /// Whether transfers sent are all finished (delivered or failed).
     pub fn is_idle(&self) -> bool {
-        self.station.sending() == 0 && self.held.is_empty()
+        self.core.station().sending() == 0 && self.held.is_empty()
     }
 
     /// One turn: frames from the kernel's socket, landings from the receive ring, timers,
@@ -383,8 +533,8 @@ impl LmSocket {
         let now = self.now();
         self.take_landings(now)?;
         self.receive_ordinary(now)?;
-        if self.station.poll_timeout().is_some_and(|at| at <= now) {
-            self.station.handle_timeout(now);
+        if self.core.poll_timeout().is_some_and(|at| at <= now) {
+            self.core.handle_timeout(now);
         }
         self.flush_outputs();
         Ok(())
@@ -398,7 +548,7 @@ impl LmSocket {
         }
         let now = self.now();
         let timer = self
-            .station
+            .core
             .poll_timeout()
             .map(|at| Duration::from_nanos(at.saturating_sub(now)));
         let mut timeout = timer.map_or(max, |t| t.min(max));
@@ -424,13 +574,6 @@ impl LmSocket {
         self.started.elapsed().as_nanos() as u64
     }
 
-    fn peer_of(&self, address: SocketAddrV4) -> Option<PeerId> {
-        self.peers
-            .iter()
-            .position(|&peer| peer == address)
-            .map(|at| at as PeerId)
-    }
-
     /// Frames the kernel's socket holds: every frame but the placed ones.
     fn receive_ordinary(&mut self, now: u64) -> io::Result<()> {
         for _ in 0..RECEIVE_BATCH {
@@ -443,13 +586,10 @@ impl LmSocket {
                 self.unknown_sources += 1;
                 continue;
             };
-            let Some(peer) = self.peer_of(from) else {
-                self.unknown_sources += 1;
-                continue;
-            };
             self.see_earlier_landings(now)?;
-            let (station, datagram) = (&mut self.station, &self.datagram);
-            station.arrive(now, peer, &datagram[..len]);
+            if !self.core.arrive(now, from, &self.datagram[..len]) {
+                self.unknown_sources += 1;
+            }
         }
         Ok(())
     }
@@ -508,7 +648,11 @@ impl LmSocket {
                 side.table.clear(position);
             }
             let kept = side.table.kept_headers(frame.position);
-            let Some(slot) = self.station.next_device_landing(frame.len as u32) else {
+            let Some(slot) = self
+                .core
+                .station_mut()
+                .next_device_landing(frame.len as u32)
+            else {
                 self.desyncs += 1;
                 return Err(io::Error::other(
                     "a landing with no fill slot posted for it",
@@ -522,13 +666,11 @@ impl LmSocket {
                 Ipv4Addr::from(<[u8; 4]>::try_from(&kept[KEPT_SOURCE_IP]).expect("4 bytes")),
                 u16::from_be_bytes(kept[KEPT_SOURCE_PORT].try_into().expect("2 bytes")),
             );
-            // A frame from no peer still fills its slot; the station finds it damaged.
-            let from = self.peer_of(source).unwrap_or(PeerId::MAX);
             let landing = Landing::Region {
                 kept: &kept[HEADERS_LEN..],
                 frame_len: frame.len - HEADERS_LEN,
             };
-            if self.station.take_landed(now, from, slot, landing).is_err() {
+            if self.core.take_landed(now, source, slot, landing).is_err() {
                 self.desyncs += 1;
                 return Err(io::Error::other("a landing does not match its fill slot"));
             }
@@ -544,16 +686,16 @@ impl LmSocket {
     }
 
     fn post_fills(&mut self) {
-        let geometry = self.station.config().geometry;
+        let geometry = self.core.station().config().geometry;
         let Some(side) = self.placing.as_mut() else {
             return;
         };
         let before = side.runs.len();
-        while let Some(Posted { slot, region }) = self.station.poll_fill() {
+        while let Some(Posted { slot, region }) = self.core.station_mut().poll_fill() {
             // The station posts ordinary chunks only when configured with some (a simulated
             // device's); this socket's other frames go to the kernel.
             let (Slot::Placement { index, .. }, Some(region), LmMemory::Umem(regions)) =
-                (slot, region, self.station.regions())
+                (slot, region, self.core.station_mut().regions())
             else {
                 debug_assert!(false, "only placement slots are posted here");
                 continue;
@@ -580,7 +722,12 @@ impl LmSocket {
         // seeing the producer move once a slot.
         side.xsk.publish_fill();
         // The station's slots not yet seen landed are the runs, in the same order.
-        let new_runs = self.station.fill_slots().zip(side.runs.runs()).skip(before);
+        let new_runs = self
+            .core
+            .station()
+            .fill_slots()
+            .zip(side.runs.runs())
+            .skip(before);
         for (slot, (position, run)) in new_runs {
             // The filter moves past a run at once: only its first address has a record.
             for continued in 1..u64::from(run.addresses) {
@@ -598,11 +745,11 @@ impl LmSocket {
         let Some(side) = self.placing.as_mut() else {
             return;
         };
-        if !self.station.take_voided() {
+        if !self.core.station_mut().take_voided() {
             return;
         }
         let cursor = side.table.cursor();
-        for (slot, (first, run)) in self.station.fill_slots().zip(side.runs.runs()) {
+        for (slot, (first, run)) in self.core.station().fill_slots().zip(side.runs.runs()) {
             let &Slot::Void {
                 transfer,
                 index,
@@ -641,17 +788,18 @@ impl LmSocket {
         let mut queued = false;
         self.ring_full = false;
         while self.ring_has_room(&mut queued) {
-            let Some((to, frame)) = self.station.poll_transmit() else {
+            let Some((address, frame)) = self.core.poll_transmit() else {
                 break;
             };
-            let Some(&address) = self.peers.get(to as usize) else {
-                continue;
-            };
-            let route = refresh_route(
-                &mut self.routes[to as usize],
-                self.placing.as_ref(),
-                address,
-            );
+            if self.routes.len() >= MAX_ROUTES && !self.routes.contains_key(&address) {
+                self.routes.clear();
+            }
+            let ring_side = self.placing.as_ref().filter(|_| self.send_area.is_some());
+            let route = self
+                .routes
+                .entry(address)
+                .or_insert_with(|| first_route(ring_side, self.local, address));
+            let route = refresh_route(route, self.placing.as_ref(), address);
             let ring = match (route, self.placing.as_mut()) {
                 (Route::Ring(template), Some(side)) => {
                     self.identification = self.identification.wrapping_add(1);
