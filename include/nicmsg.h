@@ -229,6 +229,38 @@ int nicmsg_dgram_recv_from(nicmsg_dgram *socket, void *buf, size_t capacity, siz
  * nicmsg_dgram_recv_from takes it. */
 int nicmsg_dgram_peek_from(nicmsg_dgram *socket, size_t *len, char *from, size_t from_capacity);
 
+/* --- Datagram sockets over LM: the same kind of socket on LM's zero-copy path (docs/lm.md,
+ *     docs/dgram.md). A datagram of two frames or more is placed when its receiver admits it:
+ *     the NIC (the kernel, on AF_XDP's copy mode) writes it where the application reads it,
+ *     and no byte is copied in user space. Placing needs an IPv4 address of an Ethernet
+ *     interface and the right to attach XDP programs (root, or CAP_BPF and CAP_NET_ADMIN);
+ *     elsewhere every datagram comes by copy. Up to 64 MiB each. Progress is made inside the
+ *     socket's calls, on the calling thread. Both ends must be LM sockets: they do not talk to
+ *     nicmsg_dgram sockets. Unreachable, restarted or forgetful peers fail a send with
+ *     NICMSG_ERR_PEER_UNREACHABLE. */
+typedef struct NicmsgLmDgram nicmsg_lm_dgram;
+
+/* Binds to `address` ("10.0.0.1:7000", IPv4; port 0: any free port). */
+int nicmsg_lm_dgram_bind(const char *address, nicmsg_lm_dgram **socket);
+/* Closes the socket; a later call with the handle, a second close too, is NICMSG_ERR_ARG. */
+int nicmsg_lm_dgram_close(nicmsg_lm_dgram *socket);
+int nicmsg_lm_dgram_local_address(const nicmsg_lm_dgram *socket, char *text, size_t capacity);
+/* 1 if datagrams to this socket are placed, 0 if they all come by copy. */
+int nicmsg_lm_dgram_places(nicmsg_lm_dgram *socket);
+/* Sends `len` bytes as one datagram to `address`; returns once delivered. */
+int nicmsg_lm_dgram_send_to(nicmsg_lm_dgram *socket, const void *buf, size_t len,
+                            const char *address);
+/* As nicmsg_dgram_recv_from: the next datagram copied into buf; a longer one is consumed and
+ * reported as NICMSG_ERR_TRUNCATE with *len its length. */
+int nicmsg_lm_dgram_recv_from(nicmsg_lm_dgram *socket, void *buf, size_t capacity, size_t *len,
+                              char *from, size_t from_capacity);
+/* The next datagram, lent where it was received: *data and *len its bytes (a placed one in the
+ * region it landed in), `from` (if not NULL) its sender. Valid until the next call on the
+ * socket, which gives it back, or nicmsg_lm_dgram_give_back. */
+int nicmsg_lm_dgram_recv_lent(nicmsg_lm_dgram *socket, const void **data, size_t *len,
+                              char *from, size_t from_capacity);
+int nicmsg_lm_dgram_give_back(nicmsg_lm_dgram *socket);
+
 /* A static description of a result code ("unknown result code" for a value no code has). */
 const char *nicmsg_error_string(int code);
 

@@ -2,11 +2,13 @@
  * Wire behaviour of the Rust example (crates/nicmsg/examples/dgram_copy.rs): a datagram
  * "NICMSG-COPY <length> <crc32c> <name>", then the file in datagrams of --chunk bytes; the
  * server answers "OK <crc32c>" or "BAD <crc32c>". Either side may be either language.
- *   dgram_copy server 0.0.0.0:7001 OUT_DIR [--files N]    (one client at a time)
- *   dgram_copy client 10.0.0.1:7001 FILE [--chunk BYTES]
+ * With --lm both sides use LM's zero-copy path (any_dgram.h): the server writes each chunk to
+ * the file from where it was placed; a client binds --bind IP.
+ *   dgram_copy server 0.0.0.0:7001 OUT_DIR [--files N] [--lm]   (one client at a time)
+ *   dgram_copy client 10.0.0.1:7001 FILE [--chunk BYTES] [--lm] [--bind IP]
  * Build, in the repository's root:
  *   cc examples/c/dgram_copy.c $(PKG_CONFIG_PATH=$PWD/pkgconfig pkg-config --cflags --libs nicmsg) -o dgram_copy */
-#include <nicmsg.h>
+#include "any_dgram.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,12 +41,12 @@ static const char *option(int argc, char **argv, const char *name) {
     return NULL;
 }
 
-static int serve(const char *address, const char *dir, long files) {
-    nicmsg_dgram *socket;
+static int serve(const char *address, const char *dir, long files, int lm) {
+    any_dgram socket;
     char from[NICMSG_ADDRESS_MAX], self[NICMSG_ADDRESS_MAX];
-    CHECK(nicmsg_dgram_bind(address, &socket));
-    CHECK(nicmsg_dgram_local_address(socket, self, sizeof self));
-    printf("dgram_copy server (C) at %s, into %s\n", self, dir);
+    CHECK(any_bind(&socket, lm, address));
+    CHECK(any_local_address(&socket, self, sizeof self));
+    printf("dgram_copy server (C) at %s (%s), into %s\n", self, any_path(&socket), dir);
     fflush(stdout);
     int all_good = 1;
     for (long done = 0; files < 0 || done < files; done++) {
@@ -52,7 +54,7 @@ static int serve(const char *address, const char *dir, long files) {
         size_t len;
         unsigned long long expected;
         unsigned int expected_crc;
-        CHECK(nicmsg_dgram_recv_from(socket, header, MAX_HEADER, &len, from, sizeof from));
+        CHECK(any_recv_from(&socket, header, MAX_HEADER, &len, from, sizeof from));
         header[len] = 0;
         if (sscanf(header, "NICMSG-COPY %llu %x %511s", &expected, &expected_crc, name) != 3 ||
             strchr(name, '/')) {
@@ -68,11 +70,10 @@ static int serve(const char *address, const char *dir, long files) {
         uint32_t crc = 0;
         unsigned long long received = 0;
         while (received < expected) {
-            size_t waiting;
             char sender[NICMSG_ADDRESS_MAX];
-            CHECK(nicmsg_dgram_peek_from(socket, &waiting, NULL, 0));
-            unsigned char *chunk = malloc(waiting ? waiting : 1);
-            CHECK(nicmsg_dgram_recv_from(socket, chunk, waiting, &len, sender, sizeof sender));
+            const void *chunk;
+            /* Written to the file from where the socket received it (over LM: placed). */
+            CHECK(any_recv_next(&socket, &chunk, &len, sender, sizeof sender));
             if (strcmp(sender, from) != 0) {
                 fprintf(stderr, "a datagram from %s during %s's transfer\n", sender, from);
                 return 1;
@@ -80,7 +81,6 @@ static int serve(const char *address, const char *dir, long files) {
             fwrite(chunk, 1, len, file);
             crc = crc32c_append(crc, chunk, len);
             received += len;
-            free(chunk);
         }
         fclose(file);
         int good = received == expected && crc == expected_crc;
@@ -90,13 +90,14 @@ static int serve(const char *address, const char *dir, long files) {
         fflush(stdout);
         char answer[32];
         snprintf(answer, sizeof answer, "%s %08x", good ? "OK" : "BAD", crc);
-        CHECK(nicmsg_dgram_send_to(socket, answer, strlen(answer), from));
+        CHECK(any_send_to(&socket, answer, strlen(answer), from));
     }
-    CHECK(nicmsg_dgram_close(socket));
+    CHECK(any_close(&socket));
     return all_good ? 0 : 1;
 }
 
-static int send_file(const char *server, const char *path, size_t chunk) {
+static int send_file(const char *server, const char *path, size_t chunk, int lm,
+                     const char *bind_ip) {
     FILE *file = fopen(path, "rb");
     if (!file) {
         perror(path);
@@ -113,40 +114,47 @@ static int send_file(const char *server, const char *path, size_t chunk) {
     fclose(file);
     uint32_t crc = crc32c_append(0, content, (size_t)size);
     const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    nicmsg_dgram *socket;
-    CHECK(nicmsg_dgram_bind(strchr(server, '[') ? "[::]:0" : "0.0.0.0:0", &socket));
+    any_dgram socket;
+    char bind[NICMSG_ADDRESS_MAX];
+    if (bind_ip)
+        snprintf(bind, sizeof bind, "%s:0", bind_ip);
+    else
+        snprintf(bind, sizeof bind, "%s", strchr(server, '[') ? "[::]:0" : "0.0.0.0:0");
+    CHECK(any_bind(&socket, lm, bind));
     char header[MAX_HEADER];
     snprintf(header, sizeof header, "NICMSG-COPY %ld %08x %s", size, crc, name);
-    CHECK(nicmsg_dgram_send_to(socket, header, strlen(header), server));
+    CHECK(any_send_to(&socket, header, strlen(header), server));
     for (long at = 0; at < size; at += (long)chunk) {
         size_t len = (size_t)(size - at) < chunk ? (size_t)(size - at) : chunk;
-        CHECK(nicmsg_dgram_send_to(socket, content + at, len, server));
+        CHECK(any_send_to(&socket, content + at, len, server));
     }
     char answer[64], expected[32];
     size_t len;
-    CHECK(nicmsg_dgram_recv_from(socket, answer, sizeof answer - 1, &len, NULL, 0));
+    CHECK(any_recv_from(&socket, answer, sizeof answer - 1, &len, NULL, 0));
     answer[len] = 0;
     snprintf(expected, sizeof expected, "OK %08x", crc);
-    printf("dgram_copy client (C): %s (%ld bytes, crc32c %08x): server says %s\n", path, size,
-           crc, answer);
+    printf("dgram_copy client (C): %s (%ld bytes, crc32c %08x, %s): server says %s\n", path,
+           size, crc, any_path(&socket), answer);
     free(content);
-    CHECK(nicmsg_dgram_close(socket));
+    CHECK(any_close(&socket));
     return strcmp(answer, expected) == 0 ? 0 : 1;
 }
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: dgram_copy server ADDRESS OUT_DIR [--files N] | "
-                        "client SERVER FILE [--chunk BYTES]\n");
+        fprintf(stderr, "usage: dgram_copy server ADDRESS OUT_DIR [--files N] [--lm] | "
+                        "client SERVER FILE [--chunk BYTES] [--lm] [--bind IP]\n");
         return 2;
     }
+    int lm = any_flag(argc, argv, 4, "--lm");
     if (strcmp(argv[1], "server") == 0) {
         const char *files = option(argc, argv, "--files");
-        return serve(argv[2], argv[3], files ? atol(files) : -1);
+        return serve(argv[2], argv[3], files ? atol(files) : -1, lm);
     }
     if (strcmp(argv[1], "client") == 0) {
         const char *chunk = option(argc, argv, "--chunk");
-        return send_file(argv[2], argv[3], chunk ? (size_t)atol(chunk) : (size_t)1 << 20);
+        return send_file(argv[2], argv[3], chunk ? (size_t)atol(chunk) : (size_t)1 << 20, lm,
+                         option(argc, argv, "--bind"));
     }
     fprintf(stderr, "unknown role %s\n", argv[1]);
     return 2;

@@ -1,13 +1,18 @@
 //! An echo server and client over nicmsg's datagram sockets: no launcher, no ranks, addresses
 //! only. The client sends datagrams of growing sizes (0 B to `--max`, 4 MiB by default), each
-//! with its own byte pattern, and checks that every echo comes back whole and equal.
+//! with its own byte pattern, and checks that every echo comes back whole and equal. With
+//! `--lm` both sides use LM's zero-copy path (`nicmsg::lm_dgram`); a client binds `--bind`
+//! (the address of its interface toward the server, to place the echoes it receives).
 //!
 //! ```text
-//! dgram_echo server 0.0.0.0:7000 [--count N]    # echoes; exits after N datagrams
-//! dgram_echo client 10.0.0.1:7000 [--rounds R] [--max BYTES]
+//! dgram_echo server 0.0.0.0:7000 [--count N] [--lm]   # echoes; exits after N datagrams
+//! dgram_echo client 10.0.0.1:7000 [--rounds R] [--max BYTES] [--lm] [--bind IP]
 //! ```
 
-use nicmsg::dgram::DgramSocket;
+#[path = "support/any_dgram.rs"]
+mod any_dgram;
+
+use any_dgram::AnyDgram;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -32,22 +37,29 @@ fn sizes(max: usize) -> Vec<usize> {
     sizes
 }
 
-fn serve(bind: &str, count: Option<u64>) -> Result<(), nicmsg::Error> {
-    let socket = DgramSocket::bind(bind)?;
-    println!("dgram_echo server at {}", socket.local_addr());
+fn serve(bind: &str, count: Option<u64>, lm: bool) -> Result<(), nicmsg::Error> {
+    let mut socket = AnyDgram::bind(bind, lm)?;
+    println!(
+        "dgram_echo server at {} ({})",
+        socket.local_addr(),
+        socket.path()
+    );
     let mut served = 0u64;
     while count.is_none_or(|n| served < n) {
-        let datagram = socket.recv_lent()?;
-        let from = datagram.from();
-        socket.send_to(&datagram, from)?;
+        socket.echo_next()?;
         served += 1;
     }
     println!("dgram_echo server: echoed {served} datagrams");
     Ok(())
 }
 
-fn client(server: SocketAddr, rounds: usize, max: usize) -> Result<bool, nicmsg::Error> {
-    let socket = DgramSocket::bind(SocketAddr::new(unspecified_like(server), 0))?;
+fn client(
+    server: SocketAddr,
+    (rounds, max): (usize, usize),
+    (lm, bind): (bool, Option<std::net::IpAddr>),
+) -> Result<bool, nicmsg::Error> {
+    let bind = SocketAddr::new(bind.unwrap_or_else(|| unspecified_like(server)), 0);
+    let mut socket = AnyDgram::bind(&bind.to_string(), lm)?;
     let mut reply = vec![0u8; max];
     let (mut datagrams, mut bytes) = (0u64, 0u64);
     let mut small_rtts = Vec::new();
@@ -72,7 +84,8 @@ fn client(server: SocketAddr, rounds: usize, max: usize) -> Result<bool, nicmsg:
     let median = small_rtts.get(small_rtts.len() / 2).copied().unwrap_or(0.0);
     println!(
         "dgram_echo client: {datagrams} datagrams ({bytes} bytes) echoed whole and equal; \
-         round trip of up to 64 B: median {median:.1} us"
+         round trip of up to 64 B: median {median:.1} us ({})",
+        socket.path()
     );
     Ok(true)
 }
@@ -93,8 +106,8 @@ fn option(args: &[String], name: &str) -> Option<String> {
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: dgram_echo server ADDRESS [--count N]\n       \
-         dgram_echo client SERVER [--rounds R] [--max BYTES]"
+        "usage: dgram_echo server ADDRESS [--count N] [--lm]\n       \
+         dgram_echo client SERVER [--rounds R] [--max BYTES] [--lm] [--bind IP]"
     );
     ExitCode::from(2)
 }
@@ -110,20 +123,23 @@ fn main() -> ExitCode {
             Some(text) => text.parse().ok(),
         }
     };
+    let lm = args.iter().any(|a| a == "--lm");
     let outcome = match role.as_str() {
         "server" => {
             let count = option(&args, "--count").and_then(|c| c.parse().ok());
-            serve(address, count).map(|()| true)
+            serve(address, count, lm).map(|()| true)
         }
         "client" => {
-            let (Some(rounds), Some(max), Ok(server)) = (
+            let bind = option(&args, "--bind").map(|ip| ip.parse());
+            let (Some(rounds), Some(max), Ok(server), Ok(bind)) = (
                 number("--rounds", 3),
                 number("--max", 4 << 20),
                 address.parse::<SocketAddr>(),
+                bind.transpose(),
             ) else {
                 return usage();
             };
-            client(server, rounds, max)
+            client(server, (rounds, max), (lm, bind))
         }
         _ => return usage(),
     };

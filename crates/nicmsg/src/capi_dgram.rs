@@ -29,7 +29,7 @@ pub struct NicmsgDgram {
 ///
 /// # Safety
 /// `text` is null or a NUL-terminated string.
-unsafe fn address(text: *const c_char) -> Option<SocketAddr> {
+pub(crate) unsafe fn address(text: *const c_char) -> Option<SocketAddr> {
     if text.is_null() {
         return None;
     }
@@ -43,7 +43,7 @@ unsafe fn address(text: *const c_char) -> Option<SocketAddr> {
 ///
 /// # Safety
 /// `out` is null or valid for writing `capacity` bytes.
-unsafe fn write_address(
+pub(crate) unsafe fn write_address(
     address: SocketAddr,
     out: *mut c_char,
     capacity: usize,
@@ -65,7 +65,7 @@ unsafe fn write_address(
 
 /// Whether `from` (of `capacity` bytes) can take any sender's address: checked before a
 /// datagram is taken, since one taken and then not reported would be lost.
-fn sender_room(from: *const c_char, capacity: usize) -> bool {
+pub(crate) fn sender_room(from: *const c_char, capacity: usize) -> bool {
     from.is_null() || capacity >= NICMSG_ADDRESS_MAX
 }
 

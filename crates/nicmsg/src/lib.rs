@@ -22,6 +22,7 @@ mod backend;
 pub mod capi;
 mod capi_dgram;
 mod capi_handle;
+mod capi_lm_dgram;
 mod capi_programs;
 mod code;
 mod comm;

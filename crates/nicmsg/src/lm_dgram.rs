@@ -62,6 +62,10 @@ pub const LM_DGRAM_JOB: u32 = 0x4c4d_4447;
 /// then receiving by copy (the station's copy memory is bounded): the bound is a safeguard.
 const MAX_WAITING: usize = 4096;
 
+/// How long a wait spins before it sleeps: as the engine's waits (`NICMSG_SPIN_US`), longer
+/// than a round trip on a local link, short beside a computation.
+const SPIN: Duration = Duration::from_micros(50);
+
 /// The longest sleep of a wait between turns: a turn also runs timers, and a socket whose
 /// frames wait for room on the transmit ring does not sleep at all.
 const TURN_WAIT: Duration = Duration::from_millis(5);
@@ -246,10 +250,7 @@ impl LmDgramSocket {
     /// no byte copied in user space; one received by copy in its buffer. Dropping the
     /// [`LmLent`] gives the region back.
     pub fn recv_lent(&mut self) -> Result<LmLent<'_>, Error> {
-        while self.waiting.is_empty() {
-            self.turn()?;
-        }
-        let (from, received) = self.waiting.pop_front().expect("one is waiting");
+        let LmDatagram { from, received } = self.take_next()?;
         let Self {
             socket, given_back, ..
         } = self;
@@ -265,6 +266,33 @@ impl LmDgramSocket {
             region,
             given_back,
         })
+    }
+
+    /// Waits for the next datagram and takes it out of the socket, for a caller that cannot
+    /// hold a borrow of the socket meanwhile (the C ABI): its bytes through
+    /// [`bytes_of`](Self::bytes_of), its region back with [`give_back`](Self::give_back).
+    pub fn take_next(&mut self) -> Result<LmDatagram, Error> {
+        while self.waiting.is_empty() {
+            self.turn()?;
+        }
+        let (from, received) = self.waiting.pop_front().expect("one is waiting");
+        Ok(LmDatagram { from, received })
+    }
+
+    /// The bytes of a datagram taken with [`take_next`](Self::take_next).
+    pub fn bytes_of<'a>(&'a mut self, datagram: &'a LmDatagram) -> &'a [u8] {
+        match &datagram.received {
+            Received::Placed { region, range } => &self.socket.region(*region)[range.clone()],
+            Received::Copied(bytes) => bytes,
+        }
+    }
+
+    /// A datagram taken with [`take_next`](Self::take_next) is done with: a placed one's
+    /// region goes back to the socket.
+    pub fn give_back(&mut self, datagram: LmDatagram) {
+        if let Received::Placed { region, .. } = datagram.received {
+            self.socket.release(region);
+        }
     }
 
     /// Like [`recv_lent`](Self::recv_lent) without waiting: `None` if no datagram is there.
@@ -299,10 +327,16 @@ impl LmDgramSocket {
         self.socket.open_stats().unwrap_or_default()
     }
 
-    /// One turn of the socket, and a wait for work if it found none.
+    /// Turns of the socket until one takes an event: spinning for [`SPIN`] (an answer on its
+    /// way arrives within it, and waking from a sleep costs tens of microseconds), then
+    /// sleeping until there is work.
     fn turn(&mut self) -> Result<(), Error> {
-        if self.progress()? {
-            return Ok(());
+        let started = std::time::Instant::now();
+        while started.elapsed() < SPIN {
+            if self.progress()? {
+                return Ok(());
+            }
+            std::hint::spin_loop();
         }
         self.socket.wait(TURN_WAIT);
         self.progress().map(drop)
@@ -335,6 +369,24 @@ impl LmDgramSocket {
             }
         }
         Ok(took)
+    }
+}
+
+/// A datagram taken out of its socket ([`LmDgramSocket::take_next`]).
+pub struct LmDatagram {
+    from: SocketAddr,
+    received: Received,
+}
+
+impl LmDatagram {
+    /// Who sent it.
+    pub fn from(&self) -> SocketAddr {
+        self.from
+    }
+
+    /// Whether it was placed (landed where it is, no byte copied in user space).
+    pub fn was_placed(&self) -> bool {
+        matches!(self.received, Received::Placed { .. })
     }
 }
 

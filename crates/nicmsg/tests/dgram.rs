@@ -341,6 +341,92 @@ fn echo_and_copy_examples_across_namespaces_under_loss_in_rust_and_c() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The same examples over LM's zero-copy path (`--lm`), each process in its own namespace so
+/// each can attach its placing filter: Rust and C on either side, two clients of one server at
+/// once, and file copies whose chunks the server writes from where they were placed.
+#[test]
+fn lm_echo_and_copy_examples_across_namespaces_under_loss_in_rust_and_c() {
+    if let Some(reason) = netns_available() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let rust_echo = example("dgram_echo");
+    let rust_copy = example("dgram_copy");
+    let c_echo = compile_c("examples/c/dgram_echo.c", "c-dgram-echo");
+    let c_copy = compile_c("examples/c/dgram_copy.c", "c-dgram-copy");
+    // Clients bind their namespace's address (the script's), to place what they receive.
+    let lm_client = |args: &str| format!("{args} --lm --bind $NICMSG_BIND_IP");
+    let output = server_and_clients(
+        3,
+        (&rust_echo, "--count 82 --lm"),
+        (&rust_echo, &lm_client("--rounds 1 --max 1048576")),
+    );
+    assert_job_ok(&output, "LM: Rust echo, two clients", "(LM, placing)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        stdout.matches("echoed whole and equal").count(),
+        2,
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("server at") && stdout.contains("(LM, placing)"),
+        "{stdout}"
+    );
+    let output = server_and_clients(
+        2,
+        (&c_echo, "--count 41 --lm"),
+        (&rust_echo, &lm_client("--rounds 1 --max 1048576")),
+    );
+    assert_job_ok(
+        &output,
+        "LM: C echo server, Rust client",
+        "echoed 41 datagrams",
+    );
+    let output = server_and_clients(
+        2,
+        (&rust_echo, "--count 44 --lm"),
+        (&c_echo, &lm_client("--rounds 2")),
+    );
+    assert_job_ok(
+        &output,
+        "LM: Rust echo server, C client",
+        "(C): 44 datagrams echoed whole and equal (LM, placing)",
+    );
+    // A directory of its own: the engine's test, running beside, removes its own at its end.
+    let dir = std::env::temp_dir().join(format!("nicmsg-dgram-lm-{}", std::process::id()));
+    let (input, output_dir) = (dir.join("in"), dir.join("out"));
+    std::fs::create_dir_all(&input).unwrap();
+    std::fs::create_dir_all(&output_dir).unwrap();
+    let file = input.join("data.bin");
+    std::fs::write(&file, pattern(3_000_001, 11)).unwrap();
+    let output = server_and_clients(
+        2,
+        (
+            &rust_copy,
+            &format!("{} --files 1 --lm", output_dir.display()),
+        ),
+        (
+            &c_copy,
+            &lm_client(&format!("{} --chunk 70000", file.display())),
+        ),
+    );
+    assert_job_ok(&output, "LM: Rust copy server, C client", "server says OK");
+    let output = server_and_clients(
+        2,
+        (&c_copy, &format!("{} --files 1 --lm", output_dir.display())),
+        (
+            &rust_copy,
+            &lm_client(&format!("{} --chunk 250000", file.display())),
+        ),
+    );
+    assert_job_ok(&output, "LM: C copy server, Rust client", "server says OK");
+    assert_eq!(
+        std::fs::read(output_dir.join("data.bin")).unwrap(),
+        pattern(3_000_001, 11)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn tempdir() -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("nicmsg-dgram-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -38,9 +38,12 @@ fn without_comments(text: &str) -> String {
 }
 
 /// The C ABI's Rust side: `capi.rs`, the programs' part, `capi_programs.rs`, and the
-/// datagram sockets' part, `capi_dgram.rs`.
+/// datagram sockets' parts, `capi_dgram.rs` and `capi_lm_dgram.rs`.
 fn capi_source() -> String {
-    read("src/capi.rs") + &read("src/capi_programs.rs") + &read("src/capi_dgram.rs")
+    read("src/capi.rs")
+        + &read("src/capi_programs.rs")
+        + &read("src/capi_dgram.rs")
+        + &read("src/capi_lm_dgram.rs")
 }
 
 /// The text between `open` at `from` and its matching `close`.
@@ -88,6 +91,7 @@ fn c_type_as_rust(c: &str) -> String {
         "nicmsg_comm" => "NicmsgComm",
         "nicmsg_request" => "NicmsgRequest",
         "nicmsg_dgram" => "NicmsgDgram",
+        "nicmsg_lm_dgram" => "NicmsgLmDgram",
         "nicmsg_status" => "NicmsgStatus",
         "struct iovec" => "libc::iovec",
         other => panic!("no Rust type known for the C type {other:?} (in {c:?})"),

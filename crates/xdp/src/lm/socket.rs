@@ -243,7 +243,7 @@ impl LmSocket {
             sending_bytes: config.sending_bytes,
         };
         let (me, list) = (config.me, config.peers);
-        Self::open_with(link, move |mut station_config, memory| {
+        Self::open_with(link, move |mut station_config, memory, _| {
             station_config.me = me;
             station_config.peers = peers;
             Core::Job {
@@ -270,9 +270,9 @@ impl LmSocket {
             placing_bytes: config.placing_bytes,
             sending_bytes: config.sending_bytes,
         };
-        let (local, capacity) = (config.local, config.capacity);
-        let incarnation = nicmsg_engine::incarnation::fresh(SocketAddr::V4(local));
-        Self::open_with(link, move |station_config, memory| {
+        let capacity = config.capacity;
+        Self::open_with(link, move |station_config, memory, local| {
+            let incarnation = nicmsg_engine::incarnation::fresh(SocketAddr::V4(local));
             Core::Open(Box::new(OpenStation::new(
                 station_config,
                 (SocketAddr::V4(local), capacity, incarnation),
@@ -285,9 +285,8 @@ impl LmSocket {
     /// configuration of the link's geometry (its node and peer numbers for `core` to set).
     fn open_with(
         config: Setup,
-        core: impl FnOnce(StationConfig, LmMemory) -> Core,
+        core: impl FnOnce(StationConfig, LmMemory, SocketAddrV4) -> Core,
     ) -> io::Result<Self> {
-        let local = config.local;
         let geometry = Geometry::new(
             HEADERS_LEN + FRAME_HEADER_LEN,
             config.udp_payload.saturating_sub(FRAME_HEADER_LEN),
@@ -301,7 +300,11 @@ impl LmSocket {
                 MAX_PLACED_FRAME
             )));
         }
-        let udp = UdpSocket::bind(local)?;
+        let udp = UdpSocket::bind(config.local)?;
+        // Port 0 took a free port: the filter and the peers need the one taken.
+        let SocketAddr::V4(local) = udp.local_addr()? else {
+            return Err(invalid("an LM socket binds an IPv4 address"));
+        };
         nicmsg_udp::force_buffer_sizes(udp.as_raw_fd(), SOCKET_BUFFER_BYTES);
         let mut placing = match config.placing_bytes {
             0 => None,
@@ -332,7 +335,7 @@ impl LmSocket {
         let longest = geometry.header_len() + geometry.frame_payload();
         station_config.fill_slots = PLACING_POSITIONS / longest.div_ceil(BUFFER_BYTES);
         Ok(Self {
-            core: core(station_config, memory),
+            core: core(station_config, memory, local),
             placing,
             udp,
             local,
