@@ -10,8 +10,9 @@ use nicmsg::lm_dgram::LmDgramSocket;
 use nicmsg::Error;
 use std::net::SocketAddr;
 
+/// Either socket, boxed: each is a few hundred bytes, and a program has one.
 pub enum AnyDgram {
-    Engine(DgramSocket),
+    Engine(Box<DgramSocket>),
     Lm(Box<LmDgramSocket>),
 }
 
@@ -22,7 +23,7 @@ impl AnyDgram {
         Ok(if lm {
             Self::Lm(Box::new(LmDgramSocket::bind(address)?))
         } else {
-            Self::Engine(DgramSocket::bind(address)?)
+            Self::Engine(Box::new(DgramSocket::bind(address)?))
         })
     }
 
