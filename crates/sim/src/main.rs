@@ -5,6 +5,7 @@
 
 use clap::Parser;
 use nicmsg_proto::UnexpectedPolicy;
+use nicmsg_sim::lm::open::{sweep_lm_open, OpenLmSpec};
 use nicmsg_sim::lm::{sweep_lm, LmSpec};
 use nicmsg_sim::open::{run_open, OpenSpec};
 use nicmsg_sim::report::{fmt_ns, render_failure};
@@ -132,6 +133,8 @@ struct Cli {
     /// Run LM's admission control and in-place placement (`nicmsg-lm`) instead of the engine's
     /// workloads: nodes send transfers of 1 to 300 frames, placed where admitted (see
     /// docs/simulator.md, "LM"). Takes the seeds, the network options and --ranks (nodes).
+    /// With --open: open LM stations (peers added by address), clients and servers, with
+    /// --restart and --open-slots.
     #[arg(long)]
     lm: bool,
     /// With --lm: probability that one node dies during a run.
@@ -146,8 +149,9 @@ struct Cli {
     #[arg(long, default_value_t = 0.0)]
     restart: f64,
     /// With --open: the server's peer slots (fewer than the clients makes them share).
-    #[arg(long, default_value_t = 8)]
-    open_slots: u32,
+    /// Default: 8, and with --lm --open enough for every peer to restart once.
+    #[arg(long)]
+    open_slots: Option<u32>,
 }
 
 /// The workloads named; `all` is every workload the mode can run (PANIC's need the engine).
@@ -243,6 +247,9 @@ fn main() -> ExitCode {
         Some(seed) => vec![seed],
         None => (cli.seed_start..cli.seed_start.saturating_add(cli.seeds)).collect(),
     };
+    if cli.lm && cli.open {
+        return run_lm_open_sweep(&cli, &seeds);
+    }
     if cli.lm {
         return run_lm_sweep(&cli, &seeds);
     }
@@ -349,7 +356,7 @@ fn run_open_sweep(cli: &Cli, seeds: &[u64]) -> ExitCode {
             spec.clients = cli.ranks.map_or(spec.clients, |r| r.max(2) - 1);
             spec.datagrams = ((spec.datagrams as f64 * cli.scale).round() as u32).max(1);
             spec.restart = cli.restart;
-            spec.server_slots = cli.open_slots.max(1);
+            spec.server_slots = cli.open_slots.unwrap_or(8).max(1);
             let result = run_open(&spec);
             runs += 1;
             received += result.received;
@@ -373,6 +380,62 @@ fn run_open_sweep(cli: &Cli, seeds: &[u64]) -> ExitCode {
         started.elapsed().as_secs_f64()
     );
     if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// `--lm --open`: open LM stations, each seed with each loss rate, one after another.
+fn run_lm_open_sweep(cli: &Cli, seeds: &[u64]) -> ExitCode {
+    let mut specs = Vec::new();
+    for &seed in seeds {
+        for &loss in &cli.loss {
+            let mut spec = OpenLmSpec::new(seed, net_config(cli, loss));
+            spec.nodes = cli.ranks.unwrap_or(spec.nodes).max(2);
+            spec.transfers = ((spec.transfers as f64 * cli.scale).round() as u32).max(1);
+            spec.restart = cli.restart;
+            spec.slots = cli.open_slots;
+            specs.push(spec);
+        }
+    }
+    eprintln!("nicmsg-sim --lm --open: {} runs", specs.len());
+    let started = std::time::Instant::now();
+    let mut done = 0usize;
+    let mut last = std::time::Instant::now();
+    let (failures, total) = sweep_lm_open(&specs, &mut |_| {
+        done += 1;
+        if cli.progress > 0.0 && last.elapsed().as_secs_f64() >= cli.progress {
+            last = std::time::Instant::now();
+            eprintln!("  {done}/{} runs", specs.len());
+        }
+    });
+    println!(
+        "{} runs, {} violations, {:.1} s: {} transfers, {} delivered ({} placed, {} one-copy); {} restarts, {} RESETs sent; frames: {} placed, {} copied ({} damaged landings, {} resends asked); bytes of placed transfers: {} placed, {} copied; {} admitted transfers on clean networks without restarts copied nothing",
+        specs.len(),
+        failures.len(),
+        started.elapsed().as_secs_f64(),
+        total.transfers,
+        total.delivered,
+        total.placed_transfers,
+        total.one_copy_transfers,
+        total.restarts,
+        total.resets_sent,
+        total.placed_frames,
+        total.copied_frames,
+        total.damaged_landings,
+        total.resends_asked,
+        total.placed_bytes,
+        total.copied_bytes_placed,
+        total.clean_admitted,
+    );
+    for failure in failures.iter().take(cli.show) {
+        println!("FAILED: {}", failure.spec.replay_command());
+        for violation in failure.violations.list() {
+            println!("  {violation}");
+        }
+    }
+    if failures.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

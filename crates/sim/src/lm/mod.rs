@@ -19,8 +19,12 @@
 
 mod frames;
 mod node;
+pub mod open;
+
+use std::fmt;
 
 use nicmsg_lm::fill::WHOLE_FRAME_BUFFERS;
+use nicmsg_lm::station::{Station, StationStats};
 use nicmsg_lm::Geometry;
 use nicmsg_proto::Nanos;
 
@@ -28,7 +32,7 @@ use crate::content::mix;
 use crate::net::{Event, Network};
 use crate::rng::SimRng;
 use crate::NetConfig;
-use node::{Node, Outgoing};
+use node::{Device, Node, Outgoing, SimRegions, Stack};
 
 /// The longest virtual time of one run: far more than any run needs (a dead receiver's
 /// transfers are given up within about a second, an expired lease frees a receiver in two).
@@ -101,6 +105,11 @@ pub struct LmStats {
     pub frames_resent: u64,
     /// Admitted transfers of clean runs with no ordinary chunk ahead, and the bytes they copied.
     pub clean_admitted: u64,
+    /// Transfers received (open stations: every life's).
+    pub delivered: u64,
+    /// Open stations: nodes that restarted, and RESETs sent.
+    pub restarts: u64,
+    pub resets_sent: u64,
     pub events: u64,
     pub virtual_ns: Nanos,
 }
@@ -124,6 +133,9 @@ impl LmStats {
         self.resends_asked += o.resends_asked;
         self.frames_resent += o.frames_resent;
         self.clean_admitted += o.clean_admitted;
+        self.delivered += o.delivered;
+        self.restarts += o.restarts;
+        self.resets_sent += o.resets_sent;
         self.events += o.events;
         self.virtual_ns = self.virtual_ns.max(o.virtual_ns);
     }
@@ -158,27 +170,90 @@ pub struct LmResult {
     pub stats: LmStats,
 }
 
-/// Every transfer's bytes: a function of sender, receiver, the sender's number for it at
-/// that receiver, and offset.
-#[derive(Debug, Default)]
-pub struct Catalogue;
+/// What a transfer carries, which its every byte is a function of (with its offset).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Label {
+    /// A job's: sender, receiver and the sender's number for it at that receiver (which the
+    /// receiver knows it by).
+    Job { from: u32, to: u32, number: u32 },
+    /// An open station's: sender, the sender's life and its tag for the transfer (a sender's
+    /// numbers start over with each conversation, so the transfer says this itself, in its
+    /// first [`STAMP_LEN`] bytes).
+    Open { from: u32, life: u32, tag: u32 },
+}
 
-impl Catalogue {
-    pub fn byte(from: u32, to: u32, number: u32, offset: usize) -> u8 {
-        let word = mix(u64::from(from) << 48
-            ^ u64::from(to) << 40
-            ^ u64::from(number) << 20
-            ^ (offset / 8) as u64);
+/// Bytes at the start of an open station's transfer that say what it carries.
+pub const STAMP_LEN: usize = 12;
+
+impl Label {
+    pub fn from(self) -> u32 {
+        match self {
+            Label::Job { from, .. } | Label::Open { from, .. } => from,
+        }
+    }
+
+    pub fn byte(self, offset: usize) -> u8 {
+        let (a, b, c) = match self {
+            Label::Job { from, to, number } => (from, to, number),
+            Label::Open { from, life, tag } => {
+                if offset < STAMP_LEN {
+                    let word = [from, life, tag][offset / 4];
+                    return word.to_le_bytes()[offset % 4];
+                }
+                (from, life, tag)
+            }
+        };
+        let word =
+            mix(u64::from(a) << 48 ^ u64::from(b) << 40 ^ u64::from(c) << 20 ^ (offset / 8) as u64);
         (word >> ((offset % 8) * 8)) as u8
     }
 
-    pub fn first_wrong_byte(from: u32, to: u32, number: u32, message: &[u8]) -> Option<usize> {
+    /// What an open station's transfer says it carries.
+    pub fn read_stamp(bytes: &[u8]) -> Option<Label> {
+        let word = |at: usize| {
+            let bytes = bytes.get(at..at + 4)?;
+            Some(u32::from_le_bytes(bytes.try_into().expect("4 bytes")))
+        };
+        Some(Label::Open {
+            from: word(0)?,
+            life: word(4)?,
+            tag: word(8)?,
+        })
+    }
+
+    pub fn first_wrong_byte(self, message: &[u8]) -> Option<usize> {
         message
             .iter()
             .enumerate()
-            .find(|&(i, &b)| b != Self::byte(from, to, number, i))
+            .find(|&(i, &b)| b != self.byte(i))
             .map(|(i, _)| i)
     }
+}
+
+impl fmt::Display for Label {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Label::Job { from, number, .. } => write!(f, "{from}/{number}"),
+            Label::Open { from, life, tag } => write!(f, "{from}.{life}/{tag}"),
+        }
+    }
+}
+
+/// A station's counters, added to `t`.
+fn add_station(t: &mut LmStats, s: &StationStats) {
+    t.placed_transfers += s.placed_transfers;
+    t.one_copy_transfers += s.one_copy_transfers;
+    t.placed_frames += s.placed_frames;
+    t.copied_frames += s.copied_frames;
+    t.placed_bytes += s.placed_bytes;
+    t.copied_bytes_placed += s.copied_bytes_placed;
+    t.restored_bytes += s.restored_bytes;
+    t.held_for_slot += s.held_for_slot;
+    t.damaged_landings += s.damaged_landings;
+    t.dropped_damaged += s.dropped_malformed;
+    t.duplicates += s.duplicates;
+    t.resends_asked += s.resends_asked;
+    t.frames_resent += s.frames_resent;
 }
 
 /// Transfer sizes, in frames of the run's payload and a few bytes more or less: one frame
@@ -206,6 +281,26 @@ fn device_buffer(rng: &mut SimRng, mtu: u32) -> u32 {
     }
 }
 
+/// The stations of a run: their geometry at `mtu`, window and device, drawn.
+fn draw_stations(rng: &mut SimRng, mtu: u32) -> (Geometry, u32, Device) {
+    let header_len = frames::HEADER_LEN;
+    let payload = mtu as usize - header_len;
+    let geometry = Geometry::new(header_len, payload).expect("the simulation's MTU fits LM");
+    let window = [1, 2, 8, 32, 128][rng.below(5) as usize];
+    let buffer_bytes = device_buffer(rng, mtu);
+    let ordinary_chunks = match buffer_bytes {
+        // A device whose frames span buffers has the kernel's path for every other frame
+        // (AF_XDP): ordinary chunks would be one buffer, which a frame of a run can never take.
+        WHOLE_FRAME_BUFFERS => [0, 0, 4, 16][rng.below(4) as usize],
+        _ => 0,
+    };
+    let device = Device {
+        ordinary_chunks,
+        buffer_bytes,
+    };
+    (geometry, window, device)
+}
+
 /// Where every station's transfer numbers start: in half the runs just below `u32::MAX`, so
 /// a run's few transfers to a receiver cross the wrap a long-running node crosses after 2^32.
 /// Drawn from the seed, not from the run's generator, which would change every run's draws.
@@ -220,17 +315,8 @@ fn first_number(seed: u64) -> u32 {
 /// Runs one seed.
 pub fn run_lm(spec: &LmSpec) -> LmResult {
     let mut rng = SimRng::new(spec.seed, 0x4c4d);
-    let header_len = frames::HEADER_LEN;
-    let payload = spec.net.mtu as usize - header_len;
-    let geometry = Geometry::new(header_len, payload).expect("the simulation's MTU fits LM");
-    let window = [1, 2, 8, 32, 128][rng.below(5) as usize];
-    let device_buffer_bytes = device_buffer(&mut rng, spec.net.mtu);
-    let ordinary_chunks = match device_buffer_bytes {
-        // A device whose frames span buffers has the kernel's path for every other frame
-        // (AF_XDP): ordinary chunks would be one buffer, which a frame of a run can never take.
-        WHOLE_FRAME_BUFFERS => [0, 0, 4, 16][rng.below(4) as usize],
-        _ => 0,
-    };
+    let (geometry, window, device) = draw_stations(&mut rng, spec.net.mtu);
+    let payload = geometry.frame_payload();
     let mut plans = Vec::new();
     for from in 0..spec.nodes {
         for _ in 0..spec.transfers {
@@ -242,7 +328,6 @@ pub fn run_lm(spec: &LmSpec) -> LmResult {
     }
     let mut nodes: Vec<Node> = (0..spec.nodes)
         .map(|me| {
-            let device = (ordinary_chunks, device_buffer_bytes);
             let numbers = (window, first_number(spec.seed));
             Node::new(me, spec.nodes, geometry, numbers, device)
         })
@@ -257,19 +342,12 @@ pub fn run_lm(spec: &LmSpec) -> LmResult {
             rng.below(3_000_000),
         )
     });
-    let mut world = World {
-        nodes,
-        network,
-        rng,
-        stats: LmStats::default(),
-        violations: Violations::default(),
-        now: 0,
-    };
+    let mut world = World::new(nodes, network, rng);
     if let Some((rank, at)) = death {
         world.network.schedule(at, Event::Death { rank });
     }
     world.run();
-    world.check_end(spec, ordinary_chunks);
+    world.check_end(spec, device.ordinary_chunks);
     LmResult {
         spec: spec.clone(),
         violations: world.violations,
@@ -277,16 +355,34 @@ pub fn run_lm(spec: &LmSpec) -> LmResult {
     }
 }
 
-struct World {
-    nodes: Vec<Node>,
+/// The token of a wake-up that restarts its node (an engine's turn is 0).
+const RESTART: u64 = 1;
+
+/// A run's nodes over its network, in virtual time.
+struct World<S: Stack> {
+    nodes: Vec<Node<S>>,
     network: Network,
     rng: SimRng,
     stats: LmStats,
     violations: Violations,
     now: Nanos,
+    /// Virtual time after which a run still busy is a hang.
+    max_virtual_ns: Nanos,
 }
 
-impl World {
+impl<S: Stack> World<S> {
+    fn new(nodes: Vec<Node<S>>, network: Network, rng: SimRng) -> Self {
+        Self {
+            nodes,
+            network,
+            rng,
+            stats: LmStats::default(),
+            violations: Violations::default(),
+            now: 0,
+            max_virtual_ns: MAX_VIRTUAL_NS,
+        }
+    }
+
     fn run(&mut self) {
         loop {
             let timer = self
@@ -303,7 +399,7 @@ impl World {
             };
             self.now = self.now.max(next);
             self.stats.events += 1;
-            if self.now > MAX_VIRTUAL_NS || self.stats.events > MAX_EVENTS {
+            if self.now > self.max_virtual_ns || self.stats.events > MAX_EVENTS {
                 self.violations.push(format!(
                     "hang: still busy after {} events and {} ns",
                     self.stats.events, self.now
@@ -337,6 +433,13 @@ impl World {
                 );
                 self.maybe_engine_turn(frame.dst);
                 self.flush(frame.dst);
+            }
+            Event::Wake {
+                rank,
+                token: RESTART,
+            } => {
+                self.nodes[rank as usize].restart(self.now);
+                self.stats.restarts += 1;
             }
             Event::Wake { rank, .. } => {
                 if self.nodes[rank as usize].alive {
@@ -372,6 +475,30 @@ impl World {
         }
     }
 
+    /// The stations' counters (every life's), added up into the run's.
+    fn add_station_stats(&mut self) {
+        for node in &self.nodes {
+            add_station(&mut self.stats, node.station().stats());
+            self.stats.add(&node.ended_lives);
+        }
+    }
+
+    /// On a clean network with no ordinary chunk ahead in the fill queue, admitted transfers
+    /// copy no byte.
+    fn check_clean(&mut self, clean: bool, ordinary_chunks: u32) {
+        if clean && ordinary_chunks == 0 {
+            self.stats.clean_admitted += self.stats.placed_transfers;
+            if self.stats.copied_bytes_placed > 0 {
+                self.violations.push(format!(
+                    "clean network: admitted transfers copied {} B",
+                    self.stats.copied_bytes_placed
+                ));
+            }
+        }
+    }
+}
+
+impl World<Station<SimRegions>> {
     fn check_end(&mut self, spec: &LmSpec, ordinary_chunks: u32) {
         self.stats.virtual_ns = self.now;
         self.add_station_stats();
@@ -384,7 +511,7 @@ impl World {
                 }
                 let received = out
                     .delivered_as()
-                    .and_then(|number| self.nodes[out.to as usize].received_len(node.me, number));
+                    .and_then(|label| self.nodes[out.to as usize].received_len(&label));
                 if received != Some(out.len) {
                     self.violations.push(format!(
                         "transfer of {} B from {} to {} not delivered (gave up: {}, received: {received:?})",
@@ -405,72 +532,45 @@ impl World {
         for what in found {
             self.violations.push(what);
         }
-        if spec.is_clean() && ordinary_chunks == 0 {
-            self.stats.clean_admitted += self.stats.placed_transfers;
-            if self.stats.copied_bytes_placed > 0 {
-                self.violations.push(format!(
-                    "clean network: admitted transfers copied {} B",
-                    self.stats.copied_bytes_placed
-                ));
-            }
-        }
-    }
-
-    /// The stations' counters, added up into the run's.
-    fn add_station_stats(&mut self) {
-        for node in &self.nodes {
-            let s = node.station().stats();
-            let t = &mut self.stats;
-            t.placed_transfers += s.placed_transfers;
-            t.one_copy_transfers += s.one_copy_transfers;
-            t.placed_frames += s.placed_frames;
-            t.copied_frames += s.copied_frames;
-            t.placed_bytes += s.placed_bytes;
-            t.copied_bytes_placed += s.copied_bytes_placed;
-            t.restored_bytes += s.restored_bytes;
-            t.held_for_slot += s.held_for_slot;
-            t.damaged_landings += s.damaged_landings;
-            t.dropped_damaged += s.dropped_malformed;
-            t.duplicates += s.duplicates;
-            t.resends_asked += s.resends_asked;
-            t.frames_resent += s.frames_resent;
-        }
+        self.check_clean(spec.is_clean(), ordinary_chunks);
     }
 }
 
-/// What is wrong with a live node at the end of a run.
+/// What is wrong with a live node of a job at the end of a run.
 fn node_at_end(node: &Node, spec: &LmSpec, alive: &[bool]) -> Vec<String> {
-    let station = node.station();
-    let mut found = Vec::new();
-    if station.active_placements() > 0 || station.admission().placing().is_some() {
-        found.push(format!("node {} still places a transfer", node.me));
-    }
-    if station.placement_slots_waiting() > 0 {
-        found.push(format!(
-            "node {}: placement slots left in its fill queue",
-            node.me
-        ));
-    }
-    if station.admission().poll_timeout().is_some() {
-        found.push(format!(
-            "node {}: admission messages unanswered at the end",
-            node.me
-        ));
-    }
-    if spec.net.corrupt == 0.0 && station.stats().dropped_malformed > 0 {
-        found.push(format!(
-            "node {}: {} frames dropped as malformed with no corruption",
-            node.me,
-            station.stats().dropped_malformed
-        ));
-    }
+    let mut found = station_at_end(node.me, node.station(), spec.net.corrupt);
     for peer in (0..spec.nodes).filter(|&p| p != node.me && alive[p as usize]) {
-        if station.admission().is_busy(peer) {
+        if node.station().admission().is_busy(peer) {
             found.push(format!(
                 "node {} thinks node {peer} busy at the end",
                 node.me
             ));
         }
+    }
+    found
+}
+
+/// What is wrong with node `me`'s station at the end of a run, a job's or an open one: a
+/// transfer still placed, placement slots waiting, admission messages unanswered, frames
+/// dropped as malformed on a network that corrupts none.
+fn station_at_end(me: u32, station: &Station<SimRegions>, corrupt: f64) -> Vec<String> {
+    let mut found = Vec::new();
+    if station.active_placements() > 0 || station.admission().placing().is_some() {
+        found.push(format!("node {me} still places a transfer"));
+    }
+    if station.placement_slots_waiting() > 0 {
+        found.push(format!("node {me}: placement slots left in its fill queue"));
+    }
+    if station.admission().poll_timeout().is_some() {
+        found.push(format!(
+            "node {me}: admission messages unanswered at the end"
+        ));
+    }
+    if corrupt == 0.0 && station.stats().dropped_malformed > 0 {
+        found.push(format!(
+            "node {me}: {} frames dropped as malformed with no corruption",
+            station.stats().dropped_malformed
+        ));
     }
     found
 }
