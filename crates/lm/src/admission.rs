@@ -189,6 +189,8 @@ pub struct AdmissionStats {
     pub known_busy: u64,
     pub no_answer: u64,
     pub leases_expired: u64,
+    /// Placements the station gave up because its fill queue was blocked ahead of them.
+    pub placements_given_up: u64,
     pub retransmissions: u64,
     pub stale_requests: u64,
     pub dropped_malformed: u64,
@@ -305,6 +307,16 @@ impl Admission {
         self.newest_request[peer as usize] = None;
         self.views[peer as usize] = (0, false);
         self.transmit.retain(|&(to, _)| to != peer);
+    }
+
+    /// Receiver: gives up placing `key` (its frames cannot reach their slots: the station's
+    /// fill queue is blocked ahead of them); the transfer goes on by copy, and the receiver
+    /// is free for the next.
+    pub fn give_up_placing(&mut self, now: Nanos, key: TransferKey) {
+        if self.placing.is_some_and(|p| p.key == key) {
+            self.stats.placements_given_up += 1;
+            self.end_placing(now, None);
+        }
     }
 
     /// Whether admission has nothing going on with `peer`: no transfer asked of it or placed

@@ -411,7 +411,7 @@ fn run_lm_open_sweep(cli: &Cli, seeds: &[u64]) -> ExitCode {
         }
     });
     println!(
-        "{} runs, {} violations, {:.1} s: {} transfers, {} delivered ({} placed, {} one-copy); {} restarts, {} RESETs sent; frames: {} placed, {} copied ({} damaged landings, {} resends asked); bytes of placed transfers: {} placed, {} copied; {} admitted transfers on clean networks without restarts copied nothing",
+        "{} runs, {} violations, {:.1} s: {} transfers, {} delivered ({} placed, {} one-copy); {} restarts, {} RESETs sent, {} transfers taken by two lives of a receiver; frames: {} placed, {} copied ({} damaged landings, {} resends asked); bytes of placed transfers: {} placed, {} copied; {} admitted transfers on clean networks without restarts copied nothing",
         specs.len(),
         failures.len(),
         started.elapsed().as_secs_f64(),
@@ -421,6 +421,7 @@ fn run_lm_open_sweep(cli: &Cli, seeds: &[u64]) -> ExitCode {
         total.one_copy_transfers,
         total.restarts,
         total.resets_sent,
+        total.taken_by_two_lives,
         total.placed_frames,
         total.copied_frames,
         total.damaged_landings,

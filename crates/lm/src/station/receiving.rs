@@ -380,8 +380,25 @@ impl<R: Regions> Station<R> {
             Copied::Duplicate => self.stats.duplicates += 1,
             Copied::HeldForSlot => self.stats.held_for_slot += 1,
         }
+        if copied == Copied::HeldForSlot && self.blocked_ahead_of(payload.len()) {
+            // Its slot waits behind one no frame of this transfer can take: were it held
+            // again and again, the transfer would never end. It goes on by copy.
+            self.admission.give_up_placing(now, key);
+            self.take_admission_events(now);
+            return;
+        }
         self.admission.progress(now, key);
         self.after_placed_progress(now, key, copied);
+    }
+
+    /// Whether the fill queue's next slot is a void one too short for a frame of `payload`
+    /// bytes: the rest of a void run a shorter frame took the start of (a device with
+    /// scatter-gather fills a run's addresses one buffer at a time). Only shorter frames (a
+    /// control frame, a transfer's last) can take it, and while none comes, every slot behind
+    /// it waits.
+    fn blocked_ahead_of(&self, payload: usize) -> bool {
+        let frame = (self.config.geometry.header_len() + payload) as u32;
+        matches!(self.fill.head(), Some(Slot::Void { capacity, .. }) if *capacity < frame)
     }
 
     /// A frame took the placement slot of frame `index` of `key`; its payload is in the

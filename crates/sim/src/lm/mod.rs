@@ -110,6 +110,9 @@ pub struct LmStats {
     /// Open stations: nodes that restarted, and RESETs sent.
     pub restarts: u64,
     pub resets_sent: u64,
+    /// Open stations: transfers taken by two lives of a receiver (a late copy from a peer
+    /// that never heard the first life, which a new life cannot tell from a new transfer).
+    pub taken_by_two_lives: u64,
     pub events: u64,
     pub virtual_ns: Nanos,
 }
@@ -136,6 +139,7 @@ impl LmStats {
         self.delivered += o.delivered;
         self.restarts += o.restarts;
         self.resets_sent += o.resets_sent;
+        self.taken_by_two_lives += o.taken_by_two_lives;
         self.events += o.events;
         self.virtual_ns = self.virtual_ns.max(o.virtual_ns);
     }

@@ -4,7 +4,7 @@
 //! real engine polls its ring. The station is a job's ([`Station`]) or an open one
 //! (`OpenStation`, in `open.rs`): both are a [`Stack`] to the node.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use nicmsg_lm::fill::{Arrival, Slot, Steer};
 use nicmsg_lm::send_buffer::HoleBuffer;
@@ -312,6 +312,13 @@ pub struct Node<S: Stack = Station<SimRegions>> {
     chunks: Vec<Vec<u8>>,
     /// Transfers received, by every life of the node: what they carried, and their length.
     received: BTreeMap<Label, usize>,
+    /// Transfers received, by the life of this node that took them: exactly once is promised
+    /// within a life. A restarted receiver cannot tell a late copy of a transfer its earlier
+    /// life took, sent by a peer that never heard from it (so names no conversation of it),
+    /// from a new conversation's first transfer (`docs/dgram.md`, the same for the engine's
+    /// datagram sockets); such transfers are counted in `taken_by_two_lives`.
+    received_in_life: BTreeSet<(u32, Label)>,
+    pub taken_by_two_lives: u64,
     pub outgoing: Vec<Outgoing>,
     /// Frames to put on the network: (destination, bytes).
     pub out: Vec<(u32, Vec<u8>)>,
@@ -352,6 +359,8 @@ impl<S: Stack> Node<S> {
             ring: VecDeque::new(),
             chunks: vec![vec![0; chunk as usize]; device.ordinary_chunks as usize],
             received: BTreeMap::new(),
+            received_in_life: BTreeSet::new(),
+            taken_by_two_lives: 0,
             outgoing: Vec::new(),
             out: Vec::new(),
             answers: None,
@@ -634,8 +643,12 @@ impl<S: Stack> Node<S> {
             ));
             return;
         };
-        if self.received.insert(label, bytes.len()).is_some() {
-            v.push(format!("node {me}: transfer {label} delivered twice"));
+        if !self.received_in_life.insert((self.life, label)) {
+            v.push(format!(
+                "node {me}: transfer {label} delivered twice in one life"
+            ));
+        } else if self.received.insert(label, bytes.len()).is_some() {
+            self.taken_by_two_lives += 1;
         }
         if let Some(bad) = label.first_wrong_byte(&bytes) {
             v.push(format!(

@@ -351,6 +351,7 @@ impl World<OpenStack> {
         let mut found = Vec::new();
         for node in &self.nodes {
             self.stats.resets_sent += node.stack().resets_sent();
+            self.stats.taken_by_two_lives += node.taken_by_two_lives;
             self.stats.transfers += node.outgoing.len() as u64;
             self.stats.delivered += node.transfers_received().count() as u64;
             found.extend(self.sends_at_end(spec, node));
