@@ -137,6 +137,18 @@ impl OpenNet {
         }
     }
 
+    /// Takes node 0's finished sends, leaving its frames queued.
+    fn collect_events_only(&mut self) {
+        while let Some(event) = self.nodes[0].poll_event() {
+            if let OpenEvent::Sent {
+                id, to, outcome, ..
+            } = event
+            {
+                self.sent[0].push((id, to, outcome));
+            }
+        }
+    }
+
     fn node_at(address_: SocketAddr) -> Option<usize> {
         (0..64).find(|&n| address(n) == address_)
     }
@@ -493,4 +505,65 @@ fn restarts_under_loss_duplication_and_reordering_lose_and_repeat_nothing() {
         delivered_total > 100,
         "the runs delivered something: {delivered_total}"
     );
+}
+
+/// An ADMISSION frame from `src` to `dst`, link bytes first.
+fn admission_frame(op: nicmsg_wire::admission::AdmissionOp, src: u32, dst: u32) -> Vec<u8> {
+    let repr = nicmsg_wire::admission::AdmissionRepr {
+        op,
+        number: 0,
+        len: 0,
+        key: 0,
+    };
+    let h = repr.to_header(JOB, src, dst).unwrap();
+    let mut frame = vec![0u8; nicmsg_wire::FRAME_HEADER_LEN];
+    nicmsg_wire::emit_headers(&h, None, &mut frame).unwrap();
+    nicmsg_wire::seal(&mut frame, &[]);
+    let mut out = vec![0x42; LINK];
+    out.extend_from_slice(&frame);
+    out
+}
+
+/// A send to a conversation that ends (RESET) with frames of it still queued, and the slot
+/// reused at once for the next send to the same address: that send has the same station id
+/// (numbering starts over), so frames queued for the first must not go out as the second's
+/// (they left while it still asked admission, unrequested and by copy).
+#[test]
+fn frames_queued_for_an_ended_conversation_do_not_leave_for_the_next_one() {
+    use nicmsg_wire::admission::AdmissionOp;
+    use nicmsg_wire::{Frame, FrameKind};
+    let mut net = OpenNet::new(2, 1);
+    let first = net.send(0, 1, 1, 1);
+    let (_, _, frame) = net.wire.pop_front().expect("the first send's frame");
+    let mine = Frame::parse(&frame[LINK..]).unwrap().header.src;
+    net.wire.clear();
+    // Silence: the sender probes, and the probe waits in its queue.
+    let now = net.now + 50_000_000;
+    net.nodes[0].handle_timeout(now);
+    // The receiver says it has no record of the conversation.
+    let reset = admission_frame(AdmissionOp::Reset, 0x5555, mine);
+    net.nodes[0].arrive(now, address(1), &reset[LINK..]);
+    net.now = now + 1;
+    net.collect_events_only();
+    assert_eq!(
+        net.outcome(0, first),
+        Some(Err(SendFailed::ConversationEnded))
+    );
+    // The next send, of three frames, asks admission first: nothing of it may leave yet.
+    net.now += 10;
+    let second = net.send(0, 1, 3 * PAYLOAD, 2);
+    let data: Vec<_> = net
+        .wire
+        .iter()
+        .filter_map(|(.., bytes)| Frame::parse(&bytes[LINK..]).ok())
+        .filter(|f| f.header.kind == FrameKind::LmData)
+        .map(|f| f.header.frame_index)
+        .collect();
+    assert!(
+        data.is_empty(),
+        "frames {data:?} left for the second send before admission answered"
+    );
+    net.settle();
+    assert_eq!(net.outcome(0, second), Some(Ok(())));
+    assert_eq!(net.tags_received(1, 0, &[2]), [2]);
 }

@@ -561,10 +561,18 @@ impl<R: Regions> Station<R> {
         let before = self.one_copy.len();
         self.one_copy.retain(|&(from, _), _| from != peer);
         self.stats.one_copy_expired += (before - self.one_copy.len()) as u64;
-        let before = self.transmit.len();
-        self.transmit
-            .retain(|pending| !matches!(pending, Pending::Control { to, .. } if *to == peer));
-        self.queued_controls -= before - self.transmit.len();
+        // Frame ranges of its sends go too: numbering starts over, so a later send to the
+        // slot has the same id as a failed one and would send the failed one's ranges as its
+        // own (before admission answered, unrequested).
+        let mut controls_dropped = 0;
+        self.transmit.retain(|pending| match pending {
+            Pending::Control { to, .. } => {
+                controls_dropped += usize::from(*to == peer);
+                *to != peer
+            }
+            Pending::Frames { id, .. } => id.to != peer,
+        });
+        self.queued_controls -= controls_dropped;
         let first = self.config.first_number;
         self.next_number[peer as usize] = first;
         self.delivered[peer as usize] = DeliveredWindow::starting_at(first);
