@@ -381,6 +381,11 @@ impl<R: Regions> OpenStation<R> {
                     message,
                 } => {
                     let Some(from) = self.directory.address(from) else {
+                        // Not reached (slots are bound before anything arrives through them,
+                        // and never unbound); a placed one's region must not stay lent.
+                        if let Received::Placed { region, .. } = message {
+                            self.station.release(region);
+                        }
                         continue;
                     };
                     self.events.push_back(OpenEvent::Received {

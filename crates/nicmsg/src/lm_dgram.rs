@@ -110,7 +110,13 @@ pub struct LmDgramSocket {
     /// borrows the socket's memory, so it cannot release its region itself).
     given_back: Vec<RegionId>,
     places: bool,
+    /// This socket's number among the process's sockets: a datagram taken out of one
+    /// ([`LmDatagram`]) names its region by index, which another socket must not free.
+    id: u64,
 }
+
+/// The next socket's number ([`LmDgramSocket::id`]).
+static NEXT_SOCKET: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl LmDgramSocket {
     /// Binds to `address` (an IPv4 address and a port) with the default options.
@@ -156,6 +162,7 @@ impl LmDgramSocket {
             finished: Vec::new(),
             given_back: Vec::new(),
             places,
+            id: NEXT_SOCKET.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
     }
 
@@ -250,7 +257,7 @@ impl LmDgramSocket {
     /// no byte copied in user space; one received by copy in its buffer. Dropping the
     /// [`LmLent`] gives the region back.
     pub fn recv_lent(&mut self) -> Result<LmLent<'_>, Error> {
-        let LmDatagram { from, received } = self.take_next()?;
+        let LmDatagram { from, received, .. } = self.take_next()?;
         let Self {
             socket, given_back, ..
         } = self;
@@ -276,22 +283,32 @@ impl LmDgramSocket {
             self.turn()?;
         }
         let (from, received) = self.waiting.pop_front().expect("one is waiting");
-        Ok(LmDatagram { from, received })
+        Ok(LmDatagram {
+            from,
+            received,
+            socket: self.id,
+        })
     }
 
-    /// The bytes of a datagram taken with [`take_next`](Self::take_next).
+    /// The bytes of a datagram taken from this socket with [`take_next`](Self::take_next)
+    /// (empty for one taken from another socket, whose region this one does not have).
     pub fn bytes_of<'a>(&'a mut self, datagram: &'a LmDatagram) -> &'a [u8] {
         match &datagram.received {
+            Received::Placed { .. } if datagram.socket != self.id => &[],
             Received::Placed { region, range } => &self.socket.region(*region)[range.clone()],
             Received::Copied(bytes) => bytes,
         }
     }
 
-    /// A datagram taken with [`take_next`](Self::take_next) is done with: a placed one's
-    /// region goes back to the socket.
+    /// A datagram taken from this socket with [`take_next`](Self::take_next) is done with: a
+    /// placed one's region goes back to the socket. One taken from another socket is dropped
+    /// here without touching this socket's regions (its own socket never gets it back).
     pub fn give_back(&mut self, datagram: LmDatagram) {
-        if let Received::Placed { region, .. } = datagram.received {
-            self.socket.release(region);
+        match datagram.received {
+            Received::Placed { region, .. } if datagram.socket == self.id => {
+                self.socket.release(region)
+            }
+            _ => {}
         }
     }
 
@@ -376,6 +393,8 @@ impl LmDgramSocket {
 pub struct LmDatagram {
     from: SocketAddr,
     received: Received,
+    /// The socket it was taken from ([`LmDgramSocket::id`]).
+    socket: u64,
 }
 
 impl LmDatagram {
@@ -455,5 +474,46 @@ fn refusal(error: OpenSendError) -> Error {
             limit: 0,
         },
         other => Error::InvalidArgument(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A datagram given back to another socket than its own freed that socket's region of the
+    /// same number, which could be lent or under a placement.
+    #[test]
+    fn a_datagram_is_given_back_only_to_its_own_socket() {
+        let options = LmDgramOptions {
+            place: false,
+            ..LmDgramOptions::default()
+        };
+        let mut a = LmDgramSocket::bind_with("127.0.0.1:0", options).expect("bind");
+        let mut b = LmDgramSocket::bind_with("127.0.0.1:0", options).expect("bind");
+        let token = LmDatagram {
+            from: b.local_addr(),
+            received: Received::Placed {
+                region: RegionId(0),
+                range: 0..4,
+            },
+            socket: b.id,
+        };
+        assert_ne!(a.id, b.id);
+        // Read `a`'s region 0 (a socket that receives by copy has none: a panic).
+        assert!(a.bytes_of(&token).is_empty(), "another socket's region");
+        // Freed `a`'s region 0 (on a placing socket, one lent or under a placement).
+        a.give_back(token);
+        let copied = LmDatagram {
+            from: a.local_addr(),
+            received: Received::Copied(vec![1, 2, 3]),
+            socket: a.id,
+        };
+        assert_eq!(
+            b.bytes_of(&copied),
+            &[1, 2, 3],
+            "a copied datagram is its own bytes"
+        );
+        b.give_back(copied);
     }
 }
