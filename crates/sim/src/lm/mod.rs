@@ -63,16 +63,6 @@ impl LmSpec {
         }
     }
 
-    fn is_clean(&self) -> bool {
-        let n = &self.net;
-        n.loss == 0.0
-            && n.dup == 0.0
-            && n.reorder == 0.0
-            && n.corrupt == 0.0
-            && n.partition == 0.0
-            && n.partitions.is_empty()
-    }
-
     /// The command that replays this run.
     pub fn replay_command(&self) -> String {
         let n = &self.net;
@@ -536,7 +526,7 @@ impl World<Station<SimRegions>> {
         for what in found {
             self.violations.push(what);
         }
-        self.check_clean(spec.is_clean(), ordinary_chunks);
+        self.check_clean(spec.net.is_clean(), ordinary_chunks);
     }
 }
 

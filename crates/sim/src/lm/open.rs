@@ -104,16 +104,6 @@ impl OpenLmSpec {
         self.server_slots() < self.enough_slots()
     }
 
-    fn is_clean(&self) -> bool {
-        let n = &self.net;
-        n.loss == 0.0
-            && n.dup == 0.0
-            && n.reorder == 0.0
-            && n.corrupt == 0.0
-            && n.partition == 0.0
-            && n.partitions.is_empty()
-    }
-
     /// The command that replays this run.
     pub fn replay_command(&self) -> String {
         let n = &self.net;
@@ -362,7 +352,7 @@ impl World<OpenStack> {
             self.violations.push(what);
         }
         let restarted = self.nodes.iter().any(|n| n.restarted.is_some());
-        self.check_clean(spec.is_clean() && !restarted, ordinary_chunks);
+        self.check_clean(spec.net.is_clean() && !restarted, ordinary_chunks);
     }
 
     /// Checks 3 and 4 of the module's list for `node`'s sends.
