@@ -5,8 +5,8 @@
 
 use clap::Parser;
 use nicmsg_proto::UnexpectedPolicy;
-use nicmsg_sim::lm::open::{sweep_lm_open, OpenLmSpec};
-use nicmsg_sim::lm::{sweep_lm, LmSpec};
+use nicmsg_sim::lm::open::OpenLmSpec;
+use nicmsg_sim::lm::{sweep_lm, LmRun, LmSpec, LmStats};
 use nicmsg_sim::open::{run_open, OpenSpec};
 use nicmsg_sim::report::{fmt_ns, render_failure};
 use nicmsg_sim::{
@@ -354,7 +354,7 @@ fn run_open_sweep(cli: &Cli, seeds: &[u64]) -> ExitCode {
         for &loss in &cli.loss {
             let mut spec = OpenSpec::new(seed, net_config(cli, loss));
             spec.clients = cli.ranks.map_or(spec.clients, |r| r.max(2) - 1);
-            spec.datagrams = ((spec.datagrams as f64 * cli.scale).round() as u32).max(1);
+            spec.datagrams = scaled(cli, spec.datagrams);
             spec.restart = cli.restart;
             spec.server_slots = cli.open_slots.unwrap_or(8).max(1);
             let result = run_open(&spec);
@@ -388,22 +388,85 @@ fn run_open_sweep(cli: &Cli, seeds: &[u64]) -> ExitCode {
 
 /// `--lm --open`: open LM stations, each seed with each loss rate, one after another.
 fn run_lm_open_sweep(cli: &Cli, seeds: &[u64]) -> ExitCode {
+    let spec = |seed, net| {
+        let mut spec = OpenLmSpec::new(seed, net);
+        spec.nodes = cli.ranks.unwrap_or(spec.nodes).max(2);
+        spec.transfers = scaled(cli, spec.transfers);
+        spec.restart = cli.restart;
+        spec.slots = cli.open_slots;
+        spec
+    };
+    run_lm_specs(cli, seeds, "--lm --open", spec, |total| {
+        format!(
+            "{} transfers, {} delivered ({} placed, {} one-copy); {} restarts, {} RESETs sent, {} transfers taken by two lives of a receiver; frames: {} placed, {} copied ({} damaged landings, {} resends asked); bytes of placed transfers: {} placed, {} copied; {} admitted transfers on clean networks without restarts copied nothing",
+            total.transfers,
+            total.delivered,
+            total.placed_transfers,
+            total.one_copy_transfers,
+            total.restarts,
+            total.resets_sent,
+            total.taken_by_two_lives,
+            total.placed_frames,
+            total.copied_frames,
+            total.damaged_landings,
+            total.resends_asked,
+            total.placed_bytes,
+            total.copied_bytes_placed,
+            total.clean_admitted,
+        )
+    })
+}
+
+/// `--lm`: LM's sweep, each seed with each loss rate, one after another.
+fn run_lm_sweep(cli: &Cli, seeds: &[u64]) -> ExitCode {
+    let spec = |seed, net| {
+        let mut spec = LmSpec::new(seed, net);
+        spec.nodes = cli.ranks.unwrap_or(spec.nodes).max(2);
+        spec.transfers = scaled(cli, spec.transfers);
+        spec.death = cli.death;
+        spec
+    };
+    run_lm_specs(cli, seeds, "--lm", spec, |total| {
+        format!(
+            "{} transfers ({} placed, {} one-copy); frames: {} placed, {} copied ({} held for their slot, {} damaged landings, {} resends asked, {} frames resent); bytes of placed transfers: {} placed, {} copied, {} restored from shadows; {} admitted transfers on clean networks copied nothing",
+            total.transfers,
+            total.placed_transfers,
+            total.one_copy_transfers,
+            total.placed_frames,
+            total.copied_frames,
+            total.held_for_slot,
+            total.damaged_landings,
+            total.resends_asked,
+            total.frames_resent,
+            total.placed_bytes,
+            total.copied_bytes_placed,
+            total.restored_bytes,
+            total.clean_admitted,
+        )
+    })
+}
+
+/// LM's runs (`flags`: `--lm`, `--lm --open`), each seed with each loss rate, one after
+/// another: `spec` makes a run from its seed and network, `totals` tells what the runs did.
+/// Prints progress, the summary and the first failing runs.
+fn run_lm_specs<S: LmRun>(
+    cli: &Cli,
+    seeds: &[u64],
+    flags: &str,
+    spec: impl Fn(u64, NetConfig) -> S,
+    totals: impl Fn(&LmStats) -> String,
+) -> ExitCode {
     let mut specs = Vec::new();
     for &seed in seeds {
         for &loss in &cli.loss {
-            let mut spec = OpenLmSpec::new(seed, net_config(cli, loss));
-            spec.nodes = cli.ranks.unwrap_or(spec.nodes).max(2);
-            spec.transfers = ((spec.transfers as f64 * cli.scale).round() as u32).max(1);
-            spec.restart = cli.restart;
-            spec.slots = cli.open_slots;
-            specs.push(spec);
+            specs.push(spec(seed, net_config(cli, loss)));
         }
     }
-    eprintln!("nicmsg-sim --lm --open: {} runs", specs.len());
+    eprintln!("nicmsg-sim {flags}: {} runs", specs.len());
     let started = std::time::Instant::now();
     let mut done = 0usize;
     let mut last = std::time::Instant::now();
-    let (failures, total) = sweep_lm_open(&specs, &mut |_| {
+    let (failures, total) = sweep_lm(&specs, &mut |_| {
         done += 1;
         if cli.progress > 0.0 && last.elapsed().as_secs_f64() >= cli.progress {
             last = std::time::Instant::now();
@@ -411,24 +474,11 @@ fn run_lm_open_sweep(cli: &Cli, seeds: &[u64]) -> ExitCode {
         }
     });
     println!(
-        "{} runs, {} violations, {:.1} s: {} transfers, {} delivered ({} placed, {} one-copy); {} restarts, {} RESETs sent, {} transfers taken by two lives of a receiver; frames: {} placed, {} copied ({} damaged landings, {} resends asked); bytes of placed transfers: {} placed, {} copied; {} admitted transfers on clean networks without restarts copied nothing",
+        "{} runs, {} violations, {:.1} s: {}",
         specs.len(),
         failures.len(),
         started.elapsed().as_secs_f64(),
-        total.transfers,
-        total.delivered,
-        total.placed_transfers,
-        total.one_copy_transfers,
-        total.restarts,
-        total.resets_sent,
-        total.taken_by_two_lives,
-        total.placed_frames,
-        total.copied_frames,
-        total.damaged_landings,
-        total.resends_asked,
-        total.placed_bytes,
-        total.copied_bytes_placed,
-        total.clean_admitted,
+        totals(&total),
     );
     for failure in failures.iter().take(cli.show) {
         println!("FAILED: {}", failure.spec.replay_command());
@@ -443,57 +493,7 @@ fn run_lm_open_sweep(cli: &Cli, seeds: &[u64]) -> ExitCode {
     }
 }
 
-/// `--lm`: LM's sweep, each seed with each loss rate, one after another.
-fn run_lm_sweep(cli: &Cli, seeds: &[u64]) -> ExitCode {
-    let mut specs = Vec::new();
-    for &seed in seeds {
-        for &loss in &cli.loss {
-            let mut spec = LmSpec::new(seed, net_config(cli, loss));
-            spec.nodes = cli.ranks.unwrap_or(spec.nodes).max(2);
-            spec.transfers = ((spec.transfers as f64 * cli.scale).round() as u32).max(1);
-            spec.death = cli.death;
-            specs.push(spec);
-        }
-    }
-    eprintln!("nicmsg-sim --lm: {} runs", specs.len());
-    let started = std::time::Instant::now();
-    let mut done = 0usize;
-    let mut last = std::time::Instant::now();
-    let (failures, total) = sweep_lm(&specs, &mut |_| {
-        done += 1;
-        if cli.progress > 0.0 && last.elapsed().as_secs_f64() >= cli.progress {
-            last = std::time::Instant::now();
-            eprintln!("  {done}/{} runs", specs.len());
-        }
-    });
-    println!(
-        "{} runs, {} violations, {:.1} s: {} transfers ({} placed, {} one-copy); frames: {} placed, {} copied ({} held for their slot, {} damaged landings, {} resends asked, {} frames resent); bytes of placed transfers: {} placed, {} copied, {} restored from shadows; {} admitted transfers on clean networks copied nothing",
-        specs.len(),
-        failures.len(),
-        started.elapsed().as_secs_f64(),
-        total.transfers,
-        total.placed_transfers,
-        total.one_copy_transfers,
-        total.placed_frames,
-        total.copied_frames,
-        total.held_for_slot,
-        total.damaged_landings,
-        total.resends_asked,
-        total.frames_resent,
-        total.placed_bytes,
-        total.copied_bytes_placed,
-        total.restored_bytes,
-        total.clean_admitted,
-    );
-    for failure in failures.iter().take(cli.show) {
-        println!("FAILED: {}", failure.spec.replay_command());
-        for violation in failure.violations.list() {
-            println!("  {violation}");
-        }
-    }
-    if failures.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+/// `count` of the workload's default, times `--scale`, at least 1.
+fn scaled(cli: &Cli, count: u32) -> u32 {
+    ((count as f64 * cli.scale).round() as u32).max(1)
 }

@@ -52,6 +52,19 @@ pub struct NetConfig {
     pub link_checks_payload: bool,
 }
 
+impl NetConfig {
+    /// True if the network does nothing to frames but carry them: no loss, duplication,
+    /// reordering, corruption or partition.
+    pub fn is_clean(&self) -> bool {
+        self.loss == 0.0
+            && self.dup == 0.0
+            && self.reorder == 0.0
+            && self.corrupt == 0.0
+            && self.partition == 0.0
+            && self.partitions.is_empty()
+    }
+}
+
 impl Default for NetConfig {
     fn default() -> Self {
         Self {

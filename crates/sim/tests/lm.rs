@@ -3,8 +3,12 @@
 //! placed or unanswered, under loss, duplication, reordering, corruption, partitions and a
 //! death; and on a clean network, admitted transfers copy nothing. A few seconds on two cores.
 
-use nicmsg_sim::lm::{sweep_lm, LmResult, LmSpec, LmStats};
+#[path = "support/lm.rs"]
+mod support;
+
+use nicmsg_sim::lm::LmSpec;
 use nicmsg_sim::NetConfig;
+use support::run;
 
 fn specs(
     seeds: std::ops::Range<u64>,
@@ -13,22 +17,12 @@ fn specs(
     nodes: u32,
     death: f64,
 ) -> Vec<LmSpec> {
-    let mut specs = Vec::new();
-    for seed in seeds {
-        for &loss in losses {
-            let mut spec = LmSpec::new(
-                seed,
-                NetConfig {
-                    loss,
-                    ..net.clone()
-                },
-            );
-            spec.nodes = nodes;
-            spec.death = death;
-            specs.push(spec);
-        }
-    }
-    specs
+    support::specs(seeds, losses, net, |seed, net| {
+        let mut spec = LmSpec::new(seed, net);
+        spec.nodes = nodes;
+        spec.death = death;
+        spec
+    })
 }
 
 fn faulty() -> NetConfig {
@@ -39,32 +33,6 @@ fn faulty() -> NetConfig {
         partition: 0.05,
         ..NetConfig::default()
     }
-}
-
-fn assert_clean(failures: &[LmResult]) {
-    let shown: Vec<String> = failures
-        .iter()
-        .take(5)
-        .map(|f| {
-            format!(
-                "{}\n  {}",
-                f.spec.replay_command(),
-                f.violations.list().join("\n  ")
-            )
-        })
-        .collect();
-    assert!(
-        failures.is_empty(),
-        "{} failing runs:\n{}",
-        failures.len(),
-        shown.join("\n")
-    );
-}
-
-fn run(specs: &[LmSpec]) -> LmStats {
-    let (failures, stats) = sweep_lm(specs, &mut |_| {});
-    assert_clean(&failures);
-    stats
 }
 
 #[test]

@@ -5,9 +5,12 @@
 //! restarted under it or slots are shared; nothing is left placed at the end; on a clean
 //! network placed transfers copy nothing. A few seconds in release.
 
-use nicmsg_sim::lm::open::{sweep_lm_open, OpenLmResult, OpenLmSpec};
-use nicmsg_sim::lm::LmStats;
+#[path = "support/lm.rs"]
+mod support;
+
+use nicmsg_sim::lm::open::OpenLmSpec;
 use nicmsg_sim::NetConfig;
+use support::run;
 
 fn specs(
     seeds: std::ops::Range<u64>,
@@ -16,22 +19,12 @@ fn specs(
     restart: f64,
     slots: Option<u32>,
 ) -> Vec<OpenLmSpec> {
-    let mut specs = Vec::new();
-    for seed in seeds {
-        for &loss in losses {
-            let mut spec = OpenLmSpec::new(
-                seed,
-                NetConfig {
-                    loss,
-                    ..net.clone()
-                },
-            );
-            spec.restart = restart;
-            spec.slots = slots;
-            specs.push(spec);
-        }
-    }
-    specs
+    support::specs(seeds, losses, net, |seed, net| {
+        let mut spec = OpenLmSpec::new(seed, net);
+        spec.restart = restart;
+        spec.slots = slots;
+        spec
+    })
 }
 
 fn faulty() -> NetConfig {
@@ -42,28 +35,6 @@ fn faulty() -> NetConfig {
         partition: 0.05,
         ..NetConfig::default()
     }
-}
-
-fn run(specs: &[OpenLmSpec]) -> LmStats {
-    let (failures, stats) = sweep_lm_open(specs, &mut |_| {});
-    let shown: Vec<String> = failures
-        .iter()
-        .take(5)
-        .map(|f: &OpenLmResult| {
-            format!(
-                "{}\n  {}",
-                f.spec.replay_command(),
-                f.violations.list().join("\n  ")
-            )
-        })
-        .collect();
-    assert!(
-        failures.is_empty(),
-        "{} failing runs:\n{}",
-        failures.len(),
-        shown.join("\n")
-    );
-    stats
 }
 
 #[test]

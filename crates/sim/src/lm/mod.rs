@@ -62,19 +62,23 @@ impl LmSpec {
             death: 0.0,
         }
     }
+}
 
-    fn is_clean(&self) -> bool {
-        let n = &self.net;
-        n.loss == 0.0
-            && n.dup == 0.0
-            && n.reorder == 0.0
-            && n.corrupt == 0.0
-            && n.partition == 0.0
-            && n.partitions.is_empty()
+/// An LM run's parameters: a job's ([`LmSpec`]) or open stations' ([`open::OpenLmSpec`]).
+/// The sweep ([`sweep_lm`]) and the reports of failing runs take either.
+pub trait LmRun: Clone {
+    /// Runs it.
+    fn run(&self) -> LmResult<Self>;
+    /// The command that replays this run.
+    fn replay_command(&self) -> String;
+}
+
+impl LmRun for LmSpec {
+    fn run(&self) -> LmResult {
+        run_lm(self)
     }
 
-    /// The command that replays this run.
-    pub fn replay_command(&self) -> String {
+    fn replay_command(&self) -> String {
         let n = &self.net;
         format!(
             "cargo run --release -p nicmsg-sim -- --lm --seed {} --ranks {} --loss {} --dup {} --reorder {} --corrupt {} --partition {} --death {}",
@@ -166,10 +170,10 @@ impl Violations {
     }
 }
 
-/// The outcome of one run.
+/// The outcome of one run (a job's; open stations' is [`open::OpenLmResult`]).
 #[derive(Debug)]
-pub struct LmResult {
-    pub spec: LmSpec,
+pub struct LmResult<S = LmSpec> {
+    pub spec: S,
     pub violations: Violations,
     pub stats: LmStats,
 }
@@ -536,7 +540,7 @@ impl World<Station<SimRegions>> {
         for what in found {
             self.violations.push(what);
         }
-        self.check_clean(spec.is_clean(), ordinary_chunks);
+        self.check_clean(spec.net.is_clean(), ordinary_chunks);
     }
 }
 
@@ -579,13 +583,16 @@ fn station_at_end(me: u32, station: &Station<SimRegions>, corrupt: f64) -> Vec<S
     found
 }
 
-/// Runs many seeds (each with each loss rate), one after another; returns the failures and the
-/// totals. `progress` is called after every run.
-pub fn sweep_lm(specs: &[LmSpec], progress: &mut dyn FnMut(&LmResult)) -> (Vec<LmResult>, LmStats) {
+/// Runs many seeds (each with each loss rate), one after another, a job's or open stations';
+/// returns the failures and the totals. `progress` is called after every run.
+pub fn sweep_lm<S: LmRun>(
+    specs: &[S],
+    progress: &mut dyn FnMut(&LmResult<S>),
+) -> (Vec<LmResult<S>>, LmStats) {
     let mut failures = Vec::new();
     let mut total = LmStats::default();
     for spec in specs {
-        let result = run_lm(spec);
+        let result = spec.run();
         total.add(&result.stats);
         progress(&result);
         if !result.violations.is_empty() {

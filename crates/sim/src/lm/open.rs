@@ -41,7 +41,7 @@ use nicmsg_proto::Nanos;
 
 use super::node::{Answers, Node, Outgoing, SimRegions, Stack, StackEvent};
 use super::{
-    draw_stations, first_number, station_at_end, transfer_len, Label, LmStats, Violations, World,
+    draw_stations, first_number, station_at_end, transfer_len, Label, LmResult, LmRun, World,
     STAMP_LEN,
 };
 use crate::content::mix;
@@ -103,19 +103,14 @@ impl OpenLmSpec {
     fn shares(&self) -> bool {
         self.server_slots() < self.enough_slots()
     }
+}
 
-    fn is_clean(&self) -> bool {
-        let n = &self.net;
-        n.loss == 0.0
-            && n.dup == 0.0
-            && n.reorder == 0.0
-            && n.corrupt == 0.0
-            && n.partition == 0.0
-            && n.partitions.is_empty()
+impl LmRun for OpenLmSpec {
+    fn run(&self) -> OpenLmResult {
+        run_lm_open(self)
     }
 
-    /// The command that replays this run.
-    pub fn replay_command(&self) -> String {
+    fn replay_command(&self) -> String {
         let n = &self.net;
         let slots = self
             .slots
@@ -128,12 +123,7 @@ impl OpenLmSpec {
 }
 
 /// The outcome of one run.
-#[derive(Debug)]
-pub struct OpenLmResult {
-    pub spec: OpenLmSpec,
-    pub violations: Violations,
-    pub stats: LmStats,
-}
+pub type OpenLmResult = LmResult<OpenLmSpec>;
 
 /// Node `node`'s address: 10.0.0.N+1:7000.
 pub fn address(node: u32) -> SocketAddr {
@@ -362,7 +352,7 @@ impl World<OpenStack> {
             self.violations.push(what);
         }
         let restarted = self.nodes.iter().any(|n| n.restarted.is_some());
-        self.check_clean(spec.is_clean() && !restarted, ordinary_chunks);
+        self.check_clean(spec.net.is_clean() && !restarted, ordinary_chunks);
     }
 
     /// Checks 3 and 4 of the module's list for `node`'s sends.
@@ -431,23 +421,4 @@ impl World<OpenStack> {
         }
         found
     }
-}
-
-/// Runs many seeds one after another; returns the failures and the totals. `progress` is
-/// called after every run.
-pub fn sweep_lm_open(
-    specs: &[OpenLmSpec],
-    progress: &mut dyn FnMut(&OpenLmResult),
-) -> (Vec<OpenLmResult>, LmStats) {
-    let mut failures = Vec::new();
-    let mut total = LmStats::default();
-    for spec in specs {
-        let result = run_lm_open(spec);
-        total.add(&result.stats);
-        progress(&result);
-        if !result.violations.is_empty() {
-            failures.push(result);
-        }
-    }
-    (failures, total)
 }
