@@ -7,13 +7,13 @@ mod support;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
-use nicmsg_lm::fill::{Arrival, Slot, Steer};
+use nicmsg_lm::fill::{Arrival, Steer};
 use nicmsg_lm::open::{OpenEvent, OpenSendError, OpenSendId, OpenStation, QUIET_NS};
 use nicmsg_lm::send_buffer::HoleBuffer;
 use nicmsg_lm::station::{
     HeapRegions, Landing, Received, Regions as _, SendFailed, StationConfig, SILENCE_LIMIT_NS,
 };
-use support::{byte, geometry, HEADER, JOB, LINK, PAYLOAD};
+use support::{byte, geometry, land_on_device, run_timers, JOB, LINK, PAYLOAD};
 
 /// Each node's address: 10.0.0.N:7000.
 fn address(node: usize) -> SocketAddr {
@@ -165,26 +165,7 @@ impl OpenNet {
         match station.station_mut().fill_queue_mut().steer(arrival) {
             Steer::Kernel => station.arrive(now, from, &bytes[LINK..]),
             Steer::Ring => {
-                let inner = station.station_mut();
-                let slot = inner.fill_queue_mut().device_take(bytes.len() as u32);
-                let (key, index, skip) = match slot {
-                    Slot::Placement {
-                        transfer, index, ..
-                    } => (transfer, index, 0),
-                    Slot::Void {
-                        transfer,
-                        index,
-                        skip,
-                        ..
-                    } => (transfer, index, skip),
-                    Slot::Ordinary { .. } => panic!("no ordinary chunks here"),
-                };
-                let start = geometry().landing_offset(index) + skip as usize;
-                let region = inner.region_of(key).expect("a live region");
-                region[start..start + bytes.len()].copy_from_slice(&bytes);
-                let landed = inner.next_landing().expect("the device took a slot");
-                assert_eq!(landed, slot, "mirror in step");
-                let kept = bytes[LINK..HEADER].to_vec();
+                let (slot, kept) = land_on_device(station.station_mut(), &bytes);
                 let landing = Landing::Region {
                     kept: &kept,
                     frame_len: bytes.len() - LINK,
@@ -223,23 +204,10 @@ impl OpenNet {
                     Fate::Late => self.wire.push_back(wire),
                 }
             }
-            let next = self.nodes.iter().filter_map(|n| n.poll_timeout()).min();
-            match next {
-                Some(at) if at <= until => {
-                    self.now = self.now.max(at);
-                    let now = self.now;
-                    for node in &mut self.nodes {
-                        if node.poll_timeout().is_some_and(|t| t <= now) {
-                            node.handle_timeout(now);
-                        }
-                    }
-                    self.collect();
-                }
-                _ => {
-                    self.now = self.now.max(until);
-                    return;
-                }
+            if !run_timers(&mut self.nodes, &mut self.now, until) {
+                return;
             }
+            self.collect();
         }
     }
 

@@ -16,14 +16,17 @@ use std::net::SocketAddr;
 /// mapped) + "%" + scope + "]:65535" fits in 64.
 pub const NICMSG_ADDRESS_MAX: usize = 64;
 
-/// A datagram socket handle.
-pub struct NicmsgDgram {
+/// A datagram socket's handle, of either kind (this file's, and LM's in `capi_lm_dgram.rs`).
+pub struct DgramHandle<T> {
     /// The socket and its turn flag ([`Turn`]); closed, the handle stays allocated and turns
     /// calls away (`capi_handle.rs`).
-    handle: Handle<DgramSocket>,
+    handle: Handle<T>,
     /// The bound address, which never changes: read without a turn.
     local: SocketAddr,
 }
+
+/// A datagram socket handle.
+pub type NicmsgDgram = DgramHandle<DgramSocket>;
 
 /// The address text at `text`, or `None` (null, not UTF-8, not an address).
 ///
@@ -73,11 +76,138 @@ pub(crate) fn sender_room(from: *const c_char, capacity: usize) -> bool {
 /// null or a closed one, `NICMSG_ERR_BUSY` while another thread is inside a call on it.
 ///
 /// # Safety
-/// `socket` is null or a handle from `nicmsg_dgram_bind` (closed or not: the handle itself is
+/// `socket` is null or a handle from a bind of its kind (closed or not: the handle itself is
 /// never freed).
-unsafe fn enter(socket: *const NicmsgDgram) -> Result<(&'static DgramSocket, Turn), c_int> {
+pub(crate) unsafe fn enter<T: 'static>(
+    socket: *const DgramHandle<T>,
+) -> Result<(&'static T, Turn), c_int> {
     // SAFETY: the caller's contract.
     unsafe { from_pointer(socket) }?.handle.enter()
+}
+
+/// Binds a socket of either kind to the address at `address_text` with `bind`, and writes
+/// its handle to `socket`.
+///
+/// # Safety
+/// `address_text` is a NUL-terminated string; `socket` is valid for writing a handle.
+pub(crate) unsafe fn bind_handle<T>(
+    address_text: *const c_char,
+    socket: *mut *mut DgramHandle<T>,
+    bind: impl FnOnce(SocketAddr) -> Result<(T, SocketAddr), Error>,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    let Some(address) = (unsafe { address(address_text) }) else {
+        return NICMSG_ERR_ARG;
+    };
+    if socket.is_null() {
+        return NICMSG_ERR_ARG;
+    }
+    guard(|| {
+        let (bound, local) = bind(address)?;
+        let handle = Box::new(DgramHandle {
+            local,
+            handle: Handle::new(bound),
+        });
+        // SAFETY: not null (checked above), valid for writing (contract).
+        unsafe { socket.write(Box::into_raw(handle)) };
+        Ok(())
+    })
+}
+
+/// Closes a socket of either kind; the handle stays allocated, and every later call with it
+/// (a second close too) is `NICMSG_ERR_ARG`.
+///
+/// # Safety
+/// `socket` is null or a handle from a bind of its kind.
+pub(crate) unsafe fn close_handle<T: 'static>(socket: *mut DgramHandle<T>) -> c_int {
+    // SAFETY: null or a handle (contract).
+    let (_, turn) = or_return!(unsafe { enter(socket) });
+    // SAFETY: `enter` succeeded, so the pointer is a live handle; the socket reference it
+    // gave is dropped unused.
+    let handle = unsafe { &(*socket).handle };
+    guard(move || {
+        // SAFETY: as above.
+        unsafe { handle.retire(turn) };
+        Ok(())
+    })
+}
+
+/// Writes a socket's own address as text (at most `capacity` bytes with the NUL). The bound
+/// address never changes: reading it needs no turn (any thread, any time).
+///
+/// # Safety
+/// `socket` is null or a handle; `text` valid for writing `capacity` bytes.
+pub(crate) unsafe fn local_address_of<T: 'static>(
+    socket: *const DgramHandle<T>,
+    text: *mut c_char,
+    capacity: usize,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    let socket = or_return!(unsafe { from_pointer(socket) });
+    if text.is_null() || socket.handle.is_gone() {
+        return NICMSG_ERR_ARG;
+    }
+    // SAFETY: `text` is not null (checked above) and valid for `capacity` bytes (contract).
+    match unsafe { write_address(socket.local, text, capacity) } {
+        Ok(()) => NICMSG_SUCCESS,
+        Err(_) => NICMSG_ERR_ARG,
+    }
+}
+
+/// A send's arguments: the destination and the bytes, or `None` (`NICMSG_ERR_ARG`).
+///
+/// # Safety
+/// `buf` valid for reading `len` bytes; `address_text` null or NUL-terminated.
+pub(crate) unsafe fn send_arguments<'a>(
+    buf: *const c_void,
+    len: usize,
+    address_text: *const c_char,
+) -> Option<(SocketAddr, &'a [u8])> {
+    // SAFETY: the caller's contract.
+    let found = unsafe { (address(address_text), bytes(buf, len)) };
+    match found {
+        (Some(to), Some(data)) => Some((to, data)),
+        _ => None,
+    }
+}
+
+/// A receive into `buf` (of `capacity` bytes) with `receive`, for either kind of socket:
+/// `*len` gets the datagram's length and `from` (if not null, at least `NICMSG_ADDRESS_MAX`
+/// bytes, checked before anything is taken) its sender; a longer datagram is consumed and
+/// reported as `NICMSG_ERR_TRUNCATE` with `*len` its length.
+///
+/// # Safety
+/// `buf` valid for writing `capacity` bytes; `len` valid for writing; `from` null or valid
+/// for writing `from_capacity` bytes.
+pub(crate) unsafe fn receive_into(
+    (buf, capacity): (*mut c_void, usize),
+    len: *mut usize,
+    (from, from_capacity): (*mut c_char, usize),
+    receive: impl FnOnce(&mut [u8]) -> Result<(usize, SocketAddr), Error>,
+) -> c_int {
+    if len.is_null() || (buf.is_null() && capacity > 0) || !sender_room(from, from_capacity) {
+        return NICMSG_ERR_ARG;
+    }
+    let buffer: &mut [u8] = if capacity == 0 {
+        &mut []
+    } else {
+        // SAFETY: not null, valid for `capacity` bytes (contract).
+        unsafe { std::slice::from_raw_parts_mut(buf.cast(), capacity) }
+    };
+    guard(|| match receive(buffer) {
+        Ok((received, sender)) => {
+            // SAFETY: `len` not null (checked), valid for writing; `from` per contract.
+            unsafe { len.write(received) };
+            // SAFETY: `from` is null or valid for `from_capacity` bytes (contract).
+            unsafe { write_address(sender, from, from_capacity) }
+        }
+        Err(error @ Error::Truncated { message_len, .. }) => {
+            // SAFETY: as above.
+            unsafe { len.write(message_len as usize) };
+            Err(error)
+        }
+        Err(error) => Err(error),
+    })
 }
 
 /// Binds a datagram socket to `address` ("ip:port"; port 0 for any free port), with options
@@ -91,22 +221,13 @@ pub unsafe extern "C" fn nicmsg_dgram_bind(
     socket: *mut *mut NicmsgDgram,
 ) -> c_int {
     // SAFETY: the caller's contract.
-    let Some(bind) = (unsafe { address(address_text) }) else {
-        return NICMSG_ERR_ARG;
-    };
-    if socket.is_null() {
-        return NICMSG_ERR_ARG;
+    unsafe {
+        bind_handle(address_text, socket, |address| {
+            let bound = DgramSocket::bind(address)?;
+            let local = bound.local_addr();
+            Ok((bound, local))
+        })
     }
-    guard(|| {
-        let bound = DgramSocket::bind(bind)?;
-        let handle = Box::new(NicmsgDgram {
-            local: bound.local_addr(),
-            handle: Handle::new(bound),
-        });
-        // SAFETY: not null (checked above), valid for writing (contract).
-        unsafe { socket.write(Box::into_raw(handle)) };
-        Ok(())
-    })
 }
 
 /// Closes the socket (its engine stops); the handle stays allocated, and every later call
@@ -116,16 +237,8 @@ pub unsafe extern "C" fn nicmsg_dgram_bind(
 /// `socket` is null or comes from `nicmsg_dgram_bind`.
 #[no_mangle]
 pub unsafe extern "C" fn nicmsg_dgram_close(socket: *mut NicmsgDgram) -> c_int {
-    // SAFETY: null or a handle (contract).
-    let (_, turn) = or_return!(unsafe { enter(socket) });
-    // SAFETY: `enter` succeeded, so the pointer is a live handle; the socket reference it
-    // gave is dropped unused.
-    let handle = unsafe { &(*socket).handle };
-    guard(move || {
-        // SAFETY: as above.
-        unsafe { handle.retire(turn) };
-        Ok(())
-    })
+    // SAFETY: the caller's contract.
+    unsafe { close_handle(socket) }
 }
 
 /// Writes the socket's own address as text (at most `capacity` bytes with the NUL;
@@ -139,17 +252,8 @@ pub unsafe extern "C" fn nicmsg_dgram_local_address(
     text: *mut c_char,
     capacity: usize,
 ) -> c_int {
-    // The bound address never changes: reading it needs no turn (any thread, any time).
     // SAFETY: the caller's contract.
-    let socket = or_return!(unsafe { from_pointer(socket) });
-    if text.is_null() || socket.handle.is_gone() {
-        return NICMSG_ERR_ARG;
-    }
-    // SAFETY: `text` is not null (checked above) and valid for `capacity` bytes (contract).
-    match unsafe { write_address(socket.local, text, capacity) } {
-        Ok(()) => NICMSG_SUCCESS,
-        Err(_) => NICMSG_ERR_ARG,
-    }
+    unsafe { local_address_of(socket, text, capacity) }
 }
 
 /// Sends `len` bytes at `buf` as one datagram to `address` and waits until it is delivered
@@ -165,8 +269,7 @@ pub unsafe extern "C" fn nicmsg_dgram_send_to(
     address_text: *const c_char,
 ) -> c_int {
     // SAFETY: the caller's contract.
-    let found = unsafe { (address(address_text), bytes(buf, len)) };
-    let (Some(to), Some(data)) = found else {
+    let Some((to, data)) = (unsafe { send_arguments(buf, len, address_text) }) else {
         return NICMSG_ERR_ARG;
     };
     // SAFETY: the caller's contract.
@@ -193,29 +296,12 @@ pub unsafe extern "C" fn nicmsg_dgram_recv_from(
 ) -> c_int {
     // SAFETY: the caller's contract.
     let (socket, _turn) = or_return!(unsafe { enter(socket) });
-    if len.is_null() || (buf.is_null() && capacity > 0) || !sender_room(from, from_capacity) {
-        return NICMSG_ERR_ARG;
+    // SAFETY: the caller's contract.
+    unsafe {
+        receive_into((buf, capacity), len, (from, from_capacity), |buffer| {
+            socket.recv_from(buffer)
+        })
     }
-    let buffer: &mut [u8] = if capacity == 0 {
-        &mut []
-    } else {
-        // SAFETY: not null, valid for `capacity` bytes (contract).
-        unsafe { std::slice::from_raw_parts_mut(buf.cast(), capacity) }
-    };
-    guard(|| match socket.recv_from(buffer) {
-        Ok((received, sender)) => {
-            // SAFETY: `len` not null (checked), valid for writing; `from` per contract.
-            unsafe { len.write(received) };
-            // SAFETY: `from` is null or valid for `from_capacity` bytes (contract).
-            unsafe { write_address(sender, from, from_capacity) }
-        }
-        Err(error @ Error::Truncated { message_len, .. }) => {
-            // SAFETY: as above.
-            unsafe { len.write(message_len as usize) };
-            Err(error)
-        }
-        Err(error) => Err(error),
-    })
 }
 
 /// Waits until a datagram is there; `*len` receives its length and `from` (if not null, at
@@ -246,27 +332,32 @@ pub unsafe extern "C" fn nicmsg_dgram_peek_from(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::capi::NICMSG_ERR_TRUNCATE;
 
-    /// A socket on loopback, any free port, and its address as C text.
-    fn bound() -> (*mut NicmsgDgram, [c_char; NICMSG_ADDRESS_MAX]) {
+    /// A socket of either kind bound by `bind` on loopback, any free port, and its address
+    /// as C text.
+    pub(crate) fn bound_with<T: 'static>(
+        bind: unsafe extern "C" fn(*const c_char, *mut *mut DgramHandle<T>) -> c_int,
+    ) -> (*mut DgramHandle<T>, [c_char; NICMSG_ADDRESS_MAX]) {
         let mut socket = std::ptr::null_mut();
         let mut text = [0 as c_char; NICMSG_ADDRESS_MAX];
         // SAFETY: the address is NUL-terminated; `socket` and `text` are locals of the sizes
         // given.
         unsafe {
+            assert_eq!(bind(c"127.0.0.1:0".as_ptr(), &mut socket), NICMSG_SUCCESS);
             assert_eq!(
-                nicmsg_dgram_bind(c"127.0.0.1:0".as_ptr(), &mut socket),
-                NICMSG_SUCCESS
-            );
-            assert_eq!(
-                nicmsg_dgram_local_address(socket, text.as_mut_ptr(), text.len()),
+                local_address_of(socket, text.as_mut_ptr(), text.len()),
                 NICMSG_SUCCESS
             );
         }
         (socket, text)
+    }
+
+    /// A socket on loopback, any free port, and its address as C text.
+    fn bound() -> (*mut NicmsgDgram, [c_char; NICMSG_ADDRESS_MAX]) {
+        bound_with(nicmsg_dgram_bind)
     }
 
     /// A socket is not shareable between threads (`DgramSocket` is not `Sync`): a second

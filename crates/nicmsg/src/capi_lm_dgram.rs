@@ -7,15 +7,14 @@
 //! `NICMSG_ERR_BUSY`, and nothing panics across the boundary.
 
 use std::ffi::{c_char, c_int, c_void};
-use std::net::SocketAddr;
 use std::sync::{Mutex, PoisonError};
 
-use crate::capi::{guard, or_return, Turn, NICMSG_ERR_ARG, NICMSG_SUCCESS};
-use crate::capi_dgram::{address, sender_room, write_address};
-use crate::capi_handle::{from_pointer, Handle};
-use crate::capi_programs::bytes;
+use crate::capi::{guard, or_return, NICMSG_ERR_ARG, NICMSG_SUCCESS};
+use crate::capi_dgram::{
+    bind_handle, close_handle, enter, local_address_of, receive_into, send_arguments, sender_room,
+    write_address, DgramHandle,
+};
 use crate::lm_dgram::{LmDatagram, LmDgramSocket};
-use crate::Error;
 
 /// An LM datagram socket and the datagram it lends, if any.
 pub struct LmState {
@@ -33,22 +32,10 @@ impl LmState {
     }
 }
 
-/// An LM datagram socket handle.
-pub struct NicmsgLmDgram {
-    /// The socket behind its turn flag; the turn makes each call exclusive, so the lock is
-    /// never contended (it makes the state's mutation plain safe Rust).
-    handle: Handle<Mutex<LmState>>,
-    local: SocketAddr,
-}
-
-/// The socket's state with the calling thread's turn on it.
-///
-/// # Safety
-/// `socket` is null or a handle from `nicmsg_lm_dgram_bind`.
-unsafe fn enter(socket: *const NicmsgLmDgram) -> Result<(&'static Mutex<LmState>, Turn), c_int> {
-    // SAFETY: the caller's contract.
-    unsafe { from_pointer(socket) }?.handle.enter()
-}
+/// An LM datagram socket handle. The state sits behind a lock as well as the turn flag: the
+/// turn makes each call exclusive, so the lock is never contended (it makes the state's
+/// mutation plain safe Rust).
+pub type NicmsgLmDgram = DgramHandle<Mutex<LmState>>;
 
 fn state(lock: &Mutex<LmState>) -> std::sync::MutexGuard<'_, LmState> {
     lock.lock().unwrap_or_else(PoisonError::into_inner)
@@ -66,25 +53,17 @@ pub unsafe extern "C" fn nicmsg_lm_dgram_bind(
     socket: *mut *mut NicmsgLmDgram,
 ) -> c_int {
     // SAFETY: the caller's contract.
-    let Some(bind) = (unsafe { address(address_text) }) else {
-        return NICMSG_ERR_ARG;
-    };
-    if socket.is_null() {
-        return NICMSG_ERR_ARG;
-    }
-    guard(|| {
-        let bound = LmDgramSocket::bind(bind)?;
-        let handle = Box::new(NicmsgLmDgram {
-            local: bound.local_addr(),
-            handle: Handle::new(Mutex::new(LmState {
+    unsafe {
+        bind_handle(address_text, socket, |address| {
+            let bound = LmDgramSocket::bind(address)?;
+            let local = bound.local_addr();
+            let state = LmState {
                 socket: bound,
                 lent: None,
-            })),
-        });
-        // SAFETY: not null (checked above), valid for writing (contract).
-        unsafe { socket.write(Box::into_raw(handle)) };
-        Ok(())
-    })
+            };
+            Ok((Mutex::new(state), local))
+        })
+    }
 }
 
 /// Closes the socket; the handle stays allocated, and every later call with it is
@@ -94,15 +73,8 @@ pub unsafe extern "C" fn nicmsg_lm_dgram_bind(
 /// `socket` is null or comes from `nicmsg_lm_dgram_bind`.
 #[no_mangle]
 pub unsafe extern "C" fn nicmsg_lm_dgram_close(socket: *mut NicmsgLmDgram) -> c_int {
-    // SAFETY: null or a handle (contract).
-    let (_, turn) = or_return!(unsafe { enter(socket) });
-    // SAFETY: `enter` succeeded, so the pointer is a live handle.
-    let handle = unsafe { &(*socket).handle };
-    guard(move || {
-        // SAFETY: the reference `enter` gave is dropped unused.
-        unsafe { handle.retire(turn) };
-        Ok(())
-    })
+    // SAFETY: the caller's contract.
+    unsafe { close_handle(socket) }
 }
 
 /// Writes the socket's own address as text (at most `capacity` bytes with the NUL).
@@ -116,15 +88,7 @@ pub unsafe extern "C" fn nicmsg_lm_dgram_local_address(
     capacity: usize,
 ) -> c_int {
     // SAFETY: the caller's contract.
-    let socket = or_return!(unsafe { from_pointer(socket) });
-    if text.is_null() || socket.handle.is_gone() {
-        return NICMSG_ERR_ARG;
-    }
-    // SAFETY: `text` is not null (checked above) and valid for `capacity` bytes (contract).
-    match unsafe { write_address(socket.local, text, capacity) } {
-        Ok(()) => NICMSG_SUCCESS,
-        Err(_) => NICMSG_ERR_ARG,
-    }
+    unsafe { local_address_of(socket, text, capacity) }
 }
 
 /// 1 if datagrams to the socket are placed (zero-copy receive), 0 if all come by copy.
@@ -150,8 +114,7 @@ pub unsafe extern "C" fn nicmsg_lm_dgram_send_to(
     address_text: *const c_char,
 ) -> c_int {
     // SAFETY: the caller's contract.
-    let found = unsafe { (address(address_text), bytes(buf, len)) };
-    let (Some(to), Some(data)) = found else {
+    let Some((to, data)) = (unsafe { send_arguments(buf, len, address_text) }) else {
         return NICMSG_ERR_ARG;
     };
     // SAFETY: the caller's contract.
@@ -177,29 +140,12 @@ pub unsafe extern "C" fn nicmsg_lm_dgram_recv_from(
 ) -> c_int {
     // SAFETY: the caller's contract.
     let (lock, _turn) = or_return!(unsafe { enter(socket) });
-    if len.is_null() || (buf.is_null() && capacity > 0) || !sender_room(from, from_capacity) {
-        return NICMSG_ERR_ARG;
+    // SAFETY: the caller's contract.
+    unsafe {
+        receive_into((buf, capacity), len, (from, from_capacity), |buffer| {
+            state(lock).socket().recv_from(buffer)
+        })
     }
-    let buffer: &mut [u8] = if capacity == 0 {
-        &mut []
-    } else {
-        // SAFETY: not null, valid for `capacity` bytes (contract).
-        unsafe { std::slice::from_raw_parts_mut(buf.cast(), capacity) }
-    };
-    guard(|| match state(lock).socket().recv_from(buffer) {
-        Ok((received, sender)) => {
-            // SAFETY: `len` not null (checked), valid for writing.
-            unsafe { len.write(received) };
-            // SAFETY: `from` is null or valid for `from_capacity` bytes (contract).
-            unsafe { write_address(sender, from, from_capacity) }
-        }
-        Err(error @ Error::Truncated { message_len, .. }) => {
-            // SAFETY: as above.
-            unsafe { len.write(message_len as usize) };
-            Err(error)
-        }
-        Err(error) => Err(error),
-    })
 }
 
 /// Waits for the next datagram and lends it where it was received: `*data` and `*len` are its
@@ -262,20 +208,10 @@ mod tests {
     /// A socket on loopback (by copy: no Ethernet interface there), any free port, and its
     /// address as C text.
     fn bound() -> (*mut NicmsgLmDgram, [c_char; NICMSG_ADDRESS_MAX]) {
-        let mut socket = std::ptr::null_mut();
-        let mut text = [0 as c_char; NICMSG_ADDRESS_MAX];
-        // SAFETY: the address is NUL-terminated; `socket` and `text` are locals.
-        unsafe {
-            assert_eq!(
-                nicmsg_lm_dgram_bind(c"127.0.0.1:0".as_ptr(), &mut socket),
-                NICMSG_SUCCESS
-            );
-            assert_eq!(
-                nicmsg_lm_dgram_local_address(socket, text.as_mut_ptr(), text.len()),
-                NICMSG_SUCCESS
-            );
-            assert_eq!(nicmsg_lm_dgram_places(socket), 0, "loopback: by copy");
-        }
+        let (socket, text) = crate::capi_dgram::tests::bound_with(nicmsg_lm_dgram_bind);
+        // SAFETY: a live handle.
+        let places = unsafe { nicmsg_lm_dgram_places(socket) };
+        assert_eq!(places, 0, "loopback: by copy");
         (socket, text)
     }
 

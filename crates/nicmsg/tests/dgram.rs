@@ -269,16 +269,39 @@ fn server_and_clients(
         .expect("run the launcher")
 }
 
-#[test]
-fn echo_and_copy_examples_across_namespaces_under_loss_in_rust_and_c() {
+/// The example programs, built: Rust and C, echo and copy.
+struct Examples {
+    rust_echo: std::path::PathBuf,
+    rust_copy: std::path::PathBuf,
+    c_echo: std::path::PathBuf,
+    c_copy: std::path::PathBuf,
+}
+
+/// The examples, or `None` (saying why) where jobs over namespaces cannot run.
+fn examples() -> Option<Examples> {
     if let Some(reason) = netns_available() {
         eprintln!("skipped: {reason}");
-        return;
+        return None;
     }
-    let rust_echo = example("dgram_echo");
-    let rust_copy = example("dgram_copy");
-    let c_echo = compile_c("examples/c/dgram_echo.c", "c-dgram-echo");
-    let c_copy = compile_c("examples/c/dgram_copy.c", "c-dgram-copy");
+    Some(Examples {
+        rust_echo: example("dgram_echo"),
+        rust_copy: example("dgram_copy"),
+        c_echo: compile_c("examples/c/dgram_echo.c", "c-dgram-echo"),
+        c_copy: compile_c("examples/c/dgram_copy.c", "c-dgram-copy"),
+    })
+}
+
+#[test]
+fn echo_and_copy_examples_across_namespaces_under_loss_in_rust_and_c() {
+    let Some(programs) = examples() else {
+        return;
+    };
+    let Examples {
+        rust_echo,
+        rust_copy,
+        c_echo,
+        c_copy,
+    } = programs;
     // Rust sizes 0 B..1 MiB: 41 per round; C: 22.
     let output = server_and_clients(
         3,
@@ -346,14 +369,11 @@ fn echo_and_copy_examples_across_namespaces_under_loss_in_rust_and_c() {
 /// once, and file copies whose chunks the server writes from where they were placed.
 #[test]
 fn lm_echo_and_copy_examples_across_namespaces_under_loss_in_rust_and_c() {
-    if let Some(reason) = netns_available() {
-        eprintln!("skipped: {reason}");
+    let Some(programs) = examples() else {
         return;
-    }
-    let rust_echo = example("dgram_echo");
-    let rust_copy = example("dgram_copy");
-    let c_echo = compile_c("examples/c/dgram_echo.c", "c-dgram-echo");
-    let c_copy = compile_c("examples/c/dgram_copy.c", "c-dgram-copy");
+    };
+    let (rust_echo, rust_copy) = (programs.rust_echo, programs.rust_copy);
+    let (c_echo, c_copy) = (programs.c_echo, programs.c_copy);
     // Clients bind their namespace's address (the script's), to place what they receive.
     let lm_client = |args: &str| format!("{args} --lm --bind $NICMSG_BIND_IP");
     let output = server_and_clients(

@@ -146,31 +146,7 @@ impl Net {
                 }
             }
             Steer::Ring => {
-                let slot = node.fill_queue_mut().device_take(bytes.len() as u32);
-                let (key, index, skip) = match slot {
-                    Slot::Placement {
-                        transfer, index, ..
-                    } => (transfer, index, 0),
-                    Slot::Void {
-                        transfer,
-                        index,
-                        skip,
-                        ..
-                    } => (transfer, index, skip),
-                    Slot::Ordinary { .. } => panic!("no ordinary chunks here"),
-                };
-                let start = geometry().landing_offset(index) + skip as usize;
-                let region = node
-                    .region_of(key)
-                    .expect("a slot points into a live region");
-                assert!(
-                    start + bytes.len() <= region.len(),
-                    "the rule let a frame write past its region"
-                );
-                region[start..start + bytes.len()].copy_from_slice(bytes);
-                let kept = bytes[LINK..HEADER].to_vec();
-                let landed = node.next_landing().expect("the device took a slot");
-                assert_eq!(landed, slot, "mirror in step");
+                let (slot, kept) = land_on_device(node, bytes);
                 node.take_landed(
                     now,
                     from,
@@ -197,23 +173,10 @@ impl Net {
                     self.dropped.push(wire);
                 }
             }
-            let next = self.nodes.iter().filter_map(|n| n.poll_timeout()).min();
-            match next {
-                Some(at) if at <= until => {
-                    self.now = self.now.max(at);
-                    let now = self.now;
-                    for node in &mut self.nodes {
-                        if node.poll_timeout().is_some_and(|t| t <= now) {
-                            node.handle_timeout(now);
-                        }
-                    }
-                    self.collect();
-                }
-                _ => {
-                    self.now = self.now.max(until);
-                    return;
-                }
+            if !run_timers(&mut self.nodes, &mut self.now, until) {
+                return;
             }
+            self.collect();
         }
     }
 
@@ -294,4 +257,81 @@ pub fn is_data_of(wire: &Wire, from: u32, to: u32, number: u32) -> bool {
         && wire.1 == to
         && view.kind_code() == FrameKind::LmData as u8
         && view.msg_id() == number
+}
+
+/// The device writes `bytes` (link headers first) where the head slot of `node`'s fill queue
+/// points, the steering rule having sent it there, and the engine sees it on the ring: the
+/// slot, and the frame's headers as the packet filter keeps them.
+pub fn land_on_device(node: &mut Station<HeapRegions>, bytes: &[u8]) -> (Slot, Vec<u8>) {
+    let slot = node.fill_queue_mut().device_take(bytes.len() as u32);
+    let (key, index, skip) = match slot {
+        Slot::Placement {
+            transfer, index, ..
+        } => (transfer, index, 0),
+        Slot::Void {
+            transfer,
+            index,
+            skip,
+            ..
+        } => (transfer, index, skip),
+        Slot::Ordinary { .. } => panic!("no ordinary chunks here"),
+    };
+    let start = geometry().landing_offset(index) + skip as usize;
+    let region = node
+        .region_of(key)
+        .expect("a slot points into a live region");
+    assert!(
+        start + bytes.len() <= region.len(),
+        "the rule let a frame write past its region"
+    );
+    region[start..start + bytes.len()].copy_from_slice(bytes);
+    let landed = node.next_landing().expect("the device took a slot");
+    assert_eq!(landed, slot, "mirror in step");
+    (slot, bytes[LINK..HEADER].to_vec())
+}
+
+/// What has timers: a station of a job, or an open one.
+pub trait Timed {
+    fn poll_timeout(&self) -> Option<u64>;
+    fn handle_timeout(&mut self, now: u64);
+}
+
+impl Timed for Station<HeapRegions> {
+    fn poll_timeout(&self) -> Option<u64> {
+        Station::poll_timeout(self)
+    }
+
+    fn handle_timeout(&mut self, now: u64) {
+        Station::handle_timeout(self, now)
+    }
+}
+
+impl Timed for nicmsg_lm::open::OpenStation<HeapRegions> {
+    fn poll_timeout(&self) -> Option<u64> {
+        nicmsg_lm::open::OpenStation::poll_timeout(self)
+    }
+
+    fn handle_timeout(&mut self, now: u64) {
+        nicmsg_lm::open::OpenStation::handle_timeout(self, now)
+    }
+}
+
+/// Runs the earliest timers of `nodes` if due by `until` (the clock `now` moves to them):
+/// false if none is, the clock then at `until`.
+pub fn run_timers<N: Timed>(nodes: &mut [N], now: &mut u64, until: u64) -> bool {
+    match nodes.iter().filter_map(|n| n.poll_timeout()).min() {
+        Some(at) if at <= until => {
+            *now = (*now).max(at);
+            for node in nodes.iter_mut() {
+                if node.poll_timeout().is_some_and(|t| t <= *now) {
+                    node.handle_timeout(*now);
+                }
+            }
+            true
+        }
+        _ => {
+            *now = (*now).max(until);
+            false
+        }
+    }
 }
