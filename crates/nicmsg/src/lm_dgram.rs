@@ -66,6 +66,14 @@ const MAX_WAITING: usize = 4096;
 /// than a round trip on a local link, short beside a computation.
 const SPIN: Duration = Duration::from_micros(50);
 
+/// A closing socket goes on answering its peers until nothing has come for this long, as the
+/// engine's do (`IdleConfig::linger_quiet_ns`): a peer whose last datagram's DELIVERED was
+/// lost sends again within its retry interval (2 ms, doubling), and must be answered, or its
+/// send fails after its silence limit although the datagram was taken.
+const LINGER_QUIET: Duration = Duration::from_millis(50);
+/// The longest a closing socket lingers (`IdleConfig::linger_max_ns`).
+const LINGER_MAX: Duration = Duration::from_secs(2);
+
 /// The longest sleep of a wait between turns: a turn also runs timers, and a socket whose
 /// frames wait for room on the transmit ring does not sleep at all.
 const TURN_WAIT: Duration = Duration::from_millis(5);
@@ -406,6 +414,37 @@ impl LmDatagram {
     /// Whether it was placed (landed where it is, no byte copied in user space).
     pub fn was_placed(&self) -> bool {
         matches!(self.received, Received::Placed { .. })
+    }
+}
+
+impl Drop for LmDgramSocket {
+    /// Lingers: answers peers until they are quiet ([`LINGER_QUIET`], at most [`LINGER_MAX`]),
+    /// so the acknowledgement of the last datagram taken reaches its sender even if the first
+    /// one was lost.
+    fn drop(&mut self) {
+        let began = std::time::Instant::now();
+        let mut last_change = began;
+        let mut seen = *self.socket.station_stats();
+        while last_change.elapsed() < LINGER_QUIET && began.elapsed() < LINGER_MAX {
+            if self.socket.progress().is_err() {
+                return;
+            }
+            // Events of a closing socket go nowhere: a placed datagram's region is let go.
+            while let Some(event) = self.socket.poll_open_event() {
+                if let OpenEvent::Received {
+                    message: Received::Placed { region, .. },
+                    ..
+                } = event
+                {
+                    self.socket.release(region);
+                }
+            }
+            let now = *self.socket.station_stats();
+            if now != seen || !self.socket.is_idle() {
+                (seen, last_change) = (now, std::time::Instant::now());
+            }
+            self.socket.wait(Duration::from_millis(1));
+        }
     }
 }
 
