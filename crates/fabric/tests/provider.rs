@@ -364,13 +364,29 @@ fn a_buffered_send_completes_before_its_receiver_asks() {
 /// sends took the whole table and both endpoints hung.
 #[test]
 fn operations_past_the_engines_room_wait_instead_of_being_refused() {
+    // The watchdog at 5 s: once, in a whole-workspace run, the first configuration found no
+    // completion for the program's 30 s (not reproduced since); should it happen again, the
+    // failure's output says what waited.
+    let watchdog = ("NICMSG_WATCHDOG", "5");
     run_c_check(
         "held",
         &["-lfabric"],
         &[
-            &[("NICMSG_ENGINE", "thread"), ("NICMSG_SLOTS", "640")],
-            &[("NICMSG_ENGINE", "inline"), ("NICMSG_SLOTS", "640")],
-            &[("NICMSG_ENGINE", "thread"), ("NICMSG_SLOTS", "256")],
+            &[
+                ("NICMSG_ENGINE", "thread"),
+                ("NICMSG_SLOTS", "640"),
+                watchdog,
+            ],
+            &[
+                ("NICMSG_ENGINE", "inline"),
+                ("NICMSG_SLOTS", "640"),
+                watchdog,
+            ],
+            &[
+                ("NICMSG_ENGINE", "thread"),
+                ("NICMSG_SLOTS", "256"),
+                watchdog,
+            ],
         ],
     );
 }
