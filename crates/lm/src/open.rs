@@ -173,6 +173,17 @@ impl<R: Regions> OpenStation<R> {
         &self.stats
     }
 
+    /// Whether the send `id` has not reported yet: in flight, or its [`OpenEvent::Sent`]
+    /// waiting to be polled.
+    pub fn is_pending(&self, id: OpenSendId) -> bool {
+        let in_flight = self.sends.iter().any(|&(_, open, _)| open == id);
+        in_flight
+            || self
+                .events
+                .iter()
+                .any(|event| matches!(event, OpenEvent::Sent { id: done, .. } if *done == id))
+    }
+
     /// The address bound to peer slot `peer` (a placed transfer's sender).
     pub fn address_of(&self, peer: PeerId) -> Option<SocketAddr> {
         self.directory.address(peer)

@@ -16,6 +16,9 @@
 //! # Ok::<(), nicmsg::Error>(())
 //! ```
 //!
+//! Datagrams are not ordered among themselves unless each is waited for before the next is
+//! sent ([`LmDgramSocket::send_to`] waits; [`LmDgramSocket::isend_buffer_to`] does not).
+//!
 //! A sender fills a buffer with header holes in place ([`LmDgramSocket::send_buffer`], then
 //! `HoleBuffer::write_at` or `pieces_mut`) and hands it over with
 //! [`send_buffer_to`](LmDgramSocket::send_buffer_to), or lets [`send_to`](LmDgramSocket::send_to)
@@ -34,7 +37,7 @@ use std::time::Duration;
 
 use nicmsg_lm::open::{OpenEvent, OpenSendError, OpenSendId, OpenStats};
 use nicmsg_lm::send_buffer::HoleBuffer;
-use nicmsg_lm::station::{Received, RegionId, SendFailed};
+use nicmsg_lm::station::{Received, RegionId, SendError, SendFailed};
 use nicmsg_xdp::{LmOpenConfig, LmSocket, LmSocketStats};
 
 use crate::Error;
@@ -74,6 +77,10 @@ const LINGER_QUIET: Duration = Duration::from_millis(50);
 /// The longest a closing socket lingers (`IdleConfig::linger_max_ns`).
 const LINGER_MAX: Duration = Duration::from_secs(2);
 
+/// Finished sends kept for [`LmDgramSocket::wait_sent`]: far more than the station has in
+/// flight (64); the oldest of a program that never waits are forgotten past it.
+pub const MAX_FINISHED: usize = 4096;
+
 /// The longest sleep of a wait between turns: a turn also runs timers, and a socket whose
 /// frames wait for room on the transmit ring does not sleep at all.
 const TURN_WAIT: Duration = Duration::from_millis(5);
@@ -107,13 +114,14 @@ impl Default for LmDgramOptions {
     }
 }
 
-/// A reliable datagram socket over LM (see the module documentation). One thread drives it.
+/// A reliable datagram socket over LM (see the module documentation). One thread drives it;
+/// it may be moved to another thread.
 pub struct LmDgramSocket {
     socket: LmSocket,
     /// Datagrams received and not taken, oldest first.
     waiting: VecDeque<(SocketAddr, Received)>,
-    /// Sends finished and not waited for yet.
-    finished: Vec<(OpenSendId, Result<(), SendFailed>, HoleBuffer)>,
+    /// Sends finished and not waited for yet, oldest first.
+    finished: VecDeque<Finished>,
     /// Regions of lent datagrams given back, released at the next call (a lent datagram
     /// borrows the socket's memory, so it cannot release its region itself).
     given_back: Vec<RegionId>,
@@ -167,7 +175,7 @@ impl LmDgramSocket {
         Ok(Self {
             socket,
             waiting: VecDeque::new(),
-            finished: Vec::new(),
+            finished: VecDeque::new(),
             given_back: Vec::new(),
             places,
             id: NEXT_SOCKET.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
@@ -208,26 +216,65 @@ impl LmDgramSocket {
         buffer: HoleBuffer,
         to: impl ToSocketAddrs,
     ) -> (HoleBuffer, Result<(), Error>) {
+        match self.isend_buffer_to(buffer, to) {
+            Ok(id) => self.wait_sent(id),
+            Err(unsent) => (unsent.buffer, Err(unsent.error)),
+        }
+    }
+
+    /// Starts sending the datagram in `buffer` to `to` and returns at once, but while the
+    /// station has no room for another send (64 in flight, or 32 to one receiver: it then
+    /// makes progress until one finishes). Take its outcome and buffer with
+    /// [`wait_sent`](Self::wait_sent); sends whose outcome nobody takes are forgotten past
+    /// [`MAX_FINISHED`] finished ones. Datagrams in flight at once may arrive in any order
+    /// (each is placed or copied on its own, as UDP's datagrams are not ordered); one sent
+    /// after another was delivered arrives after it.
+    pub fn isend_buffer_to(
+        &mut self,
+        buffer: HoleBuffer,
+        to: impl ToSocketAddrs,
+    ) -> Result<LmSendId, Box<LmUnsent>> {
         let to = match ipv4(to) {
             Ok(to) => to,
-            Err(error) => return (buffer, Err(error)),
+            Err(error) => return Err(Box::new(LmUnsent { error, buffer })),
         };
-        let id = match self.socket.send_to(to, buffer) {
-            Ok(id) => id,
-            Err((error, buffer)) => return (buffer, Err(refusal(error))),
-        };
+        let mut buffer = buffer;
         loop {
-            if let Some(at) = self.finished.iter().position(|(done, ..)| *done == id) {
-                let (_, outcome, buffer) = self.finished.swap_remove(at);
-                let address = SocketAddr::V4(to);
-                return (
-                    buffer,
-                    outcome.map_err(|_| Error::AddressUnreachable { address }),
-                );
+            match self.socket.send_to(to, buffer) {
+                Ok(id) => return Ok(LmSendId(id)),
+                Err((OpenSendError::Station(SendError::Busy), back)) => buffer = back,
+                Err((error, buffer)) => {
+                    let error = refusal(error);
+                    return Err(Box::new(LmUnsent { error, buffer }));
+                }
             }
             if let Err(error) = self.turn() {
+                return Err(Box::new(LmUnsent { error, buffer }));
+            }
+        }
+    }
+
+    /// Waits until the send `id` ([`isend_buffer_to`](Self::isend_buffer_to)) is delivered
+    /// or has failed; its buffer comes back either way (an empty one if the socket broke,
+    /// or if the send's outcome was forgotten: never waited for, past [`MAX_FINISHED`]).
+    pub fn wait_sent(&mut self, id: LmSendId) -> (HoleBuffer, Result<(), Error>) {
+        loop {
+            if let Some(at) = self.finished.iter().position(|sent| sent.id == id.0) {
+                let sent = self.finished.remove(at).expect("found");
+                let address = SocketAddr::V4(sent.to);
+                let outcome = sent
+                    .outcome
+                    .map_err(|_| Error::AddressUnreachable { address });
+                return (sent.buffer, outcome);
+            }
+            let pending = self.socket.is_sending(id.0);
+            let turned = if pending { self.turn() } else { Ok(()) };
+            if !pending || turned.is_err() {
                 let empty = HoleBuffer::new(self.socket.geometry(), 0)
                     .expect("an empty buffer fits any geometry");
+                let error = turned.err().unwrap_or(Error::BadBuffer(
+                    "no such send: its outcome was taken already, or forgotten",
+                ));
                 return (empty, Err(error));
             }
         }
@@ -387,14 +434,47 @@ impl LmDgramSocket {
                 }
                 OpenEvent::Sent {
                     id,
+                    to,
                     buffer,
                     outcome,
-                    ..
-                } => self.finished.push((id, outcome, buffer)),
+                } => {
+                    if self.finished.len() == MAX_FINISHED {
+                        // Never waited for: forgotten, its buffer freed.
+                        self.finished.pop_front();
+                    }
+                    let SocketAddr::V4(to) = to else {
+                        continue;
+                    };
+                    self.finished.push_back(Finished {
+                        id,
+                        to,
+                        outcome,
+                        buffer,
+                    });
+                }
             }
         }
         Ok(took)
     }
+}
+
+/// A send started with [`LmDgramSocket::isend_buffer_to`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LmSendId(OpenSendId);
+
+/// A send refused: why, and the buffer back.
+#[derive(Debug)]
+pub struct LmUnsent {
+    pub error: Error,
+    pub buffer: HoleBuffer,
+}
+
+/// A send finished and not waited for yet.
+struct Finished {
+    id: OpenSendId,
+    to: SocketAddrV4,
+    outcome: Result<(), SendFailed>,
+    buffer: HoleBuffer,
 }
 
 /// A datagram taken out of its socket ([`LmDgramSocket::take_next`]).
@@ -554,5 +634,50 @@ mod tests {
             "a copied datagram is its own bytes"
         );
         b.give_back(copied);
+    }
+}
+
+#[cfg(test)]
+mod sends {
+    use super::*;
+
+    /// Sends started without waiting are each delivered once, and each reports; their
+    /// buffers come back.
+    #[test]
+    fn datagrams_sent_without_waiting_all_arrive_and_report() {
+        let options = LmDgramOptions {
+            place: false,
+            ..LmDgramOptions::default()
+        };
+        let mut client = LmDgramSocket::bind_with("127.0.0.1:0", options).expect("bind");
+        let server = LmDgramSocket::bind_with("127.0.0.1:0", options).expect("bind");
+        let to = server.local_addr();
+        let receiver = std::thread::spawn(move || {
+            let mut server = server;
+            let mut got: Vec<Vec<u8>> = (0..40)
+                .map(|_| server.recv_lent().unwrap().to_vec())
+                .collect();
+            got.sort();
+            got
+        });
+        let mut ids = Vec::new();
+        for n in 0..40u8 {
+            let len = 1 + usize::from(n) * 700;
+            let mut buffer = client.send_buffer(len).expect("a buffer");
+            buffer.write_at(0, &vec![n; len]).expect("fits");
+            ids.push(client.isend_buffer_to(buffer, to).expect("started"));
+        }
+        for id in ids {
+            let (buffer, sent) = client.wait_sent(id);
+            sent.expect("delivered");
+            assert!(!buffer.is_empty(), "the buffer comes back");
+        }
+        let (_, again) = client.wait_sent(LmSendId(OpenSendId(1)));
+        assert!(again.is_err(), "an outcome is taken once");
+        let mut expected: Vec<Vec<u8>> = (0..40u8)
+            .map(|n| vec![n; 1 + usize::from(n) * 700])
+            .collect();
+        expected.sort();
+        assert_eq!(receiver.join().unwrap(), expected);
     }
 }

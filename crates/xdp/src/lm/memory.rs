@@ -140,6 +140,11 @@ pub(crate) struct UmemRegions {
     used: Vec<Option<(usize, usize)>>,
 }
 
+// SAFETY: `base` points into the placing socket's UMEM, which the LM socket owns beside the
+// station holding this (and drops after it); the mapping has no tie to a thread, and one
+// thread drives a socket at a time, so the whole may move to another thread.
+unsafe impl Send for UmemRegions {}
+
 impl UmemRegions {
     /// Regions in `len` bytes at `base`.
     ///

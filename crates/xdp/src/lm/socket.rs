@@ -523,6 +523,19 @@ impl LmSocket {
             .map(|(peer, _)| peer)
     }
 
+    /// Whether the send `id` of a socket opened by address has not reported yet through
+    /// [`poll_open_event`](Self::poll_open_event).
+    pub fn is_sending(&self, id: OpenSendId) -> bool {
+        let held = self.held.iter().any(
+            |event| matches!(event, Held::Open(OpenEvent::Sent { id: done, .. }) if *done == id),
+        );
+        let pending = match &self.core {
+            Core::Open(open) => open.is_pending(id),
+            Core::Job { .. } => false,
+        };
+        held || pending
+    }
+
     /// Whether transfers sent are all finished (delivered or failed).
     pub fn is_idle(&self) -> bool {
         self.core.station().sending() == 0 && self.held.is_empty()
