@@ -210,8 +210,6 @@ impl<R: Regions> OpenStation<R> {
             Some(peer) => peer,
             None => return Err((OpenSendError::TableFull, buffer)),
         };
-        self.station
-            .set_wire_names(peer, self.directory.wire_names(peer));
         let sent = self.station.send(now, peer, buffer);
         let outcome = match sent {
             Ok(id) => {
@@ -255,12 +253,12 @@ impl<R: Regions> OpenStation<R> {
                 self.stats.resets_taken += 1;
                 self.end_conversation(now, peer, SendFailed::ConversationEnded);
             }
-            Arrival::Peer(peer) => self.take(now, peer, parsed),
+            Arrival::Peer(peer) => self.station.arrive_parsed(now, peer, parsed),
             Arrival::Restarted { old, new } => {
                 self.stats.restarts += 1;
                 self.end_conversation(now, old, SendFailed::ConversationEnded);
                 match new {
-                    Some(peer) => self.take(now, peer, parsed),
+                    Some(peer) => self.station.arrive_parsed(now, peer, parsed),
                     None => self.stats.table_full += 1,
                 }
             }
@@ -321,20 +319,14 @@ impl<R: Regions> OpenStation<R> {
             return Some((to, &mut self.scratch[..len]));
         }
         let directory = &self.directory;
-        let (peer, frame) = self
-            .station
-            .poll_transmit_to(&|peer| directory.address(peer).is_some())?;
+        // Names straight from the directory: a frame carries its conversation's as they are
+        // when it leaves (the peer's is learnt from its frames).
+        let names_to = |peer| directory.address(peer).map(|_| directory.wire_names(peer));
+        let (peer, frame) = self.station.poll_transmit_to(&names_to)?;
         let to = directory
             .address(peer)
             .expect("a reachable peer has an address");
         Some((to, frame))
-    }
-
-    /// Frames of `peer`'s conversation go to the station, which it names now.
-    fn take(&mut self, now: Nanos, peer: PeerId, frame: Frame<'_>) {
-        self.station
-            .set_wire_names(peer, self.directory.wire_names(peer));
-        self.station.arrive_parsed(now, peer, frame);
     }
 
     /// Slots bound to a new conversation start with nothing of the old one.
@@ -342,8 +334,6 @@ impl<R: Regions> OpenStation<R> {
         while let Some(peer) = self.directory.take_rebound() {
             self.station
                 .forget_peer(now, peer, SendFailed::ConversationEnded);
-            self.station
-                .set_wire_names(peer, self.directory.wire_names(peer));
         }
     }
 

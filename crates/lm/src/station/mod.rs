@@ -120,7 +120,7 @@ pub struct StationConfig {
     /// reach in a few transfers the wrap a long-running node reaches after 2^32.
     pub first_number: u32,
     /// Peers added by address (`crate::open`): frames carry each conversation's names in
-    /// `src` and `dst` ([`Station::set_wire_names`]) instead of node numbers, which the
+    /// `src` and `dst` ([`Station::poll_transmit_to`]) instead of node numbers, which the
     /// conversation layer checked before a frame reaches the station, and a receiver tells no
     /// one it is busy (it knows only the peers it talks to; a sender that asks is refused).
     pub open: bool,
@@ -254,8 +254,6 @@ pub struct Station<R: Regions> {
     voided: bool,
     events: VecDeque<Event>,
     stats: StationStats,
-    /// Open stations: per peer, the (`src`, `dst`) its frames carry.
-    names: Vec<(u32, u32)>,
     /// Open stations: frames that landed where any frame may, for the conversation layer.
     handed_back: VecDeque<Vec<u8>>,
 }
@@ -304,11 +302,6 @@ impl<R: Regions> Station<R> {
             voided: false,
             events: VecDeque::new(),
             stats: StationStats::default(),
-            names: if config.open {
-                vec![(0, 0); peers]
-            } else {
-                Vec::new()
-            },
             handed_back: VecDeque::new(),
         };
         station.refill();
@@ -409,36 +402,37 @@ impl<R: Regions> Station<R> {
     /// transport writes them, hence `mut`), then the frame. A data frame is its place in the
     /// send buffer (headers written into its hole, the payload not copied).
     pub fn poll_transmit(&mut self) -> Option<(PeerId, &mut [u8])> {
-        self.poll_transmit_to(&|_| true)
+        let me = self.config.me;
+        self.poll_transmit_to(&|to| Some((me, to)))
     }
 
-    /// [`poll_transmit`](Self::poll_transmit), dropping (and counting) frames to peers that
-    /// are not `reachable` (an open station's slots bound to no one).
+    /// [`poll_transmit`](Self::poll_transmit) with the (`src`, `dst`) each frame carries given
+    /// by `names_to` (a job's node numbers, an open station's conversation names); a frame to a
+    /// peer it names nothing for (an open station's slot bound to no one) is dropped and
+    /// counted.
     pub fn poll_transmit_to(
         &mut self,
-        reachable: &dyn Fn(PeerId) -> bool,
+        names_to: &dyn Fn(PeerId) -> Option<(u32, u32)>,
     ) -> Option<(PeerId, &mut [u8])> {
         let (job, link_len) = (self.config.job, self.link_len);
-        let next = loop {
+        let (next, pair) = loop {
             let next = self.next_transmission()?;
             let to = match next {
                 Next::Control { to, .. } => to,
                 Next::Data { at, .. } => self.sending[at].id().to,
             };
-            if reachable(to) {
-                break next;
+            if let Some(pair) = names_to(to) {
+                break (next, pair);
             }
             self.stats.dropped_unreachable += 1;
         };
         match next {
             Next::Control { to, repr } => {
-                let pair = self.wire_pair(to);
                 let len = frames::write_control(&mut self.scratch, link_len, job, pair, repr);
                 Some((to, &mut self.scratch[..len]))
             }
             Next::Data { at, index } => {
                 self.stats.frames_sent += 1;
-                let pair = self.wire_pair(self.sending[at].id().to);
                 let sending = &mut self.sending[at];
                 let (id, key) = (sending.id(), sending.key());
                 let frame = frames::write_data(
@@ -519,27 +513,10 @@ impl<R: Regions> Station<R> {
         peer < self.config.peers && peer != self.config.me
     }
 
-    /// The (`src`, `dst`) of a frame to `to`: node numbers in a job, the conversation's names
-    /// on an open station.
-    fn wire_pair(&self, to: PeerId) -> (u32, u32) {
-        match self.names.get(to as usize) {
-            Some(&names) if self.config.open => names,
-            _ => (self.config.me, to),
-        }
-    }
-
     /// The (`src`, `dst`) a frame from `from` must carry, where the station checks it: in a job.
     /// On an open station the conversation layer matched the names to the peer already.
     fn expected_pair(&self, from: PeerId) -> Option<(u32, u32)> {
         (!self.config.open).then_some((from, self.config.me))
-    }
-
-    /// Open stations: the names frames to and from `peer` carry, this station's for the
-    /// conversation (`src` of its frames) and the peer's (`dst`; 0 before it was heard).
-    pub fn set_wire_names(&mut self, peer: PeerId, names: (u32, u32)) {
-        if let Some(entry) = self.names.get_mut(peer as usize) {
-            *entry = names;
-        }
     }
 
     /// Gives up on everything with `peer` and starts its state afresh, for a conversation that
@@ -576,7 +553,6 @@ impl<R: Regions> Station<R> {
         let first = self.config.first_number;
         self.next_number[peer as usize] = first;
         self.delivered[peer as usize] = DeliveredWindow::starting_at(first);
-        self.set_wire_names(peer, (0, 0));
     }
 
     /// Whether the station holds nothing for `peer`: no transfer to or from it, no admission

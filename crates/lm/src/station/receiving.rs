@@ -229,11 +229,6 @@ impl<R: Regions> Station<R> {
         }
     }
 
-    /// [`arrive`](Self::arrive) for a frame parsed already (checksum and lengths).
-    pub fn arrive_parsed(&mut self, now: Nanos, from: PeerId, frame: Frame<'_>) {
-        self.take_frame(now, from, frame);
-    }
-
     /// A frame that landed where any frame may (an ordinary chunk, a slot given up): in a job,
     /// it arrives from `from`; on an open station its sender is the conversation layer's to
     /// find from its names, so it is handed back ([`take_handed_back`](Self::take_handed_back)).
@@ -258,7 +253,8 @@ impl<R: Regions> Station<R> {
         self.placed.get(&key).map(|placed| placed.from)
     }
 
-    fn take_frame(&mut self, now: Nanos, from: PeerId, frame: Frame<'_>) {
+    /// [`arrive`](Self::arrive) for a frame parsed already (checksum and lengths).
+    pub fn arrive_parsed(&mut self, now: Nanos, from: PeerId, frame: Frame<'_>) {
         if !self.is_peer(from) {
             self.stats.dropped_malformed += 1;
             return;

@@ -77,8 +77,9 @@ impl Core {
     pub(super) fn poll_transmit(&mut self) -> Option<(SocketAddrV4, &mut [u8])> {
         match self {
             Core::Job { station, peers } => {
-                let count = peers.len();
-                let (to, frame) = station.poll_transmit_to(&|peer| (peer as usize) < count)?;
+                let (count, me) = (peers.len(), station.config().me);
+                let names_to = |peer: PeerId| ((peer as usize) < count).then_some((me, peer));
+                let (to, frame) = station.poll_transmit_to(&names_to)?;
                 Some((peers[to as usize], frame))
             }
             Core::Open(open) => {
