@@ -69,13 +69,18 @@ const MAX_WAITING: usize = 4096;
 /// than a round trip on a local link, short beside a computation.
 const SPIN: Duration = Duration::from_micros(50);
 
-/// A closing socket goes on answering its peers until nothing has come for this long, as the
-/// engine's do (`IdleConfig::linger_quiet_ns`): a peer whose last datagram's DELIVERED was
-/// lost sends again within its retry interval (2 ms, doubling), and must be answered, or its
-/// send fails after its silence limit although the datagram was taken.
-const LINGER_QUIET: Duration = Duration::from_millis(50);
-/// The longest a closing socket lingers (`IdleConfig::linger_max_ns`).
-const LINGER_MAX: Duration = Duration::from_secs(2);
+/// A closing socket goes on answering its peers until nothing has come for this long, and
+/// for at most [`linger_max`]: the engine's lingering (`IdleConfig`, 50 ms and 2 s). A peer
+/// whose last datagram's DELIVERED was lost sends again within its retry interval (2 ms,
+/// doubling), and must be answered, or its send fails after its silence limit although the
+/// datagram was taken.
+fn linger_quiet() -> Duration {
+    Duration::from_nanos(nicmsg_engine::runner::IdleConfig::default().linger_quiet_ns)
+}
+
+fn linger_max() -> Duration {
+    Duration::from_nanos(nicmsg_engine::runner::IdleConfig::default().linger_max_ns)
+}
 
 /// Finished sends kept for [`LmDgramSocket::wait_sent`]: far more than the station has in
 /// flight (64); the oldest of a program that never waits are forgotten past it.
@@ -498,14 +503,15 @@ impl LmDatagram {
 }
 
 impl Drop for LmDgramSocket {
-    /// Lingers: answers peers until they are quiet ([`LINGER_QUIET`], at most [`LINGER_MAX`]),
+    /// Lingers: answers peers until they are quiet ([`linger_quiet`], at most [`linger_max`]),
     /// so the acknowledgement of the last datagram taken reaches its sender even if the first
     /// one was lost.
     fn drop(&mut self) {
         let began = std::time::Instant::now();
         let mut last_change = began;
         let mut seen = *self.socket.station_stats();
-        while last_change.elapsed() < LINGER_QUIET && began.elapsed() < LINGER_MAX {
+        let (quiet, longest) = (linger_quiet(), linger_max());
+        while last_change.elapsed() < quiet && began.elapsed() < longest {
             if self.socket.progress().is_err() {
                 return;
             }
