@@ -206,6 +206,9 @@ pub struct StationStats {
     pub mirror_desyncs: u64,
     /// Open stations: frames to a peer slot bound to no one, dropped.
     pub dropped_unreachable: u64,
+    /// Open stations: frames that landed where any frame may, dropped because the
+    /// conversation layer had not taken the ones before (`MAX_HANDED_BACK`).
+    pub dropped_handed_back: u64,
 }
 
 /// A frame waiting to leave.

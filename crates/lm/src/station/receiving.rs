@@ -238,7 +238,7 @@ impl<R: Regions> Station<R> {
         } else if self.handed_back.len() < super::MAX_HANDED_BACK {
             self.handed_back.push_back(frame.to_vec());
         } else {
-            self.stats.dropped_control += 1;
+            self.stats.dropped_handed_back += 1;
         }
     }
 

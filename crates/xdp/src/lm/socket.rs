@@ -14,7 +14,7 @@
 //! One thread drives a socket: [`LmSocket::progress`] does one turn (receive, land, time,
 //! post fill addresses, send) and [`LmSocket::wait`] sleeps until there is work.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -30,6 +30,7 @@ use nicmsg_lm::station::{
 };
 use nicmsg_lm::{Geometry, Slot};
 use nicmsg_wire::FRAME_HEADER_LEN;
+use rustc_hash::FxHashMap;
 
 use super::core::Core;
 use super::memory::{LmMemory, SendArea, UmemRegions};
@@ -198,7 +199,9 @@ pub struct LmSocket {
     desyncs: u64,
     send_area: Option<SendArea>,
     /// By peer address, made when first sent to.
-    routes: HashMap<SocketAddrV4, Route>,
+    /// Looked up for every frame sent: hashed with Fx (SipHash would cost each frame more
+    /// than the index into a job's list that this replaced).
+    routes: FxHashMap<SocketAddrV4, Route>,
     /// The IPv4 identification of the next frame sent through the ring.
     identification: u16,
     /// Finished sends held until the kernel is done with their buffers' frames.
@@ -344,7 +347,7 @@ impl LmSocket {
             unknown_sources: 0,
             desyncs: 0,
             send_area,
-            routes: HashMap::new(),
+            routes: FxHashMap::default(),
             identification: 0,
             held: VecDeque::new(),
             ring_full: false,
