@@ -24,7 +24,7 @@ use crate::held::{
     MAX_UNREAD_REPORTS,
 };
 use crate::held_sends::{HeldBytes, HeldSend, HeldSends, SendShares};
-use crate::in_engine::{InEngine, Pending};
+use crate::in_engine::{InEngine, Pending, Retired};
 
 /// libfabric's error codes used here (`rdma/fi_errno.h`; the first ones are errno's).
 mod fi_errno {
@@ -540,10 +540,16 @@ impl FabricEndpoint {
         }
     }
 
-    /// Posts what is held, as far as there is room.
+    /// Posts what is held, as far as there is room. Every poll asks, and nearly always nothing
+    /// is held: that is answered here, inline, without the room and share checks.
+    #[inline]
     fn post_all_held(&mut self) {
-        self.post_held();
-        self.post_held_recvs();
+        if !self.held.is_empty() {
+            self.post_held();
+        }
+        if !self.held_recvs.is_empty() {
+            self.post_held_recvs();
+        }
     }
 
     /// A held operation the engine refused when it was posted (`code` < 0) completes with the
@@ -628,7 +634,7 @@ impl FabricEndpoint {
 
     /// An unreported operation that finished: out of those in flight, its copy kept for the
     /// next, its loss told if it failed.
-    fn let_go_unreported(&mut self, done: Pending, result: &Result<(), Error>) {
+    fn let_go_unreported(&mut self, done: Retired, result: &Result<(), Error>) {
         self.out_of_engine(&done);
         self.tell_if_lost(&done.owner, result);
         self.recycle(done);
@@ -655,7 +661,7 @@ impl FabricEndpoint {
 
     /// An operation left the engine: a send no longer takes room, nor its destination's
     /// share.
-    fn out_of_engine(&mut self, done: &Pending) {
+    fn out_of_engine(&mut self, done: &Retired) {
         if let Some(to) = done.to {
             self.sends_in_flight -= 1;
             self.shares.done(to);
@@ -664,7 +670,7 @@ impl FabricEndpoint {
 
     /// Keeps a retired operation's copy for the next inject: the request is finished, so
     /// the engine no longer reads it.
-    fn recycle(&mut self, done: Pending) {
+    fn recycle(&mut self, done: Retired) {
         if let Some(copy) = done.copy {
             self.give_back(copy);
         }

@@ -215,10 +215,27 @@ impl HeldWatch {
     /// At `now` (ns, any monotonic clock), with `held` (sends, receives) waiting: the line to
     /// print if none has entered the engine for `threshold_ns`, and none was printed for as
     /// long.
+    #[inline]
     pub fn look(&mut self, now: u64, held: (usize, usize), threshold_ns: u64) -> Option<String> {
-        if held == (0, 0) || self.entered != self.seen {
+        // Every poll looks, and nearly always nothing is held: answered inline.
+        if held == (0, 0) {
             self.seen = self.entered;
-            self.stuck_since = (held != (0, 0)).then_some(now);
+            self.stuck_since = None;
+            return None;
+        }
+        self.look_at_held(now, held, threshold_ns)
+    }
+
+    /// [`look`](Self::look) with operations held.
+    fn look_at_held(
+        &mut self,
+        now: u64,
+        held: (usize, usize),
+        threshold_ns: u64,
+    ) -> Option<String> {
+        if self.entered != self.seen {
+            self.seen = self.entered;
+            self.stuck_since = Some(now);
             return None;
         }
         let since = *self.stuck_since.get_or_insert(now);

@@ -26,11 +26,10 @@ static bool cq_reserve(struct nicmsg_cq *cq, size_t more)
 	return true;
 }
 
-/* How many of `wanted` entries the queue (if any) has room for now, reserved. */
-size_t cq_room(struct nicmsg_cq *cq, size_t wanted)
+/* cq_room's slow path (provider.h): room for `wanted` more entries than the queue holds
+ * memory for, up to NICMSG_CQ_MAX, reserved. */
+size_t cq_make_room(struct nicmsg_cq *cq, size_t wanted)
 {
-	if (!cq)
-		return wanted;
 	size_t room = NICMSG_CQ_MAX - cq->count;
 	if (room > wanted)
 		room = wanted;

@@ -306,7 +306,19 @@ int domain_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr, struct fi
 		   void *context);
 int cq_attach(struct nicmsg_cq *cq, struct nicmsg_ep *ep);
 void cq_detach(struct nicmsg_cq *cq, struct nicmsg_ep *ep);
-size_t cq_room(struct nicmsg_cq *cq, size_t wanted);
+size_t cq_make_room(struct nicmsg_cq *cq, size_t wanted);
+/* How many of `wanted` entries the queue (if any) has room for now, reserved. Every poll asks
+ * it twice (both queues of an endpoint), and the queue nearly always has the memory already:
+ * that case is answered here, inline (the capacity never exceeds NICMSG_CQ_MAX, so room
+ * within it is within the bound too). */
+static inline size_t cq_room(struct nicmsg_cq *cq, size_t wanted)
+{
+	if (!cq)
+		return wanted;
+	if (wanted <= cq->capacity - cq->count)
+		return wanted;
+	return cq_make_room(cq, wanted);
+}
 void cq_push(struct nicmsg_cq *cq, const struct nicmsg_ep *ep, const struct nf_completion *entry);
 int cq_trywait_locked(struct nicmsg_cq *cq);
 
