@@ -15,16 +15,25 @@
 //! destination's sends take the whole room, since room frees only as they complete. So the
 //! last quarter of the room is shared: while more than a quarter is free, any destination may
 //! put another send into the engine; past that, a destination may only while it has fewer
-//! there than the room left free ([`SendShares::fits`]). One destination alone takes three
-//! quarters of the room, a second at most half of the last quarter, a third half of what is
-//! left, and so on, so that a destination with nothing in the engine finds room while fewer
-//! than about log2(room / 4) destinations flood at once (11 of the provider's 12,192 sends; 5 of
-//! 153 at 256 slots). The whole room is not shared so, because a receiver may take
-//! nonblocking sends in any order of tags, so a send held while sends posted before it wait in
-//! the engine for their receives may be the one the receiver waits for. With one destination
-//! held to half the room, 100 rendezvous sends to one rank at 256 slots (153 sends of room)
-//! left 23 held, and a receiver that took them last first hung (`tests/mpi/held_reverse.c`),
-//! where all 100 had gone into the engine before destinations had shares.
+//! there than the room left free beyond a reserve ([`SendShares::fits`]). One destination
+//! alone takes three quarters of the room, a second about half of the rest of the last
+//! quarter, a third half of what is left, and so on. The whole room is not shared so, because
+//! a receiver may take nonblocking sends in any order of tags, so a send held while sends
+//! posted before it wait in the engine for their receives may be the one the receiver waits
+//! for. With one destination held to half the room, 100 rendezvous sends to one rank at 256
+//! slots (153 sends of room) left 23 held, and a receiver that took them last first hung
+//! (`tests/mpi/held_reverse.c`), where all 100 had gone into the engine before destinations
+//! had shares.
+//!
+//! **The reserve.** The last sixteenth of the room (`SendShares::reserve`: 762 of the
+//! provider's 12,192 sends, 9 of 153 at 256 slots) takes only sends to destinations with
+//! nothing in the engine. Without it, halving the rest from one flooding destination to the
+//! next left no room at all once about log2(room / 4) destinations flooded at once (11 of
+//! 12,192; 5 of 153), and a send to a destination with nothing in the engine (a barrier's
+//! message the flooded ranks wait for) waited for ever. Now the first send of a destination
+//! finds room while fewer destinations than the reserve holds hold one there, however many
+//! flood. A destination needs no more of the reserve: its send leaves the engine once its
+//! receiver takes it, and its next send enters.
 //!
 //! **Counted only when it matters.** While more than a quarter of the room is free, every
 //! destination may take more: nothing is counted, and a send's fast path looks at no map. From
@@ -214,6 +223,9 @@ pub struct SendShares {
     /// The room for sends that is shared (a quarter of it): while more than this is free,
     /// any destination may take more.
     shared: usize,
+    /// Of the shared room, what only destinations with nothing in the engine may take (a
+    /// sixteenth of the room; see the module documentation).
+    reserve: usize,
 }
 
 impl SendShares {
@@ -222,6 +234,7 @@ impl SendShares {
         Self {
             counts: None,
             shared: room / 4,
+            reserve: room / 16,
         }
     }
 
@@ -274,17 +287,23 @@ impl SendShares {
     }
 
     /// Whether one more send to `to` is within its share while `free` of the room for sends
-    /// is free: more than the shared quarter is free, or `to` has fewer sends in the engine
-    /// than that. Counting must have started when the shared quarter was reached
-    /// ([`counting_due`](Self::counting_due)).
+    /// is free: more than the shared quarter is free; or `to` has nothing in the engine and
+    /// any room is free (the reserve); or `to` has fewer sends in the engine than the room
+    /// free beyond the reserve. Counting must have started when the shared quarter was
+    /// reached ([`counting_due`](Self::counting_due)).
     pub fn fits(&self, to: SocketAddr, free: usize) -> bool {
         if free > self.shared {
             return true;
         }
         debug_assert!(self.counting(), "the shared room is reached uncounted");
-        self.counts
+        let in_engine = self
+            .counts
             .as_ref()
-            .is_none_or(|counts| counts.get(&to).copied().unwrap_or(0) < free)
+            .map_or(0, |counts| counts.get(&to).copied().unwrap_or(0));
+        if in_engine == 0 {
+            return free > 0;
+        }
+        in_engine < free.saturating_sub(self.reserve)
     }
 }
 
@@ -415,50 +434,111 @@ mod tests {
         );
     }
 
-    /// The shares as the endpoint keeps them (counted when due, `endpoint.rs`): one
-    /// destination flooding takes three quarters of the room, a second half of the last
-    /// quarter, a third half of what is left; a destination with nothing in the engine fits
-    /// while any room is free. Counting starts at the last quarter and ends at half the room.
-    #[test]
-    fn one_destination_takes_three_quarters_and_the_last_quarter_is_shared() {
-        let room = 100;
-        let mut shares = SendShares::new(room);
-        let mut in_engine: Vec<SocketAddr> = Vec::new();
-        let fits = |shares: &mut SendShares, in_engine: &Vec<SocketAddr>, port| {
-            let free = room - in_engine.len();
-            if shares.counting_due(room, free) != shares.counting() {
-                if shares.counting() {
-                    shares.stop();
+    /// Room for `room` sends, and the destinations of the sends in the engine, counted as
+    /// the endpoint counts them (`count_shares_if_due`).
+    struct Room {
+        room: usize,
+        shares: SendShares,
+        in_engine: Vec<SocketAddr>,
+    }
+
+    impl Room {
+        fn new(room: usize) -> Self {
+            Self {
+                room,
+                shares: SendShares::new(room),
+                in_engine: Vec::new(),
+            }
+        }
+
+        fn fits(&mut self, port: u16) -> bool {
+            let free = self.room - self.in_engine.len();
+            if self.shares.counting_due(self.room, free) != self.shares.counting() {
+                if self.shares.counting() {
+                    self.shares.stop();
                 } else {
-                    shares.start(in_engine.iter().copied());
+                    self.shares.start(self.in_engine.iter().copied());
                 }
             }
-            free > 0 && shares.fits(to(port), free)
-        };
-        for port in [1, 2, 3] {
-            while fits(&mut shares, &in_engine, port) {
-                shares.sent(to(port));
-                in_engine.push(to(port));
+            free > 0 && self.shares.fits(to(port), free)
+        }
+
+        /// Sends to `port` while they fit; how many went in.
+        fn flood(&mut self, port: u16) -> usize {
+            let mut sent = 0;
+            while self.fits(port) {
+                self.shares.sent(to(port));
+                self.in_engine.push(to(port));
+                sent += 1;
+            }
+            sent
+        }
+
+        fn complete(&mut self, port: u16, sends: usize) {
+            for _ in 0..sends {
+                let at = self
+                    .in_engine
+                    .iter()
+                    .position(|&to| to.port() == port)
+                    .unwrap();
+                self.shares.done(self.in_engine.remove(at));
             }
         }
-        let count = |shares: &SendShares, port| shares.counts.as_ref()?.get(&to(port)).copied();
-        assert_eq!(
-            (count(&shares, 1), count(&shares, 2), count(&shares, 3)),
-            (Some(75), Some(13), Some(6))
+
+        fn count(&self, port: u16) -> Option<usize> {
+            self.shares.counts.as_ref()?.get(&to(port)).copied()
+        }
+    }
+
+    /// One destination takes three quarters of the room; a second about half of the last
+    /// quarter less the reserve, a third half of what is left; a destination with nothing in
+    /// the engine fits while any room is free. Counting starts at the last quarter and ends
+    /// at half the room.
+    #[test]
+    fn one_destination_takes_three_quarters_and_the_last_quarter_is_shared() {
+        let mut room = Room::new(100);
+        assert_eq!(room.shares.reserve, 6);
+        assert_eq!((room.flood(1), room.flood(2), room.flood(3)), (75, 10, 5));
+        assert!(room.fits(4), "a newcomer fits");
+        room.complete(1, 20);
+        assert!(room.fits(1), "below the last quarter");
+        assert!(
+            room.shares.counting(),
+            "counted until half the room is free"
         );
-        assert!(fits(&mut shares, &in_engine, 4), "a newcomer fits");
-        for _ in 0..20 {
-            let at = in_engine.iter().position(|&to| to.port() == 1).unwrap();
-            shares.done(in_engine.remove(at));
+        room.complete(1, 55);
+        assert_eq!(room.count(1), None, "a destination at 0 is forgotten");
+        assert!(room.fits(1));
+        assert!(!room.shares.counting(), "more than half the room is free");
+    }
+
+    /// However many destinations flood, the reserve keeps room for the first send of as many
+    /// destinations as it holds: without it, the room was gone after about log2(room / 4)
+    /// flooding destinations, and a send to a destination with nothing in the engine (which
+    /// the flooded ranks may wait for) waited for ever.
+    #[test]
+    fn a_destination_with_nothing_in_the_engine_finds_room_past_many_floods() {
+        let mut room = Room::new(12_192);
+        let reserve = room.shares.reserve;
+        assert_eq!(reserve, 762);
+        let floods: Vec<usize> = (1..=40).map(|port| room.flood(port)).collect();
+        assert_eq!(floods[0], 9_144, "the first destination's three quarters");
+        let flooders_in_reserve = floods.iter().filter(|&&sent| sent == 1).count();
+        assert!(flooders_in_reserve < 40, "{floods:?}");
+        let free = room.room - room.in_engine.len();
+        // The flooders left the reserve but for one send each of the last ones, which came
+        // with nothing in the engine.
+        assert!(
+            free + flooders_in_reserve >= reserve,
+            "{free} free: {floods:?}"
+        );
+        for newcomer in 1_000..1_000 + free as u16 {
+            assert!(room.fits(newcomer), "newcomer {newcomer}");
+            assert_eq!(room.flood(newcomer), 1, "one send each, from the reserve");
         }
-        assert!(fits(&mut shares, &in_engine, 1), "below the last quarter");
-        assert!(shares.counting(), "counted until half the room is free");
-        for _ in 0..55 {
-            let at = in_engine.iter().position(|&to| to.port() == 1).unwrap();
-            shares.done(in_engine.remove(at));
-        }
-        assert_eq!(count(&shares, 1), None, "a destination at 0 is forgotten");
-        assert!(fits(&mut shares, &in_engine, 1));
-        assert!(!shares.counting(), "more than half the room is free");
+        assert!(!room.fits(5_000), "the reserve is used up");
+        // The first flooder's sends complete: room for everyone again.
+        room.complete(1, 9_144);
+        assert!(room.fits(5_000));
     }
 }

@@ -699,6 +699,29 @@ fn one_destination_keeps_most_of_the_room_and_its_receiver_takes_them_in_any_ord
     );
 }
 
+/// A send to a destination with nothing in the engine finds room however many destinations
+/// flood (`tests/mpi/held_many.c`, 12 ranks): rank 0 posts 120 sends of 100 KiB to each of
+/// ranks 1 to 10, which an engine of 256 slots cannot take, then a word to rank 11, which the
+/// flooded ranks wait for before posting their receives. When each flooding destination took
+/// half of the room the ones before left, 9 flooded ranks left none, and the word waited behind
+/// a full engine; now a reserve of the room takes only sends to destinations with nothing
+/// there (`held_sends.rs`).
+#[test]
+fn a_destination_with_nothing_in_the_engine_finds_room_past_many_floods() {
+    let Some(dir) = open_mpi_dir("held-many") else {
+        return;
+    };
+    let program = compile("mpicc", "tests/mpi/held_many.c", &dir, &[]);
+    let env = [("NICMSG_SLOTS", "256")];
+    let output = run_mpi_on_nicmsg(&dir, &program, 12, &env, "mpirun -n 12 held_many");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("held_many: every byte arrived"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// A rank leaves thousands of messages unmatched and takes them in any order
 /// (`tests/mpi/unmatched_many.c`, 4 ranks): 1,800 short messages from three senders taken one
 /// sender at a time, then 8,000 from one sender taken last first, then 3,000 receives posted
