@@ -552,6 +552,11 @@ impl FabricEndpoint {
         }
     }
 
+    /// Whether operations wait in the provider for room in the engine.
+    fn holds_anything(&self) -> bool {
+        !self.held.is_empty() || !self.held_recvs.is_empty()
+    }
+
     /// A held operation the engine refused when it was posted (`code` < 0) completes with the
     /// error, where an application waits for it.
     fn report_refused(&mut self, owner: Owner, code: c_int) {
@@ -1408,6 +1413,18 @@ pub unsafe extern "C" fn nf_poll(
         found
     }))
     .unwrap_or(0)
+}
+
+/// Whether the endpoint holds operations waiting for room in its engine (1), which enter it
+/// only during calls into the provider (`provider/cq.c`, `progress_held_elsewhere`); 0 if not,
+/// or for a null handle.
+///
+/// # Safety
+/// `ep` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn nf_holds(ep: *mut c_void) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { endpoint_mut(ep) }.map_or(0, |endpoint| c_int::from(endpoint.holds_anything()))
 }
 
 /// The endpoint's completion descriptor (`FI_WAIT_FD`): readable after a completion once

@@ -27,9 +27,10 @@
 //! number of them. Now a send or receive that finds no room (or finds earlier ones held) is
 //! held too, in posting order, with the application's buffers (valid until it completes, as
 //! libfabric has it): a receive's iovecs, a send's iovecs or, for injects and buffered sends,
-//! the provider's copy. It goes to the engine as room frees, during the endpoint's calls (a
-//! poll of its queues, a send while sends wait, and for receives a peek; not a receive's
-//! post), and completes as if posted then. A held operation can be cancelled, but for a
+//! the provider's copy. It goes to the engine as room frees, during calls into the provider
+//! (a poll of the endpoint's queues, a send while sends wait, for receives a peek, not a
+//! receive's post; and a read of any other endpoint's queue, `provider/cq.c`), and completes
+//! as if posted then. A held operation can be cancelled, but for a
 //! claimed receive ([`HeldRecvs::withdraw`]). Past [`MAX_HELD_SENDS`] or [`MAX_HELD_RECVS`] a
 //! post is refused with `-FI_EAGAIN`, and the endpoint says so once on standard error: a hang
 //! past that many operations is named.

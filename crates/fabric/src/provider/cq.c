@@ -64,37 +64,65 @@ static void cq_ring(struct nicmsg_cq *cq)
 	(void)written; /* a full counter is readable anyway */
 }
 
-/* Takes what the engines of the queue's endpoints finished, into the queues they are bound
- * to (an endpoint may send to one queue and receive to another), after a turn of each inline
- * engine where `turn` is set. Returns whether an engine may hold more: a poll that filled the
- * room it was given (a batch, or what the queues had left) stopped before the engine ran
- * out. */
-static bool cq_progress(struct nicmsg_cq *cq, bool turn)
+/* Takes what an endpoint's engine finished into the queues it is bound to (it may send to one
+ * queue and receive to another), after a turn of an inline engine where `turn` is set, and
+ * lets what it holds enter the engine as far as room freed; rings the bound queues other
+ * than `reading`. Returns whether the engine may hold more: a poll that filled the room it
+ * was given (a batch, or what the queues had left) stopped before the engine ran out. */
+static bool ep_progress(struct nicmsg_ep *ep, const struct nicmsg_cq *reading, bool turn)
 {
 	struct nf_completion batch[NICMSG_POLL_BATCH];
-	bool cut_short = false;
-	for (size_t e = 0; e < cq->ep_count; e++) {
-		struct nicmsg_ep *ep = cq->eps[e];
-		if (!ep->engine)
-			continue;
-		/* Only as many as both queues can take: the rest wait in the engine until the
-		 * application reads, so no completion is ever dropped. */
-		size_t room = cq_room(ep->rx_cq, cq_room(ep->tx_cq, NICMSG_POLL_BATCH));
-		size_t n = nf_poll(ep->engine, batch, room, turn);
-		cut_short |= n == room;
-		for (size_t i = 0; i < n; i++) {
-			struct nicmsg_cq *to = batch[i].is_send ? ep->tx_cq : ep->rx_cq;
-			/* Successes only where wanted; errors of operations with a context always
-			 * (an inject has none, and libfabric reports nothing of it). */
-			bool reported = batch[i].wanted || (batch[i].err && batch[i].context);
-			if (to && reported) {
-				cq_push(to, ep, &batch[i]);
-				if (to != cq)
-					cq_ring(to);
-			}
+	/* Only as many as both queues can take: the rest wait in the engine until the
+	 * application reads, so no completion is ever dropped. */
+	size_t room = cq_room(ep->rx_cq, cq_room(ep->tx_cq, NICMSG_POLL_BATCH));
+	size_t n = nf_poll(ep->engine, batch, room, turn);
+	for (size_t i = 0; i < n; i++) {
+		struct nicmsg_cq *to = batch[i].is_send ? ep->tx_cq : ep->rx_cq;
+		/* Successes only where wanted; errors of operations with a context always (an
+		 * inject has none, and libfabric reports nothing of it). */
+		bool reported = batch[i].wanted || (batch[i].err && batch[i].context);
+		if (to && reported) {
+			cq_push(to, ep, &batch[i]);
+			if (to != reading)
+				cq_ring(to);
 		}
 	}
+	return n == room;
+}
+
+/* ep_progress for each endpoint of the queue. */
+static bool cq_progress(struct nicmsg_cq *cq, bool turn)
+{
+	bool cut_short = false;
+	for (size_t e = 0; e < cq->ep_count; e++)
+		if (cq->eps[e]->engine)
+			cut_short |= ep_progress(cq->eps[e], cq, turn);
 	return cut_short;
+}
+
+static bool cq_serves(const struct nicmsg_cq *cq, const struct nicmsg_ep *ep)
+{
+	for (size_t e = 0; e < cq->ep_count; e++)
+		if (cq->eps[e] == ep)
+			return true;
+	return false;
+}
+
+/* Operations an endpoint holds past its engine's room enter the engine during calls into the
+ * provider for that endpoint (a post, or a read of its queues), as room frees. A process with
+ * several endpoints may read the queue of one while another's held sends are what it waits
+ * for (two endpoints each posting more sends than their engines take, each waiting in turn
+ * for the other's messages): those sends then never entered, though the thread engine had
+ * freed their room, and the program hung (tests/fabric/held.c, three times in 240 runs under
+ * load). So a read of any queue also lets the other endpoints take in what they hold; the
+ * look is one call an endpoint, and only where more than one is open. */
+static void progress_held_elsewhere(const struct nicmsg_cq *cq)
+{
+	if (!open_endpoints || !open_endpoints->next_open)
+		return;
+	for (struct nicmsg_ep *ep = open_endpoints; ep; ep = ep->next_open)
+		if (ep->engine && !cq_serves(cq, ep) && nf_holds(ep->engine))
+			ep_progress(ep, NULL, false);
 }
 
 static uint64_t completion_flags(const struct nf_completion *c)
@@ -157,6 +185,7 @@ static ssize_t cq_read_locked(struct nicmsg_cq *cq, void *buf, size_t count,
 	bool reread = cq->answered_at_ns &&
 		      monotonic_ns() - cq->answered_at_ns < NICMSG_REREAD_NS;
 	cq_progress(cq, !reread);
+	progress_held_elsewhere(cq);
 	cq->answered_at_ns = 0;
 	if (!cq->count)
 		return -FI_EAGAIN;

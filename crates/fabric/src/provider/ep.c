@@ -62,10 +62,33 @@ static int ep_control(struct fid *fid, int command, void *arg)
 	return 0;
 }
 
+struct nicmsg_ep *open_endpoints;
+
+void endpoints_add(struct nicmsg_ep *ep)
+{
+	ep->prev_open = NULL;
+	ep->next_open = open_endpoints;
+	if (open_endpoints)
+		open_endpoints->prev_open = ep;
+	open_endpoints = ep;
+}
+
+void endpoints_remove(struct nicmsg_ep *ep)
+{
+	if (ep->prev_open)
+		ep->prev_open->next_open = ep->next_open;
+	else
+		open_endpoints = ep->next_open;
+	if (ep->next_open)
+		ep->next_open->prev_open = ep->prev_open;
+	ep->prev_open = ep->next_open = NULL;
+}
+
 static int ep_close(struct fid *fid)
 {
 	struct nicmsg_ep *ep = (struct nicmsg_ep *)fid;
 	pthread_mutex_lock(&provider_lock);
+	endpoints_remove(ep);
 	cq_detach(ep->tx_cq, ep);
 	if (ep->rx_cq != ep->tx_cq)
 		cq_detach(ep->rx_cq, ep);
@@ -223,6 +246,9 @@ int domain_endpoint(struct fid_domain *domain, struct fi_info *info, struct fid_
 	ep->ep.rma = &no_rma;
 	ep->ep.atomic = &no_atomic;
 	ep->ep.collective = &no_collective;
+	pthread_mutex_lock(&provider_lock);
+	endpoints_add(ep);
+	pthread_mutex_unlock(&provider_lock);
 	*out = &ep->ep;
 	return 0;
 }

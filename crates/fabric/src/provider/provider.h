@@ -130,6 +130,7 @@ int nf_completion_fd(void *ep);
 uint32_t nf_completion_count(void *ep);
 void nf_arm(void *ep);
 int nf_progress_is_automatic(void *ep);
+int nf_holds(void *ep);
 
 
 
@@ -234,8 +235,17 @@ struct nicmsg_ep {
 	/* The engine runs on a thread of its own (fixed when it opens): completions come while
 	 * the application sleeps. */
 	bool automatic;
+	/* The provider's list of open endpoints (`open_endpoints`, ep.c), under the lock. */
+	struct nicmsg_ep *prev_open;
+	struct nicmsg_ep *next_open;
 	size_t *parent;
 };
+
+/* Every open endpoint, newest first, under `provider_lock`: a read of any queue lets the
+ * operations other endpoints hold enter their engines (cq.c, `progress_held_elsewhere`). */
+extern struct nicmsg_ep *open_endpoints;
+void endpoints_add(struct nicmsg_ep *ep);
+void endpoints_remove(struct nicmsg_ep *ep);
 
 
 /* ---- Shared by every object (common.c) ---- */

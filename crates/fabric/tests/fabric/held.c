@@ -7,7 +7,8 @@
  * arrives once, whole, in order. Then the same with the receives posted first. Then a
  * receive held behind others is cancelled (it completes with FI_ECANCELED), and a peek does
  * not report a message that a receive held earlier will take; that receive gets it, and a
- * held FI_CLAIM receive is not cancelled (its message is matched already). Last, a
+ * held FI_CLAIM receive is not cancelled (its message is matched already), and one
+ * endpoint's held sends enter its engine while only the other endpoint is read. Last, a
  * receive posted behind a few hundred others whose messages are not sent yet still takes the
  * message that is there for it. Run with the default engine table, and with a small one
  * (NICMSG_SLOTS=256): operations past the room of the table the endpoint has wait too. Prints
@@ -347,6 +348,33 @@ static void a_receive_is_not_held_behind_receives_that_fit(struct node *a, struc
 	}
 }
 
+/* Sends one endpoint holds past its engine's room enter it while the program reads only the
+ * other endpoint's queue: b posts FILLING sends (more than its engine takes) and is not
+ * called again until all of a's receives completed. Held sends entered only during calls for
+ * their own endpoint, so they waited for ever there (and, in the checks above, whenever b's
+ * queue was last read before its thread engine had freed room: three runs in 240 under
+ * load); a read of any queue now lets every endpoint take in what it holds. */
+static void held_sends_enter_while_another_endpoint_is_read(struct node *a, struct node *b,
+							     fi_addr_t to_a)
+{
+	static char in[FILLING][SHORT_BYTES];
+	for (int i = 0; i < FILLING; i++)
+		POST(fi_trecv(a->ep, in[i], SHORT_BYTES, NULL, FI_ADDR_UNSPEC, 12, 0, in[i]));
+	static char out[SHORT_BYTES] = "from b";
+	for (int i = 0; i < FILLING; i++)
+		POST(fi_tsend(b->ep, out, SHORT_BYTES, NULL, to_a, 12, NULL));
+	for (int received = 0; received < FILLING; received++) {
+		struct fi_cq_tagged_entry entry;
+		int err;
+		next_entry(a, &entry, &err);
+		if (err)
+			FAIL("a receive failed: %s", fi_strerror(err));
+	}
+	struct fi_cq_tagged_entry sent;
+	while (fi_cq_read(b->cq, &sent, 1) == 1)
+		;
+}
+
 int main(void)
 {
 	struct fi_info *info;
@@ -373,6 +401,7 @@ int main(void)
 	a_held_receive_is_cancelled(&a, &b, sides[1].peer);
 	a_peek_leaves_a_held_receive_its_message(&a, &b, sides[1].peer);
 	a_held_claimed_receive_is_not_cancelled(&a, &b, sides[1].peer);
+	held_sends_enter_while_another_endpoint_is_read(&a, &b, sides[1].peer);
 	/* FITTING receives fit in the default table (NICMSG_SLOTS unset), not in a small one. */
 	if (!getenv("NICMSG_SLOTS"))
 		a_receive_is_not_held_behind_receives_that_fit(&a, &b, sides[1].peer);
