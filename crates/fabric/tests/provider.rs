@@ -362,8 +362,9 @@ fn a_buffered_send_completes_before_its_receiver_asks() {
 /// while the program reads only the other's queue (`tests/fabric/held.c`), in both engine
 /// modes.
 /// It runs in the library's engine table of 640 slots (`NICMSG_SLOTS`: the provider's own
-/// 4,096 would leave room for all of its operations, and hold none), and in one of 256, where
-/// sends took the whole table and both endpoints hung.
+/// 16,384 leave room for all of its operations, and hold none), in one of 256, where sends
+/// took the whole table and both endpoints hung, and in the provider's own, for the check of
+/// a receive posted behind 300 that fit.
 #[test]
 fn operations_past_the_engines_room_wait_instead_of_being_refused() {
     // The watchdog at 5 s, so that a failure's output says what waited. Its first and third
@@ -391,6 +392,9 @@ fn operations_past_the_engines_room_wait_instead_of_being_refused() {
                 ("NICMSG_SLOTS", "256"),
                 watchdog,
             ],
+            // The provider's own table: the check of a receive that fits (it ran nowhere,
+            // and the held checks failed there, where nothing is held).
+            &[("NICMSG_ENGINE", "inline"), watchdog],
         ],
     );
 }
