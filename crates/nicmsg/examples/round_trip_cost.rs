@@ -12,7 +12,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 
-use nicmsg::tagged::{SendOptions, Space, TaggedEndpoint};
+use nicmsg::tagged::{SendOptions, Space, TagMatch, TaggedEndpoint};
 use nicmsg::{EngineMode, Options};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -46,12 +46,8 @@ fn bounce(
     into: &mut [u8],
 ) -> Result<(), nicmsg::Error> {
     let send = from.isend(&[out], to, (Space::Tagged, 1), SendOptions::default())?;
-    at.irecv(
-        [into],
-        None,
-        (Space::Tagged, nicmsg_proto::TagMatch::Tag(1)),
-    )?
-    .wait()?;
+    at.irecv([into], None, (Space::Tagged, TagMatch::Tag(1)))?
+        .wait()?;
     send.wait()?;
     Ok(())
 }

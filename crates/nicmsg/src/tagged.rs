@@ -10,8 +10,10 @@ use crate::comm::Comm;
 use crate::request::Request;
 use crate::{Error, Options};
 use nicmsg_engine::{Envelope, OpCode, Outcome, ANY};
-pub use nicmsg_proto::SendOptions;
-use nicmsg_proto::{Claim, Context, TagMatch};
+use nicmsg_proto::{Claim, Context};
+/// What a send asks for, and which tags a receive takes (64-bit tags with an ignore mask):
+/// re-exported so that users of this interface need no other crate.
+pub use nicmsg_proto::{SendOptions, TagMatch};
 use std::net::SocketAddr;
 
 /// Which of an endpoint's matching spaces a message travels in: a receive of one space never
