@@ -1,7 +1,10 @@
-//! A deterministic ping-pong in one thread, for counting the instructions a round trip costs:
-//! two tagged endpoints with inline engines on loopback, each message received by a turn that
-//! certainly finds it (loopback delivers within the sender's system call), so no count depends
-//! on timing. Run under callgrind twice with different counts and take the difference:
+//! A ping-pong in one thread, for counting the instructions a round trip costs: two tagged
+//! endpoints with inline engines on loopback, each message received by a turn that certainly
+//! finds it (loopback delivers within the sender's system call), so no poll depends on the
+//! other side's timing. Only the protocol's timers read the clock: on a quiet machine the
+//! counts repeat within a few instructions; on a busy one delayed acknowledgements fire a
+//! varying number of times (up to 5 % more). Run under callgrind twice with different counts
+//! and take the difference:
 //!
 //! ```sh
 //! valgrind --tool=callgrind target/release/examples/round_trip_cost 8 1000
