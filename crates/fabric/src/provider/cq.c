@@ -69,7 +69,7 @@ static void cq_ring(struct nicmsg_cq *cq)
  * lets what it holds enter the engine as far as room freed; rings the bound queues other
  * than `reading`. Returns whether the engine may hold more: a poll that filled the room it
  * was given (a batch, or what the queues had left) stopped before the engine ran out. */
-static bool ep_progress(struct nicmsg_ep *ep, const struct nicmsg_cq *reading, bool turn)
+bool ep_progress(struct nicmsg_ep *ep, const struct nicmsg_cq *reading, bool turn)
 {
 	struct nf_completion batch[NICMSG_POLL_BATCH];
 	/* Only as many as both queues can take: the rest wait in the engine until the

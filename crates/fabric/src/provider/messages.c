@@ -82,8 +82,10 @@ static ssize_t send_locked(struct nicmsg_ep *ep, const struct iovec *iov, size_t
 	const union nf_addr *to = destination(ep, dest);
 	if (!to)
 		return -FI_EADDRNOTAVAIL;
-	return nf_send(ep->engine, iov, count, to, tagged, tag, has_data, data, context, wanted,
-		       send_how(flags));
+	ssize_t posted = nf_send(ep->engine, iov, count, to, tagged, tag, has_data, data,
+				 context, wanted, send_how(flags));
+	progress_if_held(ep);
+	return posted;
 }
 
 static ssize_t recv_locked(struct nicmsg_ep *ep, const struct iovec *iov, size_t count,
@@ -101,7 +103,10 @@ static ssize_t recv_locked(struct nicmsg_ep *ep, const struct iovec *iov, size_t
 	const union nf_addr *from = source(ep, src, &unknown);
 	if (unknown)
 		return -FI_EADDRNOTAVAIL;
-	return nf_recv(ep->engine, iov, count, from, tagged, tag, ignore, context, wanted);
+	ssize_t posted = nf_recv(ep->engine, iov, count, from, tagged, tag, ignore, context,
+				 wanted);
+	progress_if_held(ep);
+	return posted;
 }
 
 /* What FI_PEEK | FI_CLAIM writes beside the claim, in fi_context.internal[1]: a FI_CLAIM
@@ -173,9 +178,12 @@ static ssize_t claimed_locked(struct nicmsg_ep *ep, const struct fi_msg_tagged *
 	if (claimed->internal[1] != CLAIM_MARK)
 		return -FI_EINVAL; /* no FI_PEEK | FI_CLAIM with this context */
 	uint64_t claim = (uintptr_t)claimed->internal[0];
-	if (!(flags & FI_DISCARD))
-		return nf_recv_claimed(ep->engine, msg->msg_iov, msg->iov_count, claim,
-				       msg->context, rx_wanted(ep, flags));
+	if (!(flags & FI_DISCARD)) {
+		ssize_t posted = nf_recv_claimed(ep->engine, msg->msg_iov, msg->iov_count, claim,
+						 msg->context, rx_wanted(ep, flags));
+		progress_if_held(ep);
+		return posted;
+	}
 	if (!cq_room(ep->rx_cq, 1))
 		return -FI_EAGAIN;
 	int dropped = nf_discard(ep->engine, claim);

@@ -10,6 +10,7 @@
  *   cq.c        completion queues: entries in each queue's format, reads, waits, signals
  *   ep.c        endpoints: binding, enabling, closing, cancelling, their name
  *   messages.c  the operations that move messages (msg and tagged, peek and claim)
+ *   progress.c  the thread that moves held operations of engine-thread endpoints along
  *   common.c    the lock, child counts, and the stubs for what nicmsg does not offer
  *
  * Every operation that moves a message calls the Rust side (`src/endpoint.rs`, the `nf_*`
@@ -331,6 +332,11 @@ static inline size_t cq_room(struct nicmsg_cq *cq, size_t wanted)
 }
 void cq_push(struct nicmsg_cq *cq, const struct nicmsg_ep *ep, const struct nf_completion *entry);
 int cq_trywait_locked(struct nicmsg_cq *cq);
+bool ep_progress(struct nicmsg_ep *ep, const struct nicmsg_cq *reading, bool turn);
+
+/* progress.c: after a post on `ep` (under the lock), wakes the provider's thread (started on
+ * first need) if `ep`'s engine runs on its own thread and `ep` holds operations. */
+void progress_if_held(struct nicmsg_ep *ep);
 
 /* ep.c */
 int domain_endpoint(struct fid_domain *domain, struct fi_info *info, struct fid_ep **out,
