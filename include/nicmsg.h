@@ -250,6 +250,14 @@ int nicmsg_lm_dgram_places(nicmsg_lm_dgram *socket);
 /* Sends `len` bytes as one datagram to `address`; returns once delivered. */
 int nicmsg_lm_dgram_send_to(nicmsg_lm_dgram *socket, const void *buf, size_t len,
                             const char *address);
+/* Starts sending `len` bytes (copied) as one datagram to `address` and returns at once with
+ * *id; while 64 sends are in flight (32 to one receiver) it first waits for one to finish.
+ * Datagrams in flight at once may arrive in any order. */
+int nicmsg_lm_dgram_isend_to(nicmsg_lm_dgram *socket, const void *buf, size_t len,
+                             const char *address, uint64_t *id);
+/* Waits until the send `id` is delivered (0) or failed (NICMSG_ERR_PEER_UNREACHABLE); an id
+ * already waited for, or never handed out, is NICMSG_ERR_BUFFER. */
+int nicmsg_lm_dgram_wait_sent(nicmsg_lm_dgram *socket, uint64_t id);
 /* As nicmsg_dgram_recv_from: the next datagram copied into buf; a longer one is consumed and
  * reported as NICMSG_ERR_TRUNCATE with *len its length. */
 int nicmsg_lm_dgram_recv_from(nicmsg_lm_dgram *socket, void *buf, size_t capacity, size_t *len,

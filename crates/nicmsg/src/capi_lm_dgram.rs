@@ -122,6 +122,57 @@ pub unsafe extern "C" fn nicmsg_lm_dgram_send_to(
     guard(|| state(lock).socket().send_to(data, to))
 }
 
+/// Starts sending `len` bytes at `buf` (copied) as one datagram to `address` and returns at
+/// once with `*id`, for `nicmsg_lm_dgram_wait_sent`; while the socket has 64 sends in flight
+/// (32 to one receiver) it first makes progress until one finishes. Datagrams in flight at
+/// once may arrive in any order.
+///
+/// # Safety
+/// Valid handle; `buf` valid for reading `len` bytes; `address` NUL-terminated; `id` valid
+/// for writing.
+#[no_mangle]
+pub unsafe extern "C" fn nicmsg_lm_dgram_isend_to(
+    socket: *mut NicmsgLmDgram,
+    buf: *const c_void,
+    len: usize,
+    address_text: *const c_char,
+    id: *mut u64,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    let Some((to, data)) = (unsafe { send_arguments(buf, len, address_text) }) else {
+        return NICMSG_ERR_ARG;
+    };
+    if id.is_null() {
+        return NICMSG_ERR_ARG;
+    }
+    // SAFETY: the caller's contract.
+    let (lock, _turn) = or_return!(unsafe { enter(socket) });
+    guard(|| {
+        let started = state(lock).socket().isend_to(data, to)?;
+        // SAFETY: checked not null above; valid for writing by the caller's contract.
+        unsafe { id.write(started.as_raw()) };
+        Ok(())
+    })
+}
+
+/// Waits until the send `id` (`nicmsg_lm_dgram_isend_to`) is delivered (0) or has failed
+/// (`NICMSG_ERR_PEER_UNREACHABLE`); an id whose outcome was taken already, or never handed
+/// out, is `NICMSG_ERR_BUFFER`.
+///
+/// # Safety
+/// Valid handle.
+#[no_mangle]
+pub unsafe extern "C" fn nicmsg_lm_dgram_wait_sent(socket: *mut NicmsgLmDgram, id: u64) -> c_int {
+    // SAFETY: the caller's contract.
+    let (lock, _turn) = or_return!(unsafe { enter(socket) });
+    guard(|| {
+        state(lock)
+            .socket()
+            .wait_sent(crate::lm_dgram::LmSendId::from_raw(id))
+            .1
+    })
+}
+
 /// Waits for the next datagram and copies it to `buf` (of `capacity` bytes); `*len` receives
 /// its length and `from` (if not null, at least `NICMSG_ADDRESS_MAX` bytes) its sender. A
 /// longer datagram is consumed and reported as `NICMSG_ERR_TRUNCATE` with `*len` its length.
@@ -268,5 +319,65 @@ mod tests {
             assert_eq!(nicmsg_lm_dgram_close(server), NICMSG_ERR_ARG, "closed once");
             assert_eq!(nicmsg_lm_dgram_places(server), NICMSG_ERR_ARG);
         }
+    }
+
+    /// Sends that return at once: each is waited for once, delivered; the datagrams arrive,
+    /// each once (in any order); an id waited for already, and a missing id, are refused.
+    #[test]
+    fn sends_that_do_not_wait_are_waited_for_by_id() {
+        let (server, address) = bound();
+        let (client, _) = bound();
+        let shared = client as usize;
+        let sender = std::thread::spawn(move || {
+            let client = shared as *mut NicmsgLmDgram;
+            let to = address;
+            let datagrams: [&[u8]; 3] = [b"one", &[9u8; 3000], b"three"];
+            // SAFETY: the client stays open until this thread is joined; the buffers are
+            // locals, and copied by the calls.
+            unsafe {
+                let mut ids = [0u64; 3];
+                for (datagram, id) in datagrams.iter().zip(&mut ids) {
+                    let code = nicmsg_lm_dgram_isend_to(
+                        client,
+                        datagram.as_ptr().cast(),
+                        datagram.len(),
+                        to.as_ptr(),
+                        id,
+                    );
+                    assert_eq!(code, NICMSG_SUCCESS);
+                }
+                let missing_id = nicmsg_lm_dgram_isend_to(
+                    client,
+                    datagrams[0].as_ptr().cast(),
+                    1,
+                    to.as_ptr(),
+                    std::ptr::null_mut(),
+                );
+                assert_eq!(missing_id, NICMSG_ERR_ARG);
+                for id in ids {
+                    assert_eq!(nicmsg_lm_dgram_wait_sent(client, id), NICMSG_SUCCESS);
+                }
+                let again = nicmsg_lm_dgram_wait_sent(client, ids[0]);
+                assert_eq!(again, crate::capi::NICMSG_ERR_BUFFER, "waited for once");
+            }
+        });
+        let mut lengths = Vec::new();
+        let mut buffer = [0u8; 4096];
+        // SAFETY: the handles are live until closed; the buffer is a local of the size given.
+        unsafe {
+            for _ in 0..3 {
+                let mut len = 0usize;
+                let (out, room) = (buffer.as_mut_ptr().cast(), buffer.len());
+                let got =
+                    nicmsg_lm_dgram_recv_from(server, out, room, &mut len, std::ptr::null_mut(), 0);
+                assert_eq!(got, NICMSG_SUCCESS);
+                lengths.push(len);
+            }
+            sender.join().unwrap();
+            assert_eq!(nicmsg_lm_dgram_close(client), NICMSG_SUCCESS);
+            assert_eq!(nicmsg_lm_dgram_close(server), NICMSG_SUCCESS);
+        }
+        lengths.sort_unstable();
+        assert_eq!(lengths, [3, 5, 3000]);
     }
 }

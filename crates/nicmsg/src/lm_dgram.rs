@@ -287,11 +287,26 @@ impl LmDgramSocket {
 
     /// Sends `bytes` to `to` (copied into a send buffer) and waits until delivered.
     pub fn send_to(&mut self, bytes: &[u8], to: impl ToSocketAddrs) -> Result<(), Error> {
+        let buffer = self.send_buffer_with(bytes)?;
+        self.send_buffer_to(buffer, to).1
+    }
+
+    /// Starts sending `bytes` to `to` (copied into a send buffer) and returns at once, as
+    /// [`isend_buffer_to`](Self::isend_buffer_to) does; [`wait_sent`](Self::wait_sent) takes
+    /// its outcome.
+    pub fn isend_to(&mut self, bytes: &[u8], to: impl ToSocketAddrs) -> Result<LmSendId, Error> {
+        let buffer = self.send_buffer_with(bytes)?;
+        self.isend_buffer_to(buffer, to)
+            .map_err(|unsent| unsent.error)
+    }
+
+    /// A send buffer holding a copy of `bytes`.
+    fn send_buffer_with(&mut self, bytes: &[u8]) -> Result<HoleBuffer, Error> {
         let mut buffer = self.send_buffer(bytes.len())?;
         buffer
             .write_at(0, bytes)
             .map_err(|_| Error::BadBuffer("the send buffer is shorter than the datagram"))?;
-        self.send_buffer_to(buffer, to).1
+        Ok(buffer)
     }
 
     /// Waits for the next datagram from anyone and copies it into `buffer`; returns its length
@@ -466,6 +481,19 @@ impl LmDgramSocket {
 /// A send started with [`LmDgramSocket::isend_buffer_to`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LmSendId(OpenSendId);
+
+impl LmSendId {
+    /// The number the C ABI hands out for it.
+    pub fn as_raw(self) -> u64 {
+        self.0 .0
+    }
+
+    /// The send numbered `raw` ([`as_raw`](Self::as_raw)); a number no send has is reported
+    /// by [`LmDgramSocket::wait_sent`] as no such send.
+    pub fn from_raw(raw: u64) -> Self {
+        Self(OpenSendId(raw))
+    }
+}
 
 /// A send refused: why, and the buffer back.
 #[derive(Debug)]
