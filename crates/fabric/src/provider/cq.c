@@ -67,9 +67,11 @@ static void cq_ring(struct nicmsg_cq *cq)
 /* Takes what an endpoint's engine finished into the queues it is bound to (it may send to one
  * queue and receive to another), after a turn of an inline engine where `turn` is set, and
  * lets what it holds enter the engine as far as room freed; rings the bound queues other
- * than `reading`. Returns whether the engine may hold more: a poll that filled the room it
- * was given (a batch, or what the queues had left) stopped before the engine ran out. */
-bool ep_progress(struct nicmsg_ep *ep, const struct nicmsg_cq *reading, bool turn)
+ * than `reading`. Returns how many operations finished; `cut_short` (if not NULL) is set where
+ * the engine may hold more: a poll that filled the room it was given (a batch, or what the
+ * queues had left) stopped before the engine ran out. */
+size_t ep_progress(struct nicmsg_ep *ep, const struct nicmsg_cq *reading, bool turn,
+		   bool *cut_short)
 {
 	struct nf_completion batch[NICMSG_POLL_BATCH];
 	/* Only as many as both queues can take: the rest wait in the engine until the
@@ -87,7 +89,9 @@ bool ep_progress(struct nicmsg_ep *ep, const struct nicmsg_cq *reading, bool tur
 				cq_ring(to);
 		}
 	}
-	return n == room;
+	if (cut_short)
+		*cut_short |= n == room;
+	return n;
 }
 
 /* ep_progress for each endpoint of the queue. */
@@ -96,7 +100,7 @@ static bool cq_progress(struct nicmsg_cq *cq, bool turn)
 	bool cut_short = false;
 	for (size_t e = 0; e < cq->ep_count; e++)
 		if (cq->eps[e]->engine)
-			cut_short |= ep_progress(cq->eps[e], cq, turn);
+			ep_progress(cq->eps[e], cq, turn, &cut_short);
 	return cut_short;
 }
 
@@ -122,7 +126,7 @@ static void progress_held_elsewhere(const struct nicmsg_cq *cq)
 		return;
 	for (struct nicmsg_ep *ep = open_endpoints; ep; ep = ep->next_open)
 		if (ep->engine && !cq_serves(cq, ep) && nf_holds(ep->engine))
-			ep_progress(ep, NULL, false);
+			ep_progress(ep, NULL, false, NULL);
 }
 
 static uint64_t completion_flags(const struct nf_completion *c)

@@ -6,10 +6,11 @@
  * provider: a post, or a read of a completion queue. An application that posted more than the
  * room and then waited outside libfabric (for a pipe, a timer, another library) saw the held
  * ones stall until its next call. So while an endpoint with an engine thread holds anything,
- * the provider's own thread lets it take in what room freed, every PROGRESS_PERIOD_NS; it
- * sleeps on a condition variable otherwise, and costs nothing where nothing is held or every
- * engine is inline (whose held operations move in the application's calls anyway, as the
- * engine does).
+ * the provider's own thread lets it take in what room freed, looking every PROGRESS_PERIOD_NS
+ * while operations finish and backing off to PROGRESS_PERIOD_MAX_NS while none do; it sleeps
+ * on a condition variable otherwise, and costs nothing where nothing is held or every engine
+ * is inline (whose held operations move in the application's calls anyway, as the engine
+ * does).
  *
  * The thread is started by the first endpoint with an engine thread that holds something, and
  * stopped when the provider is unloaded (a destructor), so no thread runs code of an unmapped
@@ -18,9 +19,13 @@
 
 #include <time.h>
 
-/* How often the thread looks while something is held: an engine frees room as messages
- * complete, microseconds to milliseconds apart; a look is one call an endpoint. */
+/* How soon the thread looks again while something is held, after a look that found
+ * operations finished or a post woke it: an engine frees room as messages complete,
+ * microseconds to milliseconds apart; a look is one call an endpoint. */
 #define PROGRESS_PERIOD_NS 200000L
+/* Each look that found nothing finished waits twice as long, up to this: held operations
+ * whose receivers take nothing for minutes cost a look every 10 ms, not 5,000 a second. */
+#define PROGRESS_PERIOD_MAX_NS 10000000L
 
 static pthread_t progress_thread;
 static bool progress_started;
@@ -28,36 +33,55 @@ static bool progress_stopping;
 /* Waited on with provider_lock; its clock is CLOCK_MONOTONIC (progress_start). */
 static pthread_cond_t progress_wake;
 
-/* Lets every endpoint with an engine thread take in what it holds; whether any still holds. */
-static bool progress_held_of_automatic_endpoints(void)
+/* What a look at the endpoints found. */
+struct progress_look {
+	bool holding;	/* an endpoint still holds operations */
+	bool moved;	/* an operation finished, so room freed and held ones entered */
+};
+
+/* Lets every endpoint with an engine thread take in what it holds. */
+static struct progress_look progress_held_of_automatic_endpoints(void)
 {
-	bool holding = false;
+	struct progress_look look = {false, false};
 	for (struct nicmsg_ep *ep = open_endpoints; ep; ep = ep->next_open) {
 		if (!ep->automatic || !ep->engine || !nf_holds(ep->engine))
 			continue;
-		ep_progress(ep, NULL, false);
-		holding |= nf_holds(ep->engine) != 0;
+		look.moved |= ep_progress(ep, NULL, false, NULL) > 0;
+		look.holding |= nf_holds(ep->engine) != 0;
 	}
-	return holding;
+	return look;
+}
+
+/* Waits on progress_wake (with provider_lock) for at most `period_ns`; whether a signal, not
+ * the time, ended the wait. */
+static bool progress_wait(long period_ns)
+{
+	struct timespec until;
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_nsec += period_ns;
+	until.tv_sec += until.tv_nsec / 1000000000L;
+	until.tv_nsec %= 1000000000L;
+	return pthread_cond_timedwait(&progress_wake, &provider_lock, &until) == 0;
 }
 
 static void *progress_loop(void *unused)
 {
 	(void)unused;
+	long period_ns = PROGRESS_PERIOD_NS;
 	pthread_mutex_lock(&provider_lock);
 	while (!progress_stopping) {
-		if (progress_held_of_automatic_endpoints()) {
-			struct timespec until;
-			clock_gettime(CLOCK_MONOTONIC, &until);
-			until.tv_nsec += PROGRESS_PERIOD_NS;
-			if (until.tv_nsec >= 1000000000L) {
-				until.tv_sec++;
-				until.tv_nsec -= 1000000000L;
-			}
-			pthread_cond_timedwait(&progress_wake, &provider_lock, &until);
-		} else {
+		struct progress_look look = progress_held_of_automatic_endpoints();
+		if (!look.holding) {
 			pthread_cond_wait(&progress_wake, &provider_lock);
+			period_ns = PROGRESS_PERIOD_NS;
+			continue;
 		}
+		if (look.moved)
+			period_ns = PROGRESS_PERIOD_NS;
+		if (progress_wait(period_ns))
+			period_ns = PROGRESS_PERIOD_NS;
+		else if (!look.moved && period_ns < PROGRESS_PERIOD_MAX_NS)
+			period_ns *= 2;
 	}
 	pthread_mutex_unlock(&provider_lock);
 	return NULL;

@@ -332,7 +332,8 @@ static inline size_t cq_room(struct nicmsg_cq *cq, size_t wanted)
 }
 void cq_push(struct nicmsg_cq *cq, const struct nicmsg_ep *ep, const struct nf_completion *entry);
 int cq_trywait_locked(struct nicmsg_cq *cq);
-bool ep_progress(struct nicmsg_ep *ep, const struct nicmsg_cq *reading, bool turn);
+size_t ep_progress(struct nicmsg_ep *ep, const struct nicmsg_cq *reading, bool turn,
+		   bool *cut_short);
 
 /* progress.c: after a post on `ep` (under the lock), wakes the provider's thread (started on
  * first need) if `ep`'s engine runs on its own thread and `ep` holds operations. */
