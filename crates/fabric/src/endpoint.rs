@@ -1416,8 +1416,8 @@ pub unsafe extern "C" fn nf_poll(
 }
 
 /// Whether the endpoint holds operations waiting for room in its engine (1), which enter it
-/// during calls into the provider or on its progress thread (`provider/cq.c`,
-/// `provider/progress.c`); 0 if not, or for a null handle.
+/// during calls for the endpoint or on the provider's progress thread
+/// (`provider/progress.c`); 0 if not, or for a null handle.
 ///
 /// # Safety
 /// `ep` is a live handle.

@@ -27,12 +27,11 @@
 //! number of them. Now a send or receive that finds no room (or finds earlier ones held) is
 //! held too, in posting order, with the application's buffers (valid until it completes, as
 //! libfabric has it): a receive's iovecs, a send's iovecs or, for injects and buffered sends,
-//! the provider's copy. It goes to the engine as room frees, during calls into the provider
-//! (a poll of the endpoint's queues, a send while sends wait, for receives a peek, not a
-//! receive's post; and a read of any other endpoint's queue, `provider/cq.c`), or, with an
-//! engine thread, on the provider's own thread (`provider/progress.c`), and completes as if
-//! posted then. A held operation can be cancelled, but for a
-//! claimed receive ([`HeldRecvs::withdraw`]). Past [`MAX_HELD_SENDS`] or [`MAX_HELD_RECVS`] a
+//! the provider's copy. It goes to the engine as room frees, during calls for its endpoint (a
+//! poll of its queues, a send while sends wait, for receives a peek; not a receive's post) and
+//! on the provider's own thread while anything is held (`provider/progress.c`), and completes
+//! as if posted then. A held operation can be cancelled, but for a claimed receive
+//! ([`HeldRecvs::withdraw`]). Past [`MAX_HELD_SENDS`] or [`MAX_HELD_RECVS`] a
 //! post is refused with `-FI_EAGAIN`, and the endpoint says so once on standard error: a hang
 //! past that many operations is named.
 //!

@@ -104,31 +104,6 @@ static bool cq_progress(struct nicmsg_cq *cq, bool turn)
 	return cut_short;
 }
 
-static bool cq_serves(const struct nicmsg_cq *cq, const struct nicmsg_ep *ep)
-{
-	for (size_t e = 0; e < cq->ep_count; e++)
-		if (cq->eps[e] == ep)
-			return true;
-	return false;
-}
-
-/* Operations an endpoint holds past its engine's room enter the engine during calls into the
- * provider for that endpoint (a post, or a read of its queues), as room frees. A process with
- * several endpoints may read the queue of one while another's held sends are what it waits
- * for (two endpoints each posting more sends than their engines take, each waiting in turn
- * for the other's messages): those sends then never entered, though the thread engine had
- * freed their room, and the program hung (tests/fabric/held.c, three times in 240 runs under
- * load). So a read of any queue also lets the other endpoints take in what they hold; the
- * look is one call an endpoint, and only where more than one is open. */
-static void progress_held_elsewhere(const struct nicmsg_cq *cq)
-{
-	if (!open_endpoints || !open_endpoints->next_open)
-		return;
-	for (struct nicmsg_ep *ep = open_endpoints; ep; ep = ep->next_open)
-		if (ep->engine && !cq_serves(cq, ep) && nf_holds(ep->engine))
-			ep_progress(ep, NULL, false, NULL);
-}
-
 static uint64_t completion_flags(const struct nf_completion *c)
 {
 	uint64_t flags = c->is_send ? FI_SEND : FI_RECV;
@@ -189,7 +164,6 @@ static ssize_t cq_read_locked(struct nicmsg_cq *cq, void *buf, size_t count,
 	bool reread = cq->answered_at_ns &&
 		      monotonic_ns() - cq->answered_at_ns < NICMSG_REREAD_NS;
 	cq_progress(cq, !reread);
-	progress_held_elsewhere(cq);
 	cq->answered_at_ns = 0;
 	if (!cq->count)
 		return -FI_EAGAIN;

@@ -1,20 +1,24 @@
-/* Background progress of operations held past an engine's room (FI_PROGRESS_AUTO).
+/* Background progress of operations held past an engine's room.
  *
- * An endpoint whose engine runs on a thread of its own reports FI_PROGRESS_AUTO: its
- * operations complete while the application computes or sleeps. Operations the provider holds
- * past the engine's room (src/held.rs) enter the engine only when something calls into the
- * provider: a post, or a read of a completion queue. An application that posted more than the
- * room and then waited outside libfabric (for a pipe, a timer, another library) saw the held
- * ones stall until its next call. So while an endpoint with an engine thread holds anything,
- * the provider's own thread lets it take in what room freed, looking every PROGRESS_PERIOD_NS
- * while operations finish and backing off to PROGRESS_PERIOD_MAX_NS while none do; it sleeps
- * on a condition variable otherwise, and costs nothing where nothing is held or every engine
- * is inline (whose held operations move in the application's calls anyway, as the engine
- * does).
+ * Operations the provider holds past an engine's room (src/held.rs) enter the engine as room
+ * frees. Calls into the provider for their endpoint let them in (a post, a read of its
+ * queues), but an application may make none for that endpoint while it waits for them:
+ *   - an endpoint whose engine runs on its own thread reports FI_PROGRESS_AUTO, and its
+ *     application may wait outside libfabric (a pipe, a timer, another library): two
+ *     endpoints that posted 500 receives and 500 sends at 640 slots, then slept a second,
+ *     found 288 receives completed (tests/fabric/held.c);
+ *   - a program with several endpoints may read the queue of one while another's held sends
+ *     are what it waits for: those never entered, and the program hung (held.c, three times
+ *     in 240 runs under load, and every time in its check that reads only the receiver).
+ * So while any endpoint holds operations, the provider's own thread lets it take in what
+ * room freed, looking every PROGRESS_PERIOD_NS while operations finish and backing off to
+ * PROGRESS_PERIOD_MAX_NS while none do; it sleeps on a condition variable otherwise, and
+ * costs nothing where nothing is held. An inline engine's own work goes on as before, in the
+ * application's calls and on its standby thread.
  *
- * The thread is started by the first endpoint with an engine thread that holds something, and
- * stopped when the provider is unloaded (a destructor), so no thread runs code of an unmapped
- * library. It takes `provider_lock` as every call does. */
+ * The thread is started by the first post that leaves something held, and stopped when the
+ * provider is unloaded (a destructor), so no thread runs code of an unmapped library. It
+ * takes `provider_lock` as every call does. */
 #include "provider.h"
 
 #include <time.h>
@@ -39,12 +43,12 @@ struct progress_look {
 	bool moved;	/* an operation finished, so room freed and held ones entered */
 };
 
-/* Lets every endpoint with an engine thread take in what it holds. */
-static struct progress_look progress_held_of_automatic_endpoints(void)
+/* Lets every endpoint take in what it holds. */
+static struct progress_look progress_held(void)
 {
 	struct progress_look look = {false, false};
 	for (struct nicmsg_ep *ep = open_endpoints; ep; ep = ep->next_open) {
-		if (!ep->automatic || !ep->engine || !nf_holds(ep->engine))
+		if (!ep->engine || !nf_holds(ep->engine))
 			continue;
 		look.moved |= ep_progress(ep, NULL, false, NULL) > 0;
 		look.holding |= nf_holds(ep->engine) != 0;
@@ -70,7 +74,7 @@ static void *progress_loop(void *unused)
 	long period_ns = PROGRESS_PERIOD_NS;
 	pthread_mutex_lock(&provider_lock);
 	while (!progress_stopping) {
-		struct progress_look look = progress_held_of_automatic_endpoints();
+		struct progress_look look = progress_held();
 		if (!look.holding) {
 			pthread_cond_wait(&progress_wake, &provider_lock);
 			period_ns = PROGRESS_PERIOD_NS;
@@ -107,7 +111,7 @@ static bool progress_start(void)
 
 void progress_if_held(struct nicmsg_ep *ep)
 {
-	if (!ep->automatic || !nf_holds(ep->engine))
+	if (!nf_holds(ep->engine))
 		return;
 	if (!progress_started) {
 		progress_started = progress_start();

@@ -10,7 +10,7 @@
  *   cq.c        completion queues: entries in each queue's format, reads, waits, signals
  *   ep.c        endpoints: binding, enabling, closing, cancelling, their name
  *   messages.c  the operations that move messages (msg and tagged, peek and claim)
- *   progress.c  the thread that moves held operations of engine-thread endpoints along
+ *   progress.c  the thread that moves operations held past an engine's room along
  *   common.c    the lock, child counts, and the stubs for what nicmsg does not offer
  *
  * Every operation that moves a message calls the Rust side (`src/endpoint.rs`, the `nf_*`
@@ -242,8 +242,8 @@ struct nicmsg_ep {
 	size_t *parent;
 };
 
-/* Every open endpoint, newest first, under `provider_lock`: a read of any queue lets the
- * operations other endpoints hold enter their engines (cq.c, `progress_held_elsewhere`). */
+/* Every open endpoint, newest first, under `provider_lock`: the progress thread looks at
+ * those holding operations (progress.c). */
 extern struct nicmsg_ep *open_endpoints;
 void endpoints_add(struct nicmsg_ep *ep);
 void endpoints_remove(struct nicmsg_ep *ep);
@@ -336,7 +336,7 @@ size_t ep_progress(struct nicmsg_ep *ep, const struct nicmsg_cq *reading, bool t
 		   bool *cut_short);
 
 /* progress.c: after a post on `ep` (under the lock), wakes the provider's thread (started on
- * first need) if `ep`'s engine runs on its own thread and `ep` holds operations. */
+ * first need) if `ep` holds operations. */
 void progress_if_held(struct nicmsg_ep *ep);
 
 /* ep.c */

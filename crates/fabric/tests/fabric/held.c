@@ -8,8 +8,8 @@
  * receive held behind others is cancelled (it completes with FI_ECANCELED), and a peek does
  * not report a message that a receive held earlier will take; that receive gets it, and a
  * held FI_CLAIM receive is not cancelled (its message is matched already), and one
- * endpoint's held sends enter its engine while only the other endpoint is read, and with
- * engine threads, while the program calls nothing. Last, a
+ * endpoint's held sends enter its engine while only the other endpoint is read, or while the
+ * program calls nothing. Last, a
  * receive posted behind a few hundred others whose messages are not sent yet still takes the
  * message that is there for it. With a small engine table (NICMSG_SLOTS=640 or 256) the
  * checks of held operations run; with the default table, where FILLING operations are not
@@ -369,7 +369,7 @@ static void a_receive_is_not_held_behind_receives_that_fit(struct node *a, struc
  * called again until all of a's receives completed. Held sends entered only during calls for
  * their own endpoint, so they waited for ever there (and, in the checks above, whenever b's
  * queue was last read before its thread engine had freed room: three runs in 240 under
- * load); a read of any queue now lets every endpoint take in what it holds. */
+ * load); the provider's progress thread now lets every endpoint take in what it holds. */
 static void held_sends_enter_while_another_endpoint_is_read(struct node *a, struct node *b,
 							     fi_addr_t to_a)
 {
@@ -383,11 +383,12 @@ static void held_sends_enter_while_another_endpoint_is_read(struct node *a, stru
 	drain(b);
 }
 
-/* With engines on threads of their own (FI_PROGRESS_AUTO), held operations move while the
- * application calls nothing: a posts FILLING receives and b FILLING sends, both more than
- * their engines take; after a second of sleep every receive has completed, so one read of a's
- * queue until -FI_EAGAIN takes them all. They entered the engine only during calls into the
- * provider, and the read found the first engine-full only (provider/progress.c). */
+/* Held operations move while the application calls nothing (FI_PROGRESS_AUTO with engine
+ * threads; inline, the engines' standby threads do their part): a posts FILLING receives and
+ * b FILLING sends, both more than their engines take; after a second of sleep every receive
+ * has completed, so one read of a's queue until -FI_EAGAIN takes them all. They entered the
+ * engine only during calls into the provider, and the read found the first engine-full only
+ * (provider/progress.c). */
 static void held_operations_move_while_the_application_sleeps(struct node *a, struct node *b,
 							      fi_addr_t to_a)
 {
@@ -442,9 +443,7 @@ int main(void)
 		a_peek_leaves_a_held_receive_its_message(&a, &b, sides[1].peer);
 		a_held_claimed_receive_is_not_cancelled(&a, &b, sides[1].peer);
 		held_sends_enter_while_another_endpoint_is_read(&a, &b, sides[1].peer);
-		const char *engine = getenv("NICMSG_ENGINE");
-		if (engine && !strcmp(engine, "thread"))
-			held_operations_move_while_the_application_sleeps(&a, &b, sides[1].peer);
+		held_operations_move_while_the_application_sleeps(&a, &b, sides[1].peer);
 	} else {
 		/* FITTING receives fit in the default table, not in a small one. */
 		a_receive_is_not_held_behind_receives_that_fit(&a, &b, sides[1].peer);
