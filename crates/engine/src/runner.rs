@@ -65,17 +65,21 @@ impl IdleConfig {
         last_work: u64,
     ) -> bool {
         let usage = driver.endpoint().usage();
-        if now - last_work >= self.linger_quiet_ns && usage.owes_peers_nothing() {
-            return true;
-        }
-        let done = now - began >= self.linger_max_ns;
-        if done {
+        let done = self.lingered_enough(now - began, now - last_work, usage.owes_peers_nothing());
+        if done && !usage.owes_peers_nothing() {
             tracing::debug!(
                 ?usage,
                 "stopped lingering after the longest linger, state still held"
             );
         }
         done
+    }
+
+    /// The lingering rule on its own, for any stack that lingers (the engine's, and LM's
+    /// datagram sockets): quiet for `linger_quiet_ns` with nothing owed to a peer, or
+    /// `linger_max_ns` since the lingering began.
+    pub fn lingered_enough(&self, lingering_ns: u64, quiet_ns: u64, owes_nothing: bool) -> bool {
+        (quiet_ns >= self.linger_quiet_ns && owes_nothing) || lingering_ns >= self.linger_max_ns
     }
 }
 

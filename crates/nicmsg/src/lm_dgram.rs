@@ -69,19 +69,6 @@ const MAX_WAITING: usize = 4096;
 /// than a round trip on a local link, short beside a computation.
 const SPIN: Duration = Duration::from_micros(50);
 
-/// A closing socket goes on answering its peers until nothing has come for this long, and
-/// for at most [`linger_max`]: the engine's lingering (`IdleConfig`, 50 ms and 2 s). A peer
-/// whose last datagram's DELIVERED was lost sends again within its retry interval (2 ms,
-/// doubling), and must be answered, or its send fails after its silence limit although the
-/// datagram was taken.
-fn linger_quiet() -> Duration {
-    Duration::from_nanos(nicmsg_engine::runner::IdleConfig::default().linger_quiet_ns)
-}
-
-fn linger_max() -> Duration {
-    Duration::from_nanos(nicmsg_engine::runner::IdleConfig::default().linger_max_ns)
-}
-
 /// Finished sends kept for [`LmDgramSocket::wait_sent`]: far more than the station has in
 /// flight (64); the oldest of a program that never waits are forgotten past it.
 pub const MAX_FINISHED: usize = 4096;
@@ -531,15 +518,17 @@ impl LmDatagram {
 }
 
 impl Drop for LmDgramSocket {
-    /// Lingers: answers peers until they are quiet ([`linger_quiet`], at most [`linger_max`]),
-    /// so the acknowledgement of the last datagram taken reaches its sender even if the first
-    /// one was lost.
+    /// Lingers as the engine does (`IdleConfig::lingered_enough`: quiet for 50 ms, at most
+    /// 2 s): a peer whose last datagram's DELIVERED was lost sends again within its retry
+    /// interval (2 ms, doubling), and must be answered, or its send fails after its silence
+    /// limit although the datagram was taken.
     fn drop(&mut self) {
+        let idle = nicmsg_engine::runner::IdleConfig::default();
+        let nanos = |since: std::time::Instant| since.elapsed().as_nanos() as u64;
         let began = std::time::Instant::now();
         let mut last_change = began;
         let mut seen = *self.socket.station_stats();
-        let (quiet, longest) = (linger_quiet(), linger_max());
-        while last_change.elapsed() < quiet && began.elapsed() < longest {
+        while !idle.lingered_enough(nanos(began), nanos(last_change), self.socket.is_idle()) {
             if self.socket.progress().is_err() {
                 return;
             }
