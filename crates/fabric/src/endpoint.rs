@@ -299,19 +299,11 @@ impl FabricEndpoint {
     /// Counts the sends in the engine by destination while no more than a quarter of the
     /// room for sends is free, and stops once half of it is (`held_sends.rs`).
     fn count_shares_if_due(&mut self) {
-        let due = self
-            .shares
-            .counting_due(self.room.sends, self.free_for_sends());
-        if due == self.shares.counting() {
-            return;
-        }
-        if due {
-            let in_engine = self.in_engine.iter();
-            self.shares
-                .start(in_engine.filter_map(|pending| pending.to));
-        } else {
-            self.shares.stop();
-        }
+        let free = self.free_for_sends();
+        let in_engine = &self.in_engine;
+        self.shares.count_if_due(self.room.sends, free, || {
+            in_engine.iter().filter_map(|pending| pending.to)
+        });
     }
 
     fn has_recv_room(&self) -> bool {

@@ -38,7 +38,7 @@
 //! **Counted only when it matters.** While more than a quarter of the room is free, every
 //! destination may take more: nothing is counted, and a send's fast path looks at no map. From
 //! three quarters of the room taken on, the sends in the engine are counted by destination
-//! ([`SendShares::start`]), until half of it is free again.
+//! ([`SendShares::count_if_due`]), until half of it is free again.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::ffi::c_void;
@@ -241,7 +241,7 @@ impl SendShares {
     /// Whether the sends in the engine must be counted by destination, with `free` of the
     /// room for `room` sends free: from the shared quarter on, and on until half of the room
     /// is free again (a stream at the edge does not count them afresh at every send).
-    pub fn counting_due(&self, room: usize, free: usize) -> bool {
+    fn counting_due(&self, room: usize, free: usize) -> bool {
         if self.counting() {
             free <= room / 2
         } else {
@@ -254,8 +254,28 @@ impl SendShares {
         self.counts.is_some()
     }
 
+    /// Starts or stops counting as due ([`counting_due`](Self::counting_due)) with `free` of
+    /// the room for `room` sends free; `in_engine` gives the destinations of the sends in the
+    /// engine, asked only when counting starts.
+    pub fn count_if_due<I: Iterator<Item = SocketAddr>>(
+        &mut self,
+        room: usize,
+        free: usize,
+        in_engine: impl FnOnce() -> I,
+    ) {
+        let due = self.counting_due(room, free);
+        if due == self.counting() {
+            return;
+        }
+        if due {
+            self.start(in_engine());
+        } else {
+            self.stop();
+        }
+    }
+
     /// Starts counting, from the destinations of the sends in the engine now.
-    pub fn start(&mut self, in_engine: impl Iterator<Item = SocketAddr>) {
+    fn start(&mut self, in_engine: impl Iterator<Item = SocketAddr>) {
         let mut counts = FxHashMap::default();
         for to in in_engine {
             *counts.entry(to).or_insert(0) += 1;
@@ -263,7 +283,7 @@ impl SendShares {
         self.counts = Some(counts);
     }
 
-    pub fn stop(&mut self) {
+    fn stop(&mut self) {
         self.counts = None;
     }
 
@@ -435,7 +455,7 @@ mod tests {
     }
 
     /// Room for `room` sends, and the destinations of the sends in the engine, counted as
-    /// the endpoint counts them (`count_shares_if_due`).
+    /// the endpoint counts them ([`SendShares::count_if_due`]).
     struct Room {
         room: usize,
         shares: SendShares,
@@ -453,13 +473,9 @@ mod tests {
 
         fn fits(&mut self, port: u16) -> bool {
             let free = self.room - self.in_engine.len();
-            if self.shares.counting_due(self.room, free) != self.shares.counting() {
-                if self.shares.counting() {
-                    self.shares.stop();
-                } else {
-                    self.shares.start(self.in_engine.iter().copied());
-                }
-            }
+            let in_engine = &self.in_engine;
+            self.shares
+                .count_if_due(self.room, free, || in_engine.iter().copied());
             free > 0 && self.shares.fits(to(port), free)
         }
 
