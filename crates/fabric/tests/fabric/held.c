@@ -364,6 +364,18 @@ static void a_receive_is_not_held_behind_receives_that_fit(struct node *a, struc
 	take_receives(a, FITTING, b);
 }
 
+/* a posts FILLING receives with `tag`, then b FILLING sends to a with it: more than either
+ * engine takes, so both endpoints hold some. */
+static void post_filling_pair(struct node *a, struct node *b, fi_addr_t to_a, uint64_t tag)
+{
+	static char in[FILLING][SHORT_BYTES];
+	for (int i = 0; i < FILLING; i++)
+		POST(fi_trecv(a->ep, in[i], SHORT_BYTES, NULL, FI_ADDR_UNSPEC, tag, 0, in[i]));
+	static char out[SHORT_BYTES] = "from b";
+	for (int i = 0; i < FILLING; i++)
+		POST(fi_tsend(b->ep, out, SHORT_BYTES, NULL, to_a, tag, NULL));
+}
+
 /* Sends one endpoint holds past its engine's room enter it while the program reads only the
  * other endpoint's queue: b posts FILLING sends (more than its engine takes) and is not
  * called again until all of a's receives completed. Held sends entered only during calls for
@@ -373,12 +385,7 @@ static void a_receive_is_not_held_behind_receives_that_fit(struct node *a, struc
 static void held_sends_enter_while_another_endpoint_is_read(struct node *a, struct node *b,
 							     fi_addr_t to_a)
 {
-	static char in[FILLING][SHORT_BYTES];
-	for (int i = 0; i < FILLING; i++)
-		POST(fi_trecv(a->ep, in[i], SHORT_BYTES, NULL, FI_ADDR_UNSPEC, 12, 0, in[i]));
-	static char out[SHORT_BYTES] = "from b";
-	for (int i = 0; i < FILLING; i++)
-		POST(fi_tsend(b->ep, out, SHORT_BYTES, NULL, to_a, 12, NULL));
+	post_filling_pair(a, b, to_a, 12);
 	take_receives(a, FILLING, NULL);
 	drain(b);
 }
@@ -392,12 +399,7 @@ static void held_sends_enter_while_another_endpoint_is_read(struct node *a, stru
 static void held_operations_move_while_the_application_sleeps(struct node *a, struct node *b,
 							      fi_addr_t to_a)
 {
-	static char in[FILLING][SHORT_BYTES];
-	for (int i = 0; i < FILLING; i++)
-		POST(fi_trecv(a->ep, in[i], SHORT_BYTES, NULL, FI_ADDR_UNSPEC, 13, 0, in[i]));
-	static char out[SHORT_BYTES] = "while asleep";
-	for (int i = 0; i < FILLING; i++)
-		POST(fi_tsend(b->ep, out, SHORT_BYTES, NULL, to_a, 13, NULL));
+	post_filling_pair(a, b, to_a, 13);
 	struct timespec second = {1, 0};
 	nanosleep(&second, NULL);
 	int completed = 0;
