@@ -24,7 +24,7 @@
 #include <time.h>
 
 /* How soon the thread looks again while something is held, after a look that found
- * operations finished or a post woke it: an engine frees room as messages complete,
+ * operations finished (or its first): an engine frees room as messages complete,
  * microseconds to milliseconds apart; a look is one call an endpoint. */
 #define PROGRESS_PERIOD_NS 200000L
 /* Each look that found nothing finished waits twice as long, up to this: held operations
@@ -34,6 +34,9 @@
 static pthread_t progress_thread;
 static bool progress_started;
 static bool progress_stopping;
+/* The thread sleeps until a post wakes it (nothing was held at its last look); while it looks
+ * on its own, posts leave it alone. */
+static bool progress_asleep;
 /* Waited on with provider_lock; its clock is CLOCK_MONOTONIC (progress_start). */
 static pthread_cond_t progress_wake;
 
@@ -56,16 +59,16 @@ static struct progress_look progress_held(void)
 	return look;
 }
 
-/* Waits on progress_wake (with provider_lock) for at most `period_ns`; whether a signal, not
- * the time, ended the wait. */
-static bool progress_wait(long period_ns)
+/* Waits on progress_wake (with provider_lock) for at most `period_ns` (a signal then means
+ * the provider is being unloaded). */
+static void progress_wait(long period_ns)
 {
 	struct timespec until;
 	clock_gettime(CLOCK_MONOTONIC, &until);
 	until.tv_nsec += period_ns;
 	until.tv_sec += until.tv_nsec / 1000000000L;
 	until.tv_nsec %= 1000000000L;
-	return pthread_cond_timedwait(&progress_wake, &provider_lock, &until) == 0;
+	pthread_cond_timedwait(&progress_wake, &provider_lock, &until);
 }
 
 static void *progress_loop(void *unused)
@@ -76,16 +79,17 @@ static void *progress_loop(void *unused)
 	while (!progress_stopping) {
 		struct progress_look look = progress_held();
 		if (!look.holding) {
-			pthread_cond_wait(&progress_wake, &provider_lock);
+			progress_asleep = true;
+			while (progress_asleep && !progress_stopping)
+				pthread_cond_wait(&progress_wake, &provider_lock);
 			period_ns = PROGRESS_PERIOD_NS;
 			continue;
 		}
 		if (look.moved)
 			period_ns = PROGRESS_PERIOD_NS;
-		if (progress_wait(period_ns))
-			period_ns = PROGRESS_PERIOD_NS;
-		else if (!look.moved && period_ns < PROGRESS_PERIOD_MAX_NS)
+		else if (period_ns < PROGRESS_PERIOD_MAX_NS)
 			period_ns *= 2;
+		progress_wait(period_ns);
 	}
 	pthread_mutex_unlock(&provider_lock);
 	return NULL;
@@ -111,13 +115,14 @@ static bool progress_start(void)
 
 void progress_if_held(struct nicmsg_ep *ep)
 {
-	if (!nf_holds(ep->engine))
+	if ((progress_started && !progress_asleep) || !nf_holds(ep->engine))
 		return;
 	if (!progress_started) {
 		progress_started = progress_start();
 		if (!progress_started)
 			return;
 	}
+	progress_asleep = false;
 	pthread_cond_signal(&progress_wake);
 }
 
